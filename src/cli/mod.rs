@@ -1,0 +1,107 @@
+//! Command-line flags and their translation into the plain configurations the library takes.
+//! Nothing below this module sees clap.
+
+mod top;
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use thiserror::Error;
+
+use heapwatch::decode::{self, DecodeError, DecodeLimits};
+use heapwatch::model::Profile;
+use heapwatch::units;
+
+/// Everything a command can fail with, and the exit code each maps to.
+#[derive(Debug, Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{path}: {source}")]
+    Profile { path: String, source: DecodeError },
+    #[error("{path}: {source}")]
+    Read { path: String, source: io::Error },
+    #[error("writing output: {0}")]
+    Output(io::Error),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) | CliError::Profile { .. } | CliError::Read { .. } => 2,
+            CliError::Output(_) => 2,
+        }
+    }
+
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+}
+
+#[derive(Parser)]
+#[command(
+    name = "heapwatch",
+    version,
+    about = "Catch Go services running out of memory: collect heap profiles until the OOM kill, then find what grew"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Top sites of one profile (figures equal `go tool pprof -top`).
+    Top(top::TopArgs),
+}
+
+pub fn run() -> Result<ExitCode, CliError> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Top(args) => top::run(args),
+    }
+}
+
+/// Flags shared by every command that reads profiles.
+#[derive(clap::Args, Clone)]
+pub struct DecodeFlags {
+    /// Largest decompressed profile accepted (a gzip bomb beyond it is refused).
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = units::parse_size)]
+    pub max_decompressed: u64,
+}
+
+impl DecodeFlags {
+    pub fn limits(&self) -> DecodeLimits {
+        DecodeLimits {
+            max_decompressed: self.max_decompressed,
+        }
+    }
+}
+
+/// Reads and decodes one profile file; errors name the file.
+pub fn load_profile(path: &Path, limits: &DecodeLimits) -> Result<Profile, CliError> {
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| CliError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    decode::decode(&bytes, limits).map_err(|source| CliError::Profile {
+        path: shown,
+        source,
+    })
+}
+
+/// Writes a command's output to stdout in one piece.
+pub fn emit(text: &str) -> Result<(), CliError> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(CliError::Output)
+}
+
+#[allow(dead_code)]
+pub fn path_arg(p: &Path) -> PathBuf {
+    p.to_path_buf()
+}

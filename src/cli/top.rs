@@ -1,0 +1,76 @@
+//! `heapwatch top PROFILE`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use heapwatch::model::aggregate::{self, Granularity};
+use heapwatch::render::top::{self as render_top, TopView};
+
+use super::{CliError, DecodeFlags, emit, load_profile};
+
+#[derive(clap::Args)]
+pub struct TopArgs {
+    /// A pprof file (gzipped or not): heap, allocs, goroutine or any other.
+    profile: PathBuf,
+    /// Sample type by name or index (default: the profile's default, else the last).
+    #[arg(long)]
+    sample: Option<String>,
+    /// How many sites to show.
+    #[arg(short = 'n', long = "nodecount", default_value_t = 20)]
+    n: usize,
+    /// Sort by cumulative value instead of flat.
+    #[arg(long)]
+    cum: bool,
+    /// What makes two frames the same site: function, file or line.
+    #[arg(long, default_value = "function", value_parser = parse_granularity)]
+    granularity: Granularity,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    decode: DecodeFlags,
+}
+
+fn parse_granularity(text: &str) -> Result<Granularity, String> {
+    Granularity::parse(text).ok_or_else(|| format!("{text:?} is not one of function, file, line"))
+}
+
+pub fn run(args: TopArgs) -> Result<ExitCode, CliError> {
+    let profile = load_profile(&args.profile, &args.decode.limits())?;
+    let shown = args.profile.display().to_string();
+    if profile.sample_types.is_empty() {
+        return Err(CliError::Usage(format!(
+            "{shown}: the profile declares no sample types"
+        )));
+    }
+    let index = match &args.sample {
+        None => profile.default_sample_index(),
+        Some(wanted) => profile.find_sample_type(wanted).ok_or_else(|| {
+            let names: Vec<&str> = (0..profile.sample_types.len())
+                .map(|i| profile.sample_type_name(i))
+                .collect();
+            CliError::Usage(format!(
+                "{shown}: no sample type {wanted:?}; this profile has {}",
+                names.join(", ")
+            ))
+        })?,
+    };
+    let mut table = aggregate::sites(&profile, index, args.granularity);
+    if args.cum {
+        table.sort_by_cum();
+    }
+    let view = TopView {
+        file: &shown,
+        sample: profile.sample_type_name(index),
+        unit: profile.sample_type_unit(index),
+        table: &table,
+        limit: args.n,
+        by_cum: args.cum,
+    };
+    emit(&if args.json {
+        render_top::json(&view)
+    } else {
+        render_top::text(&view)
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,10 @@
+//! heapwatch: a flight recorder and analyser for the memory of Go services that die of OOM.
+//!
+//! The modules follow the data: a source pulls bytes, the store makes them durable, `decode`
+//! turns bytes into the `model`, analysis turns models into findings and `render` turns
+//! findings into text, JSON, SVG and HTML.
+
+pub mod decode;
+pub mod model;
+pub mod render;
+pub mod units;

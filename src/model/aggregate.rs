@@ -1,0 +1,223 @@
+//! Folding a profile's samples into sites: flat (the leaf), cum (anywhere on the stack, once per
+//! stack even under recursion) and whole stacks, at function, file or line granularity. The
+//! rules are pprof's, so the figures match `go tool pprof -top` on the same file.
+
+use std::collections::HashMap;
+
+use super::{Frame, FrameName, Profile};
+
+/// What makes two frames the same site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Granularity {
+    /// The function name (pprof's default): different lines and files of one name merge.
+    #[default]
+    Function,
+    /// The source file.
+    File,
+    /// Function, file and line.
+    Line,
+}
+
+impl Granularity {
+    pub fn parse(text: &str) -> Option<Granularity> {
+        match text {
+            "function" | "functions" => Some(Granularity::Function),
+            "file" | "files" => Some(Granularity::File),
+            "line" | "lines" => Some(Granularity::Line),
+            _ => None,
+        }
+    }
+}
+
+/// One site with its flat and cumulative value for the chosen sample type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteTotal {
+    pub name: String,
+    pub flat: i64,
+    pub cum: i64,
+}
+
+/// Every site of a profile for one sample type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteTable {
+    pub total: i64,
+    /// Sorted by flat, then cum (both descending), then name.
+    pub sites: Vec<SiteTotal>,
+}
+
+impl SiteTable {
+    pub fn sort_by_cum(&mut self) {
+        self.sites.sort_by(|a, b| {
+            b.cum
+                .cmp(&a.cum)
+                .then(b.flat.cmp(&a.flat))
+                .then(a.name.cmp(&b.name))
+        });
+    }
+}
+
+/// Names every frame of the profile at a granularity and gives equal names one dense key, so
+/// per-sample work is array indexing rather than string hashing.
+pub struct SiteKeys {
+    /// Key of each entry of `Profile::frames`.
+    pub frame_key: Vec<u32>,
+    pub names: Vec<String>,
+}
+
+impl SiteKeys {
+    pub fn new(profile: &Profile, granularity: Granularity) -> SiteKeys {
+        let mut by_name: HashMap<String, u32> = HashMap::new();
+        let mut names = Vec::new();
+        let mut frame_key = Vec::with_capacity(profile.frames.len());
+        // Most frames of one function share a name id; remember the last to skip formatting.
+        let mut by_function: HashMap<(Option<u32>, i64, u64), u32> = HashMap::new();
+        for frame in &profile.frames {
+            let cache_key = cache_key(frame, granularity);
+            if let Some(&k) = by_function.get(&cache_key) {
+                frame_key.push(k);
+                continue;
+            }
+            let name = site_name(profile, frame, granularity);
+            let next = names.len() as u32;
+            let k = *by_name.entry(name).or_insert_with_key(|name| {
+                names.push(name.clone());
+                next
+            });
+            by_function.insert(cache_key, k);
+            frame_key.push(k);
+        }
+        SiteKeys { frame_key, names }
+    }
+}
+
+fn cache_key(frame: &Frame, granularity: Granularity) -> (Option<u32>, i64, u64) {
+    let function = frame.function.map(|f| f.0);
+    match (granularity, function) {
+        (Granularity::Line, _) => (function, frame.line, 0),
+        (_, Some(_)) => (function, 0, 0),
+        (_, None) => (None, 0, frame.address),
+    }
+}
+
+/// The printed name of a frame at a granularity, spelled as pprof spells it.
+pub fn site_name(profile: &Profile, frame: &Frame, granularity: Granularity) -> String {
+    let name = profile.frame_name(frame);
+    match granularity {
+        Granularity::Function => name.to_string(),
+        Granularity::File => {
+            let file = profile.frame_file(frame);
+            if file.is_empty() {
+                name.to_string()
+            } else {
+                file.to_string()
+            }
+        }
+        Granularity::Line => match name {
+            FrameName::Function(n) => {
+                let file = profile.frame_file(frame);
+                if file.is_empty() {
+                    n.to_string()
+                } else {
+                    format!("{n} {file}:{}", frame.line)
+                }
+            }
+            FrameName::Address(_) => name.to_string(),
+        },
+    }
+}
+
+/// Flat and cum per site for one sample type.
+pub fn sites(profile: &Profile, sample_index: usize, granularity: Granularity) -> SiteTable {
+    let keys = SiteKeys::new(profile, granularity);
+    let n = keys.names.len();
+    let mut flat = vec![0i64; n];
+    let mut cum = vec![0i64; n];
+    // Stamp of the last sample that counted a key into cum: once per stack under recursion.
+    let mut seen = vec![u32::MAX; n];
+    let types = profile.sample_types.len();
+    let mut total = 0i64;
+    for (i, sample) in profile.samples.iter().enumerate() {
+        let v = profile.values[i * types + sample_index];
+        total += v;
+        if v == 0 {
+            continue;
+        }
+        let mut leaf = true;
+        for &loc in profile.sample_stack(sample) {
+            let l = &profile.locations[loc.0 as usize];
+            let start = l.frames_start as usize;
+            for fi in start..start + l.frames_len as usize {
+                let k = keys.frame_key[fi] as usize;
+                if leaf {
+                    flat[k] += v;
+                    leaf = false;
+                }
+                if seen[k] != i as u32 {
+                    seen[k] = i as u32;
+                    cum[k] += v;
+                }
+            }
+        }
+    }
+    let mut sites: Vec<SiteTotal> = keys
+        .names
+        .into_iter()
+        .enumerate()
+        .filter(|&(k, _)| flat[k] != 0 || cum[k] != 0)
+        .map(|(k, name)| SiteTotal {
+            name,
+            flat: flat[k],
+            cum: cum[k],
+        })
+        .collect();
+    sites.sort_by(|a, b| {
+        b.flat
+            .cmp(&a.flat)
+            .then(b.cum.cmp(&a.cum))
+            .then(a.name.cmp(&b.name))
+    });
+    SiteTable { total, sites }
+}
+
+/// One whole stack (site names, leaf first) with its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackTotal {
+    pub frames: Vec<String>,
+    pub value: i64,
+}
+
+/// Values summed per distinct stack of site names, in no particular order.
+pub fn stacks(profile: &Profile, sample_index: usize, granularity: Granularity) -> Vec<StackTotal> {
+    let keys = SiteKeys::new(profile, granularity);
+    let types = profile.sample_types.len();
+    let mut by_stack: HashMap<Vec<u32>, i64> = HashMap::new();
+    let mut path = Vec::new();
+    for (i, sample) in profile.samples.iter().enumerate() {
+        let v = profile.values[i * types + sample_index];
+        if v == 0 {
+            continue;
+        }
+        path.clear();
+        for &loc in profile.sample_stack(sample) {
+            let l = &profile.locations[loc.0 as usize];
+            let start = l.frames_start as usize;
+            path.extend_from_slice(&keys.frame_key[start..start + l.frames_len as usize]);
+        }
+        match by_stack.get_mut(path.as_slice()) {
+            Some(total) => *total += v,
+            None => {
+                by_stack.insert(path.clone(), v);
+            }
+        }
+    }
+    by_stack
+        .into_iter()
+        .map(|(path, value)| StackTotal {
+            frames: path
+                .iter()
+                .map(|&k| keys.names[k as usize].clone())
+                .collect(),
+            value,
+        })
+        .collect()
+}

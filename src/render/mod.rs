@@ -1,0 +1,7 @@
+//! Findings to output: text for people, JSON for other tools (every document carries a
+//! `schema` version), later SVG and HTML.
+
+pub mod top;
+
+/// Version of the JSON documents heapwatch writes. Bumped when a field changes meaning.
+pub const SCHEMA: u32 = 1;

@@ -1,0 +1,146 @@
+//! Reading and printing sizes, durations and counts the way people write them:
+//! `256MiB`, `1G`, `500ms`, `12.3 MiB`.
+
+use std::time::Duration;
+
+/// Parses a size: a number with an optional unit, binary (`KiB`, `MiB`, `GiB`, `Ki`, `Mi`,
+/// `Gi`, `K`, `M`, `G`, as Kubernetes and Go print them) or decimal (`KB`, `MB`, `GB`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (examples: 256MiB, 1GiB, 1073741824)"))?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "ki" | "kib" => 1 << 10,
+        "m" | "mi" | "mib" => 1 << 20,
+        "g" | "gi" | "gib" => 1 << 30,
+        "t" | "ti" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown size unit {unit:?} (use B, KiB, MiB, GiB)"
+            ));
+        }
+    };
+    let bytes = number * multiplier as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("{text:?} is out of range"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Parses a duration: `500ms`, `2s`, `1.5s`, `3m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (examples: 500ms, 2s, 5m)"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => number,
+        "ms" => number / 1e3,
+        "us" | "µs" => number / 1e6,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown time unit {unit:?} (use ms, s, m, h)"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
+}
+
+/// Bytes in binary units with three significant figures: `512 B`, `1.50 KiB`, `96.0 MiB`.
+pub fn format_bytes(bytes: i64) -> String {
+    let sign = if bytes < 0 { "-" } else { "" };
+    let b = bytes.unsigned_abs() as f64;
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = b;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{sign}{} B", bytes.unsigned_abs())
+    } else if value >= 100.0 {
+        format!("{sign}{value:.0} {}", UNITS[unit])
+    } else if value >= 10.0 {
+        format!("{sign}{value:.1} {}", UNITS[unit])
+    } else {
+        format!("{sign}{value:.2} {}", UNITS[unit])
+    }
+}
+
+/// A value in the unit a profile gives it: bytes get binary units, counts get thousands
+/// separators, nanoseconds become seconds.
+pub fn format_value(value: i64, unit: &str) -> String {
+    match unit {
+        "bytes" => format_bytes(value),
+        "nanoseconds" => format!("{:.3}s", value as f64 / 1e9),
+        _ => group_thousands(value),
+    }
+}
+
+pub fn group_thousands(value: i64) -> String {
+    let digits = value.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if value < 0 {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_as_kubernetes_and_go_write_them() {
+        assert_eq!(parse_size("256MiB").unwrap(), 256 << 20);
+        assert_eq!(parse_size("1Gi").unwrap(), 1 << 30);
+        assert_eq!(parse_size("128Mi").unwrap(), 128 << 20);
+        assert_eq!(parse_size("1.5K").unwrap(), 1536);
+        assert_eq!(parse_size("10MB").unwrap(), 10_000_000);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("12furlongs").is_err());
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("3m").unwrap(), Duration::from_secs(180));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn bytes_print_with_three_figures() {
+        assert_eq!(format_bytes(512), "512 B");
+        assert_eq!(format_bytes(1536), "1.50 KiB");
+        assert_eq!(format_bytes(96 << 20), "96.0 MiB");
+        assert_eq!(format_bytes(-(300 << 20)), "-300 MiB");
+        assert_eq!(group_thousands(1234567), "1,234,567");
+        assert_eq!(group_thousands(-1000), "-1,000");
+    }
+}
