@@ -1,0 +1,3 @@
+module heapwatch.test/fixtures
+
+go 1.26
