@@ -4,7 +4,10 @@
 //! turns bytes into the `model`, analysis turns models into findings and `render` turns
 //! findings into text, JSON, SVG and HTML.
 
+pub mod collect;
 pub mod decode;
 pub mod model;
 pub mod render;
+pub mod source;
+pub mod store;
 pub mod units;

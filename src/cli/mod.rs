@@ -1,10 +1,11 @@
 //! Command-line flags and their translation into the plain configurations the library takes.
 //! Nothing below this module sees clap.
 
+mod collect;
 mod top;
 
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -25,13 +26,18 @@ pub enum CliError {
     Read { path: String, source: io::Error },
     #[error("writing output: {0}")]
     Output(io::Error),
+    #[error("{0}")]
+    Store(String),
+    #[error("{0}")]
+    Unreachable(String),
 }
 
 impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) | CliError::Profile { .. } | CliError::Read { .. } => 2,
-            CliError::Output(_) => 2,
+            CliError::Output(_) | CliError::Store(_) => 2,
+            CliError::Unreachable(_) => 3,
         }
     }
 
@@ -55,12 +61,15 @@ struct Cli {
 enum Command {
     /// Top sites of one profile (figures equal `go tool pprof -top`).
     Top(top::TopArgs),
+    /// Capture profiles from a live target until stopped, making each durable on disk.
+    Collect(Box<collect::CollectArgs>),
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
     let cli = Cli::parse();
     match cli.command {
         Command::Top(args) => top::run(args),
+        Command::Collect(args) => collect::run(*args),
     }
 }
 
@@ -99,9 +108,4 @@ pub fn emit(text: &str) -> Result<(), CliError> {
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
         .map_err(CliError::Output)
-}
-
-#[allow(dead_code)]
-pub fn path_arg(p: &Path) -> PathBuf {
-    p.to_path_buf()
 }

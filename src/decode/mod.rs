@@ -44,8 +44,61 @@ pub fn is_gzip(bytes: &[u8]) -> bool {
 /// Decodes a pprof profile, gzipped or not, and checks every reference in it.
 pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Profile, DecodeError> {
     let raw = decompress(bytes, limits)?;
-    let message = decode_message(&raw)?;
-    validate::build(message)
+    decode_protobuf(&raw)
+}
+
+/// Decodes and checks an already decompressed profile.
+pub fn decode_protobuf(raw: &[u8]) -> Result<Profile, DecodeError> {
+    validate::build(decode_message(raw)?)
+}
+
+/// A hash of a profile's content without its timestamp fields (`time_nanos`,
+/// `duration_nanos`): two captures taken between the same two GCs hash the same although
+/// Go stamps each with the time it was written.
+pub fn content_hash(raw: &[u8]) -> String {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut rest = raw;
+    while !rest.is_empty() {
+        let Some((field, len)) = top_level_field(rest) else {
+            // Not walkable: hash everything that is left.
+            hasher.update(rest);
+            break;
+        };
+        if field != 9 && field != 10 {
+            hasher.update(&rest[..len]);
+        }
+        rest = &rest[len..];
+    }
+    format!("xxh3:{:032x}", hasher.digest128())
+}
+
+/// The field number and encoded length (tag included) of the protobuf field at the start.
+fn top_level_field(bytes: &[u8]) -> Option<(u64, usize)> {
+    let (tag, tag_len) = varint(bytes)?;
+    let body = &bytes[tag_len..];
+    let body_len = match tag & 7 {
+        0 => varint(body)?.1,
+        1 => 8,
+        2 => {
+            let (n, n_len) = varint(body)?;
+            n_len.checked_add(usize::try_from(n).ok()?)?
+        }
+        5 => 4,
+        _ => return None,
+    };
+    let total = tag_len.checked_add(body_len)?;
+    (total <= bytes.len()).then_some((tag >> 3, total))
+}
+
+fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
 }
 
 /// The protobuf bytes of a profile: gunzipped when gzipped, as given otherwise.
@@ -71,7 +124,9 @@ pub fn gunzip(bytes: &[u8], max: u64) -> Result<Vec<u8>, DecodeError> {
     // Go's compress/gzip output is usually 3-8x smaller than the protobuf.
     let guess = (bytes.len() as u64).saturating_mul(6).min(max) as usize;
     let mut out = Vec::with_capacity(guess);
-    let decoder = flate2::read::GzDecoder::new(bytes);
+    // The bufread decoder takes from the slice only what the gzip member spans, so what is
+    // left afterwards is exactly the trailing data (the read decoder buffers ahead of it).
+    let decoder = flate2::bufread::GzDecoder::new(bytes);
     let mut limited = decoder.take(max.saturating_add(1));
     limited.read_to_end(&mut out).map_err(|e| match e.kind() {
         std::io::ErrorKind::UnexpectedEof => DecodeError::TruncatedGzip,
@@ -80,10 +135,8 @@ pub fn gunzip(bytes: &[u8], max: u64) -> Result<Vec<u8>, DecodeError> {
     if out.len() as u64 > max {
         return Err(DecodeError::TooLarge { max });
     }
-    let mut decoder = limited.into_inner();
-    // A gzip stream must end where its members end; trailing garbage is a corrupt capture.
-    let mut rest = [0u8; 1];
-    if matches!(decoder.get_mut().read(&mut rest), Ok(n) if n > 0) {
+    // A gzip stream must end where its member ends; trailing garbage is a corrupt capture.
+    if !limited.into_inner().get_ref().is_empty() {
         return Err(DecodeError::BadGzip(
             "data after the end of the gzip stream".into(),
         ));
@@ -151,6 +204,16 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("HTML"), "{err}");
+    }
+
+    #[test]
+    fn the_content_hash_ignores_the_timestamp() {
+        // field 6 (string table) "", field 9 (time_nanos) varint.
+        let a = [0x32, 0x00, 0x48, 0x01];
+        let b = [0x32, 0x00, 0x48, 0x7f];
+        let c = [0x32, 0x01, b'x', 0x48, 0x01];
+        assert_eq!(content_hash(&a), content_hash(&b));
+        assert_ne!(content_hash(&a), content_hash(&c));
     }
 
     #[test]

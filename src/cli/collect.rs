@@ -1,0 +1,362 @@
+//! `heapwatch collect TARGET --out RUN`: flags become a `CollectConfig`, then the collector
+//! runs until stopped, with a live status line on a terminal.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use heapwatch::collect::Clock as _;
+use heapwatch::collect::sampler::Sampler;
+use heapwatch::collect::{
+    CollectConfig, Collector, LiveStatus, Observer, OutsideMemory, StopReason, SystemClock,
+};
+use heapwatch::source::Source;
+use heapwatch::source::http::{HttpOptions, HttpSource};
+use heapwatch::source::procmem::{CgroupMemory, MemoryProbe};
+use heapwatch::store::{CaptureRecord, RunInfo, RunWriter};
+use heapwatch::units::{self, format_bytes};
+
+use super::{CliError, DecodeFlags};
+
+#[derive(clap::Args)]
+pub struct CollectArgs {
+    /// http://HOST:PORT (Go net/http/pprof), or a URL naming a profile path.
+    target: String,
+    /// The run directory (created, or resumed when it exists).
+    #[arg(long, short = 'o')]
+    out: PathBuf,
+    /// Time between heap captures.
+    #[arg(long, default_value = "500ms", value_parser = units::parse_duration)]
+    interval: Duration,
+    /// The target's memory limit: enables time-to-limit and burst mode.
+    #[arg(long, value_parser = units::parse_size)]
+    limit: Option<u64>,
+    /// Interval once memory passes --burst-at of the limit.
+    #[arg(long, default_value = "100ms", value_parser = units::parse_duration)]
+    burst_interval: Duration,
+    /// Fraction of the limit at which burst mode starts.
+    #[arg(long, default_value_t = 0.6)]
+    burst_at: f64,
+    /// Profiles to capture: heap, goroutine (comma-separated).
+    #[arg(long, default_value = "heap", value_delimiter = ',')]
+    profiles: Vec<String>,
+    /// Time between goroutine captures (never faster than --interval).
+    #[arg(long, default_value = "1s", value_parser = units::parse_duration)]
+    goroutine_interval: Duration,
+    /// Time between MemStats reads (0 turns them off).
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
+    memstats_interval: Duration,
+    /// Sample this process's RSS into memory.jsonl.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Sample this memory cgroup (v1 or v2 directory) into memory.jsonl.
+    #[arg(long)]
+    cgroup: Option<PathBuf>,
+    /// Time between process / cgroup memory samples.
+    #[arg(long, default_value = "50ms", value_parser = units::parse_duration)]
+    memory_interval: Duration,
+    /// Per-request timeout (shortened in burst mode).
+    #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
+    timeout: Duration,
+    /// Stop after this long.
+    #[arg(long, value_parser = units::parse_duration)]
+    duration: Option<Duration>,
+    /// Stop once the target has been gone for --grace.
+    #[arg(long)]
+    until_exit: bool,
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
+    grace: Duration,
+    /// Disk budget for stored profiles; older boot cycles are thinned first.
+    #[arg(long, value_parser = units::parse_size)]
+    max_disk: Option<u64>,
+    /// Largest response body accepted.
+    #[arg(long, default_value = "512MiB", value_parser = units::parse_size)]
+    max_body: u64,
+    /// Extra request header, e.g. "Authorization: Bearer TOKEN" (repeatable).
+    #[arg(long = "header", short = 'H')]
+    headers: Vec<String>,
+    /// PEM CA certificate for an https target.
+    #[arg(long)]
+    cacert: Option<PathBuf>,
+    /// PEM client certificate (mutual TLS).
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// PEM client key (mutual TLS).
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Accept any server certificate.
+    #[arg(long)]
+    insecure: bool,
+    /// Force a GC before each heap profile (?gc=1): fresher in-use figures, perturbs the target.
+    #[arg(long)]
+    gc: bool,
+    /// A label for this build (e.g. 2.1.0), kept in run.json for reports and comparisons.
+    #[arg(long)]
+    label: Option<String>,
+    /// No status line and no summary (for CI).
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    #[command(flatten)]
+    decode: DecodeFlags,
+}
+
+fn usage(message: String) -> CliError {
+    CliError::Usage(message)
+}
+
+impl CollectArgs {
+    fn config(&self) -> Result<CollectConfig, CliError> {
+        if self.interval.is_zero() || self.burst_interval.is_zero() {
+            return Err(usage(
+                "--interval and --burst-interval must be above zero".into(),
+            ));
+        }
+        if !(self.burst_at > 0.0 && self.burst_at <= 1.0) {
+            return Err(usage(format!(
+                "--burst-at {} must be in (0, 1]",
+                self.burst_at
+            )));
+        }
+        let mut heap = false;
+        let mut goroutine = false;
+        for p in &self.profiles {
+            match p.trim() {
+                "heap" => heap = true,
+                "goroutine" => goroutine = true,
+                other => {
+                    return Err(usage(format!(
+                        "--profiles: unknown profile {other:?} (heap, goroutine)"
+                    )));
+                }
+            }
+        }
+        Ok(CollectConfig {
+            interval: self.interval,
+            burst_interval: self.burst_interval,
+            burst_at: self.burst_at,
+            limit: self.limit,
+            timeout: self.timeout,
+            heap: heap || !goroutine,
+            goroutine,
+            goroutine_interval: self.goroutine_interval,
+            memstats_interval: self.memstats_interval,
+            duration: self.duration,
+            until_exit: self.until_exit.then_some(self.grace),
+            max_disk: self.max_disk,
+            decode: self.decode.limits(),
+        })
+    }
+
+    fn http_options(&self) -> Result<HttpOptions, CliError> {
+        let mut headers = Vec::new();
+        for h in &self.headers {
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| usage(format!("--header {h:?}: expected \"Name: value\"")))?;
+            headers.push((name.trim().to_string(), value.trim().to_string()));
+        }
+        Ok(HttpOptions {
+            headers,
+            cacert: self.cacert.clone(),
+            client_cert: self.cert.clone(),
+            client_key: self.key.clone(),
+            insecure: self.insecure,
+            force_gc: self.gc,
+            max_body: self.max_body,
+        })
+    }
+
+    fn probe(&self) -> Result<Option<MemoryProbe>, CliError> {
+        match (&self.cgroup, self.pid) {
+            (Some(path), _) => CgroupMemory::open(path)
+                .map(|c| Some(MemoryProbe::Cgroup(c)))
+                .map_err(usage),
+            (None, Some(pid)) => Ok(Some(MemoryProbe::Pid(pid))),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// Draws the live status line on a terminal.
+struct StatusLine {
+    bar: Option<ProgressBar>,
+}
+
+impl StatusLine {
+    fn new(quiet: bool) -> StatusLine {
+        if quiet || !std::io::stderr().is_terminal() {
+            return StatusLine { bar: None };
+        }
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
+        bar.enable_steady_tick(Duration::from_millis(200));
+        StatusLine { bar: Some(bar) }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn describe(status: &LiveStatus) -> String {
+    let mut parts = vec![format!("{} captures", status.captures)];
+    if let Some(h) = status.heap_inuse {
+        parts.push(format!("heap {}", format_bytes(h)));
+    }
+    if let Some(rate) = status.growth_bps {
+        parts.push(format!("{}/s", format_bytes(rate as i64)));
+    }
+    if let Some(secs) = status.time_to_limit() {
+        parts.push(format!("limit in {secs:.1}s"));
+    }
+    if let Some(g) = status.goroutines {
+        parts.push(format!("{g} goroutines"));
+    }
+    parts.push(format!("cycle {}", status.incarnation));
+    if status.bursting {
+        parts.push("BURST".into());
+    }
+    if status.errors > 0 {
+        parts.push(format!("{} errors", status.errors));
+    }
+    if let Some(e) = &status.last_error {
+        let short: String = e.chars().take(60).collect();
+        parts.push(format!("last error: {short}"));
+    }
+    parts.join(" | ")
+}
+
+impl Observer for StatusLine {
+    fn attempt(&mut self, _record: &CaptureRecord, status: &LiveStatus) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(describe(status));
+        }
+    }
+}
+
+pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
+    let config = args.config()?;
+    let probe = args.probe()?;
+    let mut source: Box<dyn Source> = if args.target.starts_with("http://")
+        || args.target.starts_with("https://")
+    {
+        Box::new(
+            HttpSource::new(&args.target, &args.http_options()?).map_err(|e| usage(e.message))?,
+        )
+    } else {
+        return Err(usage(format!(
+            "{}: unknown target (expected http://HOST:PORT or https://…)",
+            args.target
+        )));
+    };
+    let (writer, existing) =
+        RunWriter::open(&args.out).map_err(|e| CliError::Store(e.to_string()))?;
+    let clock = SystemClock::new();
+    let mut info = RunInfo {
+        schema: heapwatch::render::SCHEMA,
+        tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
+        target: args.target.clone(),
+        source: source.kind().to_string(),
+        started_ms: clock.unix_ms(),
+        resumed_ms: Vec::new(),
+        options: serde_json::json!({
+            "interval_ms": config.interval.as_millis() as u64,
+            "burst_interval_ms": config.burst_interval.as_millis() as u64,
+            "burst_at": config.burst_at,
+            "timeout_ms": config.timeout.as_millis() as u64,
+            "profiles": args.profiles,
+            "memstats_interval_ms": config.memstats_interval.as_millis() as u64,
+            "pid": args.pid,
+            "cgroup": args.cgroup,
+            "max_disk": config.max_disk,
+            "gc": args.gc,
+        }),
+        limit_bytes: config.limit,
+        label: args.label.clone(),
+    };
+    if let Ok(previous) = heapwatch::store::RunDir::open(&args.out) {
+        if let Some(mut old) = previous.info {
+            old.resumed_ms.push(info.started_ms);
+            if info.limit_bytes.is_some() {
+                old.limit_bytes = info.limit_bytes;
+            }
+            info = old;
+        }
+    }
+    let outside = Arc::new(OutsideMemory::default());
+    if let Some(MemoryProbe::Cgroup(cg)) = &probe {
+        if info.limit_bytes.is_none() {
+            info.limit_bytes = cg.limit();
+        }
+    }
+    writer
+        .write_info(&info)
+        .map_err(|e| CliError::Store(e.to_string()))?;
+    let sampler = match probe {
+        Some(p) => Some(Sampler::start(
+            p,
+            args.memory_interval,
+            writer
+                .memory_log()
+                .map_err(|e| CliError::Store(e.to_string()))?,
+            outside.clone(),
+        )),
+        None => None,
+    };
+
+    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
+        .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
+
+    let mut status_line = StatusLine::new(args.quiet);
+    let collector = Collector::new(config, source.as_mut(), &clock, writer, &existing, stop)
+        .with_outside_memory(outside);
+    let result = collector.run(&mut status_line);
+    status_line.finish();
+    let tally = sampler.map(Sampler::finish);
+    let summary = result.map_err(|e| CliError::Store(e.to_string()))?;
+
+    if !args.quiet {
+        let mut line = format!(
+            "heapwatch: {} captures ({} stored, {} duplicates, {} errors) over {} boot cycle(s) in {}",
+            summary.captures,
+            summary.stored,
+            summary.duplicates,
+            summary.errors,
+            summary.incarnations,
+            args.out.display()
+        );
+        if summary.deleted > 0 {
+            line.push_str(&format!("; {} thinned for --max-disk", summary.deleted));
+        }
+        if let Some(t) = &tally {
+            line.push_str(&format!("; memory peak {}", format_bytes(t.peak as i64)));
+            if t.kills > 0 {
+                line.push_str(&format!(", {} OOM kill(s)", t.kills));
+            }
+        }
+        eprintln!("{line}");
+    }
+    if summary.reason == StopReason::DiskFull {
+        return Err(CliError::Store(format!(
+            "stopped: {}",
+            summary.disk_error.unwrap_or_else(|| "disk full".into())
+        )));
+    }
+    if !summary.reached {
+        return Err(CliError::Unreachable(format!(
+            "{}: the target never answered ({} attempts); see {}/manifest.jsonl",
+            args.target,
+            summary.attempts,
+            args.out.display()
+        )));
+    }
+    Ok(ExitCode::SUCCESS)
+}

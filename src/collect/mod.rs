@@ -1,0 +1,512 @@
+//! The flight recorder: paces requests to one target (one in flight, never more), validates
+//! each reply, makes it durable, appends its manifest line, spots restarts (boot cycles) and
+//! duplicate captures, and thins old captures to stay under a disk budget.
+
+pub mod clock;
+mod cycles;
+mod retention;
+pub mod sampler;
+mod status;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use thiserror::Error;
+
+pub use clock::{Clock, FakeClock, SystemClock};
+pub use status::LiveStatus;
+
+use crate::decode::{self, DecodeLimits};
+use crate::source::{FailureKind, FetchError, Source, Want, memstats};
+use crate::store::{CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
+use cycles::CycleTracker;
+use retention::Retention;
+
+/// Everything the collector needs to know, already validated.
+#[derive(Debug, Clone)]
+pub struct CollectConfig {
+    pub interval: Duration,
+    pub burst_interval: Duration,
+    /// Fraction of `limit` above which burst mode starts.
+    pub burst_at: f64,
+    pub limit: Option<u64>,
+    pub timeout: Duration,
+    pub heap: bool,
+    pub goroutine: bool,
+    pub goroutine_interval: Duration,
+    /// Zero disables MemStats.
+    pub memstats_interval: Duration,
+    pub duration: Option<Duration>,
+    /// With `--until-exit`: stop once the target has been gone this long.
+    pub until_exit: Option<Duration>,
+    pub max_disk: Option<u64>,
+    pub decode: DecodeLimits,
+}
+
+impl Default for CollectConfig {
+    fn default() -> Self {
+        CollectConfig {
+            interval: Duration::from_millis(500),
+            burst_interval: Duration::from_millis(100),
+            burst_at: 0.6,
+            limit: None,
+            timeout: Duration::from_secs(2),
+            heap: true,
+            goroutine: false,
+            goroutine_interval: Duration::from_secs(1),
+            memstats_interval: Duration::from_secs(5),
+            duration: None,
+            until_exit: None,
+            max_disk: None,
+            decode: DecodeLimits::default(),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum CollectError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why the collector stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Interrupted,
+    DurationReached,
+    TargetExited,
+    DiskFull,
+}
+
+#[derive(Debug, Clone)]
+pub struct CollectSummary {
+    pub reason: StopReason,
+    pub attempts: u64,
+    pub captures: u64,
+    pub stored: u64,
+    pub duplicates: u64,
+    pub errors: u64,
+    pub incarnations: u32,
+    pub deleted: u64,
+    /// Whether the target answered at least once.
+    pub reached: bool,
+    pub disk_error: Option<String>,
+}
+
+/// Told about every attempt, for the live status line.
+pub trait Observer {
+    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus);
+}
+
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn attempt(&mut self, _: &CaptureRecord, _: &LiveStatus) {}
+}
+
+/// Memory of the target seen from outside (RSS or cgroup usage), shared with a sampler thread
+/// so burst mode reacts even while the target does not answer. Zero means unknown.
+#[derive(Debug, Default)]
+pub struct OutsideMemory {
+    pub bytes: AtomicU64,
+    pub limit: AtomicU64,
+}
+
+struct Task {
+    want: Want,
+    due: Duration,
+}
+
+pub struct Collector<'a> {
+    config: CollectConfig,
+    source: &'a mut dyn Source,
+    clock: &'a dyn Clock,
+    writer: RunWriter,
+    stop: &'a AtomicBool,
+    outside: Option<Arc<OutsideMemory>>,
+    next_seq: u64,
+    cycles: CycleTracker,
+    retention: Retention,
+    status: LiveStatus,
+    summary: CollectSummary,
+    /// Last stored capture per kind in this boot cycle: (content hash, seq, file).
+    last_stored: BTreeMap<RecordKind, (String, u64, String)>,
+    /// Monotonic time of the first failure since the target last answered.
+    failing_since: Option<Duration>,
+}
+
+impl<'a> Collector<'a> {
+    pub fn new(
+        config: CollectConfig,
+        source: &'a mut dyn Source,
+        clock: &'a dyn Clock,
+        writer: RunWriter,
+        existing: &ManifestRead,
+        stop: &'a AtomicBool,
+    ) -> Collector<'a> {
+        let next_seq = existing
+            .records
+            .iter()
+            .map(|r| r.seq)
+            .max()
+            .map_or(1, |s| s + 1);
+        let mut status = LiveStatus::default();
+        status.limit = config.limit;
+        let cycles = CycleTracker::resume(&existing.records);
+        status.incarnation = cycles.incarnation();
+        let retention = Retention::resume(&existing.records, config.max_disk);
+        Collector {
+            config,
+            source,
+            clock,
+            writer,
+            stop,
+            outside: None,
+            next_seq,
+            cycles,
+            retention,
+            status,
+            summary: CollectSummary {
+                reason: StopReason::Interrupted,
+                attempts: 0,
+                captures: 0,
+                stored: 0,
+                duplicates: 0,
+                errors: 0,
+                incarnations: 0,
+                deleted: 0,
+                reached: false,
+                disk_error: None,
+            },
+            last_stored: BTreeMap::new(),
+            failing_since: None,
+        }
+    }
+
+    pub fn with_outside_memory(mut self, outside: Arc<OutsideMemory>) -> Self {
+        self.outside = Some(outside);
+        self
+    }
+
+    fn limit(&self) -> Option<u64> {
+        self.config.limit.or_else(|| {
+            let l = self.outside.as_ref()?.limit.load(Ordering::Relaxed);
+            (l > 0).then_some(l)
+        })
+    }
+
+    /// The newest memory figure known, from outside or from the latest heap capture.
+    fn memory_now(&self) -> Option<u64> {
+        let outside = self
+            .outside
+            .as_ref()
+            .map(|o| o.bytes.load(Ordering::Relaxed))
+            .filter(|&b| b > 0);
+        let heap = self.status.heap_inuse.map(|b| b.max(0) as u64);
+        match (outside, heap) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn bursting(&self) -> bool {
+        match (self.limit(), self.memory_now()) {
+            (Some(limit), Some(now)) if limit > 0 => {
+                now as f64 >= self.config.burst_at * limit as f64
+            }
+            _ => false,
+        }
+    }
+
+    fn heap_interval(&self) -> Duration {
+        if self.bursting() {
+            self.config.burst_interval
+        } else {
+            self.config.interval
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        if self.bursting() {
+            // A long timeout would spend the target's last live moments waiting.
+            self.config
+                .timeout
+                .min((self.config.burst_interval * 4).max(Duration::from_millis(250)))
+        } else {
+            self.config.timeout
+        }
+    }
+
+    /// Runs until interrupted, until `duration`, until the target is gone for good
+    /// (`until_exit`), or until the disk is full.
+    pub fn run(mut self, observer: &mut dyn Observer) -> Result<CollectSummary, CollectError> {
+        let start = self.clock.now();
+        let mut tasks = Vec::new();
+        if self.config.heap {
+            tasks.push(Task {
+                want: Want::Heap,
+                due: start,
+            });
+        }
+        if self.config.goroutine && self.source.supports(Want::Goroutine) {
+            tasks.push(Task {
+                want: Want::Goroutine,
+                due: start,
+            });
+        }
+        if !self.config.memstats_interval.is_zero() && self.source.supports(Want::MemStats) {
+            tasks.push(Task {
+                want: Want::MemStats,
+                due: start,
+            });
+        }
+        if tasks.is_empty() {
+            tasks.push(Task {
+                want: Want::Heap,
+                due: start,
+            });
+        }
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                self.summary.reason = StopReason::Interrupted;
+                break;
+            }
+            let now = self.clock.now();
+            if let Some(d) = self.config.duration {
+                if now.saturating_sub(start) >= d {
+                    self.summary.reason = StopReason::DurationReached;
+                    break;
+                }
+            }
+            if let Some(grace) = self.config.until_exit {
+                let gone_since = self
+                    .failing_since
+                    .or((!self.summary.reached).then_some(start));
+                if let Some(since) = gone_since {
+                    if self.summary.attempts > 0 && now.saturating_sub(since) >= grace {
+                        self.summary.reason = StopReason::TargetExited;
+                        break;
+                    }
+                }
+            }
+            // While the target is not answering, only the heap request probes for it.
+            let gone = self.failing_since.is_some();
+            let next = tasks
+                .iter_mut()
+                .filter(|t| !gone || t.want == Want::Heap)
+                .min_by_key(|t| t.due)
+                .expect("the heap task is always present");
+            if next.due > now {
+                let mut wake = next.due;
+                if let Some(d) = self.config.duration {
+                    wake = wake.min(start + d);
+                }
+                self.clock.sleep_until(wake, self.stop);
+                continue;
+            }
+            let want = next.want;
+            let began = now;
+            let result = self.attempt(want, observer);
+            let period = match want {
+                Want::Heap => self.heap_interval(),
+                Want::Goroutine => self.config.goroutine_interval.max(self.heap_interval()),
+                Want::MemStats => self.config.memstats_interval,
+            };
+            // A slow target delays the next capture; requests never pile up.
+            let task = tasks
+                .iter_mut()
+                .find(|t| t.want == want)
+                .expect("task exists");
+            task.due = (began + period).max(self.clock.now());
+            if let Err(e) = result {
+                if e.is_disk_full() {
+                    self.summary.reason = StopReason::DiskFull;
+                    self.summary.disk_error = Some(e.to_string());
+                    break;
+                }
+                return Err(e.into());
+            }
+        }
+        self.summary.incarnations = self.cycles.incarnation();
+        Ok(self.summary)
+    }
+
+    fn attempt(&mut self, want: Want, observer: &mut dyn Observer) -> Result<(), StoreError> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.summary.attempts += 1;
+        let kind = match want {
+            Want::Heap => RecordKind::Heap,
+            Want::Goroutine => RecordKind::Goroutine,
+            Want::MemStats => RecordKind::Memstats,
+        };
+        let interval = self.heap_interval();
+        let timeout = self.timeout();
+        let t_ms = self.clock.unix_ms();
+        let began = self.clock.now();
+        let fetched = self.source.fetch(want, timeout);
+        let received = self.clock.now();
+        let mut record = CaptureRecord::new(seq, kind, self.cycles.incarnation(), t_ms);
+        record.latency_ms = ms(received - began);
+        record.interval_ms = Some(interval.as_millis() as u64);
+        match fetched {
+            Err(e) => self.failed(&mut record, &e, began),
+            Ok(reply) => {
+                record.bytes = reply.bytes.len() as u64;
+                record.pid = reply.pid;
+                let outcome = match want {
+                    Want::MemStats => self.memstats(&mut record, &reply.bytes),
+                    _ => self.profile(&mut record, &reply.bytes, reply.pid),
+                };
+                match outcome {
+                    Ok(()) => {}
+                    Err(Invalid(message)) => {
+                        let e = FetchError::new(FailureKind::Other, message);
+                        self.failed(&mut record, &e, began);
+                        record.error_kind = Some("invalid".into());
+                    }
+                }
+                if let Some(file) = record.file.clone() {
+                    if record.dup_of.is_none() {
+                        let stored = self
+                            .writer
+                            .store_profile(file.trim_start_matches("profiles/"), &reply.bytes);
+                        if let Err(e) = stored {
+                            record.file = None;
+                            record.error = Some(e.to_string());
+                            record.error_kind = Some("disk".into());
+                            let _ = self.writer.append(&record);
+                            return Err(e);
+                        }
+                        record.durable_ms = Some(ms(self.clock.now() - received));
+                        self.retention.stored(&record);
+                        self.last_stored
+                            .insert(kind, (record.hash.clone().unwrap_or_default(), seq, file));
+                        self.summary.stored += 1;
+                    }
+                }
+            }
+        }
+        self.writer.append(&record)?;
+        if record.is_ok() {
+            self.summary.captures += 1;
+        } else {
+            self.summary.errors += 1;
+        }
+        self.thin()?;
+        self.status.bursting = self.bursting();
+        self.status.memory = self.memory_now();
+        self.status.limit = self.limit();
+        self.status.attempts = self.summary.attempts;
+        self.status.captures = self.summary.captures;
+        self.status.errors = self.summary.errors;
+        observer.attempt(&record, &self.status);
+        Ok(())
+    }
+
+    fn failed(&mut self, record: &mut CaptureRecord, e: &FetchError, began: Duration) {
+        record.error = Some(e.message.clone());
+        record.error_kind = Some(e.kind.as_str().to_string());
+        if self.failing_since.is_none() {
+            self.failing_since = Some(began);
+        }
+        self.cycles.failed(e.kind);
+        self.status.last_error = Some(e.message.clone());
+    }
+
+    /// The target answered: bookkeeping common to every good reply. Returns the incarnation.
+    fn answered(&mut self, totals: &BTreeMap<String, i64>, pid: Option<u32>) -> u32 {
+        self.failing_since = None;
+        self.summary.reached = true;
+        let before = self.cycles.incarnation();
+        let now = self.cycles.answered(totals, pid);
+        if now != before {
+            self.last_stored.clear();
+            self.status.new_cycle(now);
+        }
+        now
+    }
+
+    fn memstats(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
+        let text = String::from_utf8_lossy(bytes);
+        let stats = memstats::parse_debug_heap(&text)
+            .or_else(|| memstats::parse_agent(&text))
+            .ok_or_else(|| Invalid("the reply has no runtime.MemStats figures".into()))?;
+        record.incarnation = self.answered(&stats, record.pid);
+        record.totals = stats;
+        Ok(())
+    }
+
+    fn profile(
+        &mut self,
+        record: &mut CaptureRecord,
+        bytes: &[u8],
+        pid: Option<u32>,
+    ) -> Result<(), Invalid> {
+        let raw =
+            decode::decompress(bytes, &self.config.decode).map_err(|e| Invalid(e.to_string()))?;
+        let profile = decode::decode_protobuf(&raw).map_err(|e| Invalid(e.to_string()))?;
+        let hash = decode::content_hash(&raw);
+        let totals: BTreeMap<String, i64> = profile
+            .totals()
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (profile.sample_type_name(i).to_string(), v))
+            .collect();
+        record.incarnation = self.answered(&totals, pid);
+        if record.kind == RecordKind::Heap {
+            if let Some(&inuse) = totals.get("inuse_space") {
+                self.status.heap(record.t_ms, inuse);
+            }
+        }
+        if record.kind == RecordKind::Goroutine {
+            self.status.goroutines = totals.get("goroutine").copied();
+        }
+        record.totals = totals;
+        match self.last_stored.get(&record.kind) {
+            Some((last_hash, seq, file)) if *last_hash == hash => {
+                record.dup_of = Some(*seq);
+                record.file = Some(file.clone());
+                self.summary.duplicates += 1;
+            }
+            _ => {
+                record.file = Some(format!(
+                    "profiles/{:06}-{}.pb.gz",
+                    record.seq,
+                    record.kind.as_str()
+                ));
+            }
+        }
+        record.hash = Some(hash);
+        Ok(())
+    }
+
+    /// Deletes captures chosen by the retention policy and records each deletion.
+    fn thin(&mut self) -> Result<(), StoreError> {
+        let current = self.cycles.incarnation();
+        while let Some(victim) = self.retention.next_victim(current) {
+            self.writer.delete_profile(&victim.file)?;
+            let mut record = CaptureRecord::new(
+                self.next_seq,
+                RecordKind::Delete,
+                victim.incarnation,
+                self.clock.unix_ms(),
+            );
+            self.next_seq += 1;
+            record.file = Some(victim.file.clone());
+            record.deleted_seq = Some(victim.seq);
+            record.bytes = victim.bytes;
+            self.writer.append(&record)?;
+            self.summary.deleted += 1;
+        }
+        Ok(())
+    }
+}
+
+struct Invalid(String);
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}

@@ -1,0 +1,73 @@
+//! What the live status line shows: captures, heap in use, growth rate, time to the limit,
+//! restarts, the last error. Kept by the collector, drawn by the command line.
+
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, Default)]
+pub struct LiveStatus {
+    pub attempts: u64,
+    pub captures: u64,
+    pub errors: u64,
+    pub incarnation: u32,
+    pub heap_inuse: Option<i64>,
+    pub goroutines: Option<i64>,
+    /// Bytes per second of in-use heap over the recent captures of this boot cycle.
+    pub growth_bps: Option<f64>,
+    /// Memory seen from outside or from the heap, whichever is larger.
+    pub memory: Option<u64>,
+    pub limit: Option<u64>,
+    pub bursting: bool,
+    pub last_error: Option<String>,
+    recent: VecDeque<(i64, i64)>,
+}
+
+impl LiveStatus {
+    pub fn new_cycle(&mut self, incarnation: u32) {
+        self.incarnation = incarnation;
+        self.recent.clear();
+        self.growth_bps = None;
+        self.heap_inuse = None;
+    }
+
+    pub fn heap(&mut self, t_ms: i64, inuse: i64) {
+        self.heap_inuse = Some(inuse);
+        self.last_error = None;
+        if self.recent.back().is_some_and(|&(_, v)| v == inuse) {
+            return;
+        }
+        self.recent.push_back((t_ms, inuse));
+        while self.recent.len() > 20 {
+            self.recent.pop_front();
+        }
+        self.growth_bps = slope(&self.recent);
+    }
+
+    /// Seconds until the limit at the current growth rate.
+    pub fn time_to_limit(&self) -> Option<f64> {
+        let (limit, now, rate) = (self.limit?, self.memory?, self.growth_bps?);
+        if rate <= 0.0 {
+            return None;
+        }
+        Some((limit as f64 - now as f64).max(0.0) / rate)
+    }
+}
+
+/// Least-squares slope in bytes per second.
+fn slope(points: &VecDeque<(i64, i64)>) -> Option<f64> {
+    if points.len() < 2 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let t0 = points[0].0;
+    let (mut st, mut sv, mut stt, mut stv) = (0.0, 0.0, 0.0, 0.0);
+    for &(t, v) in points {
+        let t = (t - t0) as f64 / 1000.0;
+        let v = v as f64;
+        st += t;
+        sv += v;
+        stt += t * t;
+        stv += t * v;
+    }
+    let denominator = n * stt - st * st;
+    (denominator.abs() > 1e-9).then(|| (n * stv - st * sv) / denominator)
+}

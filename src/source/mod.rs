@@ -1,0 +1,107 @@
+//! Sources pull bytes from a live target: Go's net/http/pprof over HTTP(S) today, the agent
+//! socket and Envoy's admin port beside it. A source only fetches; it never decodes or stores.
+
+pub mod http;
+pub mod memstats;
+pub mod procmem;
+
+use std::fmt;
+use std::time::Duration;
+
+/// What the collector asks a target for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Want {
+    Heap,
+    Goroutine,
+    /// Runtime MemStats (HTTP: the `# runtime.MemStats` block of `heap?debug=1`).
+    MemStats,
+}
+
+impl Want {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Want::Heap => "heap",
+            Want::Goroutine => "goroutine",
+            Want::MemStats => "memstats",
+        }
+    }
+}
+
+/// A reply as the target served it.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub bytes: Vec<u8>,
+    /// The target's process id, when the source knows it (agent sockets name it).
+    pub pid: Option<u32>,
+}
+
+/// Why a fetch failed, in classes the collector acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Nothing listens: the process is gone (or not started yet).
+    Refused,
+    /// Connected, but no complete answer in time: the target is stalled.
+    Timeout,
+    /// The connection broke mid-request or mid-body.
+    Reset,
+    /// An HTTP status other than 200.
+    Status,
+    /// The body passed the size cap.
+    TooLarge,
+    /// TLS set-up or verification failed.
+    Tls,
+    /// Anything else (bad URL, protocol error).
+    Other,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Refused => "refused",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Reset => "reset",
+            FailureKind::Status => "status",
+            FailureKind::TooLarge => "too-large",
+            FailureKind::Tls => "tls",
+            FailureKind::Other => "other",
+        }
+    }
+
+    /// True when the failure means the target process is not there.
+    pub fn means_gone(self) -> bool {
+        matches!(self, FailureKind::Refused)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchError {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+impl FetchError {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> FetchError {
+        FetchError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for FetchError {}
+
+/// A live target. One request at a time: the collector never calls `fetch` concurrently.
+pub trait Source: Send {
+    /// The target as the user named it, for messages.
+    fn target(&self) -> &str;
+    /// `http`, `agent` or `envoy`.
+    fn kind(&self) -> &'static str;
+    fn supports(&self, want: Want) -> bool;
+    fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError>;
+}

@@ -1,0 +1,167 @@
+//! Process and cgroup memory read from outside the target: RSS from `/proc/PID/status`,
+//! usage, limit and OOM-kill count from a v1 or v2 memory cgroup. Needs no answer from the
+//! target, so it keeps working while the target stalls at its limit and before it opens
+//! its profile endpoint.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What to watch.
+#[derive(Debug, Clone)]
+pub enum MemoryProbe {
+    Pid(u32),
+    Cgroup(CgroupMemory),
+}
+
+#[derive(Debug, Clone)]
+pub struct CgroupMemory {
+    pub path: PathBuf,
+    pub v2: bool,
+}
+
+impl CgroupMemory {
+    /// A cgroup directory; v2 when it has `memory.current`, v1 when `memory.usage_in_bytes`.
+    pub fn open(path: &Path) -> Result<CgroupMemory, String> {
+        if path.join("memory.current").is_file() {
+            Ok(CgroupMemory {
+                path: path.to_path_buf(),
+                v2: true,
+            })
+        } else if path.join("memory.usage_in_bytes").is_file() {
+            Ok(CgroupMemory {
+                path: path.to_path_buf(),
+                v2: false,
+            })
+        } else {
+            Err(format!(
+                "{}: not a memory cgroup (neither memory.current nor memory.usage_in_bytes)",
+                path.display()
+            ))
+        }
+    }
+
+    fn read_number(&self, file: &str) -> Option<u64> {
+        let text = fs::read_to_string(self.path.join(file)).ok()?;
+        text.trim().parse().ok()
+    }
+
+    fn read_counter(&self, file: &str, key: &str) -> Option<u64> {
+        let text = fs::read_to_string(self.path.join(file)).ok()?;
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse().ok()).flatten()
+        })
+    }
+
+    pub fn usage(&self) -> Option<u64> {
+        if self.v2 {
+            self.read_number("memory.current")
+        } else {
+            self.read_number("memory.usage_in_bytes")
+        }
+    }
+
+    /// The limit, `None` when unlimited.
+    pub fn limit(&self) -> Option<u64> {
+        let limit = if self.v2 {
+            self.read_number("memory.max")
+        } else {
+            self.read_number("memory.limit_in_bytes")
+        }?;
+        // v1 writes "no limit" as a huge page-rounded number.
+        (limit < (1 << 62)).then_some(limit)
+    }
+
+    pub fn oom_kills(&self) -> Option<u64> {
+        if self.v2 {
+            self.read_counter("memory.events", "oom_kill")
+        } else {
+            self.read_counter("memory.oom_control", "oom_kill")
+        }
+    }
+
+    /// Processes in the cgroup.
+    pub fn pids(&self) -> Vec<u32> {
+        fs::read_to_string(self.path.join("cgroup.procs"))
+            .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// One line of `memory.jsonl`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemorySample {
+    pub t_ms: i64,
+    /// `pid` or `cgroup`.
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kills: Option<u64>,
+    /// The OOM-kill counter moved since the previous sample: the kernel killed the target.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub killed: bool,
+    /// False when the process (or every process of the cgroup) is gone.
+    pub alive: bool,
+}
+
+impl MemorySample {
+    /// The figure the kernel kills on: cgroup usage, else RSS.
+    pub fn bytes(&self) -> Option<u64> {
+        self.usage.or(self.rss)
+    }
+}
+
+/// RSS of a process in bytes, `None` when it is gone.
+pub fn process_rss(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| {
+        let kb = l
+            .strip_prefix("VmRSS:")?
+            .trim()
+            .trim_end_matches("kB")
+            .trim();
+        kb.parse::<u64>().ok().map(|k| k * 1024)
+    })
+}
+
+impl MemoryProbe {
+    pub fn sample(&self, t_ms: i64, previous_kills: Option<u64>) -> MemorySample {
+        match self {
+            MemoryProbe::Pid(pid) => {
+                let rss = process_rss(*pid);
+                MemorySample {
+                    t_ms,
+                    source: "pid".into(),
+                    pid: Some(*pid),
+                    rss,
+                    alive: rss.is_some(),
+                    ..MemorySample::default()
+                }
+            }
+            MemoryProbe::Cgroup(cg) => {
+                let oom_kills = cg.oom_kills();
+                let pids = cg.pids();
+                MemorySample {
+                    t_ms,
+                    source: "cgroup".into(),
+                    pid: pids.first().copied(),
+                    rss: pids.first().and_then(|&p| process_rss(p)),
+                    usage: cg.usage(),
+                    limit: cg.limit(),
+                    killed: matches!((previous_kills, oom_kills), (Some(a), Some(b)) if b > a),
+                    oom_kills,
+                    alive: !pids.is_empty(),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The manifest: one JSON object per capture attempt, appended and fsynced, never rewritten.
+//! Reading tolerates a torn last line (the collector killed mid-write) and refuses any file
+//! name that would lead outside `profiles/`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What a manifest line records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordKind {
+    /// A heap profile (gzipped pprof).
+    Heap,
+    /// A goroutine profile (gzipped pprof).
+    Goroutine,
+    /// Runtime MemStats figures, kept in the record itself.
+    Memstats,
+    /// Runtime stats over the agent (goroutines, threads, GOMAXPROCS, CPUs), in the record.
+    Stats,
+    /// An earlier capture's file was deleted to stay under `--max-disk`.
+    Delete,
+    /// A file found on resume that a killed collector made durable but never recorded.
+    Recovered,
+}
+
+impl RecordKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::Heap => "heap",
+            RecordKind::Goroutine => "goroutine",
+            RecordKind::Memstats => "memstats",
+            RecordKind::Stats => "stats",
+            RecordKind::Delete => "delete",
+            RecordKind::Recovered => "recovered",
+        }
+    }
+}
+
+/// One line of `manifest.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaptureRecord {
+    pub seq: u64,
+    pub kind: RecordKind,
+    /// Relative to the run directory (`profiles/000123-heap.pb.gz`); null when nothing was
+    /// stored. A `dup_of` record names the earlier file that holds the same data.
+    pub file: Option<String>,
+    /// Boot cycle of the target, from 1.
+    pub incarnation: u32,
+    /// Unix milliseconds when the request started.
+    pub t_ms: i64,
+    pub latency_ms: f64,
+    /// Milliseconds from the last byte received to the file being durable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durable_ms: Option<f64>,
+    /// Bytes as served (0 on error).
+    pub bytes: u64,
+    /// Hash of the profile's content without its timestamp: equal hashes, equal data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    pub dup_of: Option<u64>,
+    /// Sum of every sample type (`inuse_space`, `alloc_space`, …) or MemStats/stats figures.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub totals: BTreeMap<String, i64>,
+    /// The pacing interval in force when this capture was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
+    pub error: Option<String>,
+    /// A short class for errors: refused, timeout, reset, status, invalid, too-large, disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
+    /// For `delete` records: the capture whose file was removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_seq: Option<u64>,
+    /// The process id the capture came from, when the source knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+impl CaptureRecord {
+    pub fn new(seq: u64, kind: RecordKind, incarnation: u32, t_ms: i64) -> CaptureRecord {
+        CaptureRecord {
+            seq,
+            kind,
+            file: None,
+            incarnation,
+            t_ms,
+            latency_ms: 0.0,
+            durable_ms: None,
+            bytes: 0,
+            hash: None,
+            dup_of: None,
+            totals: BTreeMap::new(),
+            interval_ms: None,
+            error: None,
+            error_kind: None,
+            deleted_seq: None,
+            pid: None,
+        }
+    }
+
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+/// What reading a manifest found.
+#[derive(Debug, Default)]
+pub struct ManifestRead {
+    pub records: Vec<CaptureRecord>,
+    /// Byte length of the readable part; a torn tail starts here.
+    pub good_len: u64,
+    /// The torn last line, if any (the collector was killed while writing it).
+    pub torn_tail: Option<String>,
+    /// Lines that are complete but not valid records, with their line numbers.
+    pub bad_lines: Vec<(usize, String)>,
+}
+
+/// Parses manifest text. A last line without its newline is torn and set aside; a complete
+/// line that is not a valid record is reported, not fatal.
+pub fn parse(text: &[u8]) -> ManifestRead {
+    let mut read = ManifestRead::default();
+    let mut offset = 0usize;
+    for (number, chunk) in text.split_inclusive(|&b| b == b'\n').enumerate() {
+        if !chunk.ends_with(b"\n") {
+            read.torn_tail = Some(String::from_utf8_lossy(chunk).into_owned());
+            break;
+        }
+        offset += chunk.len();
+        read.good_len = offset as u64;
+        let line = &chunk[..chunk.len() - 1];
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<CaptureRecord>(line) {
+            Ok(record) => match check_file_name(record.file.as_deref()) {
+                Ok(()) => read.records.push(record),
+                Err(why) => read.bad_lines.push((number + 1, why)),
+            },
+            Err(e) => read.bad_lines.push((number + 1, e.to_string())),
+        }
+    }
+    read
+}
+
+/// A manifest may only name files directly inside `profiles/`.
+pub fn check_file_name(file: Option<&str>) -> Result<(), String> {
+    let Some(file) = file else { return Ok(()) };
+    let Some(name) = file.strip_prefix("profiles/") else {
+        return Err(format!("file {file:?} is outside profiles/"));
+    };
+    let plain = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('\\')
+        && !name.contains('\0');
+    if plain {
+        Ok(())
+    } else {
+        Err(format!(
+            "file {file:?} is not a plain name inside profiles/"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(seq: u64) -> String {
+        let mut r = CaptureRecord::new(seq, RecordKind::Heap, 1, 1000 + seq as i64);
+        r.file = Some(format!("profiles/{seq:06}-heap.pb.gz"));
+        serde_json::to_string(&r).unwrap() + "\n"
+    }
+
+    #[test]
+    fn a_torn_last_line_is_set_aside() {
+        let mut text = line(1) + &line(2);
+        let good = text.len() as u64;
+        text.push_str(&line(3)[..20]);
+        let read = parse(text.as_bytes());
+        assert_eq!(read.records.len(), 2);
+        assert_eq!(read.good_len, good);
+        assert!(read.torn_tail.is_some());
+        assert!(read.bad_lines.is_empty());
+    }
+
+    #[test]
+    fn names_outside_profiles_are_refused() {
+        for bad in [
+            "../etc/passwd",
+            "profiles/../../x",
+            "/etc/passwd",
+            "profiles/a/b",
+            "profiles/..",
+        ] {
+            assert!(check_file_name(Some(bad)).is_err(), "{bad}");
+        }
+        assert!(check_file_name(Some("profiles/000001-heap.pb.gz")).is_ok());
+        let evil = line(1).replace("profiles/000001-heap.pb.gz", "../../etc/shadow");
+        let read = parse(evil.as_bytes());
+        assert!(read.records.is_empty());
+        assert_eq!(read.bad_lines.len(), 1);
+    }
+}

@@ -1,0 +1,336 @@
+//! The run directory: where captures become durable. A profile appears under its final name
+//! only once complete and fsynced (temporary name, fsync, rename, fsync the folder); its
+//! manifest line is appended and fsynced after that. Readers never see a torn file.
+
+pub mod manifest;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+pub use manifest::{CaptureRecord, ManifestRead, RecordKind};
+
+pub const RUN_FILE: &str = "run.json";
+pub const MANIFEST_FILE: &str = "manifest.jsonl";
+pub const MEMORY_FILE: &str = "memory.jsonl";
+pub const PROFILES_DIR: &str = "profiles";
+const TEMP_PREFIX: &str = ".partial-";
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: the disk is full ({source}); every capture made before this one is intact")]
+    DiskFull { path: PathBuf, source: io::Error },
+    #[error("{0}: not a heapwatch run directory (no manifest.jsonl)")]
+    NotARun(PathBuf),
+    #[error("{path}: {why}")]
+    Corrupt { path: PathBuf, why: String },
+}
+
+impl StoreError {
+    fn io(path: &Path, source: io::Error) -> StoreError {
+        // ENOSPC and EDQUOT: the collector must stop cleanly rather than retry.
+        if matches!(source.raw_os_error(), Some(28) | Some(122)) {
+            StoreError::DiskFull {
+                path: path.to_path_buf(),
+                source,
+            }
+        } else {
+            StoreError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    }
+
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::DiskFull { .. })
+    }
+}
+
+/// `run.json`: what was collected from where, with which options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub schema: u32,
+    pub tool: String,
+    pub target: String,
+    /// `http`, `agent` or `envoy`.
+    pub source: String,
+    pub started_ms: i64,
+    /// Unix ms of every later start of a collector on this run.
+    #[serde(default)]
+    pub resumed_ms: Vec<i64>,
+    #[serde(default)]
+    pub options: serde_json::Value,
+    /// The target's memory limit in bytes, from `--limit` or the cgroup.
+    #[serde(default)]
+    pub limit_bytes: Option<u64>,
+    /// A free-form build label (`--label 2.1.0`) used by reports and comparisons.
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+/// A run directory opened for writing by one collector.
+pub struct RunWriter {
+    root: PathBuf,
+    profiles: PathBuf,
+    manifest: File,
+    temp_counter: u64,
+}
+
+impl RunWriter {
+    /// Creates the run directory, or opens an existing one to resume it: a torn last manifest
+    /// line is cut off and left-over temporary files are removed.
+    pub fn open(root: &Path) -> Result<(RunWriter, ManifestRead), StoreError> {
+        let profiles = root.join(PROFILES_DIR);
+        fs::create_dir_all(&profiles).map_err(|e| StoreError::io(&profiles, e))?;
+        let manifest_path = root.join(MANIFEST_FILE);
+        let existing = match fs::read(&manifest_path) {
+            Ok(bytes) => manifest::parse(&bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => ManifestRead::default(),
+            Err(e) => return Err(StoreError::io(&manifest_path, e)),
+        };
+        let manifest = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&manifest_path)
+            .map_err(|e| StoreError::io(&manifest_path, e))?;
+        if existing.torn_tail.is_some() {
+            manifest
+                .set_len(existing.good_len)
+                .map_err(|e| StoreError::io(&manifest_path, e))?;
+            manifest
+                .sync_all()
+                .map_err(|e| StoreError::io(&manifest_path, e))?;
+        }
+        for entry in fs::read_dir(&profiles).map_err(|e| StoreError::io(&profiles, e))? {
+            let entry = entry.map_err(|e| StoreError::io(&profiles, e))?;
+            if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        sync_dir(root)?;
+        Ok((
+            RunWriter {
+                root: root.to_path_buf(),
+                profiles,
+                manifest,
+                temp_counter: 0,
+            },
+            existing,
+        ))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Writes `run.json` atomically.
+    pub fn write_info(&self, info: &RunInfo) -> Result<(), StoreError> {
+        let mut text = serde_json::to_vec_pretty(info).expect("run info is plain data");
+        text.push(b'\n');
+        write_durable(&self.root, RUN_FILE, &text, &mut 0)
+    }
+
+    /// Makes a profile durable under `profiles/NAME` and returns its relative path.
+    pub fn store_profile(&mut self, name: &str, bytes: &[u8]) -> Result<String, StoreError> {
+        manifest::check_file_name(Some(&format!("{PROFILES_DIR}/{name}"))).map_err(|why| {
+            StoreError::Corrupt {
+                path: self.profiles.join(name),
+                why,
+            }
+        })?;
+        write_durable(&self.profiles, name, bytes, &mut self.temp_counter)?;
+        Ok(format!("{PROFILES_DIR}/{name}"))
+    }
+
+    /// Removes a stored profile (retention); the caller records the deletion.
+    pub fn delete_profile(&self, relative: &str) -> Result<(), StoreError> {
+        manifest::check_file_name(Some(relative)).map_err(|why| StoreError::Corrupt {
+            path: self.root.join(relative),
+            why,
+        })?;
+        let path = self.root.join(relative);
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(&self.profiles),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::io(&path, e)),
+        }
+    }
+
+    /// Appends one record and fsyncs it. One `write` call per line, so a crash leaves at most
+    /// one torn line at the end.
+    pub fn append(&mut self, record: &CaptureRecord) -> Result<(), StoreError> {
+        let mut line = serde_json::to_vec(record).expect("records are plain data");
+        line.push(b'\n');
+        let path = self.root.join(MANIFEST_FILE);
+        self.manifest
+            .write_all(&line)
+            .map_err(|e| StoreError::io(&path, e))?;
+        self.manifest
+            .sync_data()
+            .map_err(|e| StoreError::io(&path, e))
+    }
+
+    /// Opens `memory.jsonl` for appending.
+    pub fn memory_log(&self) -> Result<MemoryLog, StoreError> {
+        let path = self.root.join(MEMORY_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| StoreError::io(&path, e))?;
+        Ok(MemoryLog { file, path })
+    }
+}
+
+/// Appends process / cgroup memory samples, one JSON object a line.
+pub struct MemoryLog {
+    file: File,
+    path: PathBuf,
+}
+
+impl MemoryLog {
+    pub fn append<T: Serialize>(&mut self, sample: &T, sync: bool) -> Result<(), StoreError> {
+        let mut line = serde_json::to_vec(sample).expect("memory samples are plain data");
+        line.push(b'\n');
+        self.file
+            .write_all(&line)
+            .map_err(|e| StoreError::io(&self.path, e))?;
+        if sync {
+            self.file
+                .sync_data()
+                .map_err(|e| StoreError::io(&self.path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Temporary name in the same folder, write, fsync, rename, fsync the folder.
+fn write_durable(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    counter: &mut u64,
+) -> Result<(), StoreError> {
+    *counter += 1;
+    let temp = dir.join(format!(
+        "{TEMP_PREFIX}{}-{}-{name}",
+        std::process::id(),
+        counter
+    ));
+    let result = (|| {
+        let mut f = File::create(&temp).map_err(|e| StoreError::io(&temp, e))?;
+        f.write_all(bytes).map_err(|e| StoreError::io(&temp, e))?;
+        f.sync_all().map_err(|e| StoreError::io(&temp, e))?;
+        drop(f);
+        let target = dir.join(name);
+        fs::rename(&temp, &target).map_err(|e| StoreError::io(&target, e))?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io(dir, e))
+}
+
+/// A run directory opened for reading.
+pub struct RunDir {
+    pub root: PathBuf,
+    pub info: Option<RunInfo>,
+    pub manifest: ManifestRead,
+}
+
+impl RunDir {
+    pub fn open(root: &Path) -> Result<RunDir, StoreError> {
+        let manifest_path = root.join(MANIFEST_FILE);
+        let bytes = match fs::read(&manifest_path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::NotARun(root.to_path_buf()));
+            }
+            Err(e) => return Err(StoreError::io(&manifest_path, e)),
+        };
+        let info_path = root.join(RUN_FILE);
+        let info = match fs::read(&info_path) {
+            Ok(b) => Some(serde_json::from_slice(&b).map_err(|e| StoreError::Corrupt {
+                path: info_path.clone(),
+                why: e.to_string(),
+            })?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(StoreError::io(&info_path, e)),
+        };
+        Ok(RunDir {
+            root: root.to_path_buf(),
+            info,
+            manifest: manifest::parse(&bytes),
+        })
+    }
+
+    /// Path of a record's file, checked again to lie inside `profiles/`.
+    pub fn file_path(&self, record: &CaptureRecord) -> Option<PathBuf> {
+        let file = record.file.as_deref()?;
+        manifest::check_file_name(Some(file)).ok()?;
+        Some(self.root.join(file))
+    }
+
+    /// Reads `memory.jsonl`, skipping a torn last line.
+    pub fn memory_samples<T: for<'de> Deserialize<'de>>(&self) -> Vec<T> {
+        let Ok(bytes) = fs::read(self.root.join(MEMORY_FILE)) else {
+            return Vec::new();
+        };
+        bytes
+            .split(|&b| b == b'\n')
+            .filter_map(|line| serde_json::from_slice(line).ok())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_run_cuts_the_torn_line_and_removes_partial_files() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut w, read) = RunWriter::open(dir.path()).unwrap();
+            assert!(read.records.is_empty());
+            let file = w.store_profile("000001-heap.pb.gz", b"abc").unwrap();
+            let mut r = CaptureRecord::new(1, RecordKind::Heap, 1, 5);
+            r.file = Some(file);
+            w.append(&r).unwrap();
+        }
+        let manifest = dir.path().join(MANIFEST_FILE);
+        let mut f = OpenOptions::new().append(true).open(&manifest).unwrap();
+        f.write_all(b"{\"seq\":2,\"ki").unwrap();
+        fs::write(
+            dir.path().join("profiles/.partial-1-1-000002-heap.pb.gz"),
+            b"ab",
+        )
+        .unwrap();
+        let (_w, read) = RunWriter::open(dir.path()).unwrap();
+        assert_eq!(read.records.len(), 1);
+        assert!(read.torn_tail.is_some());
+        let text = fs::read_to_string(&manifest).unwrap();
+        assert!(text.ends_with("}\n"), "torn line removed: {text:?}");
+        let names: Vec<_> = fs::read_dir(dir.path().join("profiles")).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        let run = RunDir::open(dir.path()).unwrap();
+        assert_eq!(run.manifest.records.len(), 1);
+        assert_eq!(
+            fs::read(run.file_path(&run.manifest.records[0]).unwrap()).unwrap(),
+            b"abc"
+        );
+    }
+}
