@@ -505,6 +505,9 @@ impl<'a> Collector<'a> {
     }
 }
 
+#[cfg(test)]
+mod tests;
+
 struct Invalid(String);
 
 fn ms(d: Duration) -> f64 {

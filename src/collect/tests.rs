@@ -1,0 +1,236 @@
+//! The pacing, burst, dedup and restart logic against a scripted source and a fake clock:
+//! no sleeping, no luck.
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use super::*;
+use crate::source::{FailureKind, FetchError, Reply};
+use crate::store::{RunDir, RunWriter};
+
+const EARLY: &[u8] = include_bytes!("../../testdata/profiles/hiddenleak-heap-early.pb.gz");
+const LATE: &[u8] = include_bytes!("../../testdata/profiles/hiddenleak-heap-late.pb.gz");
+
+enum Step {
+    Ok(&'static [u8], Duration),
+    Fail(FailureKind, Duration),
+}
+
+/// Plays a script of replies, each taking its latency on the fake clock; repeats the last.
+struct ScriptedSource<'c> {
+    clock: &'c FakeClock,
+    script: VecDeque<Step>,
+    last: Option<Step>,
+    timeouts: Vec<Duration>,
+}
+
+impl<'c> ScriptedSource<'c> {
+    fn new(clock: &'c FakeClock, script: Vec<Step>) -> Self {
+        ScriptedSource {
+            clock,
+            script: script.into(),
+            last: None,
+            timeouts: Vec::new(),
+        }
+    }
+}
+
+impl Source for ScriptedSource<'_> {
+    fn target(&self) -> &str {
+        "scripted"
+    }
+    fn kind(&self) -> &'static str {
+        "http"
+    }
+    fn supports(&self, want: Want) -> bool {
+        want == Want::Heap
+    }
+    fn fetch(&mut self, _want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+        self.timeouts.push(timeout);
+        if let Some(step) = self.script.pop_front() {
+            self.last = Some(step);
+        }
+        match self.last.as_ref().expect("a script with at least one step") {
+            Step::Ok(bytes, latency) => {
+                self.clock.advance(*latency);
+                Ok(Reply {
+                    bytes: bytes.to_vec(),
+                    pid: None,
+                })
+            }
+            Step::Fail(kind, latency) => {
+                self.clock.advance(*latency);
+                Err(FetchError::new(
+                    *kind,
+                    format!("scripted {}", kind.as_str()),
+                ))
+            }
+        }
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn collect(
+    config: CollectConfig,
+    script: Vec<Step>,
+) -> (CollectSummary, Vec<CaptureRecord>, Vec<Duration>) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_000_000);
+    let mut source = ScriptedSource::new(&clock, script);
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let stop = AtomicBool::new(false);
+    let summary = Collector::new(config, &mut source, &clock, writer, &existing, &stop)
+        .run(&mut NoObserver)
+        .unwrap();
+    let run = RunDir::open(dir.path()).unwrap();
+    (summary, run.manifest.records, source.timeouts)
+}
+
+fn heap_only(duration: Duration) -> CollectConfig {
+    CollectConfig {
+        duration: Some(duration),
+        memstats_interval: Duration::ZERO,
+        ..CollectConfig::default()
+    }
+}
+
+#[test]
+fn captures_are_paced_at_the_interval() {
+    let (summary, records, _) = collect(heap_only(ms(5000)), vec![Step::Ok(LATE, ms(20))]);
+    assert_eq!(summary.attempts, 10);
+    let starts: Vec<i64> = records.iter().map(|r| r.t_ms).collect();
+    for pair in starts.windows(2) {
+        assert_eq!(pair[1] - pair[0], 500, "{starts:?}");
+    }
+    // The same bytes every time: stored once, the rest are duplicates of it.
+    assert_eq!(summary.stored, 1);
+    assert_eq!(summary.duplicates, 9);
+    assert!(
+        records[1..]
+            .iter()
+            .all(|r| r.dup_of == Some(1) && r.file == records[0].file)
+    );
+}
+
+#[test]
+fn a_slow_target_delays_the_next_capture_and_never_piles_requests_up() {
+    let (_, records, _) = collect(heap_only(ms(5000)), vec![Step::Ok(LATE, ms(800))]);
+    for pair in records.windows(2) {
+        let end_of_first = pair[0].t_ms + pair[0].latency_ms as i64;
+        assert!(pair[1].t_ms >= end_of_first, "overlap: {pair:?}");
+        assert_eq!(pair[1].t_ms - pair[0].t_ms, 800);
+    }
+}
+
+#[test]
+fn refused_then_back_is_a_new_boot_cycle() {
+    let script = vec![
+        Step::Ok(EARLY, ms(5)),
+        Step::Ok(LATE, ms(5)),
+        Step::Fail(FailureKind::Refused, ms(1)),
+        Step::Fail(FailureKind::Refused, ms(1)),
+        Step::Ok(LATE, ms(5)),
+    ];
+    let (summary, records, _) = collect(heap_only(ms(3000)), script);
+    assert_eq!(summary.incarnations, 2);
+    let cycles: Vec<u32> = records.iter().map(|r| r.incarnation).collect();
+    assert_eq!(&cycles[..5], &[1, 1, 1, 1, 2]);
+    // A new cycle stores its first capture even if it equals the last one of the old cycle.
+    assert!(records[4].dup_of.is_none() && records[4].file.is_some());
+    assert_eq!(records[2].error_kind.as_deref(), Some("refused"));
+}
+
+#[test]
+fn a_drop_in_cumulative_allocation_is_a_new_boot_cycle_without_any_error() {
+    let script = vec![Step::Ok(LATE, ms(5)), Step::Ok(EARLY, ms(5))];
+    let (summary, records, _) = collect(heap_only(ms(1000)), script);
+    assert_eq!(summary.incarnations, 2);
+    assert_eq!(records[1].incarnation, 2);
+}
+
+#[test]
+fn burst_mode_starts_above_the_threshold_and_shortens_the_timeout() {
+    // The late capture holds ~110 MiB in use: above 0.6 of 128 MiB, below 0.6 of 1 GiB.
+    let config = CollectConfig {
+        limit: Some(128 << 20),
+        ..heap_only(ms(2000))
+    };
+    let (_, records, timeouts) = collect(config, vec![Step::Ok(LATE, ms(5))]);
+    assert_eq!(
+        records[0].interval_ms,
+        Some(500),
+        "before the first capture nothing is known"
+    );
+    assert!(records[1..].iter().all(|r| r.interval_ms == Some(100)));
+    assert!(
+        records.len() >= 15,
+        "{} captures in 2 s of burst",
+        records.len()
+    );
+    assert_eq!(timeouts[0], Duration::from_secs(2));
+    assert!(timeouts[1..].iter().all(|&t| t <= ms(400)), "{timeouts:?}");
+
+    let calm = CollectConfig {
+        limit: Some(1 << 30),
+        ..heap_only(ms(2000))
+    };
+    let (_, records, _) = collect(calm, vec![Step::Ok(LATE, ms(5))]);
+    assert!(records.iter().all(|r| r.interval_ms == Some(500)));
+}
+
+#[test]
+fn until_exit_stops_once_the_target_is_gone_for_the_grace_period() {
+    let config = CollectConfig {
+        until_exit: Some(ms(2000)),
+        memstats_interval: Duration::ZERO,
+        ..CollectConfig::default()
+    };
+    let script = vec![
+        Step::Ok(LATE, ms(5)),
+        Step::Fail(FailureKind::Refused, ms(1)),
+    ];
+    let (summary, records, _) = collect(config, script);
+    assert_eq!(summary.reason, StopReason::TargetExited);
+    let last = records.last().unwrap();
+    assert!(last.t_ms - records[1].t_ms >= 1500 && last.t_ms - records[1].t_ms <= 2500);
+}
+
+#[test]
+fn a_target_that_never_answers_is_reported_unreached() {
+    let config = CollectConfig {
+        until_exit: Some(ms(1000)),
+        ..heap_only(ms(5000))
+    };
+    let (summary, records, _) = collect(config, vec![Step::Fail(FailureKind::Refused, ms(1))]);
+    assert!(!summary.reached);
+    assert_eq!(summary.reason, StopReason::TargetExited);
+    assert!(records.iter().all(|r| r.file.is_none()));
+}
+
+#[test]
+fn garbage_is_recorded_as_an_error_and_never_stored() {
+    const HTML: &[u8] = b"<html><body>upstream connect error</body></html>";
+    let truncated: &'static [u8] = &LATE[..LATE.len() / 2];
+    let script = vec![
+        Step::Ok(HTML, ms(5)),
+        Step::Ok(truncated, ms(5)),
+        Step::Ok(LATE, ms(5)),
+    ];
+    let (summary, records, _) = collect(heap_only(ms(1500)), script);
+    assert_eq!(records[0].error_kind.as_deref(), Some("invalid"));
+    assert!(records[0].error.as_deref().unwrap().contains("HTML"));
+    assert!(
+        records[1]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("truncated gzip")
+    );
+    assert!(records[0].file.is_none() && records[1].file.is_none());
+    assert!(records[2].is_ok());
+    assert_eq!(summary.stored, 1);
+}
