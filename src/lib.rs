@@ -8,6 +8,7 @@ pub mod collect;
 pub mod decode;
 pub mod model;
 pub mod render;
+pub mod replay;
 pub mod source;
 pub mod store;
 pub mod units;

@@ -2,6 +2,7 @@
 //! Nothing below this module sees clap.
 
 mod collect;
+mod replay;
 mod top;
 
 use std::io::{self, Write};
@@ -63,6 +64,8 @@ enum Command {
     Top(top::TopArgs),
     /// Capture profiles from a live target until stopped, making each durable on disk.
     Collect(Box<collect::CollectArgs>),
+    /// Serve a recorded run as a live Go pprof target, in time order, dying between boot cycles.
+    Replay(replay::ReplayArgs),
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
@@ -70,6 +73,7 @@ pub fn run() -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Top(args) => top::run(args),
         Command::Collect(args) => collect::run(*args),
+        Command::Replay(args) => replay::run(args),
     }
 }
 

@@ -60,7 +60,7 @@ pub struct CaptureRecord {
     pub hash: Option<String>,
     pub dup_of: Option<u64>,
     /// Sum of every sample type (`inuse_space`, `alloc_space`, …) or MemStats/stats figures.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default)]
     pub totals: BTreeMap<String, i64>,
     /// The pacing interval in force when this capture was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,171 @@
+//! A recorded run played back as a live target: the timeline of when the recorded process
+//! was alive and what it would have served at each moment. Pure; `server` does the I/O.
+
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::store::{CaptureRecord, RecordKind, RunDir};
+
+/// One boot cycle of the recording: alive from `start_ms` to `end_ms` (offsets from the
+/// recording's first capture), with its captures in time order.
+#[derive(Debug, Clone)]
+pub struct Life {
+    pub incarnation: u32,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub heap: Vec<(i64, PathBuf)>,
+    pub goroutine: Vec<(i64, PathBuf)>,
+    pub memstats: Vec<(i64, BTreeMap<String, i64>)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    pub lives: Vec<Life>,
+}
+
+/// What the target is at a moment of the replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Serving this life.
+    Alive(usize),
+    /// Between lives (or before the first): nothing listens.
+    Dead,
+    /// After the last life.
+    Over,
+}
+
+impl Timeline {
+    /// Builds the timeline from a run. A life lasts from its first good capture until the first
+    /// failed attempt after its last good one (or its last capture plus one interval).
+    pub fn from_run(run: &RunDir) -> Result<Timeline, String> {
+        let records: Vec<&CaptureRecord> = run
+            .manifest
+            .records
+            .iter()
+            .filter(|r| r.kind != RecordKind::Delete)
+            .collect();
+        let origin = records
+            .iter()
+            .filter(|r| r.is_ok())
+            .map(|r| r.t_ms)
+            .min()
+            .ok_or_else(|| {
+                format!(
+                    "{}: the run has no successful capture to replay",
+                    run.root.display()
+                )
+            })?;
+        let mut lives: Vec<Life> = Vec::new();
+        let mut by_cycle: BTreeMap<u32, Vec<&CaptureRecord>> = BTreeMap::new();
+        for r in &records {
+            by_cycle.entry(r.incarnation).or_default().push(r);
+        }
+        for (incarnation, mut rs) in by_cycle {
+            rs.sort_by_key(|r| r.seq);
+            let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
+            let (Some(first), Some(last)) = (good.first(), good.last()) else {
+                continue;
+            };
+            let interval = last.interval_ms.unwrap_or(500) as i64;
+            let died = rs
+                .iter()
+                .filter(|r| !r.is_ok() && r.seq > last.seq)
+                .map(|r| r.t_ms)
+                .min()
+                .unwrap_or(last.t_ms + interval);
+            let mut life = Life {
+                incarnation,
+                start_ms: first.t_ms - origin,
+                end_ms: died - origin,
+                heap: Vec::new(),
+                goroutine: Vec::new(),
+                memstats: Vec::new(),
+            };
+            for r in good {
+                let at = r.t_ms - origin;
+                match r.kind {
+                    RecordKind::Heap | RecordKind::Goroutine => {
+                        let Some(path) = run.file_path(r) else {
+                            continue;
+                        };
+                        if !path.is_file() {
+                            continue; // thinned by --max-disk
+                        }
+                        if r.kind == RecordKind::Heap {
+                            life.heap.push((at, path));
+                        } else {
+                            life.goroutine.push((at, path));
+                        }
+                    }
+                    RecordKind::Memstats => life.memstats.push((at, r.totals.clone())),
+                    _ => {}
+                }
+            }
+            if !life.heap.is_empty() {
+                lives.push(life);
+            }
+        }
+        if lives.is_empty() {
+            return Err(format!(
+                "{}: no stored heap profile to replay",
+                run.root.display()
+            ));
+        }
+        Ok(Timeline { lives })
+    }
+
+    pub fn state(&self, at_ms: i64) -> State {
+        for (i, life) in self.lives.iter().enumerate() {
+            if at_ms < life.start_ms {
+                return State::Dead;
+            }
+            if at_ms < life.end_ms {
+                return State::Alive(i);
+            }
+        }
+        State::Over
+    }
+
+    /// When the state next changes after `at_ms`.
+    pub fn next_change(&self, at_ms: i64) -> Option<i64> {
+        self.lives
+            .iter()
+            .flat_map(|l| [l.start_ms, l.end_ms])
+            .filter(|&t| t > at_ms)
+            .min()
+    }
+}
+
+/// The newest entry at or before `at_ms`, else the first.
+pub fn latest<T>(entries: &[(i64, T)], at_ms: i64) -> Option<&T> {
+    let i = entries.partition_point(|(t, _)| *t <= at_ms);
+    entries.get(i.saturating_sub(1)).map(|(_, v)| v)
+}
+
+/// A debug=1 heap reply carrying only the MemStats block, which is all the collector reads.
+pub fn memstats_text(stats: &BTreeMap<String, i64>) -> String {
+    let mut out = String::from("heap profile: 0: 0 [0: 0] @ heap/524288\n\n# runtime.MemStats\n");
+    for (key, value) in stats {
+        if key.ends_with("PPM") {
+            continue;
+        }
+        out.push_str(&format!("# {key} = {value}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latest_picks_the_newest_at_or_before() {
+        let entries = vec![(0, 'a'), (500, 'b'), (1000, 'c')];
+        assert_eq!(latest(&entries, -5), Some(&'a'));
+        assert_eq!(latest(&entries, 499), Some(&'a'));
+        assert_eq!(latest(&entries, 500), Some(&'b'));
+        assert_eq!(latest(&entries, 9999), Some(&'c'));
+    }
+}
