@@ -4,11 +4,13 @@
 //! turns bytes into the `model`, analysis turns models into findings and `render` turns
 //! findings into text, JSON, SVG and HTML.
 
+pub mod analyse;
 pub mod collect;
 pub mod decode;
 pub mod model;
 pub mod render;
 pub mod replay;
+pub mod scan;
 pub mod source;
 pub mod store;
 pub mod units;

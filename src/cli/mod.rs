@@ -2,6 +2,9 @@
 //! Nothing below this module sees clap.
 
 mod collect;
+mod compare;
+mod diff;
+mod growth;
 mod replay;
 mod top;
 
@@ -64,6 +67,12 @@ enum Command {
     Top(top::TopArgs),
     /// Capture profiles from a live target until stopped, making each durable on disk.
     Collect(Box<collect::CollectArgs>),
+    /// Per-site change between two profiles; --proto writes a pprof diff.
+    Diff(diff::DiffArgs),
+    /// Per boot cycle: which sites grow, how fast and since when; storms; a verdict.
+    Growth(growth::GrowthArgs),
+    /// The same work on two builds: sites that grow more, or only, in B. Worst first.
+    Compare(compare::CompareArgs),
     /// Serve a recorded run as a live Go pprof target, in time order, dying between boot cycles.
     Replay(replay::ReplayArgs),
 }
@@ -74,6 +83,9 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Top(args) => top::run(args),
         Command::Collect(args) => collect::run(*args),
         Command::Replay(args) => replay::run(args),
+        Command::Diff(args) => diff::run(args),
+        Command::Growth(args) => growth::run(args),
+        Command::Compare(args) => compare::run(args),
     }
 }
 

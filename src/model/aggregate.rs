@@ -93,9 +93,10 @@ impl SiteKeys {
 fn cache_key(frame: &Frame, granularity: Granularity) -> (Option<u32>, i64, u64) {
     let function = frame.function.map(|f| f.0);
     match (granularity, function) {
+        // Unsymbolized frames are named by address at every granularity.
+        (_, None) => (None, 0, frame.address),
         (Granularity::Line, _) => (function, frame.line, 0),
         (_, Some(_)) => (function, 0, 0),
-        (_, None) => (None, 0, frame.address),
     }
 }
 

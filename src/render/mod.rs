@@ -1,6 +1,10 @@
 //! Findings to output: text for people, JSON for other tools (every document carries a
 //! `schema` version), later SVG and HTML.
 
+pub mod compare;
+pub mod diff;
+pub mod growth;
+pub mod pprof;
 pub mod top;
 
 /// Version of the JSON documents heapwatch writes. Bumped when a field changes meaning.

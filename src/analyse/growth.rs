@@ -1,0 +1,611 @@
+//! `growth`: per boot cycle, which sites' in-use bytes grow and how fast (a robust fitted
+//! rate with its fit quality, and when it began), allocation storms, goroutine growth, the
+//! total rate and the time to the limit, the profiling cost, MemStats overhead, a verdict,
+//! and whether every cycle dies the same way. Fed one reduced capture at a time.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::reduce::{PROFILING_SITE, SiteFigures};
+use super::series::{LineFit, SeriesGrid, onset, theil_sen};
+use crate::source::procmem::MemorySample;
+use crate::store::{CaptureRecord, RecordKind};
+use crate::units::format_bytes;
+
+/// A site's growth must add at least this much over the cycle to count (two sampling periods
+/// of Go's default MemProfileRate).
+const MIN_GROWTH_BYTES: f64 = 1024.0 * 1024.0;
+/// A storm window runs at least this many times the site's typical allocation rate.
+const STORM_FACTOR: f64 = 4.0;
+const STORM_FLOOR_BPS: f64 = 8.0 * 1024.0 * 1024.0;
+/// Allocation rates are measured over windows at least this long (seconds).
+const STORM_WINDOW_S: f64 = 1.0;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteGrowth {
+    /// The leaf function, as pprof spells it.
+    pub name: String,
+    pub bytes_per_sec: f64,
+    /// R² of the fitted line (1 = a straight line).
+    pub fit_r2: f64,
+    pub inuse_first: i64,
+    pub inuse_last: i64,
+    /// Seconds after the cycle's first capture when the growth began.
+    pub onset_s: Option<f64>,
+    /// This site's share of the cycle's total in-use growth rate, 0..1.
+    pub share: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StormWindow {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub bytes_per_sec: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocStorm {
+    pub name: String,
+    /// Mean allocation rate over the cycle.
+    pub bytes_per_sec: f64,
+    /// The site's typical (median) allocation rate between captures.
+    pub typical_bytes_per_sec: f64,
+    pub peak_bytes_per_sec: f64,
+    pub windows: Vec<StormWindow>,
+    /// Whether the site's in-use bytes stayed flat meanwhile (the GC freed it all).
+    pub inuse_flat: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GoroutineGrowth {
+    /// The first frame outside the runtime.
+    pub name: String,
+    pub per_sec: f64,
+    pub first: i64,
+    pub last: i64,
+    pub fit_r2: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProfilingCost {
+    pub inuse_bytes: i64,
+    pub alloc_bytes_per_sec: f64,
+    /// Share of the target's whole allocation rate spent writing profiles, 0..1.
+    pub alloc_share: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemStatsView {
+    pub heap_alloc: i64,
+    /// HeapAlloc / (HeapSys − HeapReleased): how much of the retained heap is live data.
+    pub live_share: Option<f64>,
+    /// HeapIdle − HeapReleased: held by the runtime, not returned to the OS.
+    pub held_not_returned: Option<i64>,
+    pub gc_per_sec: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CycleGrowth {
+    pub index: u32,
+    pub captures: usize,
+    pub stored: usize,
+    pub duplicates: usize,
+    pub errors: usize,
+    pub start_ms: i64,
+    /// Seconds from the first to the last good capture.
+    pub span_s: f64,
+    /// Seconds from the first capture to the moment the target stopped answering, when it did.
+    pub died_after_s: Option<f64>,
+    pub killed: bool,
+    pub heap_first: Option<i64>,
+    pub heap_last: Option<i64>,
+    pub total_bytes_per_sec: Option<f64>,
+    pub total_fit_r2: Option<f64>,
+    /// Growth rate of process / cgroup memory seen from outside.
+    pub memory_bytes_per_sec: Option<f64>,
+    pub memory_peak: Option<u64>,
+    /// Seconds after the first capture at which the limit is (or would be) reached.
+    pub limit_at_s: Option<f64>,
+    pub sites: Vec<SiteGrowth>,
+    pub alloc_storms: Vec<AllocStorm>,
+    pub goroutine_growth: Vec<GoroutineGrowth>,
+    pub profiling: Option<ProfilingCost>,
+    pub memstats: Option<MemStatsView>,
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AcrossCycles {
+    pub cycles: usize,
+    pub died: usize,
+    pub same_top_site: Option<String>,
+    pub ages_s: Vec<f64>,
+    pub summary: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GrowthReport {
+    pub schema: u32,
+    pub limit_bytes: Option<u64>,
+    pub cycles: Vec<CycleGrowth>,
+    pub across: AcrossCycles,
+}
+
+#[derive(Default)]
+struct CycleState {
+    start_ms: Option<i64>,
+    inuse: SeriesGrid,
+    alloc: SeriesGrid,
+    goroutines: SeriesGrid,
+}
+
+/// Accumulates reduced captures, cycle by cycle, in any order of cycles but time order within.
+#[derive(Default)]
+pub struct GrowthBuilder {
+    cycles: BTreeMap<u32, CycleState>,
+}
+
+impl GrowthBuilder {
+    fn cycle(&mut self, incarnation: u32, t_ms: i64) -> (&mut CycleState, f64) {
+        let c = self.cycles.entry(incarnation).or_default();
+        let start = *c.start_ms.get_or_insert(t_ms);
+        (c, (t_ms - start) as f64 / 1000.0)
+    }
+
+    /// A heap capture: every site's in-use and cumulative allocated bytes.
+    pub fn heap(&mut self, record: &CaptureRecord, sites: &[SiteFigures]) {
+        let (c, t) = self.cycle(record.incarnation, record.t_ms);
+        c.inuse
+            .push(t, sites.iter().map(|s| (s.name.as_str(), s.value as f64)));
+        c.alloc
+            .push(t, sites.iter().map(|s| (s.name.as_str(), s.alloc as f64)));
+    }
+
+    pub fn goroutine(&mut self, record: &CaptureRecord, sites: &[SiteFigures]) {
+        let (c, t) = self.cycle(record.incarnation, record.t_ms);
+        c.goroutines
+            .push(t, sites.iter().map(|s| (s.name.as_str(), s.value as f64)));
+    }
+
+    pub fn finish(
+        self,
+        records: &[CaptureRecord],
+        memory: &[MemorySample],
+        limit: Option<u64>,
+    ) -> GrowthReport {
+        let mut incarnations: Vec<u32> = records.iter().map(|r| r.incarnation).collect();
+        incarnations.extend(self.cycles.keys());
+        incarnations.sort_unstable();
+        incarnations.dedup();
+        let mut states = self.cycles;
+        let mut cycles = Vec::new();
+        for (pos, &inc) in incarnations.iter().enumerate() {
+            let rs: Vec<&CaptureRecord> = records
+                .iter()
+                .filter(|r| r.incarnation == inc && r.kind != RecordKind::Delete)
+                .collect();
+            let next_start = incarnations.get(pos + 1).and_then(|n| {
+                records
+                    .iter()
+                    .filter(|r| r.incarnation == *n)
+                    .map(|r| r.t_ms)
+                    .min()
+            });
+            let state = states.remove(&inc).unwrap_or_default();
+            if let Some(c) = cycle(inc, &rs, state, memory, next_start, limit) {
+                cycles.push(c);
+            }
+        }
+        let across = across(&cycles);
+        GrowthReport {
+            schema: crate::render::SCHEMA,
+            limit_bytes: limit,
+            cycles,
+            across,
+        }
+    }
+}
+
+fn fit_points(points: &[(f64, f64)]) -> Option<LineFit> {
+    let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+    theil_sen(&t, &v)
+}
+
+/// True when growth goes on to the end rather than levelling off (a bounded cache).
+fn sustained(t: &[f64], v: &[f64], whole: &LineFit) -> bool {
+    let half = t.len() / 2;
+    if t.len() < 4 {
+        return whole.slope > 0.0;
+    }
+    theil_sen(&t[half..], &v[half..]).is_some_and(|late| late.slope >= 0.3 * whole.slope)
+}
+
+fn cycle(
+    index: u32,
+    records: &[&CaptureRecord],
+    state: CycleState,
+    memory: &[MemorySample],
+    next_start: Option<i64>,
+    limit: Option<u64>,
+) -> Option<CycleGrowth> {
+    let good: Vec<&&CaptureRecord> = records.iter().filter(|r| r.is_ok()).collect();
+    let first = good.iter().map(|r| r.t_ms).min()?;
+    let last = good.iter().map(|r| r.t_ms).max()?;
+    let start_ms = state.start_ms.unwrap_or(first).min(first);
+    let secs = |t: i64| (t - start_ms) as f64 / 1000.0;
+    let heap: Vec<&&&CaptureRecord> = good.iter().filter(|r| r.kind == RecordKind::Heap).collect();
+    let distinct: Vec<(f64, f64)> = heap
+        .iter()
+        .filter(|r| r.dup_of.is_none())
+        .filter_map(|r| {
+            r.totals
+                .get("inuse_space")
+                .map(|&v| (secs(r.t_ms), v as f64))
+        })
+        .collect();
+    let total_fit = fit_points(&distinct);
+    let stopped = records
+        .iter()
+        .filter(|r| !r.is_ok() && r.t_ms > last)
+        .map(|r| r.t_ms)
+        .min()
+        .or(next_start);
+    let end_ms = next_start.unwrap_or(i64::MAX);
+    let mem: Vec<&MemorySample> = memory
+        .iter()
+        .filter(|m| m.t_ms >= start_ms && m.t_ms < end_ms)
+        .collect();
+    let killed = mem.iter().any(|m| m.killed);
+    let mem_points: Vec<(f64, f64)> = mem
+        .iter()
+        .filter(|m| m.alive && m.t_ms <= last.max(stopped.unwrap_or(last)))
+        .filter_map(|m| m.bytes().map(|b| (secs(m.t_ms), b as f64)))
+        .collect();
+    let mem_fit = thin(&mem_points, 256).and_then(|p| fit_points(&p));
+
+    // Sites.
+    let times = state.inuse.times().to_vec();
+    let total_rate = total_fit.map(|f| f.slope).unwrap_or(0.0);
+    let mut sites = Vec::new();
+    for (name, values) in state.inuse.series() {
+        if name == PROFILING_SITE {
+            continue;
+        }
+        let Some(fit) = theil_sen(&times, values) else {
+            continue;
+        };
+        let span = times.last().copied().unwrap_or(0.0) - times.first().copied().unwrap_or(0.0);
+        let grew = fit.slope * span;
+        if fit.slope <= 0.0
+            || grew < MIN_GROWTH_BYTES
+            || fit.r2 < 0.5
+            || !sustained(&times, values, &fit)
+        {
+            continue;
+        }
+        sites.push(SiteGrowth {
+            name: name.to_string(),
+            bytes_per_sec: fit.slope,
+            fit_r2: fit.r2,
+            inuse_first: values.first().copied().unwrap_or(0.0) as i64,
+            inuse_last: values.last().copied().unwrap_or(0.0) as i64,
+            onset_s: onset(&times, values),
+            share: if total_rate > 0.0 {
+                (fit.slope / total_rate).min(1.0)
+            } else {
+                0.0
+            },
+        });
+    }
+    sites.sort_by(|a, b| {
+        b.bytes_per_sec
+            .total_cmp(&a.bytes_per_sec)
+            .then(a.name.cmp(&b.name))
+    });
+
+    // Allocation storms and the profiling cost.
+    let (alloc_storms, profiling) = storms(&state.alloc, &state.inuse);
+    let goroutine_growth = goroutines(&state.goroutines);
+    let memstats = memstats_view(&good);
+
+    let total_sustained = !distinct.is_empty() && {
+        let (t, v): (Vec<f64>, Vec<f64>) = distinct.iter().copied().unzip();
+        total_fit.is_some_and(|f| {
+            f.slope * (t.last().unwrap_or(&0.0) - t[0]) >= MIN_GROWTH_BYTES && sustained(&t, &v, &f)
+        })
+    };
+    // Time to the limit: the kernel kills on outside memory when it is known.
+    let limit_at_s = limit.and_then(|limit| {
+        let fit = mem_fit.or(total_fit.filter(|_| total_sustained))?;
+        (fit.slope > 0.0).then(|| (limit as f64 - fit.intercept) / fit.slope)
+    });
+    let mut c = CycleGrowth {
+        index,
+        captures: good.len(),
+        stored: heap.iter().filter(|r| r.dup_of.is_none()).count(),
+        duplicates: heap.iter().filter(|r| r.dup_of.is_some()).count(),
+        errors: records.iter().filter(|r| !r.is_ok()).count(),
+        start_ms,
+        span_s: secs(last),
+        died_after_s: stopped.map(secs),
+        killed,
+        heap_first: heap
+            .first()
+            .and_then(|r| r.totals.get("inuse_space").copied()),
+        heap_last: heap
+            .last()
+            .and_then(|r| r.totals.get("inuse_space").copied()),
+        total_bytes_per_sec: total_fit.map(|f| f.slope),
+        total_fit_r2: total_fit.map(|f| f.r2),
+        memory_bytes_per_sec: mem_fit.map(|f| f.slope),
+        memory_peak: mem.iter().filter_map(|m| m.bytes()).max(),
+        limit_at_s,
+        sites,
+        alloc_storms,
+        goroutine_growth,
+        profiling,
+        memstats,
+        verdict: String::new(),
+    };
+    c.verdict = verdict(&c, limit, total_sustained);
+    Some(c)
+}
+
+fn thin(points: &[(f64, f64)], max: usize) -> Option<Vec<(f64, f64)>> {
+    if points.len() < 2 {
+        return None;
+    }
+    let step = points.len().div_ceil(max);
+    Some(points.iter().step_by(step.max(1)).copied().collect())
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs[xs.len() / 2]
+}
+
+fn storms(alloc: &SeriesGrid, inuse: &SeriesGrid) -> (Vec<AllocStorm>, Option<ProfilingCost>) {
+    let t = alloc.times();
+    let span = t.last().copied().unwrap_or(0.0) - t.first().copied().unwrap_or(0.0);
+    if t.len() < 3 || span <= 0.0 {
+        return (Vec::new(), None);
+    }
+    let mut total_rate = 0.0;
+    let mut profiling_rate = 0.0;
+    let mut out = Vec::new();
+    for (name, values) in alloc.series() {
+        let mean = (values[values.len() - 1] - values[0]) / span;
+        total_rate += mean.max(0.0);
+        if name == PROFILING_SITE {
+            profiling_rate = mean.max(0.0);
+            continue;
+        }
+        // Allocation totals are published at each GC, so single intervals are lumpy; rates
+        // are taken over windows of at least STORM_WINDOW_S.
+        let mut spans: Vec<(usize, usize, f64)> = Vec::new();
+        let mut j = 0;
+        for k in 1..t.len() {
+            if t[k] - t[j] >= STORM_WINDOW_S || k == t.len() - 1 {
+                spans.push((
+                    j,
+                    k,
+                    ((values[k] - values[j]) / (t[k] - t[j]).max(1e-3)).max(0.0),
+                ));
+                j = k;
+            }
+        }
+        let typical = median(spans.iter().map(|s| s.2).collect());
+        let bar = (typical * STORM_FACTOR).max(STORM_FLOOR_BPS);
+        let mut windows: Vec<StormWindow> = Vec::new();
+        for &(from, to, r) in &spans {
+            // The first window publishes everything allocated since process start (the
+            // first GC): start-up work, not a storm.
+            if r < bar || from == 0 {
+                continue;
+            }
+            match windows.last_mut() {
+                Some(w) if (w.end_s - t[from]).abs() < 1e-9 => {
+                    let (a, b) = (w.end_s - w.start_s, t[to] - t[from]);
+                    w.bytes_per_sec = (w.bytes_per_sec * a + r * b) / (a + b);
+                    w.end_s = t[to];
+                }
+                _ => windows.push(StormWindow {
+                    start_s: t[from],
+                    end_s: t[to],
+                    bytes_per_sec: r,
+                }),
+            }
+        }
+        if windows.is_empty() {
+            continue;
+        }
+        let peak = windows.iter().map(|w| w.bytes_per_sec).fold(0.0, f64::max);
+        let inuse_flat = inuse
+            .series()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| theil_sen(inuse.times(), v))
+            .is_none_or(|f| f.slope * span < MIN_GROWTH_BYTES);
+        out.push(AllocStorm {
+            name: name.to_string(),
+            bytes_per_sec: mean,
+            typical_bytes_per_sec: typical,
+            peak_bytes_per_sec: peak,
+            windows,
+            inuse_flat,
+        });
+    }
+    out.sort_by(|a, b| {
+        b.peak_bytes_per_sec
+            .total_cmp(&a.peak_bytes_per_sec)
+            .then(a.name.cmp(&b.name))
+    });
+    let profiling = (profiling_rate > 0.0).then(|| ProfilingCost {
+        inuse_bytes: inuse
+            .series()
+            .find(|(n, _)| *n == PROFILING_SITE)
+            .and_then(|(_, v)| v.last().copied())
+            .unwrap_or(0.0) as i64,
+        alloc_bytes_per_sec: profiling_rate,
+        alloc_share: if total_rate > 0.0 {
+            profiling_rate / total_rate
+        } else {
+            0.0
+        },
+    });
+    (out, profiling)
+}
+
+fn goroutines(grid: &SeriesGrid) -> Vec<GoroutineGrowth> {
+    let t = grid.times();
+    let span = t.last().copied().unwrap_or(0.0) - t.first().copied().unwrap_or(0.0);
+    let mut out: Vec<GoroutineGrowth> = grid
+        .series()
+        .filter_map(|(name, v)| {
+            let fit = theil_sen(t, v)?;
+            let added = fit.slope * span;
+            (added >= 5.0 && fit.r2 >= 0.5 && sustained(t, v, &fit)).then(|| GoroutineGrowth {
+                name: name.to_string(),
+                per_sec: fit.slope,
+                first: v[0] as i64,
+                last: v[v.len() - 1] as i64,
+                fit_r2: fit.r2,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.per_sec.total_cmp(&a.per_sec).then(a.name.cmp(&b.name)));
+    out
+}
+
+fn memstats_view(good: &[&&CaptureRecord]) -> Option<MemStatsView> {
+    let ms: Vec<&&&CaptureRecord> = good
+        .iter()
+        .filter(|r| r.kind == RecordKind::Memstats)
+        .collect();
+    let last = ms.last()?;
+    let get = |k: &str| last.totals.get(k).copied();
+    let heap_alloc = get("HeapAlloc")?;
+    let retained = get("HeapSys").zip(get("HeapReleased")).map(|(s, r)| s - r);
+    let gc_per_sec = match (ms.first(), ms.len() > 1) {
+        (Some(first), true) => {
+            let dt = (last.t_ms - first.t_ms) as f64 / 1000.0;
+            let dgc = get("NumGC")? - first.totals.get("NumGC").copied()?;
+            (dt > 0.0).then(|| dgc as f64 / dt)
+        }
+        _ => None,
+    };
+    Some(MemStatsView {
+        heap_alloc,
+        live_share: retained
+            .filter(|&r| r > 0)
+            .map(|r| heap_alloc as f64 / r as f64),
+        held_not_returned: get("HeapIdle").zip(get("HeapReleased")).map(|(i, r)| i - r),
+        gc_per_sec,
+    })
+}
+
+fn verdict(c: &CycleGrowth, limit: Option<u64>, total_sustained: bool) -> String {
+    let rate = |bps: f64| format!("{}/s", format_bytes(bps as i64));
+    let mut parts = Vec::new();
+    if let (true, Some(total)) = (total_sustained, c.total_bytes_per_sec) {
+        let mut s = format!("in-use heap grew {}", rate(total));
+        if let Some(top) = c.sites.first() {
+            s.push_str(&format!(
+                ", {:.0} % of it in {}",
+                top.share * 100.0,
+                top.name
+            ));
+            if let Some(onset) = top.onset_s.filter(|&o| o > 0.0) {
+                s.push_str(&format!(" (from {onset:.1} s)"));
+            }
+        }
+        parts.push(s);
+    } else if let Some(top) = c.sites.first() {
+        parts.push(format!(
+            "{} grew {} under a stable heap",
+            top.name,
+            rate(top.bytes_per_sec)
+        ));
+    } else {
+        parts.push(format!(
+            "no sustained in-use growth (heap {})",
+            c.heap_last.map_or("unknown".into(), format_bytes)
+        ));
+    }
+    if let Some(storm) = c.alloc_storms.first() {
+        let w = &storm.windows[0];
+        parts.push(format!(
+            "allocation storm in {} at {} from {:.1} to {:.1} s (typically {})",
+            storm.name,
+            rate(storm.peak_bytes_per_sec),
+            w.start_s,
+            w.end_s,
+            rate(storm.typical_bytes_per_sec)
+        ));
+    }
+    if let Some(g) = c.goroutine_growth.first() {
+        parts.push(format!(
+            "goroutines grew {:.1}/s in {} ({} → {})",
+            g.per_sec, g.name, g.first, g.last
+        ));
+    }
+    if let (Some(limit), Some(at)) = (limit, c.limit_at_s) {
+        parts.push(format!(
+            "{} would be reached {at:.1} s after the first capture",
+            format_bytes(limit as i64)
+        ));
+    }
+    if let Some(died) = c.died_after_s {
+        let how = if c.killed {
+            "OOM-killed"
+        } else {
+            "stopped answering"
+        };
+        parts.push(format!("{how} {died:.1} s after the first capture"));
+    }
+    parts.join("; ")
+}
+
+fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
+    let ages: Vec<f64> = cycles.iter().filter_map(|c| c.died_after_s).collect();
+    let tops: Vec<Option<&str>> = cycles
+        .iter()
+        .map(|c| c.sites.first().map(|s| s.name.as_str()))
+        .collect();
+    let same_top_site = match tops.first() {
+        Some(Some(first)) if tops.iter().all(|t| t == &Some(*first)) => Some(first.to_string()),
+        _ => None,
+    };
+    let summary = if cycles.len() < 2 {
+        format!("{} boot cycle(s)", cycles.len())
+    } else {
+        let mut s = format!(
+            "{} boot cycles, {} ended by death",
+            cycles.len(),
+            ages.len()
+        );
+        if let Some(site) = &same_top_site {
+            s.push_str(&format!("; every cycle grows fastest in {site}"));
+        } else {
+            s.push_str("; the fastest-growing site differs between cycles");
+        }
+        if ages.len() >= 2 {
+            let min = ages.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = ages.iter().copied().fold(0.0, f64::max);
+            s.push_str(&format!(
+                "; died {min:.1}–{max:.1} s after the first capture"
+            ));
+        }
+        s
+    };
+    AcrossCycles {
+        cycles: cycles.len(),
+        died: ages.len(),
+        same_top_site,
+        ages_s: ages,
+        summary,
+    }
+}

@@ -1,0 +1,8 @@
+//! Findings from profiles: what changed between two (`diff`), which sites grow over a run and
+//! how fast (`growth`), and what one build does worse than another (`compare`). No I/O.
+
+pub mod compare;
+pub mod diff;
+pub mod growth;
+pub mod reduce;
+pub mod series;

@@ -1,0 +1,135 @@
+//! Shrinks one decoded profile to what the growth analysis keeps of it: per-site figures
+//! keyed by name, so builds with different addresses compare and the profile can be dropped.
+
+use std::collections::HashMap;
+
+use crate::model::Profile;
+
+/// The pseudo-site that collects what the profile writer itself allocates in the target.
+pub const PROFILING_SITE: &str = "(profiling: runtime/pprof)";
+
+/// One site's figures in one capture.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiteFigures {
+    pub name: String,
+    /// In-use bytes (heap) or goroutine count.
+    pub value: i64,
+    /// Cumulative allocated bytes since process start (heap only).
+    pub alloc: i64,
+}
+
+fn is_profiler(name: &str) -> bool {
+    name.starts_with("runtime/pprof.") || name.starts_with("net/http/pprof.")
+}
+
+/// Heap sites: flat in-use and allocated bytes at the leaf function, as pprof names it;
+/// samples under the profile writer go to [`PROFILING_SITE`] so the cost of watching is
+/// never mistaken for the culprit.
+pub fn heap_sites(profile: &Profile) -> Vec<SiteFigures> {
+    let inuse = profile.find_sample_type("inuse_space");
+    let alloc = profile.find_sample_type("alloc_space");
+    let (Some(inuse), alloc) = (
+        inuse.or_else(|| Some(profile.default_sample_index())),
+        alloc,
+    ) else {
+        return Vec::new();
+    };
+    let types = profile.sample_types.len();
+    let mut sites: HashMap<&str, (i64, i64)> = HashMap::new();
+    for (i, sample) in profile.samples.iter().enumerate() {
+        let values = &profile.values[i * types..(i + 1) * types];
+        let v_inuse = values[inuse];
+        let v_alloc = alloc.map_or(0, |a| values[a]);
+        if v_inuse == 0 && v_alloc == 0 {
+            continue;
+        }
+        let mut frames = profile.stack_frames(sample);
+        let Some(leaf) = frames.next() else { continue };
+        let profiling = profile.stack_frames(sample).any(|f| {
+            f.function
+                .is_some_and(|id| is_profiler(profile.str(profile.function(id).name)))
+        });
+        let name: &str = if profiling {
+            PROFILING_SITE
+        } else {
+            match leaf.function {
+                Some(id) => profile.str(profile.function(id).name),
+                None => "(unsymbolized)",
+            }
+        };
+        let e = sites.entry(name).or_insert((0, 0));
+        e.0 += v_inuse;
+        e.1 += v_alloc;
+    }
+    let mut out: Vec<SiteFigures> = sites
+        .into_iter()
+        .map(|(name, (value, alloc))| SiteFigures {
+            name: name.to_string(),
+            value,
+            alloc,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Goroutine stacks named by their first frame outside the runtime (a parked goroutine's
+/// leaf is always `runtime.gopark`), with their counts.
+pub fn goroutine_sites(profile: &Profile) -> Vec<SiteFigures> {
+    let types = profile.sample_types.len();
+    let index = profile.default_sample_index();
+    let mut sites: HashMap<String, i64> = HashMap::new();
+    for (i, sample) in profile.samples.iter().enumerate() {
+        let count = profile.values[i * types + index];
+        let name = profile
+            .stack_frames(sample)
+            .map(|f| profile.frame_name(f).to_string())
+            .find(|n| !is_runtime(n))
+            .unwrap_or_else(|| "runtime".to_string());
+        *sites.entry(name).or_insert(0) += count;
+    }
+    let mut out: Vec<SiteFigures> = sites
+        .into_iter()
+        .map(|(name, value)| SiteFigures {
+            name,
+            value,
+            alloc: 0,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+fn is_runtime(name: &str) -> bool {
+    name.starts_with("runtime.") || name.contains(".runtime_") || name.starts_with("internal/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{DecodeLimits, decode};
+
+    fn fixture(name: &str) -> Profile {
+        let path = format!("{}/testdata/profiles/{name}", env!("CARGO_MANIFEST_DIR"));
+        decode(&std::fs::read(path).unwrap(), &DecodeLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn leaked_goroutines_are_named_by_their_first_frame_outside_the_runtime() {
+        let sites = goroutine_sites(&fixture("goroutineleak-goroutine.pb.gz"));
+        let top = sites.iter().max_by_key(|s| s.value).unwrap();
+        assert_eq!(top.name, "main.watchSubscription");
+        assert!(top.value > 100, "{sites:?}");
+        assert!(sites.iter().all(|s| !s.name.starts_with("runtime.gopark")));
+    }
+
+    #[test]
+    fn heap_sites_sum_to_the_profile_totals() {
+        let p = fixture("hiddenleak-heap-late.pb.gz");
+        let sites = heap_sites(&p);
+        let inuse: i64 = sites.iter().map(|s| s.value).sum();
+        assert_eq!(inuse, p.total(p.find_sample_type("inuse_space").unwrap()));
+        let catalog = sites.iter().find(|s| s.name == "main.loadCatalog").unwrap();
+        assert!(catalog.value > 64 << 20);
+    }
+}

@@ -1,0 +1,122 @@
+//! `heapwatch growth` as text: per boot cycle the verdict, then the ranked tables.
+
+use std::fmt::Write as _;
+
+use crate::analyse::growth::{CycleGrowth, GrowthReport};
+use crate::units::format_bytes;
+
+fn rate(bps: f64) -> String {
+    format!("{}/s", format_bytes(bps as i64))
+}
+
+pub fn json(report: &GrowthReport) -> String {
+    let mut out = serde_json::to_string_pretty(report).expect("growth report is plain data");
+    out.push('\n');
+    out
+}
+
+pub fn text(report: &GrowthReport, limit: usize) -> String {
+    let mut out = String::new();
+    for c in &report.cycles {
+        cycle(&mut out, c, limit);
+    }
+    let _ = writeln!(out, "across cycles: {}", report.across.summary);
+    out
+}
+
+fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
+    let _ = writeln!(
+        out,
+        "boot cycle {}: {} captures ({} stored, {} duplicate, {} errors) over {:.1} s",
+        c.index, c.captures, c.stored, c.duplicates, c.errors, c.span_s
+    );
+    let _ = writeln!(out, "  verdict: {}", c.verdict);
+    if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {
+        let mut line = format!("  heap in use {} → {}", format_bytes(a), format_bytes(b));
+        if let (Some(r), Some(q)) = (c.total_bytes_per_sec, c.total_fit_r2) {
+            line.push_str(&format!(", fitted {} (R² {q:.2})", rate(r)));
+        }
+        if let Some(m) = c.memory_bytes_per_sec {
+            line.push_str(&format!("; process memory {}", rate(m)));
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if !c.sites.is_empty() {
+        let _ = writeln!(out, "  growing sites (in-use bytes):");
+        let _ = writeln!(
+            out,
+            "  {:>12} {:>6} {:>7} {:>12}  site",
+            "rate", "R²", "onset", "in use now"
+        );
+        for s in c.sites.iter().take(limit) {
+            let onset = s.onset_s.map_or("-".into(), |o| format!("{o:.1}s"));
+            let _ = writeln!(
+                out,
+                "  {:>12} {:>6.2} {:>7} {:>12}  {}",
+                rate(s.bytes_per_sec),
+                s.fit_r2,
+                onset,
+                format_bytes(s.inuse_last),
+                s.name
+            );
+        }
+    }
+    if !c.alloc_storms.is_empty() {
+        let _ = writeln!(out, "  allocation storms (cumulative alloc_space):");
+        for s in c.alloc_storms.iter().take(limit) {
+            let windows: Vec<String> = s
+                .windows
+                .iter()
+                .map(|w| {
+                    format!(
+                        "{:.1}–{:.1}s at {}",
+                        w.start_s,
+                        w.end_s,
+                        rate(w.bytes_per_sec)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {:>12} typical {:>12}  {}{}  [{}]",
+                rate(s.peak_bytes_per_sec),
+                rate(s.typical_bytes_per_sec),
+                s.name,
+                if s.inuse_flat { " (in-use flat)" } else { "" },
+                windows.join(", ")
+            );
+        }
+    }
+    if !c.goroutine_growth.is_empty() {
+        let _ = writeln!(out, "  goroutine growth:");
+        for g in c.goroutine_growth.iter().take(limit) {
+            let _ = writeln!(
+                out,
+                "  {:>10.1}/s {:>6} → {:<6} {}",
+                g.per_sec, g.first, g.last, g.name
+            );
+        }
+    }
+    if let Some(p) = &c.profiling {
+        let _ = writeln!(
+            out,
+            "  profiling cost in the target: {} allocated ({:.1} % of all allocation), {} in use",
+            rate(p.alloc_bytes_per_sec),
+            p.alloc_share * 100.0,
+            format_bytes(p.inuse_bytes)
+        );
+    }
+    if let Some(m) = &c.memstats {
+        let mut line = format!("  memstats: HeapAlloc {}", format_bytes(m.heap_alloc));
+        if let Some(s) = m.live_share {
+            line.push_str(&format!(", live share {:.0} %", s * 100.0));
+        }
+        if let Some(h) = m.held_not_returned {
+            line.push_str(&format!(", held not returned {}", format_bytes(h)));
+        }
+        if let Some(g) = m.gc_per_sec {
+            line.push_str(&format!(", {g:.1} GC/s"));
+        }
+        let _ = writeln!(out, "{line}");
+    }
+}
