@@ -199,8 +199,13 @@ pub(super) fn build(p: pb::Profile) -> Result<Profile, DecodeError> {
 
     let types = sample_types.len();
     let mut samples = Vec::with_capacity(p.sample.len());
-    let mut stacks = Vec::with_capacity(p.sample.len() * 16);
-    let mut values = Vec::with_capacity(p.sample.len() * types);
+    // Sized by what the message holds, not by samples x types: that product is unbounded
+    // before each sample's value count is checked.
+    let mut stacks = Vec::with_capacity(p.sample.iter().map(|s| s.location_id.len()).sum());
+    let mut values = Vec::with_capacity(p.sample.iter().map(|s| s.value.len()).sum());
+    // Sum of |value| per sample type: when it fits in i64, so does every total, flat and cum
+    // that a later stage adds up from a subset of the samples.
+    let mut magnitude = vec![0u64; types];
     let mut labels = Vec::new();
     for (i, s) in p.sample.into_iter().enumerate() {
         if s.value.len() != types {
@@ -217,6 +222,9 @@ pub(super) fn build(p: pb::Profile) -> Result<Profile, DecodeError> {
                 ))
             })?;
             stacks.push(LocId(loc));
+        }
+        for (m, v) in magnitude.iter_mut().zip(&s.value) {
+            *m = m.saturating_add(v.unsigned_abs());
         }
         values.extend_from_slice(&s.value);
         let labels_start = labels.len() as u32;
@@ -238,6 +246,13 @@ pub(super) fn build(p: pb::Profile) -> Result<Profile, DecodeError> {
             labels_start,
             labels_len: labels.len() as u32 - labels_start,
         });
+    }
+
+    if let Some(t) = magnitude.iter().position(|&m| m > i64::MAX as u64) {
+        return Err(invalid(format!(
+            "the values of sample type #{t} ({:?}) add up to more than 2^63-1",
+            p.string_table[sample_types[t].kind.0 as usize]
+        )));
     }
 
     Ok(Profile {
