@@ -487,7 +487,6 @@ impl<'a> Collector<'a> {
     fn thin(&mut self) -> Result<(), StoreError> {
         let current = self.cycles.incarnation();
         while let Some(victim) = self.retention.next_victim(current) {
-            self.writer.delete_profile(&victim.file)?;
             let mut record = CaptureRecord::new(
                 self.next_seq,
                 RecordKind::Delete,
@@ -499,6 +498,7 @@ impl<'a> Collector<'a> {
             record.deleted_seq = Some(victim.seq);
             record.bytes = victim.bytes;
             self.writer.append(&record)?;
+            self.writer.delete_profile(&victim.file)?;
             self.summary.deleted += 1;
         }
         Ok(())

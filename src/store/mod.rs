@@ -114,15 +114,64 @@ impl RunWriter {
             }
         }
         sync_dir(root)?;
-        Ok((
-            RunWriter {
-                root: root.to_path_buf(),
-                profiles,
-                manifest,
-                temp_counter: 0,
-            },
-            existing,
-        ))
+        let mut writer = RunWriter {
+            root: root.to_path_buf(),
+            profiles,
+            manifest,
+            temp_counter: 0,
+        };
+        let mut existing = existing;
+        writer.recover(&mut existing)?;
+        Ok((writer, existing))
+    }
+
+    /// Records the profiles a killed collector made durable but never wrote a manifest line
+    /// for, so their seq numbers are never handed out again and their names never reused.
+    fn recover(&mut self, existing: &mut ManifestRead) -> Result<(), StoreError> {
+        let named: std::collections::BTreeSet<String> = existing
+            .records
+            .iter()
+            .filter_map(|r| r.file.clone())
+            .collect();
+        let mut orphans = Vec::new();
+        for entry in fs::read_dir(&self.profiles).map_err(|e| StoreError::io(&self.profiles, e))? {
+            let entry = entry.map_err(|e| StoreError::io(&self.profiles, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let relative = format!("{PROFILES_DIR}/{name}");
+            if name.starts_with('.') || named.contains(&relative) {
+                continue;
+            }
+            let Some(seq) = name.split('-').next().and_then(|d| d.parse::<u64>().ok()) else {
+                continue;
+            };
+            orphans.push((seq, relative, entry));
+        }
+        orphans.sort_by_key(|o| o.0);
+        let mut next = existing.records.iter().map(|r| r.seq).max().unwrap_or(0) + 1;
+        let incarnation = existing
+            .records
+            .iter()
+            .map(|r| r.incarnation)
+            .max()
+            .unwrap_or(1);
+        for (seq, relative, entry) in orphans {
+            let meta = entry
+                .metadata()
+                .map_err(|e| StoreError::io(&entry.path(), e))?;
+            let t_ms = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis() as i64);
+            let mut record =
+                CaptureRecord::new(seq.max(next), RecordKind::Recovered, incarnation, t_ms);
+            record.file = Some(relative);
+            record.bytes = meta.len();
+            self.append(&record)?;
+            next = record.seq + 1;
+            existing.records.push(record);
+        }
+        Ok(())
     }
 
     pub fn root(&self) -> &Path {
