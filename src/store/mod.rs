@@ -79,6 +79,8 @@ pub struct RunWriter {
     root: PathBuf,
     profiles: PathBuf,
     manifest: File,
+    /// Length of the manifest's complete lines: a failed append is cut back to it.
+    manifest_len: u64,
     temp_counter: u64,
 }
 
@@ -119,7 +121,13 @@ impl RunWriter {
             profiles,
             manifest,
             temp_counter: 0,
+            manifest_len: 0,
         };
+        writer.manifest_len = writer
+            .manifest
+            .metadata()
+            .map_err(|e| StoreError::io(&root.join(MANIFEST_FILE), e))?
+            .len();
         let mut existing = existing;
         writer.recover(&mut existing)?;
         Ok((writer, existing))
@@ -217,12 +225,18 @@ impl RunWriter {
         let mut line = serde_json::to_vec(record).expect("records are plain data");
         line.push(b'\n');
         let path = self.root.join(MANIFEST_FILE);
-        self.manifest
+        let written = self
+            .manifest
             .write_all(&line)
-            .map_err(|e| StoreError::io(&path, e))?;
-        self.manifest
-            .sync_data()
-            .map_err(|e| StoreError::io(&path, e))
+            .and_then(|_| self.manifest.sync_data());
+        if let Err(e) = written {
+            // A full disk can take half a line: cut it so the manifest stays whole lines.
+            let _ = self.manifest.set_len(self.manifest_len);
+            let _ = self.manifest.sync_data();
+            return Err(StoreError::io(&path, e));
+        }
+        self.manifest_len += line.len() as u64;
+        Ok(())
     }
 
     /// Opens `memory.jsonl` for appending.
