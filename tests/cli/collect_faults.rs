@@ -1,0 +1,876 @@
+//! `heapwatch collect` against purpose-built misbehaving HTTP targets: refused connections,
+//! stalls, error statuses, HTML, bodies cut mid-way, truncated gzip, oversized bodies, a full
+//! disk, and all of them mixed. Every test also checks the run directory's invariants: each
+//! manifest line is JSON with a strictly increasing `seq`, no stored file is invalid, no
+//! temporary file is left behind, and requests never overlapped.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::util;
+
+// ---------------------------------------------------------------------------------------------
+// A tiny HTTP/1.1 server whose every answer is decided by the test.
+
+/// What the server saw.
+#[derive(Default)]
+struct Stats {
+    /// Requests whose head was read completely.
+    requests: AtomicUsize,
+    /// Requests being served right now (from the end of the head until the server is done
+    /// with the connection, or the client closed it).
+    active: AtomicUsize,
+    max_active: AtomicUsize,
+    paths: Mutex<Vec<String>>,
+}
+
+/// A request being served; counts itself in `active`.
+struct InFlight(Arc<Stats>);
+
+/// A client that closes connection A and at once opens connection B can have B's head read
+/// before A's thread has seen the end of A. Wait this long for earlier requests to finish
+/// before calling it an overlap: a real overlap (a request sent while another is still
+/// pending) lasts as long as the pending one, i.e. up to the client's timeout.
+const OVERLAP_GRACE: Duration = Duration::from_millis(50);
+
+impl InFlight {
+    fn start(stats: &Arc<Stats>) -> InFlight {
+        let deadline = Instant::now() + OVERLAP_GRACE;
+        while stats.active.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(2));
+        }
+        let now = stats.active.fetch_add(1, Ordering::SeqCst) + 1;
+        stats.max_active.fetch_max(now, Ordering::SeqCst);
+        InFlight(stats.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+type Handler = dyn Fn(usize, &mut TcpStream) + Send + Sync;
+
+struct Server {
+    addr: SocketAddr,
+    stats: Arc<Stats>,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Serves every request with `handler(n, stream)`, `n` counting requests from 0. The
+    /// connection is closed when the handler returns.
+    fn start(handler: impl Fn(usize, &mut TcpStream) + Send + Sync + 'static) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().unwrap();
+        let stats = Arc::new(Stats::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let accept = {
+            let stats = stats.clone();
+            let stop = stop.clone();
+            thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(mut stream) = stream else { continue };
+                    let stats = stats.clone();
+                    let handler = handler.clone();
+                    thread::spawn(move || {
+                        // No connection thread outlives a broken test by much.
+                        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+                        let Some(path) = read_head(&mut stream) else {
+                            return;
+                        };
+                        let n = stats.requests.fetch_add(1, Ordering::SeqCst);
+                        stats.paths.lock().unwrap().push(path);
+                        let _guard = InFlight::start(&stats);
+                        handler(n, &mut stream);
+                    });
+                }
+            })
+        };
+        Server {
+            addr,
+            stats,
+            stop,
+            accept: Some(accept),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn requests(&self) -> usize {
+        self.stats.requests.load(Ordering::SeqCst)
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.stats.max_active.load(Ordering::SeqCst)
+    }
+
+    /// Asserts every request went to the heap endpoint (MemStats are turned off).
+    fn assert_paths_are_heap(&self) {
+        for p in self.stats.paths.lock().unwrap().iter() {
+            assert_eq!(p, "/debug/pprof/heap", "unexpected request path");
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Reads a request head; returns the path, or None if the client went away first.
+fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if head.len() > 64 * 1024 {
+            return None;
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let line = text.lines().next()?;
+    Some(line.split_whitespace().nth(1)?.to_string())
+}
+
+fn head(status: &str, content_type: &str, length: usize) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// A complete response; the connection closes after it.
+fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) {
+    let mut bytes = head(status, content_type, body.len());
+    bytes.extend_from_slice(body);
+    let _ = stream.write_all(&bytes);
+    let _ = stream.flush();
+    let _ = stream.shutdown(Shutdown::Write);
+}
+
+fn serve_profile(stream: &mut TcpStream, body: &[u8]) {
+    respond(stream, "200 OK", "application/octet-stream", body);
+}
+
+/// Never answers: holds the connection until the client gives up and closes it.
+fn hang(stream: &mut TcpStream) {
+    let mut buf = [0u8; 256];
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+/// Promises the whole body, sends half of it, then drops the connection.
+fn cut_mid_body(stream: &mut TcpStream, body: &[u8]) {
+    let mut bytes = head("200 OK", "application/octet-stream", body.len());
+    bytes.extend_from_slice(&body[..body.len() / 2]);
+    let _ = stream.write_all(&bytes);
+    let _ = stream.flush();
+    // Returning drops the stream: the client sees EOF before Content-Length bytes.
+}
+
+fn html() -> &'static [u8] {
+    b"<!DOCTYPE html>\n<html><head><title>Login</title></head><body><h1>Please sign in</h1></body></html>\n"
+}
+
+fn server_error(stream: &mut TcpStream) {
+    respond(
+        stream,
+        "500 Internal Server Error",
+        "text/plain; charset=utf-8",
+        b"internal error: profile writer panicked\n",
+    );
+}
+
+/// The committed real profile served by the well-behaved answers.
+fn good_profile() -> Vec<u8> {
+    fs::read(util::fixture("hiddenleak-heap-late.pb.gz")).expect("fixture")
+}
+
+/// The profile cut to 60% and served completely (the gzip stream ends early).
+fn truncated_profile() -> Vec<u8> {
+    let mut p = good_profile();
+    p.truncate(p.len() * 6 / 10);
+    p
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the collector and checking the run directory.
+
+struct Ran {
+    code: Option<i32>,
+    stderr: String,
+    wall: Duration,
+}
+
+/// Runs `heapwatch collect TARGET --out RUN --quiet --memstats-interval 0 EXTRA…`, killing it
+/// (and failing the test) if it has not exited after `kill_after`. Logs go to `logs`.
+fn collect(target: &str, run: &Path, logs: &Path, extra: &[&str], kill_after: Duration) -> Ran {
+    fs::create_dir_all(logs).unwrap();
+    let stdout = fs::File::create(logs.join("stdout")).unwrap();
+    let stderr = fs::File::create(logs.join("stderr")).unwrap();
+    let began = Instant::now();
+    let mut child = util::heapwatch()
+        .arg("collect")
+        .arg(target)
+        .arg("--out")
+        .arg(run)
+        .args(["--quiet", "--memstats-interval", "0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .expect("heapwatch collect starts");
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if began.elapsed() > kill_after {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "heapwatch collect {target} did not exit within {kill_after:?}; stderr: {}",
+                fs::read_to_string(logs.join("stderr")).unwrap_or_default()
+            );
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let wall = began.elapsed();
+    Ran {
+        code: status.code(),
+        stderr: fs::read_to_string(logs.join("stderr")).unwrap_or_default(),
+        wall,
+    }
+}
+
+/// The invariants every run directory keeps whatever the target did. Returns the records.
+fn check_run(run: &Path) -> Vec<Value> {
+    let manifest = run.join("manifest.jsonl");
+    let text =
+        fs::read_to_string(&manifest).unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "the manifest ends with a torn line: {:?}",
+        text.lines().last()
+    );
+    let mut records = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("manifest line {} is not JSON ({e}): {line}", i + 1));
+        assert!(v.is_object(), "manifest line {} is not an object", i + 1);
+        for field in [
+            "seq",
+            "kind",
+            "file",
+            "incarnation",
+            "t_ms",
+            "latency_ms",
+            "bytes",
+            "dup_of",
+            "error",
+        ] {
+            assert!(
+                v.get(field).is_some(),
+                "manifest line {} lacks {field}: {line}",
+                i + 1
+            );
+        }
+        records.push(v);
+    }
+    for pair in records.windows(2) {
+        let (a, b) = (seq(&pair[0]), seq(&pair[1]));
+        assert!(a < b, "seq not strictly increasing: {a} then {b}");
+    }
+    // One request at a time, as seen by the collector's own clock.
+    let attempts: Vec<&Value> = records.iter().filter(|r| r["kind"] != "delete").collect();
+    for pair in attempts.windows(2) {
+        let end = pair[0]["t_ms"].as_f64().unwrap() + pair[0]["latency_ms"].as_f64().unwrap();
+        let next = pair[1]["t_ms"].as_f64().unwrap();
+        assert!(
+            next + 2.0 >= end,
+            "attempt seq {} started at {next} before seq {} ended at {end}",
+            seq(pair[1]),
+            seq(pair[0])
+        );
+    }
+    for r in &records {
+        if r["error"].is_null() {
+            assert!(r["error_kind"].is_null(), "error_kind without error: {r}");
+        } else {
+            assert!(r["file"].is_null(), "a failed attempt names a file: {r}");
+            assert!(
+                r["error_kind"].is_string(),
+                "a failed attempt has no error_kind: {r}"
+            );
+        }
+        if r["kind"] == "heap" && r["error"].is_null() && r["dup_of"].is_null() {
+            let file = r["file"].as_str().expect("a stored capture names its file");
+            assert!(
+                run.join(file).is_file(),
+                "{file} is in the manifest but not on disk"
+            );
+        }
+    }
+    for path in profile_files(run) {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            !name.starts_with(".partial-"),
+            "temporary file left behind: {name}"
+        );
+        let out = util::run(&["top", path.to_str().unwrap(), "-n", "1"]);
+        assert!(
+            out.status.success(),
+            "stored file {name} does not decode: {}",
+            util::stderr(&out)
+        );
+    }
+    records
+}
+
+fn seq(r: &Value) -> u64 {
+    r["seq"].as_u64().expect("seq is a number")
+}
+
+fn profile_files(run: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = match fs::read_dir(run.join("profiles")) {
+        Ok(dir) => dir.map(|e| e.unwrap().path()).collect(),
+        Err(_) => Vec::new(),
+    };
+    files.sort();
+    files
+}
+
+fn error_kinds(records: &[Value]) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| !r["error"].is_null())
+        .map(|r| r["error_kind"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Asserts at least one attempt was made and every attempt failed with `kind`, its message
+/// containing `mentions` (case-insensitive).
+fn assert_all_failed(records: &[Value], kind: &str, mentions: &str) {
+    assert!(!records.is_empty(), "no attempt was recorded");
+    for r in records {
+        assert_eq!(r["kind"], "heap", "unexpected record: {r}");
+        assert_eq!(r["error_kind"], kind, "wrong error class: {r}");
+        let error = r["error"].as_str().expect("an error message");
+        assert!(
+            error.to_lowercase().contains(&mentions.to_lowercase()),
+            "error {error:?} does not mention {mentions:?}"
+        );
+    }
+}
+
+/// Runs the collector for `duration` against a server that always does `fault`, and checks
+/// what every such test checks. Returns the records.
+fn run_against_fault(
+    fault: impl Fn(&mut TcpStream) + Send + Sync + 'static,
+    interval: &str,
+    duration: &str,
+    extra: &[&str],
+) -> (Vec<Value>, Ran, Server) {
+    let server = Server::start(move |_, s| fault(s));
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut args = vec![
+        "--interval",
+        interval,
+        "--timeout",
+        "300ms",
+        "--duration",
+        duration,
+    ];
+    args.extend_from_slice(extra);
+    let ran = collect(
+        &server.url(),
+        &run,
+        &dir.path().join("logs"),
+        &args,
+        Duration::from_secs(20),
+    );
+    assert!(
+        run.join("manifest.jsonl").is_file(),
+        "no manifest; exit {:?}: {}",
+        ran.code,
+        ran.stderr
+    );
+    let records = check_run(&run);
+    assert!(
+        profile_files(&run).is_empty(),
+        "nothing valid was served, yet files were stored: {:?}",
+        profile_files(&run)
+    );
+    assert!(
+        matches!(ran.code, Some(0) | Some(3)),
+        "exit {:?}: {}",
+        ran.code,
+        ran.stderr
+    );
+    assert_eq!(
+        server.max_in_flight(),
+        1,
+        "requests overlapped at the target"
+    );
+    assert_eq!(
+        server.requests(),
+        records.len(),
+        "the target saw {} requests but the manifest has {} records",
+        server.requests(),
+        records.len()
+    );
+    server.assert_paths_are_heap();
+    (records, ran, server)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The faults, one test each.
+
+#[test]
+fn collect_faults_connection_refused() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let ran = collect(
+        &format!("http://127.0.0.1:{port}"),
+        &run,
+        &dir.path().join("logs"),
+        &[
+            "--interval",
+            "100ms",
+            "--timeout",
+            "300ms",
+            "--duration",
+            "1s",
+        ],
+        Duration::from_secs(20),
+    );
+    let records = check_run(&run);
+    eprintln!("refused: {} attempts in {:?}", records.len(), ran.wall);
+    assert_eq!(
+        ran.code,
+        Some(3),
+        "a target that never answered exits 3: {}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.contains("never answered"),
+        "stderr: {}",
+        ran.stderr
+    );
+    assert!(records.len() >= 3, "only {} attempts in 1 s", records.len());
+    assert_all_failed(&records, "refused", "refused");
+    assert!(profile_files(&run).is_empty());
+}
+
+#[test]
+fn collect_faults_target_that_never_answers_times_out_without_overlap() {
+    let (records, ran, server) = run_against_fault(hang, "200ms", "2s", &[]);
+    eprintln!(
+        "timeout: {} attempts, exit {:?}, in {:?}",
+        records.len(),
+        ran.code,
+        ran.wall
+    );
+    assert!(
+        ran.wall < Duration::from_secs(6),
+        "the collector took {:?} to stop after --duration 2s",
+        ran.wall
+    );
+    // 2 s of 300 ms timeouts, back to back.
+    assert!(records.len() >= 4, "only {} attempts", records.len());
+    assert_all_failed(&records, "timeout", "");
+    for r in &records {
+        let latency = r["latency_ms"].as_f64().unwrap();
+        assert!(
+            (250.0..1000.0).contains(&latency),
+            "an attempt took {latency} ms with --timeout 300ms: {r}"
+        );
+    }
+    assert_eq!(server.max_in_flight(), 1);
+}
+
+#[test]
+fn collect_faults_http_500_is_a_status_error() {
+    let (records, _, _) = run_against_fault(server_error, "100ms", "1s", &[]);
+    assert_all_failed(&records, "status", "500");
+    // The body's text helps: it is quoted in the error.
+    assert!(
+        records[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("profile writer panicked"),
+        "{}",
+        records[0]
+    );
+}
+
+#[test]
+fn collect_faults_html_page_is_invalid_and_not_stored() {
+    let (records, _, _) = run_against_fault(
+        |s| respond(s, "200 OK", "text/html; charset=utf-8", html()),
+        "100ms",
+        "1s",
+        &[],
+    );
+    assert_all_failed(&records, "invalid", "HTML");
+}
+
+#[test]
+fn collect_faults_connection_dropped_mid_body_is_a_reset() {
+    let body = good_profile();
+    let (records, _, _) = run_against_fault(move |s| cut_mid_body(s, &body), "100ms", "1s", &[]);
+    assert_all_failed(&records, "reset", "");
+}
+
+#[test]
+fn collect_faults_truncated_gzip_is_invalid_and_not_stored() {
+    let body = truncated_profile();
+    let (records, _, _) = run_against_fault(move |s| serve_profile(s, &body), "100ms", "1s", &[]);
+    assert_all_failed(&records, "invalid", "truncated gzip");
+}
+
+#[test]
+fn collect_faults_body_over_max_body_is_too_large() {
+    let body = good_profile();
+    assert!(body.len() > 1024, "the fixture must exceed 1 KiB");
+    let (records, _, _) = run_against_fault(
+        move |s| serve_profile(s, &body),
+        "100ms",
+        "1s",
+        &["--max-body", "1KiB"],
+    );
+    assert_all_failed(&records, "too-large", "1024");
+}
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+struct Mount(PathBuf);
+
+impl Mount {
+    /// Mounts a tmpfs of `size` at `dir`; None (test skipped) when not permitted, unless
+    /// HEAPWATCH_REQUIRE_ROOT is set.
+    fn tmpfs(dir: &Path, size: &str) -> Option<Mount> {
+        fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Mount(dir.to_path_buf())),
+            other => {
+                let why = match other {
+                    Ok(o) => util::stderr(&o),
+                    Err(e) => e.to_string(),
+                };
+                if std::env::var_os("HEAPWATCH_REQUIRE_ROOT").is_some() {
+                    panic!(
+                        "HEAPWATCH_REQUIRE_ROOT is set but mounting a tmpfs failed (needs root): {why}"
+                    );
+                }
+                eprintln!("SKIPPED: this test mounts a tmpfs and needs root: {why}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// Runs the collector with its run directory on a tmpfs of `size`, against a well-behaved
+/// server answering request `n` with `bodies[n % len]`, until the disk fills. Checks that it
+/// stops by itself (exit 2, a message naming the full disk) leaving only intact files.
+/// Returns the records and the stored files, or None when the test is skipped.
+fn fill_the_disk(size: &str, bodies: Vec<Vec<u8>>) -> Option<(Vec<Value>, Vec<PathBuf>)> {
+    let dir = util::tempdir();
+    let _mount = Mount::tmpfs(&dir.path().join("small"), size)?;
+    let server = Server::start(move |n, s| serve_profile(s, &bodies[n % bodies.len()]));
+    let run = dir.path().join("small/run");
+    let ran = collect(
+        &server.url(),
+        &run,
+        &dir.path().join("logs"),
+        &[
+            "--interval",
+            "100ms",
+            "--timeout",
+            "1s",
+            "--duration",
+            "20s",
+        ],
+        Duration::from_secs(30),
+    );
+    eprintln!(
+        "disk full ({size}): exit {:?} after {:?}; stderr: {}",
+        ran.code,
+        ran.wall,
+        ran.stderr.trim()
+    );
+    assert_eq!(
+        ran.code,
+        Some(2),
+        "a full disk stops the collector with exit 2: {}",
+        ran.stderr
+    );
+    assert!(
+        ran.wall < Duration::from_secs(15),
+        "the collector did not stop by itself"
+    );
+    assert!(
+        ran.stderr.to_lowercase().contains("disk is full"),
+        "the message names the full disk: {}",
+        ran.stderr
+    );
+    let records = check_run(&run);
+    let files = profile_files(&run);
+    eprintln!(
+        "disk full ({size}): {} records, {} files",
+        records.len(),
+        files.len()
+    );
+    assert!(!files.is_empty(), "captures made before the disk filled");
+    let stored = records
+        .iter()
+        .filter(|r| r["error"].is_null() && r["dup_of"].is_null())
+        .count();
+    assert!(stored >= 1, "no stored capture recorded");
+    // Every file on disk is a recorded capture (the manifest line follows the file); only
+    // the newest may lack its line, when appending that line is what failed.
+    for f in &files {
+        let rel = format!("profiles/{}", f.file_name().unwrap().to_string_lossy());
+        if !records.iter().any(|r| r["file"] == rel.as_str()) {
+            assert_eq!(
+                Some(f),
+                files.last(),
+                "{rel} is on disk but not in the manifest"
+            );
+        }
+    }
+    server.assert_paths_are_heap();
+    assert_eq!(server.max_in_flight(), 1);
+    Some((records, files))
+}
+
+#[test]
+fn collect_faults_full_disk_stops_cleanly_with_intact_files() {
+    // A different valid profile every time, so none is a duplicate of the one before: each
+    // capture takes a page of the tmpfs until a profile no longer fits.
+    let bodies: Vec<Vec<u8>> = util::fixtures_matching("-heap")
+        .iter()
+        .map(|p| fs::read(p).unwrap())
+        .collect();
+    assert!(bodies.len() >= 3, "need several heap fixtures");
+    let Some((records, _)) = fill_the_disk("64k", bodies) else {
+        return;
+    };
+    assert!(
+        records.iter().any(|r| r["error_kind"] == "disk"),
+        "the failed capture is recorded as a disk error"
+    );
+}
+
+#[test]
+fn collect_faults_full_disk_while_appending_the_manifest() {
+    // The same profile every time: one file, then duplicates, so only the manifest grows and
+    // its append is the write that meets the full disk. The manifest must not be left with a
+    // torn line (check_run asserts every line is complete JSON).
+    let Some((records, files)) = fill_the_disk("16k", vec![good_profile()]) else {
+        return;
+    };
+    assert_eq!(files.len(), 1, "duplicates are not stored again");
+    assert!(
+        records.iter().filter(|r| !r["dup_of"].is_null()).count() >= 2,
+        "duplicates recorded"
+    );
+}
+
+/// The faults the mixed server cycles through, with the error class each must be given.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    Status500,
+    Html,
+    Hang,
+    CutMidBody,
+    TruncatedGzip,
+    TooLarge,
+    CloseWithoutAnswer,
+}
+
+const FAULTS: [Fault; 7] = [
+    Fault::Status500,
+    Fault::Html,
+    Fault::Hang,
+    Fault::CutMidBody,
+    Fault::TruncatedGzip,
+    Fault::TooLarge,
+    Fault::CloseWithoutAnswer,
+];
+
+impl Fault {
+    fn expected_kind(self) -> &'static str {
+        match self {
+            Fault::Status500 => "status",
+            Fault::Html | Fault::TruncatedGzip => "invalid",
+            Fault::Hang => "timeout",
+            Fault::CutMidBody | Fault::CloseWithoutAnswer => "reset",
+            Fault::TooLarge => "too-large",
+        }
+    }
+}
+
+#[test]
+fn collect_faults_mixed_keeps_going_between_faults() {
+    // Good answers (all under --max-body) alternate with faults.
+    let good: Vec<Vec<u8>> = util::fixtures_matching("-heap")
+        .iter()
+        .map(|p| fs::read(p).unwrap())
+        .filter(|b| b.len() < 2048)
+        .collect();
+    let big = fs::read(util::fixture("hiddenleak-heap-rate4k.pb.gz")).unwrap();
+    assert!(big.len() > 2048 && good.len() >= 2);
+    let full = good_profile();
+    let truncated = truncated_profile();
+    let server = Server::start(move |n, s| {
+        if n % 2 == 0 {
+            return serve_profile(s, &good[(n / 2) % good.len()]);
+        }
+        match FAULTS[(n / 2) % FAULTS.len()] {
+            Fault::Status500 => server_error(s),
+            Fault::Html => respond(s, "200 OK", "text/html", html()),
+            Fault::Hang => hang(s),
+            Fault::CutMidBody => cut_mid_body(s, &full),
+            Fault::TruncatedGzip => serve_profile(s, &truncated),
+            Fault::TooLarge => serve_profile(s, &big),
+            Fault::CloseWithoutAnswer => {}
+        }
+    });
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let ran = collect(
+        &server.url(),
+        &run,
+        &dir.path().join("logs"),
+        &[
+            "--interval",
+            "100ms",
+            "--timeout",
+            "300ms",
+            "--duration",
+            "3s",
+            "--max-body",
+            "2KiB",
+        ],
+        Duration::from_secs(20),
+    );
+    let records = check_run(&run);
+    eprintln!(
+        "mixed: exit {:?} after {:?}, {} records, kinds {:?}",
+        ran.code,
+        ran.wall,
+        records.len(),
+        error_kinds(&records)
+    );
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(server.max_in_flight(), 1, "requests overlapped");
+    assert_eq!(
+        server.requests(),
+        records.len(),
+        "every request the target saw is recorded, and no other"
+    );
+    server.assert_paths_are_heap();
+    // Enough to go through every fault at least once.
+    assert!(
+        records.len() >= 2 * FAULTS.len(),
+        "only {} attempts",
+        records.len()
+    );
+    for (n, r) in records.iter().enumerate() {
+        if n % 2 == 0 {
+            assert!(
+                r["error"].is_null(),
+                "attempt {n} got a good answer but recorded an error: {r}"
+            );
+            assert!(r["file"].is_string(), "good capture without file: {r}");
+        } else {
+            let fault = FAULTS[(n / 2) % FAULTS.len()];
+            assert_eq!(
+                r["error_kind"],
+                fault.expected_kind(),
+                "attempt {n} ({fault:?}): {r}"
+            );
+        }
+    }
+    let stored = records
+        .iter()
+        .filter(|r| r["error"].is_null() && r["dup_of"].is_null())
+        .count();
+    assert_eq!(profile_files(&run).len(), stored);
+}
+
+/// The overlap counter itself: two requests held open together must be seen as two in
+/// flight, or the `max_in_flight == 1` assertions above would prove nothing.
+#[test]
+fn collect_faults_harness_sees_overlapping_requests() {
+    let server = Server::start(|_, s| hang(s));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = server.addr;
+            thread::spawn(move || {
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.write_all(b"GET /debug/pprof/heap HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .unwrap();
+                thread::sleep(Duration::from_millis(300));
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert_eq!(server.requests(), 2);
+    assert_eq!(server.max_in_flight(), 2);
+}

@@ -1,0 +1,13 @@
+//! Integration tests of the `heapwatch` command, all in one test binary. Each test works in its
+//! own temporary directory and runs the real binary.
+
+mod util;
+
+mod bad_input;
+mod collect_crash;
+mod collect_faults;
+mod collect_oom;
+mod diff;
+mod growth;
+mod oracle;
+mod replay;
