@@ -68,7 +68,13 @@ pub fn growth(
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .clamp(1, 8);
-    let mut builder = GrowthBuilder::default();
+    let forced_gc = run
+        .info
+        .as_ref()
+        .and_then(|i| i.options.get("gc"))
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    let mut builder = GrowthBuilder::default().forced_gc(forced_gc);
     let mut notes = ScanNotes::default();
     for batch in wanted.chunks(BATCH) {
         let mut results: Vec<Option<Result<Vec<SiteFigures>, String>>> = vec![None; batch.len()];

@@ -16,6 +16,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 const LEAK: &str = "main.(*sessionTable).remember";
 const CATALOG: &str = "main.loadCatalog";
 const STORM_SITE: &str = "main.encodeSnapshot";
+const OOM_SITE: &str = "main.(*routerDataModel).buildEventList";
 const GOROUTINE_LEAK: &str = "main.watchSubscription";
 const NO_GROWTH: &str = "no sustained in-use growth";
 
@@ -134,6 +135,41 @@ fn hiddenleak_ranks_the_slow_leak_first_and_not_the_large_stable_catalog() {
 }
 
 #[test]
+fn oomgrow_names_the_same_growing_site_in_each_of_three_boot_cycles() {
+    let doc = growth("oomgrow");
+    let cs = cycles(&doc);
+    let all: Vec<String> = cs.iter().map(summary).collect();
+    assert_eq!(cs.len(), 3, "three boot cycles:\n{}", all.join("\n"));
+    assert!(
+        doc["limit_bytes"].as_u64() == Some(256 << 20),
+        "the limit is recorded: {}",
+        doc["limit_bytes"]
+    );
+    for c in cs {
+        assert_eq!(
+            names(c, "sites").first().map(String::as_str),
+            Some(OOM_SITE),
+            "{}",
+            summary(c)
+        );
+        assert!(verdict(c).contains(OOM_SITE), "{}", summary(c));
+        assert!(
+            !verdict(c).starts_with(NO_GROWTH),
+            "a heap growing to the OOM kill: {}",
+            summary(c)
+        );
+    }
+    assert_eq!(
+        doc["across"]["same_top_site"],
+        OOM_SITE,
+        "across: {}\n{}",
+        doc["across"],
+        all.join("\n")
+    );
+    assert_eq!(doc["across"]["died"], 3, "{}", doc["across"]);
+}
+
+#[test]
 fn oomgrow_time_to_the_limit_matches_the_death() {
     let doc = growth("oomgrow");
     for c in cycles(&doc) {
@@ -158,6 +194,22 @@ fn oomgrow_time_to_the_limit_matches_the_death() {
             (3.0..=20.0).contains(&died),
             "cycle {}: died after {died:.1} s",
             c["index"]
+        );
+    }
+}
+
+#[test]
+fn oomgrow_steady_growth_is_not_an_allocation_storm() {
+    // buildEventList allocates (and retains) at one constant rate from start to kill: the
+    // steps in its cumulative alloc_space come from the GC publishing the profile ever more
+    // rarely as the heap doubles, not from a change of rate.
+    let doc = growth("oomgrow");
+    for c in cycles(&doc) {
+        assert!(
+            !names(c, "alloc_storms").iter().any(|n| n == OOM_SITE),
+            "{}: {}",
+            summary(c),
+            c["alloc_storms"]
         );
     }
 }
@@ -250,6 +302,32 @@ fn steady_shows_no_growth() {
 #[test]
 fn a_bounded_cache_that_filled_up_is_not_growth() {
     assert_no_growth("boundedcache");
+}
+
+#[test]
+fn the_regressed_controller_grows_in_two_sites_and_the_good_one_not_at_all() {
+    let good = growth("controller-2.0.2");
+    let good = only_cycle(&good, "controller-2.0.2");
+    assert!(list(&good, "sites").is_empty(), "{}", summary(&good));
+    assert!(verdict(&good).starts_with(NO_GROWTH), "{}", summary(&good));
+
+    let bad = growth("controller-2.1.0");
+    let bad = only_cycle(&bad, "controller-2.1.0");
+    assert_eq!(
+        names(&bad, "sites"),
+        [OOM_SITE, "main.(*raftReadOnly).replayPeerLog"],
+        "{}",
+        summary(&bad)
+    );
+    // Both builds allocate at constant rates: nothing in either is a storm.
+    for c in [&good, &bad] {
+        assert!(
+            list(c, "alloc_storms").is_empty(),
+            "{}: {}",
+            summary(c),
+            c["alloc_storms"]
+        );
+    }
 }
 
 #[test]
