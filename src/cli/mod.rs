@@ -1,12 +1,17 @@
 //! Command-line flags and their translation into the plain configurations the library takes.
 //! Nothing below this module sees clap.
 
+mod check;
 mod collect;
 mod compare;
+mod demo;
 mod diff;
+mod flame;
 mod growth;
 mod replay;
+mod report;
 mod top;
+mod triage;
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -73,6 +78,16 @@ enum Command {
     Growth(growth::GrowthArgs),
     /// The same work on two builds: sites that grow more, or only, in B. Worst first.
     Compare(compare::CompareArgs),
+    /// Flamegraph of a profile, of a run's growth, or of the difference between two.
+    Flame(flame::Args),
+    /// index.html, report.md, summary.json and flamegraphs for a run; --fail-on gates CI.
+    Report(report::Args),
+    /// Exit 1 when a run crosses a --fail-on bar (for CI).
+    Check(check::Args),
+    /// The whole pipeline on a bundled real recording: replay, collect, report.
+    Demo(demo::Args),
+    /// Kubernetes OOM triage from `kubectl get pod -o json` (and events).
+    Triage(triage::Args),
     /// Serve a recorded run as a live Go pprof target, in time order, dying between boot cycles.
     Replay(replay::ReplayArgs),
 }
@@ -86,6 +101,11 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Diff(args) => diff::run(args),
         Command::Growth(args) => growth::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Flame(args) => flame::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Triage(args) => triage::run(args),
     }
 }
 

@@ -3,11 +3,16 @@
 
 mod util;
 
+mod agent;
 mod bad_input;
 mod collect_crash;
 mod collect_faults;
 mod collect_oom;
 mod diff;
+mod envoy;
+mod flame;
 mod growth;
 mod oracle;
 mod replay;
+mod report;
+mod triage;

@@ -1,0 +1,12 @@
+//! `heapwatch demo` (being written).
+
+use std::process::ExitCode;
+
+use super::CliError;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Result<ExitCode, CliError> {
+    Err(CliError::Usage("demo: not built yet".into()))
+}
