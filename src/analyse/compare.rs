@@ -135,8 +135,13 @@ pub fn compare(a: &Side, b: &Side, age_s: f64) -> Comparison {
                 ));
             }
             worse.push(row(why.join("; ")));
-        } else if -score * age >= NOISE_BYTES {
-            better.push(row(String::new()));
+        } else {
+            // The same bars the other way round: sampling noise is no improvement either.
+            let slows = gra > grb * 1.2 && (gra - grb) * age >= NOISE_BYTES;
+            let holds_less = (ua - ub) as f64 >= NOISE_BYTES && ua as f64 >= ub as f64 * 1.5;
+            if slows || holds_less {
+                better.push(row(String::new()));
+            }
         }
     }
     worse.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.name.cmp(&y.name)));

@@ -385,3 +385,75 @@ fn a_run_without_captures_is_named() {
     let path = dir.path().to_str().unwrap();
     assert_fails_naming(&["growth", path, "--json"], path);
 }
+
+fn compare_json(a: &str, b: &str) -> serde_json::Value {
+    let (a, b) = (
+        util::repo().join("testdata/runs").join(a),
+        util::repo().join("testdata/runs").join(b),
+    );
+    let out = util::run(&[
+        "compare",
+        "--json",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("compare --json is JSON")
+}
+
+#[test]
+fn compare_names_the_regressed_site_of_the_bad_build_first() {
+    let doc = compare_json("controller-2.0.2", "controller-2.1.0");
+    assert_eq!(doc["schema"], 1);
+    assert_eq!(
+        (doc["a"].as_str(), doc["b"].as_str()),
+        (Some("2.0.2"), Some("2.1.0"))
+    );
+    let regressions = doc["regressions"].as_array().unwrap();
+    let names: Vec<&str> = regressions
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names.first(),
+        Some(&"main.(*routerDataModel).buildEventList"),
+        "{names:?}"
+    );
+    let replay = regressions
+        .iter()
+        .find(|r| r["name"] == "main.(*raftReadOnly).replayPeerLog")
+        .expect("the site that exists only in 2.1.0 is a regression");
+    assert_eq!(replay["new_in_b"], true);
+    // Sites both builds share and hold alike are neither worse nor better.
+    let flat = [
+        "main.(*routerDataModel).load",
+        "main.(*raftReadOnly).serveRead",
+    ];
+    for list in ["regressions", "improvements"] {
+        for r in doc[list].as_array().unwrap() {
+            assert!(!flat.contains(&r["name"].as_str().unwrap()), "{list}: {r}");
+        }
+    }
+}
+
+#[test]
+fn compare_is_quiet_when_nothing_changed_and_reverses_with_its_arguments() {
+    let same = compare_json("controller-2.1.0", "controller-2.1.0");
+    assert!(same["regressions"].as_array().unwrap().is_empty(), "{same}");
+    assert!(
+        same["improvements"].as_array().unwrap().is_empty(),
+        "{same}"
+    );
+    let back = compare_json("controller-2.1.0", "controller-2.0.2");
+    assert!(back["regressions"].as_array().unwrap().is_empty(), "{back}");
+    let better: Vec<&str> = back["improvements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        better.first(),
+        Some(&"main.(*routerDataModel).buildEventList")
+    );
+}
