@@ -3,6 +3,7 @@
 //! of heapwatch can index without fear. No I/O: callers read files and add the file name.
 
 mod error;
+mod samples;
 mod validate;
 
 pub use error::DecodeError;
@@ -49,7 +50,8 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Profile, DecodeErro
 
 /// Decodes and checks an already decompressed profile.
 pub fn decode_protobuf(raw: &[u8]) -> Result<Profile, DecodeError> {
-    validate::build(decode_message(raw)?)
+    let (header, bodies) = samples::split(raw)?;
+    validate::build(header, &bodies)
 }
 
 /// A hash of a profile's content without its timestamp fields (`time_nanos`,

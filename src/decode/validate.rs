@@ -63,6 +63,33 @@ impl IdIndex {
         Ok(index)
     }
 
+    /// Appends the index of each id, or returns the first id that has none. The match on the
+    /// representation is outside the loop: this runs once per stack entry of every sample.
+    fn map_into(&self, ids: &[u64], out: &mut Vec<LocId>) -> Result<(), u64> {
+        out.reserve(ids.len());
+        match self {
+            IdIndex::Dense(v) => {
+                // Unknown ids map to u32::MAX and are looked for afterwards: a branch-free
+                // loop that needs no capacity check per element.
+                let start = out.len();
+                out.extend(
+                    ids.iter()
+                        .map(|&id| LocId(v.get(id as usize).copied().unwrap_or(u32::MAX))),
+                );
+                if let Some(k) = out[start..].iter().position(|l| l.0 == u32::MAX) {
+                    out.truncate(start);
+                    return Err(ids[k]);
+                }
+            }
+            IdIndex::Sparse(m) => {
+                for &id in ids {
+                    out.push(LocId(*m.get(&id).ok_or(id)?));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn get(&self, id: u64) -> Option<u32> {
         match self {
             IdIndex::Dense(v) => v.get(id as usize).copied().filter(|&i| i != u32::MAX),
@@ -71,7 +98,7 @@ impl IdIndex {
     }
 }
 
-pub(super) fn build(p: pb::Profile) -> Result<Profile, DecodeError> {
+pub(super) fn build(p: pb::Profile, sample_bodies: &[&[u8]]) -> Result<Profile, DecodeError> {
     if p.string_table.is_empty() {
         return Err(invalid(
             "the string table is empty (it must start with \"\")".into(),
@@ -198,16 +225,16 @@ pub(super) fn build(p: pb::Profile) -> Result<Profile, DecodeError> {
     }
 
     let types = sample_types.len();
-    let mut samples = Vec::with_capacity(p.sample.len());
-    // Sized by what the message holds, not by samples x types: that product is unbounded
-    // before each sample's value count is checked.
-    let mut stacks = Vec::with_capacity(p.sample.iter().map(|s| s.location_id.len()).sum());
-    let mut values = Vec::with_capacity(p.sample.iter().map(|s| s.value.len()).sum());
+    let mut samples = Vec::with_capacity(sample_bodies.len());
+    let mut stacks = Vec::new();
+    let mut values = Vec::with_capacity(sample_bodies.len().saturating_mul(types.min(8)));
     // Sum of |value| per sample type: when it fits in i64, so does every total, flat and cum
     // that a later stage adds up from a subset of the samples.
     let mut magnitude = vec![0u64; types];
     let mut labels = Vec::new();
-    for (i, s) in p.sample.into_iter().enumerate() {
+    let mut s = super::samples::RawSample::default();
+    for (i, body) in sample_bodies.iter().enumerate() {
+        s.decode(body)?;
         if s.value.len() != types {
             return Err(invalid(format!(
                 "sample #{i} has {} values but the profile declares {types} sample types",
@@ -215,18 +242,17 @@ pub(super) fn build(p: pb::Profile) -> Result<Profile, DecodeError> {
             )));
         }
         let stack_start = stacks.len() as u32;
-        for &id in &s.location_id {
-            let loc = location_index.get(id).ok_or_else(|| {
+        location_index
+            .map_into(&s.location_id, &mut stacks)
+            .map_err(|id| {
                 invalid(format!(
                     "sample #{i} refers to location {id}, which does not exist"
                 ))
             })?;
-            stacks.push(LocId(loc));
+        for (m, &v) in magnitude.iter_mut().zip(&s.value) {
+            *m = m.saturating_add((v as i64).unsigned_abs());
         }
-        for (m, v) in magnitude.iter_mut().zip(&s.value) {
-            *m = m.saturating_add(v.unsigned_abs());
-        }
-        values.extend_from_slice(&s.value);
+        values.extend(s.value.iter().map(|&v| v as i64));
         let labels_start = labels.len() as u32;
         for l in &s.label {
             let key = strings.check(l.key, || format!("a label key of sample #{i}"))?;

@@ -143,20 +143,21 @@ pub fn sites(profile: &Profile, sample_index: usize, granularity: Granularity) -
         if v == 0 {
             continue;
         }
+        let stamp = i as u32;
         let mut leaf = true;
         for &loc in profile.sample_stack(sample) {
             let l = &profile.locations[loc.0 as usize];
             let start = l.frames_start as usize;
-            for fi in start..start + l.frames_len as usize {
-                let k = keys.frame_key[fi] as usize;
+            for &k in &keys.frame_key[start..start + l.frames_len as usize] {
+                let k = k as usize;
                 if leaf {
                     flat[k] += v;
                     leaf = false;
                 }
-                if seen[k] != i as u32 {
-                    seen[k] = i as u32;
-                    cum[k] += v;
-                }
+                // Branch-free: whether a key repeats within a stack is not predictable.
+                let fresh = i64::from(seen[k] != stamp);
+                seen[k] = stamp;
+                cum[k] += v & -fresh;
             }
         }
     }
