@@ -3,6 +3,8 @@
 
 pub mod compare;
 pub mod diff;
+pub mod envoy;
 pub mod growth;
 pub mod reduce;
 pub mod series;
+pub mod triage;

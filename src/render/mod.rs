@@ -3,9 +3,12 @@
 
 pub mod compare;
 pub mod diff;
+pub mod envoy;
+pub mod flame;
 pub mod growth;
 pub mod pprof;
 pub mod top;
+pub mod triage;
 
 /// Version of the JSON documents heapwatch writes. Bumped when a field changes meaning.
 pub const SCHEMA: u32 = 1;

@@ -1,6 +1,7 @@
 //! Sources pull bytes from a live target: Go's net/http/pprof over HTTP(S) today, the agent
 //! socket and Envoy's admin port beside it. A source only fetches; it never decodes or stores.
 
+pub mod envoy;
 pub mod http;
 pub mod memstats;
 pub mod procmem;

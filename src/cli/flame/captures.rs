@@ -1,0 +1,211 @@
+//! Which captures of a run a flamegraph is drawn from: the profiles a run still holds, the
+//! boot cycle to use, two runs aligned on time since start, and what grew between two
+//! captures. Errors name the run and say why a capture cannot be used.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+
+use heapwatch::store::{CaptureRecord, RecordKind, RunDir};
+
+use crate::cli::CliError;
+
+/// A profile a run holds on disk: its manifest record, its file and when in its boot cycle it
+/// was taken.
+pub(crate) struct StoredCapture<'a> {
+    pub record: &'a CaptureRecord,
+    pub path: PathBuf,
+    /// Seconds since the first capture of its boot cycle.
+    pub age_s: f64,
+}
+
+impl StoredCapture<'_> {
+    /// "#53 (cycle 1, 6.3 s)".
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "#{} (cycle {}, {:.1} s)",
+            self.record.seq, self.record.incarnation, self.age_s
+        )
+    }
+}
+
+/// Every heap and goroutine profile of a run still on disk, once each (a capture identical to
+/// an earlier one is stored only once), in boot-cycle and time order.
+pub(crate) fn stored_captures(run: &RunDir) -> Vec<StoredCapture<'_>> {
+    let records = &run.manifest.records;
+    let deleted: BTreeSet<u64> = records.iter().filter_map(|r| r.deleted_seq).collect();
+    let cycle_start = cycle_starts(run);
+    let mut stored: Vec<StoredCapture<'_>> = records
+        .iter()
+        .filter(|r| {
+            r.is_ok()
+                && r.dup_of.is_none()
+                && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine)
+                && !deleted.contains(&r.seq)
+        })
+        .filter_map(|r| {
+            let path = run.file_path(r).filter(|p| p.is_file())?;
+            let start = cycle_start.get(&r.incarnation).copied().unwrap_or(r.t_ms);
+            Some(StoredCapture {
+                record: r,
+                path,
+                age_s: (r.t_ms - start) as f64 / 1000.0,
+            })
+        })
+        .collect();
+    stored.sort_by_key(|c| (c.record.incarnation, c.record.t_ms, c.record.seq));
+    stored
+}
+
+/// Unix ms of the first successful capture of each boot cycle.
+fn cycle_starts(run: &RunDir) -> BTreeMap<u32, i64> {
+    let mut starts: BTreeMap<u32, i64> = BTreeMap::new();
+    for r in run.manifest.records.iter().filter(|r| r.is_ok()) {
+        let start = starts.entry(r.incarnation).or_insert(r.t_ms);
+        *start = (*start).min(r.t_ms);
+    }
+    starts
+}
+
+/// Seconds from the start of a boot cycle to its last successful heap capture, counting
+/// captures identical to a stored one (their data is the stored one's, still current then).
+fn last_heap_age(run: &RunDir, cycle: u32) -> f64 {
+    let start = cycle_starts(run).get(&cycle).copied().unwrap_or(0);
+    run.manifest
+        .records
+        .iter()
+        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.incarnation == cycle)
+        .map(|r| (r.t_ms - start) as f64 / 1000.0)
+        .fold(0.0, f64::max)
+}
+
+/// The heap captures of the boot cycle to draw from: `wanted`, else the first or last cycle
+/// with at least `need` of them.
+pub(crate) fn cycle_captures<'c, 'a>(
+    run: &RunDir,
+    captures: &'c [StoredCapture<'a>],
+    wanted: Option<u32>,
+    need: usize,
+    first: bool,
+) -> Result<Vec<&'c StoredCapture<'a>>, CliError> {
+    let shown = run.root.display();
+    let mut by_cycle: BTreeMap<u32, Vec<&StoredCapture<'a>>> = BTreeMap::new();
+    for c in captures
+        .iter()
+        .filter(|c| c.record.kind == RecordKind::Heap)
+    {
+        by_cycle.entry(c.record.incarnation).or_default().push(c);
+    }
+    if by_cycle.is_empty() {
+        let attempts = run
+            .manifest
+            .records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Heap)
+            .count();
+        return Err(CliError::Store(format!(
+            "{shown}: no stored heap captures ({attempts} heap capture attempts in the manifest)"
+        )));
+    }
+    let what = if need > 1 { "; growth needs two" } else { "" };
+    if let Some(n) = wanted {
+        let found = by_cycle.remove(&n).unwrap_or_default();
+        if found.len() < need {
+            let cycles: Vec<String> = by_cycle.keys().map(u32::to_string).collect();
+            return Err(CliError::Usage(format!(
+                "{shown}: boot cycle {n} has {} stored heap captures{what} (cycles with any: {})",
+                found.len(),
+                if cycles.is_empty() {
+                    "none".to_string()
+                } else {
+                    cycles.join(", ")
+                }
+            )));
+        }
+        return Ok(found);
+    }
+    let mut fit = by_cycle.into_values().filter(|c| c.len() >= need);
+    let chosen = if first { fit.next() } else { fit.next_back() };
+    chosen.ok_or_else(|| {
+        CliError::Store(format!(
+            "{shown}: no boot cycle has {need} stored heap captures{what}"
+        ))
+    })
+}
+
+/// A stored capture by its seq, or an error that says why there is none.
+pub(crate) fn by_seq<'c, 'a>(
+    run: &RunDir,
+    captures: &'c [StoredCapture<'a>],
+    seq: u64,
+) -> Result<&'c StoredCapture<'a>, CliError> {
+    captures
+        .iter()
+        .find(|c| c.record.seq == seq)
+        .ok_or_else(|| {
+            let why = match run.manifest.records.iter().find(|r| r.seq == seq) {
+                None => "there is no such capture".to_string(),
+                Some(r) if r.error.is_some() => "that capture failed".to_string(),
+                Some(r) if r.dup_of.is_some() => format!(
+                    "that capture is a duplicate of #{}, use that one",
+                    r.dup_of.unwrap_or_default()
+                ),
+                Some(r) if !matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine) => {
+                    format!(
+                        "that capture is a {} record, not a profile",
+                        r.kind.as_str()
+                    )
+                }
+                Some(_) => "its profile is no longer on disk".to_string(),
+            };
+            CliError::Usage(format!("{}: capture #{seq}: {why}", run.root.display()))
+        })
+}
+
+/// One capture of each of two runs (from their chosen boot cycles) at the same age, the way
+/// `compare` aligns two builds: the age of the earlier of the two cycles' last heap captures
+/// (duplicates count: their data was still current then), and on each side the data in effect
+/// at that age, the last stored capture taken by then. `None` when a side has no capture.
+pub(crate) fn at_same_age<'c, 'a>(
+    base_run: &RunDir,
+    base: &[&'c StoredCapture<'a>],
+    new_run: &RunDir,
+    new: &[&'c StoredCapture<'a>],
+) -> Option<(&'c StoredCapture<'a>, &'c StoredCapture<'a>)> {
+    let seen = |run, c: &[&StoredCapture<'_>]| {
+        c.first()
+            .map(|first| last_heap_age(run, first.record.incarnation))
+    };
+    let age = seen(base_run, base)?.min(seen(new_run, new)?);
+    let at_age =
+        |c: &[&'c StoredCapture<'a>]| c[c.iter().rposition(|x| x.age_s <= age + 1e-9).unwrap_or(0)];
+    Some((at_age(base), at_age(new)))
+}
+
+/// Per-stack growth from one capture to a later one: positive changes only (what was added).
+pub(crate) struct StackGrowth {
+    pub added: Vec<(String, i64)>,
+    pub shrunk_stacks: usize,
+    pub shrunk_by: i64,
+}
+
+pub(crate) fn stack_growth(from: &[(String, i64)], to: &[(String, i64)]) -> StackGrowth {
+    let mut change: HashMap<&str, i64> = HashMap::new();
+    for (stack, v) in from {
+        *change.entry(stack).or_default() -= v;
+    }
+    for (stack, v) in to {
+        *change.entry(stack).or_default() += v;
+    }
+    let mut added: Vec<(String, i64)> = change
+        .iter()
+        .filter(|(_, d)| **d > 0)
+        .map(|(s, d)| (s.to_string(), *d))
+        .collect();
+    added.sort();
+    let shrunk: Vec<i64> = change.values().copied().filter(|d| *d < 0).collect();
+    StackGrowth {
+        added,
+        shrunk_stacks: shrunk.len(),
+        shrunk_by: -shrunk.iter().sum::<i64>(),
+    }
+}
