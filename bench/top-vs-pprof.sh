@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Whole-command benchmark: `heapwatch top` against `go tool pprof -top` and against plain
+# `gzip -dc` (the floor: no tool can decode a gzipped profile faster than it can be gunzipped)
+# on one large real heap profile. Prints hyperfine's tables, the ratios, and peak RSS.
+#
+# Usage: bench/top-vs-pprof.sh [PROFILE]
+#   PROFILE  a gzipped heap profile; default /tmp/big.pb.gz, made by
+#            testdata/go/cmd/bigprofile when missing (STACKS distinct stacks, default 150000).
+# Environment: STACKS (stacks of a generated profile), RUNS (hyperfine runs, default 20),
+#   PPROF_RUNS (runs for the two pprof commands, default 5), OUT (result folder,
+#   default target/bench), NO_HYPERFINE=1 (use the plain bash loop even if hyperfine is here).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+profile=${1:-/tmp/big.pb.gz}
+stacks=${STACKS:-150000}
+runs=${RUNS:-20}
+pprof_runs=${PPROF_RUNS:-5}
+out=${OUT:-$root/target/bench}
+mkdir -p "$out"
+
+need() {
+    command -v "$1" >/dev/null 2>&1
+}
+
+echo "== building heapwatch (release)" >&2
+(cd "$root" && cargo build --release --quiet --bin heapwatch)
+heapwatch=${CARGO_TARGET_DIR:-$root/target}/release/heapwatch
+
+if [[ ! -s $profile ]]; then
+    echo "== generating $profile ($stacks stacks, MemProfileRate=1)" >&2
+    (cd "$root/testdata/go" && go run ./cmd/bigprofile -stacks "$stacks" -o "$profile")
+fi
+
+# `go tool pprof` builds pprof on first use and caches it: one run first so that build is not
+# timed. `go tool -n pprof` names the cached binary, which is timed too (without the go
+# command's own start-up).
+echo "== warming go tool pprof" >&2
+go tool pprof -top "$profile" >/dev/null 2>&1
+pprof_bin=$(go tool -n pprof)
+
+raw_bytes=$(gzip -dc "$profile" | wc -c)
+gz_bytes=$(wc -c <"$profile")
+
+echo
+echo "## Machine"
+echo "date:    $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "nproc:   $(nproc)"
+echo "cpu:     $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "load:    $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "rustc:   $(rustc --version)"
+echo "go:      $(go version)"
+echo "profile: $profile ($gz_bytes bytes gzipped, $raw_bytes bytes of protobuf)"
+
+hw_cmd="$heapwatch top $profile"
+gz_cmd="gzip -dc $profile"
+gotool_cmd="go tool pprof -top $profile"
+pprof_cmd="$pprof_bin -top $profile"
+
+# Mean wall seconds and mean CPU (user+system) seconds of each command. On a busy machine
+# the CPU figure is the steadier one: a process waiting for a core adds wall time only.
+declare -A mean cpu
+
+if [[ -z ${NO_HYPERFINE:-} ]] && need hyperfine && need python3; then
+    echo
+    echo "## Time (hyperfine)"
+    hyperfine --warmup 3 --runs "$runs" --style basic --output null \
+        --export-json "$out/top-fast.json" --export-markdown "$out/top-fast.md" \
+        -n "heapwatch top" "$hw_cmd" \
+        -n "gzip -dc (floor)" "$gz_cmd"
+    hyperfine --warmup 1 --runs "$pprof_runs" --style basic --output null \
+        --export-json "$out/top-pprof.json" --export-markdown "$out/top-pprof.md" \
+        -n "pprof -top (cached binary)" "$pprof_cmd" \
+        -n "go tool pprof -top" "$gotool_cmd"
+    while read -r name wall used; do
+        mean[$name]=$wall
+        cpu[$name]=$used
+    done < <(python3 - "$out/top-fast.json" "$out/top-pprof.json" <<'EOF'
+import json, sys
+keys = ["heapwatch", "gzip", "pprof", "gotool"]
+results = []
+for path in sys.argv[1:]:
+    results += json.load(open(path))["results"]
+for key, r in zip(keys, results):
+    print(key, r["mean"], r["user"] + r["system"])
+EOF
+    )
+else
+    # No hyperfine: a plain loop, best of RUNS.
+    echo
+    echo "## Time (bash loop, best of N; no hyperfine: both ratio columns below use this)"
+    best() {
+        local n=$1 key=$2
+        shift 2
+        local min=
+        for ((i = 0; i < n; i++)); do
+            local t0 t1
+            t0=$(date +%s%N)
+            "$@" >/dev/null 2>&1
+            t1=$(date +%s%N)
+            local d=$((t1 - t0))
+            if [[ -z $min || $d -lt $min ]]; then min=$d; fi
+        done
+        mean[$key]=$(awk -v ns="$min" 'BEGIN { printf "%.6f", ns / 1e9 }')
+        cpu[$key]=${mean[$key]}
+        printf '%-28s %8.1f ms\n' "$key" "$(awk -v ns="$min" 'BEGIN { print ns / 1e6 }')"
+    }
+    best "$runs" heapwatch "$heapwatch" top "$profile"
+    best "$runs" gzip gzip -dc "$profile"
+    best "$pprof_runs" pprof "$pprof_bin" -top "$profile"
+    best "$pprof_runs" gotool go tool pprof -top "$profile"
+fi
+
+echo
+echo "## Ratios (by mean wall time; by mean user+system CPU time)"
+ratio() {
+    awk -v a="$2" -v b="$3" -v c="$4" -v d="$5" -v label="$1" \
+        'BEGIN { printf "%-32s %6.2fx   %6.2fx\n", label, a / b, c / d }'
+}
+ratio "pprof binary / heapwatch:" "${mean[pprof]}" "${mean[heapwatch]}" "${cpu[pprof]}" "${cpu[heapwatch]}"
+ratio "go tool pprof / heapwatch:" "${mean[gotool]}" "${mean[heapwatch]}" "${cpu[gotool]}" "${cpu[heapwatch]}"
+ratio "heapwatch / gzip -dc floor:" "${mean[heapwatch]}" "${mean[gzip]}" "${cpu[heapwatch]}" "${cpu[gzip]}"
+
+echo
+echo "## Peak memory (max RSS of 3 runs, KiB)"
+peak() {
+    local label=$1
+    shift
+    if [[ ! -x /usr/bin/time ]]; then
+        echo "$label: /usr/bin/time not installed (apt-get install time)"
+        return
+    fi
+    local all=()
+    for _ in 1 2 3; do
+        all+=("$(/usr/bin/time -f '%M' "$@" 2>&1 >/dev/null | tail -n1)")
+    done
+    printf '%-28s %s\n' "$label" "${all[*]}"
+}
+peak "heapwatch top" "$heapwatch" top "$profile"
+peak "pprof -top (cached binary)" "$pprof_bin" -top "$profile"
+peak "gzip -dc" gzip -dc "$profile"
