@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::Profile;
+use crate::model::{LocId, Profile};
 
 /// The pseudo-site that collects what the profile writer itself allocates in the target.
 pub const PROFILING_SITE: &str = "(profiling: runtime/pprof)";
@@ -24,46 +24,68 @@ fn is_profiler(name: &str) -> bool {
 
 /// Heap sites: flat in-use and allocated bytes at the leaf function, as pprof names it;
 /// samples under the profile writer go to [`PROFILING_SITE`] so the cost of watching is
-/// never mistaken for the culprit.
+/// never mistaken for the culprit. Names and the profiler test are worked out once per
+/// function and location, so the per-sample work is indexing.
 pub fn heap_sites(profile: &Profile) -> Vec<SiteFigures> {
-    let inuse = profile.find_sample_type("inuse_space");
-    let alloc = profile.find_sample_type("alloc_space");
-    let (Some(inuse), alloc) = (
-        inuse.or_else(|| Some(profile.default_sample_index())),
-        alloc,
-    ) else {
+    let Some(inuse) = profile
+        .find_sample_type("inuse_space")
+        .or_else(|| (!profile.sample_types.is_empty()).then(|| profile.default_sample_index()))
+    else {
         return Vec::new();
     };
+    let alloc = profile.find_sample_type("alloc_space");
+    let mut slots: Vec<(&str, i64, i64)> = vec![(PROFILING_SITE, 0, 0), ("(unsymbolized)", 0, 0)];
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    let mut function_slot = Vec::with_capacity(profile.functions.len());
+    let mut function_profiler = Vec::with_capacity(profile.functions.len());
+    for f in &profile.functions {
+        let name = profile.str(f.name);
+        function_profiler.push(is_profiler(name));
+        let next = slots.len();
+        let slot = *by_name.entry(name).or_insert(next);
+        if slot == next {
+            slots.push((name, 0, 0));
+        }
+        function_slot.push(slot);
+    }
+    let location_profiler: Vec<bool> = (0..profile.locations.len())
+        .map(|l| {
+            profile.location_frames(LocId(l as u32)).iter().any(|f| {
+                f.function
+                    .is_some_and(|id| function_profiler[id.0 as usize])
+            })
+        })
+        .collect();
     let types = profile.sample_types.len();
-    let mut sites: HashMap<&str, (i64, i64)> = HashMap::new();
     for (i, sample) in profile.samples.iter().enumerate() {
         let values = &profile.values[i * types..(i + 1) * types];
-        let v_inuse = values[inuse];
-        let v_alloc = alloc.map_or(0, |a| values[a]);
+        let (v_inuse, v_alloc) = (values[inuse], alloc.map_or(0, |a| values[a]));
         if v_inuse == 0 && v_alloc == 0 {
             continue;
         }
-        let mut frames = profile.stack_frames(sample);
-        let Some(leaf) = frames.next() else { continue };
-        let profiling = profile.stack_frames(sample).any(|f| {
-            f.function
-                .is_some_and(|id| is_profiler(profile.str(profile.function(id).name)))
-        });
-        let name: &str = if profiling {
-            PROFILING_SITE
+        let stack = profile.sample_stack(sample);
+        let Some(&leaf_location) = stack.first() else {
+            continue;
+        };
+        let slot = if stack.iter().any(|l| location_profiler[l.0 as usize]) {
+            0
         } else {
-            match leaf.function {
-                Some(id) => profile.str(profile.function(id).name),
-                None => "(unsymbolized)",
+            match profile
+                .location_frames(leaf_location)
+                .first()
+                .and_then(|f| f.function)
+            {
+                Some(id) => function_slot[id.0 as usize],
+                None => 1,
             }
         };
-        let e = sites.entry(name).or_insert((0, 0));
-        e.0 += v_inuse;
-        e.1 += v_alloc;
+        slots[slot].1 += v_inuse;
+        slots[slot].2 += v_alloc;
     }
-    let mut out: Vec<SiteFigures> = sites
+    let mut out: Vec<SiteFigures> = slots
         .into_iter()
-        .map(|(name, (value, alloc))| SiteFigures {
+        .filter(|&(_, value, alloc)| value != 0 || alloc != 0)
+        .map(|(name, value, alloc)| SiteFigures {
             name: name.to_string(),
             value,
             alloc,
