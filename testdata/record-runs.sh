@@ -10,6 +10,8 @@
 #   testdata/record-runs.sh                 # every scenario
 #   testdata/record-runs.sh storm steady    # only these
 #   OUT=/some/dir testdata/record-runs.sh   # somewhere else
+#   testdata/record-runs.sh demo-2.1.0 demo-2.0.2   # the recording `heapwatch demo` embeds
+#                                           # (not part of "every scenario"; needs root)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -250,6 +252,98 @@ oomgrow() {
 	finish_run "$name"
 }
 
+# ---------------------------------------------------------------- demo (heapwatch demo)
+# The recording `heapwatch demo` embeds: the controller fixture's two builds doing the same
+# work, each in its own v1 memory cgroup of 256 MiB watched with --cgroup. 2.1.0 is OOM-killed
+# by the kernel and restarted on the same port (DEMO_CYCLES boot cycles); 2.0.2 runs as long
+# and lives. Both start with a 1 s "migration" (-delay) before events flow, so the growth has
+# an onset to find. Written to demo/recording/VERSION (DEMO_OUT elsewhere). Needs root and
+# the v1 memory controller: the demo shows what the kernel did, so there is no watchdog mode.
+DEMO_CYCLES=${DEMO_CYCLES:-3}
+DEMO_COLLECT=(--interval 250ms --profiles heap,goroutine --goroutine-interval 1s
+	--memory-interval 100ms --timeout 1s --quiet)
+
+demo_cgroup() { # demo_cgroup VERSION: make $cgroup, a 256 MiB v1 memory cgroup
+	cgroup=$CGROUP_ROOT/heapwatch-demo-$$-$1
+	mkdir "$cgroup" 2>/dev/null && echo "$LIMIT_BYTES" >"$cgroup/memory.limit_in_bytes" 2>/dev/null ||
+		die "demo: needs root and a v1 memory cgroup at $CGROUP_ROOT"
+	echo "$LIMIT_BYTES" >"$cgroup/memory.memsw.limit_in_bytes" 2>/dev/null || true
+}
+
+demo_finish() { # demo_finish VERSION: move the run into place, drop the cgroup
+	local v=$1 dir=$work/runs/demo-$1 dest=${DEMO_OUT:-$repo/demo/recording}/$1
+	rmdir "$cgroup" 2>/dev/null || log "could not remove $cgroup yet (cleanup retries)"
+	[[ -d $cgroup ]] || cgroup=
+	[[ -s $dir/manifest.jsonl ]] || die "demo-$v: no manifest.jsonl"
+	rm -rf "$dest"
+	mkdir -p "$(dirname "$dest")"
+	cp -r "$dir" "$dest"
+	log "demo-$v: $(wc -l <"$dir/manifest.jsonl") manifest lines, $(find "$dir/profiles" -type f | wc -l) profiles, $(du -sh --apparent-size "$dest" | cut -f1)"
+}
+
+demo_seconds() { # how long the 2.1.0 recording lasted (2.0.2 runs as long), whole seconds
+	local m=${DEMO_OUT:-$repo/demo/recording}/2.1.0/manifest.jsonl first last
+	if [[ -s $m ]]; then
+		first=$(head -n 1 "$m" | sed -n 's/.*"t_ms":\([0-9]*\).*/\1/p')
+		last=$(tail -n 1 "$m" | sed -n 's/.*"t_ms":\([0-9]*\).*/\1/p')
+		echo $(((last - first + 999) / 1000))
+	else
+		echo 26
+	fi
+}
+
+demo_regressed() { # 2.1.0: OOM-killed DEMO_CYCLES times
+	local name=demo-2.1.0 bin=cg:$work/bin/2.1.0/controller collector cycle t0 status
+	demo_cgroup 2.1.0
+	mkdir -p "$work/runs"
+	start "$name-1" 127.0.0.1:0 "$bin" -delay 1s
+	local listen=$addr
+	log "$name: pid $pid on $listen in $cgroup"
+	"$hw" collect "http://$listen" --out "$work/runs/$name" "${DEMO_COLLECT[@]}" \
+		--cgroup "$cgroup" --label 2.1.0 2>"$work/collector.err" &
+	collector=$!
+	pids+=("$collector")
+	for cycle in $(seq "$DEMO_CYCLES"); do
+		if ((cycle > 1)); then
+			sleep_ms 300 # a supervisor's restart delay
+			start "$name-$cycle" "$listen" "$bin" -delay 1s
+		fi
+		t0=$(now_ms)
+		while kill -0 "$pid" 2>/dev/null; do
+			(($(now_ms) - t0 < 60000)) || die "$name: cycle $cycle was not killed within 60 s"
+			sleep 0.02
+		done 2>/dev/null
+		status=0
+		wait "$pid" 2>/dev/null || status=$?
+		forget "$pid"
+		((status == 137)) || die "$name: cycle $cycle ended with status $status, not SIGKILL"
+		log "$name: cycle $cycle killed after $(($(now_ms) - t0)) ms"
+	done
+	log "$name: kernel OOM kills: $(awk '/^oom_kill / { print $2 }' "$cgroup/memory.oom_control" 2>/dev/null || echo '?')"
+	sleep_ms 1000
+	kill -INT "$collector" 2>/dev/null || true
+	status=0
+	wait "$collector" || status=$?
+	forget "$collector"
+	((status == 0)) || die "$name: collector exited $status: $(cat "$work/collector.err")"
+	demo_finish 2.1.0
+}
+
+demo_baseline() { # 2.0.2: the same work for as long, alive at the end
+	local name=demo-2.0.2 secs
+	secs=$(demo_seconds)
+	demo_cgroup 2.0.2
+	mkdir -p "$work/runs"
+	start "$name" 127.0.0.1:0 "cg:$work/bin/2.0.2/controller" -delay 1s
+	local target=$pid
+	log "$name: pid $target on $addr in $cgroup, collecting ${secs}s"
+	"$hw" collect "http://$addr" --out "$work/runs/$name" "${DEMO_COLLECT[@]}" \
+		--cgroup "$cgroup" --label 2.0.2 --duration "${secs}s" || die "$name: collect failed"
+	kill -0 "$target" 2>/dev/null || die "$name: 2.0.2 died; it should not"
+	stop "$target"
+	demo_finish 2.0.2
+}
+
 # ---------------------------------------------------------------- scenarios
 scenario() {
 	local b=$work/bin
@@ -267,6 +361,8 @@ scenario() {
 		version=$(sed -n 2p "$work/$1.out")
 		[[ $version == "version $v" ]] || die "$1 printed '$version' as its second line"
 		;;
+	demo-2.1.0) demo_regressed ;;
+	demo-2.0.2) demo_baseline ;;
 	*) die "unknown scenario $1" ;;
 	esac
 }

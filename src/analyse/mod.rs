@@ -6,5 +6,6 @@ pub mod diff;
 pub mod envoy;
 pub mod growth;
 pub mod reduce;
+pub mod rules;
 pub mod series;
 pub mod triage;

@@ -1,12 +1,401 @@
-//! `heapwatch demo` (being written).
+//! `heapwatch demo`: the whole pipeline on a real recording carried in the binary. Two builds
+//! of the controller fixture (2.0.2 and 2.1.0, the latter OOM-killed by the kernel in a
+//! 256 MiB cgroup, three times) are replayed on loopback, each watched by a real
+//! `heapwatch collect`, then reported with 2.0.2 as the baseline into ./heapwatch-demo/.
 
-use std::process::ExitCode;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use super::CliError;
+use heapwatch::analyse::rules::{self, Rule};
+use heapwatch::replay::Timeline;
+use heapwatch::replay::server::{self, ReplayOptions};
+use heapwatch::source::procmem::MemorySample;
+use heapwatch::store::{RUN_FILE, RunDir, RunInfo};
+use heapwatch::units::format_bytes;
+
+use super::{CliError, DecodeFlags};
+
+include!(concat!(env!("OUT_DIR"), "/demo_recording.rs"));
+
+/// The builds of the recording, baseline first.
+const BUILDS: [&str; 2] = ["2.0.2", "2.1.0"];
+/// The bars the demo checks, to show what CI would say.
+const RULES: [&str; 3] = ["growth>5MiB/s", "time-to-limit<60s", "regression>1.5x"];
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Where the report and the collected runs go.
+    #[arg(long, short = 'o', default_value = "heapwatch-demo")]
+    out: PathBuf,
+    /// Replay speed. Above 1 the demo is quicker, and every rate it finds is that much faster
+    /// than the real one.
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
+}
 
-pub fn run(_args: Args) -> Result<ExitCode, CliError> {
-    Err(CliError::Usage("demo: not built yet".into()))
+fn io_error(path: &Path, source: std::io::Error) -> CliError {
+    CliError::Read {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Writes the embedded recording under `dir`, refusing any path that would leave it.
+fn unpack(dir: &Path) -> Result<(), CliError> {
+    if RECORDING.is_empty() {
+        return Err(CliError::Usage(
+            "this heapwatch was built without demo/recording/; rebuild from the repository".into(),
+        ));
+    }
+    for (relative, bytes) in RECORDING {
+        if relative
+            .split('/')
+            .any(|part| part == ".." || part.is_empty())
+        {
+            continue;
+        }
+        let path = dir.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+        }
+        std::fs::write(&path, bytes).map_err(|e| io_error(&path, e))?;
+    }
+    Ok(())
+}
+
+/// A loopback address that was free a moment ago; the replay keeps it across boot cycles.
+fn free_loopback() -> Result<SocketAddr, CliError> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| CliError::Usage(format!("cannot bind a loopback port: {e}")))
+}
+
+/// One build being replayed and collected.
+struct Lane {
+    build: &'static str,
+    recording: RunDir,
+    collected: PathBuf,
+    listen: SocketAddr,
+}
+
+/// What the replay of one lane reports back: when it started (unix ms) and how it went.
+struct Played {
+    started_ms: i64,
+    lives: usize,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, CliError> {
+    if !(args.speed > 0.0 && args.speed.is_finite()) {
+        return Err(CliError::Usage(format!(
+            "--speed {}: must be above zero",
+            args.speed
+        )));
+    }
+    let started = Instant::now();
+    let scratch = std::env::temp_dir().join(format!("heapwatch-demo-{}", std::process::id()));
+    let result = demo(&args, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result?;
+    say(&format!(
+        "\n(the demo took {:.0} s)",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
+    let recording = scratch.join("recording");
+    unpack(&recording)?;
+    let runs = args.out.join("runs");
+    if runs.exists() {
+        // A collector resumes an existing run directory: start these afresh.
+        std::fs::remove_dir_all(&runs).map_err(|e| io_error(&runs, e))?;
+    }
+    std::fs::create_dir_all(&runs).map_err(|e| io_error(&runs, e))?;
+
+    let mut lanes = Vec::new();
+    for build in BUILDS {
+        let dir = recording.join(build);
+        let run = RunDir::open(&dir).map_err(|e| CliError::Store(e.to_string()))?;
+        lanes.push(Lane {
+            build,
+            recording: run,
+            collected: runs.join(build),
+            listen: free_loopback()?,
+        });
+    }
+    describe_recording(&lanes);
+
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Usage(format!("cannot find the heapwatch binary: {e}")))?;
+    let played: Vec<Result<Played, CliError>> = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for lane in &lanes {
+            let exe = &exe;
+            let speed = args.speed;
+            handles.push(scope.spawn(move || play_and_collect(lane, exe, speed)));
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(CliError::Store("a replay thread panicked".into())))
+            })
+            .collect()
+    });
+    for (lane, played) in lanes.iter().zip(played) {
+        let played = played?;
+        carry_memory_over(lane, &played, args.speed)?;
+    }
+
+    say("\nwriting the report (2.1.0, with 2.0.2 as the baseline)");
+    let rules_given: Vec<Rule> = RULES
+        .iter()
+        .map(|r| rules::parse(r).expect("the demo's rules parse"))
+        .collect();
+    let decode = DecodeFlags {
+        max_decompressed: 1 << 30,
+    };
+    let written = super::report::write_report(
+        &runs.join("2.1.0"),
+        Some(&runs.join("2.0.2")),
+        &args.out,
+        &rules_given,
+        None,
+        &decode,
+    )?;
+    tell(args, &written.headline)?;
+    Ok(())
+}
+
+fn describe_recording(lanes: &[Lane]) {
+    say("heapwatch demo: a real recording of two builds of one Go service doing the same work");
+    for lane in lanes {
+        let run = &lane.recording;
+        let cycles: std::collections::BTreeSet<u32> = run
+            .manifest
+            .records
+            .iter()
+            .filter(|r| r.is_ok())
+            .map(|r| r.incarnation)
+            .collect();
+        let memory: Vec<MemorySample> = run.memory_samples();
+        let kills = memory.iter().filter(|m| m.killed).count();
+        let limit = run
+            .info
+            .as_ref()
+            .and_then(|i| i.limit_bytes)
+            .map_or("no".into(), |l| format_bytes(l as i64));
+        let mut line = format!(
+            "  {}: {} capture attempts over {} boot cycle(s) in a {limit} memory cgroup",
+            lane.build,
+            run.manifest.records.len(),
+            cycles.len()
+        );
+        if kills > 0 {
+            line.push_str(&format!(", OOM-killed by the kernel {kills} time(s)"));
+        }
+        say(&line);
+    }
+    say("replaying both on loopback, each watched by `heapwatch collect` (about 30 s)…");
+}
+
+/// Replays one recording in a thread of this process and collects it with a child
+/// `heapwatch collect`, as a user would.
+fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliError> {
+    let timeline = Timeline::from_run(&lane.recording).map_err(CliError::Store)?;
+    let info = lane.recording.info.as_ref();
+    // The build that was OOM-killed dies mid-answer, as the kill cut it; the other one lived.
+    let killed = lane
+        .recording
+        .memory_samples::<MemorySample>()
+        .iter()
+        .any(|m| m.killed);
+    let options = ReplayOptions {
+        listen: lane.listen,
+        speed,
+        die_mid_response: killed,
+    };
+    let replay_stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let replay = scope.spawn(|| {
+            let started_ms = unix_ms();
+            let build = lane.build;
+            let mut announce = |line: String| {
+                if line.contains("died") {
+                    say(&format!("  {build}: {line}"));
+                }
+            };
+            server::serve(&timeline, &options, &replay_stop, &mut announce)
+                .map(|tally| Played {
+                    started_ms,
+                    lives: tally.lives,
+                })
+                .map_err(|e| CliError::Store(format!("replay of {build}: {e}")))
+        });
+        let mut collect = Command::new(exe);
+        collect
+            .arg("collect")
+            .arg(format!("http://{}", lane.listen))
+            .arg("--out")
+            .arg(&lane.collected)
+            .args(["--interval", "250ms", "--burst-interval", "100ms"])
+            // A replay cannot show the collector the cgroup, so burst mode goes by the heap
+            // profile alone, which lags: start it earlier than the default 0.6 of the limit.
+            .args(["--burst-at", "0.3"])
+            .args(["--profiles", "heap,goroutine", "--goroutine-interval", "1s"])
+            .args([
+                "--timeout",
+                "1s",
+                "--until-exit",
+                "--grace",
+                "2s",
+                "--quiet",
+            ])
+            .args(["--label", lane.build]);
+        if let Some(limit) = info.and_then(|i| i.limit_bytes) {
+            collect.args(["--limit", &limit.to_string()]);
+        }
+        let status = collect
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .status();
+        // The collector returns once the last boot cycle has been gone for its grace period,
+        // by which time the replay is over; stop it anyway if the collector failed early.
+        replay_stop.store(true, Ordering::Relaxed);
+        let played = replay
+            .join()
+            .unwrap_or_else(|_| Err(CliError::Store("the replay thread panicked".into())));
+        let status = status.map_err(|e| io_error(exe, e))?;
+        if !status.success() {
+            return Err(CliError::Store(format!(
+                "heapwatch collect of the {} replay exited with {status}",
+                lane.build
+            )));
+        }
+        let played = played?;
+        say(&format!(
+            "  {}: collected {} boot cycle(s) into {}",
+            lane.build,
+            played.lives,
+            lane.collected.display()
+        ));
+        Ok(played)
+    })
+}
+
+/// An HTTP replay cannot replay what the kernel saw (process and cgroup memory, the OOM
+/// kills), so the recording's `memory.jsonl` is carried over onto the replay's clock, and
+/// `run.json` says so.
+fn carry_memory_over(lane: &Lane, played: &Played, speed: f64) -> Result<(), CliError> {
+    let samples: Vec<MemorySample> = lane.recording.memory_samples();
+    let Some(origin) = lane
+        .recording
+        .manifest
+        .records
+        .iter()
+        .filter(|r| r.is_ok())
+        .map(|r| r.t_ms)
+        .min()
+    else {
+        return Ok(());
+    };
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let mut text = String::new();
+    for mut m in samples {
+        m.t_ms = played.started_ms + ((m.t_ms - origin) as f64 / speed).round() as i64;
+        text.push_str(&serde_json::to_string(&m).expect("memory samples are plain data"));
+        text.push('\n');
+    }
+    let path = lane.collected.join(heapwatch::store::MEMORY_FILE);
+    std::fs::write(&path, text).map_err(|e| io_error(&path, e))?;
+
+    let info_path = lane.collected.join(RUN_FILE);
+    let bytes = std::fs::read(&info_path).map_err(|e| io_error(&info_path, e))?;
+    let mut info: RunInfo = serde_json::from_slice(&bytes)
+        .map_err(|e| CliError::Store(format!("{}: {e}", info_path.display())))?;
+    if let Some(options) = info.options.as_object_mut() {
+        options.insert(
+            "memory_source".into(),
+            serde_json::Value::String(
+                "the recording's memory.jsonl, moved onto this run's clock by heapwatch demo (a replay serves profiles, not the kernel's view)"
+                    .into(),
+            ),
+        );
+        let recorded_cgroup = lane
+            .recording
+            .info
+            .as_ref()
+            .and_then(|i| i.options.get("cgroup").cloned());
+        if let Some(cg) = recorded_cgroup {
+            options.insert("cgroup".into(), cg);
+        }
+    }
+    let mut pretty = serde_json::to_vec_pretty(&info).expect("run info is plain data");
+    pretty.push(b'\n');
+    std::fs::write(&info_path, pretty).map_err(|e| io_error(&info_path, e))?;
+    Ok(())
+}
+
+/// What the demo found and where to look.
+fn tell(args: &Args, headline: &str) -> Result<(), CliError> {
+    let summary_path = args.out.join("summary.json");
+    let text = std::fs::read(&summary_path).map_err(|e| io_error(&summary_path, e))?;
+    let summary: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|e| CliError::Store(format!("{}: {e}", summary_path.display())))?;
+    say("\nwhat it found:");
+    say(&format!("  {headline}"));
+    if let Some(site) = summary["baseline"]["regressions"][0]["name"].as_str() {
+        say(&format!("  the regressed site: {site}"));
+    }
+    let tripped: Vec<&str> = summary["rules"]
+        .as_array()
+        .map(|rules| {
+            rules
+                .iter()
+                .filter(|r| r["status"] == "fail")
+                .filter_map(|r| r["rule"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    if !tripped.is_empty() {
+        say(&format!(
+            "  in CI, `heapwatch check --fail-on {}` would fail this build (exit 1)",
+            tripped.join(" --fail-on ")
+        ));
+    }
+    let out = args.out.display();
+    say("\nwhere to look:");
+    say(&format!(
+        "  {out}/index.html          the report: open it in a browser"
+    ));
+    say(&format!(
+        "  {out}/report.md           the short version CI puts in a job summary"
+    ));
+    say(&format!(
+        "  {out}/flamegraphs/        growth per boot cycle, and 2.1.0 against 2.0.2"
+    ));
+    say(&format!(
+        "  {out}/runs/2.1.0          the collected run: try `heapwatch growth {out}/runs/2.1.0`"
+    ));
+    Ok(())
 }

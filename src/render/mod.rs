@@ -7,6 +7,7 @@ pub mod envoy;
 pub mod flame;
 pub mod growth;
 pub mod pprof;
+pub mod report;
 pub mod top;
 pub mod triage;
 

@@ -1,0 +1,677 @@
+//! CI gates: `--fail-on` rules such as `growth>5MiB/s`, `time-to-limit<60s` or
+//! `regression>1.5x`, parsed from text and checked against a run's findings. A rule trips when
+//! any boot cycle crosses its bar. Pure: the figures come in, outcomes go out.
+
+use serde::Serialize;
+use thiserror::Error;
+
+use super::compare::Comparison;
+use super::growth::{CycleGrowth, GrowthReport};
+use crate::store::{CaptureRecord, RecordKind};
+use crate::units::{self, format_bytes};
+
+/// What a rule measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Metric {
+    /// In-use heap growth of the steadily growing sites, bytes per second.
+    Growth,
+    /// Seconds from a cycle's first capture until the memory limit is (or was) reached.
+    TimeToLimit,
+    /// In-use heap of this build over the baseline's, at the same age of the first cycle.
+    Regression,
+    /// Goroutines added per second by the stacks that keep growing.
+    Goroutines,
+    /// Peak allocation rate of a storm, bytes per second.
+    Storm,
+    /// Largest in-use heap captured, bytes.
+    Heap,
+    /// Largest process / cgroup memory sampled from outside, bytes.
+    Memory,
+    /// Boot cycles ended by a kernel OOM kill.
+    Kills,
+    /// Boot cycles after the first.
+    Restarts,
+}
+
+struct MetricSpec {
+    metric: Metric,
+    name: &'static str,
+    /// `>`: trips above the bar; `<`: below it.
+    above: bool,
+    example: &'static str,
+}
+
+const METRICS: &[MetricSpec] = &[
+    MetricSpec {
+        metric: Metric::Growth,
+        name: "growth",
+        above: true,
+        example: "growth>5MiB/s",
+    },
+    MetricSpec {
+        metric: Metric::TimeToLimit,
+        name: "time-to-limit",
+        above: false,
+        example: "time-to-limit<60s",
+    },
+    MetricSpec {
+        metric: Metric::Regression,
+        name: "regression",
+        above: true,
+        example: "regression>1.5x",
+    },
+    MetricSpec {
+        metric: Metric::Goroutines,
+        name: "goroutines",
+        above: true,
+        example: "goroutines>10/s",
+    },
+    MetricSpec {
+        metric: Metric::Storm,
+        name: "storm",
+        above: true,
+        example: "storm>100MiB/s",
+    },
+    MetricSpec {
+        metric: Metric::Heap,
+        name: "heap",
+        above: true,
+        example: "heap>512MiB",
+    },
+    MetricSpec {
+        metric: Metric::Memory,
+        name: "memory",
+        above: true,
+        example: "memory>1GiB",
+    },
+    MetricSpec {
+        metric: Metric::Kills,
+        name: "kills",
+        above: true,
+        example: "kills>0",
+    },
+    MetricSpec {
+        metric: Metric::Restarts,
+        name: "restarts",
+        above: true,
+        example: "restarts>2",
+    },
+];
+
+/// One `--fail-on` rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// As written, spaces removed.
+    pub text: String,
+    pub metric: Metric,
+    /// In the metric's base unit: bytes, bytes/s, seconds, a ratio, a count.
+    pub bar: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("--fail-on {text:?}: {why}")]
+pub struct RuleError {
+    pub text: String,
+    pub why: String,
+}
+
+fn known() -> String {
+    METRICS
+        .iter()
+        .map(|m| m.example)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Parses `NAME>VALUE` (or `NAME<VALUE` for time-to-limit).
+pub fn parse(text: &str) -> Result<Rule, RuleError> {
+    let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let err = |why: String| RuleError {
+        text: text.to_string(),
+        why,
+    };
+    let Some(at) = compact.find(['>', '<']) else {
+        return Err(err(format!(
+            "expected NAME>VALUE or NAME<VALUE, one of {}",
+            known()
+        )));
+    };
+    let (name, rest) = compact.split_at(at);
+    let above = rest.starts_with('>');
+    let value = &rest[1..];
+    if value.starts_with(['=', '>', '<']) {
+        return Err(err("use > or < alone (no >=, <=)".into()));
+    }
+    let name = name.to_ascii_lowercase();
+    let Some(spec) = METRICS.iter().find(|m| m.name == name) else {
+        return Err(err(format!("unknown rule {name:?}; known: {}", known())));
+    };
+    if spec.above != above {
+        return Err(err(format!(
+            "{} trips when the figure is {} the bar: write {}",
+            spec.name,
+            if spec.above { "above" } else { "below" },
+            spec.example
+        )));
+    }
+    let bar =
+        parse_bar(spec.metric, value).map_err(|why| err(format!("{why} ({})", spec.example)))?;
+    Ok(Rule {
+        text: compact,
+        metric: spec.metric,
+        bar,
+    })
+}
+
+fn parse_bar(metric: Metric, value: &str) -> Result<f64, String> {
+    let per_second = |v: &str| v.strip_suffix("/s").unwrap_or(v).to_string();
+    let number = |v: &str| -> Result<f64, String> {
+        v.parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .ok_or_else(|| format!("{v:?} is not a number"))
+    };
+    match metric {
+        Metric::Growth | Metric::Storm => units::parse_size(&per_second(value)).map(|b| b as f64),
+        Metric::Heap | Metric::Memory => units::parse_size(value).map(|b| b as f64),
+        Metric::TimeToLimit => units::parse_duration(value).map(|d| d.as_secs_f64()),
+        Metric::Regression => {
+            let v = value.strip_suffix(['x', 'X']).unwrap_or(value);
+            let ratio = number(v)?;
+            if ratio <= 0.0 {
+                return Err("a ratio must be above zero".into());
+            }
+            Ok(ratio)
+        }
+        Metric::Goroutines => number(&per_second(value)),
+        Metric::Kills | Metric::Restarts => value
+            .parse::<u32>()
+            .map(f64::from)
+            .map_err(|_| format!("{value:?} is not a whole number")),
+    }
+}
+
+/// The baseline side of a comparison, as the regression rule sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeapRatio {
+    /// Seconds into the first boot cycle at which both heaps are taken.
+    pub age_s: f64,
+    pub baseline_bytes: i64,
+    pub bytes: i64,
+}
+
+impl HeapRatio {
+    pub fn ratio(&self) -> Option<f64> {
+        (self.baseline_bytes > 0).then(|| self.bytes as f64 / self.baseline_bytes as f64)
+    }
+}
+
+/// Everything the rules are checked against.
+pub struct Findings<'a> {
+    pub growth: &'a GrowthReport,
+    /// Largest in-use heap captured in each boot cycle, by cycle index.
+    pub peak_heap: &'a [(u32, i64)],
+    pub comparison: Option<&'a Comparison>,
+    pub heap_ratio: Option<&'a HeapRatio>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    /// The run holds nothing to measure this with (no limit, no baseline, no memory).
+    Unknown,
+}
+
+/// What checking one rule found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub rule: String,
+    pub status: Status,
+    /// The worst figure across boot cycles, in the metric's base unit.
+    pub value: Option<f64>,
+    /// The figure as people read it.
+    pub shown: String,
+    /// Which cycle, which site, and why.
+    pub reason: String,
+}
+
+fn rate(bps: f64) -> String {
+    format!("{}/s", format_bytes(bps as i64))
+}
+
+/// One measured figure: value, which cycle, and a phrase that explains it.
+struct Measure {
+    value: f64,
+    cycle: Option<u32>,
+    detail: String,
+}
+
+/// Sum of the fitted rates of the sites that grow steadily (the profiler's own site excluded).
+pub fn cycle_growth(c: &CycleGrowth) -> f64 {
+    c.sites.iter().map(|s| s.bytes_per_sec).sum()
+}
+
+/// When the limit is (or was) reached: the kill when the cycle died of it, else the forecast.
+pub fn cycle_time_to_limit(c: &CycleGrowth) -> Option<f64> {
+    let died = c.died_after_s.filter(|_| c.killed);
+    match (died, c.limit_at_s) {
+        (Some(d), Some(l)) => Some(d.min(l)),
+        (d, l) => d.or(l),
+    }
+}
+
+fn worst(measures: Vec<Measure>, above: bool) -> Option<Measure> {
+    measures.into_iter().reduce(|a, b| {
+        let b_worse = if above {
+            b.value > a.value
+        } else {
+            b.value < a.value
+        };
+        if b_worse { b } else { a }
+    })
+}
+
+fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
+    let cycles = &f.growth.cycles;
+    let per_cycle = |value: &dyn Fn(&CycleGrowth) -> Option<(f64, String)>| {
+        cycles
+            .iter()
+            .filter_map(|c| {
+                value(c).map(|(v, detail)| Measure {
+                    value: v,
+                    cycle: Some(c.index),
+                    detail,
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let found = match rule.metric {
+        Metric::Growth => worst(
+            per_cycle(&|c| {
+                let top = c.sites.first().map_or(String::new(), |s| {
+                    format!(", fastest {} at {}", s.name, rate(s.bytes_per_sec))
+                });
+                Some((
+                    cycle_growth(c),
+                    format!("in-use heap grew {}{top}", rate(cycle_growth(c))),
+                ))
+            }),
+            true,
+        ),
+        Metric::TimeToLimit => {
+            if f.growth.limit_bytes.is_none() && !cycles.iter().any(|c| c.killed) {
+                return Err("no memory limit known (collect with --limit or --cgroup)".into());
+            }
+            let limit = f
+                .growth
+                .limit_bytes
+                .map_or("the limit".to_string(), |l| format_bytes(l as i64));
+            let hits = per_cycle(&|c| {
+                cycle_time_to_limit(c).map(|t| {
+                    let how = if c.killed && c.died_after_s.is_some_and(|d| d <= t + 1e-9) {
+                        format!("OOM-killed {t:.1} s after the first capture")
+                    } else {
+                        format!("{limit} reached {t:.1} s after the first capture at this rate")
+                    };
+                    (t, how)
+                })
+            });
+            if hits.is_empty() {
+                return Ok(Some(Measure {
+                    value: f64::INFINITY,
+                    cycle: None,
+                    detail: "memory does not grow toward the limit".into(),
+                }));
+            }
+            worst(hits, false)
+        }
+        Metric::Regression => {
+            let Some(ratio) = f.heap_ratio else {
+                return Err("needs --baseline RUN".into());
+            };
+            let Some(value) = ratio.ratio() else {
+                return Err("the baseline has no in-use heap to compare with".into());
+            };
+            let site = f
+                .comparison
+                .and_then(|c| c.regressions.first())
+                .map_or(String::new(), |r| {
+                    format!("; worst site {}: {}", r.name, r.why)
+                });
+            Some(Measure {
+                value,
+                cycle: Some(1),
+                detail: format!(
+                    "in-use heap {} against {} in the baseline at {:.1} s ({value:.2}x){site}",
+                    format_bytes(ratio.bytes),
+                    format_bytes(ratio.baseline_bytes),
+                    ratio.age_s
+                ),
+            })
+        }
+        Metric::Goroutines => worst(
+            per_cycle(&|c| {
+                let per_sec: f64 = c.goroutine_growth.iter().map(|g| g.per_sec).sum();
+                let top = c
+                    .goroutine_growth
+                    .first()
+                    .map_or(String::new(), |g| format!(", fastest in {}", g.name));
+                Some((per_sec, format!("goroutines grew {per_sec:.1}/s{top}")))
+            }),
+            true,
+        ),
+        Metric::Storm => worst(
+            per_cycle(&|c| {
+                Some(
+                    c.alloc_storms
+                        .first()
+                        .map_or((0.0, "no allocation storm".to_string()), |s| {
+                            (
+                                s.peak_bytes_per_sec,
+                                format!(
+                                    "{} allocated {} (typically {})",
+                                    s.name,
+                                    rate(s.peak_bytes_per_sec),
+                                    rate(s.typical_bytes_per_sec)
+                                ),
+                            )
+                        }),
+                )
+            }),
+            true,
+        ),
+        Metric::Heap => worst(
+            f.peak_heap
+                .iter()
+                .map(|&(cycle, bytes)| Measure {
+                    value: bytes as f64,
+                    cycle: Some(cycle),
+                    detail: format!("in-use heap reached {}", format_bytes(bytes)),
+                })
+                .collect(),
+            true,
+        ),
+        Metric::Memory => {
+            let seen = per_cycle(&|c| {
+                c.memory_peak.map(|m| {
+                    (
+                        m as f64,
+                        format!("process memory reached {}", format_bytes(m as i64)),
+                    )
+                })
+            });
+            if seen.is_empty() {
+                return Err("no process memory sampled (collect with --pid or --cgroup)".into());
+            }
+            worst(seen, true)
+        }
+        Metric::Kills => {
+            let killed: Vec<u32> = cycles
+                .iter()
+                .filter(|c| c.killed)
+                .map(|c| c.index)
+                .collect();
+            Some(Measure {
+                value: killed.len() as f64,
+                cycle: killed.first().copied(),
+                detail: format!("{} OOM kill(s) seen in the memory samples", killed.len()),
+            })
+        }
+        Metric::Restarts => {
+            let n = cycles.len().saturating_sub(1);
+            Some(Measure {
+                value: n as f64,
+                cycle: None,
+                detail: format!("{} boot cycles, so {n} restart(s)", cycles.len()),
+            })
+        }
+    };
+    Ok(found)
+}
+
+fn show(metric: Metric, value: f64) -> String {
+    match metric {
+        Metric::Growth | Metric::Storm => rate(value),
+        Metric::Heap | Metric::Memory => format_bytes(value as i64),
+        Metric::TimeToLimit if value.is_infinite() => "never".into(),
+        Metric::TimeToLimit => format!("{value:.1} s"),
+        Metric::Regression => format!("{value:.2}x"),
+        Metric::Goroutines => format!("{value:.1}/s"),
+        Metric::Kills | Metric::Restarts => format!("{value:.0}"),
+    }
+}
+
+/// Checks one rule.
+pub fn evaluate(rule: &Rule, findings: &Findings) -> Outcome {
+    let measured = match measure(rule, findings) {
+        Ok(m) => m,
+        Err(why) => {
+            return Outcome {
+                rule: rule.text.clone(),
+                status: Status::Unknown,
+                value: None,
+                shown: "-".into(),
+                reason: why,
+            };
+        }
+    };
+    let Some(m) = measured else {
+        return Outcome {
+            rule: rule.text.clone(),
+            status: Status::Unknown,
+            value: None,
+            shown: "-".into(),
+            reason: "the run has no boot cycle with captures".into(),
+        };
+    };
+    let above = rule.metric != Metric::TimeToLimit;
+    let tripped = if above {
+        m.value > rule.bar
+    } else {
+        m.value < rule.bar
+    };
+    let place = m
+        .cycle
+        .filter(|_| rule.metric != Metric::Regression)
+        .map_or(String::new(), |c| format!("boot cycle {c}: "));
+    Outcome {
+        rule: rule.text.clone(),
+        status: if tripped { Status::Fail } else { Status::Pass },
+        value: m
+            .value
+            .is_finite()
+            .then_some((m.value * 1000.0).round() / 1000.0),
+        shown: show(rule.metric, m.value),
+        reason: format!("{place}{}", m.detail),
+    }
+}
+
+pub fn evaluate_all(rules: &[Rule], findings: &Findings) -> Vec<Outcome> {
+    rules.iter().map(|r| evaluate(r, findings)).collect()
+}
+
+/// The one line CI prints when rules trip, `None` when none did.
+pub fn failure_line(outcomes: &[Outcome]) -> Option<String> {
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| o.status == Status::Fail)
+        .map(|o| format!("{} tripped ({}): {}", o.rule, o.shown, o.reason))
+        .collect();
+    (!failed.is_empty()).then(|| failed.join("; "))
+}
+
+/// Largest in-use heap captured in each boot cycle, from the manifest totals.
+pub fn peak_heap(records: &[CaptureRecord]) -> Vec<(u32, i64)> {
+    let mut peaks: std::collections::BTreeMap<u32, i64> = std::collections::BTreeMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap)
+    {
+        if let Some(&v) = r.totals.get("inuse_space") {
+            let p = peaks.entry(r.incarnation).or_insert(v);
+            *p = (*p).max(v);
+        }
+    }
+    peaks.into_iter().collect()
+}
+
+/// Total in-use heap of the first boot cycle's capture nearest `age_s` seconds after its
+/// start, from the manifest totals.
+pub fn heap_at_age(records: &[CaptureRecord], growth: &GrowthReport, age_s: f64) -> Option<i64> {
+    let cycle = growth.cycles.first()?;
+    let target = cycle.start_ms + (age_s * 1000.0) as i64;
+    records
+        .iter()
+        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.incarnation == cycle.index)
+        .filter_map(|r| r.totals.get("inuse_space").map(|&v| (r.t_ms, r.seq, v)))
+        .min_by_key(|&(t, seq, _)| ((t - target).abs(), seq))
+        .map(|(_, _, v)| v)
+}
+
+/// Whether a rule needs a baseline run to be checked.
+pub fn needs_baseline(rule: &Rule) -> bool {
+    rule.metric == Metric::Regression
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyse::growth::{AcrossCycles, SiteGrowth};
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
+        CycleGrowth {
+            index,
+            captures: 10,
+            stored: 10,
+            duplicates: 0,
+            errors: 0,
+            start_ms: 0,
+            span_s: 7.0,
+            died_after_s: killed_at,
+            killed: killed_at.is_some(),
+            heap_first: Some(0),
+            heap_last: Some(1),
+            total_bytes_per_sec: Some(growth_mib * MIB),
+            total_fit_r2: Some(1.0),
+            memory_bytes_per_sec: None,
+            memory_peak: Some(200 << 20),
+            limit_at_s: Some(9.0),
+            sites: vec![SiteGrowth {
+                name: "main.leak".into(),
+                bytes_per_sec: growth_mib * MIB,
+                fit_r2: 1.0,
+                inuse_first: 0,
+                inuse_last: 1,
+                onset_s: None,
+                share: 1.0,
+            }],
+            alloc_storms: vec![],
+            goroutine_growth: vec![],
+            profiling: None,
+            memstats: None,
+            verdict: String::new(),
+        }
+    }
+
+    fn report(cycles: Vec<CycleGrowth>) -> GrowthReport {
+        GrowthReport {
+            schema: 1,
+            limit_bytes: Some(256 << 20),
+            across: AcrossCycles {
+                cycles: cycles.len(),
+                died: 0,
+                same_top_site: None,
+                ages_s: vec![],
+                summary: String::new(),
+            },
+            cycles,
+        }
+    }
+
+    fn check(text: &str, growth: &GrowthReport, ratio: Option<&HeapRatio>) -> Outcome {
+        let findings = Findings {
+            growth,
+            peak_heap: &[(1, 100 << 20)],
+            comparison: None,
+            heap_ratio: ratio,
+        };
+        evaluate(&parse(text).unwrap(), &findings)
+    }
+
+    #[test]
+    fn rules_parse_with_units_and_refuse_the_wrong_direction() {
+        let r = parse("growth > 5MiB/s").unwrap();
+        assert_eq!(
+            (r.metric, r.bar, r.text.as_str()),
+            (Metric::Growth, 5.0 * MIB, "growth>5MiB/s")
+        );
+        assert_eq!(parse("time-to-limit<60s").unwrap().bar, 60.0);
+        assert_eq!(parse("time-to-limit<2m").unwrap().bar, 120.0);
+        assert_eq!(parse("regression>1.5x").unwrap().bar, 1.5);
+        assert_eq!(parse("regression>2").unwrap().bar, 2.0);
+        assert_eq!(parse("goroutines>10/s").unwrap().bar, 10.0);
+        assert_eq!(parse("kills>0").unwrap().bar, 0.0);
+        for bad in [
+            "growth<5MiB/s",
+            "time-to-limit>60s",
+            "growth>=5MiB/s",
+            "growth",
+            "speed>1",
+            "growth>fast",
+            "regression>0x",
+            "kills>1.5",
+            "time-to-limit<soon",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} should be refused");
+        }
+        let e = parse("growth<5MiB/s").unwrap_err().to_string();
+        assert!(e.contains("growth>5MiB/s"), "{e}");
+    }
+
+    #[test]
+    fn the_worst_cycle_trips_the_rule_and_is_named() {
+        let g = report(vec![cycle(1, 1.0, None), cycle(2, 29.0, Some(7.2))]);
+        let o = check("growth>5MiB/s", &g, None);
+        assert_eq!(o.status, Status::Fail);
+        assert!(o.reason.starts_with("boot cycle 2:"), "{}", o.reason);
+        assert!(o.reason.contains("main.leak"), "{}", o.reason);
+        assert_eq!(check("growth>50MiB/s", &g, None).status, Status::Pass);
+
+        let o = check("time-to-limit<60s", &g, None);
+        assert_eq!(o.status, Status::Fail);
+        assert_eq!(o.shown, "7.2 s");
+        assert!(o.reason.contains("OOM-killed"), "{}", o.reason);
+        assert_eq!(check("time-to-limit<5s", &g, None).status, Status::Pass);
+        assert_eq!(check("kills>0", &g, None).status, Status::Fail);
+        assert_eq!(check("restarts>1", &g, None).status, Status::Pass);
+        assert_eq!(check("heap>64MiB", &g, None).status, Status::Fail);
+        assert_eq!(check("memory>256MiB", &g, None).status, Status::Pass);
+        let line = failure_line(&[check("growth>5MiB/s", &g, None)]).unwrap();
+        assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn a_rule_without_its_figures_is_unknown_not_passed() {
+        let mut g = report(vec![cycle(1, 1.0, None)]);
+        g.limit_bytes = None;
+        assert_eq!(check("time-to-limit<60s", &g, None).status, Status::Unknown);
+        assert_eq!(check("regression>1.5x", &g, None).status, Status::Unknown);
+        let ratio = HeapRatio {
+            age_s: 7.0,
+            baseline_bytes: 30 << 20,
+            bytes: 136 << 20,
+        };
+        let o = check("regression>1.5x", &g, Some(&ratio));
+        assert_eq!(o.status, Status::Fail);
+        assert_eq!(o.shown, "4.53x");
+        assert_eq!(
+            check("regression>5x", &g, Some(&ratio)).status,
+            Status::Pass
+        );
+    }
+}

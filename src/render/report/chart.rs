@@ -1,0 +1,349 @@
+//! The timeline of one boot cycle as an SVG chart drawn with plotters: heap in use from the
+//! manifest totals, process / cgroup memory from `memory.jsonl`, goroutines on a second axis,
+//! with the limit, burst captures, failed captures, the growth onset and the kill marked.
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::RunView;
+use crate::analyse::growth::CycleGrowth;
+use crate::store::RecordKind;
+use crate::units::format_bytes;
+
+const WIDTH: u32 = 960;
+const HEIGHT: u32 = 340;
+
+const HEAP: RGBColor = RGBColor(31, 119, 180);
+const CGROUP: RGBColor = RGBColor(214, 39, 40);
+const RSS: RGBColor = RGBColor(255, 127, 14);
+const GOROUTINES: RGBColor = RGBColor(44, 160, 44);
+const BURST: RGBColor = RGBColor(255, 187, 120);
+const MARK: RGBColor = RGBColor(80, 80, 80);
+
+/// What the chart of one boot cycle draws, in seconds since the cycle's first capture.
+#[derive(Debug, Default, Clone)]
+pub struct Timeline {
+    pub heap: Vec<(f64, f64)>,
+    pub cgroup: Vec<(f64, f64)>,
+    pub rss: Vec<(f64, f64)>,
+    pub goroutines: Vec<(f64, f64)>,
+    /// Spans captured at the burst interval.
+    pub bursts: Vec<(f64, f64)>,
+    /// Failed capture attempts.
+    pub failures: Vec<f64>,
+    /// Where the kernel's OOM-kill counter moved.
+    pub kills: Vec<f64>,
+    /// When the target stopped answering, when it did and no kill was seen.
+    pub stopped: Option<f64>,
+    pub onset: Option<f64>,
+    pub limit: Option<u64>,
+}
+
+impl Timeline {
+    /// The series of cycle number `pos` (position in the growth report) of a run.
+    pub fn of_cycle(run: &RunView, pos: usize) -> Timeline {
+        let cycles = &run.growth.cycles;
+        let c: &CycleGrowth = &cycles[pos];
+        let at = |t_ms: i64| (t_ms - c.start_ms) as f64 / 1000.0;
+        // The window of this cycle: after the previous cycle's last attempt, before the next
+        // cycle's first capture. Memory sampled before the first capture is kept (x < 0).
+        let lo = pos
+            .checked_sub(1)
+            .and_then(|p| {
+                let prev = cycles[p].index;
+                run.records
+                    .iter()
+                    .filter(|r| r.incarnation == prev)
+                    .map(|r| r.t_ms)
+                    .max()
+            })
+            .unwrap_or(c.start_ms - 60_000);
+        let hi = cycles.get(pos + 1).map_or(i64::MAX, |n| n.start_ms);
+        let mine = || run.records.iter().filter(|r| r.incarnation == c.index);
+        let mut t = Timeline {
+            limit: run.growth.limit_bytes,
+            onset: c.sites.first().and_then(|s| s.onset_s),
+            ..Timeline::default()
+        };
+        let mut heap: Vec<(i64, u64, f64)> = Vec::new();
+        for r in mine() {
+            if !r.is_ok() {
+                t.failures.push(at(r.t_ms));
+                continue;
+            }
+            match r.kind {
+                RecordKind::Heap => {
+                    if let Some(&v) = r.totals.get("inuse_space") {
+                        heap.push((r.t_ms, r.seq, v as f64));
+                    }
+                }
+                RecordKind::Goroutine => {
+                    if let Some(&v) = r.totals.get("goroutine") {
+                        t.goroutines.push((at(r.t_ms), v as f64));
+                    }
+                }
+                _ => {}
+            }
+        }
+        heap.sort_by_key(|h| (h.0, h.1));
+        t.heap = heap.iter().map(|&(ms, _, v)| (at(ms), v)).collect();
+        t.goroutines.sort_by(|a, b| a.0.total_cmp(&b.0));
+        t.failures.sort_by(f64::total_cmp);
+
+        // Burst spans: captures taken at an interval shorter than the run's usual one.
+        let usual = run
+            .info
+            .and_then(|i| i.options.get("interval_ms"))
+            .and_then(|v| v.as_u64())
+            .or_else(|| mine().filter_map(|r| r.interval_ms).max());
+        if let Some(usual) = usual {
+            let mut heap_records: Vec<_> = mine()
+                .filter(|r| r.kind == RecordKind::Heap)
+                .map(|r| (r.t_ms, r.interval_ms.is_some_and(|i| i < usual)))
+                .collect();
+            heap_records.sort();
+            let mut open: Option<(f64, f64)> = None;
+            for (ms, burst) in heap_records {
+                match (burst, open.as_mut()) {
+                    (true, Some(span)) => span.1 = at(ms),
+                    (true, None) => open = Some((at(ms), at(ms))),
+                    (false, Some(_)) => t.bursts.extend(open.take()),
+                    (false, None) => {}
+                }
+            }
+            t.bursts.extend(open);
+        }
+
+        for m in run.memory.iter().filter(|m| m.t_ms > lo && m.t_ms < hi) {
+            if m.killed {
+                t.kills.push(at(m.t_ms));
+            }
+            if !m.alive {
+                continue;
+            }
+            if let Some(u) = m.usage {
+                t.cgroup.push((at(m.t_ms), u as f64));
+            }
+            if let Some(r) = m.rss {
+                t.rss.push((at(m.t_ms), r as f64));
+            }
+        }
+        if t.kills.is_empty() {
+            t.stopped = c.died_after_s;
+        }
+        t
+    }
+
+    fn x_range(&self) -> (f64, f64) {
+        let xs = self
+            .heap
+            .iter()
+            .chain(&self.cgroup)
+            .chain(&self.rss)
+            .chain(&self.goroutines)
+            .map(|p| p.0)
+            .chain(self.failures.iter().copied())
+            .chain(self.kills.iter().copied())
+            .chain(self.stopped);
+        let (lo, hi) = xs.fold((0.0f64, 1.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let pad = (hi - lo) * 0.02;
+        (lo - pad, hi + pad)
+    }
+
+    fn y_max(&self) -> f64 {
+        let data = self
+            .heap
+            .iter()
+            .chain(&self.cgroup)
+            .chain(&self.rss)
+            .map(|p| p.1)
+            .fold(1.0f64, f64::max);
+        // The limit is drawn when memory comes within sight of it.
+        let top = match self.limit {
+            Some(l) if (l as f64) < data * 3.0 => data.max(l as f64),
+            _ => data,
+        };
+        top * 1.08
+    }
+}
+
+/// Draws the chart; the SVG text, or a short note when plotters fails.
+pub fn svg(timeline: &Timeline, caption: &str) -> String {
+    let mut out = String::new();
+    let drawn = draw(timeline, caption, &mut out);
+    match drawn {
+        Ok(()) => out,
+        Err(e) => format!(
+            "<p class=\"note\">chart not drawn: {}</p>",
+            super::escape(&e)
+        ),
+    }
+}
+
+fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let root = SVGBackend::with_string(out, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (x0, x1) = t.x_range();
+    let ymax = t.y_max();
+    let gmax = t.goroutines.iter().map(|p| p.1).fold(10.0f64, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 17))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(72)
+        .right_y_label_area_size(if t.goroutines.is_empty() { 0 } else { 56 })
+        .build_cartesian_2d(x0..x1, 0.0..ymax)
+        .map_err(|e| err(&e))?
+        .set_secondary_coord(x0..x1, 0.0..gmax);
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the cycle's first capture")
+        .y_desc("bytes")
+        .y_label_formatter(&|v| format_bytes(*v as i64))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .light_line_style(RGBColor(238, 238, 238))
+        .label_style(("sans-serif", 12))
+        .axis_desc_style(("sans-serif", 13))
+        .draw()
+        .map_err(|e| err(&e))?;
+    if !t.goroutines.is_empty() {
+        chart
+            .configure_secondary_axes()
+            .y_desc("goroutines")
+            .label_style(("sans-serif", 12).into_font().color(&GOROUTINES))
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+
+    for &(a, b) in &t.bursts {
+        let b = if b > a { b } else { a + 0.05 };
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(a, 0.0), (b, ymax)],
+                BURST.mix(0.25).filled(),
+            )))
+            .map_err(|e| err(&e))?;
+    }
+    if let Some(&(a, _)) = t.bursts.first() {
+        chart
+            .draw_series(std::iter::once(Text::new(
+                "burst",
+                (a, ymax * 0.97),
+                ("sans-serif", 11)
+                    .into_font()
+                    .color(&RGBColor(180, 100, 20)),
+            )))
+            .map_err(|e| err(&e))?;
+    }
+    if let Some(limit) = t.limit.map(|l| l as f64).filter(|&l| l <= ymax) {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(x0, limit), (x1, limit)],
+                CGROUP.mix(0.6).stroke_width(1),
+            )))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("limit {}", format_bytes(limit as i64)),
+                (x0 + (x1 - x0) * 0.3, limit * 0.985),
+                ("sans-serif", 11).into_font().color(&CGROUP),
+            )))
+            .map_err(|e| err(&e))?;
+    }
+
+    let lines = [
+        (&t.cgroup, CGROUP, "cgroup memory"),
+        (&t.rss, RSS, "RSS"),
+        (&t.heap, HEAP, "heap in use (profile)"),
+    ];
+    for (points, color, label) in lines {
+        if points.is_empty() {
+            continue;
+        }
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+    }
+    if !t.heap.is_empty() {
+        chart
+            .draw_series(t.heap.iter().map(|&p| Circle::new(p, 2, HEAP.filled())))
+            .map_err(|e| err(&e))?;
+    }
+    if !t.goroutines.is_empty() {
+        chart
+            .draw_secondary_series(LineSeries::new(
+                t.goroutines.iter().copied(),
+                GOROUTINES.stroke_width(1),
+            ))
+            .map_err(|e| err(&e))?
+            .label("goroutines (right axis)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], GOROUTINES));
+    }
+    if !t.failures.is_empty() {
+        chart
+            .draw_series(
+                t.failures
+                    .iter()
+                    .map(|&x| Cross::new((x, ymax * 0.02), 4, CGROUP.stroke_width(2))),
+            )
+            .map_err(|e| err(&e))?
+            .label("failed capture")
+            .legend(|(x, y)| Cross::new((x + 9, y), 4, CGROUP.stroke_width(2)));
+    }
+
+    let mut marks: Vec<(f64, String, RGBColor)> = Vec::new();
+    if let Some(o) = t.onset.filter(|&o| o > 0.0) {
+        marks.push((o, format!("growth onset {o:.1} s"), HEAP));
+    }
+    for &k in &t.kills {
+        marks.push((k, format!("OOM kill {k:.1} s"), CGROUP));
+    }
+    if let Some(s) = t.stopped {
+        marks.push((s, format!("stopped answering {s:.1} s"), MARK));
+    }
+    for (i, (x, label, color)) in marks.iter().enumerate() {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(*x, 0.0), (*x, ymax)],
+                color.stroke_width(1),
+            )))
+            .map_err(|e| err(&e))?;
+        // Labels stagger downwards so neighbouring marks stay readable.
+        let y = ymax * (0.55 - 0.07 * i as f64);
+        let right_half = *x > x0 + (x1 - x0) * 0.6;
+        let anchor = if right_half {
+            Pos::new(HPos::Right, VPos::Center)
+        } else {
+            Pos::new(HPos::Left, VPos::Center)
+        };
+        let dx = if right_half { -0.004 } else { 0.004 } * (x1 - x0);
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label.clone(),
+                (*x + dx, y),
+                ("sans-serif", 11).into_font().color(color).pos(anchor),
+            )))
+            .map_err(|e| err(&e))?;
+    }
+
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .label_font(("sans-serif", 12))
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    drop(chart);
+    drop(root);
+    Ok(())
+}

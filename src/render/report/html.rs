@@ -1,0 +1,565 @@
+//! `index.html`: one self-contained page that works offline. No script, no external
+//! resource: the style is inline, the charts and flamegraphs are inline SVG, and a
+//! Content-Security-Policy forbids scripts outright, so a function named `<script>…` can only
+//! ever be text. Flamegraphs lose inferno's script and event handlers here (their ids are
+//! prefixed so several can share the page); the files under `flamegraphs/` keep them.
+
+use std::fmt::Write as _;
+
+use super::chart::{self, Timeline};
+use super::{
+    Flamegraph, ReportModel, collection_facts, escape, rate, seconds, tally, usual_interval_ms,
+};
+use crate::analyse::growth::CycleGrowth;
+use crate::analyse::rules::{self, Status};
+use crate::units::format_bytes;
+
+/// Rows per table.
+const ROWS: usize = 10;
+
+const STYLE: &str = r#"
+:root { --fg: #1d2329; --muted: #5b6570; --line: #d9dee3; --bad: #b42318; --ok: #1a7f37; --bg2: #f5f7f9; }
+* { box-sizing: border-box; }
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); margin: 0 auto; max-width: 1040px; padding: 24px; }
+h1 { font-size: 26px; margin: 0 0 6px; }
+h1 small { color: var(--muted); font-weight: normal; }
+h2 { font-size: 20px; margin: 36px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
+h3 { font-size: 16px; margin: 22px 0 6px; }
+.headline { font-size: 17px; background: var(--bg2); border-left: 4px solid var(--fg); padding: 10px 14px; }
+.verdict { background: var(--bg2); padding: 8px 12px; }
+.fail { color: var(--bad); font-weight: 600; }
+.pass { color: var(--ok); }
+.unknown { color: var(--muted); }
+.gate.failed { border-left: 4px solid var(--bad); padding-left: 12px; }
+.gate.passed { border-left: 4px solid var(--ok); padding-left: 12px; }
+table { border-collapse: collapse; width: 100%; margin: 6px 0 12px; font-size: 14px; }
+th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+th { background: var(--bg2); font-weight: 600; }
+td.num, th.num { text-align: right; white-space: nowrap; }
+td.rule code { white-space: nowrap; word-break: normal; }
+code, .site { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; overflow-wrap: break-word; }
+figure { margin: 10px 0 18px; }
+figure svg { max-width: 100%; height: auto; display: block; }
+figcaption { color: var(--muted); font-size: 13px; }
+.note { color: var(--muted); font-size: 13px; }
+nav a { margin-right: 12px; }
+dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 8px 0; }
+dl.facts dt { color: var(--muted); }
+dl.facts dd { margin: 0; word-break: break-all; }
+footer { margin-top: 40px; color: var(--muted); font-size: 13px; border-top: 1px solid var(--line); padding-top: 8px; }
+"#;
+
+pub fn html(m: &ReportModel) -> String {
+    let run = &m.run;
+    let label = run.label();
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>heapwatch report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        escape(label)
+    );
+    let _ = writeln!(
+        out,
+        "<header>\n<h1>heapwatch report <small>{}</small></h1>\n<p class=\"headline\" id=\"headline\">{}</p>\n</header>",
+        escape(label),
+        escape(&m.headline())
+    );
+    nav(&mut out, m);
+    gate(&mut out, m);
+    baseline(&mut out, m);
+    for (pos, c) in run.growth.cycles.iter().enumerate() {
+        cycle(&mut out, m, pos, c);
+    }
+    collection(&mut out, m);
+    let _ = writeln!(
+        out,
+        "<footer>Written by heapwatch {} from <code>{}</code>. Beside this page: <code>report.md</code>, <code>summary.json</code>, and every flamegraph under <code>flamegraphs/</code> (open one alone to zoom and search).</footer>\n</body>\n</html>",
+        env!("CARGO_PKG_VERSION"),
+        escape(&run.name)
+    );
+    out
+}
+
+fn nav(out: &mut String, m: &ReportModel) {
+    let mut links = Vec::new();
+    if !m.rules.is_empty() {
+        links.push(("gate".to_string(), "CI rules".to_string()));
+    }
+    if m.baseline.is_some() {
+        links.push(("baseline".into(), "against the baseline".into()));
+    }
+    for c in &m.run.growth.cycles {
+        links.push((
+            format!("cycle-{}", c.index),
+            format!("boot cycle {}", c.index),
+        ));
+    }
+    links.push(("collection".into(), "how it was collected".into()));
+    out.push_str("<nav>");
+    for (id, text) in links {
+        let _ = write!(out, "<a href=\"#{id}\">{}</a>", escape(&text));
+    }
+    out.push_str("</nav>\n");
+}
+
+fn gate(out: &mut String, m: &ReportModel) {
+    if m.rules.is_empty() {
+        return;
+    }
+    let (class, word) = if m.failed() {
+        ("failed", "failed")
+    } else {
+        ("passed", "passed")
+    };
+    let _ = writeln!(
+        out,
+        "<section id=\"gate\" class=\"gate {class}\">\n<h2>CI rules: {word}</h2>"
+    );
+    out.push_str(
+        "<table><tr><th>rule</th><th class=\"num\">measured</th><th>result</th><th>why</th></tr>\n",
+    );
+    for o in m.rules {
+        let (class, text) = match o.status {
+            Status::Fail => ("fail", "fail"),
+            Status::Pass => ("pass", "pass"),
+            Status::Unknown => ("unknown", "not checked"),
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"rule\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"{class}\">{text}</td><td>{}</td></tr>",
+            escape(&o.rule),
+            escape(&o.shown),
+            escape(&o.reason)
+        );
+    }
+    out.push_str("</table>\n</section>\n");
+}
+
+fn baseline(out: &mut String, m: &ReportModel) {
+    let Some(b) = &m.baseline else { return };
+    let c = b.comparison;
+    let _ = writeln!(
+        out,
+        "<section id=\"baseline\">\n<h2>Against {} <small class=\"note\">(baseline)</small></h2>\n<p class=\"verdict\">{}</p>",
+        escape(b.label()),
+        escape(&c.verdict)
+    );
+    if let Some(r) = b.heap_ratio {
+        if let Some(ratio) = r.ratio() {
+            let _ = writeln!(
+                out,
+                "<p>In-use heap at {} into the first boot cycle: {} against {} in {}, <strong>{ratio:.2}x</strong>.</p>",
+                seconds(r.age_s),
+                format_bytes(r.bytes),
+                format_bytes(r.baseline_bytes),
+                escape(b.label())
+            );
+        }
+    }
+    if !c.regressions.is_empty() {
+        let _ = writeln!(
+            out,
+            "<h3>Sites that grow more, or only, in {}</h3>",
+            escape(m.run.label())
+        );
+        let _ = writeln!(
+            out,
+            "<table><tr><th>site</th><th class=\"num\">{a} rate</th><th class=\"num\">{b} rate</th><th class=\"num\">{a} in use</th><th class=\"num\">{b} in use</th><th>why</th></tr>",
+            a = escape(b.label()),
+            b = escape(m.run.label())
+        );
+        for r in c.regressions.iter().take(ROWS) {
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"site\">{}{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                escape(&r.name),
+                if r.new_in_b { " <em>(new)</em>" } else { "" },
+                rate(r.a_bytes_per_sec),
+                rate(r.b_bytes_per_sec),
+                format_bytes(r.a_inuse),
+                format_bytes(r.b_inuse),
+                escape(&r.why)
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    if !c.improvements.is_empty() {
+        let names: Vec<String> = c
+            .improvements
+            .iter()
+            .take(ROWS)
+            .map(|r| format!("<code>{}</code>", escape(&r.name)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "<p>Better in {}: {}</p>",
+            escape(m.run.label()),
+            names.join(", ")
+        );
+    }
+    for (i, f) in m.flamegraphs.iter().enumerate() {
+        if f.cycle.is_none() {
+            flame(out, f, i);
+        }
+    }
+    out.push_str("</section>\n");
+}
+
+fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
+    let _ = writeln!(
+        out,
+        "<section class=\"cycle\" id=\"cycle-{0}\">\n<h2>Boot cycle {0}</h2>\n<p class=\"verdict\">{1}</p>",
+        c.index,
+        escape(&c.verdict)
+    );
+    let timeline = Timeline::of_cycle(&m.run, pos);
+    let caption = format!("{}: boot cycle {}", m.run.label(), c.index);
+    let _ = writeln!(
+        out,
+        "<figure class=\"chart\">\n{}\n<figcaption>Heap in use as each capture reported it (Go publishes it at each GC, so it lags), process / cgroup memory sampled from outside, goroutines on the right axis. Shaded: burst captures; crosses: failed captures.</figcaption>\n</figure>",
+        chart::svg(&timeline, &caption)
+    );
+
+    let mut facts: Vec<(String, String)> = vec![(
+        "captures".into(),
+        format!(
+            "{} good ({} stored, {} duplicate), {} failed, over {}",
+            c.captures,
+            c.stored,
+            c.duplicates,
+            c.errors,
+            seconds(c.span_s)
+        ),
+    )];
+    if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {
+        let mut s = format!("{} → {}", format_bytes(a), format_bytes(b));
+        if let (Some(r), Some(q)) = (c.total_bytes_per_sec, c.total_fit_r2) {
+            s.push_str(&format!(", fitted {} (R² {q:.2})", rate(r)));
+        }
+        facts.push(("heap in use".into(), s));
+    }
+    if let Some(p) = m.peak_heap.iter().find(|p| p.0 == c.index) {
+        facts.push(("largest heap captured".into(), format_bytes(p.1)));
+    }
+    if let Some(r) = c.memory_bytes_per_sec {
+        let mut s = rate(r);
+        if let Some(p) = c.memory_peak {
+            s.push_str(&format!(", peak {}", format_bytes(p as i64)));
+        }
+        facts.push(("process memory".into(), s));
+    }
+    if let Some(t) = rules::cycle_time_to_limit(c) {
+        facts.push(("limit reached at".into(), seconds(t)));
+    }
+    if let Some(d) = c.died_after_s {
+        let how = if c.killed {
+            "OOM-killed by the kernel"
+        } else {
+            "stopped answering"
+        };
+        facts.push((
+            "end".into(),
+            format!("{how} {} after the first capture", seconds(d)),
+        ));
+    }
+    if let Some(p) = &c.profiling {
+        facts.push((
+            "profiling cost".into(),
+            format!(
+                "{} allocated by the profile writer ({:.1} % of all allocation)",
+                rate(p.alloc_bytes_per_sec),
+                p.alloc_share * 100.0
+            ),
+        ));
+    }
+    if let Some(ms) = &c.memstats {
+        let mut s = format!("HeapAlloc {}", format_bytes(ms.heap_alloc));
+        if let Some(l) = ms.live_share {
+            s.push_str(&format!(", live share {:.0} %", l * 100.0));
+        }
+        if let Some(h) = ms.held_not_returned {
+            s.push_str(&format!(", held and not returned {}", format_bytes(h)));
+        }
+        if let Some(g) = ms.gc_per_sec {
+            s.push_str(&format!(", {g:.1} GC/s"));
+        }
+        facts.push(("MemStats".into(), s));
+    }
+    out.push_str("<dl class=\"facts\">");
+    for (k, v) in facts {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(&k), escape(&v));
+    }
+    out.push_str("</dl>\n");
+
+    out.push_str("<h3>Growing sites (in-use bytes)</h3>\n");
+    if c.sites.is_empty() {
+        out.push_str("<p class=\"note\">No site grew steadily.</p>\n");
+    } else {
+        out.push_str("<table><tr><th>site</th><th class=\"num\">rate</th><th class=\"num\">share</th><th class=\"num\">R²</th><th class=\"num\">onset</th><th class=\"num\">in use at the end</th></tr>\n");
+        for s in c.sites.iter().take(ROWS) {
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"site\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.0} %</td><td class=\"num\">{:.2}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                escape(&s.name),
+                rate(s.bytes_per_sec),
+                s.share * 100.0,
+                s.fit_r2,
+                s.onset_s.map_or("-".into(), seconds),
+                format_bytes(s.inuse_last)
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    if !c.alloc_storms.is_empty() {
+        out.push_str("<h3>Allocation storms (cumulative allocated bytes)</h3>\n<table><tr><th>site</th><th class=\"num\">peak</th><th class=\"num\">typical</th><th>when</th><th>in use</th></tr>\n");
+        for s in c.alloc_storms.iter().take(ROWS) {
+            let when: Vec<String> = s
+                .windows
+                .iter()
+                .map(|w| format!("{:.1}–{:.1} s", w.start_s, w.end_s))
+                .collect();
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"site\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&s.name),
+                rate(s.peak_bytes_per_sec),
+                rate(s.typical_bytes_per_sec),
+                escape(&when.join(", ")),
+                if s.inuse_flat {
+                    "flat (freed by the GC)"
+                } else {
+                    "grows"
+                }
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    if !c.goroutine_growth.is_empty() {
+        out.push_str("<h3>Goroutine growth</h3>\n<table><tr><th>first frame outside the runtime</th><th class=\"num\">rate</th><th class=\"num\">first</th><th class=\"num\">last</th></tr>\n");
+        for g in c.goroutine_growth.iter().take(ROWS) {
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"site\">{}</td><td class=\"num\">{:.1}/s</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                escape(&g.name),
+                g.per_sec,
+                g.first,
+                g.last
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    for (i, f) in m.flamegraphs.iter().enumerate() {
+        if f.cycle == Some(c.index) {
+            flame(out, f, i);
+        }
+    }
+    out.push_str("</section>\n");
+}
+
+fn flame(out: &mut String, f: &Flamegraph, i: usize) {
+    let _ = writeln!(
+        out,
+        "<figure class=\"flame\">\n{}\n<figcaption>{} <a href=\"{}\">Open alone</a> to zoom and search.</figcaption>\n</figure>",
+        inline_svg(&f.svg, &format!("fg{i}-")),
+        escape(&f.caption),
+        escape(&f.file)
+    );
+}
+
+fn collection(out: &mut String, m: &ReportModel) {
+    let run = &m.run;
+    out.push_str("<section id=\"collection\">\n<h2>How it was collected</h2>\n");
+    match run.info {
+        Some(info) => {
+            out.push_str("<dl class=\"facts\">");
+            for (k, v) in collection_facts(info) {
+                let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(&v));
+            }
+            out.push_str("</dl>\n");
+        }
+        None => out.push_str("<p class=\"note\">The run has no run.json.</p>\n"),
+    }
+    let t = tally(run.records, usual_interval_ms(run.info));
+    let mut s = format!(
+        "{} capture attempts: {} heap, {} goroutine; {} stored, {} duplicates of an earlier capture, {} failed",
+        t.attempts, t.heap, t.goroutine, t.stored, t.duplicates, t.errors
+    );
+    if !t.errors_by_kind.is_empty() {
+        let kinds: Vec<String> = t
+            .errors_by_kind
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        s.push_str(&format!(" ({})", kinds.join(", ")));
+    }
+    if t.burst > 0 {
+        s.push_str(&format!(
+            "; {} heap captures at the burst interval",
+            t.burst
+        ));
+    }
+    if !run.memory.is_empty() {
+        s.push_str(&format!("; {} memory samples", run.memory.len()));
+    }
+    let _ = writeln!(out, "<p>{}.</p>", escape(&s));
+    let _ = writeln!(
+        out,
+        "<p class=\"note\">{}</p>",
+        escape(&run.growth.across.summary)
+    );
+    for n in &run.notes {
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(n));
+    }
+    out.push_str("</section>\n");
+}
+
+/// A flamegraph SVG made fit to share a page: no XML prolog, no script, no event handler
+/// attributes, and every id (and reference to one) prefixed.
+pub fn inline_svg(svg: &str, prefix: &str) -> String {
+    let start = svg.find("<svg").unwrap_or(0);
+    let scope = prefix.trim_end_matches('-');
+    let body = format!(
+        "<svg class=\"{scope}\"{}",
+        &svg[start..].trim_start_matches("<svg")
+    );
+    let without_scripts = scope_styles(&strip_elements(&body, "script"), scope, prefix);
+    let mut out = String::with_capacity(without_scripts.len());
+    let mut rest = without_scripts.as_str();
+    // Walk tag by tag; text between tags is already escaped by the writer.
+    while let Some(open) = rest.find('<') {
+        out.push_str(&rest[..open]);
+        let Some(close) = rest[open..].find('>') else {
+            break;
+        };
+        let tag = &rest[open..open + close + 1];
+        out.push_str(&rewrite_tag(tag, prefix));
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Rewrites the CSS of `<style>` elements so that it applies inside this SVG only (its rules
+/// would otherwise restyle every SVG of the page) and names the prefixed ids.
+fn scope_styles(text: &str, scope: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 256);
+    let mut rest = text;
+    while let Some(at) = rest.find("<style") {
+        let Some(open_end) = rest[at..].find('>') else {
+            break;
+        };
+        let css_start = at + open_end + 1;
+        let Some(css_len) = rest[css_start..].find("</style>") else {
+            break;
+        };
+        out.push_str(&rest[..css_start]);
+        for rule in rest[css_start..css_start + css_len].split_inclusive('}') {
+            match rule.split_once('{') {
+                Some((selectors, body)) if !selectors.trim().is_empty() => {
+                    let scoped: Vec<String> = selectors
+                        .split(',')
+                        .map(|sel| {
+                            format!(
+                                ".{scope} {}",
+                                sel.trim().replace('#', &format!("#{prefix}"))
+                            )
+                        })
+                        .collect();
+                    let _ = write!(out, "\n{} {{{body}", scoped.join(", "));
+                }
+                _ => out.push_str(rule),
+            }
+        }
+        rest = &rest[css_start + css_len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Removes every `<name …>…</name>` element (and CDATA inside it).
+fn strip_elements(text: &str, name: &str) -> String {
+    let open_pat = format!("<{name}");
+    let close_pat = format!("</{name}>");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(&open_pat) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at..];
+        match after.find(&close_pat) {
+            Some(end) => rest = &after[end + close_pat.len()..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Drops `on…=` attributes and prefixes `id="…"`, `url(#…)` and `href="#…"`.
+fn rewrite_tag(tag: &str, prefix: &str) -> String {
+    if tag.starts_with("</") || tag.starts_with("<!") || tag.starts_with("<?") {
+        return tag.to_string();
+    }
+    let mut out = String::with_capacity(tag.len() + 16);
+    let mut rest = tag;
+    loop {
+        // Attributes are ` name="value"` (the writer always quotes with ").
+        let Some(space) = rest.find(' ') else {
+            out.push_str(rest);
+            break;
+        };
+        out.push_str(&rest[..space]);
+        let attr_start = &rest[space + 1..];
+        let Some(eq) = attr_start.find("=\"") else {
+            out.push_str(&rest[space..]);
+            break;
+        };
+        let name = &attr_start[..eq];
+        let value_start = &attr_start[eq + 2..];
+        let Some(end) = value_start.find('"') else {
+            out.push_str(&rest[space..]);
+            break;
+        };
+        let value = &value_start[..end];
+        rest = &value_start[end + 1..];
+        if name.to_ascii_lowercase().starts_with("on") {
+            continue;
+        }
+        let value = match name {
+            "id" => format!("{prefix}{value}"),
+            "href" | "xlink:href" if value.starts_with('#') => {
+                format!("#{prefix}{}", &value[1..])
+            }
+            _ => value.replace("url(#", &format!("url(#{prefix}")),
+        };
+        let _ = write!(out, " {name}=\"{value}\"");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inlined_flamegraphs_lose_scripts_and_handlers_and_keep_distinct_ids() {
+        let svg = "<?xml version=\"1.0\"?><!DOCTYPE svg><svg onload=\"init(evt)\" viewBox=\"0 0 10 10\"><defs><linearGradient id=\"background\"/></defs><style type=\"text/css\">text { font-size:12px }\n#title, #search:hover { x: 1 }</style><script type=\"text/ecmascript\"><![CDATA[ var x = \"<svg>\"; ]]></script><rect fill=\"url(#background)\"/><g><title>&lt;script&gt;alert(1)&lt;/script&gt; (1 bytes)</title><text id=\"title\">t</text></g></svg>";
+        let out = inline_svg(svg, "fg0-");
+        assert!(out.starts_with("<svg class=\"fg0\" viewBox"), "{out}");
+        assert!(!out.contains("script>"), "{out}");
+        assert!(!out.contains("onload"), "{out}");
+        assert!(out.contains("id=\"fg0-background\""), "{out}");
+        assert!(out.contains("url(#fg0-background)"), "{out}");
+        assert!(out.contains("&lt;script&gt;alert(1)"), "{out}");
+        assert!(out.contains(".fg0 text {"), "{out}");
+        assert!(
+            out.contains(".fg0 #fg0-title, .fg0 #fg0-search:hover {"),
+            "{out}"
+        );
+    }
+}

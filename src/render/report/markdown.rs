@@ -1,0 +1,268 @@
+//! `report.md`: short enough for a CI job summary (`$GITHUB_STEP_SUMMARY`), tables first.
+//! Names from profiles go into code spans; other text from the run is backslash-escaped so
+//! that no name turns into markup, a link or a broken table.
+
+use std::fmt::Write as _;
+
+use super::{ReportModel, collection_facts, rate, seconds, tally, usual_interval_ms};
+use crate::analyse::rules::{self, Status};
+use crate::units::format_bytes;
+
+/// Sites listed per cycle and regressions listed against the baseline.
+const TOP: usize = 3;
+
+/// Markdown-escapes running text.
+fn text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '|' | '#' | '~' | '!' | '&' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A name as an inline code span that survives backticks and table pipes.
+fn code(s: &str) -> String {
+    let clean: String = s
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect::<String>()
+        .replace('|', "\\|");
+    let longest = clean.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    if longest > 0 {
+        format!("{fence} {clean} {fence}")
+    } else {
+        format!("`{clean}`")
+    }
+}
+
+pub fn markdown(m: &ReportModel) -> String {
+    let run = &m.run;
+    let g = run.growth;
+    let mut out = String::new();
+    let _ = writeln!(out, "## heapwatch report: {}\n", text(run.label()));
+    let _ = writeln!(out, "**{}**\n", text(&m.headline()));
+
+    if !m.rules.is_empty() {
+        let verdict = if m.failed() { "FAILED" } else { "passed" };
+        let _ = writeln!(out, "### CI rules: {verdict}\n");
+        let _ = writeln!(out, "| rule | measured | result | why |");
+        let _ = writeln!(out, "|---|---|---|---|");
+        for o in m.rules {
+            let result = match o.status {
+                Status::Fail => "**FAIL**",
+                Status::Pass => "pass",
+                Status::Unknown => "not checked",
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {result} | {} |",
+                code(&o.rule),
+                text(&o.shown),
+                text(&o.reason)
+            );
+        }
+        out.push('\n');
+    }
+
+    let _ = writeln!(out, "### Boot cycles\n");
+    let _ = writeln!(
+        out,
+        "| cycle | captures | end | heap growth | memory peak | limit reached at | fastest-growing site |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    for c in &g.cycles {
+        let end = match (c.died_after_s, c.killed) {
+            (Some(d), true) => format!("OOM-killed at {}", seconds(d)),
+            (Some(d), false) => format!("stopped answering at {}", seconds(d)),
+            (None, _) => format!("alive after {}", seconds(c.span_s)),
+        };
+        let top = c.sites.first().map_or("none".to_string(), |s| {
+            let mut cell = format!("{} {}", code(&s.name), rate(s.bytes_per_sec));
+            if let Some(o) = s.onset_s.filter(|&o| o > 0.0) {
+                cell.push_str(&format!(" from {}", seconds(o)));
+            }
+            cell
+        });
+        let _ = writeln!(
+            out,
+            "| {} | {} | {end} | {} | {} | {} | {top} |",
+            c.index,
+            c.captures,
+            rate(rules::cycle_growth(c)),
+            c.memory_peak
+                .map_or("-".to_string(), |p| format_bytes(p as i64)),
+            rules::cycle_time_to_limit(c).map_or("-".to_string(), seconds),
+        );
+    }
+    out.push('\n');
+
+    let sites: Vec<_> = g
+        .cycles
+        .iter()
+        .flat_map(|c| c.sites.iter().take(TOP).map(move |s| (c.index, s)))
+        .collect();
+    if !sites.is_empty() {
+        let _ = writeln!(out, "### Growing sites (in-use bytes)\n");
+        let _ = writeln!(
+            out,
+            "| cycle | site | rate | share | R² | in use at the end |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        for (cycle, s) in sites {
+            let _ = writeln!(
+                out,
+                "| {cycle} | {} | {} | {:.0} % | {:.2} | {} |",
+                code(&s.name),
+                rate(s.bytes_per_sec),
+                s.share * 100.0,
+                s.fit_r2,
+                format_bytes(s.inuse_last)
+            );
+        }
+        out.push('\n');
+    }
+
+    let storms: Vec<_> = g
+        .cycles
+        .iter()
+        .flat_map(|c| c.alloc_storms.iter().take(TOP).map(move |s| (c.index, s)))
+        .collect();
+    if !storms.is_empty() {
+        let _ = writeln!(out, "### Allocation storms\n");
+        let _ = writeln!(out, "| cycle | site | peak | typical | in use |");
+        let _ = writeln!(out, "|---|---|---|---|---|");
+        for (cycle, s) in storms {
+            let _ = writeln!(
+                out,
+                "| {cycle} | {} | {} | {} | {} |",
+                code(&s.name),
+                rate(s.peak_bytes_per_sec),
+                rate(s.typical_bytes_per_sec),
+                if s.inuse_flat { "flat" } else { "grows" }
+            );
+        }
+        out.push('\n');
+    }
+
+    let goroutines: Vec<_> = g
+        .cycles
+        .iter()
+        .flat_map(|c| {
+            c.goroutine_growth
+                .iter()
+                .take(TOP)
+                .map(move |s| (c.index, s))
+        })
+        .collect();
+    if !goroutines.is_empty() {
+        let _ = writeln!(out, "### Goroutine growth\n");
+        let _ = writeln!(
+            out,
+            "| cycle | first frame outside the runtime | rate | count |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|");
+        for (cycle, s) in goroutines {
+            let _ = writeln!(
+                out,
+                "| {cycle} | {} | {:.1}/s | {} → {} |",
+                code(&s.name),
+                s.per_sec,
+                s.first,
+                s.last
+            );
+        }
+        out.push('\n');
+    }
+
+    if let Some(b) = &m.baseline {
+        let c = b.comparison;
+        let _ = writeln!(out, "### Against {}\n", text(b.label()));
+        let mut line = text(&c.verdict);
+        if let Some(r) = b.heap_ratio.and_then(|r| r.ratio()) {
+            line.push_str(&format!(
+                ". In-use heap {r:.2}x the baseline's at {}.",
+                seconds(c.age_s)
+            ));
+        }
+        let _ = writeln!(out, "{line}\n");
+        if !c.regressions.is_empty() {
+            let _ = writeln!(
+                out,
+                "| site | {} rate | {} rate | {} in use | {} in use |",
+                text(b.label()),
+                text(run.label()),
+                text(b.label()),
+                text(run.label())
+            );
+            let _ = writeln!(out, "|---|---|---|---|---|");
+            for r in c.regressions.iter().take(TOP + 2) {
+                let _ = writeln!(
+                    out,
+                    "| {}{} | {} | {} | {} | {} |",
+                    code(&r.name),
+                    if r.new_in_b { " (new)" } else { "" },
+                    rate(r.a_bytes_per_sec),
+                    rate(r.b_bytes_per_sec),
+                    format_bytes(r.a_inuse),
+                    format_bytes(r.b_inuse)
+                );
+            }
+            out.push('\n');
+        }
+    }
+
+    let t = tally(run.records, usual_interval_ms(run.info));
+    let mut how = format!(
+        "{} capture attempts ({} stored, {} duplicates, {} failed",
+        t.attempts, t.stored, t.duplicates, t.errors
+    );
+    if t.burst > 0 {
+        how.push_str(&format!(", {} at the burst interval", t.burst));
+    }
+    how.push(')');
+    if !run.memory.is_empty() {
+        how.push_str(&format!(", {} memory samples", run.memory.len()));
+    }
+    if let Some(info) = run.info {
+        let facts = collection_facts(info);
+        let get = |k: &str| facts.iter().find(|f| f.0 == k).map(|f| f.1.as_str());
+        how.push_str(&format!(
+            " from {} ({}), started {}",
+            code(get("target").unwrap_or("?")),
+            text(get("source").unwrap_or("?")),
+            text(get("started").unwrap_or("?"))
+        ));
+        if let Some(i) = get("interval") {
+            how.push_str(&format!(", interval {}", text(i)));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "<sub>{how}. Charts and flamegraphs: `index.html` in the report folder.</sub>"
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_cannot_break_out_of_code_spans_or_tables() {
+        assert_eq!(code("main.f"), "`main.f`");
+        assert_eq!(code("a|b"), "`a\\|b`");
+        assert_eq!(code("x`y"), "`` x`y ``");
+        assert_eq!(
+            text("<script>*x*</script>"),
+            "\\<script\\>\\*x\\*\\</script\\>"
+        );
+    }
+}

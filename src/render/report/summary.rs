@@ -1,0 +1,240 @@
+//! `summary.json`: the report for other tools. Per boot cycle the verdict and the top sites,
+//! the comparison with the baseline, and every rule checked. Figures are rounded (bytes and
+//! bytes per second to whole numbers, seconds to milliseconds) so the file diffs cleanly.
+
+use serde::Serialize;
+
+use super::{ReportModel, Tally, tally, usual_interval_ms};
+use crate::analyse::rules::{self, Outcome};
+
+/// Rows kept per table.
+const TOP: usize = 5;
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    schema: u32,
+    run: RunSummary,
+    headline: String,
+    captures: Tally,
+    memory_samples: usize,
+    cycles: Vec<CycleSummary>,
+    across: &'a str,
+    baseline: Option<BaselineSummary>,
+    rules: &'a [Outcome],
+    failed: bool,
+    files: Files,
+}
+
+#[derive(Serialize)]
+struct RunSummary {
+    name: String,
+    label: Option<String>,
+    target: Option<String>,
+    source: Option<String>,
+    started_ms: Option<i64>,
+    tool: Option<String>,
+    limit_bytes: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct SiteSummary {
+    name: String,
+    bytes_per_sec: f64,
+    fit_r2: f64,
+    share: f64,
+    onset_s: Option<f64>,
+    inuse_last: i64,
+}
+
+#[derive(Serialize)]
+struct StormSummary {
+    name: String,
+    peak_bytes_per_sec: f64,
+    typical_bytes_per_sec: f64,
+    start_s: Option<f64>,
+    inuse_flat: bool,
+}
+
+#[derive(Serialize)]
+struct GoroutineSummary {
+    name: String,
+    per_sec: f64,
+    first: i64,
+    last: i64,
+}
+
+#[derive(Serialize)]
+struct CycleSummary {
+    index: u32,
+    captures: usize,
+    errors: usize,
+    span_s: f64,
+    died_after_s: Option<f64>,
+    killed: bool,
+    heap_bytes_per_sec: f64,
+    heap_peak: Option<i64>,
+    memory_bytes_per_sec: Option<f64>,
+    memory_peak: Option<u64>,
+    time_to_limit_s: Option<f64>,
+    verdict: String,
+    top_sites: Vec<SiteSummary>,
+    alloc_storms: Vec<StormSummary>,
+    goroutine_growth: Vec<GoroutineSummary>,
+}
+
+#[derive(Serialize)]
+struct RegressionSummary {
+    name: String,
+    baseline_bytes_per_sec: f64,
+    bytes_per_sec: f64,
+    baseline_inuse: i64,
+    inuse: i64,
+    new_in_this_build: bool,
+    why: String,
+}
+
+#[derive(Serialize)]
+struct BaselineSummary {
+    name: String,
+    label: Option<String>,
+    verdict: String,
+    age_s: f64,
+    heap_ratio: Option<f64>,
+    regressions: Vec<RegressionSummary>,
+    improvements: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Files {
+    html: &'static str,
+    markdown: &'static str,
+    flamegraphs: Vec<String>,
+}
+
+fn whole(x: f64) -> f64 {
+    x.round()
+}
+
+fn ms(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+pub fn json(m: &ReportModel) -> String {
+    let run = &m.run;
+    let info = run.info;
+    let cycles = run
+        .growth
+        .cycles
+        .iter()
+        .map(|c| CycleSummary {
+            index: c.index,
+            captures: c.captures,
+            errors: c.errors,
+            span_s: ms(c.span_s),
+            died_after_s: c.died_after_s.map(ms),
+            killed: c.killed,
+            heap_bytes_per_sec: whole(rules::cycle_growth(c)),
+            heap_peak: m.peak_heap.iter().find(|(i, _)| *i == c.index).map(|p| p.1),
+            memory_bytes_per_sec: c.memory_bytes_per_sec.map(whole),
+            memory_peak: c.memory_peak,
+            time_to_limit_s: rules::cycle_time_to_limit(c).map(ms),
+            verdict: c.verdict.clone(),
+            top_sites: c
+                .sites
+                .iter()
+                .take(TOP)
+                .map(|s| SiteSummary {
+                    name: s.name.clone(),
+                    bytes_per_sec: whole(s.bytes_per_sec),
+                    fit_r2: ms(s.fit_r2),
+                    share: ms(s.share),
+                    onset_s: s.onset_s.map(ms),
+                    inuse_last: s.inuse_last,
+                })
+                .collect(),
+            alloc_storms: c
+                .alloc_storms
+                .iter()
+                .take(TOP)
+                .map(|s| StormSummary {
+                    name: s.name.clone(),
+                    peak_bytes_per_sec: whole(s.peak_bytes_per_sec),
+                    typical_bytes_per_sec: whole(s.typical_bytes_per_sec),
+                    start_s: s.windows.first().map(|w| ms(w.start_s)),
+                    inuse_flat: s.inuse_flat,
+                })
+                .collect(),
+            goroutine_growth: c
+                .goroutine_growth
+                .iter()
+                .take(TOP)
+                .map(|g| GoroutineSummary {
+                    name: g.name.clone(),
+                    per_sec: ms(g.per_sec),
+                    first: g.first,
+                    last: g.last,
+                })
+                .collect(),
+        })
+        .collect();
+    let baseline = m.baseline.as_ref().map(|b| BaselineSummary {
+        name: b.name.clone(),
+        label: b.info.and_then(|i| i.label.clone()),
+        verdict: b.comparison.verdict.clone(),
+        age_s: ms(b.comparison.age_s),
+        heap_ratio: b
+            .heap_ratio
+            .and_then(|r| r.ratio())
+            .map(|r| (r * 10_000.0).round() / 10_000.0),
+        regressions: b
+            .comparison
+            .regressions
+            .iter()
+            .take(TOP)
+            .map(|r| RegressionSummary {
+                name: r.name.clone(),
+                baseline_bytes_per_sec: whole(r.a_bytes_per_sec),
+                bytes_per_sec: whole(r.b_bytes_per_sec),
+                baseline_inuse: r.a_inuse,
+                inuse: r.b_inuse,
+                new_in_this_build: r.new_in_b,
+                why: r.why.clone(),
+            })
+            .collect(),
+        improvements: b
+            .comparison
+            .improvements
+            .iter()
+            .take(TOP)
+            .map(|r| r.name.clone())
+            .collect(),
+    });
+    let summary = Summary {
+        schema: crate::render::SCHEMA,
+        run: RunSummary {
+            name: run.name.clone(),
+            label: info.and_then(|i| i.label.clone()),
+            target: info.map(|i| i.target.clone()),
+            source: info.map(|i| i.source.clone()),
+            started_ms: info.map(|i| i.started_ms),
+            tool: info.map(|i| i.tool.clone()),
+            limit_bytes: run.growth.limit_bytes,
+        },
+        headline: m.headline(),
+        captures: tally(run.records, usual_interval_ms(info)),
+        memory_samples: run.memory.len(),
+        cycles,
+        across: &run.growth.across.summary,
+        baseline,
+        rules: m.rules,
+        failed: m.failed(),
+        files: Files {
+            html: "index.html",
+            markdown: "report.md",
+            flamegraphs: m.flamegraphs.iter().map(|f| f.file.clone()).collect(),
+        },
+    };
+    let mut out = serde_json::to_string_pretty(&summary).expect("the summary is plain data");
+    out.push('\n');
+    out
+}
