@@ -36,6 +36,13 @@ fn reduce_file(
     limits: &DecodeLimits,
 ) -> Result<Vec<SiteFigures>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if kind == RecordKind::Goroutine && !decode::is_gzip(&bytes) && bytes.starts_with(b"goroutine ")
+    {
+        // A text stack dump (the agent's op 0x01), stored as NNNNNN-goroutine.txt.
+        let dump =
+            decode::stackdump::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(reduce::goroutine_dump_sites(&dump));
+    }
     let profile = decode::decode(&bytes, limits).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(match kind {
         RecordKind::Goroutine => reduce::goroutine_sites(&profile),

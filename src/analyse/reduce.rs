@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use crate::decode::stackdump::StackDump;
 use crate::model::{LocId, Profile};
 
 /// The pseudo-site that collects what the profile writer itself allocates in the target.
@@ -122,6 +123,32 @@ pub fn goroutine_sites(profile: &Profile) -> Vec<SiteFigures> {
     out
 }
 
+/// The same per-site figures from a text stack dump (the agent's op 0x01): each stack named by
+/// its first frame outside the runtime, so a run collected over the agent shows the same
+/// goroutine growth as one collected over HTTP.
+pub fn goroutine_dump_sites(dump: &StackDump) -> Vec<SiteFigures> {
+    let mut sites: HashMap<&str, i64> = HashMap::new();
+    for stack in &dump.stacks {
+        let name = stack
+            .frames
+            .iter()
+            .map(String::as_str)
+            .find(|n| !is_runtime(n))
+            .unwrap_or("runtime");
+        *sites.entry(name).or_insert(0) += stack.count;
+    }
+    let mut out: Vec<SiteFigures> = sites
+        .into_iter()
+        .map(|(name, value)| SiteFigures {
+            name: name.to_string(),
+            value,
+            alloc: 0,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
 fn is_runtime(name: &str) -> bool {
     name.starts_with("runtime.") || name.contains(".runtime_") || name.starts_with("internal/")
 }
@@ -153,5 +180,24 @@ mod tests {
         assert_eq!(inuse, p.total(p.find_sample_type("inuse_space").unwrap()));
         let catalog = sites.iter().find(|s| s.name == "main.loadCatalog").unwrap();
         assert!(catalog.value > 64 << 20);
+    }
+
+    #[test]
+    fn a_text_dump_names_sites_like_a_goroutine_profile() {
+        let text = include_bytes!("../../testdata/agent/goroutine-stack.txt");
+        let dump = crate::decode::stackdump::parse(text).unwrap();
+        let sites = goroutine_dump_sites(&dump);
+        assert_eq!(
+            sites.iter().map(|s| s.value).sum::<i64>(),
+            dump.goroutines()
+        );
+        let top = sites.iter().max_by_key(|s| s.value).unwrap();
+        assert_eq!(top.name, "main.watchPeer");
+        // os/signal.signal_recv is the runtime's, linknamed: pprof names it the same way.
+        assert!(
+            sites.iter().any(|s| s.name == "os/signal.signal_recv"),
+            "{sites:?}"
+        );
+        assert!(sites.iter().all(|s| !s.name.starts_with("runtime.")));
     }
 }

@@ -16,6 +16,7 @@ use heapwatch::collect::{
     CollectConfig, Collector, LiveStatus, Observer, OutsideMemory, StopReason, SystemClock,
 };
 use heapwatch::source::Source;
+use heapwatch::source::agent::{AgentOptions, AgentSource};
 use heapwatch::source::http::{HttpOptions, HttpSource};
 use heapwatch::source::procmem::{CgroupMemory, MemoryProbe};
 use heapwatch::store::{CaptureRecord, RunInfo, RunWriter};
@@ -25,7 +26,8 @@ use super::{CliError, DecodeFlags};
 
 #[derive(clap::Args)]
 pub struct CollectArgs {
-    /// http://HOST:PORT (Go net/http/pprof), or a URL naming a profile path.
+    /// http://HOST:PORT (Go net/http/pprof) or a URL naming a profile path; or the OpenZiti
+    /// agent: agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID].
     target: String,
     /// The run directory (created, or resumed when it exists).
     #[arg(long, short = 'o')]
@@ -48,10 +50,15 @@ pub struct CollectArgs {
     /// Time between goroutine captures (never faster than --interval).
     #[arg(long, default_value = "1s", value_parser = units::parse_duration)]
     goroutine_interval: Duration,
-    /// Time between MemStats reads (0 turns them off).
+    /// Time between runtime figure reads: MemStats, and the agent's stats (0 turns them off).
     #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
     memstats_interval: Duration,
-    /// Sample this process's RSS into memory.jsonl.
+    /// Where agent:PID and agent:auto look for gops-agent.<pid>.sock (default: the temp dir),
+    /// e.g. a volume shared with the target's container.
+    #[arg(long)]
+    agent_dir: Option<PathBuf>,
+    /// Sample this process's RSS into memory.jsonl (with an agent target and neither --pid nor
+    /// --cgroup, the RSS of the agent's process is sampled, following it across restarts).
     #[arg(long)]
     pid: Option<u32>,
     /// Sample this memory cgroup (v1 or v2 directory) into memory.jsonl.
@@ -213,6 +220,15 @@ fn describe(status: &LiveStatus) -> String {
     if let Some(rate) = status.growth_bps {
         parts.push(format!("{}/s", format_bytes(rate as i64)));
     }
+    match (status.memory, status.limit) {
+        (Some(m), Some(l)) => parts.push(format!(
+            "memory {} of {}",
+            format_bytes(m as i64),
+            format_bytes(l as i64)
+        )),
+        (Some(m), None) => parts.push(format!("memory {}", format_bytes(m as i64))),
+        _ => {}
+    }
     if let Some(secs) = status.time_to_limit() {
         parts.push(format!("limit in {secs:.1}s"));
     }
@@ -243,16 +259,36 @@ impl Observer for StatusLine {
 
 pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
-    let probe = args.probe()?;
+    let mut probe = args.probe()?;
+    if args.agent_dir.is_some() && !args.target.starts_with("agent:") {
+        return Err(usage(format!(
+            "--agent-dir is for agent:PID and agent:auto targets, not {}",
+            args.target
+        )));
+    }
     let mut source: Box<dyn Source> = if args.target.starts_with("http://")
         || args.target.starts_with("https://")
     {
         Box::new(
             HttpSource::new(&args.target, &args.http_options()?).map_err(|e| usage(e.message))?,
         )
+    } else if args.target.starts_with("agent:") {
+        let agent = AgentSource::new(
+            &args.target,
+            &AgentOptions {
+                dir: args.agent_dir.clone(),
+                max_body: args.max_body,
+            },
+        )
+        .map_err(|e| usage(e.message))?;
+        if probe.is_none() {
+            probe = Some(MemoryProbe::Follow(agent.pid_cell()));
+        }
+        Box::new(agent)
     } else {
         return Err(usage(format!(
-            "{}: unknown target (expected http://HOST:PORT or https://…)",
+            "{}: unknown target (expected http://HOST:PORT, https://…, or agent:unix:/path.sock, \
+             agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID])",
             args.target
         )));
     };
@@ -275,6 +311,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             "memstats_interval_ms": config.memstats_interval.as_millis() as u64,
             "pid": args.pid,
             "cgroup": args.cgroup,
+            "agent_dir": args.agent_dir,
             "max_disk": config.max_disk,
             "gc": args.gc,
         }),
@@ -336,7 +373,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         if summary.deleted > 0 {
             line.push_str(&format!("; {} thinned for --max-disk", summary.deleted));
         }
-        if let Some(t) = &tally {
+        if let Some(t) = tally.as_ref().filter(|t| t.samples > 0) {
             line.push_str(&format!("; memory peak {}", format_bytes(t.peak as i64)));
             if t.kills > 0 {
                 line.push_str(&format!(", {} OOM kill(s)", t.kills));

@@ -1,4 +1,5 @@
-//! `heapwatch replay RUN --listen 127.0.0.1:PORT`: a recorded run served as a live Go target.
+//! `heapwatch replay RUN --listen 127.0.0.1:PORT`: a recorded run served as a live Go target,
+//! over HTTP pprof, or with `--agent unix:/path.sock` over the OpenZiti agent protocol.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use heapwatch::replay::Timeline;
-use heapwatch::replay::server::{self, ReplayOptions};
+use heapwatch::replay::server::{self, AgentListen, AgentReplayOptions, ReplayOptions};
 use heapwatch::store::RunDir;
 
 use super::CliError;
@@ -24,6 +25,32 @@ pub struct ReplayArgs {
     /// Cut the last answer of each boot cycle in half before dying, as an OOM kill would.
     #[arg(long)]
     die_mid_response: bool,
+    /// Serve the agent protocol instead of HTTP: unix:/path.sock or tcp:127.0.0.1:PORT.
+    #[arg(long, value_name = "ADDR")]
+    agent: Option<String>,
+    /// The app id the replayed agent reports (op 0x0a); default: the run's label, else "replay".
+    #[arg(long, requires = "agent")]
+    app_id: Option<String>,
+}
+
+fn agent_listen(addr: &str) -> Result<AgentListen, CliError> {
+    if let Some(path) = addr.strip_prefix("unix:").filter(|p| !p.is_empty()) {
+        return Ok(AgentListen::Unix(PathBuf::from(path)));
+    }
+    if let Some(tcp) = addr.strip_prefix("tcp:") {
+        let sock: SocketAddr = tcp.parse().map_err(|e| {
+            CliError::Usage(format!("--agent {addr}: {e} (expected tcp:127.0.0.1:PORT)"))
+        })?;
+        if !sock.ip().is_loopback() {
+            return Err(CliError::Usage(format!(
+                "--agent {addr}: replay serves on loopback only (127.0.0.1 or [::1])"
+            )));
+        }
+        return Ok(AgentListen::Tcp(sock));
+    }
+    Err(CliError::Usage(format!(
+        "--agent {addr}: expected unix:/path.sock or tcp:127.0.0.1:PORT"
+    )))
 }
 
 pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
@@ -44,19 +71,38 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
         .map_err(|e| CliError::Usage(format!("cannot install the Ctrl-C handler: {e}")))?;
-    let options = ReplayOptions {
-        listen: args.listen,
-        speed: args.speed,
-        die_mid_response: args.die_mid_response,
-    };
     let mut announce = |line: String| {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
     };
-    let tally = server::serve(&timeline, &options, stop, &mut announce)
-        .map_err(|e| CliError::Store(format!("replay on {}: {e}", args.listen)))?;
+    let tally = match &args.agent {
+        Some(addr) => {
+            let options = AgentReplayOptions {
+                listen: agent_listen(addr)?,
+                speed: args.speed,
+                die_mid_response: args.die_mid_response,
+                app_id: args
+                    .app_id
+                    .clone()
+                    .or_else(|| run.info.as_ref().and_then(|i| i.label.clone()))
+                    .unwrap_or_else(|| "replay".into()),
+                app_version: run.info.as_ref().and_then(|i| i.label.clone()),
+            };
+            server::serve_agent(&timeline, &options, stop, &mut announce)
+                .map_err(|e| CliError::Store(format!("replay on {addr}: {e}")))?
+        }
+        None => {
+            let options = ReplayOptions {
+                listen: args.listen,
+                speed: args.speed,
+                die_mid_response: args.die_mid_response,
+            };
+            server::serve(&timeline, &options, stop, &mut announce)
+                .map_err(|e| CliError::Store(format!("replay on {}: {e}", args.listen)))?
+        }
+    };
     eprintln!(
         "heapwatch: replayed {} boot cycle(s), {} requests, {} cut mid-response",
         tally.lives, tally.requests, tally.cut

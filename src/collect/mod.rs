@@ -18,7 +18,7 @@ use thiserror::Error;
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use status::LiveStatus;
 
-use crate::decode::{self, DecodeLimits};
+use crate::decode::{self, DecodeLimits, stackdump};
 use crate::source::{FailureKind, FetchError, Source, Want, memstats};
 use crate::store::{CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
@@ -36,7 +36,7 @@ pub struct CollectConfig {
     pub heap: bool,
     pub goroutine: bool,
     pub goroutine_interval: Duration,
-    /// Zero disables MemStats.
+    /// Time between runtime figure reads: MemStats, and the agent's stats. Zero disables them.
     pub memstats_interval: Duration,
     pub duration: Option<Duration>,
     /// With `--until-exit`: stop once the target has been gone this long.
@@ -135,6 +135,9 @@ pub struct Collector<'a> {
     last_stored: BTreeMap<RecordKind, (String, u64, String)>,
     /// Monotonic time of the first failure since the target last answered.
     failing_since: Option<Duration>,
+    /// Memory the latest MemStats of this boot cycle says the process holds (`Sys` less
+    /// released heap): a burst trigger when nothing samples the process from outside.
+    runtime_memory: Option<u64>,
 }
 
 impl<'a> Collector<'a> {
@@ -182,6 +185,7 @@ impl<'a> Collector<'a> {
             },
             last_stored: BTreeMap::new(),
             failing_since: None,
+            runtime_memory: None,
         }
     }
 
@@ -197,7 +201,8 @@ impl<'a> Collector<'a> {
         })
     }
 
-    /// The newest memory figure known, from outside or from the latest heap capture.
+    /// The largest memory figure known now: RSS or cgroup usage from outside, the latest heap
+    /// capture's in-use bytes, the latest MemStats.
     fn memory_now(&self) -> Option<u64> {
         let outside = self
             .outside
@@ -205,10 +210,10 @@ impl<'a> Collector<'a> {
             .map(|o| o.bytes.load(Ordering::Relaxed))
             .filter(|&b| b > 0);
         let heap = self.status.heap_inuse.map(|b| b.max(0) as u64);
-        match (outside, heap) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+        [outside, heap, self.runtime_memory]
+            .into_iter()
+            .flatten()
+            .max()
     }
 
     fn bursting(&self) -> bool {
@@ -256,18 +261,22 @@ impl<'a> Collector<'a> {
                 due: start,
             });
         }
-        if !self.config.memstats_interval.is_zero() && self.source.supports(Want::MemStats) {
-            tasks.push(Task {
-                want: Want::MemStats,
-                due: start,
-            });
+        for want in [Want::MemStats, Want::Stats] {
+            if !self.config.memstats_interval.is_zero() && self.source.supports(want) {
+                tasks.push(Task { want, due: start });
+            }
         }
-        if tasks.is_empty() {
-            tasks.push(Task {
-                want: Want::Heap,
-                due: start,
-            });
+        if !self.config.heap && !self.config.goroutine {
+            tasks.insert(
+                0,
+                Task {
+                    want: Want::Heap,
+                    due: start,
+                },
+            );
         }
+        // While the target is not answering, only the first task (the main profile) probes.
+        let probe = tasks[0].want;
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 self.summary.reason = StopReason::Interrupted;
@@ -291,13 +300,12 @@ impl<'a> Collector<'a> {
                     }
                 }
             }
-            // While the target is not answering, only the heap request probes for it.
             let gone = self.failing_since.is_some();
             let next = tasks
                 .iter_mut()
-                .filter(|t| !gone || t.want == Want::Heap)
+                .filter(|t| !gone || t.want == probe)
                 .min_by_key(|t| t.due)
-                .expect("the heap task is always present");
+                .expect("the probing task is always present");
             if next.due > now {
                 let mut wake = next.due;
                 if let Some(d) = self.config.duration {
@@ -312,7 +320,12 @@ impl<'a> Collector<'a> {
             let period = match want {
                 Want::Heap => self.heap_interval(),
                 Want::Goroutine => self.config.goroutine_interval.max(self.heap_interval()),
-                Want::MemStats => self.config.memstats_interval,
+                // Near the limit the runtime figures come at least once per normal interval:
+                // they are cheap, and may be the only fresh memory figure there is.
+                Want::MemStats | Want::Stats if self.bursting() => {
+                    self.config.memstats_interval.min(self.config.interval)
+                }
+                Want::MemStats | Want::Stats => self.config.memstats_interval,
             };
             // A slow target delays the next capture; requests never pile up.
             let task = tasks
@@ -341,6 +354,7 @@ impl<'a> Collector<'a> {
             Want::Heap => RecordKind::Heap,
             Want::Goroutine => RecordKind::Goroutine,
             Want::MemStats => RecordKind::Memstats,
+            Want::Stats => RecordKind::Stats,
         };
         let interval = self.heap_interval();
         let timeout = self.timeout();
@@ -358,6 +372,10 @@ impl<'a> Collector<'a> {
                 record.pid = reply.pid;
                 let outcome = match want {
                     Want::MemStats => self.memstats(&mut record, &reply.bytes),
+                    Want::Stats => self.stats(&mut record, &reply.bytes),
+                    Want::Goroutine if is_stack_dump(&reply.bytes) => {
+                        self.stack_dump(&mut record, &reply.bytes)
+                    }
                     _ => self.profile(&mut record, &reply.bytes, reply.pid),
                 };
                 match outcome {
@@ -398,6 +416,9 @@ impl<'a> Collector<'a> {
         self.thin()?;
         self.status.bursting = self.bursting();
         self.status.memory = self.memory_now();
+        if let Some(bytes) = self.status.memory {
+            self.status.memory_point(record.t_ms, bytes as i64);
+        }
         self.status.limit = self.limit();
         self.status.attempts = self.summary.attempts;
         self.status.captures = self.summary.captures;
@@ -424,6 +445,7 @@ impl<'a> Collector<'a> {
         let now = self.cycles.answered(totals, pid);
         if now != before {
             self.last_stored.clear();
+            self.runtime_memory = None;
             self.status.new_cycle(now);
         }
         now
@@ -435,7 +457,34 @@ impl<'a> Collector<'a> {
             .or_else(|| memstats::parse_agent(&text))
             .ok_or_else(|| Invalid("the reply has no runtime.MemStats figures".into()))?;
         record.incarnation = self.answered(&stats, record.pid);
+        self.runtime_memory = memstats::held_bytes(&stats).map(|b| b.max(0) as u64);
         record.totals = stats;
+        Ok(())
+    }
+
+    /// The agent's runtime counts (op 0x07), kept in the record like MemStats.
+    fn stats(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
+        let text = String::from_utf8_lossy(bytes);
+        let stats = memstats::parse_agent_stats(&text).ok_or_else(|| {
+            let head: String = text.chars().take(80).collect();
+            Invalid(format!("the reply has no runtime stats: {head:?}"))
+        })?;
+        record.incarnation = self.answered(&stats, record.pid);
+        self.status.goroutines = stats.get("goroutines").copied();
+        record.totals = stats;
+        Ok(())
+    }
+
+    /// A goroutine stack dump as text (the agent's op 0x01), stored as it came,
+    /// as `NNNNNN-goroutine.txt`; a dump cut short is an error, never a capture.
+    fn stack_dump(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
+        let dump = stackdump::parse(bytes).map_err(|e| Invalid(e.to_string()))?;
+        let goroutines = dump.goroutines();
+        let totals = BTreeMap::from([("goroutine".to_string(), goroutines)]);
+        record.incarnation = self.answered(&totals, record.pid);
+        self.status.goroutines = Some(goroutines);
+        record.totals = totals;
+        self.keep_or_dedup(record, dump.content_hash(), "txt");
         Ok(())
     }
 
@@ -465,6 +514,12 @@ impl<'a> Collector<'a> {
             self.status.goroutines = totals.get("goroutine").copied();
         }
         record.totals = totals;
+        self.keep_or_dedup(record, hash, "pb.gz");
+        Ok(())
+    }
+
+    /// Names the file a capture goes to, or marks it a duplicate of the last stored one.
+    fn keep_or_dedup(&mut self, record: &mut CaptureRecord, hash: String, extension: &str) {
         match self.last_stored.get(&record.kind) {
             Some((last_hash, seq, file)) if *last_hash == hash => {
                 record.dup_of = Some(*seq);
@@ -473,14 +528,13 @@ impl<'a> Collector<'a> {
             }
             _ => {
                 record.file = Some(format!(
-                    "profiles/{:06}-{}.pb.gz",
+                    "profiles/{:06}-{}.{extension}",
                     record.seq,
                     record.kind.as_str()
                 ));
             }
         }
         record.hash = Some(hash);
-        Ok(())
     }
 
     /// Deletes captures chosen by the retention policy and records each deletion.
@@ -509,6 +563,11 @@ impl<'a> Collector<'a> {
 mod tests;
 
 struct Invalid(String);
+
+/// A goroutine reply in text (op 0x01, or `?debug=2`) rather than a gzipped pprof profile.
+fn is_stack_dump(bytes: &[u8]) -> bool {
+    !decode::is_gzip(bytes) && bytes.starts_with(b"goroutine ")
+}
 
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3

@@ -47,6 +47,10 @@ impl Sampler {
                 let mut kills = None;
                 let mut last_sync = Instant::now();
                 while !stop_thread.load(Ordering::Relaxed) {
+                    if !probe.ready() {
+                        std::thread::sleep(interval);
+                        continue;
+                    }
                     let sample = probe.sample(unix_ms(), kills);
                     kills = sample.oom_kills.or(kills);
                     if sample.killed {
@@ -70,7 +74,9 @@ impl Sampler {
                     tally.samples += 1;
                     std::thread::sleep(interval);
                 }
-                let _ = log.append(&probe.sample(unix_ms(), kills), true);
+                if probe.ready() {
+                    let _ = log.append(&probe.sample(unix_ms(), kills), true);
+                }
                 tally
             })
             .expect("spawn the memory sampler thread");

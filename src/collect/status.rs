@@ -18,7 +18,10 @@ pub struct LiveStatus {
     pub limit: Option<u64>,
     pub bursting: bool,
     pub last_error: Option<String>,
+    /// Bytes per second of `memory` (the figure the limit applies to) over the recent attempts.
+    pub memory_bps: Option<f64>,
     recent: VecDeque<(i64, i64)>,
+    recent_memory: VecDeque<(i64, i64)>,
 }
 
 impl LiveStatus {
@@ -27,6 +30,20 @@ impl LiveStatus {
         self.recent.clear();
         self.growth_bps = None;
         self.heap_inuse = None;
+        self.recent_memory.clear();
+        self.memory_bps = None;
+    }
+
+    /// The memory figure compared with the limit, at one attempt.
+    pub fn memory_point(&mut self, t_ms: i64, bytes: i64) {
+        if self.recent_memory.back().is_some_and(|&(t, _)| t == t_ms) {
+            return;
+        }
+        self.recent_memory.push_back((t_ms, bytes));
+        while self.recent_memory.len() > 20 {
+            self.recent_memory.pop_front();
+        }
+        self.memory_bps = slope(&self.recent_memory);
     }
 
     pub fn heap(&mut self, t_ms: i64, inuse: i64) {
@@ -42,9 +59,11 @@ impl LiveStatus {
         self.growth_bps = slope(&self.recent);
     }
 
-    /// Seconds until the limit at the current growth rate.
+    /// Seconds until the limit at the current growth rate of the memory the limit applies to
+    /// (else of the heap).
     pub fn time_to_limit(&self) -> Option<f64> {
-        let (limit, now, rate) = (self.limit?, self.memory?, self.growth_bps?);
+        let (limit, now) = (self.limit?, self.memory?);
+        let rate = self.memory_bps.or(self.growth_bps)?;
         if rate <= 0.0 {
             return None;
         }

@@ -234,3 +234,183 @@ fn garbage_is_recorded_as_an_error_and_never_stored() {
     assert!(records[2].is_ok());
     assert_eq!(summary.stored, 1);
 }
+
+const REAL_MEMSTATS: &str = include_str!("../../testdata/agent/memstats.txt");
+const REAL_STATS: &str = include_str!("../../testdata/agent/stats.txt");
+const REAL_DUMP: &[u8] = include_bytes!("../../testdata/agent/goroutine-stack.txt");
+
+/// Answers like an agent: a reply per kind of request, each taking 2 ms.
+struct AgentLike<'c> {
+    clock: &'c FakeClock,
+    wants: Vec<Want>,
+    heap: &'static [u8],
+    goroutine: Vec<&'static [u8]>,
+    memstats: String,
+    calls: Vec<Want>,
+}
+
+impl<'c> AgentLike<'c> {
+    fn new(clock: &'c FakeClock, wants: &[Want]) -> Self {
+        AgentLike {
+            clock,
+            wants: wants.to_vec(),
+            heap: EARLY,
+            goroutine: vec![REAL_DUMP],
+            memstats: REAL_MEMSTATS.to_string(),
+            calls: Vec::new(),
+        }
+    }
+}
+
+impl Source for AgentLike<'_> {
+    fn target(&self) -> &str {
+        "agent-like"
+    }
+    fn kind(&self) -> &'static str {
+        "agent"
+    }
+    fn supports(&self, want: Want) -> bool {
+        self.wants.contains(&want)
+    }
+    fn fetch(&mut self, want: Want, _timeout: Duration) -> Result<Reply, FetchError> {
+        self.clock.advance(ms(2));
+        let n = self.calls.iter().filter(|w| **w == want).count();
+        self.calls.push(want);
+        let bytes = match want {
+            Want::Heap => self.heap.to_vec(),
+            Want::Goroutine => self.goroutine[n.min(self.goroutine.len() - 1)].to_vec(),
+            Want::MemStats => self.memstats.clone().into_bytes(),
+            Want::Stats => REAL_STATS.as_bytes().to_vec(),
+        };
+        Ok(Reply {
+            bytes,
+            pid: Some(4242),
+        })
+    }
+}
+
+fn collect_from(
+    config: CollectConfig,
+    source: &mut AgentLike<'_>,
+    clock: &FakeClock,
+) -> (CollectSummary, Vec<CaptureRecord>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let stop = AtomicBool::new(false);
+    let summary = Collector::new(config, source, clock, writer, &existing, &stop)
+        .run(&mut NoObserver)
+        .unwrap();
+    let run = RunDir::open(dir.path()).unwrap();
+    (summary, run.manifest.records, dir)
+}
+
+#[test]
+fn stack_dumps_and_stats_are_captured_like_profiles_and_memstats() {
+    let clock = FakeClock::new(1_000_000);
+    let all = [Want::Heap, Want::Goroutine, Want::MemStats, Want::Stats];
+    let mut source = AgentLike::new(&clock, &all);
+    let cut: &'static [u8] = &REAL_DUMP[..REAL_DUMP.len() / 2];
+    source.goroutine = vec![REAL_DUMP, REAL_DUMP, cut, REAL_DUMP];
+    let config = CollectConfig {
+        goroutine: true,
+        goroutine_interval: ms(500),
+        memstats_interval: ms(1000),
+        duration: Some(ms(2000)),
+        ..CollectConfig::default()
+    };
+    let (summary, records, dir) = collect_from(config, &mut source, &clock);
+    let dumps: Vec<&CaptureRecord> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Goroutine)
+        .collect();
+    assert_eq!(dumps.len(), 4, "{records:#?}");
+    let first = dumps[0];
+    assert_eq!(first.file.as_deref(), Some("profiles/000002-goroutine.txt"));
+    assert_eq!(first.totals["goroutine"], 25);
+    assert_eq!(
+        std::fs::read(dir.path().join(first.file.as_ref().unwrap())).unwrap(),
+        REAL_DUMP,
+        "stored as served"
+    );
+    assert_eq!(
+        dumps[1].dup_of,
+        Some(first.seq),
+        "the same stacks: a duplicate"
+    );
+    assert!(dumps[2].file.is_none() && dumps[2].error_kind.as_deref() == Some("invalid"));
+    assert!(dumps[2].error.as_deref().unwrap().contains("cut short"));
+    assert_eq!(
+        dumps[3].dup_of,
+        Some(first.seq),
+        "a bad reply is no restart"
+    );
+    let stats: Vec<&CaptureRecord> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Stats)
+        .collect();
+    assert_eq!(stats.len(), 2);
+    assert_eq!(stats[0].totals["threads"], 7);
+    assert!(
+        stats
+            .iter()
+            .all(|r| r.pid == Some(4242) && r.interval_ms.is_some())
+    );
+    let mem = records
+        .iter()
+        .find(|r| r.kind == RecordKind::Memstats)
+        .unwrap();
+    assert_eq!(mem.totals["HeapAlloc"], 50496024);
+    assert_eq!(summary.incarnations, 1);
+}
+
+#[test]
+fn memstats_alone_can_start_burst_mode() {
+    // The heap capture is small; the MemStats say the process holds 120 MiB of a 128 MiB limit.
+    let clock = FakeClock::new(1_000_000);
+    let mut source = AgentLike::new(&clock, &[Want::Heap, Want::MemStats]);
+    source.memstats =
+        "heap-alloc: 5.00MB (5242880 bytes)\nsys: 120.00MB (125829120 bytes)\n".into();
+    let config = CollectConfig {
+        limit: Some(128 << 20),
+        memstats_interval: ms(5000),
+        duration: Some(ms(2000)),
+        ..CollectConfig::default()
+    };
+    let (_, records, _) = collect_from(config, &mut source, &clock);
+    let heap: Vec<Option<u64>> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Heap)
+        .map(|r| r.interval_ms)
+        .collect();
+    assert_eq!(heap[0], Some(500), "before the MemStats nothing is known");
+    assert!(heap[1..].iter().all(|&i| i == Some(100)), "{heap:?}");
+    // Bursting, MemStats come at least every normal interval instead of every 5 s.
+    let memstats = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Memstats)
+        .count();
+    assert!(memstats >= 4, "{memstats} MemStats reads in 2 s of burst");
+}
+
+#[test]
+fn goroutines_alone_still_probe_a_target_that_went_away() {
+    let clock = FakeClock::new(1_000_000);
+    let mut source = AgentLike::new(&clock, &[Want::Goroutine, Want::MemStats]);
+    source.goroutine = vec![b"connection refused"];
+    let config = CollectConfig {
+        heap: false,
+        goroutine: true,
+        duration: Some(ms(3000)),
+        ..CollectConfig::default()
+    };
+    let (summary, records, _) = collect_from(config, &mut source, &clock);
+    // One probe a second once the target looks gone, and nothing else asked meanwhile.
+    assert_eq!(summary.attempts, 3, "{records:#?}");
+    assert_eq!(records[1].kind, RecordKind::Goroutine);
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Goroutine)
+            .all(|r| !r.is_ok())
+    );
+}

@@ -4,6 +4,7 @@
 
 mod error;
 mod samples;
+pub mod stackdump;
 mod validate;
 
 pub use error::DecodeError;

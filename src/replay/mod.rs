@@ -1,6 +1,7 @@
 //! A recorded run played back as a live target: the timeline of when the recorded process
 //! was alive and what it would have served at each moment. Pure; `server` does the I/O.
 
+mod agent;
 pub mod server;
 
 use std::collections::BTreeMap;
@@ -18,6 +19,8 @@ pub struct Life {
     pub heap: Vec<(i64, PathBuf)>,
     pub goroutine: Vec<(i64, PathBuf)>,
     pub memstats: Vec<(i64, BTreeMap<String, i64>)>,
+    /// The agent's runtime counts (goroutines, threads, …), when recorded over the agent.
+    pub stats: Vec<(i64, BTreeMap<String, i64>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +85,7 @@ impl Timeline {
                 heap: Vec::new(),
                 goroutine: Vec::new(),
                 memstats: Vec::new(),
+                stats: Vec::new(),
             };
             for r in good {
                 let at = r.t_ms - origin;
@@ -100,6 +104,7 @@ impl Timeline {
                         }
                     }
                     RecordKind::Memstats => life.memstats.push((at, r.totals.clone())),
+                    RecordKind::Stats => life.stats.push((at, r.totals.clone())),
                     _ => {}
                 }
             }

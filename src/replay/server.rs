@@ -1,13 +1,18 @@
-//! Serves a [`Timeline`] over HTTP as Go's net/http/pprof would: the listener exists only while
-//! the recorded process was alive, so between boot cycles connections are refused, and the
-//! last answer of a life can be cut mid-body the way an OOM kill cuts it.
+//! Serves a [`Timeline`] as a live target: over HTTP as Go's net/http/pprof would, or over a
+//! unix socket or TCP as the OpenZiti agent would ([`serve_agent`]). The listener exists only
+//! while the recorded process was alive, so between boot cycles connections are refused, and
+//! the last answer of a life can be cut mid-body the way an OOM kill cuts it.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::FileTypeExt as _;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{State, Timeline, latest, memstats_text};
+use super::{State, Timeline, agent, latest, memstats_text};
+use crate::decode::{self, DecodeLimits, stackdump};
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
@@ -18,6 +23,26 @@ pub struct ReplayOptions {
     pub die_mid_response: bool,
 }
 
+/// Where the replayed agent listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentListen {
+    /// A socket file, left behind when a life dies (as a SIGKILL leaves the agent's).
+    Unix(PathBuf),
+    /// Loopback only; port 0 picks one, kept across lives.
+    Tcp(SocketAddr),
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentReplayOptions {
+    pub listen: AgentListen,
+    pub speed: f64,
+    /// Cut the last heap profile or stack dump of each life in half, then die.
+    pub die_mid_response: bool,
+    /// What op 0x0a answers.
+    pub app_id: String,
+    pub app_version: Option<String>,
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct ReplayTally {
     pub requests: u64,
@@ -25,21 +50,202 @@ pub struct ReplayTally {
     pub cut: u64,
 }
 
-/// Plays the timeline to its end (or until `stop`); `announce` hears each life start and end.
+/// Plays the timeline over HTTP to its end (or until `stop`); `announce` hears each life start
+/// and end.
 pub fn serve(
     timeline: &Timeline,
     options: &ReplayOptions,
     stop: &AtomicBool,
     announce: &mut dyn FnMut(String),
 ) -> io::Result<ReplayTally> {
-    let start = Instant::now();
-    let speed = if options.speed > 0.0 {
-        options.speed
-    } else {
-        1.0
+    let mut place = Place::Tcp(options.listen);
+    play(
+        timeline,
+        &mut place,
+        options.speed,
+        options.die_mid_response,
+        stop,
+        announce,
+        &|conn, life, at, cut| answer_http(conn, timeline, life, at, cut),
+        "listening on",
+    )
+}
+
+/// Plays the timeline over the agent protocol: heap profiles (0x05), stack dumps (0x01),
+/// MemStats (0x03), stats (0x07), version (0x04) and app info (0x0a).
+pub fn serve_agent(
+    timeline: &Timeline,
+    options: &AgentReplayOptions,
+    stop: &AtomicBool,
+    announce: &mut dyn FnMut(String),
+) -> io::Result<ReplayTally> {
+    let mut place = match &options.listen {
+        AgentListen::Unix(p) => Place::Unix(p.clone()),
+        AgentListen::Tcp(a) => Place::Tcp(*a),
     };
-    let mut addr = options.listen;
-    let mut listener: Option<TcpListener> = None;
+    let result = play(
+        timeline,
+        &mut place,
+        options.speed,
+        options.die_mid_response,
+        stop,
+        announce,
+        &|conn, life, at, cut| agent::answer(conn, timeline, life, at, cut, options),
+        "agent on",
+    );
+    if let Place::Unix(path) = &place {
+        remove_socket(path);
+    }
+    result
+}
+
+/// An accepted connection, TCP or unix.
+pub(super) enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Conn {
+    /// Blocking, with a read timeout: a client that never sends its request is dropped.
+    pub(super) fn prepare(&self) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(Duration::from_secs(2)))
+            }
+            Conn::Unix(s) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(Duration::from_secs(2)))
+            }
+        }
+    }
+
+    /// The kill lands mid-write: what was written is all there is. Half the body, and never
+    /// right after a newline, so a cut text reply is visibly cut too.
+    pub(super) fn cut(&mut self, body: &[u8]) -> io::Result<()> {
+        let mut n = body.len() / 2;
+        while n > 1 && body[n - 1] == b'\n' {
+            n -= 1;
+        }
+        self.write_all(&body[..n])?;
+        self.flush()?;
+        let _ = match self {
+            Conn::Tcp(s) => s.shutdown(Shutdown::Both),
+            Conn::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+        Ok(())
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(buf),
+            Conn::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(buf),
+            Conn::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.flush(),
+            Conn::Unix(s) => s.flush(),
+        }
+    }
+}
+
+enum Place {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Place::Tcp(a) => write!(f, "{a}"),
+            Place::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+enum Bound {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Bound {
+    fn accept(&self) -> io::Result<Conn> {
+        match self {
+            Bound::Tcp(l) => l.accept().map(|(s, _)| Conn::Tcp(s)),
+            Bound::Unix(l) => l.accept().map(|(s, _)| Conn::Unix(s)),
+        }
+    }
+}
+
+/// Removes a socket file, and only a socket file.
+fn remove_socket(path: &PathBuf) {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Binds, retrying briefly: the previous life's socket may still be closing. A TCP port 0 is
+/// replaced by the port the kernel picked, so later lives listen where the first one did.
+fn bind(place: &mut Place) -> io::Result<Bound> {
+    let mut last = None;
+    for _ in 0..50 {
+        let bound = match place {
+            Place::Tcp(addr) => TcpListener::bind(*addr).and_then(|l| {
+                *addr = l.local_addr()?;
+                l.set_nonblocking(true)?;
+                Ok(Bound::Tcp(l))
+            }),
+            Place::Unix(path) => {
+                // The previous life's socket, left behind like a killed agent's.
+                remove_socket(path);
+                UnixListener::bind(&*path).and_then(|l| {
+                    l.set_nonblocking(true)?;
+                    Ok(Bound::Unix(l))
+                })
+            }
+        };
+        match bound {
+            Ok(b) => return Ok(b),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                last = Some(e);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.expect("retried at least once"))
+}
+
+/// Answers one connection of a life at a moment; returns whether the answer was cut.
+type Answer<'a> = dyn Fn(Conn, usize, i64, bool) -> io::Result<bool> + 'a;
+
+#[allow(clippy::too_many_arguments)]
+fn play(
+    timeline: &Timeline,
+    place: &mut Place,
+    speed: f64,
+    die_mid_response: bool,
+    stop: &AtomicBool,
+    announce: &mut dyn FnMut(String),
+    answer: &Answer<'_>,
+    greeting: &str,
+) -> io::Result<ReplayTally> {
+    let start = Instant::now();
+    let speed = if speed > 0.0 { speed } else { 1.0 };
+    let mut listener: Option<Bound> = None;
     let mut current: Option<usize> = None;
     let mut cut_life: Option<usize> = None;
     let mut tally = ReplayTally::default();
@@ -64,30 +270,28 @@ pub fn serve(
             }
             State::Alive(i) => {
                 if current != Some(i) || listener.is_none() {
-                    let l = bind(addr)?;
-                    addr = l.local_addr()?;
-                    l.set_nonblocking(true)?;
-                    listener = Some(l);
+                    listener = Some(bind(place)?);
                     current = Some(i);
                     tally.lives += 1;
                     announce(format!(
-                        "listening on {addr} (boot cycle {})",
+                        "{greeting} {place} (boot cycle {})",
                         timeline.lives[i].incarnation
                     ));
                 }
                 let accepted = listener.as_ref().expect("bound above").accept();
                 match accepted {
-                    Ok((stream, _)) => {
+                    Ok(conn) => {
                         tally.requests += 1;
                         let life = &timeline.lives[i];
                         let left_ms = (life.end_ms - at) as f64 / speed;
-                        let cut = options.die_mid_response && left_ms <= 300.0;
-                        if let Err(e) = answer(stream, timeline, i, at, cut) {
-                            announce(format!("request failed: {e}"));
-                        }
-                        if cut {
-                            tally.cut += 1;
-                            cut_life = Some(i);
+                        let cut = die_mid_response && left_ms <= 300.0;
+                        match answer(conn, i, at, cut) {
+                            Ok(true) => {
+                                tally.cut += 1;
+                                cut_life = Some(i);
+                            }
+                            Ok(false) => {}
+                            Err(e) => announce(format!("request failed: {e}")),
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -101,25 +305,8 @@ pub fn serve(
     Ok(tally)
 }
 
-/// Binds, retrying briefly: the previous life's socket may still be closing.
-fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let mut last = None;
-    for _ in 0..50 {
-        match TcpListener::bind(addr) {
-            Ok(l) => return Ok(l),
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                last = Some(e);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.expect("retried at least once"))
-}
-
-fn read_request_line(stream: &mut TcpStream) -> io::Result<String> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+fn read_request_line(stream: &mut Conn) -> io::Result<String> {
+    stream.prepare()?;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 512];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -133,13 +320,28 @@ fn read_request_line(stream: &mut TcpStream) -> io::Result<String> {
     Ok(text.lines().next().unwrap_or("").to_string())
 }
 
-fn answer(
-    mut stream: TcpStream,
+/// A stored goroutine capture as a debug=2 text dump, whichever way it was recorded.
+pub(super) fn goroutine_text(path: &PathBuf) -> io::Result<Vec<u8>> {
+    let bytes = std::fs::read(path)?;
+    if !decode::is_gzip(&bytes) {
+        return Ok(bytes);
+    }
+    let profile = decode::decode(&bytes, &DecodeLimits::default()).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {e}", path.display()),
+        )
+    })?;
+    Ok(stackdump::from_profile(&profile).to_text().into_bytes())
+}
+
+fn answer_http(
+    mut stream: Conn,
     timeline: &Timeline,
     life: usize,
     at: i64,
     cut: bool,
-) -> io::Result<()> {
+) -> io::Result<bool> {
     let line = read_request_line(&mut stream)?;
     let target = line.split_whitespace().nth(1).unwrap_or("/");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
@@ -158,10 +360,14 @@ fn answer(
                     None => None,
                 }
             }
-        } else if path.ends_with("/debug/pprof/goroutine") && !debug {
+        } else if path.ends_with("/debug/pprof/goroutine") {
             match latest(&life.goroutine, at) {
-                Some(p) => Some((std::fs::read(p)?, "application/octet-stream")),
-                None => None,
+                Some(p) if debug => Some((goroutine_text(p)?, "text/plain; charset=utf-8")),
+                // A dump recorded as text has no pprof form to serve.
+                Some(p) if p.extension().is_some_and(|e| e == "gz") => {
+                    Some((std::fs::read(p)?, "application/octet-stream"))
+                }
+                _ => None,
             }
         } else {
             None
@@ -174,7 +380,7 @@ fn answer(
             msg.len()
         )?;
         stream.write_all(msg)?;
-        return Ok(());
+        return Ok(false);
     };
     write!(
         stream,
@@ -182,12 +388,10 @@ fn answer(
         body.len()
     )?;
     if cut {
-        // The kill lands mid-write: half the body, then the connection is gone.
-        stream.write_all(&body[..body.len() / 2])?;
-        stream.flush()?;
-        let _ = stream.shutdown(Shutdown::Both);
-        return Ok(());
+        stream.cut(&body)?;
+        return Ok(true);
     }
     stream.write_all(&body)?;
-    stream.flush()
+    stream.flush()?;
+    Ok(false)
 }

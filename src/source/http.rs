@@ -134,8 +134,8 @@ impl Source for HttpSource {
         "http"
     }
 
-    fn supports(&self, _want: Want) -> bool {
-        true
+    fn supports(&self, want: Want) -> bool {
+        want != Want::Stats
     }
 
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
@@ -143,6 +143,12 @@ impl Source for HttpSource {
             Want::Heap => &self.heap_url,
             Want::Goroutine => &self.goroutine_url,
             Want::MemStats => &self.memstats_url,
+            Want::Stats => {
+                return Err(FetchError::new(
+                    FailureKind::Other,
+                    "net/http/pprof has no runtime stats endpoint",
+                ));
+            }
         };
         let bytes = self.get(&url.clone(), timeout)?;
         Ok(Reply { bytes, pid: None })

@@ -1,6 +1,7 @@
-//! Sources pull bytes from a live target: Go's net/http/pprof over HTTP(S) today, the agent
-//! socket and Envoy's admin port beside it. A source only fetches; it never decodes or stores.
+//! Sources pull bytes from a live target: Go's net/http/pprof over HTTP(S), the OpenZiti agent
+//! socket, and Envoy's admin port beside them. A source only fetches; it never decodes or stores.
 
+pub mod agent;
 pub mod envoy;
 pub mod http;
 pub mod memstats;
@@ -14,8 +15,10 @@ use std::time::Duration;
 pub enum Want {
     Heap,
     Goroutine,
-    /// Runtime MemStats (HTTP: the `# runtime.MemStats` block of `heap?debug=1`).
+    /// Runtime MemStats (HTTP: the `# runtime.MemStats` block of `heap?debug=1`; agent: op 0x03).
     MemStats,
+    /// Runtime counts: goroutines, OS threads, GOMAXPROCS, CPUs (agent: op 0x07).
+    Stats,
 }
 
 impl Want {
@@ -24,6 +27,7 @@ impl Want {
             Want::Heap => "heap",
             Want::Goroutine => "goroutine",
             Want::MemStats => "memstats",
+            Want::Stats => "stats",
         }
     }
 }

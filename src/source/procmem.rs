@@ -5,6 +5,8 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +15,9 @@ use serde::{Deserialize, Serialize};
 pub enum MemoryProbe {
     Pid(u32),
     Cgroup(CgroupMemory),
+    /// Whichever process the source talks to now (0 while unknown): an `agent:auto` target
+    /// gets a new pid at every restart, and the sampler follows it.
+    Follow(Arc<AtomicU32>),
 }
 
 #[derive(Debug, Clone)]
@@ -134,19 +139,18 @@ pub fn process_rss(pid: u32) -> Option<u64> {
 }
 
 impl MemoryProbe {
+    /// False while there is nothing to sample yet (a followed process not found so far).
+    pub fn ready(&self) -> bool {
+        match self {
+            MemoryProbe::Follow(pid) => pid.load(Ordering::Relaxed) != 0,
+            _ => true,
+        }
+    }
+
     pub fn sample(&self, t_ms: i64, previous_kills: Option<u64>) -> MemorySample {
         match self {
-            MemoryProbe::Pid(pid) => {
-                let rss = process_rss(*pid);
-                MemorySample {
-                    t_ms,
-                    source: "pid".into(),
-                    pid: Some(*pid),
-                    rss,
-                    alive: rss.is_some(),
-                    ..MemorySample::default()
-                }
-            }
+            MemoryProbe::Pid(pid) => pid_sample(*pid, t_ms),
+            MemoryProbe::Follow(cell) => pid_sample(cell.load(Ordering::Relaxed), t_ms),
             MemoryProbe::Cgroup(cg) => {
                 let oom_kills = cg.oom_kills();
                 let pids = cg.pids();
@@ -163,5 +167,17 @@ impl MemoryProbe {
                 }
             }
         }
+    }
+}
+
+fn pid_sample(pid: u32, t_ms: i64) -> MemorySample {
+    let rss = process_rss(pid);
+    MemorySample {
+        t_ms,
+        source: "pid".into(),
+        pid: Some(pid),
+        rss,
+        alive: rss.is_some(),
+        ..MemorySample::default()
     }
 }

@@ -146,3 +146,180 @@ pub fn go_fixture(name: &str) -> Option<PathBuf> {
     assert!(path.is_file(), "{} was not built", path.display());
     Some(path)
 }
+
+// ---------------------------------------------------------------- processes and cgroups
+
+/// A child process killed (and reaped) if the test ends before it does.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Sends a signal with kill(1): libc is not a dependency.
+pub fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// Resident set of a process in bytes, `None` once it is gone.
+pub fn process_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| {
+        let kb = l
+            .strip_prefix("VmRSS:")?
+            .trim()
+            .trim_end_matches("kB")
+            .trim();
+        kb.parse::<u64>().ok().map(|k| k * 1024)
+    })
+}
+
+/// Waits for a child, polling, and fails the test past `deadline`. Returns the status and the
+/// unix ms right after the wait returned.
+pub fn wait_for_exit(
+    child: &mut std::process::Child,
+    deadline: std::time::Duration,
+) -> (std::process::ExitStatus, i64) {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return (status, unix_ms());
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process did not exit within {deadline:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Polls a child's output file until a line starting with `prefix` appears; returns the rest
+/// of that line. Fails the test if the child exits first or `timeout` passes.
+pub fn wait_for_line(
+    file: &Path,
+    prefix: &str,
+    child: &mut std::process::Child,
+    timeout: std::time::Duration,
+) -> String {
+    let started = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if let Some(rest) = text.lines().find_map(|l| l.strip_prefix(prefix)) {
+            return rest.to_string();
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "{} exited ({status}) before printing {prefix:?}",
+                file.display()
+            );
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "no {prefix:?} line in {} within {timeout:?}",
+            file.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A v1 memory cgroup made for one test under /sys/fs/cgroup/memory; removed on drop, with any
+/// process left in it.
+pub struct MemoryCgroup {
+    pub path: PathBuf,
+}
+
+impl MemoryCgroup {
+    pub fn create(tag: &str, limit: u64) -> Result<MemoryCgroup, String> {
+        static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = Path::new("/sys/fs/cgroup/memory")
+            .join(format!("heapwatch-{tag}-{}-{n}", std::process::id()));
+        std::fs::create_dir(&path).map_err(|e| format!("mkdir {}: {e}", path.display()))?;
+        let cgroup = MemoryCgroup { path };
+        let file = cgroup.path.join("memory.limit_in_bytes");
+        std::fs::write(&file, limit.to_string())
+            .map_err(|e| format!("write {}: {e}", file.display()))?;
+        // With swap accounting, swap must not extend the limit.
+        let _ = std::fs::write(
+            cgroup.path.join("memory.memsw.limit_in_bytes"),
+            limit.to_string(),
+        );
+        Ok(cgroup)
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.path.join("cgroup.procs"))
+            .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The kernel's OOM-kill counter of this cgroup, when it exposes one.
+    pub fn oom_kills(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(self.path.join("memory.oom_control")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+    }
+
+    /// A command that joins this cgroup, then becomes `program`: inside before it allocates.
+    pub fn command(&self, program: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(r#"echo $$ > "$1/cgroup.procs" && shift && exec "$@""#)
+            .arg("sh")
+            .arg(&self.path)
+            .arg(program)
+            .args(args);
+        c
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let pids = self.pids();
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                signal(pid, "KILL");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        for attempt in 0..20 {
+            match std::fs::remove_dir(&self.path) {
+                Ok(()) => return,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(e) if attempt == 19 => {
+                    eprintln!("could not remove {}: {e}", self.path.display())
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            }
+        }
+    }
+}
+
+/// A memory cgroup for a test that kills a process, or `None` (the caller falls back to a
+/// watchdog) when this machine cannot make one. With HEAPWATCH_REQUIRE_ROOT set (as CI does)
+/// that is a failure instead.
+pub fn memory_cgroup_or_watchdog(tag: &str, limit: u64) -> Option<MemoryCgroup> {
+    match MemoryCgroup::create(tag, limit) {
+        Ok(c) => Some(c),
+        Err(e) if std::env::var_os("HEAPWATCH_REQUIRE_ROOT").is_some() => {
+            panic!("HEAPWATCH_REQUIRE_ROOT is set but no v1 memory cgroup could be made: {e}")
+        }
+        Err(e) => {
+            eprintln!("no writable memory cgroup ({e}): a watchdog plays the kernel");
+            None
+        }
+    }
+}

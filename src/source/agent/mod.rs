@@ -1,0 +1,281 @@
+//! The gops-style IPC agent that OpenZiti controllers and routers embed (`agent:` targets):
+//! the only way into a controller, which has no HTTP pprof. Heap profiles, MemStats, runtime
+//! stats and goroutine stack dumps over a unix socket or TCP, one connection per request.
+
+pub mod discover;
+pub mod wire;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use discover::{Discovery, pid_alive, pid_from_name};
+use wire::{Endpoint, Op};
+
+use super::{FailureKind, FetchError, Reply, Source, Want};
+
+/// What follows `agent:` in a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentTarget {
+    /// `agent:unix:/path/to.sock`
+    Unix(PathBuf),
+    /// `agent:tcp:HOST:PORT`
+    Tcp(String),
+    /// `agent:PID`: the agent's default socket of that process.
+    Pid(u32),
+    /// `agent:auto[:APP_ID]`: whichever live agent of the folder has the app id.
+    Auto(Option<String>),
+}
+
+impl AgentTarget {
+    /// Parses a whole target (`agent:…`).
+    pub fn parse(target: &str) -> Result<AgentTarget, String> {
+        let rest = target
+            .strip_prefix("agent:")
+            .ok_or_else(|| format!("{target}: not an agent target"))?;
+        let bad = |why: &str| {
+            format!(
+                "{target}: {why} (expected agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID or agent:auto[:APP_ID])"
+            )
+        };
+        if let Some(path) = rest.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(bad("no socket path"));
+            }
+            Ok(AgentTarget::Unix(PathBuf::from(path)))
+        } else if let Some(addr) = rest.strip_prefix("tcp:") {
+            match addr.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                    Ok(AgentTarget::Tcp(addr.to_string()))
+                }
+                _ => Err(bad("a tcp target needs HOST:PORT")),
+            }
+        } else if rest == "auto" {
+            Ok(AgentTarget::Auto(None))
+        } else if let Some(id) = rest.strip_prefix("auto:") {
+            if id.is_empty() {
+                return Err(bad("empty app id"));
+            }
+            Ok(AgentTarget::Auto(Some(id.to_string())))
+        } else if let Ok(pid) = rest.parse::<u32>() {
+            Ok(AgentTarget::Pid(pid))
+        } else {
+            Err(bad("unknown form"))
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AgentOptions {
+    /// Where default sockets live: the target's temp dir (`$TMPDIR`, else `/tmp`), or a volume
+    /// shared with its container.
+    pub dir: Option<PathBuf>,
+    /// Largest reply accepted.
+    pub max_body: u64,
+}
+
+/// An agent `auto` found: its socket, the pid its name gives, and the pid it answered from.
+#[derive(Debug, Clone)]
+struct Settled {
+    endpoint: Endpoint,
+    name_pid: Option<u32>,
+    peer_pid: Option<u32>,
+}
+
+pub struct AgentSource {
+    target: String,
+    how: AgentTarget,
+    dir: PathBuf,
+    discovery: Option<Discovery>,
+    /// The socket `auto` settled on, until it stops answering.
+    current: Option<Settled>,
+    max_body: u64,
+    pid: Arc<AtomicU32>,
+}
+
+impl AgentSource {
+    pub fn new(target: &str, options: &AgentOptions) -> Result<AgentSource, FetchError> {
+        let how = AgentTarget::parse(target).map_err(|e| FetchError::new(FailureKind::Other, e))?;
+        let dir = options.dir.clone().unwrap_or_else(std::env::temp_dir);
+        let discovery = match &how {
+            AgentTarget::Auto(id) => Some(Discovery::new(dir.clone(), id.clone())),
+            _ => None,
+        };
+        Ok(AgentSource {
+            target: target.to_string(),
+            how,
+            dir,
+            discovery,
+            current: None,
+            max_body: if options.max_body == 0 {
+                512 << 20
+            } else {
+                options.max_body
+            },
+            pid: Arc::new(AtomicU32::new(0)),
+        })
+    }
+
+    /// The pid of the process answering now (0 while unknown), shared with the memory sampler
+    /// so it follows the target across restarts.
+    pub fn pid_cell(&self) -> Arc<AtomicU32> {
+        self.pid.clone()
+    }
+
+    fn fixed(&self) -> Option<(Endpoint, Option<u32>)> {
+        match &self.how {
+            AgentTarget::Unix(path) => Some((Endpoint::Unix(path.clone()), pid_from_name(path))),
+            AgentTarget::Tcp(addr) => Some((Endpoint::Tcp(addr.clone()), None)),
+            AgentTarget::Pid(pid) => Some((
+                Endpoint::Unix(self.dir.join(format!("gops-agent.{pid}.sock"))),
+                Some(*pid),
+            )),
+            AgentTarget::Auto(_) => None,
+        }
+    }
+
+    /// The endpoint to ask and the pid its name gives: fixed targets as given; `auto` keeps its
+    /// socket while its process lives and looks again otherwise.
+    fn endpoint(&mut self, timeout: Duration) -> Result<(Endpoint, Option<u32>), FetchError> {
+        if let Some(fixed) = self.fixed() {
+            return Ok(fixed);
+        }
+        if let Some(Settled {
+            peer_pid: Some(pid),
+            ..
+        }) = &self.current
+        {
+            if !pid_alive(*pid) {
+                self.current = None;
+            }
+        }
+        if let Some(current) = &self.current {
+            return Ok((current.endpoint.clone(), current.name_pid));
+        }
+        let discovery = self.discovery.as_mut().expect("auto has a discovery");
+        let socket = discovery.find(timeout)?;
+        let endpoint = Endpoint::Unix(socket.path);
+        self.current = Some(Settled {
+            endpoint: endpoint.clone(),
+            name_pid: Some(socket.pid),
+            peer_pid: None,
+        });
+        Ok((endpoint, Some(socket.pid)))
+    }
+
+    fn ask(&mut self, op: Op, timeout: Duration) -> Result<Reply, FetchError> {
+        let deadline = Instant::now() + timeout;
+        let (endpoint, name_pid) = self.endpoint(timeout)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match wire::request(&endpoint, op, left, self.max_body) {
+            // The process behind a remembered socket is gone: look for its successor now, so a
+            // restart costs no interval.
+            Err(e) if e.kind == FailureKind::Refused && self.discovery.is_some() => {
+                self.current = None;
+                let (endpoint, name_pid) =
+                    self.endpoint(deadline.saturating_duration_since(Instant::now()))?;
+                let left = deadline.saturating_duration_since(Instant::now());
+                let answer = wire::request(&endpoint, op, left, self.max_body)?;
+                Ok(self.answered(answer, name_pid))
+            }
+            Err(e) => Err(e),
+            Ok(answer) => Ok(self.answered(answer, name_pid)),
+        }
+    }
+
+    /// The reply names the process that sent it: the socket's peer when known (a pid of this
+    /// namespace, which the memory sampler can read), else the pid in the socket's name.
+    fn answered(&mut self, answer: wire::Answer, name_pid: Option<u32>) -> Reply {
+        if let Some(pid) = answer.peer_pid {
+            self.pid.store(pid, Ordering::Relaxed);
+            if let Some(current) = &mut self.current {
+                current.peer_pid = Some(pid);
+            }
+        }
+        Reply {
+            bytes: answer.bytes,
+            pid: answer.peer_pid.or(name_pid),
+        }
+    }
+}
+
+impl Source for AgentSource {
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn kind(&self) -> &'static str {
+        "agent"
+    }
+
+    fn supports(&self, _want: Want) -> bool {
+        true
+    }
+
+    fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+        let op = match want {
+            Want::Heap => Op::HeapProfile,
+            Want::Goroutine => Op::StackTrace,
+            Want::MemStats => Op::MemStats,
+            Want::Stats => Op::Stats,
+        };
+        self.ask(op, timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse() {
+        assert_eq!(
+            AgentTarget::parse("agent:unix:/tmp/a.sock").unwrap(),
+            AgentTarget::Unix("/tmp/a.sock".into())
+        );
+        assert_eq!(
+            AgentTarget::parse("agent:tcp:127.0.0.1:6000").unwrap(),
+            AgentTarget::Tcp("127.0.0.1:6000".into())
+        );
+        assert_eq!(
+            AgentTarget::parse("agent:4242").unwrap(),
+            AgentTarget::Pid(4242)
+        );
+        assert_eq!(
+            AgentTarget::parse("agent:auto").unwrap(),
+            AgentTarget::Auto(None)
+        );
+        assert_eq!(
+            AgentTarget::parse("agent:auto:ctrl").unwrap(),
+            AgentTarget::Auto(Some("ctrl".into()))
+        );
+        for bad in [
+            "agent:",
+            "agent:unix:",
+            "agent:tcp:nohost",
+            "agent:auto:",
+            "agent:x",
+        ] {
+            assert!(AgentTarget::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_pid_target_names_the_default_socket() {
+        let options = AgentOptions {
+            dir: Some("/run/shared".into()),
+            max_body: 0,
+        };
+        let s = AgentSource::new("agent:77", &options).unwrap();
+        assert_eq!(
+            s.fixed(),
+            Some((
+                Endpoint::Unix("/run/shared/gops-agent.77.sock".into()),
+                Some(77)
+            ))
+        );
+        let s = AgentSource::new("agent:unix:/x/gops-agent.12.sock", &options).unwrap();
+        assert_eq!(s.fixed().unwrap().1, Some(12));
+    }
+}
