@@ -22,6 +22,9 @@ pub enum RecordKind {
     Delete,
     /// A file found on resume that a killed collector made durable but never recorded.
     Recovered,
+    /// Envoy admin figures (`/memory` and `/stats`), kept in the record's totals under
+    /// `memory.*`, `server.*`, `cluster_manager.*` and `listener_manager.*` keys.
+    Envoy,
 }
 
 impl RecordKind {
@@ -33,6 +36,7 @@ impl RecordKind {
             RecordKind::Stats => "stats",
             RecordKind::Delete => "delete",
             RecordKind::Recovered => "recovered",
+            RecordKind::Envoy => "envoy",
         }
     }
 }
