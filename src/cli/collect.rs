@@ -81,6 +81,10 @@ pub struct CollectArgs {
     /// Disk budget for stored profiles; older boot cycles are thinned first.
     #[arg(long, value_parser = units::parse_size)]
     max_disk: Option<u64>,
+    /// Largest share of time the target may spend rendering profiles for us (0.25: after a
+    /// 100 ms render, wait at least 300 ms); doubled in burst mode; 1 removes the cap.
+    #[arg(long, default_value_t = 0.25)]
+    max_duty: f64,
     /// Largest response body accepted.
     #[arg(long, default_value = "512MiB", value_parser = units::parse_size)]
     max_body: u64,
@@ -123,6 +127,12 @@ impl CollectArgs {
                 "--interval and --burst-interval must be above zero".into(),
             ));
         }
+        if !(self.max_duty > 0.0 && self.max_duty <= 1.0) {
+            return Err(usage(format!(
+                "--max-duty {} must be in (0, 1]",
+                self.max_duty
+            )));
+        }
         if !(self.burst_at > 0.0 && self.burst_at <= 1.0) {
             return Err(usage(format!(
                 "--burst-at {} must be in (0, 1]",
@@ -155,6 +165,7 @@ impl CollectArgs {
             duration: self.duration,
             until_exit: self.until_exit.then_some(self.grace),
             max_disk: self.max_disk,
+            max_duty: self.max_duty,
             decode: self.decode.limits(),
         })
     }
@@ -306,6 +317,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             "interval_ms": config.interval.as_millis() as u64,
             "burst_interval_ms": config.burst_interval.as_millis() as u64,
             "burst_at": config.burst_at,
+            "max_duty": config.max_duty,
             "timeout_ms": config.timeout.as_millis() as u64,
             "profiles": args.profiles,
             "memstats_interval_ms": config.memstats_interval.as_millis() as u64,
@@ -385,6 +397,15 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::Store(format!(
             "stopped: {}",
             summary.disk_error.unwrap_or_else(|| "disk full".into())
+        )));
+    }
+    if !summary.reached && summary.responded {
+        return Err(CliError::Usage(format!(
+            "{}: the target answered but never with a valid profile ({} attempts; last: {}); see {}/manifest.jsonl",
+            args.target,
+            summary.attempts,
+            summary.last_error.as_deref().unwrap_or("?"),
+            args.out.display()
         )));
     }
     if !summary.reached {

@@ -20,7 +20,7 @@ pub use status::LiveStatus;
 
 use crate::decode::{self, DecodeLimits, stackdump};
 use crate::source::{FailureKind, FetchError, Source, Want, memstats};
-use crate::store::{CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
+use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
 use retention::Retention;
 
@@ -42,6 +42,9 @@ pub struct CollectConfig {
     /// With `--until-exit`: stop once the target has been gone this long.
     pub until_exit: Option<Duration>,
     pub max_disk: Option<u64>,
+    /// Largest share of wall time the target may spend serving profiles (1.0: no cap); twice
+    /// this in burst mode.
+    pub max_duty: f64,
     pub decode: DecodeLimits,
 }
 
@@ -60,6 +63,7 @@ impl Default for CollectConfig {
             duration: None,
             until_exit: None,
             max_disk: None,
+            max_duty: 0.25,
             decode: DecodeLimits::default(),
         }
     }
@@ -92,6 +96,9 @@ pub struct CollectSummary {
     pub deleted: u64,
     /// Whether the target answered at least once.
     pub reached: bool,
+    /// Whether anything answered at all, if only with an error page or garbage.
+    pub responded: bool,
+    pub last_error: Option<String>,
     pub disk_error: Option<String>,
 }
 
@@ -181,6 +188,8 @@ impl<'a> Collector<'a> {
                 incarnations: 0,
                 deleted: 0,
                 reached: false,
+                responded: false,
+                last_error: None,
                 disk_error: None,
             },
             last_stored: BTreeMap::new(),
@@ -332,7 +341,23 @@ impl<'a> Collector<'a> {
                 .iter_mut()
                 .find(|t| t.want == want)
                 .expect("task exists");
-            task.due = (began + period).max(self.clock.now());
+            let ended = self.clock.now();
+            task.due = (began + period).max(ended);
+            // Only a rendered profile costs the target: after a failure (a stall, a refusal)
+            // the next attempt keeps its normal time, the last live moments matter most.
+            if matches!(want, Want::Heap | Want::Goroutine) && self.failing_since.is_none() {
+                // Rendering a profile costs the target CPU: keep the share of time it spends
+                // serving us under the duty cap (doubled near the limit).
+                let duty = if self.bursting() {
+                    (self.config.max_duty * 2.0).min(1.0)
+                } else {
+                    self.config.max_duty
+                };
+                if duty > 0.0 && duty < 1.0 {
+                    let busy = ended.saturating_sub(began);
+                    task.due = task.due.max(ended + busy.mul_f64(1.0 / duty - 1.0));
+                }
+            }
             if let Err(e) = result {
                 if e.is_disk_full() {
                     self.summary.reason = StopReason::DiskFull;
@@ -370,14 +395,31 @@ impl<'a> Collector<'a> {
             Ok(reply) => {
                 record.bytes = reply.bytes.len() as u64;
                 record.pid = reply.pid;
-                let outcome = match want {
-                    Want::MemStats => self.memstats(&mut record, &reply.bytes),
-                    Want::Stats => self.stats(&mut record, &reply.bytes),
-                    Want::Goroutine if is_stack_dump(&reply.bytes) => {
-                        self.stack_dump(&mut record, &reply.bytes)
-                    }
-                    _ => self.profile(&mut record, &reply.bytes, reply.pid),
+                // A profile is written and fsynced under a temporary name on another thread
+                // while this one checks it; it gets its final name only if it is whole and new.
+                let temp = match want {
+                    Want::Heap | Want::Goroutine => Some(
+                        self.writer
+                            .temp_path(&format!("{seq:06}-{}.partial", kind.as_str()))?,
+                    ),
+                    _ => None,
                 };
+                let (outcome, written) = std::thread::scope(|scope| {
+                    let writing = temp
+                        .as_deref()
+                        .map(|t| scope.spawn(|| store::write_synced(t, &reply.bytes)));
+                    let outcome = match want {
+                        Want::MemStats => self.memstats(&mut record, &reply.bytes),
+                        Want::Stats => self.stats(&mut record, &reply.bytes),
+                        Want::Goroutine if is_stack_dump(&reply.bytes) => {
+                            self.stack_dump(&mut record, &reply.bytes)
+                        }
+                        _ => self.profile(&mut record, &reply.bytes, reply.pid),
+                    };
+                    let written =
+                        writing.map(|w| w.join().expect("the writer thread does not panic"));
+                    (outcome, written)
+                });
                 match outcome {
                     Ok(()) => {}
                     Err(Invalid(message)) => {
@@ -386,11 +428,23 @@ impl<'a> Collector<'a> {
                         record.error_kind = Some("invalid".into());
                     }
                 }
-                if let Some(file) = record.file.clone() {
-                    if record.dup_of.is_none() {
-                        let stored = self
-                            .writer
-                            .store_profile(file.trim_start_matches("profiles/"), &reply.bytes);
+                let publish = record
+                    .file
+                    .clone()
+                    .filter(|_| record.dup_of.is_none() && record.is_ok());
+                if publish.is_none() {
+                    if let Some(t) = &temp {
+                        self.writer.discard(t);
+                    }
+                }
+                if let Some(file) = publish {
+                    {
+                        let name = file.trim_start_matches("profiles/");
+                        let stored = match (&temp, written) {
+                            (Some(t), Some(Ok(()))) => self.writer.publish(t, name),
+                            (_, Some(Err(e))) => Err(e),
+                            _ => self.writer.store_profile(name, &reply.bytes),
+                        };
                         if let Err(e) = stored {
                             record.file = None;
                             record.error = Some(e.to_string());
@@ -435,6 +489,13 @@ impl<'a> Collector<'a> {
         }
         self.cycles.failed(e.kind);
         self.status.last_error = Some(e.message.clone());
+        self.summary.last_error = Some(e.message.clone());
+        if matches!(
+            e.kind,
+            FailureKind::Status | FailureKind::Other | FailureKind::TooLarge
+        ) {
+            self.summary.responded = true;
+        }
     }
 
     /// The target answered: bookkeeping common to every good reply. Returns the incarnation.
@@ -496,14 +557,10 @@ impl<'a> Collector<'a> {
     ) -> Result<(), Invalid> {
         let raw =
             decode::decompress(bytes, &self.config.decode).map_err(|e| Invalid(e.to_string()))?;
-        let profile = decode::decode_protobuf(&raw).map_err(|e| Invalid(e.to_string()))?;
-        let hash = decode::content_hash(&raw);
-        let totals: BTreeMap<String, i64> = profile
-            .totals()
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| (profile.sample_type_name(i).to_string(), v))
-            .collect();
+        // Totals and hash in one pass; the model is built only when a run is analysed.
+        let summary = decode::summarize(&raw).map_err(|e| Invalid(e.to_string()))?;
+        let hash = summary.hash;
+        let totals: BTreeMap<String, i64> = summary.totals.into_iter().collect();
         record.incarnation = self.answered(&totals, pid);
         if record.kind == RecordKind::Heap {
             if let Some(&inuse) = totals.get("inuse_space") {

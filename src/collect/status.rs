@@ -21,6 +21,8 @@ pub struct LiveStatus {
     /// Bytes per second of `memory` (the figure the limit applies to) over the recent attempts.
     pub memory_bps: Option<f64>,
     recent: VecDeque<(i64, i64)>,
+    /// When the current heap figure was first seen, and the figure.
+    published: Option<(i64, i64)>,
     recent_memory: VecDeque<(i64, i64)>,
 }
 
@@ -28,6 +30,7 @@ impl LiveStatus {
     pub fn new_cycle(&mut self, incarnation: u32) {
         self.incarnation = incarnation;
         self.recent.clear();
+        self.published = None;
         self.growth_bps = None;
         self.heap_inuse = None;
         self.recent_memory.clear();
@@ -46,13 +49,19 @@ impl LiveStatus {
         self.memory_bps = slope(&self.recent_memory);
     }
 
+    /// A heap capture. Go publishes the previous GC's figures at each GC, so a new figure is
+    /// placed where the previous one was first seen (as `growth` does); the first of a cycle
+    /// describes an unknown moment and only moves the previous-sighting mark.
     pub fn heap(&mut self, t_ms: i64, inuse: i64) {
         self.heap_inuse = Some(inuse);
         self.last_error = None;
-        if self.recent.back().is_some_and(|&(_, v)| v == inuse) {
+        if self.published.is_some_and(|(_, v)| v == inuse) {
             return;
         }
-        self.recent.push_back((t_ms, inuse));
+        let at = self.published.map(|(t, _)| t);
+        self.published = Some((t_ms, inuse));
+        let Some(at) = at else { return };
+        self.recent.push_back((at, inuse));
         while self.recent.len() > 20 {
             self.recent.pop_front();
         }

@@ -118,12 +118,41 @@ fn captures_are_paced_at_the_interval() {
 
 #[test]
 fn a_slow_target_delays_the_next_capture_and_never_piles_requests_up() {
-    let (_, records, _) = collect(heap_only(ms(5000)), vec![Step::Ok(LATE, ms(800))]);
+    let uncapped = CollectConfig {
+        max_duty: 1.0,
+        ..heap_only(ms(5000))
+    };
+    let (_, records, _) = collect(uncapped, vec![Step::Ok(LATE, ms(800))]);
     for pair in records.windows(2) {
         let end_of_first = pair[0].t_ms + pair[0].latency_ms as i64;
         assert!(pair[1].t_ms >= end_of_first, "overlap: {pair:?}");
         assert_eq!(pair[1].t_ms - pair[0].t_ms, 800);
     }
+}
+
+#[test]
+fn the_duty_cap_keeps_a_slow_render_from_taking_the_target_over() {
+    // A 600 ms render at a 500 ms interval would keep the target busy all the time; at the
+    // default cap of a quarter, 1.8 s of rest follow each render.
+    let (_, records, _) = collect(heap_only(ms(10_000)), vec![Step::Ok(LATE, ms(600))]);
+    for pair in records.windows(2) {
+        assert_eq!(pair[1].t_ms - pair[0].t_ms, 2400, "{pair:?}");
+    }
+    // Fast renders are not slowed: 20 ms at 500 ms is well under the cap.
+    let (_, records, _) = collect(heap_only(ms(2000)), vec![Step::Ok(LATE, ms(20))]);
+    assert!(records.windows(2).all(|p| p[1].t_ms - p[0].t_ms == 500));
+    // Near the limit the cap doubles: 600 ms of render, 600 ms of rest.
+    let bursting = CollectConfig {
+        limit: Some(128 << 20),
+        ..heap_only(ms(10_000))
+    };
+    let (_, records, _) = collect(bursting, vec![Step::Ok(LATE, ms(600))]);
+    assert!(
+        records[1..]
+            .windows(2)
+            .all(|p| p[1].t_ms - p[0].t_ms == 1200),
+        "{records:?}"
+    );
 }
 
 #[test]

@@ -5,9 +5,11 @@
 mod error;
 mod samples;
 pub mod stackdump;
+mod summary;
 mod validate;
 
 pub use error::DecodeError;
+pub use summary::{Summary, summarize};
 
 use std::io::Read;
 

@@ -195,14 +195,45 @@ impl RunWriter {
 
     /// Makes a profile durable under `profiles/NAME` and returns its relative path.
     pub fn store_profile(&mut self, name: &str, bytes: &[u8]) -> Result<String, StoreError> {
+        let temp = self.temp_path(name)?;
+        write_synced(&temp, bytes)?;
+        self.publish(&temp, name)
+    }
+
+    /// A fresh temporary name in `profiles/` for a profile that will be called `name`. Write
+    /// it with [`write_synced`] (on any thread), then [`RunWriter::publish`] or
+    /// [`RunWriter::discard`] it.
+    pub fn temp_path(&mut self, name: &str) -> Result<PathBuf, StoreError> {
         manifest::check_file_name(Some(&format!("{PROFILES_DIR}/{name}"))).map_err(|why| {
             StoreError::Corrupt {
                 path: self.profiles.join(name),
                 why,
             }
         })?;
-        write_durable(&self.profiles, name, bytes, &mut self.temp_counter)?;
-        Ok(format!("{PROFILES_DIR}/{name}"))
+        self.temp_counter += 1;
+        Ok(self.profiles.join(format!(
+            "{TEMP_PREFIX}{}-{}-{name}",
+            std::process::id(),
+            self.temp_counter
+        )))
+    }
+
+    /// Gives a written and fsynced temporary file its final name and fsyncs the folder: from
+    /// here on a reader sees it, whole.
+    pub fn publish(&self, temp: &Path, name: &str) -> Result<String, StoreError> {
+        let target = self.profiles.join(name);
+        let result = fs::rename(temp, &target)
+            .map_err(|e| StoreError::io(&target, e))
+            .and_then(|()| sync_dir(&self.profiles));
+        if result.is_err() {
+            let _ = fs::remove_file(temp);
+        }
+        result.map(|()| format!("{PROFILES_DIR}/{name}"))
+    }
+
+    /// Removes a temporary file that will not be published (a duplicate or an invalid reply).
+    pub fn discard(&self, temp: &Path) {
+        let _ = fs::remove_file(temp);
     }
 
     /// Removes a stored profile (retention); the caller records the deletion.
@@ -273,6 +304,19 @@ impl MemoryLog {
     }
 }
 
+/// Writes a file and fsyncs it; removes it again when that fails.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let result = (|| {
+        let mut f = File::create(path).map_err(|e| StoreError::io(path, e))?;
+        f.write_all(bytes).map_err(|e| StoreError::io(path, e))?;
+        f.sync_all().map_err(|e| StoreError::io(path, e))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(path);
+    }
+    result
+}
+
 /// Temporary name in the same folder, write, fsync, rename, fsync the folder.
 fn write_durable(
     dir: &Path,
@@ -286,15 +330,11 @@ fn write_durable(
         std::process::id(),
         counter
     ));
-    let result = (|| {
-        let mut f = File::create(&temp).map_err(|e| StoreError::io(&temp, e))?;
-        f.write_all(bytes).map_err(|e| StoreError::io(&temp, e))?;
-        f.sync_all().map_err(|e| StoreError::io(&temp, e))?;
-        drop(f);
-        let target = dir.join(name);
-        fs::rename(&temp, &target).map_err(|e| StoreError::io(&target, e))?;
-        sync_dir(dir)
-    })();
+    write_synced(&temp, bytes)?;
+    let target = dir.join(name);
+    let result = fs::rename(&temp, &target)
+        .map_err(|e| StoreError::io(&target, e))
+        .and_then(|()| sync_dir(dir));
     if result.is_err() {
         let _ = fs::remove_file(&temp);
     }

@@ -501,12 +501,22 @@ fn run_against_fault(
         "nothing valid was served, yet files were stored: {:?}",
         profile_files(&run)
     );
-    assert!(
-        matches!(ran.code, Some(0) | Some(3)),
-        "exit {:?}: {}",
-        ran.code,
-        ran.stderr
-    );
+    // A target that answered, just never with a valid profile (a status, an HTML page, a bad
+    // or oversized body) is an input error (2) that says so; one that only timed out or broke
+    // the connection never answered (3).
+    let answered_badly = records.iter().any(|r| {
+        matches!(
+            r["error_kind"].as_str(),
+            Some("status" | "invalid" | "too-large" | "other")
+        )
+    });
+    let (code, says) = if answered_badly {
+        (2, "never with a valid profile")
+    } else {
+        (3, "never answered")
+    };
+    assert_eq!(ran.code, Some(code), "{}", ran.stderr);
+    assert!(ran.stderr.contains(says), "{}", ran.stderr);
     assert_eq!(
         server.max_in_flight(),
         1,
