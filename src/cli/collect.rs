@@ -17,6 +17,7 @@ use heapwatch::collect::{
 };
 use heapwatch::source::Source;
 use heapwatch::source::agent::{AgentOptions, AgentSource};
+use heapwatch::source::envoy::EnvoySource;
 use heapwatch::source::http::{HttpOptions, HttpSource};
 use heapwatch::source::procmem::{CgroupMemory, MemoryProbe};
 use heapwatch::store::{CaptureRecord, RunInfo, RunWriter};
@@ -27,7 +28,8 @@ use super::{CliError, DecodeFlags};
 #[derive(clap::Args)]
 pub struct CollectArgs {
     /// http://HOST:PORT (Go net/http/pprof) or a URL naming a profile path; or the OpenZiti
-    /// agent: agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID].
+    /// agent: agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID]; or
+    /// an Envoy admin port: envoy:http://HOST:PORT (/memory, /stats, /heap_dump).
     target: String,
     /// The run directory (created, or resumed when it exists).
     #[arg(long, short = 'o')]
@@ -283,6 +285,10 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         Box::new(
             HttpSource::new(&args.target, &args.http_options()?).map_err(|e| usage(e.message))?,
         )
+    } else if args.target.starts_with("envoy:") {
+        Box::new(
+            EnvoySource::new(&args.target, &args.http_options()?).map_err(|e| usage(e.message))?,
+        )
     } else if args.target.starts_with("agent:") {
         let agent = AgentSource::new(
             &args.target,
@@ -298,8 +304,8 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         Box::new(agent)
     } else {
         return Err(usage(format!(
-            "{}: unknown target (expected http://HOST:PORT, https://…, or agent:unix:/path.sock, \
-             agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID])",
+            "{}: unknown target (expected http://HOST:PORT, https://…, envoy:http://HOST:PORT, \
+             or agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID])",
             args.target
         )));
     };

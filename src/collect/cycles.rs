@@ -7,7 +7,13 @@ use crate::source::FailureKind;
 use crate::store::CaptureRecord;
 
 /// Totals that only grow during one process's life.
-const CUMULATIVE: &[&str] = &["alloc_space", "alloc_objects", "TotalAlloc", "Mallocs"];
+const CUMULATIVE: &[&str] = &[
+    "alloc_space",
+    "alloc_objects",
+    "TotalAlloc",
+    "Mallocs",
+    "server.uptime",
+];
 
 #[derive(Debug, Default)]
 pub struct CycleTracker {

@@ -284,6 +284,19 @@ impl<'a> Collector<'a> {
                 },
             );
         }
+        // Envoy is watched through /memory: it goes first, and heap dumps (a tcmalloc
+        // snapshot on Envoy's main thread) come rarely, only while the build serves them.
+        let envoy = self.source.kind() == "envoy";
+        if envoy {
+            tasks.retain(|t| t.want != Want::MemStats);
+            tasks.insert(
+                0,
+                Task {
+                    want: Want::MemStats,
+                    due: start,
+                },
+            );
+        }
         // While the target is not answering, only the first task (the main profile) probes.
         let probe = tasks[0].want;
         loop {
@@ -310,6 +323,8 @@ impl<'a> Collector<'a> {
                 }
             }
             let gone = self.failing_since.is_some();
+            let source = &*self.source;
+            tasks.retain(|t| t.want == probe || source.supports(t.want));
             let next = tasks
                 .iter_mut()
                 .filter(|t| !gone || t.want == probe)
@@ -327,6 +342,8 @@ impl<'a> Collector<'a> {
             let began = now;
             let result = self.attempt(want, observer);
             let period = match want {
+                Want::MemStats if envoy => self.heap_interval(),
+                Want::Heap if envoy => (self.config.interval * 20).max(Duration::from_secs(10)),
                 Want::Heap => self.heap_interval(),
                 Want::Goroutine => self.config.goroutine_interval.max(self.heap_interval()),
                 // Near the limit the runtime figures come at least once per normal interval:
@@ -484,7 +501,8 @@ impl<'a> Collector<'a> {
     fn failed(&mut self, record: &mut CaptureRecord, e: &FetchError, began: Duration) {
         record.error = Some(e.message.clone());
         record.error_kind = Some(e.kind.as_str().to_string());
-        if self.failing_since.is_none() {
+        // An HTTP status is an answer: the target is there (Envoy's 501 for /heap_dump).
+        if self.failing_since.is_none() && e.kind != FailureKind::Status {
             self.failing_since = Some(began);
         }
         self.cycles.failed(e.kind);
@@ -513,6 +531,9 @@ impl<'a> Collector<'a> {
     }
 
     fn memstats(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
+        if self.source.kind() == "envoy" {
+            return self.envoy(record, bytes);
+        }
         let text = String::from_utf8_lossy(bytes);
         let stats = memstats::parse_debug_heap(&text)
             .or_else(|| memstats::parse_agent(&text))
@@ -520,6 +541,28 @@ impl<'a> Collector<'a> {
         record.incarnation = self.answered(&stats, record.pid);
         self.runtime_memory = memstats::held_bytes(&stats).map(|b| b.max(0) as u64);
         record.totals = stats;
+        Ok(())
+    }
+
+    /// Envoy's `/memory` and `/stats` figures, kept in an `envoy` record. The memory the
+    /// limit applies to is the physical figure tcmalloc reports, else what it allocated.
+    fn envoy(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
+        let totals = crate::source::envoy::totals_from_reply(bytes)
+            .ok_or_else(|| Invalid("the reply has no Envoy /memory or /stats figures".into()))?;
+        record.kind = RecordKind::Envoy;
+        record.incarnation = self.answered(&totals, record.pid);
+        let memory = [
+            "memory.total_physical_bytes",
+            "memory.allocated",
+            "server.memory_physical_size",
+        ]
+        .iter()
+        .find_map(|k| totals.get(*k).copied().filter(|&v| v > 0));
+        if let Some(m) = memory {
+            self.runtime_memory = Some(m.max(0) as u64);
+            self.status.heap(record.t_ms, m);
+        }
+        record.totals = totals;
         Ok(())
     }
 

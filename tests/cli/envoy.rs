@@ -520,3 +520,62 @@ fn failures_are_classified() {
     assert_eq!(snapshot.memory, None);
     assert_eq!(snapshot.stats.concurrency(), Some(16));
 }
+
+#[test]
+fn collect_watches_an_envoy_admin_port_and_asks_for_heap_dumps_once() {
+    const MIB: u64 = 1 << 20;
+    let memory: Vec<String> = (0..40u64)
+        .map(|i| {
+            let physical = 700 * MIB + i * 4 * MIB;
+            format!(
+                "{{\"allocated\": \"{}\", \"heap_size\": \"{}\", \"pageheap_unmapped\": \"0\", \
+                 \"pageheap_free\": \"4145152\", \"total_thread_cache\": \"22500080\", \
+                 \"total_physical_bytes\": \"{physical}\"}}\n",
+                physical - 60 * MIB,
+                physical + 100 * MIB
+            )
+        })
+        .collect();
+    let double = AdminDouble::start(memory, vec![gateway_counters()]);
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let out = util::run(&[
+        "collect",
+        &double.target(),
+        "--out",
+        run.to_str().unwrap(),
+        "--interval",
+        "100ms",
+        "--duration",
+        "2s",
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let text = std::fs::read_to_string(run.join("manifest.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let envoy: Vec<&serde_json::Value> = records.iter().filter(|r| r["kind"] == "envoy").collect();
+    assert!(
+        envoy.len() >= 10,
+        "{} envoy records in 2 s at 100 ms",
+        envoy.len()
+    );
+    assert!(
+        envoy
+            .iter()
+            .all(|r| r["error"].is_null() && r["file"].is_null())
+    );
+    let first = &envoy[0]["totals"];
+    assert_eq!(first["server.concurrency"], 16, "{first}");
+    assert_eq!(first["cluster_manager.active_clusters"], 1564, "{first}");
+    assert!(first["memory.total_physical_bytes"].as_i64().unwrap() >= (700 * MIB) as i64);
+    // The heap dump answered 501: asked once, recorded once, never again.
+    let dumps: Vec<&serde_json::Value> = records.iter().filter(|r| r["kind"] == "heap").collect();
+    assert_eq!(dumps.len(), 1, "{dumps:?}");
+    assert_eq!(dumps[0]["error_kind"], "status");
+    assert_eq!(double.served().heap_dump_hits, 1);
+    // The admin port stayed "there" the whole time: one boot cycle.
+    assert!(records.iter().all(|r| r["incarnation"] == 1));
+}
