@@ -140,6 +140,8 @@ pub struct Collector<'a> {
     summary: CollectSummary,
     /// Last stored capture per kind in this boot cycle: (content hash, seq, file).
     last_stored: BTreeMap<RecordKind, (String, u64, String)>,
+    /// How long the last request took, from sending it to its last byte.
+    last_latency: Duration,
     /// Monotonic time of the first failure since the target last answered.
     failing_since: Option<Duration>,
     /// Memory the latest MemStats of this boot cycle says the process holds (`Sys` less
@@ -194,6 +196,7 @@ impl<'a> Collector<'a> {
             },
             last_stored: BTreeMap::new(),
             failing_since: None,
+            last_latency: Duration::ZERO,
             runtime_memory: None,
         }
     }
@@ -371,8 +374,9 @@ impl<'a> Collector<'a> {
                     self.config.max_duty
                 };
                 if duty > 0.0 && duty < 1.0 {
-                    let busy = ended.saturating_sub(began);
-                    task.due = task.due.max(ended + busy.mul_f64(1.0 / duty - 1.0));
+                    // The target was busy for the request, not for our checking and fsync.
+                    let busy = self.last_latency;
+                    task.due = task.due.max(began + busy.mul_f64(1.0 / duty));
                 }
             }
             if let Err(e) = result {
@@ -404,6 +408,7 @@ impl<'a> Collector<'a> {
         let began = self.clock.now();
         let fetched = self.source.fetch(want, timeout);
         let received = self.clock.now();
+        self.last_latency = received - began;
         let mut record = CaptureRecord::new(seq, kind, self.cycles.incarnation(), t_ms);
         record.latency_ms = ms(received - began);
         record.interval_ms = Some(interval.as_millis() as u64);

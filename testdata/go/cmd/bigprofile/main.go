@@ -1,8 +1,13 @@
-// Command bigprofile writes one very large heap profile, for benchmarks: it
-// sets runtime.MemProfileRate = 1 (every allocation sampled), keeps alive
-// small objects allocated under tens of thousands of distinct call stacks,
-// runs the GC twice and writes the heap profile (gzipped protobuf) to -o.
-// It is not a server and exits when done.
+// Command bigprofile makes one very large heap profile, for benchmarks: it
+// sets runtime.MemProfileRate = 1 (every allocation sampled) and keeps alive
+// small objects allocated under tens of thousands of distinct call stacks.
+//
+// With -o it runs the GC twice, writes the heap profile (gzipped protobuf) to
+// that path and exits. With -listen it is a live target instead: it serves
+// net/http/pprof on that address (port 0 picks a free one; the line
+// "listening on HOST:PORT" on stdout names the real one), keeps the stacks
+// alive for good, and allocates and drops -churn bytes per second in
+// main.churnBuffer so that the GC runs and the served profile keeps changing.
 //
 // Each stack is a depth-12 descent through four distinct functions
 // (main.branchA .. main.branchD), chosen at each level by two bits of a
@@ -15,13 +20,16 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+
+	"heapwatch.test/fixtures/internal/fixture"
 )
 
 const depth = 12
 
 var (
-	out    = flag.String("o", "", "path of the heap profile to write (required)")
+	out    = flag.String("o", "", "path of the heap profile to write (this or -listen is required)")
 	stacks = flag.Int("stacks", 150000, "number of distinct allocation stacks (at most 4^12)")
+	churn  = fixture.BytesFlag("churn", 8<<20, "with -listen: bytes per second allocated and dropped in main.churnBuffer (0: none)")
 )
 
 type leafObject struct {
@@ -30,7 +38,10 @@ type leafObject struct {
 	pad   [16]byte
 }
 
-var live []*leafObject
+var (
+	live      []*leafObject
+	churnSink []byte
+)
 
 // scramble is a bijection on [0, 4^12): consecutive indexes get unrelated
 // paths, so that every level of the descent varies.
@@ -73,11 +84,35 @@ func allocLeaf(path uint64, i int) {
 	live[i] = &leafObject{index: int64(i), path: path}
 }
 
+// churnBuffer allocates a buffer and drops it at the next call.
+//
+//go:noinline
+func churnBuffer(size int) {
+	b := make([]byte, size)
+	fixture.Touch(b, byte(size))
+	churnSink = b
+}
+
+// listening reports whether -listen was given on the command line (the flag
+// itself belongs to package fixture and has a default).
+func listening() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "listen" {
+			set = true
+		}
+	})
+	return set
+}
+
 func main() {
 	runtime.MemProfileRate = 1
-	flag.Parse()
-	if *out == "" || *stacks <= 0 || *stacks > 1<<(2*depth) {
+	fixture.Parse()
+	serve := listening()
+	// Exactly one of -o and -listen.
+	if (*out != "") == serve || *stacks <= 0 || *stacks > 1<<(2*depth) {
 		fmt.Fprintln(os.Stderr, "usage: bigprofile -o PATH [-stacks N]")
+		fmt.Fprintln(os.Stderr, "       bigprofile -listen ADDR [-stacks N] [-churn BYTES_PER_SEC]")
 		os.Exit(2)
 	}
 	live = make([]*leafObject, *stacks)
@@ -86,6 +121,13 @@ func main() {
 	}
 	runtime.GC()
 	runtime.GC()
+	if serve {
+		fixture.Serve()
+		if *churn > 0 {
+			fixture.PaceConstant(int64(*churn), 64<<10, churnBuffer)
+		}
+		fixture.Forever()
+	}
 	f, err := os.Create(*out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
