@@ -81,7 +81,14 @@ pub fn growth(
         .and_then(|i| i.options.get("gc"))
         .and_then(|v| v.as_bool())
         .unwrap_or(false);
-    let mut builder = GrowthBuilder::default().forced_gc(forced_gc);
+    let cpu_limit = run
+        .info
+        .as_ref()
+        .and_then(|i| i.options.get("cpu_limit"))
+        .and_then(|v| v.as_f64());
+    let mut builder = GrowthBuilder::default()
+        .forced_gc(forced_gc)
+        .cpu_limit(cpu_limit);
     let mut notes = ScanNotes::default();
     for batch in wanted.chunks(BATCH) {
         let mut results: Vec<Option<Result<Vec<SiteFigures>, String>>> = vec![None; batch.len()];

@@ -85,6 +85,20 @@ pub struct MemStatsView {
     pub gc_per_sec: Option<f64>,
 }
 
+/// Runtime counts from the agent's stats (op 0x07): a GOMAXPROCS far above the CPUs the
+/// process may use multiplies per-P caches and GC workers.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuntimeView {
+    pub gomaxprocs: Option<i64>,
+    pub num_cpu: Option<i64>,
+    pub threads: Option<i64>,
+    pub goroutines: Option<i64>,
+    /// The CPU limit, when the run records one (`cpu_limit` in run.json's options).
+    pub cpu_limit: Option<f64>,
+    /// GOMAXPROCS over the CPU limit, when both are known and it is above 1.5.
+    pub multiplier: Option<f64>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct CycleGrowth {
     pub index: u32,
@@ -112,6 +126,8 @@ pub struct CycleGrowth {
     pub goroutine_growth: Vec<GoroutineGrowth>,
     pub profiling: Option<ProfilingCost>,
     pub memstats: Option<MemStatsView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeView>,
     pub verdict: String,
 }
 
@@ -180,10 +196,17 @@ fn place_publication<T: PartialEq + Clone>(
 pub struct GrowthBuilder {
     cycles: BTreeMap<u32, CycleState>,
     forced_gc: bool,
+    cpu_limit: Option<f64>,
 }
 
 impl GrowthBuilder {
     /// Whether the heap captures were made with a forced GC (`?gc=1`, `collect --gc`).
+    /// The CPU limit of the target (cores), when known: GOMAXPROCS is compared with it.
+    pub fn cpu_limit(mut self, cores: Option<f64>) -> GrowthBuilder {
+        self.cpu_limit = cores;
+        self
+    }
+
     pub fn forced_gc(mut self, forced: bool) -> GrowthBuilder {
         self.forced_gc = forced;
         self
@@ -240,7 +263,18 @@ impl GrowthBuilder {
                     .min()
             });
             let state = states.remove(&inc).unwrap_or_default();
-            if let Some(c) = cycle(inc, &rs, state, memory, next_start, limit, self.forced_gc) {
+            if let Some(mut c) = cycle(inc, &rs, state, memory, next_start, limit, self.forced_gc) {
+                let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
+                c.runtime = runtime_view(&good, self.cpu_limit);
+                if let Some(rt) = &c.runtime {
+                    if let (Some(m), Some(p), Some(l)) =
+                        (rt.multiplier, rt.gomaxprocs, rt.cpu_limit)
+                    {
+                        c.verdict.push_str(&format!(
+                            "; GOMAXPROCS {p} against a CPU limit of {l}: {m:.0}x the per-P caches and GC workers the limit pays for"
+                        ));
+                    }
+                }
                 cycles.push(c);
             }
         }
@@ -398,6 +432,7 @@ fn cycle(
         goroutine_growth,
         profiling,
         memstats,
+        runtime: None,
         verdict: String::new(),
     };
     c.verdict = verdict(&c, limit, total_sustained);
@@ -546,6 +581,24 @@ fn goroutines(grid: &SeriesGrid) -> Vec<GoroutineGrowth> {
         .collect();
     out.sort_by(|a, b| b.per_sec.total_cmp(&a.per_sec).then(a.name.cmp(&b.name)));
     out
+}
+
+fn runtime_view(good: &[&&CaptureRecord], cpu_limit: Option<f64>) -> Option<RuntimeView> {
+    let last = good.iter().rev().find(|r| r.kind == RecordKind::Stats)?;
+    let get = |k: &str| last.totals.get(k).copied();
+    let gomaxprocs = get("gomaxprocs");
+    let multiplier = match (gomaxprocs, cpu_limit) {
+        (Some(p), Some(limit)) if limit > 0.0 && p as f64 / limit >= 1.5 => Some(p as f64 / limit),
+        _ => None,
+    };
+    Some(RuntimeView {
+        gomaxprocs,
+        num_cpu: get("num_cpu"),
+        threads: get("threads"),
+        goroutines: get("goroutines"),
+        cpu_limit,
+        multiplier,
+    })
 }
 
 fn memstats_view(good: &[&&CaptureRecord]) -> Option<MemStatsView> {
@@ -732,5 +785,39 @@ mod tests {
             );
             assert!(c.alloc_storms.is_empty(), "{:?}", c.alloc_storms);
         }
+    }
+
+    #[test]
+    fn gomaxprocs_far_above_the_cpu_limit_is_named_a_multiplier() {
+        let mut heap = CaptureRecord::new(1, RecordKind::Heap, 1, 1_000);
+        heap.totals.insert("inuse_space".into(), 8 << 20);
+        let mut stats = CaptureRecord::new(2, RecordKind::Stats, 1, 1_500);
+        for (k, v) in [
+            ("gomaxprocs", 16),
+            ("num_cpu", 16),
+            ("threads", 22),
+            ("goroutines", 40),
+        ] {
+            stats.totals.insert(k.into(), v);
+        }
+        let records = vec![heap, stats];
+        let report = GrowthBuilder::default()
+            .cpu_limit(Some(2.0))
+            .finish(&records, &[], None);
+        let rt = report.cycles[0]
+            .runtime
+            .as_ref()
+            .expect("stats give a runtime view");
+        assert_eq!((rt.gomaxprocs, rt.num_cpu), (Some(16), Some(16)));
+        assert_eq!(rt.multiplier, Some(8.0));
+        assert!(
+            report.cycles[0]
+                .verdict
+                .contains("GOMAXPROCS 16 against a CPU limit of 2")
+        );
+        let unknown = GrowthBuilder::default().finish(&records, &[], None);
+        let rt = unknown.cycles[0].runtime.as_ref().unwrap();
+        assert_eq!(rt.multiplier, None);
+        assert!(!unknown.cycles[0].verdict.contains("GOMAXPROCS"));
     }
 }

@@ -1,11 +1,16 @@
 //! CI gates: `--fail-on` rules such as `growth>5MiB/s`, `time-to-limit<60s` or
 //! `regression>1.5x`, parsed from text and checked against a run's findings. A rule trips when
 //! any boot cycle crosses its bar. Pure: the figures come in, outcomes go out.
+//!
+//! For a run of an Envoy proxy (manifest records of kind `envoy`) the growth and
+//! time-to-limit rules also weigh Envoy's own growth fit, and `live-share<X` checks how much
+//! of the mapped heap is live data (Envoy's tcmalloc figures, or Go's MemStats).
 
 use serde::Serialize;
 use thiserror::Error;
 
 use super::compare::Comparison;
+use super::envoy::EnvoyReport;
 use super::growth::{CycleGrowth, GrowthReport};
 use crate::store::{CaptureRecord, RecordKind};
 use crate::units::{self, format_bytes};
@@ -30,8 +35,12 @@ pub enum Metric {
     Memory,
     /// Boot cycles ended by a kernel OOM kill.
     Kills,
-    /// Boot cycles after the first.
+    /// Boot cycles after the first (or restarts Envoy's `server.uptime` shows).
     Restarts,
+    /// Live data over the heap that is mapped: Envoy's `allocated / (heap_size −
+    /// pageheap_unmapped)`, Go's `HeapAlloc / (HeapSys − HeapReleased)`. Low: memory held by
+    /// the allocator and not returned dominates.
+    LiveShare,
 }
 
 struct MetricSpec {
@@ -97,7 +106,21 @@ const METRICS: &[MetricSpec] = &[
         above: true,
         example: "restarts>2",
     },
+    MetricSpec {
+        metric: Metric::LiveShare,
+        name: "live-share",
+        above: false,
+        example: "live-share<0.6",
+    },
 ];
+
+/// Whether a metric trips above its bar (`>`) rather than below it (`<`).
+fn trips_above(metric: Metric) -> bool {
+    METRICS
+        .iter()
+        .find(|m| m.metric == metric)
+        .is_none_or(|m| m.above)
+}
 
 /// One `--fail-on` rule.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,6 +212,18 @@ fn parse_bar(metric: Metric, value: &str) -> Result<f64, String> {
             .parse::<u32>()
             .map(f64::from)
             .map_err(|_| format!("{value:?} is not a whole number")),
+        Metric::LiveShare => {
+            let share = match value.strip_suffix('%') {
+                Some(percent) => number(percent)? / 100.0,
+                None => number(value)?,
+            };
+            if share <= 0.0 || share > 1.0 {
+                return Err(format!(
+                    "{value:?}: a share is above 0 and at most 1 (or 100%)"
+                ));
+            }
+            Ok(share)
+        }
     }
 }
 
@@ -214,6 +249,8 @@ pub struct Findings<'a> {
     pub peak_heap: &'a [(u32, i64)],
     pub comparison: Option<&'a Comparison>,
     pub heap_ratio: Option<&'a HeapRatio>,
+    /// Envoy's admin figures, when the run holds `envoy` records.
+    pub envoy: Option<&'a EnvoyReport>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -251,7 +288,8 @@ struct Measure {
 
 /// Sum of the fitted rates of the sites that grow steadily (the profiler's own site excluded).
 pub fn cycle_growth(c: &CycleGrowth) -> f64 {
-    c.sites.iter().map(|s| s.bytes_per_sec).sum()
+    // `+ 0.0`: an empty sum is −0.0, which would read "-0 B/s".
+    c.sites.iter().map(|s| s.bytes_per_sec).sum::<f64>() + 0.0
 }
 
 /// When the limit is (or was) reached: the kill when the cycle died of it, else the forecast.
@@ -288,9 +326,16 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
             })
             .collect::<Vec<_>>()
     };
+    // In a run of Envoy admin figures alone, cycles without a heap profile have no heap
+    // growth to measure: Envoy's own fit stands for them.
+    let envoy_only = f.envoy.is_some() && f.peak_heap.is_empty();
     let found = match rule.metric {
-        Metric::Growth => worst(
-            per_cycle(&|c| {
+        Metric::Growth => {
+            let mut measures: Vec<Measure> = f.envoy.and_then(envoy_growth).into_iter().collect();
+            measures.extend(per_cycle(&|c| {
+                if envoy_only && c.heap_first.is_none() && c.sites.is_empty() {
+                    return None;
+                }
                 let top = c.sites.first().map_or(String::new(), |s| {
                     format!(", fastest {} at {}", s.name, rate(s.bytes_per_sec))
                 });
@@ -298,18 +343,27 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                     cycle_growth(c),
                     format!("in-use heap grew {}{top}", rate(cycle_growth(c))),
                 ))
-            }),
-            true,
-        ),
+            }));
+            worst(measures, true)
+        }
         Metric::TimeToLimit => {
-            if f.growth.limit_bytes.is_none() && !cycles.iter().any(|c| c.killed) {
+            let envoy_limit = f
+                .envoy
+                .and_then(|e| e.growth.as_ref())
+                .and_then(|g| g.limit);
+            if f.growth.limit_bytes.is_none()
+                && envoy_limit.is_none()
+                && !cycles.iter().any(|c| c.killed)
+            {
                 return Err("no memory limit known (collect with --limit or --cgroup)".into());
             }
             let limit = f
                 .growth
                 .limit_bytes
                 .map_or("the limit".to_string(), |l| format_bytes(l as i64));
-            let hits = per_cycle(&|c| {
+            let mut hits: Vec<Measure> =
+                f.envoy.and_then(envoy_time_to_limit).into_iter().collect();
+            hits.extend(per_cycle(&|c| {
                 cycle_time_to_limit(c).map(|t| {
                     let how = if c.killed && c.died_after_s.is_some_and(|d| d <= t + 1e-9) {
                         format!("OOM-killed {t:.1} s after the first capture")
@@ -318,7 +372,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                     };
                     (t, how)
                 })
-            });
+            }));
             if hits.is_empty() {
                 return Ok(Some(Measure {
                     value: f64::INFINITY,
@@ -354,7 +408,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
         }
         Metric::Goroutines => worst(
             per_cycle(&|c| {
-                let per_sec: f64 = c.goroutine_growth.iter().map(|g| g.per_sec).sum();
+                let per_sec = c.goroutine_growth.iter().map(|g| g.per_sec).sum::<f64>() + 0.0;
                 let top = c
                     .goroutine_growth
                     .first()
@@ -422,11 +476,67 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
         }
         Metric::Restarts => {
             let n = cycles.len().saturating_sub(1);
-            Some(Measure {
-                value: n as f64,
-                cycle: None,
-                detail: format!("{} boot cycles, so {n} restart(s)", cycles.len()),
+            let envoy = f.envoy.map_or(0, |e| e.restarts);
+            Some(if envoy > n {
+                Measure {
+                    value: envoy as f64,
+                    cycle: None,
+                    detail: format!("Envoy's server.uptime dropped {envoy} time(s)"),
+                }
+            } else {
+                Measure {
+                    value: n as f64,
+                    cycle: None,
+                    detail: format!("{} boot cycles, so {n} restart(s)", cycles.len()),
+                }
             })
+        }
+        Metric::LiveShare => {
+            let mut seen: Vec<Measure> = Vec::new();
+            let mut naive_only = None;
+            if let Some(h) = f.envoy.and_then(|e| e.heap.as_ref()) {
+                match h.live_share {
+                    Some(live) => seen.push(Measure {
+                        value: live,
+                        cycle: None,
+                        detail: format!(
+                            "Envoy: live data is {:.1} % of the mapped heap (naive allocated / \
+                             heap_size {:.1} %), {} held and not returned",
+                            live * 100.0,
+                            h.naive_share * 100.0,
+                            format_bytes(clamp(h.held_not_returned.unwrap_or(0)))
+                        ),
+                    }),
+                    None => naive_only = Some(h.naive_share),
+                }
+            }
+            seen.extend(per_cycle(&|c| {
+                let m = c.memstats.as_ref()?;
+                let live = m.live_share?;
+                let held = m.held_not_returned.map_or(String::new(), |h| {
+                    format!(", {} held and not returned", format_bytes(h))
+                });
+                Some((
+                    live,
+                    format!(
+                        "MemStats: HeapAlloc is {:.1} % of the heap the runtime retains{held}",
+                        live * 100.0
+                    ),
+                ))
+            }));
+            if seen.is_empty() {
+                return Err(match naive_only {
+                    Some(naive) => format!(
+                        "Envoy reported only the /stats gauges: the naive share is {:.1} %, \
+                         the live share (needs /memory's pageheap_unmapped) is unknown",
+                        naive * 100.0
+                    ),
+                    None => "no live-share figures (needs Envoy's /memory or Go MemStats; \
+                             collect with --profiles heap,memstats)"
+                        .into(),
+                });
+            }
+            worst(seen, false)
         }
     };
     Ok(found)
@@ -441,7 +551,67 @@ fn show(metric: Metric, value: f64) -> String {
         Metric::Regression => format!("{value:.2}x"),
         Metric::Goroutines => format!("{value:.1}/s"),
         Metric::Kills | Metric::Restarts => format!("{value:.0}"),
+        Metric::LiveShare => format!("{:.1} %", value * 100.0),
     }
+}
+
+fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Envoy's growth as the growth rule sees it: the fitted rate of the figure compared with the
+/// limit when it grows steadily, else zero.
+fn envoy_growth(e: &EnvoyReport) -> Option<Measure> {
+    let g = e.growth.as_ref()?;
+    let value = if g.growing { g.bytes_per_sec } else { 0.0 };
+    let detail = if g.growing {
+        format!(
+            "Envoy's {} grew {} (R² {:.2}), {} → {}",
+            g.series,
+            rate(g.bytes_per_sec),
+            g.fit_r2,
+            format_bytes(clamp(g.first)),
+            format_bytes(clamp(g.last))
+        )
+    } else {
+        format!(
+            "Envoy's {} does not grow steadily ({}, R² {:.2})",
+            g.series,
+            rate(g.bytes_per_sec),
+            g.fit_r2
+        )
+    };
+    Some(Measure {
+        value,
+        cycle: None,
+        detail,
+    })
+}
+
+/// When Envoy meets the limit, counted like a boot cycle's: from its first snapshot since the
+/// last restart.
+fn envoy_time_to_limit(e: &EnvoyReport) -> Option<Measure> {
+    let g = e.growth.as_ref()?;
+    let left = g.limit_in_s?;
+    let limit = g
+        .limit
+        .map_or("the limit".to_string(), |l| format_bytes(clamp(l)));
+    let t = e.span_s + left;
+    let detail = if left <= 0.0 {
+        format!("Envoy's {} is at {limit} already", g.series)
+    } else {
+        format!(
+            "Envoy's {} reaches {limit} {t:.1} s after the first snapshot at {} ({} after the last)",
+            g.series,
+            rate(g.bytes_per_sec),
+            super::triage::format_span(left)
+        )
+    };
+    Some(Measure {
+        value: t,
+        cycle: None,
+        detail,
+    })
 }
 
 /// Checks one rule.
@@ -467,7 +637,7 @@ pub fn evaluate(rule: &Rule, findings: &Findings) -> Outcome {
             reason: "the run has no boot cycle with captures".into(),
         };
     };
-    let above = rule.metric != Metric::TimeToLimit;
+    let above = trips_above(rule.metric);
     let tripped = if above {
         m.value > rule.bar
     } else {
@@ -574,6 +744,7 @@ mod tests {
             goroutine_growth: vec![],
             profiling: None,
             memstats: None,
+            runtime: None,
             verdict: String::new(),
         }
     }
@@ -599,6 +770,7 @@ mod tests {
             peak_heap: &[(1, 100 << 20)],
             comparison: None,
             heap_ratio: ratio,
+            envoy: None,
         };
         evaluate(&parse(text).unwrap(), &findings)
     }
@@ -673,5 +845,109 @@ mod tests {
             check("regression>5x", &g, Some(&ratio)).status,
             Status::Pass
         );
+    }
+
+    fn envoy_report(memory: &[&str], limit: Option<u64>) -> EnvoyReport {
+        use crate::analyse::envoy::{self, EnvoyLimits};
+        use crate::source::envoy::{EnvoyMemory, EnvoySnapshot, EnvoyStats, HeapDumpState};
+        let snapshots: Vec<EnvoySnapshot> = memory
+            .iter()
+            .enumerate()
+            .map(|(i, m)| EnvoySnapshot {
+                t_ms: i as i64 * 10_000,
+                memory: Some(EnvoyMemory::parse(m.as_bytes()).unwrap()),
+                stats: EnvoyStats::default(),
+            })
+            .collect();
+        let limits = EnvoyLimits {
+            memory_bytes: limit,
+            cpu_cores: None,
+        };
+        envoy::analyse(&snapshots, &limits, HeapDumpState::NotAsked)
+    }
+
+    fn check_envoy(text: &str, growth: &GrowthReport, e: &EnvoyReport) -> Outcome {
+        let findings = Findings {
+            growth,
+            peak_heap: &[],
+            comparison: None,
+            heap_ratio: None,
+            envoy: Some(e),
+        };
+        evaluate(&parse(text).unwrap(), &findings)
+    }
+
+    #[test]
+    fn live_share_parses_as_a_share_below_a_bar() {
+        assert_eq!(parse("live-share<0.6").unwrap().bar, 0.6);
+        assert_eq!(parse("live-share < 60%").unwrap().bar, 0.6);
+        for bad in [
+            "live-share>0.6",
+            "live-share<0",
+            "live-share<1.5",
+            "live-share<most",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn live_share_trips_when_memory_held_dominates() {
+        let held = envoy_report(
+            &[
+                r#"{"allocated":"69132952","heap_size":"11276386304","pageheap_unmapped":"3571712",
+                   "pageheap_free":"11155046400","total_thread_cache":"24026688"}"#,
+            ],
+            None,
+        );
+        let live = envoy_report(
+            &[
+                r#"{"allocated":"2793932032","heap_size":"4162846720","pageheap_unmapped":"1109401600",
+                   "pageheap_free":"4145152","total_thread_cache":"22500080"}"#,
+            ],
+            None,
+        );
+        let g = report(vec![]);
+        let o = check_envoy("live-share<0.6", &g, &held);
+        assert_eq!(o.status, Status::Fail, "{o:?}");
+        assert_eq!(o.shown, "0.6 %");
+        assert!(
+            o.reason.starts_with("Envoy: live data is 0.6 %"),
+            "{}",
+            o.reason
+        );
+        let o = check_envoy("live-share<0.6", &g, &live);
+        assert_eq!((o.status, o.shown.as_str()), (Status::Pass, "91.5 %"));
+        // Without Envoy or MemStats figures there is nothing to look at.
+        let o = check("live-share<0.6", &report(vec![cycle(1, 1.0, None)]), None);
+        assert_eq!(o.status, Status::Unknown);
+    }
+
+    #[test]
+    fn envoy_growth_counts_for_the_growth_and_time_to_limit_rules() {
+        const M: u64 = 1 << 20;
+        let series: Vec<String> = (0..12u64)
+            .map(|i| {
+                let p = 700 * M + i * 10 * M;
+                format!(
+                    r#"{{"allocated":"{}","heap_size":"{}","total_physical_bytes":"{p}"}}"#,
+                    p - 60 * M,
+                    p + 200 * M
+                )
+            })
+            .collect();
+        let refs: Vec<&str> = series.iter().map(String::as_str).collect();
+        let e = envoy_report(&refs, Some(1 << 30));
+        let mut g = report(vec![]);
+        g.limit_bytes = None;
+        let o = check_envoy("growth>512KiB/s", &g, &e);
+        assert_eq!(o.status, Status::Fail);
+        assert_eq!(o.shown, "1.00 MiB/s");
+        assert!(o.reason.contains("total_physical_bytes"), "{}", o.reason);
+        // 110 s of snapshots, then 214 MiB to go at 1 MiB/s.
+        let o = check_envoy("time-to-limit<10m", &g, &e);
+        assert_eq!(o.status, Status::Fail, "{o:?}");
+        assert_eq!(o.shown, "324.0 s");
+        assert_eq!(check_envoy("time-to-limit<2m", &g, &e).status, Status::Pass);
     }
 }

@@ -83,6 +83,10 @@ pub struct CollectArgs {
     /// Disk budget for stored profiles; older boot cycles are thinned first.
     #[arg(long, value_parser = units::parse_size)]
     max_disk: Option<u64>,
+    /// The target's CPU limit in cores (e.g. the container's limits.cpu): growth compares
+    /// GOMAXPROCS with it (a hidden multiplier of per-P memory).
+    #[arg(long)]
+    cpu_limit: Option<f64>,
     /// Largest share of time the target may spend rendering profiles for us (0.25: after a
     /// 100 ms render, wait at least 300 ms); doubled in burst mode; 1 removes the cap.
     #[arg(long, default_value_t = 0.25)]
@@ -324,6 +328,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             "burst_interval_ms": config.burst_interval.as_millis() as u64,
             "burst_at": config.burst_at,
             "max_duty": config.max_duty,
+            "cpu_limit": args.cpu_limit,
             "timeout_ms": config.timeout.as_millis() as u64,
             "profiles": args.profiles,
             "memstats_interval_ms": config.memstats_interval.as_millis() as u64,

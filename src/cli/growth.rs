@@ -1,12 +1,15 @@
-//! `heapwatch growth RUN`.
+//! `heapwatch growth RUN`. A run with `envoy` records (from `collect envoy:http://…`) also
+//! gets Envoy's findings; a run of Envoy admin figures alone (no heap profiles) gets them
+//! instead of the per-cycle site tables.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use heapwatch::render::growth as render_growth;
-use heapwatch::store::RunDir;
+use heapwatch::render::growth::{self as render_growth, EnvoyPart};
+use heapwatch::store::{RecordKind, RunDir};
 use heapwatch::units;
 
+use super::check;
 use super::{CliError, DecodeFlags, emit};
 
 #[derive(clap::Args)]
@@ -16,6 +19,10 @@ pub struct GrowthArgs {
     /// The target's memory limit (default: the one recorded in the run).
     #[arg(long, value_parser = units::parse_size)]
     limit: Option<u64>,
+    /// The CPU limit of an Envoy target in cores (2, 1.5, 500m), against its worker count
+    /// (default: `cpu_limit` recorded in the run).
+    #[arg(long, value_name = "CORES", value_parser = check::parse_cores)]
+    cpu_limit: Option<f64>,
     /// Rows per table.
     #[arg(short = 'n', default_value_t = 10)]
     n: usize,
@@ -32,10 +39,25 @@ pub fn run(args: GrowthArgs) -> Result<ExitCode, CliError> {
     for problem in &notes.unreadable {
         eprintln!("heapwatch: skipped {problem}");
     }
+    let envoy = check::envoy_findings(
+        &run,
+        check::memory_limit_source(&run, args.limit, report.limit_bytes),
+        check::cpu_limit_source(&run, args.cpu_limit),
+    );
+    let profiles = run
+        .manifest
+        .records
+        .iter()
+        .any(|r| r.is_ok() && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine));
+    let part = envoy.as_ref().map(|e| EnvoyPart {
+        target: &e.target,
+        report: &e.report,
+        alone: !profiles,
+    });
     emit(&if args.json {
-        render_growth::json(&report)
+        render_growth::json(&report, part.as_ref())
     } else {
-        render_growth::text(&report, args.n)
+        render_growth::text(&report, args.n, part.as_ref())
     })?;
     Ok(ExitCode::SUCCESS)
 }

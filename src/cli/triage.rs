@@ -72,7 +72,7 @@ fn read<T>(path: &Path, parse: fn(&[u8]) -> Result<T, KubeError>) -> Result<T, C
     parse(&bytes).map_err(|e| CliError::Usage(format!("{shown}: {e}")))
 }
 
-fn parse_usage(text: &str) -> Result<UsageFigure, String> {
+pub(super) fn parse_usage(text: &str) -> Result<UsageFigure, String> {
     let (who, size) = text
         .split_once('=')
         .ok_or_else(|| format!("{text:?}: expected CONTAINER=SIZE or POD/CONTAINER=SIZE"))?;
@@ -95,7 +95,7 @@ fn parse_usage(text: &str) -> Result<UsageFigure, String> {
     })
 }
 
-fn parse_workers(text: &str) -> Result<WorkerFigure, String> {
+pub(super) fn parse_workers(text: &str) -> Result<WorkerFigure, String> {
     let (container, n) = match text.split_once('=') {
         Some((c, n)) => (Some(c.trim().to_string()), n),
         None => (None, text),

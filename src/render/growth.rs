@@ -1,26 +1,80 @@
-//! `heapwatch growth` as text: per boot cycle the verdict, then the ranked tables.
+//! `heapwatch growth` as text: per boot cycle the verdict, then the ranked tables; Envoy's
+//! findings when the run holds `envoy` records (alone when it has no profiles to rank).
 
 use std::fmt::Write as _;
 
+use serde::Serialize;
+
+use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::growth::{CycleGrowth, GrowthReport};
 use crate::units::format_bytes;
+
+/// Envoy's findings beside the growth analysis.
+pub struct EnvoyPart<'a> {
+    /// The target as recorded (`envoy:http://…`).
+    pub target: &'a str,
+    pub report: &'a EnvoyReport,
+    /// True when the run has no heap or goroutine profile: Envoy's findings are all there is.
+    pub alone: bool,
+}
+
+#[derive(Serialize)]
+struct GrowthJson<'a> {
+    #[serde(flatten)]
+    report: &'a GrowthReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    envoy: Option<&'a EnvoyReport>,
+}
 
 fn rate(bps: f64) -> String {
     format!("{}/s", format_bytes(bps as i64))
 }
 
-pub fn json(report: &GrowthReport) -> String {
-    let mut out = serde_json::to_string_pretty(report).expect("growth report is plain data");
+/// The growth report as JSON, with Envoy's findings under `envoy` when there are any.
+pub fn json(report: &GrowthReport, envoy: Option<&EnvoyPart>) -> String {
+    let doc = GrowthJson {
+        report,
+        envoy: envoy.map(|e| e.report),
+    };
+    let mut out = serde_json::to_string_pretty(&doc).expect("growth report is plain data");
     out.push('\n');
     out
 }
 
-pub fn text(report: &GrowthReport, limit: usize) -> String {
+pub fn text(report: &GrowthReport, limit: usize, envoy: Option<&EnvoyPart>) -> String {
     let mut out = String::new();
+    let envoy_text = |e: &EnvoyPart| {
+        if e.report.snapshots == 0 {
+            format!(
+                "envoy {}: no snapshot in the run: Envoy never answered /memory or /stats \
+                 (the failed attempts are in the manifest)\n",
+                e.target
+            )
+        } else {
+            super::envoy::text(e.target, e.report)
+        }
+    };
+    if let Some(e) = envoy.filter(|e| e.alone) {
+        // No heap profile to rank (an Envoy without /heap_dump): the admin figures are the
+        // findings, and the boot cycles add only their count.
+        out.push_str(&envoy_text(e));
+        if report.cycles.len() > 1 {
+            let _ = writeln!(
+                out,
+                "across cycles: {} (incarnations the collector saw)",
+                report.across.summary
+            );
+        }
+        return out;
+    }
     for c in &report.cycles {
         cycle(&mut out, c, limit);
     }
     let _ = writeln!(out, "across cycles: {}", report.across.summary);
+    if let Some(e) = envoy {
+        out.push('\n');
+        out.push_str(&envoy_text(e));
+    }
     out
 }
 

@@ -646,3 +646,519 @@ fn the_demo_replays_collects_and_reports_the_regression() {
     assert!(cycles.len() >= 2, "{summary}");
     assert!(cycles.iter().all(|c| c["killed"] == true), "{summary}");
 }
+
+// ------------------------------------------------------------------ Envoy and Kubernetes sections
+
+const MIB: u64 = 1 << 20;
+/// The moment the Kubernetes fixtures describe (testdata/k8s/README.md).
+const K8S_AT: &str = "2024-05-02T12:00:00Z";
+const ENVOY_T0: i64 = 1_714_651_200_000;
+
+fn k8s(name: &str) -> String {
+    util::repo()
+        .join("testdata/k8s")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// The gateway's `/stats` counters (testdata/envoy/stats-gateway.txt) as manifest totals.
+fn gateway_totals(uptime: u64) -> serde_json::Map<String, serde_json::Value> {
+    let serde_json::Value::Object(map) = serde_json::json!({
+        "server.concurrency": 16,
+        "cluster_manager.active_clusters": 1564,
+        "listener_manager.total_listeners_active": 4,
+        "server.total_connections": 512,
+        "server.uptime": uptime,
+    }) else {
+        unreachable!()
+    };
+    map
+}
+
+/// `/memory` figures as manifest totals (`memory.*`), with the `server.memory_*` gauges of
+/// `/stats` that go with them.
+fn memory_totals(
+    memory: &[(&str, u64)],
+    uptime: u64,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut totals = gateway_totals(uptime);
+    for &(field, value) in memory {
+        totals.insert(format!("memory.{field}"), value.into());
+        let gauge = match field {
+            "allocated" => Some("server.memory_allocated"),
+            "heap_size" => Some("server.memory_heap_size"),
+            "total_physical_bytes" => Some("server.memory_physical_size"),
+            _ => None,
+        };
+        if let Some(g) = gauge {
+            totals.insert(g.into(), value.into());
+        }
+    }
+    totals
+}
+
+/// A run directory as `collect envoy:http://…` writes it: `envoy` records (file null, the
+/// figures in the totals) ten seconds apart, one failed `/heap_dump` (HTTP 501), and run.json.
+fn envoy_run(
+    dir: &Path,
+    name: &str,
+    snapshots: &[serde_json::Map<String, serde_json::Value>],
+    options: serde_json::Value,
+    limit: Option<u64>,
+) -> PathBuf {
+    let run = dir.join(name);
+    std::fs::create_dir_all(run.join("profiles")).unwrap();
+    let mut lines = vec![
+        serde_json::json!({
+            "seq": 1, "kind": "heap", "file": null, "incarnation": 1, "t_ms": ENVOY_T0 - 200,
+            "latency_ms": 1.5, "bytes": 0, "dup_of": null, "totals": {}, "interval_ms": 10000,
+            "error": "http://127.0.0.1:15000/heap_dump: not available (HTTP 501: Heap profile is not implemented in current build); not asked again",
+            "error_kind": "status",
+        })
+        .to_string(),
+    ];
+    for (i, totals) in snapshots.iter().enumerate() {
+        lines.push(
+            serde_json::json!({
+                "seq": i + 2, "kind": "envoy", "file": null, "incarnation": 1,
+                "t_ms": ENVOY_T0 + 10_000 * i as i64, "latency_ms": 3.0, "bytes": 0,
+                "dup_of": null, "totals": totals, "interval_ms": 10000, "error": null,
+            })
+            .to_string(),
+        );
+    }
+    std::fs::write(run.join("manifest.jsonl"), lines.join("\n") + "\n").unwrap();
+    let mut info = serde_json::json!({
+        "schema": 1, "tool": "heapwatch 0.1.0", "target": "envoy:http://127.0.0.1:15000",
+        "source": "envoy", "started_ms": ENVOY_T0 - 250, "options": options,
+        "label": "istio-ingressgateway 1.20.3",
+    });
+    if let Some(l) = limit {
+        info["limit_bytes"] = l.into();
+    }
+    std::fs::write(run.join("run.json"), info.to_string()).unwrap();
+    run
+}
+
+/// Twelve snapshots ten seconds apart: physical memory grows 10 MiB a snapshot (60 MiB/min)
+/// from 700 MiB, live data with it (the growing series of tests/cli/envoy.rs).
+fn growing_gateway(dir: &Path, options: serde_json::Value) -> PathBuf {
+    let snapshots: Vec<_> = (0..12u64)
+        .map(|i| {
+            let physical = 700 * MIB + i * 10 * MIB;
+            memory_totals(
+                &[
+                    ("allocated", physical - 60 * MIB),
+                    ("heap_size", physical + 200 * MIB),
+                    ("pageheap_unmapped", 180 * MIB),
+                    ("pageheap_free", 4_145_152),
+                    ("total_thread_cache", 22_500_080),
+                    ("total_physical_bytes", physical),
+                ],
+                600 + i * 10,
+            )
+        })
+        .collect();
+    envoy_run(dir, "envoy-gateway", &snapshots, options, Some(1 << 30))
+}
+
+/// Three snapshots of one of the published cases, unchanged.
+fn published_case(dir: &Path, name: &str, memory: &[(&str, u64)]) -> PathBuf {
+    let snapshots: Vec<_> = (0..3u64)
+        .map(|i| memory_totals(memory, 1917 + 10 * i))
+        .collect();
+    envoy_run(
+        dir,
+        name,
+        &snapshots,
+        serde_json::json!({"interval_ms": 10000}),
+        Some(4 << 30),
+    )
+}
+
+/// The first published case: naive 0.67, live 0.915, mostly live data.
+const LIVE_DATA: &[(&str, u64)] = &[
+    ("allocated", 2_793_932_032),
+    ("heap_size", 4_162_846_720),
+    ("pageheap_unmapped", 1_109_401_600),
+    ("pageheap_free", 4_145_152),
+    ("total_thread_cache", 22_500_080),
+    ("total_physical_bytes", 3_080_496_686),
+];
+
+/// The second published case: 0.006, memory held and not returned.
+const HELD: &[(&str, u64)] = &[
+    ("allocated", 69_132_952),
+    ("heap_size", 11_276_386_304),
+    ("pageheap_unmapped", 3_571_712),
+    ("pageheap_free", 11_155_046_400),
+    ("total_thread_cache", 24_026_688),
+];
+
+fn json_file(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn close(v: &serde_json::Value, expected: f64, within: f64) -> bool {
+    v.as_f64().is_some_and(|x| (x - expected).abs() <= within)
+}
+
+#[test]
+fn an_envoy_run_gets_its_section_its_chart_and_limits_from_the_pod() {
+    let dir = util::tempdir();
+    // No CPU limit in run.json: the pod's istio-proxy container gives it (2 CPUs).
+    let run = growing_gateway(dir.path(), serde_json::json!({"interval_ms": 10000}));
+    let out = dir.path().join("report");
+    let report = util::run(&[
+        "report",
+        run.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--pod",
+        &k8s("pod-burstable.json"),
+        "--at",
+        K8S_AT,
+        "--fail-on",
+        "live-share<0.6",
+    ]);
+    assert_eq!(report.status.code(), Some(0), "{}", util::stderr(&report));
+    assert!(
+        util::stdout(&report).starts_with("Envoy live-data: mostly live data"),
+        "the headline is Envoy's verdict: {}",
+        util::stdout(&report)
+    );
+    golden("envoy/report.md", &read(&out.join("report.md")));
+    golden("envoy/summary.json", &read(&out.join("summary.json")));
+
+    let summary = json_file(&out.join("summary.json"));
+    let e = &summary["envoy"];
+    assert_eq!(e["verdict"]["code"], "live-data", "{e}");
+    assert_eq!(e["verdict"]["growing"], true);
+    assert_eq!(e["snapshots"], 12);
+    // 750 MiB live of 830 MiB mapped; naive 750 of 1010.
+    assert!(close(&e["heap"]["live_share"], 0.9036, 0.0001), "{e}");
+    assert!(close(&e["heap"]["naive_share"], 0.7426, 0.0001), "{e}");
+    assert_eq!(e["heap"]["held_not_returned"], 4_145_152 + 22_500_080);
+    assert_eq!(e["growth"]["series"], "total_physical_bytes");
+    assert!(close(&e["growth"]["bytes_per_sec"], MIB as f64, 1.0), "{e}");
+    assert!(close(&e["growth"]["limit_in_s"], 214.0, 0.5), "{e}");
+    assert_eq!(e["workers"]["multiplier"], 8.0);
+    assert_eq!(e["config"]["clusters_per_listener"], 391.0);
+    assert_eq!(e["config"]["whole_mesh"], true);
+    assert_eq!(e["heap_dump"]["state"], "not-available");
+    assert_eq!(e["memory_limit_from"], "run.json");
+    assert_eq!(e["cpu_limit_from"], "pod container istio-proxy");
+    assert_eq!(summary["captures"]["envoy"], 12);
+    assert_eq!(summary["rules"][0]["status"], "pass");
+    // The pod section sees Envoy's worker count against the pod's CPU limit.
+    let c = &summary["kubernetes"]["pods"][0]["containers"][0];
+    assert_eq!(c["cpu"]["workers"], 16, "{c}");
+    assert_eq!(c["cpu"]["multiplied"], true, "{c}");
+    assert_eq!(c["memory"]["ratio"], 8.0, "{c}");
+
+    let html = read(&out.join("index.html"));
+    assert!(html.contains("<section id=\"envoy\">"));
+    assert!(html.contains("<section id=\"kubernetes\">"));
+    for series in [
+        "allocated (Envoy)",
+        "heap_size (Envoy)",
+        "total_physical_bytes (Envoy)",
+        "limit 1.00 GiB",
+    ] {
+        assert!(html.contains(series), "the chart draws {series:?}");
+    }
+    assert!(html.contains("16 workers on a 2 CPU limit (8x)"));
+    assert!(html.contains("not available (HTTP 501: Heap profile is not implemented"));
+    assert!(
+        !html.contains("no sustained in-use growth"),
+        "no Go verdict"
+    );
+    assert!(!html.contains("<script"));
+    let md = read(&out.join("report.md"));
+    assert!(
+        md.contains("### Envoy") && md.contains("### Kubernetes triage"),
+        "{md}"
+    );
+}
+
+#[test]
+fn growth_on_an_envoy_run_prints_the_envoy_verdict() {
+    let dir = util::tempdir();
+    let run = growing_gateway(
+        dir.path(),
+        serde_json::json!({"interval_ms": 10000, "cpu_limit": 2}),
+    );
+    let run = run.to_str().unwrap();
+    let out = util::run(&["growth", run]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let text = util::stdout(&out);
+    assert!(
+        text.starts_with("envoy envoy:http://127.0.0.1:15000: 12 snapshots over 1m 50s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("verdict      live-data: mostly live data"),
+        "{text}"
+    );
+    assert!(
+        text.contains("growing 60.0 MiB/min, the 1.00 GiB limit in about 3m 34s"),
+        "{text}"
+    );
+    assert!(text.contains("16 workers on a 2 CPU limit (8x)"), "{text}");
+    assert!(!text.contains("no sustained in-use growth"), "{text}");
+
+    // --cpu-limit overrides run.json: 16 workers fit 16 CPUs.
+    let out = util::run(&["growth", run, "--cpu-limit", "16"]);
+    assert!(
+        util::stdout(&out).contains("16 workers within a 16 CPU limit"),
+        "{}",
+        util::stdout(&out)
+    );
+
+    let out = util::run(&["growth", run, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["schema"], 1);
+    assert_eq!(doc["cycles"][0]["index"], 1);
+    assert_eq!(doc["envoy"]["verdict"]["code"], "live-data");
+    assert_eq!(doc["envoy"]["workers"]["multiplied"], true);
+
+    // The CI gate reads Envoy's growth too.
+    let out = util::run(&["check", run, "--fail-on", "time-to-limit<10m"]);
+    assert_eq!(out.status.code(), Some(1), "{}", util::stdout(&out));
+    assert!(
+        util::stderr(&out).contains("Envoy's total_physical_bytes reaches 1.00 GiB"),
+        "{}",
+        util::stderr(&out)
+    );
+}
+
+#[test]
+fn the_two_published_envoy_cases_get_their_verdicts_and_live_share_gates_them() {
+    let dir = util::tempdir();
+    let live = published_case(dir.path(), "live-data", LIVE_DATA);
+    let held = published_case(dir.path(), "held", HELD);
+
+    let out = dir.path().join("live-report");
+    let r = util::run(&[
+        "report",
+        live.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--fail-on",
+        "live-share<0.6",
+    ]);
+    assert_eq!(r.status.code(), Some(0), "{}", util::stderr(&r));
+    let e = &json_file(&out.join("summary.json"))["envoy"];
+    assert_eq!(e["verdict"]["code"], "live-data");
+    assert!(close(&e["heap"]["naive_share"], 0.67, 0.005), "{e}");
+    assert!(close(&e["heap"]["live_share"], 0.915, 0.001), "{e}");
+    let md = read(&out.join("report.md"));
+    assert!(
+        md.contains("91.5 % of the mapped heap")
+            && md.contains("naive allocated / heap\\_size: 67.1 %"),
+        "{md}"
+    );
+
+    let out = dir.path().join("held-report");
+    let r = util::run(&[
+        "report",
+        held.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--fail-on",
+        "live-share<0.6",
+    ]);
+    assert_eq!(r.status.code(), Some(1), "{}", util::stderr(&r));
+    let err = util::stderr(&r);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("live-share<0.6 tripped (0.6 %)"), "{err}");
+    let e = &json_file(&out.join("summary.json"))["envoy"];
+    assert_eq!(e["verdict"]["code"], "held-not-returned");
+    assert!(close(&e["heap"]["live_share"], 0.006, 0.0005), "{e}");
+    assert_eq!(
+        e["heap"]["held_not_returned"],
+        11_155_046_400u64 + 24_026_688
+    );
+    let html = read(&out.join("index.html"));
+    assert!(
+        html.contains("<strong>held-not-returned</strong>: memory held, not returned: only 0.6 %")
+    );
+    assert!(html.contains("10.4 GiB (pageheap_free"));
+
+    // check alone, and growth, say the same.
+    let c = util::run(&[
+        "check",
+        held.to_str().unwrap(),
+        "--fail-on",
+        "live-share<60%",
+    ]);
+    assert_eq!(c.status.code(), Some(1));
+    let c = util::run(&[
+        "check",
+        live.to_str().unwrap(),
+        "--fail-on",
+        "live-share<0.6",
+    ]);
+    assert_eq!(c.status.code(), Some(0), "{}", util::stderr(&c));
+    let g = util::run(&["growth", held.to_str().unwrap()]);
+    assert!(
+        util::stdout(&g).contains("verdict      held-not-returned"),
+        "{}",
+        util::stdout(&g)
+    );
+
+    // Only /stats gauges (a build without tcmalloc's /memory): the live share is unknown,
+    // and a gate that cannot look is an input error.
+    let stats_only: Vec<_> = (0..3u64)
+        .map(|i| {
+            let mut t = gateway_totals(100 + i);
+            t.insert("memory.heap_size".into(), 0.into());
+            t.insert("server.memory_allocated".into(), 673_689_312u64.into());
+            t.insert("server.memory_heap_size".into(), 720_371_712u64.into());
+            t
+        })
+        .collect();
+    let run = envoy_run(
+        dir.path(),
+        "stats-only",
+        &stats_only,
+        serde_json::json!({}),
+        None,
+    );
+    let c = util::run(&[
+        "check",
+        run.to_str().unwrap(),
+        "--fail-on",
+        "live-share<0.6",
+    ]);
+    assert_eq!(c.status.code(), Some(2));
+    assert!(
+        util::stderr(&c).contains("naive share is 93.5 %"),
+        "{}",
+        util::stderr(&c)
+    );
+}
+
+#[test]
+fn a_pod_file_adds_the_kubernetes_triage_section() {
+    let dir = util::tempdir();
+    let out = dir.path().join("report");
+    let r = util::run(&[
+        "report",
+        &testdata_run("storm"),
+        "-o",
+        out.to_str().unwrap(),
+        "--pod",
+        &k8s("gateway-replicas.json"),
+        "--events",
+        &k8s("events-readiness-only.json"),
+        "--at",
+        K8S_AT,
+    ]);
+    assert_eq!(r.status.code(), Some(0), "{}", util::stderr(&r));
+    let summary = json_file(&out.join("summary.json"));
+    let k = &summary["kubernetes"];
+    assert_eq!(k["file"], "gateway-replicas.json");
+    assert_eq!(k["as_of"], K8S_AT);
+    assert_eq!(k["events_given"], true);
+    let pods = k["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 3);
+    for pod in pods {
+        let c = &pod["containers"][0];
+        assert_eq!(c["verdict"]["code"], "oom", "{c}");
+        assert_eq!(c["replicas"]["pattern"], "staggered", "{c}");
+        assert_eq!(c["probes"]["pattern"], "readiness-only", "{c}");
+    }
+    assert!(
+        summary.get("envoy").is_none(),
+        "a Go run has no Envoy section"
+    );
+    // The run's own findings are unchanged by the pod file.
+    let plain = json_file(&util::repo().join("tests/golden/report/storm/summary.json"));
+    assert_eq!(summary["cycles"], plain["cycles"]);
+
+    let html = read(&out.join("index.html"));
+    assert!(html.contains("<section id=\"kubernetes\">"));
+    assert!(html.contains("<a href=\"#kubernetes\">"));
+    assert!(html.contains("istio-system/istio-ingressgateway-759b886f64-2pnzt"));
+    assert!(html.contains("137 Error"));
+    assert!(html.contains("readiness failures are the aftermath, not the cause"));
+    let md = read(&out.join("report.md"));
+    assert!(md.contains("### Kubernetes triage\n\n```text\ntriage of gateway-replicas.json as of 2024-05-02T12:00:00Z"), "{md}");
+    assert!(md.contains("verdict      oom:"), "{md}");
+
+    // Broken documents fail before anything is written, naming the file.
+    for (pod, says) in [
+        ("malformed.json", "not JSON"),
+        ("not-a-pod.json", "not a Pod or a List of pods"),
+    ] {
+        let out = dir.path().join(format!("broken-{pod}"));
+        let r = util::run(&[
+            "report",
+            &testdata_run("storm"),
+            "-o",
+            out.to_str().unwrap(),
+            "--pod",
+            &k8s(pod),
+        ]);
+        assert_eq!(r.status.code(), Some(2), "{pod}");
+        let err = util::stderr(&r);
+        assert!(err.contains(pod) && err.contains(says), "{err}");
+        assert!(!out.join("index.html").exists());
+    }
+    let r = util::run(&[
+        "report",
+        &testdata_run("storm"),
+        "-o",
+        dir.path().join("x").to_str().unwrap(),
+        "--events",
+        &k8s("events-readiness-only.json"),
+    ]);
+    assert_eq!(r.status.code(), Some(2), "--events needs --pod");
+}
+
+#[test]
+fn markup_in_a_pod_file_stays_text() {
+    let dir = util::tempdir();
+    let pod = serde_json::json!({
+        "kind": "Pod",
+        "metadata": {"name": SCRIPT_NAME, "namespace": IMG_NAME},
+        "spec": {"containers": [{"name": "<img src=x onerror=alert(1)>",
+            "resources": {"limits": {"memory": "1Gi"}, "requests": {"memory": "128Mi"}}}]},
+        "status": {"containerStatuses": [{"name": "<img src=x onerror=alert(1)>", "restartCount": 3,
+            "state": {"running": {"startedAt": "2024-05-02T11:50:00Z"}},
+            "lastState": {"terminated": {"exitCode": 137, "reason": "<b onmouseover=alert(2)>OOMKilled</b>",
+                "startedAt": "2024-05-02T11:20:00Z", "finishedAt": "2024-05-02T11:49:50Z"}}}]},
+    });
+    let path = util::write(dir.path(), "hostile-pod.json", pod.to_string().as_bytes());
+    let out = dir.path().join("report");
+    let r = util::run(&[
+        "report",
+        &testdata_run("storm"),
+        "-o",
+        out.to_str().unwrap(),
+        "--pod",
+        path.to_str().unwrap(),
+        "--at",
+        K8S_AT,
+    ]);
+    assert_eq!(r.status.code(), Some(0), "{}", util::stderr(&r));
+    let html = read(&out.join("index.html"));
+    for raw in ["<script", "<img", "<b onmouseover"] {
+        assert!(!html.contains(raw), "index.html holds {raw:?} unescaped");
+    }
+    assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    // In report.md the checklist sits in a fenced block, where markup is text.
+    let md = read(&out.join("report.md"));
+    let fenced: Vec<&str> = md.split("```").collect();
+    for (i, part) in fenced.iter().enumerate() {
+        if i % 2 == 0 {
+            assert!(
+                !part.contains("<img") && !part.contains("<script"),
+                "outside the fence: {part}"
+            );
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! The timeline of one boot cycle as an SVG chart drawn with plotters: heap in use from the
 //! manifest totals, process / cgroup memory from `memory.jsonl`, goroutines on a second axis,
 //! with the limit, burst captures, failed captures, the growth onset and the kill marked.
+//! A cycle of Envoy admin figures without heap profiles draws Envoy's `allocated`,
+//! `heap_size` and `total_physical_bytes` instead of the heap in use.
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -19,6 +21,8 @@ const RSS: RGBColor = RGBColor(255, 127, 14);
 const GOROUTINES: RGBColor = RGBColor(44, 160, 44);
 const BURST: RGBColor = RGBColor(255, 187, 120);
 const MARK: RGBColor = RGBColor(80, 80, 80);
+const ENVOY_HEAP_SIZE: RGBColor = RGBColor(148, 103, 189);
+const ENVOY_PHYSICAL: RGBColor = RGBColor(140, 86, 75);
 
 /// What the chart of one boot cycle draws, in seconds since the cycle's first capture.
 #[derive(Debug, Default, Clone)]
@@ -27,6 +31,12 @@ pub struct Timeline {
     pub cgroup: Vec<(f64, f64)>,
     pub rss: Vec<(f64, f64)>,
     pub goroutines: Vec<(f64, f64)>,
+    /// Envoy's `memory.allocated` (live data), when the cycle has no heap profile.
+    pub envoy_allocated: Vec<(f64, f64)>,
+    /// Envoy's `memory.heap_size` (reserved by tcmalloc, unmapped pages included).
+    pub envoy_heap_size: Vec<(f64, f64)>,
+    /// Envoy's `memory.total_physical_bytes`.
+    pub envoy_physical: Vec<(f64, f64)>,
     /// Spans captured at the burst interval.
     pub bursts: Vec<(f64, f64)>,
     /// Failed capture attempts.
@@ -66,6 +76,7 @@ impl Timeline {
             ..Timeline::default()
         };
         let mut heap: Vec<(i64, u64, f64)> = Vec::new();
+        let mut envoy: Vec<(i64, u64, [Option<f64>; 3])> = Vec::new();
         for r in mine() {
             if !r.is_ok() {
                 t.failures.push(at(r.t_ms));
@@ -82,11 +93,21 @@ impl Timeline {
                         t.goroutines.push((at(r.t_ms), v as f64));
                     }
                 }
+                RecordKind::Envoy => envoy.push((r.t_ms, r.seq, envoy_figures(&r.totals))),
                 _ => {}
             }
         }
         heap.sort_by_key(|h| (h.0, h.1));
         t.heap = heap.iter().map(|&(ms, _, v)| (at(ms), v)).collect();
+        if t.heap.is_empty() {
+            envoy.sort_by_key(|e| (e.0, e.1));
+            for (ms, _, [allocated, heap_size, physical]) in envoy {
+                let x = at(ms);
+                t.envoy_allocated.extend(allocated.map(|v| (x, v)));
+                t.envoy_heap_size.extend(heap_size.map(|v| (x, v)));
+                t.envoy_physical.extend(physical.map(|v| (x, v)));
+            }
+        }
         t.goroutines.sort_by(|a, b| a.0.total_cmp(&b.0));
         t.failures.sort_by(f64::total_cmp);
 
@@ -134,6 +155,13 @@ impl Timeline {
         t
     }
 
+    /// True when the chart draws Envoy's figures rather than a Go heap.
+    pub fn is_envoy(&self) -> bool {
+        !(self.envoy_allocated.is_empty()
+            && self.envoy_heap_size.is_empty()
+            && self.envoy_physical.is_empty())
+    }
+
     fn x_range(&self) -> (f64, f64) {
         let xs = self
             .heap
@@ -141,6 +169,9 @@ impl Timeline {
             .chain(&self.cgroup)
             .chain(&self.rss)
             .chain(&self.goroutines)
+            .chain(&self.envoy_allocated)
+            .chain(&self.envoy_heap_size)
+            .chain(&self.envoy_physical)
             .map(|p| p.0)
             .chain(self.failures.iter().copied())
             .chain(self.kills.iter().copied())
@@ -156,6 +187,9 @@ impl Timeline {
             .iter()
             .chain(&self.cgroup)
             .chain(&self.rss)
+            .chain(&self.envoy_allocated)
+            .chain(&self.envoy_heap_size)
+            .chain(&self.envoy_physical)
             .map(|p| p.1)
             .fold(1.0f64, f64::max);
         // The limit is drawn when memory comes within sight of it.
@@ -164,6 +198,25 @@ impl Timeline {
             _ => data,
         };
         top * 1.08
+    }
+}
+
+/// Envoy's allocated, heap size and physical bytes from a record's totals: `/memory` when it
+/// has tcmalloc figures (heap_size above 0), else the `/stats` gauges.
+fn envoy_figures(totals: &std::collections::BTreeMap<String, i64>) -> [Option<f64>; 3] {
+    let get = |k: &str| totals.get(k).copied().filter(|&v| v > 0).map(|v| v as f64);
+    if get("memory.heap_size").is_some() {
+        [
+            get("memory.allocated"),
+            get("memory.heap_size"),
+            get("memory.total_physical_bytes").or_else(|| get("server.memory_physical_size")),
+        ]
+    } else {
+        [
+            get("server.memory_allocated"),
+            get("server.memory_heap_size"),
+            get("server.memory_physical_size"),
+        ]
     }
 }
 
@@ -255,6 +308,13 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
     let lines = [
         (&t.cgroup, CGROUP, "cgroup memory"),
         (&t.rss, RSS, "RSS"),
+        (&t.envoy_heap_size, ENVOY_HEAP_SIZE, "heap_size (Envoy)"),
+        (
+            &t.envoy_physical,
+            ENVOY_PHYSICAL,
+            "total_physical_bytes (Envoy)",
+        ),
+        (&t.envoy_allocated, HEAP, "allocated (Envoy)"),
         (&t.heap, HEAP, "heap in use (profile)"),
     ];
     for (points, color, label) in lines {
@@ -272,10 +332,12 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
             });
     }
-    if !t.heap.is_empty() {
-        chart
-            .draw_series(t.heap.iter().map(|&p| Circle::new(p, 2, HEAP.filled())))
-            .map_err(|e| err(&e))?;
+    for points in [&t.heap, &t.envoy_allocated] {
+        if !points.is_empty() {
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 2, HEAP.filled())))
+                .map_err(|e| err(&e))?;
+        }
     }
     if !t.goroutines.is_empty() {
         chart

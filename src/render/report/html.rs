@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 
 use super::chart::{self, Timeline};
 use super::{
-    Flamegraph, ReportModel, collection_facts, escape, rate, seconds, tally, usual_interval_ms,
+    Flamegraph, ReportModel, collection_facts, envoy_facts, envoy_verdict, escape, rate, seconds,
+    tally, usual_interval_ms,
 };
 use crate::analyse::growth::CycleGrowth;
 use crate::analyse::rules::{self, Status};
@@ -46,6 +47,9 @@ nav a { margin-right: 12px; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 8px 0; }
 dl.facts dt { color: var(--muted); }
 dl.facts dd { margin: 0; word-break: break-all; }
+dl.facts.prose dd { word-break: normal; overflow-wrap: anywhere; }
+pre.checklist { background: var(--bg2); padding: 10px 12px; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12.5px; line-height: 1.4; }
+details summary { cursor: pointer; color: var(--muted); }
 footer { margin-top: 40px; color: var(--muted); font-size: 13px; border-top: 1px solid var(--line); padding-top: 8px; }
 "#;
 
@@ -70,6 +74,8 @@ pub fn html(m: &ReportModel) -> String {
     nav(&mut out, m);
     gate(&mut out, m);
     baseline(&mut out, m);
+    kubernetes(&mut out, m);
+    envoy(&mut out, m);
     for (pos, c) in run.growth.cycles.iter().enumerate() {
         cycle(&mut out, m, pos, c);
     }
@@ -90,6 +96,12 @@ fn nav(out: &mut String, m: &ReportModel) {
     }
     if m.baseline.is_some() {
         links.push(("baseline".into(), "against the baseline".into()));
+    }
+    if m.kube.is_some() {
+        links.push(("kubernetes".into(), "Kubernetes".into()));
+    }
+    if m.envoy.is_some() {
+        links.push(("envoy".into(), "Envoy".into()));
     }
     for c in &m.run.growth.cycles {
         links.push((
@@ -209,17 +221,27 @@ fn baseline(out: &mut String, m: &ReportModel) {
 }
 
 fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
+    let verdict = if m.envoy_only() {
+        "No heap profiles: Envoy's admin figures only (the verdict is in the Envoy section)."
+    } else {
+        &c.verdict
+    };
     let _ = writeln!(
         out,
         "<section class=\"cycle\" id=\"cycle-{0}\">\n<h2>Boot cycle {0}</h2>\n<p class=\"verdict\">{1}</p>",
         c.index,
-        escape(&c.verdict)
+        escape(verdict)
     );
     let timeline = Timeline::of_cycle(&m.run, pos);
     let caption = format!("{}: boot cycle {}", m.run.label(), c.index);
+    let explained = if timeline.is_envoy() {
+        "Envoy's figures at each snapshot: allocated (live data), heap_size (reserved by tcmalloc, pages already returned to the OS included) and total_physical_bytes; process / cgroup memory sampled from outside when collected. Crosses: failed snapshots."
+    } else {
+        "Heap in use as each capture reported it (Go publishes it at each GC, so it lags), process / cgroup memory sampled from outside, goroutines on the right axis. Shaded: burst captures; crosses: failed captures."
+    };
     let _ = writeln!(
         out,
-        "<figure class=\"chart\">\n{}\n<figcaption>Heap in use as each capture reported it (Go publishes it at each GC, so it lags), process / cgroup memory sampled from outside, goroutines on the right axis. Shaded: burst captures; crosses: failed captures.</figcaption>\n</figure>",
+        "<figure class=\"chart\">\n{}\n<figcaption>{explained}</figcaption>\n</figure>",
         chart::svg(&timeline, &caption)
     );
 
@@ -294,6 +316,10 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     }
     out.push_str("</dl>\n");
 
+    if m.envoy_only() {
+        out.push_str("<p class=\"note\">No heap profiles in this run (Envoy without tcmalloc's <code>/heap_dump</code>): no allocation site to rank. The <a href=\"#envoy\">Envoy section</a> has the findings.</p>\n</section>\n");
+        return;
+    }
     out.push_str("<h3>Growing sites (in-use bytes)</h3>\n");
     if c.sites.is_empty() {
         out.push_str("<p class=\"note\">No site grew steadily.</p>\n");
@@ -359,6 +385,86 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     out.push_str("</section>\n");
 }
 
+fn envoy(out: &mut String, m: &ReportModel) {
+    let Some(e) = &m.envoy else { return };
+    let (code, summary) = envoy_verdict(e.report);
+    let _ = writeln!(
+        out,
+        "<section id=\"envoy\">\n<h2>Envoy <small class=\"note\">{}</small></h2>\n<p class=\"verdict\"><strong>{}</strong>: {}</p>",
+        escape(e.target),
+        escape(code),
+        escape(summary)
+    );
+    out.push_str("<dl class=\"facts prose\">");
+    for (k, text) in envoy_facts(e) {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(&text));
+    }
+    out.push_str("</dl>\n");
+    out.push_str("<p class=\"note\">heap_size counts pages tcmalloc already gave back to the OS (pageheap_unmapped), so allocated / heap_size understates live data; free pages and thread caches are held by tcmalloc and not returned.</p>\n</section>\n");
+}
+
+fn kubernetes(out: &mut String, m: &ReportModel) {
+    let Some(k) = &m.kube else { return };
+    let r = k.report;
+    let _ = writeln!(
+        out,
+        "<section id=\"kubernetes\">\n<h2>Kubernetes <small class=\"note\">{} as of {}</small></h2>",
+        escape(&k.file),
+        escape(&r.as_of)
+    );
+    match (&r.events_from, &r.events_to) {
+        (Some(a), Some(b)) => {
+            let _ = writeln!(
+                out,
+                "<p class=\"note\">Events from {} to {}.</p>",
+                escape(a),
+                escape(b)
+            );
+        }
+        _ if r.events_given => out.push_str("<p class=\"note\">The events file holds no events.</p>\n"),
+        _ => out.push_str("<p class=\"note\">No events given (<code>--events</code>): liveness kills cannot be told from OOM kills.</p>\n"),
+    }
+    out.push_str("<table><tr><th>pod</th><th>container</th><th class=\"num\">restarts</th><th>last death</th><th>memory</th><th>verdict</th></tr>\n");
+    for pod in &r.pods {
+        let name = match &pod.namespace {
+            Some(ns) => format!("{ns}/{}", pod.name),
+            None => pod.name.clone(),
+        };
+        for c in &pod.containers {
+            let death = c.termination.as_ref().map_or("-".to_string(), |t| {
+                format!(
+                    "{} {}",
+                    t.exit_code,
+                    t.reason.as_deref().unwrap_or("(no reason)")
+                )
+            });
+            let memory = match (&c.memory.request, &c.memory.limit) {
+                (Some(req), Some(lim)) => format!("{req} / {lim} ({})", pod.qos_class),
+                (None, Some(lim)) => format!("limit {lim} ({})", pod.qos_class),
+                (Some(req), None) => format!("request {req}, no limit ({})", pod.qos_class),
+                (None, None) => format!("no request, no limit ({})", pod.qos_class),
+            };
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"site\">{}</td><td class=\"site\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td><strong>{}</strong>: {}</td></tr>",
+                escape(&name),
+                escape(&c.name),
+                c.restarts,
+                escape(&death),
+                escape(&memory),
+                escape(c.verdict.code),
+                escape(&c.verdict.summary)
+            );
+        }
+    }
+    out.push_str("</table>\n");
+    let _ = writeln!(
+        out,
+        "<details open><summary>The checklist, question by question</summary>\n<pre class=\"checklist\">{}</pre>\n</details>\n</section>",
+        escape(&crate::render::triage::text(&k.file, r))
+    );
+}
+
 fn flame(out: &mut String, f: &Flamegraph, i: usize) {
     let _ = writeln!(
         out,
@@ -387,6 +493,13 @@ fn collection(out: &mut String, m: &ReportModel) {
         "{} capture attempts: {} heap, {} goroutine; {} stored, {} duplicates of an earlier capture, {} failed",
         t.attempts, t.heap, t.goroutine, t.stored, t.duplicates, t.errors
     );
+    if t.envoy > 0 {
+        s = s.replacen(
+            " goroutine;",
+            &format!(" goroutine, {} Envoy snapshots;", t.envoy),
+            1,
+        );
+    }
     if !t.errors_by_kind.is_empty() {
         let kinds: Vec<String> = t
             .errors_by_kind

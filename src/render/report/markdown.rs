@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{ReportModel, collection_facts, rate, seconds, tally, usual_interval_ms};
+use super::{ReportModel, collection_facts, envoy_facts, rate, seconds, tally, usual_interval_ms};
 use crate::analyse::rules::{self, Status};
 use crate::units::format_bytes;
 
@@ -72,6 +72,30 @@ pub fn markdown(m: &ReportModel) -> String {
         out.push('\n');
     }
 
+    if let Some(k) = &m.kube {
+        // The checklist in a fenced block (so no name from the cluster turns into markup),
+        // one heading level below the report's title.
+        let section = crate::render::triage::markdown(&k.file, k.report);
+        let _ = writeln!(
+            out,
+            "{}",
+            section.replacen("## Kubernetes triage", "### Kubernetes triage", 1)
+        );
+    }
+
+    if let Some(e) = &m.envoy {
+        let (verdict, summary) = super::envoy_verdict(e.report);
+        let _ = writeln!(out, "### Envoy {}\n", code(e.target));
+        let _ = writeln!(out, "**{}**: {}\n", text(verdict), text(summary));
+        let _ = writeln!(out, "| | |");
+        let _ = writeln!(out, "|---|---|");
+        for (k, v) in envoy_facts(e) {
+            let _ = writeln!(out, "| {} | {} |", text(k), text(&v));
+        }
+        out.push('\n');
+    }
+
+    let envoy_only = m.envoy_only();
     let _ = writeln!(out, "### Boot cycles\n");
     let _ = writeln!(
         out,
@@ -84,7 +108,17 @@ pub fn markdown(m: &ReportModel) -> String {
             (Some(d), false) => format!("stopped answering at {}", seconds(d)),
             (None, _) => format!("alive after {}", seconds(c.span_s)),
         };
-        let top = c.sites.first().map_or("none".to_string(), |s| {
+        let heap_growth = if envoy_only {
+            "-".to_string()
+        } else {
+            rate(rules::cycle_growth(c))
+        };
+        let none = if envoy_only {
+            "no heap profiles"
+        } else {
+            "none"
+        };
+        let top = c.sites.first().map_or(none.to_string(), |s| {
             let mut cell = format!("{} {}", code(&s.name), rate(s.bytes_per_sec));
             if let Some(o) = s.onset_s.filter(|&o| o > 0.0) {
                 cell.push_str(&format!(" from {}", seconds(o)));
@@ -93,10 +127,9 @@ pub fn markdown(m: &ReportModel) -> String {
         });
         let _ = writeln!(
             out,
-            "| {} | {} | {end} | {} | {} | {} | {top} |",
+            "| {} | {} | {end} | {heap_growth} | {} | {} | {top} |",
             c.index,
             c.captures,
-            rate(rules::cycle_growth(c)),
             c.memory_peak
                 .map_or("-".to_string(), |p| format_bytes(p as i64)),
             rules::cycle_time_to_limit(c).map_or("-".to_string(), seconds),
@@ -224,6 +257,9 @@ pub fn markdown(m: &ReportModel) -> String {
         "{} capture attempts ({} stored, {} duplicates, {} failed",
         t.attempts, t.stored, t.duplicates, t.errors
     );
+    if t.envoy > 0 {
+        how.push_str(&format!(", {} Envoy snapshots", t.envoy));
+    }
     if t.burst > 0 {
         how.push_str(&format!(", {} at the burst interval", t.burst));
     }

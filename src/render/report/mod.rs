@@ -1,7 +1,9 @@
 //! `heapwatch report`: one run's findings as `index.html` (self-contained, for people),
 //! `report.md` (short, for a CI job summary) and `summary.json` (for tools). Pure: the caller
 //! reads the run, analyses it and draws the flamegraphs; this module only lays them out.
-//! Every string that came from a profile or a run is escaped on the way out.
+//! Every string that came from a profile, a run or a Kubernetes document is escaped on the way
+//! out. Two optional sections: Envoy's findings when the run holds `envoy` records, and the
+//! Kubernetes triage checklist when a pod file is given.
 
 pub mod chart;
 pub mod html;
@@ -11,8 +13,11 @@ pub mod summary;
 use std::collections::BTreeMap;
 
 use crate::analyse::compare::Comparison;
+use crate::analyse::envoy::{EnvoyLimits, EnvoyReport};
 use crate::analyse::growth::GrowthReport;
 use crate::analyse::rules::{HeapRatio, Outcome};
+use crate::analyse::triage::{TriageReport, format_span};
+use crate::source::envoy::HeapDumpState;
 use crate::source::procmem::MemorySample;
 use crate::store::{CaptureRecord, RecordKind, RunInfo};
 use crate::units::format_bytes;
@@ -64,6 +69,24 @@ pub struct Flamegraph {
     pub svg: String,
 }
 
+/// Envoy's findings from the run's `envoy` records.
+pub struct EnvoyView<'a> {
+    /// The target as recorded (`envoy:http://…`).
+    pub target: &'a str,
+    pub report: &'a EnvoyReport,
+    pub limits: EnvoyLimits,
+    /// Where the memory and CPU limits came from (`run.json`, `--cpu-limit`, `pod …`).
+    pub memory_from: Option<&'a str>,
+    pub cpu_from: Option<&'a str>,
+}
+
+/// The Kubernetes triage of the pod file given with `--pod`.
+pub struct KubeView<'a> {
+    /// The pod file's name (not its path, so reports do not depend on where they run).
+    pub file: String,
+    pub report: &'a TriageReport,
+}
+
 /// Everything a report shows.
 pub struct ReportModel<'a> {
     pub run: RunView<'a>,
@@ -72,15 +95,23 @@ pub struct ReportModel<'a> {
     pub flamegraphs: &'a [Flamegraph],
     /// Largest in-use heap captured per boot cycle.
     pub peak_heap: &'a [(u32, i64)],
+    pub envoy: Option<EnvoyView<'a>>,
+    pub kube: Option<KubeView<'a>>,
 }
 
 impl ReportModel<'_> {
     /// The one sentence at the top: what happened, and (with a baseline) what regressed.
+    /// A run of Envoy admin figures without profiles leads with Envoy's verdict.
     pub fn headline(&self) -> String {
         let g = self.run.growth;
         let mut parts = Vec::new();
         if let Some(b) = &self.baseline {
             parts.push(b.comparison.verdict.clone());
+        }
+        if let Some(e) = self.envoy.as_ref().filter(|_| self.envoy_only()) {
+            let (code, summary) = envoy_verdict(e.report);
+            parts.push(format!("Envoy {code}: {summary}"));
+            return parts.join(". ");
         }
         match g.cycles.as_slice() {
             [] => parts.push("no boot cycle with a good capture".into()),
@@ -88,6 +119,17 @@ impl ReportModel<'_> {
             _ => parts.push(g.across.summary.clone()),
         }
         parts.join(". ")
+    }
+
+    /// True for a run of Envoy admin figures without any heap or goroutine profile (an Envoy
+    /// built without tcmalloc's `/heap_dump`): the growth analysis has no sites to rank.
+    pub fn envoy_only(&self) -> bool {
+        self.envoy.is_some()
+            && !self
+                .run
+                .records
+                .iter()
+                .any(|r| r.is_ok() && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine))
     }
 
     pub fn failed(&self) -> bool {
@@ -103,12 +145,19 @@ pub struct Tally {
     pub attempts: usize,
     pub heap: usize,
     pub goroutine: usize,
+    /// Envoy admin snapshots (`/memory` and `/stats`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub envoy: usize,
     pub stored: usize,
     pub duplicates: usize,
     pub errors: usize,
     /// Failed attempts by class (refused, timeout, reset, …).
     pub errors_by_kind: BTreeMap<String, usize>,
     pub burst: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 pub fn tally(records: &[CaptureRecord], usual_interval_ms: Option<u64>) -> Tally {
@@ -119,6 +168,7 @@ pub fn tally(records: &[CaptureRecord], usual_interval_ms: Option<u64>) -> Tally
         match r.kind {
             RecordKind::Heap => t.heap += 1,
             RecordKind::Goroutine => t.goroutine += 1,
+            RecordKind::Envoy => t.envoy += 1,
             _ => {}
         }
         if !r.is_ok() {
@@ -145,6 +195,168 @@ pub fn tally(records: &[CaptureRecord], usual_interval_ms: Option<u64>) -> Tally
 pub fn usual_interval_ms(info: Option<&RunInfo>) -> Option<u64> {
     info.and_then(|i| i.options.get("interval_ms"))
         .and_then(|v| v.as_u64())
+}
+
+/// Envoy's verdict (code and sentence), or what to say when Envoy never answered.
+pub fn envoy_verdict(r: &EnvoyReport) -> (&str, &str) {
+    if r.snapshots == 0 {
+        (
+            "no-snapshots",
+            "Envoy never answered /memory or /stats: the run holds no snapshot (the failed attempts are in the manifest)",
+        )
+    } else {
+        (r.verdict.code, &r.verdict.summary)
+    }
+}
+
+fn bytes(b: u64) -> String {
+    format_bytes(i64::try_from(b).unwrap_or(i64::MAX))
+}
+
+fn per_min(bps: f64) -> String {
+    format!("{}/min", format_bytes((bps * 60.0) as i64))
+}
+
+/// Trims `2.0` to `2` and keeps `1.5`.
+fn cores(c: f64) -> String {
+    if (c - c.round()).abs() < 1e-9 {
+        format!("{}", c.round() as i64)
+    } else {
+        format!("{c}")
+    }
+}
+
+/// Envoy's findings as (label, text) rows in the order an SRE asks: live data against the
+/// naive share, memory held, growth and the limit, the hidden multipliers, the heap dump.
+/// Plain text: the caller escapes it for HTML or markdown.
+pub fn envoy_facts(e: &EnvoyView) -> Vec<(&'static str, String)> {
+    let r = e.report;
+    let mut facts = Vec::new();
+    let mut seen = format!(
+        "{} snapshot{} over {}",
+        r.snapshots,
+        if r.snapshots == 1 { "" } else { "s" },
+        format_span(r.span_s)
+    );
+    if r.restarts > 0 {
+        seen.push_str(&format!(
+            "; {} restart(s) seen (server.uptime dropped), figures from the last boot cycle",
+            r.restarts
+        ));
+    }
+    facts.push(("snapshots", seen));
+    match &r.heap {
+        Some(h) => {
+            let share = match h.live_share {
+                Some(live) => format!(
+                    "{:.1} % of the mapped heap, allocated / (heap_size − pageheap_unmapped); \
+                     naive allocated / heap_size: {:.1} %",
+                    live * 100.0,
+                    h.naive_share * 100.0
+                ),
+                None => format!(
+                    "unknown (needs /memory); naive allocated / heap_size: {:.1} % from {}",
+                    h.naive_share * 100.0,
+                    h.source
+                ),
+            };
+            facts.push(("live-data share", share));
+            facts.push(("why they differ", h.explanation.clone()));
+            let mut heap = format!(
+                "allocated {} of heap_size {}",
+                bytes(h.allocated),
+                bytes(h.heap_size)
+            );
+            if let Some(u) = h.pageheap_unmapped {
+                heap.push_str(&format!(", of which {} unmapped", bytes(u)));
+            }
+            facts.push(("heap", heap));
+            if let Some(held) = h.held_not_returned {
+                facts.push((
+                    "held, not returned",
+                    format!(
+                        "{} (pageheap_free {} + thread caches {})",
+                        bytes(held),
+                        bytes(h.pageheap_free.unwrap_or(0)),
+                        bytes(h.total_thread_cache.unwrap_or(0))
+                    ),
+                ));
+            }
+            if let Some(p) = h.physical {
+                facts.push(("physical", bytes(p)));
+            }
+        }
+        None => facts.push((
+            "live-data share",
+            "no tcmalloc figures (heap_size 0 or absent)".to_string(),
+        )),
+    }
+    if let Some(g) = &r.growth {
+        let mut s = format!(
+            "{} {} → {}, {} (R² {:.2})",
+            g.series,
+            bytes(g.first),
+            bytes(g.last),
+            per_min(g.bytes_per_sec),
+            g.fit_r2
+        );
+        if let Some(a) = g.allocated_bytes_per_sec {
+            s.push_str(&format!("; allocated {}", per_min(a)));
+        }
+        if !g.growing {
+            s.push_str("; not a steady growth");
+        }
+        facts.push(("growth", s));
+        let to_limit = match (g.limit, g.limit_in_s) {
+            (Some(l), Some(t)) if t <= 0.0 => format!("at the {} limit already", bytes(l)),
+            (Some(l), Some(t)) => format!(
+                "the {} limit in about {} at this rate",
+                bytes(l),
+                format_span(t)
+            ),
+            (Some(l), None) => format!("the {} limit is not in sight", bytes(l)),
+            (None, _) => "no memory limit known (collect with --limit, or give --pod)".into(),
+        };
+        facts.push(("time to the limit", to_limit));
+    }
+    let mut limits = Vec::new();
+    if let Some(m) = e.limits.memory_bytes {
+        limits.push(format!(
+            "memory {}{}",
+            bytes(m),
+            e.memory_from.map_or(String::new(), |f| format!(" ({f})"))
+        ));
+    }
+    if let Some(c) = e.limits.cpu_cores {
+        limits.push(format!(
+            "CPU {}{}",
+            cores(c),
+            e.cpu_from.map_or(String::new(), |f| format!(" ({f})"))
+        ));
+    }
+    if !limits.is_empty() {
+        facts.push(("limits", limits.join(", ")));
+    }
+    if let Some(w) = &r.workers {
+        facts.push(("worker multiplier", w.meaning.clone()));
+    }
+    if let Some(c) = &r.config {
+        facts.push(("clusters per listener", c.meaning.clone()));
+    }
+    if let Some(c) = r.connections {
+        facts.push(("connections", c.to_string()));
+    }
+    facts.push((
+        "heap dump",
+        match &r.heap_dump {
+            HeapDumpState::NotAsked => "not asked".to_string(),
+            HeapDumpState::Available => {
+                "available: the heap profiles name the C++ allocation sites".to_string()
+            }
+            HeapDumpState::NotAvailable(why) => format!("not available ({why})"),
+        },
+    ));
+    facts
 }
 
 /// Escapes text for HTML element content and attribute values.
@@ -232,6 +444,13 @@ pub fn collection_facts(info: &RunInfo) -> Vec<(&'static str, String)> {
     }
     if let Some(l) = info.limit_bytes {
         facts.push(("memory limit", format_bytes(l as i64)));
+    }
+    if let Some(c) = o.get("cpu_limit").filter(|v| !v.is_null()) {
+        let shown = match c {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        facts.push(("CPU limit", shown));
     }
     if let Some(c) = o.get("cgroup").and_then(|v| v.as_str()) {
         facts.push(("cgroup", c.to_string()));

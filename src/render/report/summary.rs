@@ -1,10 +1,12 @@
 //! `summary.json`: the report for other tools. Per boot cycle the verdict and the top sites,
-//! the comparison with the baseline, and every rule checked. Figures are rounded (bytes and
-//! bytes per second to whole numbers, seconds to milliseconds) so the file diffs cleanly.
+//! the comparison with the baseline, every rule checked, and (when there are any) Envoy's
+//! findings under `envoy` and the Kubernetes triage under `kubernetes`. Figures are rounded
+//! (bytes and bytes per second to whole numbers, seconds to milliseconds) so the file diffs
+//! cleanly.
 
 use serde::Serialize;
 
-use super::{ReportModel, Tally, tally, usual_interval_ms};
+use super::{EnvoyView, KubeView, ReportModel, Tally, tally, usual_interval_ms};
 use crate::analyse::rules::{self, Outcome};
 
 /// Rows kept per table.
@@ -22,6 +24,10 @@ struct Summary<'a> {
     baseline: Option<BaselineSummary>,
     rules: &'a [Outcome],
     failed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    envoy: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kubernetes: Option<serde_json::Value>,
     files: Files,
 }
 
@@ -111,12 +117,75 @@ struct Files {
     flamegraphs: Vec<String>,
 }
 
+/// Rounded, and never −0.0.
 fn whole(x: f64) -> f64 {
-    x.round()
+    x.round() + 0.0
 }
 
 fn ms(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
+    (x * 1000.0).round() / 1000.0 + 0.0
+}
+
+/// Rounds every fraction in a document: figures of 1000 and more (bytes, bytes per second,
+/// seconds of a long span) to whole numbers, smaller ones (shares, ratios, R²) to four
+/// decimals.
+fn round_all(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            if let Some(x) = n.as_f64() {
+                let r = if x.abs() >= 1000.0 {
+                    x.round()
+                } else {
+                    (x * 10_000.0).round() / 10_000.0
+                } + 0.0;
+                if let Some(rounded) = serde_json::Number::from_f64(r) {
+                    *n = rounded;
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(round_all),
+        Value::Object(map) => map.values_mut().for_each(round_all),
+        _ => {}
+    }
+}
+
+#[derive(Serialize)]
+struct EnvoySummary<'a> {
+    target: &'a str,
+    memory_limit_from: Option<&'a str>,
+    cpu_limit_from: Option<&'a str>,
+    #[serde(flatten)]
+    report: &'a crate::analyse::envoy::EnvoyReport,
+}
+
+fn envoy(e: &EnvoyView) -> serde_json::Value {
+    let mut v = serde_json::to_value(EnvoySummary {
+        target: e.target,
+        memory_limit_from: e.memory_from,
+        cpu_limit_from: e.cpu_from,
+        report: e.report,
+    })
+    .expect("the envoy findings are plain data");
+    round_all(&mut v);
+    v
+}
+
+#[derive(Serialize)]
+struct KubeSummary<'a> {
+    file: &'a str,
+    #[serde(flatten)]
+    report: &'a crate::analyse::triage::TriageReport,
+}
+
+fn kubernetes(k: &KubeView) -> serde_json::Value {
+    let mut v = serde_json::to_value(KubeSummary {
+        file: &k.file,
+        report: k.report,
+    })
+    .expect("the triage is plain data");
+    round_all(&mut v);
+    v
 }
 
 pub fn json(m: &ReportModel) -> String {
@@ -228,6 +297,8 @@ pub fn json(m: &ReportModel) -> String {
         baseline,
         rules: m.rules,
         failed: m.failed(),
+        envoy: m.envoy.as_ref().map(envoy),
+        kubernetes: m.kube.as_ref().map(kubernetes),
         files: Files {
             html: "index.html",
             markdown: "report.md",
