@@ -421,9 +421,10 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     }
     if !summary.reached {
         return Err(CliError::Unreachable(format!(
-            "{}: the target never answered ({} attempts); see {}/manifest.jsonl",
+            "{}: the target never answered ({} attempts; last: {}); see {}/manifest.jsonl",
             args.target,
             summary.attempts,
+            summary.last_error.as_deref().unwrap_or("?"),
             args.out.display()
         )));
     }

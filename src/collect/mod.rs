@@ -140,6 +140,8 @@ pub struct Collector<'a> {
     summary: CollectSummary,
     /// Last stored capture per kind in this boot cycle: (content hash, seq, file).
     last_stored: BTreeMap<RecordKind, (String, u64, String)>,
+    /// Monotonic time of the first refusal since the target last answered.
+    gone_since: Option<Duration>,
     /// How long the last request took, from sending it to its last byte.
     last_latency: Duration,
     /// Monotonic time of the first failure since the target last answered.
@@ -197,6 +199,7 @@ impl<'a> Collector<'a> {
             last_stored: BTreeMap::new(),
             failing_since: None,
             last_latency: Duration::ZERO,
+            gone_since: None,
             runtime_memory: None,
         }
     }
@@ -315,9 +318,9 @@ impl<'a> Collector<'a> {
                 }
             }
             if let Some(grace) = self.config.until_exit {
-                let gone_since = self
-                    .failing_since
-                    .or((!self.summary.reached).then_some(start));
+                // Gone means refused (or never there): a target frozen at its limit times
+                // out for seconds before the kernel kills it, and is still alive.
+                let gone_since = self.gone_since.or((!self.summary.reached).then_some(start));
                 if let Some(since) = gone_since {
                     if self.summary.attempts > 0 && now.saturating_sub(since) >= grace {
                         self.summary.reason = StopReason::TargetExited;
@@ -510,6 +513,9 @@ impl<'a> Collector<'a> {
         if self.failing_since.is_none() && e.kind != FailureKind::Status {
             self.failing_since = Some(began);
         }
+        if self.gone_since.is_none() && e.kind.means_gone() {
+            self.gone_since = Some(began);
+        }
         self.cycles.failed(e.kind);
         self.status.last_error = Some(e.message.clone());
         self.summary.last_error = Some(e.message.clone());
@@ -524,6 +530,7 @@ impl<'a> Collector<'a> {
     /// The target answered: bookkeeping common to every good reply. Returns the incarnation.
     fn answered(&mut self, totals: &BTreeMap<String, i64>, pid: Option<u32>) -> u32 {
         self.failing_since = None;
+        self.gone_since = None;
         self.summary.reached = true;
         let before = self.cycles.incarnation();
         let now = self.cycles.answered(totals, pid);

@@ -443,3 +443,34 @@ fn goroutines_alone_still_probe_a_target_that_went_away() {
             .all(|r| !r.is_ok())
     );
 }
+
+#[test]
+fn a_target_frozen_at_its_limit_is_not_gone() {
+    // Timeouts for longer than the grace period, then the kill (refused): only the refusals
+    // count towards --until-exit.
+    let config = CollectConfig {
+        until_exit: Some(ms(2000)),
+        timeout: ms(1000),
+        memstats_interval: Duration::ZERO,
+        ..CollectConfig::default()
+    };
+    let mut script = vec![Step::Ok(LATE, ms(5))];
+    script.extend((0..8).map(|_| Step::Fail(FailureKind::Timeout, ms(1000))));
+    script.push(Step::Fail(FailureKind::Refused, ms(1)));
+    let (summary, records, _) = collect(config, script);
+    assert_eq!(summary.reason, StopReason::TargetExited);
+    let timeouts = records
+        .iter()
+        .filter(|r| r.error_kind.as_deref() == Some("timeout"))
+        .count();
+    assert_eq!(timeouts, 8, "every timeout of the freeze was waited out");
+    let first_refusal = records
+        .iter()
+        .find(|r| r.error_kind.as_deref() == Some("refused"))
+        .unwrap();
+    let last = records.last().unwrap();
+    assert!(
+        last.t_ms - first_refusal.t_ms >= 1500,
+        "grace counted from the refusal"
+    );
+}

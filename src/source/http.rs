@@ -158,6 +158,9 @@ impl Source for HttpSource {
 fn classify(url: &str, error: ureq::Error) -> FetchError {
     use ureq::Error as E;
     let kind = match &error {
+        // rustls reports a failed handshake (unknown issuer, an alert from the server) as an
+        // io::Error wrapping its own error: that is TLS, not a broken or refused connection.
+        E::Io(e) if wraps_rustls(e) => FailureKind::Tls,
         E::Io(e) => io_kind(e),
         E::Timeout(_) => FailureKind::Timeout,
         E::HostNotFound | E::ConnectionFailed => FailureKind::Refused,
@@ -174,6 +177,28 @@ fn classify(url: &str, error: ureq::Error) -> FetchError {
         _ => error.to_string(),
     };
     FetchError::new(kind, format!("{url}: {detail}"))
+}
+
+/// Whether an io::Error carries a rustls error somewhere in its chain. The type is the one in
+/// `ureq::Error::Rustls`, named through that variant: rustls is not a direct dependency.
+fn wraps_rustls(e: &io::Error) -> bool {
+    fn is_payload_of<T: std::error::Error + 'static>(
+        _variant: fn(T) -> ureq::Error,
+        e: &(dyn std::error::Error + 'static),
+    ) -> bool {
+        e.is::<T>()
+    }
+    let mut next: Option<&(dyn std::error::Error + 'static)> = match e.get_ref() {
+        Some(inner) => Some(inner),
+        None => return false,
+    };
+    while let Some(inner) = next {
+        if is_payload_of(ureq::Error::Rustls, inner) {
+            return true;
+        }
+        next = inner.source();
+    }
+    false
 }
 
 fn io_kind(e: &io::Error) -> FailureKind {

@@ -27,7 +27,9 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup/memory";
 /// Growth rate of the target: about four seconds from start to the limit.
 const RATE: &str = "64MiB";
 /// A target that is never killed fails the test instead of hanging it.
-const CYCLE_DEADLINE: Duration = Duration::from_secs(40);
+// A target at its cgroup limit can freeze in reclaim for tens of seconds before the kernel
+// kills it (seen here: 22, 26 and over 40 s, against 4 s without the freeze).
+const CYCLE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// A v1 memory cgroup made for one test; removed on drop, with any process left in it.
 struct Cgroup {
@@ -226,6 +228,8 @@ fn three_oom_kills_in_a_row_make_three_boot_cycles_with_fresh_durable_captures()
         .args(["collect", &format!("http://{addr}"), "--out"])
         .arg(&run)
         .args(["--interval", "200ms", "--timeout", "1s", "--quiet"])
+        // Only refusals count towards the grace period (a frozen target times out, it is not
+        // gone); the test ends the collector with SIGINT.
         .args(["--until-exit", "--grace", "6s"]);
     if let Some(cg) = &cgroup {
         collect.arg("--cgroup").arg(&cg.path);

@@ -8,6 +8,7 @@ mod bad_input;
 mod collect_crash;
 mod collect_faults;
 mod collect_oom;
+mod collect_tls;
 mod diff;
 mod envoy;
 mod flame;
