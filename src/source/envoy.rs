@@ -422,28 +422,7 @@ fn status_error(url: &str, status: u16, body: &[u8]) -> FetchError {
 
 /// The failure classes of the HTTP source, for the same ureq errors.
 fn classify(url: &str, error: ureq::Error) -> FetchError {
-    use ureq::Error as E;
-    let kind = match &error {
-        E::Io(e) => match e.kind() {
-            std::io::ErrorKind::ConnectionRefused
-            | std::io::ErrorKind::AddrNotAvailable
-            | std::io::ErrorKind::HostUnreachable
-            | std::io::ErrorKind::NetworkUnreachable => FailureKind::Refused,
-            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => FailureKind::Timeout,
-            std::io::ErrorKind::ConnectionReset
-            | std::io::ErrorKind::ConnectionAborted
-            | std::io::ErrorKind::BrokenPipe
-            | std::io::ErrorKind::UnexpectedEof => FailureKind::Reset,
-            _ => FailureKind::Other,
-        },
-        E::Timeout(_) => FailureKind::Timeout,
-        E::HostNotFound | E::ConnectionFailed => FailureKind::Refused,
-        E::BodyExceedsLimit(_) => FailureKind::TooLarge,
-        E::Tls(_) | E::Rustls(_) | E::Pem(_) => FailureKind::Tls,
-        E::Protocol(_) => FailureKind::Reset,
-        _ => FailureKind::Other,
-    };
-    FetchError::new(kind, format!("{url}: {error}"))
+    super::http::classify(url, error)
 }
 
 impl Source for EnvoySource {

@@ -155,7 +155,8 @@ impl Source for HttpSource {
     }
 }
 
-fn classify(url: &str, error: ureq::Error) -> FetchError {
+/// Classes a ureq error into the failure kinds the collector acts on (Envoy's source too).
+pub(crate) fn classify(url: &str, error: ureq::Error) -> FetchError {
     use ureq::Error as E;
     let kind = match &error {
         // rustls reports a failed handshake (unknown issuer, an alert from the server) as an
