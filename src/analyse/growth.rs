@@ -9,18 +9,14 @@ use serde::Serialize;
 
 use super::reduce::{PROFILING_SITE, SiteFigures};
 use super::series::{LineFit, SeriesGrid, onset, theil_sen};
+use super::storms::storms;
 use crate::source::procmem::MemorySample;
 use crate::store::{CaptureRecord, RecordKind};
 use crate::units::format_bytes;
 
 /// A site's growth must add at least this much over the cycle to count (two sampling periods
 /// of Go's default MemProfileRate).
-const MIN_GROWTH_BYTES: f64 = 1024.0 * 1024.0;
-/// A storm window runs at least this many times the site's typical allocation rate.
-const STORM_FACTOR: f64 = 4.0;
-const STORM_FLOOR_BPS: f64 = 8.0 * 1024.0 * 1024.0;
-/// Allocation rates are measured over windows at least this long (seconds).
-const STORM_WINDOW_S: f64 = 1.0;
+pub(crate) const MIN_GROWTH_BYTES: f64 = 1024.0 * 1024.0;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteGrowth {
@@ -447,119 +443,12 @@ fn thin(points: &[(f64, f64)], max: usize) -> Option<Vec<(f64, f64)>> {
     Some(points.iter().step_by(step.max(1)).copied().collect())
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
+pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     if xs.is_empty() {
         return 0.0;
     }
     xs.sort_by(|a, b| a.total_cmp(b));
     xs[xs.len() / 2]
-}
-
-/// A site's typical allocation rate and the bar a storm passes: the median rate of the spans
-/// that are not themselves above the bar. A plain median is outvoted by a storm that covers
-/// half the spans (a few seconds of a short recording, or a stretch where the GC, and so the
-/// publication of the figures, runs far more often).
-fn typical_rate(spans: &[(usize, usize, f64)]) -> (f64, f64) {
-    let mut rates: Vec<f64> = spans.iter().map(|s| s.2).collect();
-    loop {
-        let typical = median(rates.clone());
-        let bar = (typical * STORM_FACTOR).max(STORM_FLOOR_BPS);
-        let before = rates.len();
-        rates.retain(|&r| r < bar);
-        if rates.len() == before || rates.is_empty() {
-            return (typical, bar);
-        }
-    }
-}
-
-fn storms(alloc: &SeriesGrid, inuse: &SeriesGrid) -> (Vec<AllocStorm>, Option<ProfilingCost>) {
-    let t = alloc.times();
-    let span = t.last().copied().unwrap_or(0.0) - t.first().copied().unwrap_or(0.0);
-    if t.len() < 3 || span <= 0.0 {
-        return (Vec::new(), None);
-    }
-    let mut total_rate = 0.0;
-    let mut profiling_rate = 0.0;
-    let mut out = Vec::new();
-    for (name, values) in alloc.series() {
-        let mean = (values[values.len() - 1] - values[0]) / span;
-        total_rate += mean.max(0.0);
-        if name == PROFILING_SITE {
-            profiling_rate = mean.max(0.0);
-            continue;
-        }
-        // Allocation totals are published at each GC, so single intervals are lumpy; rates
-        // are taken over windows of at least STORM_WINDOW_S.
-        let mut spans: Vec<(usize, usize, f64)> = Vec::new();
-        let mut j = 0;
-        for k in 1..t.len() {
-            if t[k] - t[j] >= STORM_WINDOW_S || k == t.len() - 1 {
-                spans.push((
-                    j,
-                    k,
-                    ((values[k] - values[j]) / (t[k] - t[j]).max(1e-3)).max(0.0),
-                ));
-                j = k;
-            }
-        }
-        let (typical, bar) = typical_rate(&spans);
-        let mut windows: Vec<StormWindow> = Vec::new();
-        for &(from, to, r) in &spans {
-            // The first window publishes everything allocated since process start (the
-            // first GC): start-up work, not a storm.
-            if r < bar || from == 0 {
-                continue;
-            }
-            match windows.last_mut() {
-                Some(w) if (w.end_s - t[from]).abs() < 1e-9 => {
-                    let (a, b) = (w.end_s - w.start_s, t[to] - t[from]);
-                    w.bytes_per_sec = (w.bytes_per_sec * a + r * b) / (a + b);
-                    w.end_s = t[to];
-                }
-                _ => windows.push(StormWindow {
-                    start_s: t[from],
-                    end_s: t[to],
-                    bytes_per_sec: r,
-                }),
-            }
-        }
-        if windows.is_empty() {
-            continue;
-        }
-        let peak = windows.iter().map(|w| w.bytes_per_sec).fold(0.0, f64::max);
-        let inuse_flat = inuse
-            .series()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, v)| theil_sen(inuse.times(), v))
-            .is_none_or(|f| f.slope * span < MIN_GROWTH_BYTES);
-        out.push(AllocStorm {
-            name: name.to_string(),
-            bytes_per_sec: mean,
-            typical_bytes_per_sec: typical,
-            peak_bytes_per_sec: peak,
-            windows,
-            inuse_flat,
-        });
-    }
-    out.sort_by(|a, b| {
-        b.peak_bytes_per_sec
-            .total_cmp(&a.peak_bytes_per_sec)
-            .then(a.name.cmp(&b.name))
-    });
-    let profiling = (profiling_rate > 0.0).then(|| ProfilingCost {
-        inuse_bytes: inuse
-            .series()
-            .find(|(n, _)| *n == PROFILING_SITE)
-            .and_then(|(_, v)| v.last().copied())
-            .unwrap_or(0.0) as i64,
-        alloc_bytes_per_sec: profiling_rate,
-        alloc_share: if total_rate > 0.0 {
-            profiling_rate / total_rate
-        } else {
-            0.0
-        },
-    });
-    (out, profiling)
 }
 
 fn goroutines(grid: &SeriesGrid) -> Vec<GoroutineGrowth> {

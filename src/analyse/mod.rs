@@ -8,4 +8,5 @@ pub mod growth;
 pub mod reduce;
 pub mod rules;
 pub mod series;
+mod storms;
 pub mod triage;
