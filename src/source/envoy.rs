@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::http::HttpOptions;
+use super::http::status_error;
 use super::{FailureKind, FetchError, Reply, Source, Want};
 
 /// The `/stats` counters heapwatch reads. `server.uptime` only grows within one process, so
@@ -391,38 +392,8 @@ impl EnvoySource {
 
     /// One GET: the status and the body (capped; error bodies at 2 KiB).
     fn get(&self, url: &str, timeout: Duration, cap: u64) -> Result<(u16, Vec<u8>), FetchError> {
-        let mut request = self
-            .agent
-            .get(url)
-            .config()
-            .timeout_global(Some(timeout))
-            .build();
-        for (name, value) in &self.headers {
-            request = request.header(name.as_str(), value.as_str());
-        }
-        let mut response = request.call().map_err(|e| classify(url, e))?;
-        let status = response.status().as_u16();
-        let limit = if status == 200 { cap } else { 2048 };
-        let body = response.body_mut().with_config().limit(limit).read_to_vec();
-        match body {
-            Ok(bytes) => Ok((status, bytes)),
-            // A long error page is still an answer.
-            Err(_) if status != 200 => Ok((status, Vec::new())),
-            Err(e) => Err(classify(url, e)),
-        }
+        super::http::get(&self.agent, &self.headers, url, timeout, cap)
     }
-}
-
-fn status_error(url: &str, status: u16, body: &[u8]) -> FetchError {
-    let text = String::from_utf8_lossy(body);
-    let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let text: String = text.chars().take(160).collect();
-    FetchError::new(FailureKind::Status, format!("{url}: HTTP {status}: {text}"))
-}
-
-/// The failure classes of the HTTP source, for the same ureq errors.
-fn classify(url: &str, error: ureq::Error) -> FetchError {
-    super::http::classify(url, error)
 }
 
 impl Source for EnvoySource {

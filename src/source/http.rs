@@ -90,39 +90,47 @@ impl HttpSource {
     }
 
     fn get(&self, url: &str, timeout: Duration) -> Result<Vec<u8>, FetchError> {
-        let mut request = self
-            .agent
-            .get(url)
-            .config()
-            .timeout_global(Some(timeout))
-            .build();
-        for (name, value) in &self.headers {
-            request = request.header(name.as_str(), value.as_str());
-        }
-        let mut response = request.call().map_err(|e| classify(url, e))?;
-        let status = response.status().as_u16();
+        let (status, bytes) = get(&self.agent, &self.headers, url, timeout, self.max_body)?;
         if status != 200 {
-            let head = response
-                .body_mut()
-                .with_config()
-                .limit(2048)
-                .lossy_utf8(true)
-                .read_to_string()
-                .unwrap_or_default();
-            let head: String = head.split_whitespace().collect::<Vec<_>>().join(" ");
-            let head: String = head.chars().take(160).collect();
-            return Err(FetchError::new(
-                FailureKind::Status,
-                format!("{url}: HTTP {status}: {head}"),
-            ));
+            return Err(status_error(url, status, &bytes));
         }
-        response
-            .body_mut()
-            .with_config()
-            .limit(self.max_body)
-            .read_to_vec()
-            .map_err(|e| classify(url, e))
+        Ok(bytes)
     }
+}
+
+/// One GET with a deadline and the extra headers: the status and the body, capped at `cap`
+/// for a 200 and at 2 KiB for anything else (a long error page is still an answer).
+pub(crate) fn get(
+    agent: &ureq::Agent,
+    headers: &[(String, String)],
+    url: &str,
+    timeout: Duration,
+    cap: u64,
+) -> Result<(u16, Vec<u8>), FetchError> {
+    let mut request = agent
+        .get(url)
+        .config()
+        .timeout_global(Some(timeout))
+        .build();
+    for (name, value) in headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let mut response = request.call().map_err(|e| classify(url, e))?;
+    let status = response.status().as_u16();
+    let limit = if status == 200 { cap } else { 2048 };
+    match response.body_mut().with_config().limit(limit).read_to_vec() {
+        Ok(bytes) => Ok((status, bytes)),
+        Err(_) if status != 200 => Ok((status, Vec::new())),
+        Err(e) => Err(classify(url, e)),
+    }
+}
+
+/// A non-200 answer as an error naming the URL, the status and the start of the body.
+pub(crate) fn status_error(url: &str, status: u16, body: &[u8]) -> FetchError {
+    let text = String::from_utf8_lossy(body);
+    let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text: String = text.chars().take(160).collect();
+    FetchError::new(FailureKind::Status, format!("{url}: HTTP {status}: {text}"))
 }
 
 impl Source for HttpSource {
