@@ -3,6 +3,7 @@
 //! `decode` builds it, `analyse` and `render` read it.
 
 pub mod aggregate;
+pub mod build;
 
 use std::fmt;
 

@@ -10,6 +10,8 @@ pub mod procmem;
 use std::fmt;
 use std::time::Duration;
 
+use crate::model::build::BuildInfo;
+
 /// What the collector asks a target for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Want {
@@ -109,4 +111,9 @@ pub trait Source: Send {
     fn kind(&self) -> &'static str;
     fn supports(&self, want: Want) -> bool;
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError>;
+    /// The build of the process the source talks to now, asked once per boot cycle after its
+    /// first answer. `None` when the source cannot tell (plain HTTP pprof).
+    fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
+        None
+    }
 }

@@ -25,6 +25,9 @@ pub enum RecordKind {
     /// Envoy admin figures (`/memory` and `/stats`), kept in the record's totals under
     /// `memory.*`, `server.*`, `cluster_manager.*` and `listener_manager.*` keys.
     Envoy,
+    /// The end of a target process, seen by whoever started it (`heapwatch run`): its pid,
+    /// and `exit_code` or `signal` (9 with an OOM kill).
+    Exit,
 }
 
 impl RecordKind {
@@ -37,6 +40,7 @@ impl RecordKind {
             RecordKind::Delete => "delete",
             RecordKind::Recovered => "recovered",
             RecordKind::Envoy => "envoy",
+            RecordKind::Exit => "exit",
         }
     }
 }
@@ -79,6 +83,12 @@ pub struct CaptureRecord {
     /// The process id the capture came from, when the source knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// For `exit` records: the process's exit code, when it exited by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// For `exit` records: the signal that killed the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
 }
 
 impl CaptureRecord {
@@ -100,6 +110,8 @@ impl CaptureRecord {
             error_kind: None,
             deleted_seq: None,
             pid: None,
+            exit_code: None,
+            signal: None,
         }
     }
 
