@@ -249,7 +249,7 @@ impl GrowthBuilder {
         for (pos, &inc) in incarnations.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
                 .iter()
-                .filter(|r| r.incarnation == inc && r.kind != RecordKind::Delete)
+                .filter(|r| r.incarnation == inc && !r.kind.is_event())
                 .collect();
             let next_start = incarnations.get(pos + 1).and_then(|n| {
                 records

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::store::{CaptureRecord, RecordKind};
+use crate::store::CaptureRecord;
 
 /// Captures of the current cycle that are never thinned: the newest ones matter most.
 const KEEP_NEWEST: usize = 8;
@@ -35,8 +35,7 @@ impl Retention {
             ..Retention::default()
         };
         for rec in records {
-            if rec.kind != RecordKind::Delete && rec.dup_of.is_none() && !deleted.contains(&rec.seq)
-            {
+            if !rec.kind.is_event() && rec.dup_of.is_none() && !deleted.contains(&rec.seq) {
                 r.stored(rec);
             }
         }
@@ -105,6 +104,7 @@ impl Retention {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::RecordKind;
 
     fn rec(seq: u64, incarnation: u32, bytes: u64) -> CaptureRecord {
         let mut r = CaptureRecord::new(seq, RecordKind::Heap, incarnation, seq as i64 * 100);

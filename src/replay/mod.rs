@@ -47,7 +47,7 @@ impl Timeline {
             .manifest
             .records
             .iter()
-            .filter(|r| r.kind != RecordKind::Delete)
+            .filter(|r| !r.kind.is_event())
             .collect();
         let origin = records
             .iter()

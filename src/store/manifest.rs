@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::build::BuildInfo;
+
 /// What a manifest line records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
@@ -28,6 +30,11 @@ pub enum RecordKind {
     /// The end of a target process, seen by whoever started it (`heapwatch run`): its pid,
     /// and `exit_code` or `signal` (9 with an OOM kill).
     Exit,
+    /// A boot cycle began: written once, after the cycle's first answer, with its `pid` and
+    /// `build` (what the source could tell; `--label` stays the fallback and override).
+    Cycle,
+    /// The collector stopped on purpose (Ctrl-C, `--duration`): the target was not seen to end.
+    Stop,
 }
 
 impl RecordKind {
@@ -41,7 +48,18 @@ impl RecordKind {
             RecordKind::Recovered => "recovered",
             RecordKind::Envoy => "envoy",
             RecordKind::Exit => "exit",
+            RecordKind::Cycle => "cycle",
+            RecordKind::Stop => "stop",
         }
+    }
+
+    /// True for records that note an event (a deletion, a process's end, a new boot cycle, the
+    /// collector stopping) rather than an attempt to capture something.
+    pub fn is_event(self) -> bool {
+        matches!(
+            self,
+            RecordKind::Delete | RecordKind::Exit | RecordKind::Cycle | RecordKind::Stop
+        )
     }
 }
 
@@ -89,6 +107,9 @@ pub struct CaptureRecord {
     /// For `exit` records: the signal that killed the process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
+    /// For `cycle` records: the build of the boot cycle's process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildInfo>,
 }
 
 impl CaptureRecord {
@@ -112,6 +133,7 @@ impl CaptureRecord {
             pid: None,
             exit_code: None,
             signal: None,
+            build: None,
         }
     }
 

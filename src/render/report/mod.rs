@@ -163,10 +163,7 @@ fn is_zero(n: &usize) -> bool {
 pub fn tally(records: &[CaptureRecord], usual_interval_ms: Option<u64>) -> Tally {
     let mut t = Tally::default();
     let usual = usual_interval_ms.or_else(|| records.iter().filter_map(|r| r.interval_ms).max());
-    for r in records
-        .iter()
-        .filter(|r| !matches!(r.kind, RecordKind::Delete | RecordKind::Exit))
-    {
+    for r in records.iter().filter(|r| !r.kind.is_event()) {
         t.attempts += 1;
         match r.kind {
             RecordKind::Heap => t.heap += 1,
