@@ -1,11 +1,14 @@
-//! Compiles `proto/profile.proto` into Rust types at build time. protox parses the schema in
-//! pure Rust, so no `protoc` binary is needed on any machine that builds heapwatch.
+//! Compiles `proto/profile.proto` and the Pyroscope push messages (`proto/push/v1`,
+//! `proto/types/v1`) into Rust types at build time. protox parses the schemas in pure Rust,
+//! so no `protoc` binary is needed on any machine that builds heapwatch.
 //! Also lists the files of `demo/recording/` for `heapwatch demo` to embed (see below).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/profile.proto");
+    println!("cargo:rerun-if-changed=proto");
     let descriptors = protox::compile(["proto/profile.proto"], ["proto"])?;
     prost_build::Config::new().compile_fds(descriptors)?;
+    let push = protox::compile(["proto/push/v1/push.proto"], ["proto"])?;
+    prost_build::Config::new().compile_fds(push)?;
     embed_demo_recording()?;
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod analyse;
 pub mod collect;
 pub mod decode;
 pub mod model;
+pub mod push;
 pub mod render;
 pub mod replay;
 pub mod scan;

@@ -1,0 +1,290 @@
+//! The labels a capture is pushed with, and its stable id. Pyroscope keys a series by its
+//! label set, so these are chosen to stay few per run: the profile name, the service and its
+//! build, the boot cycle and the target. Everything here is plain data, no I/O.
+
+use std::collections::BTreeMap;
+
+use xxhash_rust::xxh3::xxh3_128;
+
+use super::wire::LabelPair;
+use crate::model::build::BuildInfo;
+use crate::store::{CaptureRecord, RecordKind, RunInfo};
+
+/// The label settings from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct LabelOptions {
+    /// `--service`: the `service_name` for every capture, over the app id and the target.
+    pub service: Option<String>,
+}
+
+/// What kind of profile a capture is, as Pyroscope names it (`__name__`): Go heap profiles
+/// are `memory`, goroutine profiles `goroutine`, as Pyroscope's own Go scrapers name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileName {
+    Memory,
+    Goroutine,
+}
+
+impl ProfileName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProfileName::Memory => "memory",
+            ProfileName::Goroutine => "goroutine",
+        }
+    }
+
+    /// The name for a manifest record that stored a pprof file, or `None` for anything that
+    /// is not one (MemStats, stack-dump text, events, failed attempts).
+    pub fn of(record: &CaptureRecord) -> Option<ProfileName> {
+        let file = record.file.as_deref()?;
+        if !file.ends_with(".pb.gz") || !record.is_ok() {
+            return None;
+        }
+        match record.kind {
+            RecordKind::Heap => Some(ProfileName::Memory),
+            RecordKind::Goroutine => Some(ProfileName::Goroutine),
+            // A file a killed collector left unrecorded: its name says what it is.
+            RecordKind::Recovered if file.ends_with("-heap.pb.gz") => Some(ProfileName::Memory),
+            RecordKind::Recovered if file.ends_with("-goroutine.pb.gz") => {
+                Some(ProfileName::Goroutine)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Chooses labels from what the run says about itself: `run.json` and the `cycle` records.
+#[derive(Debug, Clone)]
+pub struct Labeler {
+    service: Option<String>,
+    target: String,
+    run_label: Option<String>,
+    /// The identity of the run the ids are derived from.
+    run_key: String,
+    /// Per boot cycle, the build its `cycle` record named.
+    builds: BTreeMap<u32, BuildInfo>,
+}
+
+impl Labeler {
+    /// `fallback_target` names the target when there is no `run.json` (the run's folder).
+    pub fn new(info: Option<&RunInfo>, fallback_target: &str, options: &LabelOptions) -> Labeler {
+        let target = info
+            .map_or(fallback_target, |i| i.target.as_str())
+            .to_string();
+        let started = info.map_or(0, |i| i.started_ms);
+        Labeler {
+            service: options.service.clone().filter(|s| !s.is_empty()),
+            run_key: format!("{target}\n{started}"),
+            target,
+            run_label: info.and_then(|i| i.label.clone()).filter(|l| !l.is_empty()),
+            builds: BTreeMap::new(),
+        }
+    }
+
+    /// Takes note of a `cycle` record's build; other records are ignored.
+    pub fn observe(&mut self, record: &CaptureRecord) {
+        if record.kind == RecordKind::Cycle {
+            if let Some(build) = &record.build {
+                self.builds.insert(record.incarnation, build.clone());
+            }
+        }
+    }
+
+    /// Whether the boot cycle's `cycle` record has been seen.
+    pub fn knows_cycle(&self, incarnation: u32) -> bool {
+        self.builds.contains_key(&incarnation)
+    }
+
+    /// `service_name`: `--service`, else the app id (this cycle's, else any cycle's), else
+    /// the target.
+    pub fn service_name(&self, incarnation: u32) -> String {
+        if let Some(service) = &self.service {
+            return service.clone();
+        }
+        let app_id = |b: &BuildInfo| b.app_id.clone().filter(|a| !a.is_empty());
+        self.builds
+            .get(&incarnation)
+            .and_then(app_id)
+            .or_else(|| self.builds.values().find_map(app_id))
+            .unwrap_or_else(|| self.target.clone())
+    }
+
+    /// `service_version`: the cycle's build version, else the run's `--label`.
+    pub fn service_version(&self, incarnation: u32) -> Option<String> {
+        self.builds
+            .get(&incarnation)
+            .and_then(|b| b.version.clone())
+            .filter(|v| !v.is_empty())
+            .or_else(|| self.run_label.clone())
+    }
+
+    /// The labels of one capture, sorted by name. `captured_at` (unix ns) is the capture's
+    /// own time when it is sent restamped.
+    pub fn labels(
+        &self,
+        name: ProfileName,
+        incarnation: u32,
+        captured_at: Option<i64>,
+    ) -> Vec<LabelPair> {
+        let mut labels: BTreeMap<&str, String> = BTreeMap::new();
+        labels.insert("__name__", name.as_str().to_string());
+        labels.insert("service_name", self.service_name(incarnation));
+        if let Some(version) = self.service_version(incarnation) {
+            labels.insert("service_version", version);
+        }
+        labels.insert("heapwatch_boot_cycle", incarnation.to_string());
+        labels.insert("heapwatch_target", self.target.clone());
+        if let Some(ns) = captured_at {
+            labels.insert("heapwatch_captured_at", rfc3339_ms(ns));
+        }
+        labels
+            .into_iter()
+            .map(|(name, value)| LabelPair {
+                name: name.to_string(),
+                value,
+            })
+            .collect()
+    }
+
+    /// A UUID for a capture, the same on every attempt and every later push of the run (so a
+    /// store can tell a repeat), different across runs: xxh3-128 of the run's target, its start
+    /// and the capture's seq and file, shaped as a version 8 (custom) UUID.
+    pub fn capture_id(&self, seq: u64, file: &str) -> String {
+        let hash = xxh3_128(format!("{}\n{seq}\n{file}", self.run_key).as_bytes());
+        let mut b = hash.to_be_bytes();
+        b[6] = (b[6] & 0x0f) | 0x80;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        )
+    }
+}
+
+/// Unix nanoseconds as RFC 3339 UTC with milliseconds: `2026-12-02T12:27:00.626Z`.
+pub fn rfc3339_ms(ns: i64) -> String {
+    let ms = ns.div_euclid(1_000_000);
+    let (y, mo, d, h, mi, s) = crate::units::utc_fields(ms);
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z",
+        ms.rem_euclid(1000)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(label: Option<&str>) -> RunInfo {
+        RunInfo {
+            schema: 1,
+            tool: "heapwatch".into(),
+            target: "agent:auto:ctrl".into(),
+            source: "agent".into(),
+            started_ms: 1_700_000_000_000,
+            resumed_ms: vec![],
+            options: serde_json::Value::Null,
+            limit_bytes: None,
+            label: label.map(str::to_string),
+        }
+    }
+
+    fn cycle(incarnation: u32, app_id: Option<&str>, version: Option<&str>) -> CaptureRecord {
+        let mut r = CaptureRecord::new(incarnation as u64 * 10, RecordKind::Cycle, incarnation, 0);
+        r.build = Some(BuildInfo {
+            version: version.map(str::to_string),
+            app_id: app_id.map(str::to_string),
+            ..BuildInfo::default()
+        });
+        r
+    }
+
+    fn get(labels: &[LabelPair], name: &str) -> Option<String> {
+        labels
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| l.value.clone())
+    }
+
+    #[test]
+    fn service_name_is_the_flag_else_the_app_id_else_the_target() {
+        let run = info(Some("2.1.0"));
+        let mut plain = Labeler::new(Some(&run), "x", &LabelOptions::default());
+        assert_eq!(plain.service_name(1), "agent:auto:ctrl");
+        plain.observe(&cycle(2, Some("ctrl1"), Some("v2.0.2")));
+        assert_eq!(plain.service_name(2), "ctrl1");
+        // A cycle whose source told no app id takes the run's.
+        plain.observe(&cycle(3, None, None));
+        assert_eq!(plain.service_name(3), "ctrl1");
+        let flagged = Labeler::new(
+            Some(&run),
+            "x",
+            &LabelOptions {
+                service: Some("ziti-controller".into()),
+            },
+        );
+        assert_eq!(flagged.service_name(2), "ziti-controller");
+    }
+
+    #[test]
+    fn service_version_is_the_cycle_build_else_the_run_label() {
+        let mut l = Labeler::new(Some(&info(Some("2.1.0"))), "x", &LabelOptions::default());
+        l.observe(&cycle(1, Some("ctrl1"), Some("v2.0.2")));
+        assert_eq!(l.service_version(1).as_deref(), Some("v2.0.2"));
+        assert_eq!(l.service_version(2).as_deref(), Some("2.1.0"));
+        let bare = Labeler::new(Some(&info(None)), "x", &LabelOptions::default());
+        assert_eq!(bare.service_version(1), None);
+        let labels = bare.labels(ProfileName::Memory, 4, None);
+        assert_eq!(get(&labels, "service_version"), None, "no empty label");
+        assert_eq!(get(&labels, "heapwatch_boot_cycle").as_deref(), Some("4"));
+        assert_eq!(get(&labels, "__name__").as_deref(), Some("memory"));
+        let names: Vec<_> = labels.iter().map(|l| l.name.as_str()).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+    }
+
+    #[test]
+    fn ids_are_stable_per_capture_and_shaped_as_uuids() {
+        let l = Labeler::new(Some(&info(None)), "x", &LabelOptions::default());
+        let a = l.capture_id(7, "profiles/000007-heap.pb.gz");
+        assert_eq!(a, l.capture_id(7, "profiles/000007-heap.pb.gz"));
+        assert_ne!(a, l.capture_id(8, "profiles/000008-heap.pb.gz"));
+        let mut other = info(None);
+        other.started_ms += 1;
+        let m = Labeler::new(Some(&other), "x", &LabelOptions::default());
+        assert_ne!(a, m.capture_id(7, "profiles/000007-heap.pb.gz"));
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "8", "version nibble: {a}");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "variant: {a}");
+    }
+
+    #[test]
+    fn captured_at_is_rfc3339_utc_with_milliseconds() {
+        assert_eq!(
+            rfc3339_ms(1_796_214_420_626_123_456),
+            "2026-12-02T12:27:00.626Z"
+        );
+    }
+
+    #[test]
+    fn only_stored_pprof_files_are_pushable() {
+        let mut heap = CaptureRecord::new(1, RecordKind::Heap, 1, 0);
+        heap.file = Some("profiles/000001-heap.pb.gz".into());
+        assert_eq!(ProfileName::of(&heap), Some(ProfileName::Memory));
+        let mut dump = CaptureRecord::new(2, RecordKind::Goroutine, 1, 0);
+        dump.file = Some("profiles/000002-goroutine.txt".into());
+        assert_eq!(ProfileName::of(&dump), None);
+        let mut recovered = CaptureRecord::new(3, RecordKind::Recovered, 1, 0);
+        recovered.file = Some("profiles/000003-goroutine.pb.gz".into());
+        assert_eq!(ProfileName::of(&recovered), Some(ProfileName::Goroutine));
+        let mut failed = heap.clone();
+        failed.error = Some("timeout".into());
+        assert_eq!(ProfileName::of(&failed), None);
+    }
+}
