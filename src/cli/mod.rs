@@ -8,6 +8,7 @@ mod demo;
 mod diff;
 mod flame;
 mod growth;
+mod push;
 mod replay;
 mod report;
 mod top;
@@ -90,6 +91,8 @@ enum Command {
     Triage(triage::Args),
     /// Serve a recorded run as a live Go pprof target, in time order, dying between boot cycles.
     Replay(replay::ReplayArgs),
+    /// Send a recorded run's captures to a Pyroscope server (its push API); idempotent.
+    Push(Box<push::Args>),
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
@@ -106,6 +109,7 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Check(args) => check::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Triage(args) => triage::run(args),
+        Command::Push(args) => push::run(*args),
     }
 }
 

@@ -335,19 +335,21 @@ fn tls_config(cacert: Option<&std::path::Path>) -> Result<rustls::ClientConfig, 
     Ok(config)
 }
 
-/// The rustls error under a reqwest error, if the failure was a TLS one.
+/// The rustls error under a reqwest error, if the failure was a TLS one. It sits inside an
+/// io::Error inside another: `source()` skips over an io::Error's payload, so look into it.
 fn rustls_error(e: &reqwest::Error) -> Option<String> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
         if let Some(tls) = err.downcast_ref::<rustls::Error>() {
             return Some(tls.to_string());
         }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if let Some(tls) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                return Some(tls.to_string());
-            }
-        }
-        source = err.source();
+        next = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => match io.get_ref() {
+                Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+                None => None,
+            },
+            None => err.source(),
+        };
     }
     None
 }

@@ -1,0 +1,312 @@
+//! `heapwatch push RUN --to URL`: sends a recorded run's captures to a Pyroscope server after
+//! the fact (from CI, or from a machine that had no route to the store during the repro).
+//! Flags become a `push::Destination` and `push::PushOptions`; the library does the rest.
+//!
+//! Exit codes: 0 when every capture to send was delivered (or had been before); 2 when the
+//! server refused some (each recorded in RUN/pushes.jsonl: sending them again as they are
+//! would be refused again), a profile file could not be read, or the server rejected the
+//! credentials or the URL; 3 when it kept failing (5xx, timeouts, no connection) for
+//! `--retry-for` without progress, with what is left unsent sent by the next run of the
+//! same command.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use heapwatch::push::Transport;
+use heapwatch::push::spool::Server;
+use heapwatch::push::{
+    self, Backoff, ConnectClient, Destination, LabelOptions, PushOptions, PushStats,
+};
+use heapwatch::store::MANIFEST_FILE;
+use heapwatch::units;
+
+use super::{CliError, DecodeFlags, emit};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The run directory; for a cluster run, every target under RUN/targets/ is pushed.
+    run: PathBuf,
+    /// Base URL of the Pyroscope server, http or https (the push API is under it at
+    /// /push.v1.PusherService/Push). user:password@ in it becomes basic auth.
+    #[arg(long, value_name = "URL")]
+    to: String,
+    #[command(flatten)]
+    push: PushFlags,
+    /// Send each capture stamped with the push time, its own time kept in the
+    /// `heapwatch_captured_at` label: for captures older than the server's ingestion window
+    /// (an hour by default in Pyroscope). Also retries captures refused without it.
+    #[arg(long)]
+    restamp: bool,
+    /// Send again the captures the server refused in an earlier push.
+    #[arg(long)]
+    retry_refused: bool,
+    /// Give up after this long without a capture delivered or refused (the server down or
+    /// failing); what is left goes with the next run of the same command.
+    #[arg(long, default_value = "60s", value_parser = units::parse_duration)]
+    retry_for: Duration,
+    /// Longest wait between two attempts (the backoff doubles from 250ms up to it).
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
+    retry_max: Duration,
+    #[command(flatten)]
+    decode: DecodeFlags,
+}
+
+/// The flags of a push that `collect --push` shares.
+#[derive(clap::Args, Clone)]
+pub struct PushFlags {
+    /// `service_name` of every capture (default: the app id the target reported, else the
+    /// target).
+    #[arg(long)]
+    pub service: Option<String>,
+    /// Header sent with every push, "Name: value", e.g. "Authorization: Bearer TOKEN" or
+    /// "Authorization: Basic BASE64" (repeatable). @FILE reads such lines from FILE, which
+    /// keeps a token out of the process list.
+    #[arg(long = "push-header", value_name = "HEADER")]
+    pub headers: Vec<String>,
+    /// Tenant of a multi-tenant Pyroscope (sent as X-Scope-OrgID).
+    #[arg(long = "push-tenant", value_name = "ID")]
+    pub tenant: Option<String>,
+    /// PEM CA certificate(s) to verify the server with, in place of the bundled roots.
+    #[arg(long = "push-cacert", value_name = "PEM")]
+    pub cacert: Option<PathBuf>,
+    /// Per-request timeout, connecting included.
+    #[arg(long = "push-timeout", default_value = "10s", value_parser = units::parse_duration)]
+    pub timeout: Duration,
+}
+
+impl PushFlags {
+    pub fn destination(&self, url: &str) -> Result<Destination, CliError> {
+        let mut headers = Vec::new();
+        for given in &self.headers {
+            let lines = match given.strip_prefix('@') {
+                Some(file) => std::fs::read_to_string(file).map_err(|source| CliError::Read {
+                    path: file.to_string(),
+                    source,
+                })?,
+                None => given.clone(),
+            };
+            for line in lines.lines().filter(|l| !l.trim().is_empty()) {
+                let (name, value) = line.split_once(':').ok_or_else(|| {
+                    let shown = if given.starts_with('@') { given } else { line };
+                    CliError::Usage(format!("--push-header {shown:?}: expected \"Name: value\""))
+                })?;
+                headers.push((name.trim().to_string(), value.trim().to_string()));
+            }
+        }
+        Ok(Destination {
+            url: url.to_string(),
+            tenant: self.tenant.clone(),
+            headers,
+            cacert: self.cacert.clone(),
+            timeout: self.timeout,
+        })
+    }
+
+    pub fn labels(&self) -> LabelOptions {
+        LabelOptions {
+            service: self.service.clone(),
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode, CliError> {
+    let destination = args.push.destination(&args.to)?;
+    let client = ConnectClient::new(&destination).map_err(|e| CliError::Usage(e.to_string()))?;
+    let server = Server {
+        to: destination.shown(),
+        tenant: destination.tenant.clone(),
+    };
+    let runs = runs_of(&args.run)?;
+    let shown_to = server.to.clone();
+    let options = PushOptions {
+        labels: args.push.labels(),
+        restamp: args.restamp,
+        retry_refused: args.retry_refused,
+        backoff: Backoff {
+            first: Duration::from_millis(250).min(args.retry_max),
+            max: args.retry_max,
+        },
+        give_up_after: Some(args.retry_for),
+        limits: args.decode.limits(),
+        on_failing: Some(Arc::new(move |why: &str| {
+            eprintln!("heapwatch: push: {shown_to}: {why}; retrying");
+        })),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Usage(format!("starting the async runtime: {e}")))?;
+    let client = Arc::new(client);
+    let mut problems: Vec<CliError> = Vec::new();
+    for run in &runs {
+        let stats = runtime
+            .block_on(push::push_run(
+                run,
+                server.clone(),
+                Shared(Arc::clone(&client)),
+                options.clone(),
+            ))
+            .map_err(|e| CliError::Store(e.to_string()))?;
+        emit(&format!("{}\n", summary(run, &stats)))?;
+        let rejected = stats.rejected.is_some();
+        problems.extend(problems_of(run, &server.to, &args, &stats));
+        if rejected {
+            break;
+        }
+    }
+    // Every problem gets its line; the first decides the exit code.
+    let mut problems = problems.into_iter();
+    match problems.next() {
+        None => Ok(ExitCode::SUCCESS),
+        Some(first) => {
+            for other in problems {
+                eprintln!("heapwatch: {other}");
+            }
+            Err(first)
+        }
+    }
+}
+
+/// One client for every target of a cluster run.
+struct Shared(Arc<ConnectClient>);
+
+impl Transport for Shared {
+    fn send(&self, body: Vec<u8>) -> impl std::future::Future<Output = push::Answer> + Send {
+        let client = Arc::clone(&self.0);
+        async move { client.send(body).await }
+    }
+}
+
+/// The run itself, or each target of a cluster run (RUN/targets/NAME/).
+fn runs_of(run: &Path) -> Result<Vec<PathBuf>, CliError> {
+    if run.join(MANIFEST_FILE).is_file() {
+        return Ok(vec![run.to_path_buf()]);
+    }
+    let targets = run.join("targets");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&targets)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.join(MANIFEST_FILE).is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    if found.is_empty() {
+        return Err(CliError::Store(format!(
+            "{}: not a heapwatch run directory (no manifest.jsonl, no targets/*/manifest.jsonl)",
+            run.display()
+        )));
+    }
+    Ok(found)
+}
+
+/// `RUN → URL: 120 delivered, 3 refused; skipped 35 already sent, 12 duplicates`.
+fn summary(run: &Path, s: &PushStats) -> String {
+    let mut line = format!(
+        "{} → {}: {} delivered, {} refused",
+        run.display(),
+        s.to,
+        s.delivered,
+        s.refused
+    );
+    if s.unsent > 0 {
+        line.push_str(&format!(", {} left unsent", s.unsent));
+    }
+    let t = &s.tally;
+    let mut skipped = Vec::new();
+    if t.already_delivered > 0 {
+        skipped.push(format!("{} already sent", t.already_delivered));
+    }
+    if t.already_refused > 0 {
+        skipped.push(format!("{} refused before", t.already_refused));
+    }
+    if t.duplicates > 0 {
+        skipped.push(format!("{} duplicates of an earlier capture", t.duplicates));
+    }
+    if t.not_pprof > 0 {
+        skipped.push(format!("{} stack dumps (text, not pprof)", t.not_pprof));
+    }
+    if t.deleted > 0 {
+        skipped.push(format!("{} deleted by --max-disk", t.deleted));
+    }
+    if !skipped.is_empty() {
+        line.push_str(&format!("; skipped {}", skipped.join(", ")));
+    }
+    if s.retries > 0 {
+        line.push_str(&format!(" ({} retries)", s.retries));
+    }
+    line
+}
+
+fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError> {
+    let mut problems = Vec::new();
+    let pushes = run.join(push::PUSHES_FILE);
+    if let Some(r) = &s.rejected {
+        let hint = match r.status {
+            401 | 403 => " (check --push-header and --push-tenant)".to_string(),
+            404 | 405 | 415 | 501 => format!(
+                " (is {to} the base URL of a Pyroscope server? The push API is at {to}{})",
+                push::connect::PUSH_PATH
+            ),
+            _ => String::new(),
+        };
+        problems.push(CliError::Store(format!(
+            "{to} refused the push: {r}{hint}; {} captures of {} left unsent",
+            s.unsent,
+            run.display()
+        )));
+    }
+    if s.gave_up {
+        problems.push(CliError::Unreachable(format!(
+            "{to}: no capture delivered for {} (last: {}); {} captures of {} left unsent, \
+             sent by the next `heapwatch push` of the run",
+            units_duration(args.retry_for),
+            s.last_failure.as_deref().unwrap_or("no answer"),
+            s.unsent,
+            run.display()
+        )));
+    }
+    if s.refused > 0 {
+        let (first, n) = &s.refusals[0];
+        let mut line = format!(
+            "{} captures of {} refused by {to}: {first}",
+            s.refused,
+            run.display()
+        );
+        if s.refusals.len() > 1 {
+            line.push_str(&format!(
+                " ({n} of them; {} other kinds of refusal)",
+                s.refusals.len() - 1
+            ));
+        }
+        line.push_str(&format!("; each is recorded in {}", pushes.display()));
+        if !args.restamp
+            && s.refusals
+                .iter()
+                .any(|(r, _)| r.message.contains("ingestion window"))
+        {
+            line.push_str("; --restamp sends old captures stamped with the push time");
+        }
+        problems.push(CliError::Store(line));
+    }
+    if let Some(first) = s.unreadable.first() {
+        let more = match s.unreadable.len() {
+            1 => String::new(),
+            n => format!(" (and {} more captures that could not be read)", n - 1),
+        };
+        problems.push(CliError::Store(format!("{first}{more}")));
+    }
+    problems
+}
+
+fn units_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs >= 1.0 {
+        format!("{secs:.0}s")
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}

@@ -1,0 +1,484 @@
+//! `heapwatch push` against a real receiver of Pyroscope's push API
+//! (testdata/go/pyroscope-receiver: Pyroscope's generated connect handler, every profile decoded
+//! with github.com/google/pprof/profile). Recorded runs of testdata/runs are pushed from a copy
+//! (a push writes RUN/pushes.jsonl); what arrived is checked against the run's own manifest.
+
+mod faults;
+mod proto_check;
+mod receiver;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::util;
+use receiver::Receiver;
+
+/// A copy of testdata/runs/NAME in a fresh temp dir.
+pub fn copy_run(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = util::tempdir();
+    let to = dir.path().join(name);
+    copy_dir(&util::repo().join("testdata/runs").join(name), &to);
+    (dir, to)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+pub fn lines(path: &Path) -> Vec<Value> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}: {l}", path.display())))
+        .collect()
+}
+
+/// The manifest records a push must send: stored pprof files that are not duplicates.
+pub fn pushable(run: &Path) -> Vec<Value> {
+    lines(&run.join("manifest.jsonl"))
+        .into_iter()
+        .filter(|r| {
+            let file = r["file"].as_str().unwrap_or("");
+            matches!(r["kind"].as_str(), Some("heap" | "goroutine"))
+                && file.ends_with(".pb.gz")
+                && r["error"].is_null()
+                && r["dup_of"].is_null()
+        })
+        .collect()
+}
+
+/// Checks that every pushable capture of `run` arrived exactly once, with its bytes as
+/// stored (those in `restamped` with only their time changed, so their pprof totals are
+/// still the manifest's); returns the accepted events by seq.
+pub fn assert_all_delivered_once(
+    run: &Path,
+    receiver: &Receiver,
+    restamped: &[u64],
+) -> BTreeMap<u64, Value> {
+    let expected = pushable(run);
+    let outcomes: HashMap<u64, Value> = lines(&run.join("pushes.jsonl"))
+        .into_iter()
+        .filter(|r| r["outcome"] == "delivered")
+        .map(|r| (r["seq"].as_u64().unwrap(), r))
+        .collect();
+    let accepted = receiver.accepted();
+    let mut by_id: HashMap<String, Vec<Value>> = HashMap::new();
+    for event in accepted {
+        by_id
+            .entry(event["id"].as_str().unwrap().to_string())
+            .or_default()
+            .push(event);
+    }
+    assert_eq!(
+        by_id.len(),
+        expected.len(),
+        "distinct captures received, of {} to send",
+        expected.len()
+    );
+    let mut found = BTreeMap::new();
+    for record in &expected {
+        let seq = record["seq"].as_u64().unwrap();
+        let outcome = outcomes
+            .get(&seq)
+            .unwrap_or_else(|| panic!("seq {seq}: no delivered record in pushes.jsonl"));
+        let id = outcome["id"].as_str().unwrap();
+        let events = by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("seq {seq}: id {id} never reached the receiver"));
+        assert_eq!(events.len(), 1, "seq {seq} arrived {} times", events.len());
+        let event = &events[0];
+        let file = record["file"].as_str().unwrap();
+        let stored = fs::read(run.join(file)).unwrap();
+        if restamped.contains(&seq) {
+            assert_ne!(receiver.kept(event), stored, "seq {seq}: restamped");
+        } else {
+            assert_eq!(
+                receiver.kept(event),
+                stored,
+                "seq {seq}: the bytes pushed are not the bytes stored in {file}"
+            );
+        }
+        assert_eq!(
+            event["totals"], record["totals"],
+            "seq {seq}: per-type totals (pprof's, at the receiver) against the manifest's"
+        );
+        found.insert(seq, event.clone());
+    }
+    found
+}
+
+fn label<'a>(event: &'a Value, name: &str) -> Option<&'a str> {
+    event["labels"][name].as_str()
+}
+
+#[test]
+fn every_capture_of_a_recorded_run_arrives_once_with_its_labels_and_totals() {
+    let Some(receiver) = Receiver::start(&["-reject-older-than", "0"]) else {
+        return;
+    };
+    // Three boot cycles, OOM kills, failed attempts and duplicates.
+    let (_dir, run) = copy_run("oomgrow");
+    let out = util::run(&["push", run.to_str().unwrap(), "--to", &receiver.url]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let stdout = util::stdout(&out);
+    let sent = pushable(&run).len();
+    assert!(
+        stdout.contains(&format!("{sent} delivered, 0 refused")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("duplicates of an earlier capture"),
+        "{stdout}"
+    );
+
+    let events = assert_all_delivered_once(&run, &receiver, &[]);
+    let info: Value =
+        serde_json::from_str(&fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    let target = info["target"].as_str().unwrap().to_string();
+    let manifest: HashMap<u64, Value> = pushable(&run)
+        .into_iter()
+        .map(|r| (r["seq"].as_u64().unwrap(), r))
+        .collect();
+    let mut cycles = std::collections::BTreeSet::new();
+    for (seq, event) in &events {
+        let record = &manifest[seq];
+        let name = match record["kind"].as_str() {
+            Some("heap") => "memory",
+            _ => "goroutine",
+        };
+        let labels: BTreeMap<String, String> =
+            serde_json::from_value(event["labels"].clone()).unwrap();
+        let cycle = record["incarnation"].to_string();
+        let want: BTreeMap<String, String> = [
+            ("__name__", name),
+            ("service_name", &target),
+            ("heapwatch_target", &target),
+            ("heapwatch_boot_cycle", &cycle),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(
+            labels, want,
+            "seq {seq}: no build known, so no service_version"
+        );
+        cycles.insert(cycle);
+        assert_eq!(event["headers"]["Content-Type"], "application/proto");
+        assert_eq!(event["headers"]["Connect-Protocol-Version"], "1");
+    }
+    assert_eq!(cycles.len(), 3, "all three boot cycles: {cycles:?}");
+
+    // A second push sends nothing.
+    let before = receiver.accepted().len();
+    let again = util::run(&["push", run.to_str().unwrap(), "--to", &receiver.url]);
+    assert_eq!(again.status.code(), Some(0), "{}", util::stderr(&again));
+    assert!(
+        util::stdout(&again).contains(&format!(
+            "0 delivered, 0 refused; skipped {sent} already sent"
+        )),
+        "{}",
+        util::stdout(&again)
+    );
+    assert_eq!(receiver.accepted().len(), before, "nothing sent twice");
+    assert_eq!(receiver.requests(), before, "not even a request");
+}
+
+/// Appends a `cycle` record as the collector writes one, naming the boot cycle's build.
+fn add_cycle_record(run: &Path, incarnation: u32, app_id: &str, version: &str) {
+    let manifest = run.join("manifest.jsonl");
+    let next = lines(&manifest)
+        .iter()
+        .filter_map(|r| r["seq"].as_u64())
+        .max()
+        .unwrap()
+        + 1;
+    let record = serde_json::json!({
+        "seq": next, "kind": "cycle", "file": null, "incarnation": incarnation, "t_ms": 0,
+        "latency_ms": 0.0, "bytes": 0, "dup_of": null, "error": null,
+        "build": {"app_id": app_id, "version": version},
+    });
+    let mut text = fs::read_to_string(&manifest).unwrap();
+    text.push_str(&format!("{record}\n"));
+    fs::write(manifest, text).unwrap();
+}
+
+#[test]
+fn tls_credentials_tenant_and_the_build_labels_reach_the_server() {
+    let certs = util::tempdir();
+    let tls = certs.path().to_str().unwrap();
+    let Some(receiver) = Receiver::start(&[
+        "-reject-older-than",
+        "0",
+        "-tls",
+        tls,
+        "-require-header",
+        "Authorization: Bearer s3cret",
+    ]) else {
+        return;
+    };
+    let url = receiver.url.replace("http://", "https://");
+    let cacert = certs.path().join("ca.pem");
+    let token = util::write(certs.path(), "token", b"Authorization: Bearer s3cret\n");
+    let (_dir, run) = copy_run("controller-2.1.0");
+    let run_arg = run.to_str().unwrap();
+
+    // The bundled roots do not know the test CA: a clear TLS error, nothing recorded.
+    let out = util::run(&["push", run_arg, "--to", &url]);
+    let stderr = util::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("TLS") && stderr.contains("--push-cacert"),
+        "{stderr}"
+    );
+
+    // The right CA, no token: refused as unauthenticated, once, and nothing recorded.
+    let out = util::run(&[
+        "push",
+        run_arg,
+        "--to",
+        &url,
+        "--push-cacert",
+        cacert.to_str().unwrap(),
+    ]);
+    let stderr = util::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("HTTP 401") && stderr.contains("--push-header"),
+        "{stderr}"
+    );
+    assert_eq!(receiver.requests(), 1, "a rejection stops the push at once");
+    assert!(lines(&run.join("pushes.jsonl")).is_empty());
+
+    // With the token from a file, a tenant, and the build named by a cycle record.
+    add_cycle_record(&run, 1, "ctrl1", "v2.1.0-rc1");
+    let out = util::run(&[
+        "push",
+        run_arg,
+        "--to",
+        &url,
+        "--push-cacert",
+        cacert.to_str().unwrap(),
+        "--push-header",
+        &format!("@{}", token.display()),
+        "--push-tenant",
+        "acme",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let events = assert_all_delivered_once(&run, &receiver, &[]);
+    for event in events.values() {
+        assert_eq!(event["tenant"], "acme");
+        assert_eq!(label(event, "service_name"), Some("ctrl1"), "the app id");
+        assert_eq!(
+            label(event, "service_version"),
+            Some("v2.1.0-rc1"),
+            "the cycle's build over the run's --label 2.1.0"
+        );
+    }
+    let to = &lines(&run.join("pushes.jsonl"))[0]["to"];
+    assert_eq!(to.as_str(), Some(url.as_str()));
+}
+
+#[test]
+fn the_run_label_is_the_version_and_service_overrides_the_name() {
+    let Some(receiver) = Receiver::start(&["-reject-older-than", "0"]) else {
+        return;
+    };
+    let (_dir, run) = copy_run("controller-2.0.2");
+    let out = util::run(&[
+        "push",
+        run.to_str().unwrap(),
+        "--to",
+        &receiver.url,
+        "--service",
+        "ziti-controller",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    for event in assert_all_delivered_once(&run, &receiver, &[]).values() {
+        assert_eq!(label(event, "service_name"), Some("ziti-controller"));
+        assert_eq!(label(event, "service_version"), Some("2.0.2"));
+    }
+}
+
+#[test]
+fn old_captures_are_refused_once_reported_in_one_line_and_restamp_sends_them() {
+    let (_dir, run) = copy_run("steady");
+    let captures = pushable(&run);
+    // The ingestion window starts at the request of a capture in the middle of the run.
+    let middle = &captures[captures.len() / 2];
+    let window_start = middle["t_ms"].as_i64().unwrap();
+    let middle_seq = middle["seq"].as_u64().unwrap();
+    let old: Vec<u64> = captures
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .filter(|&s| s < middle_seq)
+        .collect();
+    let Some(receiver) = Receiver::start(&["-window-start", &window_start.to_string()]) else {
+        return;
+    };
+    let run_arg = run.to_str().unwrap();
+    let out = util::run(&["push", run_arg, "--to", &receiver.url]);
+    let stderr = util::stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "partly refused is exit 2: {stderr}"
+    );
+    let refusal_lines: Vec<&str> = stderr.lines().filter(|l| l.contains("refused")).collect();
+    assert_eq!(refusal_lines.len(), 1, "one line: {stderr}");
+    let line = refusal_lines[0];
+    let count = format!("{} captures of", old.len());
+    for part in [
+        count.as_str(),
+        "HTTP 400 invalid_argument",
+        "outside of ingestion window",
+        "pushes.jsonl",
+        "--restamp",
+    ] {
+        assert!(line.contains(part), "{part:?} not in {line}");
+    }
+    assert_eq!(
+        receiver.refused().len(),
+        old.len(),
+        "each refused capture sent once"
+    );
+    let outcomes = lines(&run.join("pushes.jsonl"));
+    let refused: Vec<u64> = outcomes
+        .iter()
+        .filter(|r| r["outcome"] == "refused")
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(refused, old);
+    assert!(outcomes.iter().all(|r| r["attempts"] == 1), "never retried");
+    assert_eq!(
+        receiver.accepted().len(),
+        captures.len() - old.len(),
+        "the rest delivered"
+    );
+
+    // Again as it was: nothing is sent, the refusals stand.
+    let requests = receiver.requests();
+    let again = util::run(&["push", run_arg, "--to", &receiver.url]);
+    assert_eq!(again.status.code(), Some(0), "{}", util::stderr(&again));
+    assert!(util::stdout(&again).contains(&format!("{} refused before", old.len())));
+    assert_eq!(receiver.requests(), requests);
+
+    // --restamp: the refused captures go stamped with the push time, their own in a label.
+    let pushed_at = util::unix_ms();
+    let restamped = util::run(&["push", run_arg, "--to", &receiver.url, "--restamp"]);
+    assert_eq!(
+        restamped.status.code(),
+        Some(0),
+        "{}",
+        util::stderr(&restamped)
+    );
+    let events = assert_all_delivered_once(&run, &receiver, &old);
+    let manifest: HashMap<u64, Value> = captures
+        .iter()
+        .map(|r| (r["seq"].as_u64().unwrap(), r.clone()))
+        .collect();
+    for seq in &old {
+        let event = &events[seq];
+        let at = event["time_nanos"].as_i64().unwrap() / 1_000_000;
+        assert!(
+            at >= pushed_at,
+            "seq {seq} stamped {at}, pushed from {pushed_at}"
+        );
+        let captured = label(event, "heapwatch_captured_at").expect("heapwatch_captured_at");
+        let t_ms = manifest[seq]["t_ms"].as_i64().unwrap();
+        assert!(
+            captured.starts_with(&utc_prefix(t_ms)),
+            "seq {seq}: captured_at {captured} against the request at {t_ms}"
+        );
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM` of unix ms, to hold a label against the manifest's time.
+fn utc_prefix(ms: i64) -> String {
+    let (y, mo, d, h, mi, _) = heapwatch::units::utc_fields(ms);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}")
+}
+
+#[test]
+fn bad_input_names_what_is_wrong() {
+    let dir = util::tempdir();
+    let missing = dir.path().join("no-such-run");
+    let out = util::run(&[
+        "push",
+        missing.to_str().unwrap(),
+        "--to",
+        "http://127.0.0.1:9",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        util::stderr(&out).contains("no-such-run"),
+        "{}",
+        util::stderr(&out)
+    );
+    assert!(util::stderr(&out).contains("not a heapwatch run"));
+
+    let (_dir, run) = copy_run("steady");
+    let out = util::run(&["push", run.to_str().unwrap(), "--to", "ftp://127.0.0.1:9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        util::stderr(&out).contains("http:// or https://"),
+        "{}",
+        util::stderr(&out)
+    );
+
+    let out = util::run(&[
+        "push",
+        run.to_str().unwrap(),
+        "--to",
+        "http://127.0.0.1:9",
+        "--push-header",
+        "no colon",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        util::stderr(&out).contains("--push-header"),
+        "{}",
+        util::stderr(&out)
+    );
+    let out = util::run(&[
+        "push",
+        run.to_str().unwrap(),
+        "--to",
+        "http://127.0.0.1:9",
+        "--push-header",
+        "@/no/such/token-file",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        util::stderr(&out).contains("/no/such/token-file"),
+        "{}",
+        util::stderr(&out)
+    );
+
+    // A profile file gone from the run: named, the rest still delivered.
+    let Some(receiver) = Receiver::start(&["-reject-older-than", "0"]) else {
+        return;
+    };
+    let victim = pushable(&run)[3]["file"].as_str().unwrap().to_string();
+    fs::remove_file(run.join(&victim)).unwrap();
+    let out = util::run(&["push", run.to_str().unwrap(), "--to", &receiver.url]);
+    assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
+    assert!(
+        util::stderr(&out).contains(&victim),
+        "{}",
+        util::stderr(&out)
+    );
+    assert_eq!(receiver.accepted().len(), pushable(&run).len() - 1);
+}
