@@ -68,13 +68,22 @@ pub fn assert_all_delivered_once(
     receiver: &Receiver,
     restamped: &[u64],
 ) -> BTreeMap<u64, Value> {
+    assert_delivered(run, receiver, receiver.accepted(), restamped)
+}
+
+/// [`assert_all_delivered_once`] over `accepted`, some of the receiver's events.
+fn assert_delivered(
+    run: &Path,
+    receiver: &Receiver,
+    accepted: Vec<Value>,
+    restamped: &[u64],
+) -> BTreeMap<u64, Value> {
     let expected = pushable(run);
     let outcomes: HashMap<u64, Value> = lines(&run.join("pushes.jsonl"))
         .into_iter()
         .filter(|r| r["outcome"] == "delivered")
         .map(|r| (r["seq"].as_u64().unwrap(), r))
         .collect();
-    let accepted = receiver.accepted();
     let mut by_id: HashMap<String, Vec<Value>> = HashMap::new();
     for event in accepted {
         by_id
@@ -481,4 +490,51 @@ fn bad_input_names_what_is_wrong() {
         util::stderr(&out)
     );
     assert_eq!(receiver.accepted().len(), pushable(&run).len() - 1);
+}
+
+#[test]
+fn a_cluster_run_pushes_every_target_with_its_own_target_label() {
+    let Some(receiver) = Receiver::start(&["-reject-older-than", "0"]) else {
+        return;
+    };
+    let dir = util::tempdir();
+    let cluster = dir.path().join("cluster");
+    for (node, run) in [("ctrl1", "steady"), ("ctrl2", "storm")] {
+        copy_dir(
+            &util::repo().join("testdata/runs").join(run),
+            &cluster.join("targets").join(node),
+        );
+    }
+    let out = util::run(&["push", cluster.to_str().unwrap(), "--to", &receiver.url]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    assert_eq!(
+        util::stdout(&out).lines().count(),
+        2,
+        "one summary per target"
+    );
+    let mut targets = std::collections::BTreeSet::new();
+    for node in ["ctrl1", "ctrl2"] {
+        let run = cluster.join("targets").join(node);
+        let events = assert_all_delivered_once_among(&run, &receiver);
+        targets.extend(
+            events
+                .values()
+                .map(|e| label(e, "heapwatch_target").unwrap().to_string()),
+        );
+    }
+    assert_eq!(targets.len(), 2, "{targets:?}");
+}
+
+/// [`assert_all_delivered_once`] for one run among several pushed to the same receiver.
+fn assert_all_delivered_once_among(run: &Path, receiver: &Receiver) -> BTreeMap<u64, Value> {
+    let ids: std::collections::HashSet<String> = lines(&run.join("pushes.jsonl"))
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    let mine = receiver
+        .accepted()
+        .into_iter()
+        .filter(|e| ids.contains(e["id"].as_str().unwrap_or("")))
+        .collect();
+    assert_delivered(run, receiver, mine, &[])
 }
