@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use heapwatch::push::Transport;
-use heapwatch::push::spool::Server;
 use heapwatch::push::{
     self, Backoff, ConnectClient, Destination, LabelOptions, PushOptions, PushStats,
 };
@@ -114,10 +113,7 @@ impl PushFlags {
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
     let destination = args.push.destination(&args.to)?;
     let client = ConnectClient::new(&destination).map_err(|e| CliError::Usage(e.to_string()))?;
-    let server = Server {
-        to: destination.shown(),
-        tenant: destination.tenant.clone(),
-    };
+    let server = destination.server();
     let runs = runs_of(&args.run)?;
     let shown_to = server.to.clone();
     let options = PushOptions {
@@ -203,8 +199,9 @@ fn runs_of(run: &Path) -> Result<Vec<PathBuf>, CliError> {
     Ok(found)
 }
 
-/// `RUN → URL: 120 delivered, 3 refused; skipped 35 already sent, 12 duplicates`.
-fn summary(run: &Path, s: &PushStats) -> String {
+/// `RUN → URL: 120 delivered, 3 refused; skipped 35 already sent, 12 duplicates`. The line
+/// `collect --push` will print at exit too.
+pub fn summary(run: &Path, s: &PushStats) -> String {
     let mut line = format!(
         "{} → {}: {} delivered, {} refused",
         run.display(),

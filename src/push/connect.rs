@@ -34,6 +34,14 @@ pub struct Destination {
 }
 
 impl Destination {
+    /// The server as `pushes.jsonl` names it: the shown URL and the tenant.
+    pub fn server(&self) -> super::spool::Server {
+        super::spool::Server {
+            to: self.shown(),
+            tenant: self.tenant.clone(),
+        }
+    }
+
     /// The base URL as recorded and printed: no user, no password, no trailing slash.
     pub fn shown(&self) -> String {
         match reqwest::Url::parse(&self.url) {

@@ -1,7 +1,13 @@
 //! `pushes.jsonl`, beside the manifest: one JSON line per capture whose push reached a final
-//! outcome on one server (delivered, or refused by it). Appended and fsynced like the
-//! manifest, never rewritten; a torn last line (the pusher killed mid-write) is cut on open.
-//! What has no line here is still to send: that is what makes a push resumable and idempotent.
+//! outcome on one server (delivered, or refused by it). Appended, never rewritten; a torn last
+//! line is cut on open. What has no line here is still to send: that is what makes a push
+//! resumable and idempotent.
+//!
+//! Each line is one `write` before the next push starts, so killing heapwatch loses none;
+//! fsync comes at most once a second and at the end ([`Journal::sync`]), so a crash of the
+//! machine can lose the last second of lines — those captures go again, with the same ids.
+//! An fsync per line cost 6× the push itself on this disk and would compete with the
+//! collector's own fsyncs, which carry the captures' durability.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -99,20 +105,23 @@ impl Journal {
         ))
     }
 
-    /// Appends one record in one `write` and fsyncs it.
+    /// Appends one record in one `write`.
     pub fn append(&mut self, record: &PushRecord) -> Result<(), PushError> {
         let mut line = serde_json::to_vec(record).expect("push records are plain data");
         line.push(b'\n');
-        let written = self
-            .file
-            .write_all(&line)
-            .and_then(|()| self.file.sync_data());
-        if let Err(e) = written {
+        if let Err(e) = self.file.write_all(&line) {
             let _ = self.file.set_len(self.len);
             return Err(PushError::io(&self.path, e));
         }
         self.len += line.len() as u64;
         Ok(())
+    }
+
+    /// Makes every line appended so far durable.
+    pub fn sync(&self) -> Result<(), PushError> {
+        self.file
+            .sync_data()
+            .map_err(|e| PushError::io(&self.path, e))
     }
 
     pub fn path(&self) -> &Path {

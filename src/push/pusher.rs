@@ -334,18 +334,23 @@ impl<T: Transport> Pusher<T> {
                     let flow = self.deliver(pending, inbox).await?;
                     self.publish();
                     if let Flow::Stop = flow {
-                        return Ok(());
+                        return self.spool.sync().await;
                     }
                 }
-                None if self.sealed => return Ok(()),
+                None if self.sealed => return self.spool.sync().await,
                 Some(pending) => {
                     let until = pending.offered + CYCLE_WAIT;
                     self.wait(until, inbox).await;
                 }
-                None => {
-                    self.wait(Instant::now() + Duration::from_secs(3600), inbox)
-                        .await
-                }
+                None => match self.spool.sync_due() {
+                    // Idle: the last lines get their fsync on time even if no more come.
+                    Some(due) if due <= Instant::now() => self.spool.sync().await?,
+                    Some(due) => self.wait(due, inbox).await,
+                    None => {
+                        self.wait(Instant::now() + Duration::from_secs(3600), inbox)
+                            .await
+                    }
+                },
             }
         }
     }

@@ -65,8 +65,14 @@ pub struct Spool {
     retry: Retry,
     journal: Arc<Mutex<Journal>>,
     highest_incarnation: u32,
+    /// When the journal was last fsynced, and whether lines were written since.
+    synced: tokio::time::Instant,
+    dirty: bool,
     pub tally: Tally,
 }
+
+/// The longest a recorded outcome waits for its fsync.
+pub const SYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Spool {
     /// Opens the journal of `root` and takes the outcomes recorded for `server`.
@@ -91,6 +97,8 @@ impl Spool {
             retry,
             journal: Arc::new(Mutex::new(journal)),
             highest_incarnation: 0,
+            synced: tokio::time::Instant::now(),
+            dirty: false,
             tally: Tally::default(),
         })
     }
@@ -175,22 +183,53 @@ impl Spool {
         self.queue.is_empty()
     }
 
-    /// Records a final outcome durably (on the blocking pool: an fsync never stalls the
-    /// runtime's other tasks) and takes the capture out of the queue.
+    /// Records a final outcome (on the blocking pool: file I/O never stalls the runtime's
+    /// other tasks) and takes the capture out of the queue. The journal is fsynced when the
+    /// last sync is [`SYNC_EVERY`] old; see `journal.rs` for why not at every line.
     pub async fn settle(&mut self, record: PushRecord) -> Result<(), PushError> {
         let journal = Arc::clone(&self.journal);
         let seq = record.seq;
         let entry = (record.outcome, record.restamped);
+        let sync = self.synced.elapsed() >= SYNC_EVERY;
+        tokio::task::spawn_blocking(move || {
+            let mut journal = journal
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            journal.append(&record)?;
+            if sync { journal.sync() } else { Ok(()) }
+        })
+        .await
+        .map_err(|e| PushError::Config(format!("the journal writer stopped: {e}")))??;
+        if sync {
+            self.synced = tokio::time::Instant::now();
+        }
+        self.dirty = !sync;
+        self.settled.insert(seq, entry);
+        self.queue.remove(&seq);
+        Ok(())
+    }
+
+    /// When the lines written since the last fsync are due for theirs, if any are.
+    pub fn sync_due(&self) -> Option<tokio::time::Instant> {
+        self.dirty.then_some(self.synced + SYNC_EVERY)
+    }
+
+    /// Makes every outcome recorded so far durable (the end of a push, a drain).
+    pub async fn sync(&mut self) -> Result<(), PushError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let journal = Arc::clone(&self.journal);
         tokio::task::spawn_blocking(move || {
             journal
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .append(&record)
+                .sync()
         })
         .await
         .map_err(|e| PushError::Config(format!("the journal writer stopped: {e}")))??;
-        self.settled.insert(seq, entry);
-        self.queue.remove(&seq);
+        self.synced = tokio::time::Instant::now();
+        self.dirty = false;
         Ok(())
     }
 
@@ -280,6 +319,46 @@ mod tests {
         let mut elsewhere = Spool::open(dir.path(), other, Retry::default()).unwrap();
         elsewhere.offer(&heap(1));
         assert_eq!(elsewhere.len(), 1, "another server has had nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn outcomes_are_fsynced_at_most_a_second_late() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::open(dir.path(), server(), Retry::default()).unwrap();
+        assert_eq!(spool.sync_due(), None);
+        for seq in 1..=3 {
+            spool.offer(&heap(seq));
+        }
+        let opened = tokio::time::Instant::now();
+        spool
+            .settle(outcome(1, Outcome::Delivered, "http://127.0.0.1:4040"))
+            .await
+            .unwrap();
+        assert_eq!(
+            spool.sync_due(),
+            Some(opened + SYNC_EVERY),
+            "written, not yet synced"
+        );
+        tokio::time::advance(SYNC_EVERY).await;
+        spool
+            .settle(outcome(2, Outcome::Delivered, "http://127.0.0.1:4040"))
+            .await
+            .unwrap();
+        assert_eq!(spool.sync_due(), None, "a second on: synced with the line");
+        spool
+            .settle(outcome(3, Outcome::Delivered, "http://127.0.0.1:4040"))
+            .await
+            .unwrap();
+        assert!(spool.sync_due().is_some());
+        spool.sync().await.unwrap();
+        assert_eq!(spool.sync_due(), None);
+        assert_eq!(
+            crate::push::journal::read(dir.path())
+                .unwrap()
+                .records
+                .len(),
+            3
+        );
     }
 
     #[tokio::test]
