@@ -538,3 +538,30 @@ fn assert_all_delivered_once_among(run: &Path, receiver: &Receiver) -> BTreeMap<
         .collect();
     assert_delivered(run, receiver, mine, &[])
 }
+
+#[test]
+fn credentials_in_the_url_become_basic_auth_and_are_never_recorded() {
+    // "user:pa ss" in base64, as the receiver must see it.
+    let Some(receiver) = Receiver::start(&[
+        "-reject-older-than",
+        "0",
+        "-require-header",
+        "Authorization: Basic dXNlcjpwYSBzcw==",
+    ]) else {
+        return;
+    };
+    let (_dir, run) = copy_run("steady");
+    let url = receiver.url.replace("http://", "http://user:pa%20ss@");
+    let out = util::run(&["push", run.to_str().unwrap(), "--to", &url]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    assert_all_delivered_once(&run, &receiver, &[]);
+    let journal = fs::read_to_string(run.join("pushes.jsonl")).unwrap();
+    let printed = util::stdout(&out) + &util::stderr(&out);
+    for shown in [journal.as_str(), printed.as_str()] {
+        assert!(
+            !shown.contains("pa%20ss") && !shown.contains("user:"),
+            "{shown}"
+        );
+        assert!(shown.contains(&receiver.url), "{shown}");
+    }
+}
