@@ -14,7 +14,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use heapwatch::push::Transport;
 use heapwatch::push::{
     self, Backoff, ConnectClient, Destination, LabelOptions, PushOptions, PushStats,
 };
@@ -141,7 +140,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
             .block_on(push::push_run(
                 run,
                 server.clone(),
-                Shared(Arc::clone(&client)),
+                Arc::clone(&client),
                 options.clone(),
             ))
             .map_err(|e| CliError::Store(e.to_string()))?;
@@ -162,16 +161,6 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
             }
             Err(first)
         }
-    }
-}
-
-/// One client for every target of a cluster run.
-struct Shared(Arc<ConnectClient>);
-
-impl Transport for Shared {
-    fn send(&self, body: Vec<u8>) -> impl std::future::Future<Output = push::Answer> + Send {
-        let client = Arc::clone(&self.0);
-        async move { client.send(body).await }
     }
 }
 

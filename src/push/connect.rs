@@ -105,6 +105,13 @@ pub trait Transport: Send + Sync + 'static {
     fn send(&self, body: Vec<u8>) -> impl std::future::Future<Output = Answer> + Send;
 }
 
+/// One client shared by several pushes (the targets of a cluster run).
+impl<T: Transport> Transport for Arc<T> {
+    fn send(&self, body: Vec<u8>) -> impl std::future::Future<Output = Answer> + Send {
+        (**self).send(body)
+    }
+}
+
 /// The real transport: reqwest, HTTP/1.1, rustls on the ring provider.
 pub struct ConnectClient {
     http: reqwest::Client,

@@ -403,7 +403,14 @@ impl<T: Transport> Pusher<T> {
         };
         let raw = match read {
             Ok(Ok(raw)) => raw,
-            Ok(Err(e)) => return Ok(self.unreadable(&pending, &path, &e.to_string())),
+            Ok(Err(e)) => {
+                // Retention may have deleted it a moment ago: its `delete` record says so.
+                self.absorb(inbox);
+                if !self.spool.contains(pending.seq) {
+                    return Ok(Flow::Next);
+                }
+                return Ok(self.unreadable(&pending, &path, &e.to_string()));
+            }
             Err(e) => return Ok(self.unreadable(&pending, &path, &e.to_string())),
         };
         let id = self.labeler.capture_id(pending.seq, &pending.file);

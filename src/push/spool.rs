@@ -175,6 +175,10 @@ impl Spool {
         self.highest_incarnation > incarnation
     }
 
+    pub fn contains(&self, seq: u64) -> bool {
+        self.queue.contains_key(&seq)
+    }
+
     pub fn len(&self) -> usize {
         self.queue.len()
     }
