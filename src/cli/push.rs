@@ -3,9 +3,9 @@
 //! Flags become a `push::Destination` and `push::PushOptions`; the library does the rest.
 //!
 //! Exit codes: 0 when every capture to send was delivered (or had been before); 2 when the
-//! server refused some (each recorded in RUN/pushes.jsonl: sending them again as they are
-//! would be refused again), a profile file could not be read, or the server rejected the
-//! credentials or the URL; 3 when it kept failing (5xx, timeouts, no connection) for
+//! server refused some, in this push or an earlier one (each recorded in RUN/pushes.jsonl:
+//! sending them again as they are would be refused again), a profile file could not be read,
+//! or the server rejected the credentials or the URL; 3 when it kept failing (5xx, timeouts, no connection) for
 //! `--retry-for` without progress, with what is left unsent sent by the next run of the
 //! same command.
 
@@ -277,6 +277,16 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
             line.push_str("; --restamp sends old captures stamped with the push time");
         }
         problems.push(CliError::Store(line));
+    }
+    if s.refused == 0 && s.tally.already_refused > 0 {
+        // Not sent again, but the run is still not whole in the store: say so every time.
+        problems.push(CliError::Store(format!(
+            "{} captures of {} were refused by {to} in an earlier push (recorded in {}); \
+             --restamp or --retry-refused sends them again",
+            s.tally.already_refused,
+            run.display(),
+            pushes.display()
+        )));
     }
     if let Some(first) = s.unreadable.first() {
         let more = match s.unreadable.len() {

@@ -377,11 +377,16 @@ fn old_captures_are_refused_once_reported_in_one_line_and_restamp_sends_them() {
         "the rest delivered"
     );
 
-    // Again as it was: nothing is sent, the refusals stand.
+    // Again as it was: nothing is sent, the refusals stand and are said again.
     let requests = receiver.requests();
     let again = util::run(&["push", run_arg, "--to", &receiver.url]);
-    assert_eq!(again.status.code(), Some(0), "{}", util::stderr(&again));
+    let stderr = util::stderr(&again);
+    assert_eq!(again.status.code(), Some(2), "{stderr}");
     assert!(util::stdout(&again).contains(&format!("{} refused before", old.len())));
+    assert!(
+        stderr.contains("in an earlier push") && stderr.contains("--restamp"),
+        "{stderr}"
+    );
     assert_eq!(receiver.requests(), requests);
 
     // --restamp: the refused captures go stamped with the push time, their own in a label.
