@@ -5,6 +5,9 @@ pub mod agent;
 pub mod envoy;
 pub mod http;
 pub mod memstats;
+#[path = "proc/follow.rs"]
+pub mod follow;
+pub mod procfind;
 pub mod procmem;
 
 use std::fmt;

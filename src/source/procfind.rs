@@ -1,0 +1,402 @@
+//! Finding the process behind a `proc:exe:NAME` or `proc:cgroup:PATH` target: which live
+//! process runs an executable of that base name, or which Go process sits in that cgroup.
+//! A process is known by its pid and its start time, so a reused pid is never mistaken for it.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Where a cgroup path given without its mount point is looked for, in this order.
+const CGROUP_MOUNTS: &[&str] = &[
+    "/sys/fs/cgroup/memory",
+    "/sys/fs/cgroup",
+    "/sys/fs/cgroup/unified",
+    "/sys/fs/cgroup/pids",
+];
+
+/// Sub-cgroups searched below the named one (a pod's cgroup holds one per container).
+const MAX_CGROUP_DIRS: usize = 256;
+
+/// What a following target looks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcSelector {
+    /// The newest live process whose executable has this base name.
+    Exe(String),
+    /// The oldest live Go process in this cgroup or below it.
+    Cgroup(PathBuf),
+}
+
+impl ProcSelector {
+    /// `proc:exe:NAME` or `proc:cgroup:PATH`; `None` for any other target (`proc:PID` included).
+    pub fn parse(target: &str) -> Option<Result<ProcSelector, String>> {
+        if let Some(name) = target.strip_prefix("proc:exe:") {
+            if name.is_empty() || name.contains('/') {
+                return Some(Err(format!(
+                    "{target}: expected proc:exe:NAME, NAME the executable's base name (no '/')"
+                )));
+            }
+            return Some(Ok(ProcSelector::Exe(name.to_string())));
+        }
+        if let Some(path) = target.strip_prefix("proc:cgroup:") {
+            if path.is_empty() {
+                return Some(Err(format!(
+                    "{target}: expected proc:cgroup:PATH, e.g. proc:cgroup:/sys/fs/cgroup/memory/app"
+                )));
+            }
+            return Some(Ok(ProcSelector::Cgroup(PathBuf::from(path))));
+        }
+        None
+    }
+
+    /// What is looked for, for messages: `process whose executable is named "x"`, `Go process
+    /// in cgroup X`.
+    pub fn describe(&self) -> String {
+        match self {
+            ProcSelector::Exe(name) => format!("process whose executable is named {name:?}"),
+            ProcSelector::Cgroup(path) => format!("Go process in cgroup {}", path.display()),
+        }
+    }
+}
+
+/// A process as found in `/proc`: its pid and its start time in clock ticks since boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessId {
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+impl ProcessId {
+    /// The process with this pid now, `None` when there is none or it is a zombie.
+    pub fn of(pid: u32) -> Option<ProcessId> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (state, start_ticks) = parse_stat(&stat)?;
+        (!matches!(state, 'Z' | 'X' | 'x')).then_some(ProcessId { pid, start_ticks })
+    }
+
+    /// True while this very process (not a later one with the same pid) runs.
+    pub fn alive(&self) -> bool {
+        ProcessId::of(self.pid) == Some(*self)
+    }
+}
+
+/// State and start time from `/proc/PID/stat`. The command name (field 2) may hold spaces and
+/// brackets, so fields are counted after its last `)`.
+fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // After the state (field 3), starttime is field 22: the 19th field from here.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Finds processes for a selector; remembers which executables are Go programs.
+#[derive(Debug)]
+pub struct ProcFinder {
+    selector: ProcSelector,
+    proc_root: PathBuf,
+    go_binaries: HashMap<(u64, u64, i64, u64), bool>,
+}
+
+impl ProcFinder {
+    pub fn new(selector: ProcSelector) -> ProcFinder {
+        ProcFinder {
+            selector,
+            proc_root: PathBuf::from("/proc"),
+            go_binaries: HashMap::new(),
+        }
+    }
+
+    pub fn selector(&self) -> &ProcSelector {
+        &self.selector
+    }
+
+    /// The cgroup directory a `proc:cgroup:` target names now, when it exists.
+    pub fn cgroup_dir(&self) -> Option<PathBuf> {
+        match &self.selector {
+            ProcSelector::Cgroup(path) => resolve_cgroup(path),
+            ProcSelector::Exe(_) => None,
+        }
+    }
+
+    /// The process the selector names now, `None` when there is none yet.
+    pub fn find(&mut self) -> Option<ProcessId> {
+        match self.selector.clone() {
+            ProcSelector::Exe(name) => self.find_exe(&name),
+            ProcSelector::Cgroup(path) => self.find_in_cgroup(&path),
+        }
+    }
+
+    fn find_exe(&mut self, name: &str) -> Option<ProcessId> {
+        let me = std::process::id();
+        let entries = fs::read_dir(&self.proc_root).ok()?;
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| pid != me)
+            .filter(|&pid| {
+                let exe = fs::read_link(self.proc_root.join(format!("{pid}/exe")));
+                exe.is_ok_and(|p| exe_base_name(&p) == name)
+            })
+            .filter_map(ProcessId::of)
+            // A restart may overlap its predecessor's last moments: the newest is the one.
+            .max_by_key(|p| (p.start_ticks, p.pid))
+    }
+
+    fn find_in_cgroup(&mut self, path: &Path) -> Option<ProcessId> {
+        let dir = resolve_cgroup(path)?;
+        let pids = cgroup_pids(&dir);
+        pids.into_iter()
+            .filter_map(ProcessId::of)
+            .filter(|p| self.is_go(p.pid))
+            // A container's main process starts first; helpers it forks come later.
+            .min_by_key(|p| (p.start_ticks, p.pid))
+    }
+
+    /// Whether the process runs a Go binary (its ELF has `.go.buildinfo`), cached per file.
+    fn is_go(&mut self, pid: u32) -> bool {
+        let exe = self.proc_root.join(format!("{pid}/exe"));
+        let Ok(meta) = fs::metadata(&exe) else {
+            return false;
+        };
+        let key = (meta.dev(), meta.ino(), meta.mtime(), meta.size());
+        if let Some(&known) = self.go_binaries.get(&key) {
+            return known;
+        }
+        let Ok(mut file) = File::open(&exe) else {
+            return false;
+        };
+        let go = elf_has_section(&mut file, ".go.buildinfo").unwrap_or(false);
+        self.go_binaries.insert(key, go);
+        go
+    }
+}
+
+/// The base name of an executable link, without the ` (deleted)` the kernel appends when the
+/// file was replaced on disk (a rebuilt binary whose old process still runs).
+fn exe_base_name(link: &Path) -> &str {
+    let name = link.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.strip_suffix(" (deleted)").unwrap_or(name)
+}
+
+/// A cgroup directory: the path itself when it is one, else the path under each usual mount.
+pub fn resolve_cgroup(path: &Path) -> Option<PathBuf> {
+    if path.is_absolute() && path.join("cgroup.procs").is_file() {
+        return Some(path.to_path_buf());
+    }
+    let relative = path.strip_prefix("/").unwrap_or(path);
+    CGROUP_MOUNTS
+        .iter()
+        .map(|m| Path::new(m).join(relative))
+        .find(|d| d.join("cgroup.procs").is_file())
+}
+
+/// Every pid in a cgroup and in the cgroups below it (breadth first, bounded).
+pub fn cgroup_pids(dir: &Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let mut queue = vec![dir.to_path_buf()];
+    let mut seen = 0;
+    while let Some(d) = queue.pop() {
+        seen += 1;
+        if let Ok(text) = fs::read_to_string(d.join("cgroup.procs")) {
+            pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        if let Ok(entries) = fs::read_dir(&d) {
+            for e in entries.flatten() {
+                if seen + queue.len() >= MAX_CGROUP_DIRS {
+                    break;
+                }
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    queue.push(e.path());
+                }
+            }
+        }
+    }
+    pids
+}
+
+/// Whether a 64-bit little-endian ELF file has a section of this name. Reads the section
+/// headers and their name table only; every offset is checked against the file's length.
+pub fn elf_has_section(file: &mut File, wanted: &str) -> std::io::Result<bool> {
+    let len = file.metadata()?.len();
+    let mut header = [0u8; 64];
+    if file.read_exact(&mut header).is_err() {
+        return Ok(false);
+    }
+    // Magic, ELFCLASS64, little-endian: amd64 and arm64, the architectures the proc source reads.
+    if &header[..4] != b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return Ok(false);
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
+    let u64_at = |b: &[u8], o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    let shoff = u64_at(&header, 0x28);
+    let shentsize = u16_at(&header, 0x3a);
+    let shnum = u16_at(&header, 0x3c);
+    let shstrndx = u16_at(&header, 0x3e);
+    if shentsize < 64 || shnum == 0 || shstrndx >= shnum {
+        return Ok(false);
+    }
+    let table_len = shentsize * shnum;
+    if shoff.checked_add(table_len).is_none_or(|end| end > len) {
+        return Ok(false);
+    }
+    let mut table = vec![0u8; table_len as usize];
+    file.seek(SeekFrom::Start(shoff))?;
+    file.read_exact(&mut table)?;
+    let entry = |i: u64| &table[(i * shentsize) as usize..(i * shentsize + 64) as usize];
+    let names = entry(shstrndx);
+    let (names_off, names_len) = (u64_at(names, 0x18), u64_at(names, 0x20));
+    if names_len > 1 << 20 || names_off.checked_add(names_len).is_none_or(|end| end > len) {
+        return Ok(false);
+    }
+    let mut strings = vec![0u8; names_len as usize];
+    file.seek(SeekFrom::Start(names_off))?;
+    file.read_exact(&mut strings)?;
+    Ok((0..shnum).any(|i| {
+        let at = u32::from_le_bytes([entry(i)[0], entry(i)[1], entry(i)[2], entry(i)[3]]) as usize;
+        strings
+            .get(at..)
+            .and_then(|s| s.split(|&b| b == 0).next())
+            .is_some_and(|name| name == wanted.as_bytes())
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Child, Command};
+
+    struct Killed(Child);
+
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn targets_parse_and_bad_ones_say_what_is_expected() {
+        assert_eq!(
+            ProcSelector::parse("proc:exe:ziti"),
+            Some(Ok(ProcSelector::Exe("ziti".into())))
+        );
+        assert_eq!(
+            ProcSelector::parse("proc:cgroup:/kubepods/pod1"),
+            Some(Ok(ProcSelector::Cgroup("/kubepods/pod1".into())))
+        );
+        assert_eq!(ProcSelector::parse("proc:1234"), None);
+        assert_eq!(ProcSelector::parse("http://x"), None);
+        let e = ProcSelector::parse("proc:exe:/usr/bin/ziti").unwrap().unwrap_err();
+        assert!(e.contains("base name"), "{e}");
+        assert!(ProcSelector::parse("proc:cgroup:").unwrap().is_err());
+    }
+
+    #[test]
+    fn stat_fields_are_counted_after_a_command_name_with_spaces_and_brackets() {
+        let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 \
+                    50 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
+        assert_eq!(parse_stat(stat), Some(('S', 987654)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn a_deleted_binary_keeps_its_name() {
+        assert_eq!(exe_base_name(Path::new("/opt/app/ctrl (deleted)")), "ctrl");
+        assert_eq!(exe_base_name(Path::new("/opt/app/ctrl")), "ctrl");
+    }
+
+    #[test]
+    fn a_process_is_known_by_its_start_time_and_a_dead_one_is_not_alive() {
+        let me = ProcessId::of(std::process::id()).expect("this process is in /proc");
+        assert!(me.alive());
+        let other = ProcessId {
+            start_ticks: me.start_ticks + 1,
+            ..me
+        };
+        assert!(!other.alive(), "same pid, other start: a reused pid");
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep runs");
+        let id = ProcessId::of(child.id()).expect("the child is in /proc");
+        assert!(id.alive());
+        child.kill().expect("kill");
+        // Until reaped the child is a zombie, which is not alive either.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!id.alive(), "a zombie is not alive");
+        child.wait().expect("reap");
+        assert!(!id.alive());
+    }
+
+    #[test]
+    fn exe_finds_the_newest_process_of_that_name_and_not_other_names() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let name = format!("hw-find-{}", std::process::id());
+        let bin = dir.path().join(&name);
+        fs::copy("/bin/sleep", &bin).expect("copy sleep");
+        let mut finder = ProcFinder::new(ProcSelector::Exe(name.clone()));
+        assert_eq!(finder.find(), None, "nothing runs under that name yet");
+        let first = Killed(Command::new(&bin).arg("30").spawn().expect("spawn"));
+        let found = finder.find().expect("found the first");
+        assert_eq!(found.pid, first.0.id());
+        // Clock ticks are 10 ms: the second must start in a later tick to be newer.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let second = Killed(Command::new(&bin).arg("30").spawn().expect("spawn"));
+        assert_eq!(finder.find().map(|p| p.pid), Some(second.0.id()));
+        drop(second);
+        assert_eq!(finder.find().map(|p| p.pid), Some(first.0.id()));
+        let mut other = ProcFinder::new(ProcSelector::Exe(format!("{name}x")));
+        assert_eq!(other.find(), None);
+    }
+
+    #[test]
+    fn the_elf_reader_tells_a_go_binary_from_others_and_survives_garbage() {
+        let mut sleep = File::open("/bin/sleep").expect("/bin/sleep");
+        assert!(elf_has_section(&mut sleep, ".text").unwrap());
+        assert!(!elf_has_section(&mut sleep, ".go.buildinfo").unwrap());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("junk");
+        // A header claiming section tables far beyond the file's end.
+        let mut junk = vec![0u8; 64];
+        junk[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        junk[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
+        junk[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        junk[0x3c..0x3e].copy_from_slice(&4u16.to_le_bytes());
+        fs::write(&path, &junk).unwrap();
+        assert!(!elf_has_section(&mut File::open(&path).unwrap(), ".text").unwrap());
+        fs::write(&path, b"#!/bin/sh\n").unwrap();
+        assert!(!elf_has_section(&mut File::open(&path).unwrap(), ".text").unwrap());
+    }
+
+    #[test]
+    fn the_go_toolchain_is_a_go_binary() {
+        let go = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("go"))
+                .find(|p| p.is_file())
+        });
+        let Some(go) = go else {
+            assert!(
+                std::env::var_os("HEAPWATCH_REQUIRE_GO").is_none(),
+                "HEAPWATCH_REQUIRE_GO is set but no `go` is on PATH"
+            );
+            eprintln!("SKIPPED: no `go` on PATH");
+            return;
+        };
+        let go = fs::canonicalize(go).expect("resolve go");
+        assert!(elf_has_section(&mut File::open(&go).unwrap(), ".go.buildinfo").unwrap());
+    }
+
+    #[test]
+    fn cgroup_paths_resolve_with_or_without_their_mount_point() {
+        let root = Path::new("/sys/fs/cgroup/memory");
+        if root.join("cgroup.procs").is_file() {
+            assert_eq!(resolve_cgroup(root), Some(root.to_path_buf()));
+            assert_eq!(resolve_cgroup(Path::new("/")), Some(root.to_path_buf()));
+        }
+        assert_eq!(resolve_cgroup(Path::new("/no/such/cgroup-hw")), None);
+    }
+}
