@@ -21,7 +21,12 @@ pub struct CycleTracker {
     last: BTreeMap<&'static str, i64>,
     last_pid: Option<u32>,
     gone_seen: bool,
+    /// The boot cycle each recent pid answered in, for ends reported late.
+    pid_cycles: BTreeMap<u32, u32>,
 }
+
+/// How many pids `pid_cycles` remembers.
+const PIDS_REMEMBERED: usize = 64;
 
 impl CycleTracker {
     /// Continues the numbering of an existing run.
@@ -64,6 +69,30 @@ impl CycleTracker {
         self.incarnation
     }
 
+    /// A process the target's owner saw end (`heapwatch run`): returns the boot cycle its end
+    /// belongs to. A pid that answered in this cycle ended it; one that never answered was a
+    /// cycle of its own, counted so the next answer opens the one after.
+    pub fn ended(&mut self, pid: Option<u32>) -> u32 {
+        let cycle = match pid {
+            None => (self.incarnation > 0).then_some(self.incarnation),
+            Some(p) => self.pid_cycles.get(&p).copied(),
+        };
+        match cycle {
+            // A successor that already answered keeps its cycle.
+            Some(c) if c < self.incarnation => c,
+            Some(c) => {
+                self.gone_seen = true;
+                c
+            }
+            None => {
+                self.incarnation += 1;
+                self.last.clear();
+                self.gone_seen = true;
+                self.incarnation
+            }
+        }
+    }
+
     fn restarted(&self, totals: &BTreeMap<String, i64>, pid: Option<u32>) -> bool {
         if self.gone_seen {
             return true;
@@ -87,8 +116,15 @@ impl CycleTracker {
                 self.last.insert(key, v);
             }
         }
-        if pid.is_some() {
+        if let Some(p) = pid {
             self.last_pid = pid;
+            if self.pid_cycles.len() >= PIDS_REMEMBERED && !self.pid_cycles.contains_key(&p) {
+                let oldest = self.pid_cycles.iter().min_by_key(|(_, c)| **c).map(|(p, _)| *p);
+                if let Some(o) = oldest {
+                    self.pid_cycles.remove(&o);
+                }
+            }
+            self.pid_cycles.insert(p, self.incarnation);
         }
     }
 }
@@ -121,6 +157,18 @@ mod tests {
         assert_eq!(t.answered(&totals(300), None), 1);
         t.failed(FailureKind::Refused);
         assert_eq!(t.answered(&totals(900), None), 2);
+    }
+
+    #[test]
+    fn an_end_belongs_to_the_cycle_of_its_pid_and_an_unseen_process_is_a_cycle_of_its_own() {
+        let mut t = CycleTracker::default();
+        assert_eq!(t.ended(Some(7)), 1, "died before it ever answered");
+        assert_eq!(t.answered(&totals(100), Some(8)), 2);
+        assert_eq!(t.ended(Some(8)), 2);
+        // The same pid again after an end is a new process.
+        assert_eq!(t.answered(&totals(900), Some(8)), 3);
+        assert_eq!(t.ended(Some(9)), 4);
+        assert_eq!(t.answered(&totals(50), Some(10)), 5);
     }
 
     #[test]

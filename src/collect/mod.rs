@@ -11,6 +11,7 @@ mod status;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -149,6 +150,9 @@ pub struct Collector<'a> {
     /// Memory the latest MemStats of this boot cycle says the process holds (`Sys` less
     /// released heap): a burst trigger when nothing samples the process from outside.
     runtime_memory: Option<u64>,
+    /// Event records from outside the collector (`exit`, `stop` from `heapwatch run`), given
+    /// their seq and boot cycle here so the manifest has one writer.
+    events: Option<Receiver<CaptureRecord>>,
 }
 
 impl<'a> Collector<'a> {
@@ -201,7 +205,33 @@ impl<'a> Collector<'a> {
             last_latency: Duration::ZERO,
             gone_since: None,
             runtime_memory: None,
+            events: None,
         }
+    }
+
+    /// Records sent here are appended to the manifest before the next attempt and when the
+    /// collector stops. An `exit` record's boot cycle is the one its pid answered in.
+    pub fn with_events(mut self, events: Receiver<CaptureRecord>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    fn record_events(&mut self) -> Result<(), StoreError> {
+        let Some(events) = &self.events else {
+            return Ok(());
+        };
+        let pending: Vec<CaptureRecord> = events.try_iter().collect();
+        for mut record in pending {
+            record.seq = self.next_seq;
+            self.next_seq += 1;
+            record.incarnation = if record.kind == RecordKind::Exit {
+                self.cycles.ended(record.pid)
+            } else {
+                self.cycles.incarnation()
+            };
+            self.writer.append(&record)?;
+        }
+        Ok(())
     }
 
     pub fn with_outside_memory(mut self, outside: Arc<OutsideMemory>) -> Self {
@@ -306,6 +336,14 @@ impl<'a> Collector<'a> {
         // While the target is not answering, only the first task (the main profile) probes.
         let probe = tasks[0].want;
         loop {
+            if let Err(e) = self.record_events() {
+                if e.is_disk_full() {
+                    self.summary.reason = StopReason::DiskFull;
+                    self.summary.disk_error = Some(e.to_string());
+                    break;
+                }
+                return Err(e.into());
+            }
             if self.stop.load(Ordering::Relaxed) {
                 self.summary.reason = StopReason::Interrupted;
                 break;
@@ -391,6 +429,7 @@ impl<'a> Collector<'a> {
                 return Err(e.into());
             }
         }
+        self.record_events()?;
         self.summary.incarnations = self.cycles.incarnation();
         Ok(self.summary)
     }

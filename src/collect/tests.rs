@@ -474,3 +474,91 @@ fn a_target_frozen_at_its_limit_is_not_gone() {
         "grace counted from the refusal"
     );
 }
+
+/// Sends an event record through the collector's inbox during its `at`-th fetch, as
+/// `heapwatch run` does when its child dies while the collector is busy.
+struct EventDuringFetch<'c> {
+    inner: ScriptedSource<'c>,
+    fetches: usize,
+    at: usize,
+    event: Option<(std::sync::mpsc::Sender<CaptureRecord>, CaptureRecord)>,
+}
+
+impl Source for EventDuringFetch<'_> {
+    fn target(&self) -> &str {
+        "scripted"
+    }
+    fn kind(&self) -> &'static str {
+        "proc"
+    }
+    fn supports(&self, want: Want) -> bool {
+        want == Want::Heap
+    }
+    fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+        self.fetches += 1;
+        if self.fetches == self.at {
+            if let Some((tx, record)) = self.event.take() {
+                tx.send(record).unwrap();
+            }
+        }
+        let mut reply = self.inner.fetch(want, timeout)?;
+        // Two processes: pid 100 for the early profile, 200 for the late one.
+        reply.pid = Some(if reply.bytes == EARLY { 100 } else { 200 });
+        Ok(reply)
+    }
+}
+
+#[test]
+fn event_records_get_their_seq_and_the_boot_cycle_their_pid_answered_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_000_000);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut exit = CaptureRecord::new(0, RecordKind::Exit, 0, 1_001_200);
+    exit.pid = Some(100);
+    exit.signal = Some(9);
+    // pid 100 dies during the 4th fetch, which already reads its successor (pid 200): the
+    // exit still belongs to cycle 1.
+    let mut source = EventDuringFetch {
+        inner: ScriptedSource::new(
+            &clock,
+            vec![
+                Step::Ok(EARLY, ms(5)),
+                Step::Ok(EARLY, ms(5)),
+                Step::Fail(FailureKind::Refused, ms(5)),
+                Step::Ok(LATE, ms(5)),
+            ],
+        ),
+        fetches: 0,
+        at: 4,
+        event: Some((tx.clone(), exit)),
+    };
+    let mut stop = CaptureRecord::new(0, RecordKind::Stop, 0, 1_004_000);
+    stop.pid = Some(200);
+    let stop_flag = AtomicBool::new(false);
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let collector = Collector::new(
+        heap_only(ms(3000)),
+        &mut source,
+        &clock,
+        writer,
+        &existing,
+        &stop_flag,
+    )
+    .with_events(rx);
+    // Sent before the end: written when the collector stops, after everything else.
+    tx.send(stop).unwrap();
+    collector.run(&mut NoObserver).unwrap();
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, (1..=records.len() as u64).collect::<Vec<_>>(), "one numbering");
+    let stop = records.iter().find(|r| r.kind == RecordKind::Stop).unwrap();
+    assert_eq!(stop.seq, 1, "an event waiting at the start is written first");
+    let exit = records.iter().find(|r| r.kind == RecordKind::Exit).unwrap();
+    assert_eq!((exit.incarnation, exit.signal, exit.t_ms), (1, Some(9), 1_001_200));
+    let late = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Heap && r.pid == Some(200));
+    assert!(late.clone().count() >= 2);
+    assert!(late.clone().all(|r| r.incarnation == 2), "{records:#?}");
+    assert!(exit.seq > late.clone().next().unwrap().seq, "written after the 4th fetch");
+}
