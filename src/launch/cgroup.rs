@@ -1,0 +1,329 @@
+//! The memory limit a started command runs under: a fresh memory cgroup (v1 or v2) when this
+//! machine lets us make one, else a watchdog that SIGKILLs the command once its RSS passes the
+//! limit. A cgroup made here is removed when dropped, with anything still running in it.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::LaunchError;
+use crate::source::procmem::CgroupMemory;
+
+/// Where the memory controller is mounted.
+#[derive(Debug, Clone)]
+pub struct CgroupRoots {
+    /// The v1 memory hierarchy (`/sys/fs/cgroup/memory`).
+    pub v1: PathBuf,
+    /// The v2 unified hierarchy (`/sys/fs/cgroup`).
+    pub v2: PathBuf,
+}
+
+impl Default for CgroupRoots {
+    fn default() -> Self {
+        CgroupRoots {
+            v1: PathBuf::from("/sys/fs/cgroup/memory"),
+            v2: PathBuf::from("/sys/fs/cgroup"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// Which memory controller this machine has: v1 when its memory hierarchy is mounted, else
+/// v2 when the unified hierarchy offers the memory controller.
+pub fn detect(roots: &CgroupRoots) -> Option<CgroupVersion> {
+    if roots.v1.join("memory.limit_in_bytes").is_file() {
+        return Some(CgroupVersion::V1);
+    }
+    let controllers = fs::read_to_string(roots.v2.join("cgroup.controllers")).ok()?;
+    controllers
+        .split_whitespace()
+        .any(|c| c == "memory")
+        .then_some(CgroupVersion::V2)
+}
+
+/// A memory cgroup made for one run.
+#[derive(Debug)]
+pub struct MemoryCgroup {
+    pub path: PathBuf,
+    pub version: CgroupVersion,
+    removed: bool,
+}
+
+impl MemoryCgroup {
+    /// Makes `ROOT/NAME` with this limit (swap may not extend it).
+    pub fn create(roots: &CgroupRoots, name: &str, limit: u64) -> Result<MemoryCgroup, LaunchError> {
+        let version = detect(roots).ok_or_else(|| LaunchError::Cgroup {
+            path: roots.v1.clone(),
+            why: "no memory controller mounted (neither v1 nor v2)".into(),
+        })?;
+        let root = match version {
+            CgroupVersion::V1 => &roots.v1,
+            CgroupVersion::V2 => &roots.v2,
+        };
+        if version == CgroupVersion::V2 {
+            enable_memory_controller(root)?;
+        }
+        let path = root.join(name);
+        fs::create_dir(&path).map_err(|e| LaunchError::cgroup(&path, "mkdir", e))?;
+        let cgroup = MemoryCgroup {
+            path,
+            version,
+            removed: false,
+        };
+        let (limit_file, swap_file, swap_value) = match version {
+            CgroupVersion::V1 => (
+                "memory.limit_in_bytes",
+                "memory.memsw.limit_in_bytes",
+                limit.to_string(),
+            ),
+            CgroupVersion::V2 => ("memory.max", "memory.swap.max", "0".to_string()),
+        };
+        let file = cgroup.path.join(limit_file);
+        fs::write(&file, limit.to_string()).map_err(|e| LaunchError::cgroup(&file, "write", e))?;
+        // Absent without swap accounting; where present, swap must not extend the limit.
+        let _ = fs::write(cgroup.path.join(swap_file), swap_value);
+        Ok(cgroup)
+    }
+
+    /// The file a process writes its pid (or 0, itself) to in order to join.
+    pub fn procs_file(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    pub fn memory(&self) -> CgroupMemory {
+        CgroupMemory {
+            path: self.path.clone(),
+            v2: self.version == CgroupVersion::V2,
+        }
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.memory().pids()
+    }
+
+    /// The kernel's OOM-kill counter (v1 `memory.oom_control`, v2 `memory.events`).
+    pub fn oom_kills(&self) -> Option<u64> {
+        self.memory().oom_kills()
+    }
+
+    /// Kills whatever still runs in the cgroup, then removes it.
+    pub fn remove(mut self) -> Result<(), LaunchError> {
+        self.removed = true;
+        remove_cgroup(&self.path)
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        if !self.removed {
+            if let Err(e) = remove_cgroup(&self.path) {
+                eprintln!("heapwatch: {e}");
+            }
+        }
+    }
+}
+
+/// v2 only hands a child the memory controller when its parent enables it for children.
+fn enable_memory_controller(root: &Path) -> Result<(), LaunchError> {
+    let control = root.join("cgroup.subtree_control");
+    let enabled = fs::read_to_string(&control).map_err(|e| LaunchError::cgroup(&control, "read", e))?;
+    if enabled.split_whitespace().any(|c| c == "memory") {
+        return Ok(());
+    }
+    fs::write(&control, "+memory").map_err(|e| LaunchError::cgroup(&control, "write", e))
+}
+
+fn remove_cgroup(path: &Path) -> Result<(), LaunchError> {
+    let procs = path.join("cgroup.procs");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids: Vec<i32> = fs::read_to_string(&procs)
+            .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default();
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            // SAFETY: kill(2) with a pid read from the cgroup we made; no memory is touched.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // An emptied cgroup stays busy for a moment while the kernel finishes the exits.
+    loop {
+        match fs::remove_dir(path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(LaunchError::cgroup(path, "remove", e));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// How the limit is enforced for a run.
+#[derive(Debug)]
+pub enum Confinement {
+    Cgroup(MemoryCgroup),
+    /// No cgroup could be made: a watchdog SIGKILLs the command when its RSS passes `limit`.
+    Watchdog { limit: u64, why: String },
+    /// No limit was asked for.
+    None,
+}
+
+impl Confinement {
+    /// A cgroup when one can be made, else the watchdog (saying why).
+    pub fn for_limit(roots: &CgroupRoots, name: &str, limit: Option<u64>) -> Confinement {
+        let Some(limit) = limit else {
+            return Confinement::None;
+        };
+        match MemoryCgroup::create(roots, name, limit) {
+            Ok(cg) => Confinement::Cgroup(cg),
+            Err(e) => Confinement::Watchdog {
+                limit,
+                why: e.to_string(),
+            },
+        }
+    }
+
+    /// `cgroup-v1`, `cgroup-v2`, `watchdog` or `none`, as run.json records it.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Confinement::Cgroup(cg) if cg.version == CgroupVersion::V1 => "cgroup-v1",
+            Confinement::Cgroup(_) => "cgroup-v2",
+            Confinement::Watchdog { .. } => "watchdog",
+            Confinement::None => "none",
+        }
+    }
+
+    pub fn cgroup(&self) -> Option<&MemoryCgroup> {
+        match self {
+            Confinement::Cgroup(cg) => Some(cg),
+            _ => None,
+        }
+    }
+
+    /// Removes the cgroup, if there is one.
+    pub fn release(self) -> Result<(), LaunchError> {
+        match self {
+            Confinement::Cgroup(cg) => cg.remove(),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_roots(dir: &Path) -> CgroupRoots {
+        let roots = CgroupRoots {
+            v1: dir.join("memory"),
+            v2: dir.join("unified"),
+        };
+        fs::create_dir_all(&roots.v1).unwrap();
+        fs::create_dir_all(&roots.v2).unwrap();
+        roots
+    }
+
+    #[test]
+    fn the_version_is_read_from_what_is_mounted() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = fake_roots(dir.path());
+        assert_eq!(detect(&roots), None);
+        fs::write(roots.v2.join("cgroup.controllers"), "cpuset cpu io pids\n").unwrap();
+        assert_eq!(detect(&roots), None, "v2 without the memory controller");
+        fs::write(roots.v2.join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
+        assert_eq!(detect(&roots), Some(CgroupVersion::V2));
+        fs::write(roots.v1.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        assert_eq!(detect(&roots), Some(CgroupVersion::V1));
+    }
+
+    #[test]
+    fn no_memory_controller_means_the_watchdog_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = fake_roots(dir.path());
+        let c = Confinement::for_limit(&roots, "x", Some(1 << 20));
+        assert_eq!(c.mode(), "watchdog");
+        match c {
+            Confinement::Watchdog { limit, why } => {
+                assert_eq!(limit, 1 << 20);
+                assert!(why.contains("no memory controller"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(Confinement::for_limit(&roots, "x", None).mode(), "none");
+    }
+
+    #[test]
+    fn a_v2_cgroup_gets_the_memory_controller_its_limit_and_no_swap() {
+        // Plain directories stand in for cgroupfs: the files the kernel would make are written.
+        let dir = tempfile::tempdir().unwrap();
+        let roots = fake_roots(dir.path());
+        fs::write(roots.v2.join("cgroup.controllers"), "cpu memory\n").unwrap();
+        fs::write(roots.v2.join("cgroup.subtree_control"), "cpu\n").unwrap();
+        let cg = MemoryCgroup::create(&roots, "run-1", 256 << 20).unwrap();
+        assert_eq!(cg.version, CgroupVersion::V2);
+        assert_eq!(
+            fs::read_to_string(roots.v2.join("cgroup.subtree_control")).unwrap(),
+            "+memory"
+        );
+        assert_eq!(fs::read_to_string(cg.path.join("memory.max")).unwrap(), "268435456");
+        assert_eq!(fs::read_to_string(cg.path.join("memory.swap.max")).unwrap(), "0");
+        // cgroupfs lets a cgroup go with its files; a plain directory must be emptied first.
+        for f in ["memory.max", "memory.swap.max"] {
+            fs::remove_file(cg.path.join(f)).unwrap();
+        }
+        let path = cg.path.clone();
+        cg.remove().unwrap();
+        assert!(!path.exists());
+    }
+
+    /// The real thing: a v1 or v2 memory cgroup on this machine, a process in it, and its
+    /// removal with the process still running. Fails under HEAPWATCH_REQUIRE_ROOT when no
+    /// cgroup can be made.
+    #[test]
+    fn a_real_cgroup_holds_its_limit_and_is_removed_with_what_runs_in_it() {
+        let roots = CgroupRoots::default();
+        let name = format!("heapwatch-unit-{}", std::process::id());
+        let cg = match MemoryCgroup::create(&roots, &name, 64 << 20) {
+            Ok(cg) => cg,
+            Err(e) if std::env::var_os("HEAPWATCH_REQUIRE_ROOT").is_some() => {
+                panic!("HEAPWATCH_REQUIRE_ROOT is set but no memory cgroup could be made: {e}")
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: no writable memory cgroup: {e}");
+                return;
+            }
+        };
+        let path = cg.path.clone();
+        assert_eq!(cg.memory().limit(), Some(64 << 20));
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"echo $$ > "$1" && exec sleep 30"#)
+            .arg("sh")
+            .arg(cg.procs_file())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while cg.pids().is_empty() && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(cg.pids(), vec![child.id()]);
+        assert_eq!(cg.oom_kills(), Some(0));
+        cg.remove().unwrap();
+        assert!(!path.exists(), "{} was not removed", path.display());
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "the process in it was killed");
+    }
+}

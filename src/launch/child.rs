@@ -1,0 +1,381 @@
+//! Starting the command and restarting it as a kubelet would. The child joins its cgroup
+//! between fork and exec, so it is inside before it allocates anything; it gets its own
+//! process group (the terminal's Ctrl-C reaches heapwatch only, which stops it in order) and
+//! dies with the thread that started it should heapwatch itself be killed.
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::LaunchError;
+use crate::source::procmem::process_rss;
+
+/// The command to start, and the cgroup it joins.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub program: OsString,
+    pub args: Vec<OsString>,
+    /// `cgroup.procs` of the cgroup to join before exec.
+    pub join: Option<PathBuf>,
+}
+
+impl Launch {
+    pub fn spawn(&self) -> io::Result<Child> {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args).stdin(Stdio::null());
+        let join = self
+            .join
+            .as_deref()
+            .map(|p| CString::new(p.as_os_str().as_bytes()))
+            .transpose()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: between fork and exec only async-signal-safe calls (setpgid, prctl, open,
+        // write, close) on memory prepared before the fork.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some(path) = &join {
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // "0" is the writing process itself, in v1 and v2 alike.
+                    let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    let error = io::Error::last_os_error();
+                    libc::close(fd);
+                    if written != 1 {
+                        return Err(error);
+                    }
+                }
+                Ok(())
+            });
+        }
+        command.spawn()
+    }
+}
+
+/// How restarts are paced and bounded.
+#[derive(Debug, Clone)]
+pub struct RestartPolicy {
+    /// Restarts after the first start; `None`: until a clean exit or Ctrl-C.
+    pub restarts: Option<u32>,
+    /// The wait before the first restart, doubled for each quick death in a row.
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+    /// A process that lived this long resets the backoff, as the kubelet's does.
+    pub reset_after: Duration,
+    /// How often the child is checked (its exit, the watchdog's limit, Ctrl-C).
+    pub poll: Duration,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy {
+            restarts: None,
+            backoff: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(10),
+            reset_after: Duration::from_secs(60),
+            poll: Duration::from_millis(5),
+        }
+    }
+}
+
+impl RestartPolicy {
+    /// The wait before restart number `quick` of a run of quick deaths (1 for the first).
+    pub fn delay(&self, quick: u32) -> Duration {
+        let factor = 1u32 << quick.saturating_sub(1).min(16);
+        self.backoff.saturating_mul(factor).min(self.backoff_max)
+    }
+}
+
+/// How one process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Death {
+    pub pid: u32,
+    /// Unix ms when the end was seen (within one poll of it).
+    pub t_ms: i64,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The cgroup's OOM-kill counter rose during this process's life.
+    pub oom_killed: bool,
+    /// The watchdog killed it for passing the limit.
+    pub watchdog_killed: bool,
+    pub lived: Duration,
+}
+
+/// What the supervisor tells its owner, as it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LifeEvent {
+    Started { pid: u32, t_ms: i64 },
+    Died(Death),
+    /// Ctrl-C: told before the child is killed, so that the kill is no death of the target.
+    Interrupted { pid: Option<u32>, t_ms: i64 },
+}
+
+/// Why supervision ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    CleanExit,
+    RestartsUsed,
+    Interrupted,
+}
+
+/// What the supervisor needs to watch beyond the child itself.
+pub struct Watch<'a> {
+    /// Set by Ctrl-C.
+    pub interrupt: &'a AtomicBool,
+    /// The pid running now (0 between processes), for the memory sampler.
+    pub pid: &'a AtomicU32,
+    /// The watchdog's limit on RSS, when there is no cgroup.
+    pub watchdog: Option<u64>,
+    /// The cgroup's OOM-kill counter, when there is a cgroup.
+    pub oom_kills: &'a (dyn Fn() -> Option<u64> + Sync),
+}
+
+/// Starts the command, waits for each end, restarts it by the policy.
+pub fn supervise(
+    launch: &Launch,
+    policy: &RestartPolicy,
+    watch: &Watch<'_>,
+    on_event: &mut dyn FnMut(LifeEvent),
+) -> Result<(Ending, u32), LaunchError> {
+    let mut restarts = 0;
+    let mut quick = 0;
+    loop {
+        let kills_before = (watch.oom_kills)();
+        let mut child = launch.spawn().map_err(|source| LaunchError::Spawn {
+            program: Path::new(&launch.program).display().to_string(),
+            source,
+        })?;
+        let pid = child.id();
+        let started = Instant::now();
+        watch.pid.store(pid, Ordering::Relaxed);
+        on_event(LifeEvent::Started {
+            pid,
+            t_ms: unix_ms(),
+        });
+        let mut watchdog_killed = false;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) => {}
+                Err(source) => {
+                    stop(&mut child);
+                    return Err(LaunchError::Wait { pid, source });
+                }
+            }
+            if watch.interrupt.load(Ordering::Relaxed) {
+                on_event(LifeEvent::Interrupted {
+                    pid: Some(pid),
+                    t_ms: unix_ms(),
+                });
+                stop(&mut child);
+                watch.pid.store(0, Ordering::Relaxed);
+                return Ok((Ending::Interrupted, restarts));
+            }
+            if let Some(limit) = watch.watchdog {
+                if !watchdog_killed && process_rss(pid).is_some_and(|rss| rss > limit) {
+                    // SAFETY: kill(2) on our own unreaped child: the pid cannot be reused yet.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    watchdog_killed = true;
+                }
+            }
+            std::thread::sleep(watch_poll(policy));
+        };
+        let t_ms = unix_ms();
+        watch.pid.store(0, Ordering::Relaxed);
+        let lived = started.elapsed();
+        let kills_after = (watch.oom_kills)();
+        let death = Death {
+            pid,
+            t_ms,
+            exit_code: status.code(),
+            signal: status.signal(),
+            oom_killed: matches!((kills_before, kills_after), (Some(a), Some(b)) if b > a),
+            watchdog_killed,
+            lived,
+        };
+        on_event(LifeEvent::Died(death));
+        if status.code() == Some(0) {
+            return Ok((Ending::CleanExit, restarts));
+        }
+        if policy.restarts.is_some_and(|n| restarts >= n) {
+            return Ok((Ending::RestartsUsed, restarts));
+        }
+        quick = if lived >= policy.reset_after { 1 } else { quick + 1 };
+        let until = Instant::now() + policy.delay(quick);
+        while Instant::now() < until {
+            if watch.interrupt.load(Ordering::Relaxed) {
+                on_event(LifeEvent::Interrupted {
+                    pid: None,
+                    t_ms: unix_ms(),
+                });
+                return Ok((Ending::Interrupted, restarts));
+            }
+            std::thread::sleep(watch_poll(policy).min(until.saturating_duration_since(Instant::now())));
+        }
+        restarts += 1;
+    }
+}
+
+fn watch_poll(policy: &RestartPolicy) -> Duration {
+    policy.poll.max(Duration::from_millis(1))
+}
+
+/// Kills the child's whole process group and reaps the child.
+fn stop(child: &mut Child) {
+    // SAFETY: kill(2) on the process group our unreaped child leads.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+pub fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Launch {
+        Launch {
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            join: None,
+        }
+    }
+
+    fn fast(restarts: Option<u32>) -> RestartPolicy {
+        RestartPolicy {
+            restarts,
+            backoff: Duration::from_millis(10),
+            ..RestartPolicy::default()
+        }
+    }
+
+    fn run(
+        launch: &Launch,
+        policy: &RestartPolicy,
+        interrupt: &AtomicBool,
+        watchdog: Option<u64>,
+    ) -> (Result<(Ending, u32), LaunchError>, Vec<LifeEvent>) {
+        let pid = AtomicU32::new(0);
+        let watch = Watch {
+            interrupt,
+            pid: &pid,
+            watchdog,
+            oom_kills: &|| None,
+        };
+        let mut events = Vec::new();
+        let result = supervise(launch, policy, &watch, &mut |e| events.push(e));
+        assert_eq!(pid.load(Ordering::Relaxed), 0, "no pid left behind");
+        (result, events)
+    }
+
+    fn deaths(events: &[LifeEvent]) -> Vec<&Death> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                LifeEvent::Died(d) => Some(d),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_failing_command_is_restarted_until_the_restarts_are_used() {
+        let (result, events) = run(&sh("exit 3"), &fast(Some(2)), &AtomicBool::new(false), None);
+        assert_eq!(result.unwrap(), (Ending::RestartsUsed, 2));
+        let d = deaths(&events);
+        assert_eq!(d.len(), 3);
+        assert!(d.iter().all(|d| d.exit_code == Some(3) && d.signal.is_none()));
+        let pids: std::collections::BTreeSet<u32> = d.iter().map(|d| d.pid).collect();
+        assert_eq!(pids.len(), 3, "a new process each time");
+    }
+
+    #[test]
+    fn a_clean_exit_ends_it_and_a_signal_is_recorded_as_such() {
+        let (result, events) = run(&sh("exit 0"), &fast(Some(5)), &AtomicBool::new(false), None);
+        assert_eq!(result.unwrap(), (Ending::CleanExit, 0));
+        assert_eq!(deaths(&events).len(), 1);
+        let (result, events) = run(&sh("kill -SEGV $$"), &fast(Some(0)), &AtomicBool::new(false), None);
+        assert_eq!(result.unwrap(), (Ending::RestartsUsed, 0));
+        let d = deaths(&events)[0];
+        assert_eq!((d.exit_code, d.signal), (None, Some(libc::SIGSEGV)));
+        assert!(!d.oom_killed && !d.watchdog_killed);
+    }
+
+    #[test]
+    fn the_watchdog_kills_a_process_past_the_limit() {
+        // A shell is a few MiB of RSS: a 1 KiB limit is passed at once.
+        let (result, events) = run(&sh("sleep 30"), &fast(Some(0)), &AtomicBool::new(false), Some(1024));
+        assert_eq!(result.unwrap(), (Ending::RestartsUsed, 0));
+        let d = deaths(&events)[0];
+        assert_eq!(d.signal, Some(libc::SIGKILL));
+        assert!(d.watchdog_killed);
+        assert!(d.lived < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn ctrl_c_is_told_before_the_kill_and_is_no_death() {
+        let interrupt = AtomicBool::new(false);
+        let (result, events) = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                interrupt.store(true, Ordering::Relaxed);
+            });
+            run(&sh("sleep 30"), &fast(None), &interrupt, None)
+        });
+        assert_eq!(result.unwrap(), (Ending::Interrupted, 0));
+        assert!(matches!(events[0], LifeEvent::Started { .. }));
+        assert!(matches!(events[1], LifeEvent::Interrupted { pid: Some(_), .. }));
+        assert_eq!(events.len(), 2, "{events:?}");
+    }
+
+    #[test]
+    fn a_command_that_cannot_start_names_itself() {
+        let launch = Launch {
+            program: "/no/such/heapwatch-cmd".into(),
+            args: vec![],
+            join: None,
+        };
+        let (result, events) = run(&launch, &fast(None), &AtomicBool::new(false), None);
+        let e = result.unwrap_err().to_string();
+        assert!(e.contains("/no/such/heapwatch-cmd"), "{e}");
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn joining_a_cgroup_that_cannot_be_joined_fails_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let launch = Launch {
+            join: Some(dir.path().join("missing/cgroup.procs")),
+            ..sh("exit 0")
+        };
+        let e = launch.spawn().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let p = RestartPolicy {
+            backoff: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(1),
+            ..RestartPolicy::default()
+        };
+        let delays: Vec<u64> = (1..=5).map(|n| p.delay(n).as_millis() as u64).collect();
+        assert_eq!(delays, vec![250, 500, 1000, 1000, 1000]);
+    }
+}

@@ -1,0 +1,246 @@
+//! One `heapwatch run`: the supervisor on its own thread starts and restarts the command, the
+//! collector records it into the run, a sampler writes the cgroup's memory into memory.jsonl,
+//! and each `--also` target gets a sub-run of its own (`RUN/also-N/`: one run, one manifest,
+//! one collector). Every run hears of each death (`exit`) and of Ctrl-C (`stop`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Sender, channel};
+use std::time::Duration;
+
+use super::LaunchError;
+use super::child::{self, Death, Ending, Launch, LifeEvent, RestartPolicy, Watch};
+use super::cgroup::Confinement;
+use crate::collect::sampler::{Sampler, SamplerTally};
+use crate::collect::{
+    CollectConfig, CollectError, CollectSummary, Collector, NoObserver, Observer, OutsideMemory,
+    SystemClock,
+};
+use crate::source::Source;
+use crate::source::procmem::MemoryProbe;
+use crate::store::{CaptureRecord, RecordKind, RunInfo, RunWriter};
+
+/// A run directory and the source recorded into it.
+pub struct SubRun {
+    pub out: PathBuf,
+    pub source: Box<dyn Source>,
+    pub info: RunInfo,
+}
+
+pub struct Recording<'a> {
+    pub launch: Launch,
+    pub policy: RestartPolicy,
+    pub confinement: &'a Confinement,
+    pub collect: CollectConfig,
+    pub memory_interval: Duration,
+    /// The proc source, following the command's cgroup (or its pid under the watchdog).
+    pub main: SubRun,
+    pub also: Vec<SubRun>,
+    /// Set by Ctrl-C.
+    pub interrupt: &'a AtomicBool,
+    /// The pid the supervisor runs now (0 between processes), shared with whoever follows it.
+    pub pid: Arc<AtomicU32>,
+    /// Told about every starting and ending process, e.g. to print it.
+    pub notify: &'a (dyn Fn(&LifeEvent) + Sync),
+}
+
+#[derive(Debug)]
+pub struct RecordingOutcome {
+    pub ending: Ending,
+    pub restarts: u32,
+    pub deaths: Vec<Death>,
+    pub main: CollectSummary,
+    pub also: Vec<Result<CollectSummary, CollectError>>,
+    pub memory: SamplerTally,
+}
+
+/// Runs the command and records it until it ends for good or Ctrl-C.
+pub fn record(
+    recording: Recording<'_>,
+    observer: &mut dyn Observer,
+) -> Result<RecordingOutcome, LaunchError> {
+    let Recording {
+        launch,
+        policy,
+        confinement,
+        collect,
+        memory_interval,
+        main,
+        also,
+        interrupt,
+        pid,
+        notify,
+    } = recording;
+    let launch = Launch {
+        join: confinement.cgroup().map(|cg| cg.procs_file()),
+        ..launch
+    };
+    let (main_writer, main_existing) = RunWriter::open(&main.out)?;
+    main_writer.write_info(&main.info)?;
+    let outside = Arc::new(OutsideMemory::default());
+    let probe = match confinement.cgroup() {
+        Some(cg) => MemoryProbe::Cgroup(cg.memory()),
+        None => MemoryProbe::Follow(pid.clone()),
+    };
+    let sampler = Sampler::start(
+        probe,
+        memory_interval,
+        main_writer.memory_log()?,
+        outside.clone(),
+    );
+    let mut senders: Vec<Sender<CaptureRecord>> = Vec::new();
+    let (main_tx, main_rx) = channel();
+    senders.push(main_tx);
+    let mut also_runs = Vec::new();
+    for sub in also {
+        let (writer, existing) = RunWriter::open(&sub.out)?;
+        writer.write_info(&sub.info)?;
+        let (tx, rx) = channel();
+        senders.push(tx);
+        also_runs.push((sub.source, writer, existing, rx));
+    }
+
+    let clock = SystemClock::new();
+    let collect_stop = AtomicBool::new(false);
+    let oom_kills = || confinement.cgroup().and_then(|cg| cg.oom_kills());
+    let watchdog = match confinement {
+        Confinement::Watchdog { limit, .. } => Some(*limit),
+        _ => None,
+    };
+    let mut main_source = main.source;
+    let (supervised, main_result, also_results) = std::thread::scope(|s| {
+        let supervisor = s.spawn(|| {
+            let watch = Watch {
+                interrupt,
+                pid: &pid,
+                watchdog,
+                oom_kills: &oom_kills,
+            };
+            let mut deaths = Vec::new();
+            let result = child::supervise(&launch, &policy, &watch, &mut |event| {
+                notify(&event);
+                if let Some(record) = event_record(&event) {
+                    for tx in &senders {
+                        // A collector that already stopped (its disk full) needs no events.
+                        let _ = tx.send(record.clone());
+                    }
+                }
+                if let LifeEvent::Died(d) = event {
+                    deaths.push(d);
+                }
+            });
+            // Its last events are queued: the collectors write them as they stop.
+            collect_stop.store(true, Ordering::Relaxed);
+            (result, deaths)
+        });
+        let also_handles: Vec<_> = also_runs
+            .into_iter()
+            .map(|(mut source, writer, existing, rx)| {
+                let (config, clock, stop, outside) =
+                    (collect.clone(), &clock, &collect_stop, outside.clone());
+                s.spawn(move || {
+                    Collector::new(config, source.as_mut(), clock, writer, &existing, stop)
+                        .with_outside_memory(outside)
+                        .with_events(rx)
+                        .run(&mut NoObserver)
+                })
+            })
+            .collect();
+        let main_result = Collector::new(
+            collect.clone(),
+            main_source.as_mut(),
+            &clock,
+            main_writer,
+            &main_existing,
+            &collect_stop,
+        )
+        .with_outside_memory(outside.clone())
+        .with_events(main_rx)
+        .run(observer);
+        if main_result.is_err() {
+            // The run cannot be written: end the command rather than run it unrecorded.
+            interrupt.store(true, Ordering::Relaxed);
+        }
+        let supervised = supervisor
+            .join()
+            .expect("the supervisor thread does not panic");
+        // Stops the --also collectors too when the main one ended first.
+        collect_stop.store(true, Ordering::Relaxed);
+        let also_results: Vec<_> = also_handles
+            .into_iter()
+            .map(|h| h.join().expect("a collector thread does not panic"))
+            .collect();
+        (supervised, main_result, also_results)
+    });
+    let memory = sampler.finish();
+    let (result, deaths) = supervised;
+    let (ending, restarts) = result?;
+    let main = main_result.map_err(|e| match e {
+        CollectError::Store(s) => LaunchError::Store(s),
+    })?;
+    Ok(RecordingOutcome {
+        ending,
+        restarts,
+        deaths,
+        main,
+        also: also_results,
+        memory,
+    })
+}
+
+/// The manifest record of a process's end (`exit`) or of Ctrl-C (`stop`).
+pub fn event_record(event: &LifeEvent) -> Option<CaptureRecord> {
+    match event {
+        LifeEvent::Started { .. } => None,
+        LifeEvent::Died(d) => {
+            let mut r = CaptureRecord::new(0, RecordKind::Exit, 0, d.t_ms);
+            r.pid = Some(d.pid);
+            r.exit_code = d.exit_code;
+            r.signal = d.signal;
+            r.totals = BTreeMap::from([
+                ("oom_kill".to_string(), d.oom_killed as i64),
+                ("watchdog_kill".to_string(), d.watchdog_killed as i64),
+                ("lived_ms".to_string(), d.lived.as_millis() as i64),
+            ]);
+            Some(r)
+        }
+        LifeEvent::Interrupted { pid, t_ms } => {
+            let mut r = CaptureRecord::new(0, RecordKind::Stop, 0, *t_ms);
+            r.pid = *pid;
+            Some(r)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oom_kill_is_an_exit_record_with_signal_9_and_the_counter() {
+        let death = Death {
+            pid: 42,
+            t_ms: 1_000,
+            exit_code: None,
+            signal: Some(9),
+            oom_killed: true,
+            watchdog_killed: false,
+            lived: Duration::from_millis(4_500),
+        };
+        let r = event_record(&LifeEvent::Died(death)).unwrap();
+        assert_eq!(r.kind, RecordKind::Exit);
+        assert_eq!((r.pid, r.signal, r.exit_code, r.t_ms), (Some(42), Some(9), None, 1_000));
+        assert_eq!(r.totals["oom_kill"], 1);
+        assert_eq!(r.totals["lived_ms"], 4_500);
+        assert!(r.is_ok());
+        let stop = event_record(&LifeEvent::Interrupted {
+            pid: Some(7),
+            t_ms: 5,
+        })
+        .unwrap();
+        assert_eq!((stop.kind, stop.pid), (RecordKind::Stop, Some(7)));
+        assert!(event_record(&LifeEvent::Started { pid: 1, t_ms: 0 }).is_none());
+    }
+}
