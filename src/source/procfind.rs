@@ -7,6 +7,8 @@ use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Where a cgroup path given without its mount point is looked for, in this order.
 const CGROUP_MOUNTS: &[&str] = &[
@@ -26,7 +28,22 @@ pub enum ProcSelector {
     Exe(String),
     /// The oldest live Go process in this cgroup or below it.
     Cgroup(PathBuf),
+    /// The process `heapwatch run` started last, when it is a Go program (no cgroup to
+    /// follow under the watchdog).
+    Launched(SharedPid),
 }
+
+/// A pid another thread updates (0 while there is none).
+#[derive(Debug, Clone, Default)]
+pub struct SharedPid(pub Arc<AtomicU32>);
+
+impl PartialEq for SharedPid {
+    fn eq(&self, other: &SharedPid) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedPid {}
 
 impl ProcSelector {
     /// `proc:exe:NAME` or `proc:cgroup:PATH`; `None` for any other target (`proc:PID` included).
@@ -56,6 +73,7 @@ impl ProcSelector {
         match self {
             ProcSelector::Exe(name) => format!("process whose executable is named {name:?}"),
             ProcSelector::Cgroup(path) => format!("Go process in cgroup {}", path.display()),
+            ProcSelector::Launched(_) => "Go process started by heapwatch run".to_string(),
         }
     }
 }
@@ -117,7 +135,7 @@ impl ProcFinder {
     pub fn cgroup_dir(&self) -> Option<PathBuf> {
         match &self.selector {
             ProcSelector::Cgroup(path) => resolve_cgroup(path),
-            ProcSelector::Exe(_) => None,
+            ProcSelector::Exe(_) | ProcSelector::Launched(_) => None,
         }
     }
 
@@ -126,6 +144,10 @@ impl ProcFinder {
         match self.selector.clone() {
             ProcSelector::Exe(name) => self.find_exe(&name),
             ProcSelector::Cgroup(path) => self.find_in_cgroup(&path),
+            ProcSelector::Launched(cell) => match cell.0.load(Ordering::Relaxed) {
+                0 => None,
+                pid => ProcessId::of(pid).filter(|p| self.is_go(p.pid)),
+            },
         }
     }
 

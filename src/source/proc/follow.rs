@@ -83,10 +83,11 @@ impl FollowSource {
                 }
                 std::thread::sleep(POLL);
             };
+            // The attacher's error names the target and the pid.
             let source = (self.attach)(process.pid).map_err(|e| {
                 // A process that ended while being attached is gone, not broken.
                 let kind = if process.alive() { e.kind } else { FailureKind::Refused };
-                FetchError::new(kind, format!("{}: pid {}: {}", self.target, process.pid, e))
+                FetchError::new(kind, e.message)
             })?;
             self.pid.store(process.pid, Ordering::Relaxed);
             self.current = Some(Attached { process, source });
@@ -254,7 +255,12 @@ mod tests {
         let mut source = FollowSource::new(
             "proc:exe:x",
             ProcSelector::Exe(name),
-            Box::new(|_| Err(FetchError::new(FailureKind::Other, "not a Go program"))),
+            Box::new(|pid| {
+                Err(FetchError::new(
+                    FailureKind::Other,
+                    format!("process {pid}: not a Go program"),
+                ))
+            }),
             Duration::from_millis(50),
         );
         let e = source.fetch(Want::Heap, Duration::from_secs(1)).unwrap_err();
