@@ -5,6 +5,7 @@ pub mod agent;
 pub mod envoy;
 pub mod http;
 pub mod memstats;
+pub mod proc;
 pub mod procmem;
 
 use std::fmt;
