@@ -19,6 +19,7 @@ use heapwatch::source::Source;
 use heapwatch::source::agent::{AgentOptions, AgentSource};
 use heapwatch::source::envoy::EnvoySource;
 use heapwatch::source::http::{HttpOptions, HttpSource};
+use heapwatch::source::proc::ProcSource;
 use heapwatch::source::procmem::{CgroupMemory, MemoryProbe};
 use heapwatch::store::{CaptureRecord, RunInfo, RunWriter};
 use heapwatch::units::{self, format_bytes};
@@ -29,7 +30,8 @@ use super::{CliError, DecodeFlags};
 pub struct CollectArgs {
     /// http://HOST:PORT (Go net/http/pprof) or a URL naming a profile path; or the OpenZiti
     /// agent: agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID]; or
-    /// an Envoy admin port: envoy:http://HOST:PORT (/memory, /stats, /heap_dump).
+    /// an Envoy admin port: envoy:http://HOST:PORT (/memory, /stats, /heap_dump); or a local
+    /// Go process read from outside through its memory: proc:PID (needs ptrace rights).
     target: String,
     /// The run directory (created, or resumed when it exists).
     #[arg(long, short = 'o')]
@@ -306,10 +308,18 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             probe = Some(MemoryProbe::Follow(agent.pid_cell()));
         }
         Box::new(agent)
+    } else if let Some(pid) = heapwatch::source::proc::parse_target(&args.target) {
+        let pid = pid.map_err(usage)?;
+        let proc = ProcSource::attach(pid, args.target.clone())
+            .map_err(|e| CliError::Unreachable(e.to_string()))?;
+        if probe.is_none() {
+            probe = Some(MemoryProbe::Pid(pid));
+        }
+        Box::new(proc)
     } else {
         return Err(usage(format!(
             "{}: unknown target (expected http://HOST:PORT, https://…, envoy:http://HOST:PORT, \
-             or agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID])",
+             agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID], or proc:PID)",
             args.target
         )));
     };

@@ -5,8 +5,7 @@ pub mod agent;
 pub mod envoy;
 pub mod http;
 pub mod memstats;
-#[path = "proc/follow.rs"]
-pub mod follow;
+pub mod proc;
 pub mod procfind;
 pub mod procmem;
 

@@ -14,6 +14,7 @@ mod envoy;
 mod flame;
 mod growth;
 mod oracle;
+mod proc;
 mod push;
 mod replay;
 mod report;

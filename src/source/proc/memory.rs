@@ -1,0 +1,255 @@
+//! Reading another process's memory without touching it: `process_vm_readv` copies bytes out,
+//! and `/proc/PID/maps` says which addresses may be asked for at all. The walker only sees the
+//! `TargetMemory` trait, so it runs the same over a fabricated byte image (tests, fuzzing).
+
+use std::fs;
+use std::io;
+
+/// A read that could not be done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadFault {
+    /// The range lies (partly) outside every readable mapping: a pointer not to follow.
+    Unmapped {
+        addr: u64,
+        len: usize,
+    },
+    /// The kernel refused the read (EPERM: no ptrace rights).
+    Denied,
+    /// The process is gone (ESRCH).
+    Gone,
+    /// The read returned fewer bytes than asked (a mapping vanished under the reader).
+    Short {
+        addr: u64,
+        len: usize,
+    },
+    Other(String),
+}
+
+/// The memory of one target process, read-only.
+pub trait TargetMemory {
+    /// Fills `buf` from `addr`, or fails; never a partial fill reported as success.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault>;
+
+    fn read_u64(&self, addr: u64) -> Result<u64, ReadFault> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// One readable range `[start, end)` of the target's address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// The readable ranges of an address space, sorted, for "is this pointer worth following".
+#[derive(Debug, Clone, Default)]
+pub struct Regions(Vec<Region>);
+
+impl Regions {
+    pub fn new(mut regions: Vec<Region>) -> Regions {
+        regions.retain(|r| r.start < r.end);
+        regions.sort_by_key(|r| r.start);
+        Regions(regions)
+    }
+
+    /// True when `[addr, addr+len)` lies inside one region.
+    pub fn contains(&self, addr: u64, len: usize) -> bool {
+        let Some(end) = addr.checked_add(len as u64) else {
+            return false;
+        };
+        let i = self.0.partition_point(|r| r.start <= addr);
+        i > 0 && end <= self.0[i - 1].end
+    }
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapLine {
+    pub start: u64,
+    pub end: u64,
+    pub readable: bool,
+    pub executable: bool,
+    pub offset: u64,
+    pub inode: u64,
+    pub path: String,
+}
+
+/// Parses `/proc/PID/maps` text; lines that do not parse are skipped.
+pub fn parse_maps(text: &str) -> Vec<MapLine> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_ascii_whitespace();
+            let (lo, hi) = fields.next()?.split_once('-')?;
+            let perms = fields.next()?.as_bytes();
+            let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let _dev = fields.next()?;
+            let inode = fields.next()?.parse().ok()?;
+            let path = fields.collect::<Vec<_>>().join(" ");
+            Some(MapLine {
+                start: u64::from_str_radix(lo, 16).ok()?,
+                end: u64::from_str_radix(hi, 16).ok()?,
+                readable: perms.first() == Some(&b'r'),
+                executable: perms.get(2) == Some(&b'x'),
+                offset,
+                inode,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// A live process, read through `process_vm_readv`, bounded by its maps at the time of
+/// `refresh`.
+pub struct ProcessMemory {
+    pid: libc::pid_t,
+    regions: Regions,
+}
+
+impl ProcessMemory {
+    pub fn new(pid: u32) -> ProcessMemory {
+        ProcessMemory {
+            pid: pid as libc::pid_t,
+            regions: Regions::default(),
+        }
+    }
+
+    /// Re-reads `/proc/PID/maps` (the heap grows between captures). Returns the lines.
+    pub fn refresh(&mut self) -> io::Result<Vec<MapLine>> {
+        let text = fs::read_to_string(format!("/proc/{}/maps", self.pid))?;
+        let lines = parse_maps(&text);
+        self.regions = Regions::new(
+            lines
+                .iter()
+                .filter(|l| l.readable)
+                .map(|l| Region {
+                    start: l.start,
+                    end: l.end,
+                })
+                .collect(),
+        );
+        Ok(lines)
+    }
+}
+
+impl TargetMemory for ProcessMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if !self.regions.contains(addr, buf.len()) {
+            return Err(ReadFault::Unmapped {
+                addr,
+                len: buf.len(),
+            });
+        }
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as usize as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` describes `buf`, which we own mutably for the whole call; the remote
+        // side is only read by the kernel, which checks it against the target's mappings.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            return Err(match err.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => ReadFault::Denied,
+                Some(libc::ESRCH) => ReadFault::Gone,
+                Some(libc::EFAULT) => ReadFault::Unmapped {
+                    addr,
+                    len: buf.len(),
+                },
+                _ => ReadFault::Other(err.to_string()),
+            });
+        }
+        if n as usize != buf.len() {
+            return Err(ReadFault::Short {
+                addr,
+                len: buf.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A fabricated address space: byte images at chosen addresses (tests and the fuzzer).
+#[derive(Debug, Clone, Default)]
+pub struct ImageMemory {
+    pub segments: Vec<(u64, Vec<u8>)>,
+}
+
+impl TargetMemory for ImageMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
+        let fault = ReadFault::Unmapped {
+            addr,
+            len: buf.len(),
+        };
+        for (base, bytes) in &self.segments {
+            let Some(start) = addr.checked_sub(*base) else {
+                continue;
+            };
+            let Ok(start) = usize::try_from(start) else {
+                continue;
+            };
+            if let Some(src) = start
+                .checked_add(buf.len())
+                .and_then(|end| bytes.get(start..end))
+            {
+                buf.copy_from_slice(src);
+                return Ok(());
+            }
+        }
+        Err(fault)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_parse_and_bound_reads() {
+        let text = "00400000-0040b000 r-xp 00000000 fc:01 787766   /bin/cat\n\
+                    0060b000-0060c000 rw-p 0000b000 fc:01 787766 /bin/cat\n\
+                    7ffc342a2000-7ffc342c3000 rw-p 00000000 00:00 0   [stack]\n\
+                    garbage line\n";
+        let lines = parse_maps(text);
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0].path, "/bin/cat");
+        assert!(lines[0].executable && !lines[1].executable);
+        assert_eq!(lines[1].offset, 0xb000);
+        let regions = Regions::new(
+            lines
+                .iter()
+                .map(|l| Region {
+                    start: l.start,
+                    end: l.end,
+                })
+                .collect(),
+        );
+        assert!(regions.contains(0x400000, 8));
+        assert!(regions.contains(0x40aff8, 8));
+        assert!(!regions.contains(0x40aff9, 8), "crosses the end");
+        assert!(!regions.contains(0x500000, 1));
+        assert!(!regions.contains(u64::MAX, 2), "overflow is outside");
+    }
+
+    #[test]
+    fn own_memory_reads_back() {
+        let value: u64 = 0x1122_3344_5566_7788;
+        let mut mem = ProcessMemory::new(std::process::id());
+        mem.refresh().unwrap();
+        let addr = &value as *const u64 as u64;
+        assert_eq!(mem.read_u64(addr), Ok(value));
+        assert!(matches!(
+            mem.read(8, &mut [0u8; 8]),
+            Err(ReadFault::Unmapped { .. })
+        ));
+    }
+}

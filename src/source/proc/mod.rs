@@ -1,0 +1,369 @@
+//! `proc:PID`: the heap profile read straight out of a Go process's memory. No endpoint, no
+//! agent, nothing asked of the target: the runtime's profile buckets are copied with
+//! `process_vm_readv`, symbolised from the binary's own `.gopclntab`, and written as the
+//! gzipped pprof profile `runtime/pprof` would have served at that instant.
+
+pub mod binary;
+pub mod encode;
+pub mod follow;
+pub mod memory;
+pub mod pclntab;
+pub mod walk;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use thiserror::Error;
+
+use self::binary::{BinaryError, GoBinary};
+use self::encode::{ExeMapping, Symbols};
+use self::memory::{ProcessMemory, ReadFault, TargetMemory as _};
+use self::walk::{Anchors, Layout, Limits, WalkError};
+use super::{FailureKind, FetchError, Reply, Source, Want};
+use crate::model::build::BuildInfo;
+
+/// What a user without ptrace rights over the target needs; said on every EPERM.
+pub const PTRACE_HELP: &str = "reading another process's memory needs ptrace rights over it: \
+     run heapwatch as root, or give it CAP_SYS_PTRACE, or run it as the target's uid with \
+     kernel.yama.ptrace_scope at 0 (1 allows only a parent); in Kubernetes, use a debug \
+     container that shares the pod's process namespace (shareProcessNamespace: true, or \
+     kubectl debug --target) with securityContext.capabilities.add: [SYS_PTRACE]";
+
+#[derive(Debug, Error)]
+pub enum ProcError {
+    #[error("{target}: no process {pid} (it has exited, or the pid is wrong)")]
+    NoProcess { pid: u32, target: String },
+    #[error("{target}: permission denied reading process {pid}: {help}", help = PTRACE_HELP)]
+    Permission { pid: u32, target: String },
+    #[error("{target}: process {pid}: {source}")]
+    Binary {
+        pid: u32,
+        target: String,
+        source: BinaryError,
+    },
+    #[error(
+        "{target}: process {pid} was built with {version}; heapwatch reads the heap profile out \
+         of memory only for {supported} (layouts verified by its tests); use the HTTP or agent \
+         source for this one",
+        supported = walk::SUPPORTED
+    )]
+    UnsupportedVersion {
+        pid: u32,
+        target: String,
+        version: String,
+    },
+    #[error(
+        "{target}: process {pid} has heap profiling disabled by the linker \
+         (runtime.disableMemoryProfiling: nothing in the program calls runtime.MemProfile or \
+         imports runtime/pprof), so it keeps no heap profile to read"
+    )]
+    ProfilingDisabled { pid: u32, target: String },
+    #[error("{target}: process {pid}: {detail}")]
+    Unreadable {
+        pid: u32,
+        target: String,
+        detail: String,
+    },
+}
+
+/// A Go process whose heap profile heapwatch reads out of its memory.
+pub struct ProcSource {
+    pid: u32,
+    target: String,
+    binary: Arc<GoBinary>,
+    layout: Layout,
+    anchors: Anchors,
+    rate_addr: u64,
+    bias: u64,
+    mappings: Vec<ExeMapping>,
+    memory: ProcessMemory,
+    /// `/proc/PID/stat` start time: a reused pid is another process, not this one.
+    started: Option<u64>,
+    limits: Limits,
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+impl ProcSource {
+    /// Checks the process now: that it is a supported Go program keeping a heap profile, and
+    /// that heapwatch may read its memory.
+    pub fn attach(pid: u32, target: impl Into<String>) -> Result<ProcSource, ProcError> {
+        let target = target.into();
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        if pid == 0 || !proc_dir.is_dir() {
+            return Err(ProcError::NoProcess { pid, target });
+        }
+        let started = start_time(pid);
+        let exe = proc_dir.join("exe");
+        let exe_meta = match fs::metadata(&exe) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(ProcError::Permission { pid, target });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let gone = !proc_dir.is_dir();
+                return Err(if gone {
+                    ProcError::NoProcess { pid, target }
+                } else {
+                    ProcError::Unreadable {
+                        pid,
+                        target,
+                        detail: "it has no executable (a kernel thread or a zombie)".into(),
+                    }
+                });
+            }
+            Err(e) => {
+                return Err(ProcError::Unreadable {
+                    pid,
+                    target,
+                    detail: format!("{}: {e}", exe.display()),
+                });
+            }
+        };
+        let binary = binary::load(&exe).map_err(|source| match source {
+            BinaryError::Read(ref e) if e.contains("denied") => ProcError::Permission {
+                pid,
+                target: target.clone(),
+            },
+            source => ProcError::Binary {
+                pid,
+                target: target.clone(),
+                source,
+            },
+        })?;
+        let version = binary.build.go_version.clone();
+        let layout = binary
+            .build
+            .release()
+            .and_then(walk::layout_for)
+            .ok_or_else(|| ProcError::UnsupportedVersion {
+                pid,
+                target: target.clone(),
+                version,
+            })?;
+
+        let mut memory = ProcessMemory::new(pid);
+        let lines = memory.refresh().map_err(|e| match e.kind() {
+            std::io::ErrorKind::PermissionDenied => ProcError::Permission {
+                pid,
+                target: target.clone(),
+            },
+            _ => ProcError::NoProcess {
+                pid,
+                target: target.clone(),
+            },
+        })?;
+        let exe_path = fs::read_link(&exe)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let exe_lines: Vec<_> = lines
+            .iter()
+            .filter(|l| l.inode == exe_meta.ino() && l.inode != 0)
+            .cloned()
+            .collect();
+        let bias = binary
+            .load_bias(&exe_lines)
+            .ok_or_else(|| ProcError::Unreadable {
+                pid,
+                target: target.clone(),
+                detail: "its executable is not in /proc/PID/maps, so its load address is unknown"
+                    .into(),
+            })?;
+        let mappings = exe_lines
+            .iter()
+            .filter(|l| l.executable)
+            .map(|l| ExeMapping {
+                start: l.start,
+                end: l.end,
+                offset: l.offset,
+                file: exe_path.clone(),
+                build_id: binary.gnu_build_id.clone(),
+            })
+            .collect();
+        let vars = binary.vars;
+        let anchors = Anchors {
+            mbuckets: vars.mbuckets.wrapping_add(bias),
+            mprof_cycle: vars.mprof_cycle.wrapping_add(bias),
+            prof_mem_active_lock: vars.prof_mem_active_lock.map(|a| a.wrapping_add(bias)),
+        };
+        let source = ProcSource {
+            pid,
+            target,
+            rate_addr: vars.mem_profile_rate.wrapping_add(bias),
+            binary,
+            layout,
+            anchors,
+            bias,
+            mappings,
+            memory,
+            started,
+            limits: Limits::default(),
+        };
+        let mut flag = [0u8; 1];
+        let disable_at = vars.disable_memory_profiling.wrapping_add(bias);
+        source
+            .memory
+            .read(disable_at, &mut flag)
+            .map_err(|fault| source.attach_error(fault))?;
+        if flag[0] != 0 {
+            return Err(ProcError::ProfilingDisabled {
+                pid,
+                target: source.target,
+            });
+        }
+        Ok(source)
+    }
+
+    fn attach_error(&self, fault: ReadFault) -> ProcError {
+        let (pid, target) = (self.pid, self.target.clone());
+        match fault {
+            ReadFault::Denied => ProcError::Permission { pid, target },
+            ReadFault::Gone => ProcError::NoProcess { pid, target },
+            other => ProcError::Unreadable {
+                pid,
+                target,
+                detail: format!("reading runtime.disableMemoryProfiling: {other:?}"),
+            },
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The Go release the target was built with (`go1.26.8`).
+    pub fn go_version(&self) -> &str {
+        &self.binary.build.go_version
+    }
+
+    /// Bounds the walk (tests and the fuzzer use small ones).
+    pub fn with_limits(mut self, limits: Limits) -> ProcSource {
+        self.limits = limits;
+        self
+    }
+
+    fn fail(&self, kind: FailureKind, what: impl std::fmt::Display) -> FetchError {
+        FetchError::new(
+            kind,
+            format!("{}: process {}: {what}", self.target, self.pid),
+        )
+    }
+
+    fn gone(&self) -> FetchError {
+        self.fail(FailureKind::Refused, "the process has exited")
+    }
+
+    fn fault(&self, what: &str, fault: ReadFault) -> FetchError {
+        match fault {
+            ReadFault::Gone => self.gone(),
+            ReadFault::Denied => self.fail(FailureKind::Other, PTRACE_HELP),
+            other => self.fail(FailureKind::Other, format!("reading {what}: {other:?}")),
+        }
+    }
+
+    /// One heap capture: the gzipped pprof bytes.
+    pub fn capture_heap(&mut self) -> Result<Vec<u8>, FetchError> {
+        if start_time(self.pid) != self.started || self.started.is_none() {
+            return Err(self.gone());
+        }
+        if self.memory.refresh().is_err() {
+            return Err(self.gone());
+        }
+        let rate = self
+            .memory
+            .read_u64(self.rate_addr)
+            .map_err(|f| self.fault("runtime.MemProfileRate", f))? as i64;
+        let snapshot = walk::walk(&self.memory, &self.anchors, &self.layout, &self.limits)
+            .map_err(|e| match e {
+                WalkError::Read {
+                    fault: ReadFault::Gone,
+                    ..
+                } => self.gone(),
+                WalkError::Read {
+                    fault: ReadFault::Denied,
+                    ..
+                } => self.fail(FailureKind::Other, PTRACE_HELP),
+                // A mapping that vanished mid-read is the process going away, when it has.
+                other if start_time(self.pid) != self.started => {
+                    let _ = other;
+                    self.gone()
+                }
+                WalkError::Busy { .. } => self.fail(FailureKind::Timeout, &e),
+                other => self.fail(FailureKind::Other, other),
+            })?;
+        let records = walk::mem_profile(&snapshot);
+        let syms = Symbols {
+            table: &self.binary.pclntab,
+            bias: self.bias,
+            hide_internal_runtime: self.layout.spinbit_mutex,
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        Ok(encode::heap_profile_gz(
+            &records,
+            rate,
+            &syms,
+            &self.mappings,
+            now,
+        ))
+    }
+}
+
+impl Source for ProcSource {
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn kind(&self) -> &'static str {
+        "proc"
+    }
+
+    fn supports(&self, want: Want) -> bool {
+        want == Want::Heap
+    }
+
+    fn fetch(&mut self, want: Want, _timeout: Duration) -> Result<Reply, FetchError> {
+        if want != Want::Heap {
+            return Err(self.fail(
+                FailureKind::Other,
+                format!(
+                    "the proc source reads only heap profiles, not {}",
+                    want.as_str()
+                ),
+            ));
+        }
+        Ok(Reply {
+            bytes: self.capture_heap()?,
+            pid: Some(self.pid),
+        })
+    }
+
+    fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
+        let b = &self.binary.build;
+        Some(BuildInfo {
+            version: b
+                .main_version
+                .clone()
+                .filter(|v| !v.is_empty() && v != "(devel)"),
+            go_version: Some(b.go_version.clone()),
+            vcs_revision: b.vcs_revision.clone(),
+            app_id: None,
+        })
+    }
+}
+
+/// `proc:PID` → the pid. Other `proc:` forms are not parsed here.
+pub fn parse_target(target: &str) -> Option<Result<u32, String>> {
+    let rest = target.strip_prefix("proc:")?;
+    Some(rest.parse::<u32>().map_err(|_| {
+        format!("{target}: expected proc:PID with a numeric process id, e.g. proc:1234")
+    }))
+}

@@ -1,0 +1,488 @@
+//! The bucket walker: follows `runtime.mbuckets` through each bucket's `allnext` and copies out
+//! its stack and `memRecord`, then applies `runtime.MemProfile`'s flush rule. Every read is
+//! bounded and checked; a list that changes under the reader gives a failed attempt, never a
+//! partial one.
+
+use std::fmt;
+
+use super::memory::{ReadFault, TargetMemory};
+
+/// The runtime's data layout for one range of Go releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// `bucket`: next, allnext, typ, hash, size, nstk (six words).
+    pub header: usize,
+    /// `memRecord`: active plus future[3], four words each.
+    pub record: usize,
+    /// `maxProfStackDepth`: no bucket holds more PCs.
+    pub max_stack: usize,
+    /// `memProfile` in `bucketType`.
+    pub mem_bucket: u64,
+    /// Go 1.24+ on amd64 uses the spinbit mutex (bit 0 = locked); before, the futex mutex
+    /// (any nonzero key = locked).
+    pub spinbit_mutex: bool,
+}
+
+/// The layouts a test has verified against the runtime's own profile. `None`: refused.
+pub fn layout_for(release: (u32, u32)) -> Option<Layout> {
+    match release {
+        (1, minor @ 23..=26) => Some(Layout {
+            header: 48,
+            record: 128,
+            max_stack: 1024,
+            mem_bucket: 1,
+            spinbit_mutex: minor >= 24,
+        }),
+        _ => None,
+    }
+}
+
+/// The Go releases `layout_for` accepts, for messages.
+pub const SUPPORTED: &str = "go1.23 to go1.26";
+
+/// Runtime addresses (load bias applied) of the variables the walker reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Anchors {
+    pub mbuckets: u64,
+    pub mprof_cycle: u64,
+    pub prof_mem_active_lock: Option<u64>,
+}
+
+/// One `memRecordCycle`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cycle {
+    pub allocs: u64,
+    pub frees: u64,
+    pub alloc_bytes: u64,
+    pub free_bytes: u64,
+}
+
+impl Cycle {
+    fn add(&mut self, o: &Cycle) {
+        self.allocs = self.allocs.wrapping_add(o.allocs);
+        self.frees = self.frees.wrapping_add(o.frees);
+        self.alloc_bytes = self.alloc_bytes.wrapping_add(o.alloc_bytes);
+        self.free_bytes = self.free_bytes.wrapping_add(o.free_bytes);
+    }
+}
+
+/// One bucket as read: its stack of return PCs and its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    pub stack: Vec<u64>,
+    pub active: Cycle,
+    pub future: [Cycle; 3],
+}
+
+/// The profile state at one instant: the cycle counter and every bucket, head first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// `mProfCycle.read()`: the counter without its flushed bit.
+    pub cycle: u32,
+    pub buckets: Vec<Bucket>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WalkError {
+    Read {
+        what: &'static str,
+        fault: ReadFault,
+    },
+    TooManyBuckets(usize),
+    BucketType {
+        addr: u64,
+        typ: u64,
+    },
+    StackTooDeep {
+        addr: u64,
+        nstk: u64,
+        max: usize,
+    },
+    /// The profile changed (a GC cycle or a flush) during every attempt.
+    Busy {
+        attempts: usize,
+    },
+}
+
+impl fmt::Display for WalkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WalkError::Read { what, fault } => write!(f, "reading {what}: {fault:?}"),
+            WalkError::TooManyBuckets(n) => write!(
+                f,
+                "more than {n} heap profile buckets (a corrupt or cyclic list?)"
+            ),
+            WalkError::BucketType { addr, typ } => {
+                write!(f, "bucket at {addr:#x} has type {typ}, not a heap bucket")
+            }
+            WalkError::StackTooDeep { addr, nstk, max } => write!(
+                f,
+                "bucket at {addr:#x} claims {nstk} stack frames, above the runtime's limit of {max}"
+            ),
+            WalkError::Busy { attempts } => write!(
+                f,
+                "the heap profile changed under the reader in {attempts} attempts (a GC cycle \
+                 was flushing it); try again"
+            ),
+        }
+    }
+}
+
+/// Bounds on one walk.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_buckets: usize,
+    pub attempts: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_buckets: 2_000_000,
+            attempts: 4,
+        }
+    }
+}
+
+fn word(bytes: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn read_u32(mem: &dyn TargetMemory, addr: u64, what: &'static str) -> Result<u32, WalkError> {
+    let mut b = [0u8; 4];
+    mem.read(addr, &mut b)
+        .map_err(|fault| WalkError::Read { what, fault })?;
+    Ok(u32::from_le_bytes(b))
+}
+
+/// (cycle counter word, is the active-profile lock held).
+fn guard(mem: &dyn TargetMemory, a: &Anchors, layout: &Layout) -> Result<(u32, bool), WalkError> {
+    let cycle = read_u32(mem, a.mprof_cycle, "runtime.mProfCycle")?;
+    let held = match a.prof_mem_active_lock {
+        Some(addr) => {
+            let key = mem.read_u64(addr).map_err(|fault| WalkError::Read {
+                what: "runtime.profMemActiveLock",
+                fault,
+            })?;
+            if layout.spinbit_mutex {
+                key & 1 != 0
+            } else {
+                key != 0
+            }
+        }
+        None => false,
+    };
+    Ok((cycle, held))
+}
+
+/// One pass over the list from its current head.
+fn walk_once(
+    mem: &dyn TargetMemory,
+    a: &Anchors,
+    layout: &Layout,
+    limits: &Limits,
+) -> Result<Vec<Bucket>, WalkError> {
+    let mut buckets = Vec::new();
+    let mut at = mem.read_u64(a.mbuckets).map_err(|fault| WalkError::Read {
+        what: "runtime.mbuckets",
+        fault,
+    })?;
+    let mut header = vec![0u8; layout.header];
+    let mut body = Vec::new();
+    while at != 0 {
+        if buckets.len() >= limits.max_buckets {
+            return Err(WalkError::TooManyBuckets(limits.max_buckets));
+        }
+        mem.read(at, &mut header).map_err(|fault| WalkError::Read {
+            what: "a bucket header",
+            fault,
+        })?;
+        let (allnext, typ, nstk) = (word(&header, 1), word(&header, 2), word(&header, 5));
+        if typ != layout.mem_bucket {
+            return Err(WalkError::BucketType { addr: at, typ });
+        }
+        if nstk > layout.max_stack as u64 {
+            return Err(WalkError::StackTooDeep {
+                addr: at,
+                nstk,
+                max: layout.max_stack,
+            });
+        }
+        let n = nstk as usize;
+        body.resize(8 * n + layout.record, 0);
+        let body_at = at
+            .checked_add(layout.header as u64)
+            .ok_or(WalkError::Read {
+                what: "a bucket",
+                fault: ReadFault::Unmapped { addr: at, len: 0 },
+            })?;
+        mem.read(body_at, &mut body)
+            .map_err(|fault| WalkError::Read {
+                what: "a bucket's stack and record",
+                fault,
+            })?;
+        let stack = (0..n).map(|i| word(&body, i)).collect();
+        let cycle = |k: usize| Cycle {
+            allocs: word(&body, n + 4 * k),
+            frees: word(&body, n + 4 * k + 1),
+            alloc_bytes: word(&body, n + 4 * k + 2),
+            free_bytes: word(&body, n + 4 * k + 3),
+        };
+        buckets.push(Bucket {
+            stack,
+            active: cycle(0),
+            future: [cycle(1), cycle(2), cycle(3)],
+        });
+        at = allnext;
+    }
+    Ok(buckets)
+}
+
+/// Reads the whole heap profile state. The runtime only ever prepends buckets, so one head
+/// gives a fixed list; the records are trusted only when no GC cycle started or flushed and
+/// nobody held the active-profile lock from before the walk to after it.
+pub fn walk(
+    mem: &dyn TargetMemory,
+    anchors: &Anchors,
+    layout: &Layout,
+    limits: &Limits,
+) -> Result<Snapshot, WalkError> {
+    for _ in 0..limits.attempts.max(1) {
+        let (before, held_before) = guard(mem, anchors, layout)?;
+        if held_before {
+            std::thread::yield_now();
+            continue;
+        }
+        let buckets = walk_once(mem, anchors, layout, limits)?;
+        let (after, held_after) = guard(mem, anchors, layout)?;
+        if before == after && !held_after {
+            return Ok(Snapshot {
+                cycle: before >> 1,
+                buckets,
+            });
+        }
+    }
+    Err(WalkError::Busy {
+        attempts: limits.attempts.max(1),
+    })
+}
+
+/// One record as `runtime.MemProfile(p, true)` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemRecord {
+    pub stack: Vec<u64>,
+    pub alloc_objects: i64,
+    pub alloc_bytes: i64,
+    pub free_objects: i64,
+    pub free_bytes: i64,
+}
+
+/// `memProfileInternal`'s rule: the active record plus the future slot the current cycle
+/// flushes; when every bucket is still empty after that (no GC yet), all cycles summed.
+pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord> {
+    let index = (snapshot.cycle % 3) as usize;
+    let flushed: Vec<Cycle> = snapshot
+        .buckets
+        .iter()
+        .map(|b| {
+            let mut c = b.active;
+            c.add(&b.future[index]);
+            c
+        })
+        .collect();
+    let clear = flushed.iter().all(|c| c.allocs == 0 && c.frees == 0);
+    snapshot
+        .buckets
+        .iter()
+        .zip(flushed)
+        .map(|(b, mut c)| {
+            if clear {
+                c = b.active;
+                b.future.iter().for_each(|f| c.add(f));
+            }
+            MemRecord {
+                stack: b.stack.clone(),
+                alloc_objects: c.allocs as i64,
+                alloc_bytes: c.alloc_bytes as i64,
+                free_objects: c.frees as i64,
+                free_bytes: c.free_bytes as i64,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::memory::ImageMemory;
+    use super::*;
+
+    const LAYOUT: Layout = Layout {
+        header: 48,
+        record: 128,
+        max_stack: 1024,
+        mem_bucket: 1,
+        spinbit_mutex: true,
+    };
+    const ANCHORS: Anchors = Anchors {
+        mbuckets: 0x1000,
+        mprof_cycle: 0x1008,
+        prof_mem_active_lock: Some(0x1010),
+    };
+
+    /// An image: the three variables at 0x1000, then buckets from 0x2000 linked in order.
+    fn image(cycle_word: u32, buckets: &[(Vec<u64>, [u64; 16])], link: &[u64]) -> ImageMemory {
+        let mut vars = vec![0u8; 24];
+        let head = link.first().copied().unwrap_or(0);
+        vars[0..8].copy_from_slice(&head.to_le_bytes());
+        vars[8..12].copy_from_slice(&cycle_word.to_le_bytes());
+        let mut heap = Vec::new();
+        for (i, (stack, rec)) in buckets.iter().enumerate() {
+            let next = link.get(i + 1).copied().unwrap_or(0);
+            for w in [0, next, 1, 0, 0, stack.len() as u64] {
+                heap.extend_from_slice(&w.to_le_bytes());
+            }
+            for w in stack.iter().chain(rec.iter()) {
+                heap.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        ImageMemory {
+            segments: vec![(0x1000, vars), (0x2000, heap)],
+        }
+    }
+
+    fn rec(active: [u64; 4], f0: [u64; 4], f1: [u64; 4], f2: [u64; 4]) -> [u64; 16] {
+        let mut r = [0u64; 16];
+        for (k, c) in [active, f0, f1, f2].iter().enumerate() {
+            r[4 * k..4 * k + 4].copy_from_slice(c);
+        }
+        r
+    }
+
+    #[test]
+    fn walks_the_list_and_flushes_the_current_slot() {
+        // Bucket sizes: header 48 + 1 pc + 128 = 184 → second bucket at 0x2000 + 184.
+        let mem = image(
+            (4 << 1) | 1, // cycle 4 → the slot MemProfile flushes is 4 % 3 = 1
+            &[
+                (
+                    vec![0x401000],
+                    rec([3, 1, 300, 100], [9, 9, 9, 9], [2, 0, 200, 0], [7, 7, 7, 7]),
+                ),
+                (
+                    vec![0x402000],
+                    rec([1, 1, 50, 50], [0; 4], [0; 4], [5, 0, 500, 0]),
+                ),
+            ],
+            &[0x2000, 0x2000 + 184],
+        );
+        let snap = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+        assert_eq!(snap.cycle, 4);
+        assert_eq!(snap.buckets.len(), 2);
+        let recs = mem_profile(&snap);
+        assert_eq!(
+            (
+                recs[0].alloc_objects,
+                recs[0].free_objects,
+                recs[0].alloc_bytes,
+                recs[0].free_bytes
+            ),
+            (5, 1, 500, 100),
+            "active + future[1]; future[0] and [2] are not yet published"
+        );
+        assert_eq!(recs[1].stack, vec![0x402000]);
+        assert_eq!((recs[1].alloc_objects, recs[1].alloc_bytes), (1, 50));
+    }
+
+    #[test]
+    fn before_the_first_gc_every_cycle_is_summed() {
+        let snap = Snapshot {
+            cycle: 0,
+            buckets: vec![Bucket {
+                stack: vec![1],
+                active: Cycle::default(),
+                future: [
+                    Cycle::default(),
+                    Cycle {
+                        allocs: 1,
+                        frees: 0,
+                        alloc_bytes: 8,
+                        free_bytes: 0,
+                    },
+                    Cycle {
+                        allocs: 2,
+                        frees: 1,
+                        alloc_bytes: 16,
+                        free_bytes: 8,
+                    },
+                ],
+            }],
+        };
+        let r = &mem_profile(&snap)[0];
+        assert_eq!(
+            (r.alloc_objects, r.free_objects, r.alloc_bytes, r.free_bytes),
+            (3, 1, 24, 8)
+        );
+    }
+
+    #[test]
+    fn a_cyclic_list_stops_at_the_bucket_bound() {
+        let mem = image(2, &[(vec![1], [0; 16])], &[0x2000, 0x2000]);
+        let limits = Limits {
+            max_buckets: 100,
+            attempts: 1,
+        };
+        assert_eq!(
+            walk(&mem, &ANCHORS, &LAYOUT, &limits),
+            Err(WalkError::TooManyBuckets(100))
+        );
+    }
+
+    #[test]
+    fn pointers_out_of_the_image_and_absurd_stacks_are_errors() {
+        let mem = image(2, &[(vec![1], [0; 16])], &[0x2000, 0x9999_0000]);
+        assert!(matches!(
+            walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()),
+            Err(WalkError::Read {
+                fault: ReadFault::Unmapped {
+                    addr: 0x9999_0000,
+                    ..
+                },
+                ..
+            })
+        ));
+        let mut deep = image(2, &[(vec![1], [0; 16])], &[0x2000]);
+        deep.segments[1].1[40..48].copy_from_slice(&5000u64.to_le_bytes());
+        assert!(matches!(
+            walk(&deep, &ANCHORS, &LAYOUT, &Limits::default()),
+            Err(WalkError::StackTooDeep { nstk: 5000, .. })
+        ));
+    }
+
+    #[test]
+    fn a_held_profile_lock_is_a_busy_attempt_not_a_capture() {
+        let mut mem = image(2, &[(vec![1], [0; 16])], &[0x2000]);
+        mem.segments[0].1[16] = 1;
+        assert_eq!(
+            walk(
+                &mem,
+                &ANCHORS,
+                &LAYOUT,
+                &Limits {
+                    max_buckets: 10,
+                    attempts: 2
+                }
+            ),
+            Err(WalkError::Busy { attempts: 2 })
+        );
+    }
+
+    #[test]
+    fn only_verified_releases_have_a_layout() {
+        assert!(layout_for((1, 22)).is_none());
+        assert!(layout_for((1, 27)).is_none());
+        assert!(!layout_for((1, 23)).unwrap().spinbit_mutex);
+        assert!(layout_for((1, 26)).unwrap().spinbit_mutex);
+    }
+}

@@ -1,0 +1,3 @@
+module heapwatch.test/procheap
+
+go 1.22

@@ -1,0 +1,374 @@
+//! `proc:PID` against the target's own pprof: the procheap fixture freezes its published heap
+//! profile, and the profile heapwatch reads out of its memory must equal the one it serves at
+//! /debug/pprof/heap, figure for figure (`go tool pprof -top` and `-traces` as the judge), for
+//! the installed Go and older releases, plain and PIE. Then the ways it must refuse.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use heapwatch::source::proc::{ProcError, ProcSource};
+use heapwatch::source::{FailureKind, Source as _, Want};
+
+use crate::util::{self, Reaped};
+
+const SAMPLE_TYPES: [&str; 4] = [
+    "alloc_objects",
+    "alloc_space",
+    "inuse_objects",
+    "inuse_space",
+];
+
+/// Builds testdata/go/procheap (or its `noprofile` package) with a toolchain and flags, once
+/// per variant. `toolchain` is a GOTOOLCHAIN value (`local` for the installed Go): older ones
+/// come through the module proxy the first time.
+fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Option<PathBuf> {
+    let go = util::go()?;
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Mutex::default);
+    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = built.get(variant) {
+        return Some(path.clone());
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("procheap");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out_path = dir.join(variant);
+    let out = Command::new(&go)
+        .args(["build", "-trimpath"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out_path)
+        .arg(package)
+        .current_dir(util::repo().join("testdata/go/procheap"))
+        .env("CGO_ENABLED", "0")
+        .env("GOTOOLCHAIN", toolchain)
+        .env("GOFLAGS", "-buildvcs=false")
+        .output()
+        .expect("go build runs");
+    assert!(
+        out.status.success(),
+        "building procheap {variant} with {toolchain} failed: {}",
+        util::stderr(&out)
+    );
+    built.insert(variant.to_string(), out_path.clone());
+    Some(out_path)
+}
+
+/// A running fixture: the child and the port of its pprof endpoint.
+struct Running {
+    child: Reaped,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn start(binary: &Path) -> Running {
+    let dir = util::tempdir();
+    let log = dir.path().join("out.txt");
+    let mut child = Command::new(binary)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the fixture");
+    let addr = util::wait_for_line(&log, "listening on ", &mut child, Duration::from_secs(30));
+    let port = addr
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .expect("a port");
+    Running {
+        child: Reaped(child),
+        port,
+        _dir: dir,
+    }
+}
+
+fn http_heap(port: u16) -> Vec<u8> {
+    let mut reply = ureq::get(&format!("http://127.0.0.1:{port}/debug/pprof/heap"))
+        .call()
+        .expect("the fixture serves its heap profile");
+    reply
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .expect("the body reads")
+}
+
+/// `go tool pprof` output with its header (file, build id, type, time) cut off.
+fn pprof(go: &Path, file: &Path, args: &[&str]) -> String {
+    let out = Command::new(go)
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("go tool pprof runs");
+    assert!(
+        out.status.success(),
+        "pprof on {}: {}",
+        file.display(),
+        util::stderr(&out)
+    );
+    let text = util::stdout(&out);
+    let body: Vec<&str> = text
+        .lines()
+        .skip_while(|l| {
+            ["File:", "Build ID:", "Type:", "Time:"]
+                .iter()
+                .any(|h| l.starts_with(h))
+        })
+        .collect();
+    body.join("\n")
+}
+
+/// The judge: per function (`-top`) on all four sample types, and per stack (`-traces`).
+fn assert_same_profile(proc_file: &Path, http_file: &Path, what: &str) {
+    let go = util::go().expect("go is there when the fixture was built");
+    for sample in SAMPLE_TYPES {
+        let args = [
+            "-top",
+            "-nodefraction=0",
+            "-nodecount=100000",
+            &format!("-sample_index={sample}"),
+        ];
+        let ours = pprof(&go, proc_file, &args);
+        let theirs = pprof(&go, http_file, &args);
+        assert_eq!(ours, theirs, "{what}: -top -sample_index={sample} differs");
+        assert!(
+            ours.lines().count() > 8,
+            "{what}: a trivial profile:\n{ours}"
+        );
+    }
+    let ours = pprof(&go, proc_file, &["-traces"]);
+    assert_eq!(
+        ours,
+        pprof(&go, http_file, &["-traces"]),
+        "{what}: -traces differs"
+    );
+    for site in [
+        "main.newNode",
+        "main.makeSlice[go.shape.int]",
+        "main.deep",
+        "main.retainLarge",
+    ] {
+        assert!(ours.contains(site), "{what}: no {site} in\n{ours}");
+    }
+}
+
+/// Runs one variant: the proc capture through the library, the target's own through HTTP.
+fn check_variant(variant: &str, toolchain: &str, flags: &[&str], go_version: &str) {
+    let Some(binary) = build(variant, ".", toolchain, flags) else {
+        return;
+    };
+    let running = start(&binary);
+    let pid = running.child.0.id();
+    let mut source = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
+    assert!(
+        source.go_version().starts_with(go_version),
+        "{variant}: built with {}",
+        source.go_version()
+    );
+    let reply = source
+        .fetch(Want::Heap, Duration::from_secs(5))
+        .expect("capture");
+    assert_eq!(reply.pid, Some(pid));
+    let theirs = http_heap(running.port);
+    let dir = util::tempdir();
+    let proc_file = util::write(dir.path(), "proc.pb.gz", &reply.bytes);
+    let http_file = util::write(dir.path(), "http.pb.gz", &theirs);
+    assert_same_profile(&proc_file, &http_file, variant);
+}
+
+fn installed_go_version() -> Option<String> {
+    let out = Command::new(util::go()?)
+        .args(["env", "GOVERSION"])
+        .output()
+        .ok()?;
+    Some(util::stdout(&out).trim().to_string())
+}
+
+#[test]
+fn proc_capture_equals_pprof_pie() {
+    if let Some(v) = installed_go_version() {
+        check_variant("pie", "local", &["-buildmode=pie"], &v);
+    }
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_25() {
+    check_variant("go1.25.5", "go1.25.5", &[], "go1.25.5");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_24() {
+    check_variant("go1.24.6", "go1.24.6", &[], "go1.24.6");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_23() {
+    check_variant("go1.23.12", "go1.23.12", &[], "go1.23.12");
+}
+
+/// End to end through the command: `collect proc:PID` stores a capture equal to the target's.
+#[test]
+fn collect_proc_pid_stores_what_pprof_serves() {
+    let Some(binary) = build("plain", ".", "local", &[]) else {
+        return;
+    };
+    let running = start(&binary);
+    let pid = running.child.0.id();
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let out = util::run(&[
+        "collect",
+        &format!("proc:{pid}"),
+        "--out",
+        run.to_str().unwrap(),
+        "--duration",
+        "600ms",
+        "--interval",
+        "100ms",
+        "-q",
+    ]);
+    assert!(
+        out.status.success(),
+        "collect failed: {}",
+        util::stderr(&out)
+    );
+    let info = std::fs::read_to_string(run.join("run.json")).unwrap();
+    assert!(
+        info.contains(r#""source": "proc""#) || info.contains(r#""source":"proc""#),
+        "{info}"
+    );
+    let manifest = std::fs::read_to_string(run.join("manifest.jsonl")).unwrap();
+    assert!(manifest.contains(&format!("\"pid\":{pid}")), "{manifest}");
+    let first = run.join("profiles/000001-heap.pb.gz");
+    assert!(first.is_file(), "no capture stored:\n{manifest}");
+    let http_file = util::write(dir.path(), "http.pb.gz", &http_heap(running.port));
+    assert_same_profile(&first, &http_file, "collect proc:PID");
+}
+
+#[test]
+fn a_stripped_binary_is_refused_with_a_reason() {
+    let Some(binary) = build("stripped", ".", "local", &["-ldflags=-s -w"]) else {
+        return;
+    };
+    let running = start(&binary);
+    let pid = running.child.0.id();
+    let err = ProcSource::attach(pid, "proc:x").err().expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("stripped") && text.contains(&pid.to_string()),
+        "{text}"
+    );
+}
+
+#[test]
+fn heap_profiling_disabled_by_the_linker_is_refused() {
+    let Some(binary) = build("noprofile", "./noprofile", "local", &[]) else {
+        return;
+    };
+    let dir = util::tempdir();
+    let log = dir.path().join("out.txt");
+    let mut child = Command::new(&binary)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    util::wait_for_line(&log, "ready", &mut child, Duration::from_secs(30));
+    let child = Reaped(child);
+    let err = ProcSource::attach(child.0.id(), "proc:np")
+        .err()
+        .expect("refused");
+    assert!(matches!(err, ProcError::ProfilingDisabled { .. }), "{err}");
+    assert!(err.to_string().contains("disabled by the linker"), "{err}");
+}
+
+#[test]
+fn a_process_that_is_not_go_or_not_there_gets_a_clear_error() {
+    let sleeper = Reaped(Command::new("sleep").arg("30").spawn().unwrap());
+    let pid = sleeper.0.id();
+    let out = util::run(&[
+        "collect",
+        &format!("proc:{pid}"),
+        "--out",
+        "/nonexistent/run",
+        "-q",
+    ]);
+    let text = util::stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("not a Go program") && text.contains(&format!("proc:{pid}")),
+        "{text}"
+    );
+
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let err = ProcSource::attach(gone_pid, "proc:gone")
+        .err()
+        .expect("refused");
+    assert!(matches!(err, ProcError::NoProcess { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&format!("no process {gone_pid}")),
+        "{err}"
+    );
+
+    let out = util::run(&["collect", "proc:abc", "--out", "/nonexistent/run", "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
+    assert!(
+        util::stderr(&out).contains("expected proc:PID"),
+        "{}",
+        util::stderr(&out)
+    );
+}
+
+#[test]
+fn a_process_that_vanishes_after_attach_is_a_failed_attempt_meaning_gone() {
+    let Some(binary) = build("plain", ".", "local", &[]) else {
+        return;
+    };
+    let mut running = start(&binary);
+    let pid = running.child.0.id();
+    let mut source = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
+    running.child.0.kill().unwrap();
+    running.child.0.wait().unwrap();
+    let err = source
+        .fetch(Want::Heap, Duration::from_secs(1))
+        .unwrap_err();
+    assert_eq!(err.kind, FailureKind::Refused, "{err}");
+    assert!(err.to_string().contains("exited"), "{err}");
+}
+
+/// Without ptrace rights (here: uid nobody against a root-owned target), the message names
+/// what is needed.
+#[test]
+fn missing_ptrace_rights_name_what_is_needed() {
+    let Some(binary) = build("plain", ".", "local", &[]) else {
+        return;
+    };
+    let running = start(&binary);
+    let pid = running.child.0.id();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_heapwatch"))
+        .args([
+            "collect",
+            &format!("proc:{pid}"),
+            "--out",
+            "/tmp/heapwatch-never",
+            "-q",
+        ])
+        .output()
+        .expect("setpriv runs");
+    let text = util::stderr(&out);
+    assert!(!out.status.success());
+    for needed in ["CAP_SYS_PTRACE", "root", "ptrace_scope", "SYS_PTRACE"] {
+        assert!(text.contains(needed), "no {needed} in: {text}");
+    }
+}
