@@ -19,7 +19,10 @@ use heapwatch::source::Source;
 use heapwatch::source::agent::{AgentOptions, AgentSource};
 use heapwatch::source::envoy::EnvoySource;
 use heapwatch::source::http::{HttpOptions, HttpSource};
-use heapwatch::source::proc::ProcSource;
+use heapwatch::source::proc::follow::{Attacher, FollowSource};
+use heapwatch::source::proc::{ProcError, ProcSource};
+use heapwatch::source::procfind::ProcSelector;
+use heapwatch::source::{FailureKind, FetchError};
 use heapwatch::source::procmem::{CgroupMemory, MemoryProbe};
 use heapwatch::store::{CaptureRecord, RunInfo, RunWriter};
 use heapwatch::units::{self, format_bytes};
@@ -31,7 +34,8 @@ pub struct CollectArgs {
     /// http://HOST:PORT (Go net/http/pprof) or a URL naming a profile path; or the OpenZiti
     /// agent: agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID]; or
     /// an Envoy admin port: envoy:http://HOST:PORT (/memory, /stats, /heap_dump); or a local
-    /// Go process read from outside through its memory: proc:PID (needs ptrace rights).
+    /// Go process read from outside through its memory: proc:PID (needs ptrace rights), or
+    /// proc:exe:NAME / proc:cgroup:PATH, which follow the process across restarts.
     target: String,
     /// The run directory (created, or resumed when it exists).
     #[arg(long, short = 'o')]
@@ -308,6 +312,22 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             probe = Some(MemoryProbe::Follow(agent.pid_cell()));
         }
         Box::new(agent)
+    } else if let Some(selector) = ProcSelector::parse(&args.target) {
+        // proc:exe:NAME, proc:cgroup:PATH: whichever process that is now, across restarts.
+        let follow = FollowSource::new(
+            &args.target,
+            selector.map_err(usage)?,
+            proc_attacher(&args.target),
+            config.interval,
+        );
+        if probe.is_none() {
+            let cgroup = follow.finder().cgroup_dir();
+            probe = Some(match cgroup.and_then(|d| CgroupMemory::open(&d).ok()) {
+                Some(cg) => MemoryProbe::Cgroup(cg),
+                None => MemoryProbe::Follow(follow.pid_cell()),
+            });
+        }
+        Box::new(follow)
     } else if let Some(pid) = heapwatch::source::proc::parse_target(&args.target) {
         let pid = pid.map_err(usage)?;
         let proc = ProcSource::attach(pid, args.target.clone())
@@ -319,7 +339,8 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     } else {
         return Err(usage(format!(
             "{}: unknown target (expected http://HOST:PORT, https://…, envoy:http://HOST:PORT, \
-             agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID], or proc:PID)",
+             agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID], proc:PID, \
+             proc:exe:NAME or proc:cgroup:PATH)",
             args.target
         )));
     };
@@ -439,4 +460,21 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         )));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Attaches the proc source to each process a following target finds; a process that is
+/// gone by then is refused (gone), anything else an error for that attempt.
+pub(super) fn proc_attacher(target: &str) -> Attacher {
+    let target = target.to_string();
+    Box::new(move |pid| {
+        ProcSource::attach(pid, target.clone())
+            .map(|s| Box::new(s) as Box<dyn Source>)
+            .map_err(|e| {
+                let kind = match e {
+                    ProcError::NoProcess { .. } => FailureKind::Refused,
+                    _ => FailureKind::Other,
+                };
+                FetchError::new(kind, e.to_string())
+            })
+    })
 }

@@ -11,6 +11,7 @@ mod growth;
 mod push;
 mod replay;
 mod report;
+mod run;
 mod top;
 mod triage;
 
@@ -93,6 +94,9 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Send a recorded run's captures to a Pyroscope server (its push API); idempotent.
     Push(Box<push::Args>),
+    /// Start a command under a memory limit and record it through the proc source from its
+    /// first milliseconds, restarting it after each death: an OOM loop in one command.
+    Run(Box<run::RunArgs>),
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
@@ -110,6 +114,7 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Demo(args) => demo::run(args),
         Command::Triage(args) => triage::run(args),
         Command::Push(args) => push::run(*args),
+        Command::Run(args) => run::run(*args),
     }
 }
 

@@ -98,9 +98,10 @@ impl CycleTracker {
             return true;
         }
         if let (Some(a), Some(b)) = (self.last_pid, pid) {
-            if a != b {
-                return true;
-            }
+            // The same pid, never seen gone: the same process. Its published totals may still
+            // drop: read from outside (proc:), a profile before the first GC sums every cycle
+            // as MemProfile would, and the first GC publishes fewer of them.
+            return a != b;
         }
         CUMULATIVE
             .iter()
@@ -169,6 +170,14 @@ mod tests {
         assert_eq!(t.answered(&totals(900), Some(8)), 3);
         assert_eq!(t.ended(Some(9)), 4);
         assert_eq!(t.answered(&totals(50), Some(10)), 5);
+    }
+
+    #[test]
+    fn a_drop_from_the_same_pid_never_seen_gone_is_the_same_process() {
+        let mut t = CycleTracker::default();
+        t.answered(&totals(500), Some(10));
+        assert_eq!(t.answered(&totals(300), Some(10)), 1);
+        assert_eq!(t.answered(&totals(200), None), 2, "no pid: the drop decides");
     }
 
     #[test]

@@ -14,6 +14,9 @@ use crate::source::{FailureKind, FetchError, Reply, Source, Want};
 /// How often a fetch looks for the next process while there is none.
 const POLL: Duration = Duration::from_millis(5);
 
+/// How long a failed attach is retried within one fetch.
+const ATTACH_RETRY: Duration = Duration::from_millis(200);
+
 /// Makes the per-process source for a pid (`ProcSource::attach` in the CLI).
 pub type Attacher = Box<dyn FnMut(u32) -> Result<Box<dyn Source>, FetchError> + Send>;
 
@@ -83,18 +86,37 @@ impl FollowSource {
                 }
                 std::thread::sleep(POLL);
             };
-            // The attacher's error names the target and the pid.
-            let source = (self.attach)(process.pid).map_err(|e| {
-                // A process that ended while being attached is gone, not broken.
-                let kind = if process.alive() { e.kind } else { FailureKind::Refused };
-                FetchError::new(kind, e.message)
-            })?;
+            let source = self.attach_soon(process, deadline)?;
             self.pid.store(process.pid, Ordering::Relaxed);
             self.current = Some(Attached { process, source });
         }
         self.current
             .as_mut()
             .ok_or_else(|| FetchError::new(FailureKind::Other, "no process attached"))
+    }
+}
+
+impl FollowSource {
+    /// Attaches, retrying for a moment: a process caught between exec and the mapping of its
+    /// binary (its `exe` link is new, its segments not there yet) is readable milliseconds later.
+    fn attach_soon(
+        &mut self,
+        process: ProcessId,
+        deadline: Instant,
+    ) -> Result<Box<dyn Source>, FetchError> {
+        let retry_until = deadline.min(Instant::now() + ATTACH_RETRY);
+        loop {
+            match (self.attach)(process.pid) {
+                Ok(source) => return Ok(source),
+                // A process that ended while being attached is gone, not broken.
+                Err(e) if !process.alive() => {
+                    return Err(FetchError::new(FailureKind::Refused, e.message));
+                }
+                // The attacher's error names the target and the pid.
+                Err(e) if Instant::now() >= retry_until => return Err(e),
+                Err(_) => std::thread::sleep(POLL),
+            }
+        }
     }
 }
 
@@ -245,6 +267,27 @@ mod tests {
         });
         let reply = source.fetch(Want::Heap, Duration::from_secs(10)).unwrap();
         let child = starter.join().unwrap();
+        assert_eq!(reply.pid, Some(child.0.id()));
+    }
+
+    #[test]
+    fn an_attach_that_fails_at_first_is_retried_within_the_fetch() {
+        let (_dir, bin, name) = renamed_sleep();
+        let child = Killed(Command::new(&bin).arg("30").spawn().unwrap());
+        let mut failures = 2;
+        let mut source = FollowSource::new(
+            "t",
+            ProcSelector::Exe(name),
+            Box::new(move |pid| {
+                if failures > 0 {
+                    failures -= 1;
+                    return Err(FetchError::new(FailureKind::Other, "segments not mapped yet"));
+                }
+                Ok(Box::new(PidEcho(pid)) as Box<dyn Source>)
+            }),
+            Duration::from_secs(1),
+        );
+        let reply = source.fetch(Want::Heap, Duration::from_secs(1)).unwrap();
         assert_eq!(reply.pid, Some(child.0.id()));
     }
 

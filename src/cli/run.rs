@@ -1,0 +1,343 @@
+//! `heapwatch run --out RUN [--limit SIZE] [--restarts N] -- CMD ARGS…`: flags become a
+//! `launch::Recording`; the launcher starts, records and restarts the command.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use heapwatch::collect::{CollectConfig, Observer, LiveStatus, SystemClock, Clock as _};
+use heapwatch::launch::{
+    self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartPolicy, SubRun,
+};
+use heapwatch::source::Source;
+use heapwatch::source::agent::{AgentOptions, AgentSource};
+use heapwatch::source::envoy::EnvoySource;
+use heapwatch::source::proc::follow::FollowSource;
+use heapwatch::source::http::{HttpOptions, HttpSource};
+use heapwatch::source::procfind::{ProcSelector, SharedPid};
+use heapwatch::store::{CaptureRecord, RunInfo};
+use heapwatch::units::{self, format_bytes};
+
+use super::CliError;
+use super::collect::proc_attacher;
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The run directory (created, or resumed when it exists).
+    #[arg(long, short = 'o')]
+    out: PathBuf,
+    /// Memory limit: a fresh memory cgroup with this limit (as root), else a watchdog that
+    /// SIGKILLs the command once its RSS passes it.
+    #[arg(long, value_parser = units::parse_size)]
+    limit: Option<u64>,
+    /// Restarts after the first start (default: until a clean exit or Ctrl-C).
+    #[arg(long)]
+    restarts: Option<u32>,
+    /// Wait before the first restart, doubled for each quick death in a row (up to 10s).
+    #[arg(long, default_value = "250ms", value_parser = units::parse_duration)]
+    backoff: Duration,
+    /// Another target to record beside the proc source (e.g. the command's agent or its
+    /// http://… pprof port), into RUN/also-N/, a run of its own (repeatable).
+    #[arg(long)]
+    also: Vec<String>,
+    /// Time between heap captures.
+    #[arg(long, default_value = "500ms", value_parser = units::parse_duration)]
+    interval: Duration,
+    /// Interval once memory passes --burst-at of the limit.
+    #[arg(long, default_value = "100ms", value_parser = units::parse_duration)]
+    burst_interval: Duration,
+    #[arg(long, default_value_t = 0.6)]
+    burst_at: f64,
+    /// Time between cgroup (or process) memory samples.
+    #[arg(long, default_value = "50ms", value_parser = units::parse_duration)]
+    memory_interval: Duration,
+    /// Per-request timeout of the --also targets.
+    #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
+    timeout: Duration,
+    /// Disk budget for stored profiles; older boot cycles are thinned first.
+    #[arg(long, value_parser = units::parse_size)]
+    max_disk: Option<u64>,
+    /// A label for this build (e.g. 2.1.0), kept in run.json.
+    #[arg(long)]
+    label: Option<String>,
+    /// No status line and no summary (for CI).
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+fn usage(message: String) -> CliError {
+    CliError::Usage(message)
+}
+
+impl RunArgs {
+    fn config(&self) -> Result<CollectConfig, CliError> {
+        if self.interval.is_zero() || self.burst_interval.is_zero() {
+            return Err(usage(
+                "--interval and --burst-interval must be above zero".into(),
+            ));
+        }
+        if !(self.burst_at > 0.0 && self.burst_at <= 1.0) {
+            return Err(usage(format!(
+                "--burst-at {} must be in (0, 1]",
+                self.burst_at
+            )));
+        }
+        Ok(CollectConfig {
+            interval: self.interval,
+            burst_interval: self.burst_interval,
+            burst_at: self.burst_at,
+            limit: self.limit,
+            timeout: self.timeout,
+            // Reading the process costs it nothing: no duty cap (an --also target pays for
+            // its own answers, but one capture per interval is what was asked for).
+            max_duty: 1.0,
+            max_disk: self.max_disk,
+            ..CollectConfig::default()
+        })
+    }
+
+    fn info(&self, target: &str, source: &str, mode: &str, started_ms: i64) -> RunInfo {
+        RunInfo {
+            schema: heapwatch::render::SCHEMA,
+            tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
+            target: target.to_string(),
+            source: source.to_string(),
+            started_ms,
+            resumed_ms: Vec::new(),
+            options: serde_json::json!({
+                "command": self.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+                "confinement": mode,
+                "restarts": self.restarts,
+                "backoff_ms": self.backoff.as_millis() as u64,
+                "interval_ms": self.interval.as_millis() as u64,
+                "burst_interval_ms": self.burst_interval.as_millis() as u64,
+                "burst_at": self.burst_at,
+                "memory_interval_ms": self.memory_interval.as_millis() as u64,
+                "also": self.also,
+                "max_disk": self.max_disk,
+            }),
+            limit_bytes: self.limit,
+            label: self.label.clone(),
+        }
+    }
+}
+
+/// An `--also` target with the collector's default options.
+fn also_source(target: &str) -> Result<Box<dyn Source>, CliError> {
+    let http = HttpOptions {
+        max_body: 512 << 20,
+        ..HttpOptions::default()
+    };
+    let source: Box<dyn Source> = if target.starts_with("http://") || target.starts_with("https://")
+    {
+        Box::new(HttpSource::new(target, &http).map_err(|e| usage(e.message))?)
+    } else if target.starts_with("envoy:") {
+        Box::new(EnvoySource::new(target, &http).map_err(|e| usage(e.message))?)
+    } else if target.starts_with("agent:") {
+        let options = AgentOptions {
+            dir: None,
+            max_body: 512 << 20,
+        };
+        Box::new(AgentSource::new(target, &options).map_err(|e| usage(e.message))?)
+    } else {
+        return Err(usage(format!(
+            "--also {target}: expected http://HOST:PORT, https://…, envoy:http://HOST:PORT or \
+             agent:… (the command itself is already read through the proc source)"
+        )));
+    };
+    Ok(source)
+}
+
+/// Prints the status line's figures every few seconds when not quiet.
+struct Progress {
+    quiet: bool,
+    last: Option<std::time::Instant>,
+}
+
+impl Observer for Progress {
+    fn attempt(&mut self, _record: &CaptureRecord, status: &LiveStatus) {
+        if self.quiet || self.last.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        let mut line = format!(
+            "heapwatch run: {} captures, cycle {}",
+            status.captures, status.incarnation
+        );
+        if let Some(h) = status.heap_inuse {
+            line.push_str(&format!(", heap {}", format_bytes(h)));
+        }
+        if let Some(m) = status.memory {
+            line.push_str(&format!(", memory {}", format_bytes(m as i64)));
+        }
+        eprintln!("{line}");
+    }
+}
+
+fn describe(event: &LifeEvent) -> String {
+    match event {
+        LifeEvent::Started { pid, .. } => format!("heapwatch run: started pid {pid}"),
+        LifeEvent::Died(d) => {
+            let how = match (d.exit_code, d.signal) {
+                (_, Some(9)) if d.oom_killed => "OOM-killed (SIGKILL, the cgroup's oom_kill rose)".to_string(),
+                (_, Some(9)) if d.watchdog_killed => "killed by the watchdog (RSS past the limit)".to_string(),
+                (_, Some(s)) => format!("killed by signal {s}"),
+                (Some(c), _) => format!("exited with code {c}"),
+                _ => "ended".to_string(),
+            };
+            format!(
+                "heapwatch run: pid {} {how} after {:.1}s",
+                d.pid,
+                d.lived.as_secs_f64()
+            )
+        }
+        LifeEvent::Interrupted { .. } => "heapwatch run: stopping (Ctrl-C)".to_string(),
+    }
+}
+
+pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
+    let config = args.config()?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| usage("heapwatch run: no command given after --".into()))?;
+    let mut also = Vec::new();
+    for target in &args.also {
+        also.push(also_source(target)?);
+    }
+
+    let name = format!("heapwatch-run-{}", std::process::id());
+    let confinement = Confinement::for_limit(&CgroupRoots::default(), &name, args.limit);
+    if !args.quiet {
+        let limit = args.limit.map(|l| format_bytes(l as i64));
+        match &confinement {
+            Confinement::Cgroup(cg) => eprintln!(
+                "heapwatch run: memory cgroup {} ({}) with a {} limit",
+                cg.path.display(),
+                confinement.mode(),
+                limit.unwrap_or_default()
+            ),
+            Confinement::Watchdog { why, .. } => eprintln!(
+                "heapwatch run: watchdog mode, SIGKILL once RSS passes {} (no memory cgroup: {why})",
+                limit.unwrap_or_default()
+            ),
+            Confinement::None => eprintln!("heapwatch run: no --limit, no memory cgroup"),
+        }
+    }
+    let pid = SharedPid::default();
+    let (target, selector) = match confinement.cgroup() {
+        Some(cg) => (
+            format!("proc:cgroup:{}", cg.path.display()),
+            ProcSelector::Cgroup(cg.path.clone()),
+        ),
+        None => ("proc:launched".to_string(), ProcSelector::Launched(pid.clone())),
+    };
+    let source = FollowSource::new(
+        &target,
+        selector,
+        proc_attacher(&target),
+        config.interval,
+    );
+    let started_ms = SystemClock::new().unix_ms();
+    let mode = confinement.mode();
+    let main = SubRun {
+        out: args.out.clone(),
+        source: Box::new(source),
+        info: args.info(&target, "proc", mode, started_ms),
+    };
+    let also = also
+        .into_iter()
+        .zip(&args.also)
+        .enumerate()
+        .map(|(i, (source, target))| SubRun {
+            out: args.out.join(format!("also-{}", i + 1)),
+            info: args.info(target, source.kind(), mode, started_ms),
+            source,
+        })
+        .collect();
+
+    let interrupt: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    ctrlc::set_handler(move || interrupt.store(true, Ordering::Relaxed))
+        .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
+    let quiet = args.quiet;
+    let notify = move |event: &LifeEvent| {
+        if !quiet {
+            eprintln!("{}", describe(event));
+        }
+    };
+    let recording = launch::Recording {
+        launch: Launch {
+            program: program.clone(),
+            args: rest.to_vec(),
+            join: None,
+        },
+        policy: RestartPolicy {
+            restarts: args.restarts,
+            backoff: args.backoff,
+            ..RestartPolicy::default()
+        },
+        confinement: &confinement,
+        collect: config,
+        memory_interval: args.memory_interval,
+        main,
+        also,
+        interrupt,
+        pid: Arc::clone(&pid.0),
+        notify: &notify,
+    };
+    let mut progress = Progress { quiet, last: None };
+    let outcome = launch::record(recording, &mut progress);
+    // The cgroup goes in every case; an error in removing it is said, after the run's own.
+    let released = confinement.release();
+    let outcome = outcome.map_err(|e| CliError::Store(e.to_string()))?;
+    released.map_err(|e| CliError::Store(e.to_string()))?;
+
+    if !quiet {
+        let kills = outcome.deaths.iter().filter(|d| d.oom_killed || d.watchdog_killed).count();
+        let ended = match outcome.ending {
+            Ending::CleanExit => "the command exited cleanly",
+            Ending::RestartsUsed => "the restarts were used",
+            Ending::Interrupted => "interrupted",
+        };
+        eprintln!(
+            "heapwatch run: {ended}; {} death(s), {kills} at the limit; {} captures \
+             ({} stored, {} duplicates, {} errors) over {} boot cycle(s); memory peak {} in {}",
+            outcome.deaths.len(),
+            outcome.main.captures,
+            outcome.main.stored,
+            outcome.main.duplicates,
+            outcome.main.errors,
+            outcome.main.incarnations,
+            format_bytes(outcome.memory.peak as i64),
+            args.out.display()
+        );
+        for (i, result) in outcome.also.iter().enumerate() {
+            match result {
+                Ok(s) => eprintln!(
+                    "heapwatch run: --also {}: {} captures, {} errors in {}",
+                    args.also[i],
+                    s.captures,
+                    s.errors,
+                    args.out.join(format!("also-{}", i + 1)).display()
+                ),
+                Err(e) => eprintln!("heapwatch run: --also {}: {e}", args.also[i]),
+            }
+        }
+    }
+    if !outcome.main.reached {
+        return Err(CliError::Unreachable(format!(
+            "{}: the proc source never read the command ({} attempts; last: {}); see {}/manifest.jsonl",
+            Path::new(program).display(),
+            outcome.main.attempts,
+            outcome.main.last_error.as_deref().unwrap_or("?"),
+            args.out.display()
+        )));
+    }
+    Ok(ExitCode::SUCCESS)
+}
