@@ -100,7 +100,8 @@ impl RestartPolicy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Death {
     pub pid: u32,
-    /// Unix ms when the end was seen (within one poll of it).
+    /// Unix ms when the end was seen (within one poll of it): the kill when one was seen,
+    /// else the exit.
     pub t_ms: i64,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
@@ -163,6 +164,9 @@ pub fn supervise(
             t_ms: unix_ms(),
         });
         let mut watchdog_killed = false;
+        // When the kill was seen: the kernel's OOM kill (its counter rose) or the watchdog's.
+        // Tearing down a large process takes tens of milliseconds before it can be reaped.
+        let mut killed_ms = None;
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
@@ -186,11 +190,18 @@ pub fn supervise(
                     // SAFETY: kill(2) on our own unreaped child: the pid cannot be reused yet.
                     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                     watchdog_killed = true;
+                    killed_ms = Some(unix_ms());
+                }
+            }
+            if killed_ms.is_none() {
+                let kills = (watch.oom_kills)();
+                if matches!((kills_before, kills), (Some(a), Some(b)) if b > a) {
+                    killed_ms = Some(unix_ms());
                 }
             }
             std::thread::sleep(watch_poll(policy));
         };
-        let t_ms = unix_ms();
+        let t_ms = killed_ms.unwrap_or_else(unix_ms);
         watch.pid.store(0, Ordering::Relaxed);
         let lived = started.elapsed();
         let kills_after = (watch.oom_kills)();

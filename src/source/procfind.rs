@@ -87,10 +87,13 @@ pub struct ProcessId {
 
 impl ProcessId {
     /// The process with this pid now, `None` when there is none or it is a zombie.
+    /// A process being torn down (killed, its memory already released, not yet a zombie)
+    /// counts as gone.
     pub fn of(pid: u32) -> Option<ProcessId> {
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (state, start_ticks) = parse_stat(&stat)?;
-        (!matches!(state, 'Z' | 'X' | 'x')).then_some(ProcessId { pid, start_ticks })
+        let (state, flags, start_ticks) = parse_stat(&stat)?;
+        let exiting = flags & PF_EXITING != 0;
+        (!matches!(state, 'Z' | 'X' | 'x') && !exiting).then_some(ProcessId { pid, start_ticks })
     }
 
     /// True while this very process (not a later one with the same pid) runs.
@@ -99,15 +102,19 @@ impl ProcessId {
     }
 }
 
-/// State and start time from `/proc/PID/stat`. The command name (field 2) may hold spaces and
-/// brackets, so fields are counted after its last `)`.
-fn parse_stat(stat: &str) -> Option<(char, u64)> {
+/// The kernel's per-task flag for "getting shut down" (include/linux/sched.h).
+const PF_EXITING: u64 = 0x4;
+
+/// State, flags and start time from `/proc/PID/stat`. The command name (field 2) may hold
+/// spaces and brackets, so fields are counted after its last `)`.
+fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
     let state = fields.next()?.chars().next()?;
-    // After the state (field 3), starttime is field 22: the 19th field from here.
-    let start = fields.nth(18)?.parse().ok()?;
-    Some((state, start))
+    // Fields 4 to 8, then flags (field 9), then starttime (field 22).
+    let flags = fields.nth(5)?.parse().ok()?;
+    let start = fields.nth(12)?.parse().ok()?;
+    Some((state, flags, start))
 }
 
 /// Finds processes for a selector; remembers which executables are Go programs.
@@ -323,7 +330,7 @@ mod tests {
     fn stat_fields_are_counted_after_a_command_name_with_spaces_and_brackets() {
         let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 \
                     50 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
-        assert_eq!(parse_stat(stat), Some(('S', 987654)));
+        assert_eq!(parse_stat(stat), Some(('S', 4194560, 987654)));
         assert_eq!(parse_stat("garbage"), None);
     }
 

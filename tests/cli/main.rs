@@ -18,4 +18,5 @@ mod proc;
 mod push;
 mod replay;
 mod report;
+mod run;
 mod triage;

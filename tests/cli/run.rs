@@ -1,0 +1,375 @@
+//! `heapwatch run` and the following proc targets, against real Go fixtures: an OOM loop of a
+//! process that never opens an endpoint, recorded from outside in every boot cycle; a
+//! `proc:exe:` target following a restart; proc captures going on while the target is
+//! stopped and its HTTP endpoint times out. Kills are waited for, never assumed quick: a target
+//! at its cgroup limit can freeze in reclaim for tens of seconds first.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::util;
+
+/// A kill per cycle can take a freeze of 40 s and more at the limit.
+const CYCLE_DEADLINE: Duration = Duration::from_secs(120);
+
+fn records(run: &Path) -> Vec<Value> {
+    fs::read_to_string(run.join("manifest.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn run_info(run: &Path) -> Value {
+    serde_json::from_slice(&fs::read(run.join("run.json")).expect("run.json")).expect("json")
+}
+
+fn kind(r: &Value) -> &str {
+    r["kind"].as_str().unwrap_or("")
+}
+
+fn ok_heap(r: &Value) -> bool {
+    kind(r) == "heap" && r["error"].is_null()
+}
+
+fn int(r: &Value, key: &str) -> i64 {
+    r[key].as_i64().unwrap_or_else(|| panic!("no {key} in {r}"))
+}
+
+/// With HEAPWATCH_REQUIRE_ROOT set, `run` must have made a real memory cgroup.
+fn check_confinement(info: &Value) -> bool {
+    let mode = info["options"]["confinement"].as_str().unwrap_or("");
+    if std::env::var_os("HEAPWATCH_REQUIRE_ROOT").is_some() {
+        assert!(mode.starts_with("cgroup"), "HEAPWATCH_REQUIRE_ROOT but mode {mode}");
+    }
+    if !mode.starts_with("cgroup") {
+        eprintln!("no memory cgroup here: the watchdog played the kernel ({mode})");
+    }
+    mode.starts_with("cgroup")
+}
+
+/// A copy of a fixture under a name no other test (or helper) runs, for `proc:exe:`.
+fn renamed_fixture(dir: &Path, fixture: &str, tag: &str) -> Option<(PathBuf, String)> {
+    let built = util::go_fixture(fixture)?;
+    let name = format!("{fixture}-{tag}-{}", std::process::id());
+    let path = dir.join(&name);
+    fs::copy(&built, &path).expect("copy the fixture");
+    Some((path, name))
+}
+
+fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < deadline, "{what}: not within {deadline:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn interrupt_and_wait(child: &mut Child) -> std::process::ExitStatus {
+    util::signal(child.id(), "INT");
+    util::wait_for_exit(child, Duration::from_secs(30)).0
+}
+
+/// A heapwatch process stopped with Ctrl-C (so it removes its cgroup) if a test fails first.
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = interrupt_and_wait(&mut self.0);
+        }
+    }
+}
+
+#[test]
+fn run_records_three_oom_killed_boot_cycles_of_a_process_that_never_opens_an_endpoint() {
+    let Some(fixture) = util::go_fixture("startupgrow") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut child = Stopped(util::heapwatch()
+        .args(["run", "--limit", "256MiB", "--restarts", "2", "--interval", "200ms"])
+        .arg("--out")
+        .arg(&run)
+        .arg("--")
+        .arg(&fixture)
+        .args(["-rate", "64MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("heapwatch run starts"));
+    // stderr is read to its end first: a full pipe would block the run.
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let (status, _) = util::wait_for_exit(&mut child.0, CYCLE_DEADLINE * 3);
+    assert!(status.success(), "{status}: {err}");
+    assert!(err.contains("memory cgroup") || err.contains("watchdog"), "says its mode: {err}");
+
+    let info = run_info(&run);
+    assert_eq!(info["source"], "proc");
+    let cgroup = check_confinement(&info);
+    if let Some(path) = info["target"].as_str().unwrap().strip_prefix("proc:cgroup:") {
+        assert!(!Path::new(path).exists(), "the cgroup {path} was removed");
+    }
+
+    let recs = records(&run);
+    let exits: Vec<&Value> = recs.iter().filter(|r| kind(r) == "exit").collect();
+    assert_eq!(exits.len(), 3, "one exit per death");
+    for (i, exit) in exits.iter().enumerate() {
+        assert_eq!(int(exit, "incarnation"), i as i64 + 1);
+        assert_eq!(int(exit, "signal"), 9, "{exit}");
+        let by = if cgroup { "oom_kill" } else { "watchdog_kill" };
+        assert_eq!(exit["totals"][by], 1, "{exit}");
+    }
+    assert!(recs.iter().all(|r| kind(r) != "stop"), "no stop: the restarts ran out");
+
+    for exit in &exits {
+        let cycle = int(exit, "incarnation");
+        let captures: Vec<&Value> = recs
+            .iter()
+            .filter(|r| ok_heap(r) && int(r, "incarnation") == cycle)
+            .collect();
+        assert!(captures.len() >= 10, "cycle {cycle}: {} captures", captures.len());
+        let pids: Vec<i64> = captures.iter().map(|r| int(r, "pid")).collect();
+        assert!(pids.iter().all(|&p| p == int(exit, "pid")), "one process per cycle");
+        // The newest capture is at most one interval older than the kill: the interval in
+        // force then, or the collector's own spacing of captures on this loaded machine.
+        let newest = captures.last().unwrap();
+        let spacing = captures
+            .windows(2)
+            .map(|w| int(w[1], "t_ms") - int(w[0], "t_ms"))
+            .max()
+            .unwrap();
+        let interval = int(newest, "interval_ms").max(spacing);
+        let age = int(exit, "t_ms") - int(newest, "t_ms");
+        assert!(
+            (0..=interval).contains(&age),
+            "cycle {cycle}: newest capture {age} ms before the kill (interval {interval} ms)"
+        );
+    }
+    if cgroup {
+        let kills = fs::read_to_string(run.join("memory.jsonl"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"killed\":true"))
+            .count();
+        assert_eq!(kills, 3, "memory.jsonl saw each OOM kill");
+    }
+
+    let out = util::run(&["growth", run.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let growth: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cycles = growth["cycles"].as_array().unwrap();
+    assert_eq!(cycles.len(), 3);
+    for c in cycles {
+        assert_eq!(
+            c["sites"][0]["name"], "main.migrateDatastore",
+            "cycle {}: {}",
+            c["index"], c["sites"]
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_stops_the_command_writes_stop_and_no_exit_and_removes_the_cgroup() {
+    let Some(fixture) = util::go_fixture("startupgrow") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut child = Stopped(util::heapwatch()
+        .args(["run", "-q", "--limit", "256MiB", "--interval", "100ms"])
+        .arg("--out")
+        .arg(&run)
+        .arg("--")
+        .arg(&fixture)
+        .args(["-rate", "1MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("heapwatch run starts"));
+    wait_until("three captures", CYCLE_DEADLINE, || {
+        records(&run).iter().filter(|r| ok_heap(r)).count() >= 3
+    });
+    let pid = records(&run).iter().find(|r| ok_heap(r)).map(|r| int(r, "pid")).unwrap();
+    let status = interrupt_and_wait(&mut child.0);
+    assert!(status.success(), "{status}");
+    let recs = records(&run);
+    let last = recs.last().unwrap();
+    assert_eq!(kind(last), "stop", "{last}");
+    assert_eq!(int(last, "pid"), pid);
+    assert!(recs.iter().all(|r| kind(r) != "exit"), "stopping it is no death");
+    assert!(util::process_rss(pid as u32).is_none(), "the command was killed");
+    let info = run_info(&run);
+    check_confinement(&info);
+    if let Some(path) = info["target"].as_str().unwrap().strip_prefix("proc:cgroup:") {
+        assert!(!Path::new(path).exists(), "the cgroup {path} was removed");
+    }
+}
+
+#[test]
+fn a_command_that_cannot_start_is_named_and_leaves_no_cgroup() {
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let out = util::run(&[
+        "run",
+        "--limit",
+        "64MiB",
+        "--out",
+        run.to_str().unwrap(),
+        "--",
+        "/no/such/heapwatch-command",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
+    let err = util::stderr(&out);
+    assert!(err.contains("/no/such/heapwatch-command: cannot start it"), "{err}");
+    let info = run_info(&run);
+    if let Some(path) = info["target"].as_str().unwrap().strip_prefix("proc:cgroup:") {
+        assert!(!Path::new(path).exists(), "the cgroup {path} was removed");
+    }
+}
+
+#[test]
+fn proc_exe_follows_a_restart_into_a_new_boot_cycle() {
+    let dir = util::tempdir();
+    let Some((bin, name)) = renamed_fixture(dir.path(), "startupgrow", "exe") else {
+        return;
+    };
+    let run = dir.path().join("run");
+    let start = || {
+        let started = util::unix_ms();
+        let child = std::process::Command::new(&bin)
+            .args(["-rate", "2MiB"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the fixture starts");
+        (util::Reaped(child), started)
+    };
+    let (mut first, _) = start();
+    let mut collect = Stopped(
+        util::heapwatch()
+            .args(["collect", &format!("proc:exe:{name}"), "-q", "--interval", "200ms"])
+            .arg("--out")
+            .arg(&run)
+            .spawn()
+            .expect("collect starts"),
+    );
+    let first_pid = first.0.id() as i64;
+    let captures_of = |pid: i64| {
+        records(&run)
+            .into_iter()
+            .filter(|r| ok_heap(r) && r["pid"].as_i64() == Some(pid))
+            .collect::<Vec<_>>()
+    };
+    wait_until("captures of the first process", CYCLE_DEADLINE, || {
+        captures_of(first_pid).len() >= 3
+    });
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let (second, second_started) = start();
+    let second_pid = second.0.id() as i64;
+    wait_until("captures of the restarted process", CYCLE_DEADLINE, || {
+        captures_of(second_pid).len() >= 3
+    });
+    assert!(interrupt_and_wait(&mut collect.0).success());
+
+    let info = run_info(&run);
+    assert_eq!(info["source"], "proc");
+    let one = captures_of(first_pid);
+    let two = captures_of(second_pid);
+    assert!(one.iter().all(|r| int(r, "incarnation") == 1));
+    assert!(two.iter().all(|r| int(r, "incarnation") == 2), "the restart is cycle 2");
+    // Found within one interval of its start (the fetch waits for it, polling every 5 ms).
+    let found_after = int(&two[0], "t_ms") - second_started;
+    assert!(found_after <= 200, "first capture {found_after} ms after the start");
+    let between: BTreeMap<String, usize> = records(&run)
+        .iter()
+        .filter(|r| !r["error"].is_null())
+        .fold(BTreeMap::new(), |mut m, r| {
+            *m.entry(r["error_kind"].as_str().unwrap_or("").to_string()).or_default() += 1;
+            m
+        });
+    assert!(
+        between.keys().all(|k| k == "refused"),
+        "only refusals while no process ran: {between:?}"
+    );
+}
+
+#[test]
+fn while_frozen_proc_captures_go_on_and_the_http_source_times_out() {
+    let Some(fixture) = util::go_fixture("steady") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let log = dir.path().join("steady.out");
+    let mut target = util::Reaped(
+        std::process::Command::new(&fixture)
+            .args(["-working-set", "8MiB", "-rate", "4MiB"])
+            .stdout(fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("steady starts"),
+    );
+    let addr = util::wait_for_line(&log, "listening on ", &mut target.0, CYCLE_DEADLINE);
+    let pid = target.0.id();
+    let proc_run = dir.path().join("proc");
+    let http_run = dir.path().join("http");
+    let mut proc_collect = Stopped(
+        util::heapwatch()
+            .args(["collect", &format!("proc:{pid}"), "-q", "--interval", "100ms"])
+            .arg("--out")
+            .arg(&proc_run)
+            .spawn()
+            .expect("collect proc starts"),
+    );
+    let mut http_collect = Stopped(
+        util::heapwatch()
+            .args(["collect", &format!("http://{addr}"), "-q", "--interval", "100ms"])
+            .args(["--timeout", "300ms", "--max-duty", "1"])
+            .arg("--out")
+            .arg(&http_run)
+            .spawn()
+            .expect("collect http starts"),
+    );
+    wait_until("both collectors capture", CYCLE_DEADLINE, || {
+        records(&proc_run).iter().filter(|r| ok_heap(r)).count() >= 3
+            && records(&http_run).iter().filter(|r| ok_heap(r)).count() >= 3
+    });
+    util::signal(pid, "STOP");
+    let frozen_at = util::unix_ms();
+    std::thread::sleep(Duration::from_secs(3));
+    let thawed_at = util::unix_ms();
+    util::signal(pid, "CONT");
+    wait_until("the HTTP source answers again", CYCLE_DEADLINE, || {
+        records(&http_run)
+            .iter()
+            .any(|r| ok_heap(r) && int(r, "t_ms") > thawed_at)
+    });
+    assert!(interrupt_and_wait(&mut proc_collect.0).success());
+    assert!(interrupt_and_wait(&mut http_collect.0).success());
+
+    // Requests begun in the frozen seconds, less a timeout's margin at the start.
+    let frozen = |r: &Value| {
+        let t = int(r, "t_ms");
+        t > frozen_at + 50 && t + 300 < thawed_at && kind(r) == "heap"
+    };
+    let proc_frozen: Vec<Value> = records(&proc_run).into_iter().filter(frozen).collect();
+    let http_frozen: Vec<Value> = records(&http_run).into_iter().filter(frozen).collect();
+    assert!(
+        proc_frozen.iter().filter(|r| ok_heap(r)).count() >= 10,
+        "proc captures went on while stopped: {} of {}",
+        proc_frozen.iter().filter(|r| ok_heap(r)).count(),
+        proc_frozen.len()
+    );
+    assert!(proc_frozen.iter().all(ok_heap), "every proc attempt was a capture");
+    assert!(http_frozen.len() >= 3, "HTTP kept trying: {}", http_frozen.len());
+    assert!(
+        http_frozen.iter().all(|r| r["error_kind"] == "timeout"),
+        "every HTTP attempt timed out: {http_frozen:?}"
+    );
+}
