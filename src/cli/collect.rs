@@ -22,8 +22,8 @@ use heapwatch::source::http::{HttpOptions, HttpSource};
 use heapwatch::source::proc::follow::{Attacher, FollowSource};
 use heapwatch::source::proc::{ProcError, ProcSource};
 use heapwatch::source::procfind::ProcSelector;
-use heapwatch::source::{FailureKind, FetchError};
 use heapwatch::source::procmem::{CgroupMemory, MemoryProbe};
+use heapwatch::source::{FailureKind, FetchError};
 use heapwatch::store::{CaptureRecord, RunInfo, RunWriter};
 use heapwatch::units::{self, format_bytes};
 

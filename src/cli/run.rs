@@ -8,15 +8,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use heapwatch::collect::{CollectConfig, Observer, LiveStatus, SystemClock, Clock as _};
+use heapwatch::collect::{Clock as _, CollectConfig, LiveStatus, Observer, SystemClock};
 use heapwatch::launch::{
     self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartPolicy, SubRun,
 };
 use heapwatch::source::Source;
 use heapwatch::source::agent::{AgentOptions, AgentSource};
 use heapwatch::source::envoy::EnvoySource;
-use heapwatch::source::proc::follow::FollowSource;
 use heapwatch::source::http::{HttpOptions, HttpSource};
+use heapwatch::source::proc::follow::FollowSource;
 use heapwatch::source::procfind::{ProcSelector, SharedPid};
 use heapwatch::store::{CaptureRecord, RunInfo};
 use heapwatch::units::{self, format_bytes};
@@ -162,7 +162,11 @@ struct Progress {
 
 impl Observer for Progress {
     fn attempt(&mut self, _record: &CaptureRecord, status: &LiveStatus) {
-        if self.quiet || self.last.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
+        if self.quiet
+            || self
+                .last
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+        {
             return;
         }
         self.last = Some(std::time::Instant::now());
@@ -185,8 +189,12 @@ fn describe(event: &LifeEvent) -> String {
         LifeEvent::Started { pid, .. } => format!("heapwatch run: started pid {pid}"),
         LifeEvent::Died(d) => {
             let how = match (d.exit_code, d.signal) {
-                (_, Some(9)) if d.oom_killed => "OOM-killed (SIGKILL, the cgroup's oom_kill rose)".to_string(),
-                (_, Some(9)) if d.watchdog_killed => "killed by the watchdog (RSS past the limit)".to_string(),
+                (_, Some(9)) if d.oom_killed => {
+                    "OOM-killed (SIGKILL, the cgroup's oom_kill rose)".to_string()
+                }
+                (_, Some(9)) if d.watchdog_killed => {
+                    "killed by the watchdog (RSS past the limit)".to_string()
+                }
                 (_, Some(s)) => format!("killed by signal {s}"),
                 (Some(c), _) => format!("exited with code {c}"),
                 _ => "ended".to_string(),
@@ -236,14 +244,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             format!("proc:cgroup:{}", cg.path.display()),
             ProcSelector::Cgroup(cg.path.clone()),
         ),
-        None => ("proc:launched".to_string(), ProcSelector::Launched(pid.clone())),
+        None => (
+            "proc:launched".to_string(),
+            ProcSelector::Launched(pid.clone()),
+        ),
     };
-    let source = FollowSource::new(
-        &target,
-        selector,
-        proc_attacher(&target),
-        config.interval,
-    );
+    let source = FollowSource::new(&target, selector, proc_attacher(&target), config.interval);
     let started_ms = SystemClock::new().unix_ms();
     let mode = confinement.mode();
     let main = SubRun {
@@ -299,7 +305,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     released.map_err(|e| CliError::Store(e.to_string()))?;
 
     if !quiet {
-        let kills = outcome.deaths.iter().filter(|d| d.oom_killed || d.watchdog_killed).count();
+        let kills = outcome
+            .deaths
+            .iter()
+            .filter(|d| d.oom_killed || d.watchdog_killed)
+            .count();
         let ended = match outcome.ending {
             Ending::CleanExit => "the command exited cleanly",
             Ending::RestartsUsed => "the restarts were used",

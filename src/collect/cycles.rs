@@ -120,7 +120,11 @@ impl CycleTracker {
         if let Some(p) = pid {
             self.last_pid = pid;
             if self.pid_cycles.len() >= PIDS_REMEMBERED && !self.pid_cycles.contains_key(&p) {
-                let oldest = self.pid_cycles.iter().min_by_key(|(_, c)| **c).map(|(p, _)| *p);
+                let oldest = self
+                    .pid_cycles
+                    .iter()
+                    .min_by_key(|(_, c)| **c)
+                    .map(|(p, _)| *p);
                 if let Some(o) = oldest {
                     self.pid_cycles.remove(&o);
                 }
@@ -177,7 +181,11 @@ mod tests {
         let mut t = CycleTracker::default();
         t.answered(&totals(500), Some(10));
         assert_eq!(t.answered(&totals(300), Some(10)), 1);
-        assert_eq!(t.answered(&totals(200), None), 2, "no pid: the drop decides");
+        assert_eq!(
+            t.answered(&totals(200), None),
+            2,
+            "no pid: the drop decides"
+        );
     }
 
     #[test]

@@ -550,15 +550,28 @@ fn event_records_get_their_seq_and_the_boot_cycle_their_pid_answered_in() {
     collector.run(&mut NoObserver).unwrap();
     let records = RunDir::open(dir.path()).unwrap().manifest.records;
     let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
-    assert_eq!(seqs, (1..=records.len() as u64).collect::<Vec<_>>(), "one numbering");
+    assert_eq!(
+        seqs,
+        (1..=records.len() as u64).collect::<Vec<_>>(),
+        "one numbering"
+    );
     let stop = records.iter().find(|r| r.kind == RecordKind::Stop).unwrap();
-    assert_eq!(stop.seq, 1, "an event waiting at the start is written first");
+    assert_eq!(
+        stop.seq, 1,
+        "an event waiting at the start is written first"
+    );
     let exit = records.iter().find(|r| r.kind == RecordKind::Exit).unwrap();
-    assert_eq!((exit.incarnation, exit.signal, exit.t_ms), (1, Some(9), 1_001_200));
+    assert_eq!(
+        (exit.incarnation, exit.signal, exit.t_ms),
+        (1, Some(9), 1_001_200)
+    );
     let late = records
         .iter()
         .filter(|r| r.kind == RecordKind::Heap && r.pid == Some(200));
     assert!(late.clone().count() >= 2);
     assert!(late.clone().all(|r| r.incarnation == 2), "{records:#?}");
-    assert!(exit.seq > late.clone().next().unwrap().seq, "written after the 4th fetch");
+    assert!(
+        exit.seq > late.clone().next().unwrap().seq,
+        "written after the 4th fetch"
+    );
 }

@@ -57,7 +57,11 @@ pub struct MemoryCgroup {
 
 impl MemoryCgroup {
     /// Makes `ROOT/NAME` with this limit (swap may not extend it).
-    pub fn create(roots: &CgroupRoots, name: &str, limit: u64) -> Result<MemoryCgroup, LaunchError> {
+    pub fn create(
+        roots: &CgroupRoots,
+        name: &str,
+        limit: u64,
+    ) -> Result<MemoryCgroup, LaunchError> {
         let version = detect(roots).ok_or_else(|| LaunchError::Cgroup {
             path: roots.v1.clone(),
             why: "no memory controller mounted (neither v1 nor v2)".into(),
@@ -132,7 +136,8 @@ impl Drop for MemoryCgroup {
 /// v2 only hands a child the memory controller when its parent enables it for children.
 fn enable_memory_controller(root: &Path) -> Result<(), LaunchError> {
     let control = root.join("cgroup.subtree_control");
-    let enabled = fs::read_to_string(&control).map_err(|e| LaunchError::cgroup(&control, "read", e))?;
+    let enabled =
+        fs::read_to_string(&control).map_err(|e| LaunchError::cgroup(&control, "read", e))?;
     if enabled.split_whitespace().any(|c| c == "memory") {
         return Ok(());
     }
@@ -176,7 +181,10 @@ fn remove_cgroup(path: &Path) -> Result<(), LaunchError> {
 pub enum Confinement {
     Cgroup(MemoryCgroup),
     /// No cgroup could be made: a watchdog SIGKILLs the command when its RSS passes `limit`.
-    Watchdog { limit: u64, why: String },
+    Watchdog {
+        limit: u64,
+        why: String,
+    },
     /// No limit was asked for.
     None,
 }
@@ -245,7 +253,11 @@ mod tests {
         assert_eq!(detect(&roots), None, "v2 without the memory controller");
         fs::write(roots.v2.join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
         assert_eq!(detect(&roots), Some(CgroupVersion::V2));
-        fs::write(roots.v1.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        fs::write(
+            roots.v1.join("memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        )
+        .unwrap();
         assert_eq!(detect(&roots), Some(CgroupVersion::V1));
     }
 
@@ -278,8 +290,14 @@ mod tests {
             fs::read_to_string(roots.v2.join("cgroup.subtree_control")).unwrap(),
             "+memory"
         );
-        assert_eq!(fs::read_to_string(cg.path.join("memory.max")).unwrap(), "268435456");
-        assert_eq!(fs::read_to_string(cg.path.join("memory.swap.max")).unwrap(), "0");
+        assert_eq!(
+            fs::read_to_string(cg.path.join("memory.max")).unwrap(),
+            "268435456"
+        );
+        assert_eq!(
+            fs::read_to_string(cg.path.join("memory.swap.max")).unwrap(),
+            "0"
+        );
         // cgroupfs lets a cgroup go with its files; a plain directory must be emptied first.
         for f in ["memory.max", "memory.swap.max"] {
             fs::remove_file(cg.path.join(f)).unwrap();

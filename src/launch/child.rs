@@ -115,10 +115,16 @@ pub struct Death {
 /// What the supervisor tells its owner, as it happens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LifeEvent {
-    Started { pid: u32, t_ms: i64 },
+    Started {
+        pid: u32,
+        t_ms: i64,
+    },
     Died(Death),
     /// Ctrl-C: told before the child is killed, so that the kill is no death of the target.
-    Interrupted { pid: Option<u32>, t_ms: i64 },
+    Interrupted {
+        pid: Option<u32>,
+        t_ms: i64,
+    },
 }
 
 /// Why supervision ended.
@@ -221,7 +227,11 @@ pub fn supervise(
         if policy.restarts.is_some_and(|n| restarts >= n) {
             return Ok((Ending::RestartsUsed, restarts));
         }
-        quick = if lived >= policy.reset_after { 1 } else { quick + 1 };
+        quick = if lived >= policy.reset_after {
+            1
+        } else {
+            quick + 1
+        };
         let until = Instant::now() + policy.delay(quick);
         while Instant::now() < until {
             if watch.interrupt.load(Ordering::Relaxed) {
@@ -231,7 +241,9 @@ pub fn supervise(
                 });
                 return Ok((Ending::Interrupted, restarts));
             }
-            std::thread::sleep(watch_poll(policy).min(until.saturating_duration_since(Instant::now())));
+            std::thread::sleep(
+                watch_poll(policy).min(until.saturating_duration_since(Instant::now())),
+            );
         }
         restarts += 1;
     }
@@ -311,7 +323,10 @@ mod tests {
         assert_eq!(result.unwrap(), (Ending::RestartsUsed, 2));
         let d = deaths(&events);
         assert_eq!(d.len(), 3);
-        assert!(d.iter().all(|d| d.exit_code == Some(3) && d.signal.is_none()));
+        assert!(
+            d.iter()
+                .all(|d| d.exit_code == Some(3) && d.signal.is_none())
+        );
         let pids: std::collections::BTreeSet<u32> = d.iter().map(|d| d.pid).collect();
         assert_eq!(pids.len(), 3, "a new process each time");
     }
@@ -321,7 +336,12 @@ mod tests {
         let (result, events) = run(&sh("exit 0"), &fast(Some(5)), &AtomicBool::new(false), None);
         assert_eq!(result.unwrap(), (Ending::CleanExit, 0));
         assert_eq!(deaths(&events).len(), 1);
-        let (result, events) = run(&sh("kill -SEGV $$"), &fast(Some(0)), &AtomicBool::new(false), None);
+        let (result, events) = run(
+            &sh("kill -SEGV $$"),
+            &fast(Some(0)),
+            &AtomicBool::new(false),
+            None,
+        );
         assert_eq!(result.unwrap(), (Ending::RestartsUsed, 0));
         let d = deaths(&events)[0];
         assert_eq!((d.exit_code, d.signal), (None, Some(libc::SIGSEGV)));
@@ -331,7 +351,12 @@ mod tests {
     #[test]
     fn the_watchdog_kills_a_process_past_the_limit() {
         // A shell is a few MiB of RSS: a 1 KiB limit is passed at once.
-        let (result, events) = run(&sh("sleep 30"), &fast(Some(0)), &AtomicBool::new(false), Some(1024));
+        let (result, events) = run(
+            &sh("sleep 30"),
+            &fast(Some(0)),
+            &AtomicBool::new(false),
+            Some(1024),
+        );
         assert_eq!(result.unwrap(), (Ending::RestartsUsed, 0));
         let d = deaths(&events)[0];
         assert_eq!(d.signal, Some(libc::SIGKILL));
@@ -351,7 +376,10 @@ mod tests {
         });
         assert_eq!(result.unwrap(), (Ending::Interrupted, 0));
         assert!(matches!(events[0], LifeEvent::Started { .. }));
-        assert!(matches!(events[1], LifeEvent::Interrupted { pid: Some(_), .. }));
+        assert!(matches!(
+            events[1],
+            LifeEvent::Interrupted { pid: Some(_), .. }
+        ));
         assert_eq!(events.len(), 2, "{events:?}");
     }
 

@@ -11,8 +11,8 @@ use std::sync::mpsc::{Sender, channel};
 use std::time::Duration;
 
 use super::LaunchError;
-use super::child::{self, Death, Ending, Launch, LifeEvent, RestartPolicy, Watch};
 use super::cgroup::Confinement;
+use super::child::{self, Death, Ending, Launch, LifeEvent, RestartPolicy, Watch};
 use crate::collect::sampler::{Sampler, SamplerTally};
 use crate::collect::{
     CollectConfig, CollectError, CollectSummary, Collector, NoObserver, Observer, OutsideMemory,
@@ -231,7 +231,10 @@ mod tests {
         };
         let r = event_record(&LifeEvent::Died(death)).unwrap();
         assert_eq!(r.kind, RecordKind::Exit);
-        assert_eq!((r.pid, r.signal, r.exit_code, r.t_ms), (Some(42), Some(9), None, 1_000));
+        assert_eq!(
+            (r.pid, r.signal, r.exit_code, r.t_ms),
+            (Some(42), Some(9), None, 1_000)
+        );
         assert_eq!(r.totals["oom_kill"], 1);
         assert_eq!(r.totals["lived_ms"], 4_500);
         assert!(r.is_ok());

@@ -321,7 +321,9 @@ mod tests {
         );
         assert_eq!(ProcSelector::parse("proc:1234"), None);
         assert_eq!(ProcSelector::parse("http://x"), None);
-        let e = ProcSelector::parse("proc:exe:/usr/bin/ziti").unwrap().unwrap_err();
+        let e = ProcSelector::parse("proc:exe:/usr/bin/ziti")
+            .unwrap()
+            .unwrap_err();
         assert!(e.contains("base name"), "{e}");
         assert!(ProcSelector::parse("proc:cgroup:").unwrap().is_err());
     }

@@ -45,7 +45,10 @@ fn int(r: &Value, key: &str) -> i64 {
 fn check_confinement(info: &Value) -> bool {
     let mode = info["options"]["confinement"].as_str().unwrap_or("");
     if std::env::var_os("HEAPWATCH_REQUIRE_ROOT").is_some() {
-        assert!(mode.starts_with("cgroup"), "HEAPWATCH_REQUIRE_ROOT but mode {mode}");
+        assert!(
+            mode.starts_with("cgroup"),
+            "HEAPWATCH_REQUIRE_ROOT but mode {mode}"
+        );
     }
     if !mode.starts_with("cgroup") {
         eprintln!("no memory cgroup here: the watchdog played the kernel ({mode})");
@@ -65,7 +68,10 @@ fn renamed_fixture(dir: &Path, fixture: &str, tag: &str) -> Option<(PathBuf, Str
 fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
-        assert!(started.elapsed() < deadline, "{what}: not within {deadline:?}");
+        assert!(
+            started.elapsed() < deadline,
+            "{what}: not within {deadline:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -93,28 +99,45 @@ fn run_records_three_oom_killed_boot_cycles_of_a_process_that_never_opens_an_end
     };
     let dir = util::tempdir();
     let run = dir.path().join("run");
-    let mut child = Stopped(util::heapwatch()
-        .args(["run", "--limit", "256MiB", "--restarts", "2", "--interval", "200ms"])
-        .arg("--out")
-        .arg(&run)
-        .arg("--")
-        .arg(&fixture)
-        .args(["-rate", "64MiB"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("heapwatch run starts"));
+    let mut child = Stopped(
+        util::heapwatch()
+            .args([
+                "run",
+                "--limit",
+                "256MiB",
+                "--restarts",
+                "2",
+                "--interval",
+                "200ms",
+            ])
+            .arg("--out")
+            .arg(&run)
+            .arg("--")
+            .arg(&fixture)
+            .args(["-rate", "64MiB"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("heapwatch run starts"),
+    );
     // stderr is read to its end first: a full pipe would block the run.
     let mut err = String::new();
     std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut err).unwrap();
     let (status, _) = util::wait_for_exit(&mut child.0, CYCLE_DEADLINE * 3);
     assert!(status.success(), "{status}: {err}");
-    assert!(err.contains("memory cgroup") || err.contains("watchdog"), "says its mode: {err}");
+    assert!(
+        err.contains("memory cgroup") || err.contains("watchdog"),
+        "says its mode: {err}"
+    );
 
     let info = run_info(&run);
     assert_eq!(info["source"], "proc");
     let cgroup = check_confinement(&info);
-    if let Some(path) = info["target"].as_str().unwrap().strip_prefix("proc:cgroup:") {
+    if let Some(path) = info["target"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("proc:cgroup:")
+    {
         assert!(!Path::new(path).exists(), "the cgroup {path} was removed");
     }
 
@@ -127,7 +150,10 @@ fn run_records_three_oom_killed_boot_cycles_of_a_process_that_never_opens_an_end
         let by = if cgroup { "oom_kill" } else { "watchdog_kill" };
         assert_eq!(exit["totals"][by], 1, "{exit}");
     }
-    assert!(recs.iter().all(|r| kind(r) != "stop"), "no stop: the restarts ran out");
+    assert!(
+        recs.iter().all(|r| kind(r) != "stop"),
+        "no stop: the restarts ran out"
+    );
 
     for exit in &exits {
         let cycle = int(exit, "incarnation");
@@ -135,9 +161,16 @@ fn run_records_three_oom_killed_boot_cycles_of_a_process_that_never_opens_an_end
             .iter()
             .filter(|r| ok_heap(r) && int(r, "incarnation") == cycle)
             .collect();
-        assert!(captures.len() >= 10, "cycle {cycle}: {} captures", captures.len());
+        assert!(
+            captures.len() >= 10,
+            "cycle {cycle}: {} captures",
+            captures.len()
+        );
         let pids: Vec<i64> = captures.iter().map(|r| int(r, "pid")).collect();
-        assert!(pids.iter().all(|&p| p == int(exit, "pid")), "one process per cycle");
+        assert!(
+            pids.iter().all(|&p| p == int(exit, "pid")),
+            "one process per cycle"
+        );
         // The newest capture is at most one interval older than the kill: the interval in
         // force then, or the collector's own spacing of captures on this loaded machine.
         let newest = captures.last().unwrap();
@@ -183,32 +216,48 @@ fn ctrl_c_stops_the_command_writes_stop_and_no_exit_and_removes_the_cgroup() {
     };
     let dir = util::tempdir();
     let run = dir.path().join("run");
-    let mut child = Stopped(util::heapwatch()
-        .args(["run", "-q", "--limit", "256MiB", "--interval", "100ms"])
-        .arg("--out")
-        .arg(&run)
-        .arg("--")
-        .arg(&fixture)
-        .args(["-rate", "1MiB"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("heapwatch run starts"));
+    let mut child = Stopped(
+        util::heapwatch()
+            .args(["run", "-q", "--limit", "256MiB", "--interval", "100ms"])
+            .arg("--out")
+            .arg(&run)
+            .arg("--")
+            .arg(&fixture)
+            .args(["-rate", "1MiB"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("heapwatch run starts"),
+    );
     wait_until("three captures", CYCLE_DEADLINE, || {
         records(&run).iter().filter(|r| ok_heap(r)).count() >= 3
     });
-    let pid = records(&run).iter().find(|r| ok_heap(r)).map(|r| int(r, "pid")).unwrap();
+    let pid = records(&run)
+        .iter()
+        .find(|r| ok_heap(r))
+        .map(|r| int(r, "pid"))
+        .unwrap();
     let status = interrupt_and_wait(&mut child.0);
     assert!(status.success(), "{status}");
     let recs = records(&run);
     let last = recs.last().unwrap();
     assert_eq!(kind(last), "stop", "{last}");
     assert_eq!(int(last, "pid"), pid);
-    assert!(recs.iter().all(|r| kind(r) != "exit"), "stopping it is no death");
-    assert!(util::process_rss(pid as u32).is_none(), "the command was killed");
+    assert!(
+        recs.iter().all(|r| kind(r) != "exit"),
+        "stopping it is no death"
+    );
+    assert!(
+        util::process_rss(pid as u32).is_none(),
+        "the command was killed"
+    );
     let info = run_info(&run);
     check_confinement(&info);
-    if let Some(path) = info["target"].as_str().unwrap().strip_prefix("proc:cgroup:") {
+    if let Some(path) = info["target"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("proc:cgroup:")
+    {
         assert!(!Path::new(path).exists(), "the cgroup {path} was removed");
     }
 }
@@ -228,9 +277,16 @@ fn a_command_that_cannot_start_is_named_and_leaves_no_cgroup() {
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
     let err = util::stderr(&out);
-    assert!(err.contains("/no/such/heapwatch-command: cannot start it"), "{err}");
+    assert!(
+        err.contains("/no/such/heapwatch-command: cannot start it"),
+        "{err}"
+    );
     let info = run_info(&run);
-    if let Some(path) = info["target"].as_str().unwrap().strip_prefix("proc:cgroup:") {
+    if let Some(path) = info["target"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("proc:cgroup:")
+    {
         assert!(!Path::new(path).exists(), "the cgroup {path} was removed");
     }
 }
@@ -254,7 +310,13 @@ fn proc_exe_follows_a_restart_into_a_new_boot_cycle() {
     let (mut first, _) = start();
     let mut collect = Stopped(
         util::heapwatch()
-            .args(["collect", &format!("proc:exe:{name}"), "-q", "--interval", "200ms"])
+            .args([
+                "collect",
+                &format!("proc:exe:{name}"),
+                "-q",
+                "--interval",
+                "200ms",
+            ])
             .arg("--out")
             .arg(&run)
             .spawn()
@@ -284,15 +346,22 @@ fn proc_exe_follows_a_restart_into_a_new_boot_cycle() {
     let one = captures_of(first_pid);
     let two = captures_of(second_pid);
     assert!(one.iter().all(|r| int(r, "incarnation") == 1));
-    assert!(two.iter().all(|r| int(r, "incarnation") == 2), "the restart is cycle 2");
+    assert!(
+        two.iter().all(|r| int(r, "incarnation") == 2),
+        "the restart is cycle 2"
+    );
     // Found within one interval of its start (the fetch waits for it, polling every 5 ms).
     let found_after = int(&two[0], "t_ms") - second_started;
-    assert!(found_after <= 200, "first capture {found_after} ms after the start");
+    assert!(
+        found_after <= 200,
+        "first capture {found_after} ms after the start"
+    );
     let between: BTreeMap<String, usize> = records(&run)
         .iter()
         .filter(|r| !r["error"].is_null())
         .fold(BTreeMap::new(), |mut m, r| {
-            *m.entry(r["error_kind"].as_str().unwrap_or("").to_string()).or_default() += 1;
+            *m.entry(r["error_kind"].as_str().unwrap_or("").to_string())
+                .or_default() += 1;
             m
         });
     assert!(
@@ -321,7 +390,13 @@ fn while_frozen_proc_captures_go_on_and_the_http_source_times_out() {
     let http_run = dir.path().join("http");
     let mut proc_collect = Stopped(
         util::heapwatch()
-            .args(["collect", &format!("proc:{pid}"), "-q", "--interval", "100ms"])
+            .args([
+                "collect",
+                &format!("proc:{pid}"),
+                "-q",
+                "--interval",
+                "100ms",
+            ])
             .arg("--out")
             .arg(&proc_run)
             .spawn()
@@ -329,7 +404,13 @@ fn while_frozen_proc_captures_go_on_and_the_http_source_times_out() {
     );
     let mut http_collect = Stopped(
         util::heapwatch()
-            .args(["collect", &format!("http://{addr}"), "-q", "--interval", "100ms"])
+            .args([
+                "collect",
+                &format!("http://{addr}"),
+                "-q",
+                "--interval",
+                "100ms",
+            ])
             .args(["--timeout", "300ms", "--max-duty", "1"])
             .arg("--out")
             .arg(&http_run)
@@ -366,8 +447,15 @@ fn while_frozen_proc_captures_go_on_and_the_http_source_times_out() {
         proc_frozen.iter().filter(|r| ok_heap(r)).count(),
         proc_frozen.len()
     );
-    assert!(proc_frozen.iter().all(ok_heap), "every proc attempt was a capture");
-    assert!(http_frozen.len() >= 3, "HTTP kept trying: {}", http_frozen.len());
+    assert!(
+        proc_frozen.iter().all(ok_heap),
+        "every proc attempt was a capture"
+    );
+    assert!(
+        http_frozen.len() >= 3,
+        "HTTP kept trying: {}",
+        http_frozen.len()
+    );
     assert!(
         http_frozen.iter().all(|r| r["error_kind"] == "timeout"),
         "every HTTP attempt timed out: {http_frozen:?}"

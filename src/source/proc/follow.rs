@@ -228,10 +228,19 @@ mod tests {
             Duration::from_millis(30),
         );
         let began = Instant::now();
-        let e = source.fetch(Want::Heap, Duration::from_secs(5)).unwrap_err();
+        let e = source
+            .fetch(Want::Heap, Duration::from_secs(5))
+            .unwrap_err();
         assert_eq!(e.kind, FailureKind::Refused);
-        assert!(e.message.contains("there is no process whose executable is named"), "{e}");
-        assert!(began.elapsed() < Duration::from_secs(2), "waits one wait, not the timeout");
+        assert!(
+            e.message
+                .contains("there is no process whose executable is named"),
+            "{e}"
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "waits one wait, not the timeout"
+        );
         assert_eq!(source.pid_cell().load(Ordering::Relaxed), 0);
 
         let first = Killed(Command::new(&bin).arg("30").spawn().unwrap());
@@ -241,10 +250,16 @@ mod tests {
         assert_eq!(source.pid_cell().load(Ordering::Relaxed), first.0.id());
         let again = source.fetch(Want::Heap, Duration::from_secs(1)).unwrap();
         assert_eq!(again.pid, Some(first.0.id()));
-        assert_eq!(attached.lock().unwrap().len(), 1, "attached once per process");
+        assert_eq!(
+            attached.lock().unwrap().len(),
+            1,
+            "attached once per process"
+        );
 
         drop(first);
-        let e = source.fetch(Want::Heap, Duration::from_secs(1)).unwrap_err();
+        let e = source
+            .fetch(Want::Heap, Duration::from_secs(1))
+            .unwrap_err();
         assert_eq!(e.kind, FailureKind::Refused, "{e}");
         let second = Killed(Command::new(&bin).arg("30").spawn().unwrap());
         let reply = source.fetch(Want::Heap, Duration::from_secs(1)).unwrap();
@@ -281,7 +296,10 @@ mod tests {
             Box::new(move |pid| {
                 if failures > 0 {
                     failures -= 1;
-                    return Err(FetchError::new(FailureKind::Other, "segments not mapped yet"));
+                    return Err(FetchError::new(
+                        FailureKind::Other,
+                        "segments not mapped yet",
+                    ));
                 }
                 Ok(Box::new(PidEcho(pid)) as Box<dyn Source>)
             }),
@@ -306,7 +324,9 @@ mod tests {
             }),
             Duration::from_millis(50),
         );
-        let e = source.fetch(Want::Heap, Duration::from_secs(1)).unwrap_err();
+        let e = source
+            .fetch(Want::Heap, Duration::from_secs(1))
+            .unwrap_err();
         assert_eq!(e.kind, FailureKind::Other);
         assert!(e.message.contains(&child.0.id().to_string()), "{e}");
         assert!(e.message.contains("not a Go program"), "{e}");
