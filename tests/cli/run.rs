@@ -461,3 +461,56 @@ fn while_frozen_proc_captures_go_on_and_the_http_source_times_out() {
         "every HTTP attempt timed out: {http_frozen:?}"
     );
 }
+
+#[test]
+fn also_targets_are_recorded_into_sub_runs_of_their_own() {
+    let Some(fixture) = util::go_fixture("steady") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let also = run.join("also-1");
+    let listen = format!("127.0.0.1:{}", util::free_port());
+    let mut child = Stopped(
+        util::heapwatch()
+            .args(["run", "-q", "--limit", "256MiB", "--interval", "100ms"])
+            .args(["--also", &format!("http://{listen}")])
+            .arg("--out")
+            .arg(&run)
+            .arg("--")
+            .arg(&fixture)
+            .args(["-listen", &listen, "-working-set", "8MiB", "-rate", "4MiB"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("heapwatch run starts"),
+    );
+    // Both read the same process: each sees the working set it builds at start.
+    let holds_working_set = |r: &Value| ok_heap(r) && int(&r["totals"], "inuse_space") >= 8 << 20;
+    wait_until(
+        "captures in the run and in its --also sub-run",
+        CYCLE_DEADLINE,
+        || {
+            records(&run).iter().any(holds_working_set)
+                && records(&also).iter().any(holds_working_set)
+        },
+    );
+    assert!(interrupt_and_wait(&mut child.0).success());
+    assert_eq!(run_info(&run)["source"], "proc");
+    let info = run_info(&also);
+    assert_eq!(info["source"], "http");
+    assert_eq!(info["target"], format!("http://{listen}"));
+    for r in [&run, &also] {
+        let recs = records(r);
+        assert_eq!(kind(recs.last().unwrap()), "stop", "{}", r.display());
+        assert!(recs.iter().all(|x| kind(x) != "exit"));
+    }
+    let pids: Vec<i64> = records(&run)
+        .iter()
+        .filter(|r| ok_heap(r))
+        .map(|r| int(r, "pid"))
+        .collect();
+    assert!(
+        pids.windows(2).all(|w| w[0] == w[1]),
+        "one process, never restarted"
+    );
+}
