@@ -7,6 +7,7 @@ pub mod binary;
 pub mod encode;
 pub mod memory;
 pub mod pclntab;
+pub mod stripped;
 pub mod walk;
 
 use std::fs;
