@@ -15,6 +15,7 @@ use object::{
 use thiserror::Error;
 
 use super::pclntab::{FuncData, Pclntab, PclntabError};
+use super::stripped;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum BinaryError {
@@ -29,10 +30,11 @@ pub enum BinaryError {
     #[error("unreadable Go build info in .go.buildinfo: {0}")]
     BuildInfo(String),
     #[error(
-        "the binary is stripped (no .symtab, as with -ldflags=-s): the runtime's heap profile \
-         variables cannot be located; rebuild without -s, or use the HTTP or agent source"
+        "the binary is stripped (no .symtab, as with -ldflags=-s) and the runtime's heap \
+         profile variables could not be recovered from its code: {0}; rebuild without -s, or \
+         use the HTTP or agent source"
     )]
-    Stripped,
+    Stripped(String),
     #[error("the symbol {0} is missing from .symtab")]
     Symbol(&'static str),
     #[error(".gopclntab: {0}")]
@@ -167,6 +169,72 @@ fn section_bytes<'d>(
     s.data().map_err(|e| BinaryError::NotElf(e.to_string()))
 }
 
+type Elf<'d> = ElfFile64<'d, Endianness>;
+
+/// The runtime variables and `go:func.*` from `.symtab`.
+fn symbols(elf: &Elf) -> Result<(RuntimeVars, Option<u64>), BinaryError> {
+    const NAMES: [&str; 7] = [
+        "runtime.mbuckets",
+        "runtime.mProfCycle",
+        "runtime.MemProfileRate",
+        "runtime.disableMemoryProfiling",
+        "runtime.profMemActiveLock",
+        "go:func.*",
+        "go.func.*",
+    ];
+    let mut found: HashMap<&str, u64> = HashMap::new();
+    for sym in elf.symbols() {
+        if let Some(name) = sym
+            .name()
+            .ok()
+            .and_then(|n| NAMES.iter().find(|w| **w == n))
+        {
+            found.insert(name, sym.address());
+        }
+    }
+    let get = |name: &'static str| found.get(name).copied().ok_or(BinaryError::Symbol(name));
+    let vars = RuntimeVars {
+        mbuckets: get("runtime.mbuckets")?,
+        mprof_cycle: get("runtime.mProfCycle")?,
+        mem_profile_rate: get("runtime.MemProfileRate")?,
+        disable_memory_profiling: get("runtime.disableMemoryProfiling")?,
+        prof_mem_active_lock: get("runtime.profMemActiveLock").ok(),
+    };
+    Ok((vars, get("go:func.*").or_else(|_| get("go.func.*")).ok()))
+}
+
+/// `moduledata.gofunc` (offset 320 from Go 1.20 to 1.26) of `runtime.firstmoduledata`, found
+/// without symbols: the `.go.module` section (Go 1.26), else the word in `.noptrdata` that
+/// points at the pclntab, followed by the pointer to its function names. The linker writes
+/// these pointers into the file even for PIE (the relocations add to them in place).
+fn moduledata_gofunc(elf: &Elf, pclntab: u64, funcname_off: u64) -> Option<u64> {
+    const GOFUNC: usize = 320;
+    let word = |d: &[u8], at: usize| -> Option<u64> {
+        let b = d.get(at..at.checked_add(8)?)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    };
+    if let Some(data) = elf
+        .section_by_name(".go.module")
+        .and_then(|s| s.data().ok())
+    {
+        if word(data, 0) == Some(pclntab) {
+            return word(data, GOFUNC);
+        }
+    }
+    for name in [".noptrdata", ".data"] {
+        let Some(data) = elf.section_by_name(name).and_then(|s| s.data().ok()) else {
+            continue;
+        };
+        let found = (0..data.len().saturating_sub(16)).step_by(8).find(|&at| {
+            word(data, at) == Some(pclntab) && word(data, at + 8) == Some(pclntab + funcname_off)
+        });
+        if let Some(at) = found {
+            return word(data, at + GOFUNC);
+        }
+    }
+    None
+}
+
 /// The Go build id from `.note.go.buildid` (an ELF note named "Go").
 fn go_build_id(note: &[u8]) -> Option<String> {
     let word = |i: usize| {
@@ -194,7 +262,10 @@ impl GoBinary {
         };
         let build = parse_buildinfo(section_bytes(&section(".go.buildinfo")?)?)
             .map_err(BinaryError::BuildInfo)?;
-        let pcln = section(".gopclntab")?;
+        // Older releases put it in RELRO when building PIE.
+        let pcln = section(".gopclntab")
+            .or_else(|_| section(".data.rel.ro.gopclntab"))
+            .map_err(|_| BinaryError::NotGo(".gopclntab"))?;
         let text = section(".text")?;
         let build_id = elf
             .section_by_name(".note.go.buildid")
@@ -208,38 +279,27 @@ impl GoBinary {
             .flatten()
             .map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
             .unwrap_or_default();
-        if elf.section_by_name(".symtab").is_none() {
-            return Err(BinaryError::Stripped);
-        }
-        let mut wanted: HashMap<&str, u64> = HashMap::new();
-        const NAMES: [&str; 7] = [
-            "runtime.mbuckets",
-            "runtime.mProfCycle",
-            "runtime.MemProfileRate",
-            "runtime.disableMemoryProfiling",
-            "runtime.profMemActiveLock",
-            "go:func.*",
-            "go.func.*",
-        ];
-        for sym in elf.symbols() {
-            if let Ok(name) = sym.name() {
-                if NAMES.contains(&name) {
-                    wanted.insert(
-                        NAMES[NAMES.iter().position(|n| *n == name).unwrap_or(0)],
-                        sym.address(),
-                    );
-                }
-            }
-        }
-        let get = |name: &'static str| wanted.get(name).copied().ok_or(BinaryError::Symbol(name));
-        let vars = RuntimeVars {
-            mbuckets: get("runtime.mbuckets")?,
-            mprof_cycle: get("runtime.mProfCycle")?,
-            mem_profile_rate: get("runtime.MemProfileRate")?,
-            disable_memory_profiling: get("runtime.disableMemoryProfiling")?,
-            prof_mem_active_lock: get("runtime.profMemActiveLock").ok(),
+        let pcln_addr = pcln.address();
+        let table = Pclntab::parse(
+            section_bytes(&pcln)?.to_vec(),
+            text.address(),
+            FuncData::default(),
+        )?;
+        let (vars, gofunc) = if elf.section_by_name(".symtab").is_some() {
+            let (vars, gofunc) = symbols(&elf)?;
+            (
+                vars,
+                gofunc.or_else(|| moduledata_gofunc(&elf, pcln_addr, table.funcname_offset())),
+            )
+        } else {
+            let vars = stripped::recover_vars(&table, (text.address(), section_bytes(&text)?))
+                .map_err(BinaryError::Stripped)?;
+            (
+                vars,
+                moduledata_gofunc(&elf, pcln_addr, table.funcname_offset()),
+            )
         };
-        let gofunc = get("go:func.*").or_else(|_| get("go.func.*"))?;
+        let gofunc = gofunc.ok_or(BinaryError::Symbol("go:func.*"))?;
         let funcdata = elf
             .sections()
             .find(|s| s.address() <= gofunc && gofunc < s.address() + s.size())
@@ -250,7 +310,7 @@ impl GoBinary {
                 section,
             })
             .unwrap_or_default();
-        let pclntab = Pclntab::parse(section_bytes(&pcln)?.to_vec(), text.address(), funcdata)?;
+        let pclntab = table.with_funcdata(funcdata);
         let segments = elf
             .segments()
             .map(|s| Segment {

@@ -8,6 +8,7 @@ pub mod encode;
 pub mod follow;
 pub mod memory;
 pub mod pclntab;
+pub mod stripped;
 pub mod walk;
 
 use std::fs;

@@ -167,6 +167,36 @@ impl Pclntab {
         })
     }
 
+    /// The same table with the inline trees' home set (found after the table itself, in
+    /// stripped binaries).
+    pub fn with_funcdata(mut self, funcdata: FuncData) -> Pclntab {
+        self.funcdata = funcdata;
+        self
+    }
+
+    /// `funcnameOffset` of the header: where `moduledata.funcnametab` points, relative to the
+    /// table's start.
+    pub fn funcname_offset(&self) -> u64 {
+        self.funcname as u64
+    }
+
+    /// `[entry, end)` of the function with this symbol name (a linear scan: once per binary).
+    pub fn func_range(&self, name: &str) -> Option<(u64, u64)> {
+        (0..self.nfunc).find_map(|i| {
+            let funcoff = u32_at(&self.data, self.functab + 8 * i + 4)? as usize;
+            let f = FuncRef {
+                off: self.functab.checked_add(funcoff)?,
+                entry: 0,
+            };
+            (self.func_name(f)? == name).then(|| {
+                (
+                    self.text_start + u64::from(self.entry_off(i)),
+                    self.text_start + u64::from(self.entry_off(i + 1)),
+                )
+            })
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.nfunc
     }

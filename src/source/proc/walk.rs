@@ -485,4 +485,35 @@ mod tests {
         assert!(!layout_for((1, 23)).unwrap().spinbit_mutex);
         assert!(layout_for((1, 26)).unwrap().spinbit_mutex);
     }
+
+    mod garbage {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any image: a whole snapshot within the bounds, or an error; never a panic.
+            #[test]
+            fn any_image_walks_within_bounds_or_fails(
+                vars in proptest::collection::vec(any::<u8>(), 24),
+                heap in proptest::collection::vec(any::<u8>(), 0..4096),
+                links in proptest::collection::vec(0u64..4096, 0..8),
+            ) {
+                let mut heap = heap;
+                // Plant plausible pointers so lists of several buckets (and cycles) occur.
+                for (i, l) in links.iter().enumerate() {
+                    let at = (i * 184 + 8) % heap.len().max(1);
+                    if at + 8 <= heap.len() {
+                        heap[at..at + 8].copy_from_slice(&(0x2000 + l).to_le_bytes());
+                    }
+                }
+                let mem = ImageMemory { segments: vec![(0x1000, vars), (0x2000, heap)] };
+                let limits = Limits { max_buckets: 64, attempts: 2 };
+                if let Ok(snap) = walk(&mem, &ANCHORS, &LAYOUT, &limits) {
+                    prop_assert!(snap.buckets.len() <= 64);
+                    prop_assert!(snap.buckets.iter().all(|b| b.stack.len() <= LAYOUT.max_stack));
+                    prop_assert_eq!(mem_profile(&snap).len(), snap.buckets.len());
+                }
+            }
+        }
+    }
 }

@@ -1,0 +1,135 @@
+//! Stripped binaries (`-ldflags=-s -w`, the usual container image) have no `.symtab`, but they
+//! keep `.gopclntab`, so the runtime's functions can still be found by name. The variables the
+//! walker needs are recovered from the RIP-relative operands of the instructions that load
+//! them, in two runtime functions whose shape has been the same from Go 1.23 to 1.26:
+//!
+//! - `runtime.schedinit`: `if disableMemoryProfiling { MemProfileRate = 0 }` compiles to a byte
+//!   compare with 0, a `je`, and a qword store of 0;
+//! - `runtime.memProfileInternal`: its first 32-bit load is `mProfCycle`, its first 64-bit load
+//!   `mbuckets`, and the first `lea rax` handed straight to `runtime.lock2` is
+//!   `&profMemActiveLock`.
+
+use iced_x86::{Decoder, DecoderOptions, Instruction, MemorySize, Mnemonic, OpKind, Register};
+
+use super::binary::RuntimeVars;
+use super::pclntab::Pclntab;
+
+/// The decoded instructions of one function.
+fn instructions(table: &Pclntab, text: (u64, &[u8]), name: &str) -> Option<Vec<Instruction>> {
+    let (entry, end) = table.func_range(name)?;
+    let start = usize::try_from(entry.checked_sub(text.0)?).ok()?;
+    let stop = usize::try_from(end.checked_sub(text.0)?).ok()?;
+    let code = text.1.get(start..stop.min(text.1.len()))?;
+    let decoder = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
+    Some(decoder.into_iter().collect())
+}
+
+fn rip_target(i: &Instruction) -> Option<u64> {
+    i.is_ip_rel_memory_operand()
+        .then(|| i.ip_rel_memory_address())
+}
+
+/// (disableMemoryProfiling, MemProfileRate) from `runtime.schedinit`.
+fn from_schedinit(code: &[Instruction]) -> Option<(u64, u64)> {
+    code.windows(3).find_map(|w| {
+        let (cmp, je, store) = (&w[0], &w[1], &w[2]);
+        let is_flag_test = cmp.mnemonic() == Mnemonic::Cmp
+            && cmp.op0_kind() == OpKind::Memory
+            && cmp.memory_size() == MemorySize::UInt8
+            && cmp.immediate(1) == 0;
+        let is_zero_store = store.mnemonic() == Mnemonic::Mov
+            && store.op0_kind() == OpKind::Memory
+            && store.memory_size() == MemorySize::UInt64
+            && store.op1_kind() == OpKind::Immediate32to64
+            && store.immediate(1) == 0;
+        if is_flag_test && je.mnemonic() == Mnemonic::Je && is_zero_store {
+            Some((rip_target(cmp)?, rip_target(store)?))
+        } else {
+            None
+        }
+    })
+}
+
+/// (mProfCycle, mbuckets, profMemActiveLock) from `runtime.memProfileInternal`.
+fn from_mem_profile(table: &Pclntab, code: &[Instruction]) -> Option<(u64, u64, u64)> {
+    let load = |size: MemorySize| {
+        code.iter().find_map(|i| {
+            (i.mnemonic() == Mnemonic::Mov
+                && i.op0_kind() == OpKind::Register
+                && i.op1_kind() == OpKind::Memory
+                && i.memory_size() == size)
+                .then(|| rip_target(i))
+                .flatten()
+        })
+    };
+    let cycle = load(MemorySize::UInt32)?;
+    let buckets = load(MemorySize::UInt64)?;
+    let lock = code.windows(2).find_map(|w| {
+        let (lea, call) = (&w[0], &w[1]);
+        let callee = table
+            .find_func(call.near_branch_target())
+            .and_then(|f| table.func_name(f));
+        (lea.mnemonic() == Mnemonic::Lea
+            && lea.op0_register() == Register::RAX
+            && call.mnemonic() == Mnemonic::Call
+            && callee.is_some_and(|n| n.starts_with("runtime.lock")))
+        .then(|| rip_target(lea))
+        .flatten()
+    })?;
+    Some((cycle, buckets, lock))
+}
+
+/// The runtime variables of a stripped binary, from its code. `text` is `.text`'s address
+/// and bytes.
+pub fn recover_vars(table: &Pclntab, text: (u64, &[u8])) -> Result<RuntimeVars, String> {
+    let schedinit = instructions(table, text, "runtime.schedinit")
+        .ok_or("runtime.schedinit is not in .gopclntab")?;
+    let (disable, rate) = from_schedinit(&schedinit).ok_or(
+        "runtime.schedinit has no `if disableMemoryProfiling { MemProfileRate = 0 }` of the \
+         expected shape",
+    )?;
+    let mem = instructions(table, text, "runtime.memProfileInternal")
+        .ok_or("runtime.memProfileInternal is not in .gopclntab")?;
+    let (cycle, buckets, lock) = from_mem_profile(table, &mem)
+        .ok_or("runtime.memProfileInternal does not load mProfCycle and mbuckets as expected")?;
+    Ok(RuntimeVars {
+        mbuckets: buckets,
+        mprof_cycle: cycle,
+        mem_profile_rate: rate,
+        disable_memory_profiling: disable,
+        prof_mem_active_lock: Some(lock),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(ip: u64, bytes: &[u8]) -> Vec<Instruction> {
+        Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE)
+            .into_iter()
+            .collect()
+    }
+
+    #[test]
+    fn the_schedinit_pattern_names_both_variables() {
+        // The bytes go1.26 emits (from `go tool objdump`): CMPB disableMemoryProfiling, $0;
+        // JE; MOVQ $0, MemProfileRate — at 0x4549db.
+        let code = decode(
+            0x4549db,
+            &[
+                0x80, 0x3d, 0x9b, 0x1e, 0x5f, 0x00, 0x00, 0x74, 0x0b, 0x48, 0xc7, 0x05, 0x31, 0x40,
+                0x58, 0x00, 0x00, 0x00, 0x00, 0x00,
+            ],
+        );
+        let (disable, rate) = from_schedinit(&code).unwrap();
+        assert_eq!(disable, 0x4549db + 7 + 0x5f1e9b);
+        assert_eq!(rate, 0x4549e4 + 11 + 0x584031);
+    }
+
+    #[test]
+    fn other_code_matches_nothing() {
+        let code = decode(0x1000, &[0x90, 0x90, 0xc3]);
+        assert_eq!(from_schedinit(&code), None);
+    }
+}
