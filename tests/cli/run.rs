@@ -514,3 +514,66 @@ fn also_targets_are_recorded_into_sub_runs_of_their_own() {
         "one process, never restarted"
     );
 }
+
+#[test]
+fn without_a_cgroup_the_started_process_is_followed_by_its_pid() {
+    let Some(fixture) = util::go_fixture("startupgrow") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut child = Stopped(
+        util::heapwatch()
+            .args([
+                "run",
+                "-q",
+                "--restarts",
+                "1",
+                "--backoff",
+                "10ms",
+                "--interval",
+                "100ms",
+            ])
+            .arg("--out")
+            .arg(&run)
+            .arg("--")
+            .arg(&fixture)
+            .args(["-rate", "1MiB"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("heapwatch run starts"),
+    );
+    let first_pid = || {
+        records(&run)
+            .iter()
+            .find(|r| ok_heap(r))
+            .map(|r| int(r, "pid"))
+    };
+    wait_until("a capture", CYCLE_DEADLINE, || first_pid().is_some());
+    let pid = first_pid().unwrap();
+    // Killed from outside: a death, then the one restart, read by its new pid.
+    util::signal(pid as u32, "TERM");
+    wait_until("a capture of the restarted process", CYCLE_DEADLINE, || {
+        records(&run)
+            .iter()
+            .any(|r| ok_heap(r) && int(r, "pid") != pid)
+    });
+    assert!(interrupt_and_wait(&mut child.0).success());
+    let info = run_info(&run);
+    assert_eq!(info["options"]["confinement"], "none");
+    let recs = records(&run);
+    let exit = recs
+        .iter()
+        .find(|r| kind(r) == "exit")
+        .expect("an exit record");
+    assert_eq!((int(exit, "pid"), int(exit, "signal")), (pid, 15));
+    assert_eq!(exit["totals"]["oom_kill"], 0);
+    let cycles: Vec<i64> = recs
+        .iter()
+        .filter(|r| ok_heap(r))
+        .map(|r| int(r, "incarnation"))
+        .collect();
+    assert_eq!((cycles[0], *cycles.last().unwrap()), (1, 2));
+    assert_eq!(kind(recs.last().unwrap()), "stop");
+}
