@@ -352,6 +352,7 @@ fn proc_exe_follows_a_restart_into_a_new_boot_cycle() {
     );
     // Found within one interval of its start (the fetch waits for it, polling every 5 ms).
     let found_after = int(&two[0], "t_ms") - second_started;
+    eprintln!("the restarted process was first read {found_after} ms after its start");
     assert!(
         found_after <= 200,
         "first capture {found_after} ms after the start"
@@ -576,4 +577,54 @@ fn without_a_cgroup_the_started_process_is_followed_by_its_pid() {
         .collect();
     assert_eq!((cycles[0], *cycles.last().unwrap()), (1, 2));
     assert_eq!(kind(recs.last().unwrap()), "stop");
+}
+
+#[test]
+fn proc_cgroup_reads_the_go_process_in_a_cgroup_and_samples_the_cgroup() {
+    let Some(fixture) = util::go_fixture("startupgrow") else {
+        return;
+    };
+    let Some(cgroup) = util::memory_cgroup_or_watchdog("proccg", 256 << 20) else {
+        // Without a writable cgroup there is nothing for proc:cgroup: to name; under
+        // HEAPWATCH_REQUIRE_ROOT (CI) memory_cgroup_or_watchdog fails the test instead.
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    // Started through `sh -c`, which joins the cgroup first: a non-Go process in the cgroup
+    // until its exec, never picked.
+    let _target = util::Reaped(
+        cgroup
+            .command(&fixture, &["-rate", "1MiB"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the fixture starts in its cgroup"),
+    );
+    let target = format!("proc:cgroup:{}", cgroup.path.display());
+    let mut collect = Stopped(
+        util::heapwatch()
+            .args(["collect", &target, "-q", "--interval", "100ms"])
+            .arg("--out")
+            .arg(&run)
+            .spawn()
+            .expect("collect starts"),
+    );
+    wait_until("three captures", CYCLE_DEADLINE, || {
+        records(&run).iter().filter(|r| ok_heap(r)).count() >= 3
+    });
+    assert!(interrupt_and_wait(&mut collect.0).success());
+    let pids = cgroup.pids();
+    let captured: Vec<i64> = records(&run)
+        .iter()
+        .filter(|r| ok_heap(r))
+        .map(|r| int(r, "pid"))
+        .collect();
+    assert!(
+        captured.iter().all(|&p| pids.contains(&(p as u32))),
+        "{captured:?} in {pids:?}"
+    );
+    let samples = fs::read_to_string(run.join("memory.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(samples.lines().next().unwrap()).unwrap();
+    assert_eq!(first["source"], "cgroup");
+    assert_eq!(first["limit"], 256 << 20);
 }
