@@ -153,7 +153,12 @@ pub struct Collector<'a> {
     /// Event records from outside the collector (`exit`, `stop` from `heapwatch run`), given
     /// their seq and boot cycle here so the manifest has one writer.
     events: Option<Receiver<CaptureRecord>>,
+    /// Events taken from the inbox while sleeping, written at the top of the loop.
+    pending_events: Vec<CaptureRecord>,
 }
+
+/// How often a sleeping collector with an inbox looks into it.
+const EVENT_POLL: Duration = Duration::from_millis(20);
 
 impl<'a> Collector<'a> {
     pub fn new(
@@ -206,6 +211,7 @@ impl<'a> Collector<'a> {
             gone_since: None,
             runtime_memory: None,
             events: None,
+            pending_events: Vec::new(),
         }
     }
 
@@ -216,11 +222,14 @@ impl<'a> Collector<'a> {
         self
     }
 
-    fn record_events(&mut self) -> Result<(), StoreError> {
+    /// Writes the events received so far; true when one was a process's end.
+    fn record_events(&mut self) -> Result<bool, StoreError> {
         let Some(events) = &self.events else {
-            return Ok(());
+            return Ok(false);
         };
-        let pending: Vec<CaptureRecord> = events.try_iter().collect();
+        let mut pending = std::mem::take(&mut self.pending_events);
+        pending.extend(events.try_iter());
+        let ended = pending.iter().any(|r| r.kind == RecordKind::Exit);
         for mut record in pending {
             record.seq = self.next_seq;
             self.next_seq += 1;
@@ -231,7 +240,27 @@ impl<'a> Collector<'a> {
             };
             self.writer.append(&record)?;
         }
-        Ok(())
+        Ok(ended)
+    }
+
+    /// Sleeps until `wake`, or until an event arrives: a death told by whoever started the
+    /// target makes the next attempt at once, which then waits for its successor.
+    fn sleep_until(&mut self, wake: Duration) {
+        if self.events.is_none() {
+            return self.clock.sleep_until(wake, self.stop);
+        }
+        loop {
+            let now = self.clock.now();
+            if now >= wake || self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            self.clock
+                .sleep_until(wake.min(now + EVENT_POLL), self.stop);
+            if let Some(Ok(record)) = self.events.as_ref().map(|e| e.try_recv()) {
+                self.pending_events.push(record);
+                return;
+            }
+        }
     }
 
     pub fn with_outside_memory(mut self, outside: Arc<OutsideMemory>) -> Self {
@@ -336,13 +365,20 @@ impl<'a> Collector<'a> {
         // While the target is not answering, only the first task (the main profile) probes.
         let probe = tasks[0].want;
         loop {
-            if let Err(e) = self.record_events() {
-                if e.is_disk_full() {
+            match self.record_events() {
+                Ok(true) => {
+                    let now = self.clock.now();
+                    for t in tasks.iter_mut().filter(|t| t.want == probe) {
+                        t.due = t.due.min(now);
+                    }
+                }
+                Ok(false) => {}
+                Err(e) if e.is_disk_full() => {
                     self.summary.reason = StopReason::DiskFull;
                     self.summary.disk_error = Some(e.to_string());
                     break;
                 }
-                return Err(e.into());
+                Err(e) => return Err(e.into()),
             }
             if self.stop.load(Ordering::Relaxed) {
                 self.summary.reason = StopReason::Interrupted;
@@ -379,7 +415,7 @@ impl<'a> Collector<'a> {
                 if let Some(d) = self.config.duration {
                     wake = wake.min(start + d);
                 }
-                self.clock.sleep_until(wake, self.stop);
+                self.sleep_until(wake);
                 continue;
             }
             let want = next.want;

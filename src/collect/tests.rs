@@ -575,3 +575,38 @@ fn event_records_get_their_seq_and_the_boot_cycle_their_pid_answered_in() {
         "written after the 4th fetch"
     );
 }
+
+#[test]
+fn a_death_told_during_a_sleep_makes_the_next_attempt_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_000_000);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut exit = CaptureRecord::new(0, RecordKind::Exit, 0, 1_000_010);
+    exit.pid = Some(100);
+    let mut source = EventDuringFetch {
+        inner: ScriptedSource::new(&clock, vec![Step::Ok(EARLY, ms(5))]),
+        fetches: 0,
+        at: 2,
+        event: Some((tx, exit)),
+    };
+    let stop = AtomicBool::new(false);
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    Collector::new(
+        heap_only(ms(2000)),
+        &mut source,
+        &clock,
+        writer,
+        &existing,
+        &stop,
+    )
+    .with_events(rx)
+    .run(&mut NoObserver)
+    .unwrap();
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    let starts: Vec<(RecordKind, i64)> = records.iter().map(|r| (r.kind, r.t_ms)).collect();
+    // Attempts at 0 and 500 ms; the exit, told during the second, is seen within one look
+    // into the inbox (20 ms) and the next attempt follows, not at 1000 ms.
+    assert_eq!(starts[2].0, RecordKind::Exit, "{starts:?}");
+    let after = records[3].t_ms - records[1].t_ms;
+    assert!(after <= 5 + 20, "{starts:?}");
+}
