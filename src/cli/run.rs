@@ -102,8 +102,12 @@ impl RunArgs {
         })
     }
 
-    fn info(&self, target: &str, source: &str, mode: &str, started_ms: i64) -> RunInfo {
-        RunInfo {
+    /// `run.json` for a run directory; a run resumed keeps its first start and notes this one.
+    fn info(&self, out: &Path, target: &str, source: &str, mode: &str, started_ms: i64) -> RunInfo {
+        let previous = heapwatch::store::RunDir::open(out)
+            .ok()
+            .and_then(|r| r.info);
+        let mut info = RunInfo {
             schema: heapwatch::render::SCHEMA,
             tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
             target: target.to_string(),
@@ -124,7 +128,16 @@ impl RunArgs {
             }),
             limit_bytes: self.limit,
             label: self.label.clone(),
+        };
+        // A new cgroup each time, so the target is this start's; the first start is kept.
+        if let Some(old) = previous {
+            info.started_ms = old.started_ms;
+            info.resumed_ms = old.resumed_ms;
+            info.resumed_ms.push(started_ms);
+            info.label = info.label.or(old.label);
+            info.limit_bytes = info.limit_bytes.or(old.limit_bytes);
         }
+        info
     }
 }
 
@@ -255,16 +268,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let main = SubRun {
         out: args.out.clone(),
         source: Box::new(source),
-        info: args.info(&target, "proc", mode, started_ms),
+        info: args.info(&args.out, &target, "proc", mode, started_ms),
     };
     let also = also
         .into_iter()
         .zip(&args.also)
         .enumerate()
-        .map(|(i, (source, target))| SubRun {
-            out: args.out.join(format!("also-{}", i + 1)),
-            info: args.info(target, source.kind(), mode, started_ms),
-            source,
+        .map(|(i, (source, target))| {
+            let out = args.out.join(format!("also-{}", i + 1));
+            SubRun {
+                info: args.info(&out, target, source.kind(), mode, started_ms),
+                out,
+                source,
+            }
         })
         .collect();
 
