@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::memory::{ReadFault, TargetMemory};
+use super::memory::{BlockReader, ReadFault, TargetMemory};
 
 /// The runtime's data layout for one range of Go releases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +255,7 @@ pub fn walk(
             std::thread::yield_now();
             continue;
         }
-        let buckets = walk_once(mem, anchors, layout, limits)?;
+        let buckets = walk_once(&BlockReader::new(mem), anchors, layout, limits)?;
         let (after, held_after) = guard(mem, anchors, layout)?;
         if before == after && !held_after {
             return Ok(Snapshot {
