@@ -21,6 +21,9 @@ pub struct Layout {
     /// Go 1.24+ on amd64 uses the spinbit mutex (bit 0 = locked); before, the futex mutex
     /// (any nonzero key = locked).
     pub spinbit_mutex: bool,
+    /// `protomem.go` hides leading `internal/runtime/…` frames too (Go 1.24+), not only
+    /// `runtime.` ones.
+    pub hides_internal_runtime: bool,
 }
 
 /// The layouts a test has verified against the runtime's own profile. `None`: refused.
@@ -32,6 +35,7 @@ pub fn layout_for(release: (u32, u32)) -> Option<Layout> {
             max_stack: 1024,
             mem_bucket: 1,
             spinbit_mutex: minor >= 24,
+            hides_internal_runtime: minor >= 24,
         }),
         _ => None,
     }
@@ -324,6 +328,7 @@ mod tests {
         max_stack: 1024,
         mem_bucket: 1,
         spinbit_mutex: true,
+        hides_internal_runtime: true,
     };
     const ANCHORS: Anchors = Anchors {
         mbuckets: 0x1000,
