@@ -346,6 +346,10 @@ impl Source for ProcSource {
         })
     }
 
+    fn costs_target(&self) -> bool {
+        false
+    }
+
     fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
         let b = &self.binary.build;
         Some(BuildInfo {
