@@ -281,7 +281,7 @@ impl Observer for StatusLine {
 }
 
 pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
-    let mut config = args.config()?;
+    let config = args.config()?;
     let mut probe = args.probe()?;
     if args.agent_dir.is_some() && !args.target.starts_with("agent:") {
         return Err(usage(format!(
@@ -344,11 +344,6 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             args.target
         )));
     };
-    if source.kind() == "proc" {
-        // Reading a process costs it nothing: the time a proc attempt takes (a fetch that
-        // waits for a followed process to appear) is no share of the target's time to cap.
-        config.max_duty = 1.0;
-    }
     let (writer, existing) =
         RunWriter::open(&args.out).map_err(|e| CliError::Store(e.to_string()))?;
     let clock = SystemClock::new();

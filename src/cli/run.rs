@@ -94,9 +94,6 @@ impl RunArgs {
             burst_at: self.burst_at,
             limit: self.limit,
             timeout: self.timeout,
-            // Reading the process costs it nothing: no duty cap (an --also target pays for
-            // its own answers, but one capture per interval is what was asked for).
-            max_duty: 1.0,
             max_disk: self.max_disk,
             ..CollectConfig::default()
         })

@@ -442,7 +442,10 @@ impl<'a> Collector<'a> {
             task.due = (began + period).max(ended);
             // Only a rendered profile costs the target: after a failure (a stall, a refusal)
             // the next attempt keeps its normal time, the last live moments matter most.
-            if matches!(want, Want::Heap | Want::Goroutine) && self.failing_since.is_none() {
+            if matches!(want, Want::Heap | Want::Goroutine)
+                && self.failing_since.is_none()
+                && self.source.costs_target()
+            {
                 // Rendering a profile costs the target CPU: keep the share of time it spends
                 // serving us under the duty cap (doubled near the limit).
                 let duty = if self.bursting() {

@@ -23,6 +23,7 @@ struct ScriptedSource<'c> {
     script: VecDeque<Step>,
     last: Option<Step>,
     timeouts: Vec<Duration>,
+    costs_target: bool,
 }
 
 impl<'c> ScriptedSource<'c> {
@@ -32,6 +33,7 @@ impl<'c> ScriptedSource<'c> {
             script: script.into(),
             last: None,
             timeouts: Vec::new(),
+            costs_target: true,
         }
     }
 }
@@ -45,6 +47,9 @@ impl Source for ScriptedSource<'_> {
     }
     fn supports(&self, want: Want) -> bool {
         want == Want::Heap
+    }
+    fn costs_target(&self) -> bool {
+        self.costs_target
     }
     fn fetch(&mut self, _want: Want, timeout: Duration) -> Result<Reply, FetchError> {
         self.timeouts.push(timeout);
@@ -151,6 +156,34 @@ fn the_duty_cap_keeps_a_slow_render_from_taking_the_target_over() {
         records[1..]
             .windows(2)
             .all(|p| p[1].t_ms - p[0].t_ms == 1200),
+        "{records:?}"
+    );
+}
+
+/// A source that reads from outside (proc:PID) costs the target nothing: no duty cap, a slow
+/// read only delays the next one.
+#[test]
+fn a_source_that_costs_the_target_nothing_is_not_duty_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_000_000);
+    let mut source = ScriptedSource::new(&clock, vec![Step::Ok(LATE, ms(600))]);
+    source.costs_target = false;
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let stop = AtomicBool::new(false);
+    Collector::new(
+        heap_only(ms(6000)),
+        &mut source,
+        &clock,
+        writer,
+        &existing,
+        &stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    assert!(records.len() >= 9, "{records:?}");
+    assert!(
+        records.windows(2).all(|p| p[1].t_ms - p[0].t_ms == 600),
         "{records:?}"
     );
 }

@@ -118,4 +118,9 @@ pub trait Source: Send {
     fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
         None
     }
+    /// True when answering costs the target (it renders the profile), so the collector keeps
+    /// its share of time under `max_duty`. The proc source reads memory from outside: false.
+    fn costs_target(&self) -> bool {
+        true
+    }
 }

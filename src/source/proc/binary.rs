@@ -332,13 +332,18 @@ impl GoBinary {
     /// The load bias of this binary in a process, from the process's maps lines of the
     /// executable: 0 unless PIE.
     pub fn load_bias(&self, exe_maps: &[super::memory::MapLine]) -> Option<u64> {
-        if !self.pie {
-            return Some(0);
-        }
-        let seg = self.segments.iter().min_by_key(|s| s.offset)?;
-        let line = exe_maps.iter().find(|l| l.offset == seg.offset & !0xfff)?;
-        Some(line.start.wrapping_sub(seg.vaddr & !0xfff))
+        load_bias(self.pie, &self.segments, exe_maps)
     }
+}
+
+/// Where the segment at the lowest file offset was mapped, less where it was linked.
+fn load_bias(pie: bool, segments: &[Segment], exe_maps: &[super::memory::MapLine]) -> Option<u64> {
+    if !pie {
+        return Some(0);
+    }
+    let seg = segments.iter().min_by_key(|s| s.offset)?;
+    let line = exe_maps.iter().find(|l| l.offset == seg.offset & !0xfff)?;
+    Some(line.start.wrapping_sub(seg.vaddr & !0xfff))
 }
 
 type StatKey = (u64, u64, u64, i64);
@@ -447,5 +452,37 @@ mod tests {
             GoBinary::parse(b"garbage"),
             Err(BinaryError::NotElf(_))
         ));
+    }
+
+    #[test]
+    fn the_load_bias_is_where_the_first_segment_landed() {
+        use super::super::memory::MapLine;
+        let segments = [
+            Segment {
+                vaddr: 0x40_1000,
+                offset: 0x1000,
+            },
+            Segment {
+                vaddr: 0x40_0000,
+                offset: 0,
+            },
+        ];
+        let line = |start: u64, offset: u64| MapLine {
+            start,
+            end: start + 0x1000,
+            readable: true,
+            executable: offset != 0,
+            offset,
+            inode: 9,
+            path: "/app".into(),
+        };
+        let maps = [line(0x5555_5540_1000, 0x1000), line(0x5555_5540_0000, 0)];
+        assert_eq!(load_bias(true, &segments, &maps), Some(0x5555_5500_0000));
+        assert_eq!(load_bias(false, &segments, &maps), Some(0));
+        assert_eq!(
+            load_bias(true, &segments, &maps[..1]),
+            None,
+            "first segment not mapped"
+        );
     }
 }

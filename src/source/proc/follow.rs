@@ -158,6 +158,12 @@ impl Source for FollowSource {
     fn build_info(&mut self, timeout: Duration) -> Option<BuildInfo> {
         self.current.as_mut()?.source.build_info(timeout)
     }
+
+    /// Like the proc source it attaches: reading from outside costs the process nothing, and a
+    /// fetch that waits for a process to appear is no work of the target's.
+    fn costs_target(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,12 @@ pub trait TargetMemory {
     /// Fills `buf` from `addr`, or fails; never a partial fill reported as success.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault>;
 
+    /// The readable range `[start, end)` holding `addr`, when known: lets a reader fetch a
+    /// whole block around a small read without crossing into unmapped memory.
+    fn readable_span(&self, _addr: u64) -> Option<(u64, u64)> {
+        None
+    }
+
     fn read_u64(&self, addr: u64) -> Result<u64, ReadFault> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
@@ -53,6 +59,13 @@ impl Regions {
         regions.retain(|r| r.start < r.end);
         regions.sort_by_key(|r| r.start);
         Regions(regions)
+    }
+
+    /// The region holding `addr`.
+    pub fn span(&self, addr: u64) -> Option<(u64, u64)> {
+        let i = self.0.partition_point(|r| r.start <= addr);
+        let r = self.0.get(i.checked_sub(1)?)?;
+        (addr < r.end).then_some((r.start, r.end))
     }
 
     /// True when `[addr, addr+len)` lies inside one region.
@@ -135,6 +148,10 @@ impl ProcessMemory {
 }
 
 impl TargetMemory for ProcessMemory {
+    fn readable_span(&self, addr: u64) -> Option<(u64, u64)> {
+        self.regions.span(addr)
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
         if buf.is_empty() {
             return Ok(());
@@ -185,6 +202,13 @@ pub struct ImageMemory {
 }
 
 impl TargetMemory for ImageMemory {
+    fn readable_span(&self, addr: u64) -> Option<(u64, u64)> {
+        self.segments.iter().find_map(|(base, bytes)| {
+            let end = base.checked_add(bytes.len() as u64)?;
+            (*base <= addr && addr < end).then_some((*base, end))
+        })
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
         let fault = ReadFault::Unmapped {
             addr,
@@ -206,6 +230,75 @@ impl TargetMemory for ImageMemory {
             }
         }
         Err(fault)
+    }
+}
+
+/// Bytes fetched per block by [`BlockReader`].
+const BLOCK: u64 = 64 << 10;
+
+/// Serves small reads out of 64 KiB blocks: the runtime packs its profile buckets into
+/// `persistentalloc` chunks, so one `process_vm_readv` serves dozens of buckets instead of two
+/// calls each. Made fresh for each walk, so nothing is served from an earlier one.
+pub struct BlockReader<'a> {
+    inner: &'a dyn TargetMemory,
+    block: std::cell::RefCell<(u64, Vec<u8>)>,
+}
+
+impl<'a> BlockReader<'a> {
+    pub fn new(inner: &'a dyn TargetMemory) -> BlockReader<'a> {
+        BlockReader {
+            inner,
+            block: std::cell::RefCell::new((0, Vec::new())),
+        }
+    }
+
+    fn cached(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let block = self.block.borrow();
+        let Some(start) = addr.checked_sub(block.0) else {
+            return false;
+        };
+        let Some(src) = usize::try_from(start)
+            .ok()
+            .and_then(|s| block.1.get(s..s.checked_add(buf.len())?))
+        else {
+            return false;
+        };
+        buf.copy_from_slice(src);
+        true
+    }
+}
+
+impl TargetMemory for BlockReader<'_> {
+    fn readable_span(&self, addr: u64) -> Option<(u64, u64)> {
+        self.inner.readable_span(addr)
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
+        let len = buf.len() as u64;
+        if len > BLOCK / 2 {
+            return self.inner.read(addr, buf);
+        }
+        if self.cached(addr, buf) {
+            return Ok(());
+        }
+        let Some((lo, hi)) = self.inner.readable_span(addr) else {
+            return self.inner.read(addr, buf);
+        };
+        let start = addr.max(lo);
+        let end = hi.min(start.saturating_add(BLOCK));
+        if addr.saturating_add(len) > end {
+            return self.inner.read(addr, buf);
+        }
+        let mut fresh = vec![0u8; (end - start) as usize];
+        if self.inner.read(start, &mut fresh).is_err() {
+            return self.inner.read(addr, buf);
+        }
+        *self.block.borrow_mut() = (start, fresh);
+        if self.cached(addr, buf) {
+            Ok(())
+        } else {
+            self.inner.read(addr, buf)
+        }
     }
 }
 
@@ -251,5 +344,26 @@ mod tests {
             mem.read(8, &mut [0u8; 8]),
             Err(ReadFault::Unmapped { .. })
         ));
+    }
+
+    #[test]
+    fn block_reads_serve_what_direct_reads_do_and_stop_at_segment_ends() {
+        let bytes: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let image = ImageMemory {
+            segments: vec![(0x10_0000, bytes.clone())],
+        };
+        let blocks = BlockReader::new(&image);
+        for addr in [0x10_0000u64, 0x10_0007, 0x11_0000 - 3, 0x10_0000 + 199_990] {
+            let mut a = [0u8; 10];
+            let mut b = [0u8; 10];
+            assert_eq!(
+                blocks.read(addr, &mut a),
+                image.read(addr, &mut b),
+                "{addr:#x}"
+            );
+            assert_eq!(a, b, "{addr:#x}");
+        }
+        assert!(blocks.read(0x10_0000 + 199_995, &mut [0u8; 10]).is_err());
+        assert!(blocks.read(0x9_0000, &mut [0u8; 4]).is_err());
     }
 }

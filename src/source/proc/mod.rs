@@ -303,7 +303,7 @@ impl ProcSource {
         let syms = Symbols {
             table: &self.binary.pclntab,
             bias: self.bias,
-            hide_internal_runtime: self.layout.spinbit_mutex,
+            hide_internal_runtime: self.layout.hides_internal_runtime,
         };
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -347,6 +347,10 @@ impl Source for ProcSource {
         })
     }
 
+    fn costs_target(&self) -> bool {
+        false
+    }
+
     fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
         let b = &self.binary.build;
         Some(BuildInfo {
@@ -367,4 +371,49 @@ pub fn parse_target(target: &str) -> Option<Result<u32, String>> {
     Some(rest.parse::<u32>().map_err(|_| {
         format!("{target}: expected proc:PID with a numeric process id, e.g. proc:1234")
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_proc_pid_targets_parse_here() {
+        assert_eq!(parse_target("proc:4242"), Some(Ok(4242)));
+        assert!(parse_target("proc:exe:app").is_some_and(|r| r.is_err()));
+        assert!(parse_target("proc:-1").is_some_and(|r| r.is_err()));
+        assert_eq!(parse_target("http://127.0.0.1:6060"), None);
+    }
+
+    #[test]
+    fn this_process_is_not_go_and_a_missing_one_is_not_there() {
+        let me = std::process::id();
+        let err = ProcSource::attach(me, "proc:self").err().unwrap();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("proc:self: process {me}: not a Go program")),
+            "{err}"
+        );
+        let err = ProcSource::attach(0, "proc:0").err().unwrap();
+        assert!(matches!(err, ProcError::NoProcess { pid: 0, .. }), "{err}");
+    }
+
+    #[test]
+    fn the_permission_message_names_every_way_to_get_rights() {
+        let text = ProcError::Permission {
+            pid: 7,
+            target: "proc:7".into(),
+        }
+        .to_string();
+        for needed in [
+            "proc:7",
+            "process 7",
+            "root",
+            "CAP_SYS_PTRACE",
+            "ptrace_scope",
+            "SYS_PTRACE",
+        ] {
+            assert!(text.contains(needed), "{needed}: {text}");
+        }
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::memory::{ReadFault, TargetMemory};
+use super::memory::{BlockReader, ReadFault, TargetMemory};
 
 /// The runtime's data layout for one range of Go releases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +21,9 @@ pub struct Layout {
     /// Go 1.24+ on amd64 uses the spinbit mutex (bit 0 = locked); before, the futex mutex
     /// (any nonzero key = locked).
     pub spinbit_mutex: bool,
+    /// `protomem.go` hides leading `internal/runtime/…` frames too (Go 1.24+), not only
+    /// `runtime.` ones.
+    pub hides_internal_runtime: bool,
 }
 
 /// The layouts a test has verified against the runtime's own profile. `None`: refused.
@@ -32,6 +35,7 @@ pub fn layout_for(release: (u32, u32)) -> Option<Layout> {
             max_stack: 1024,
             mem_bucket: 1,
             spinbit_mutex: minor >= 24,
+            hides_internal_runtime: minor >= 24,
         }),
         _ => None,
     }
@@ -255,7 +259,7 @@ pub fn walk(
             std::thread::yield_now();
             continue;
         }
-        let buckets = walk_once(mem, anchors, layout, limits)?;
+        let buckets = walk_once(&BlockReader::new(mem), anchors, layout, limits)?;
         let (after, held_after) = guard(mem, anchors, layout)?;
         if before == after && !held_after {
             return Ok(Snapshot {
@@ -324,6 +328,7 @@ mod tests {
         max_stack: 1024,
         mem_bucket: 1,
         spinbit_mutex: true,
+        hides_internal_runtime: true,
     };
     const ANCHORS: Anchors = Anchors {
         mbuckets: 0x1000,

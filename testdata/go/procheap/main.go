@@ -89,6 +89,9 @@ func churn(n int) {
 }
 
 func main() {
+	// Every site must be sampled for sure (the default 512 KiB rate could miss the small
+	// ones), and the rate must not be 1, so that the profile's scaling is exercised.
+	runtime.MemProfileRate = 64 << 10
 	buildList(20000)
 	retainSmall(3000)
 	retainLarge(6)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The proc source against a live Go target (testdata/go/cmd/bigprofile -listen, STACKS stacks
+# at MemProfileRate=1, churning CHURN/s so the GC runs and the profile keeps changing):
+#   source-alone  examples/proc_capture: N captures back to back (captures/s, wall and CPU per
+#                 capture, profile size, attach cold and from the build-id cache, peak RSS)
+#   collect-1ms   heapwatch collect proc:PID --interval 1ms for DURATION s (the whole pipeline:
+#                 capture, decode, dedup, durable store): captures/s, CPU and peak RSS
+#   target-cpu    the target's CPU over CPU_WINDOW s alone, then with collect proc:PID at 1ms
+# for docs/benchmarks.md. Needs cargo, go and GNU time (/usr/bin/time).
+# Settings: STACKS=100000 CHURN=8MiB N=200 DURATION=10 CPU_WINDOW=10 BENCH_DIR=$TMPDIR
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STACKS=${STACKS:-100000}
+CHURN=${CHURN:-8MiB}
+N=${N:-200}
+DURATION=${DURATION:-10}
+CPU_WINDOW=${CPU_WINDOW:-10}
+TICK=$(getconf CLK_TCK)
+[ -x /usr/bin/time ] || { echo "needs GNU time at /usr/bin/time (apt-get install -y time)" >&2; exit 2; }
+
+WORK=$(mktemp -d "${BENCH_DIR:-${TMPDIR:-/tmp}}/heapwatch-proc-bench.XXXXXX")
+TARGET_PID=
+cleanup() {
+    [ -n "$TARGET_PID" ] && kill "$TARGET_PID" 2>/dev/null && wait "$TARGET_PID" 2>/dev/null
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "building release heapwatch and examples/proc_capture ..." >&2
+(cd "$ROOT" && cargo build --release --quiet --bin heapwatch --example proc_capture)
+HW="$ROOT/target/release/heapwatch"
+PROBE="$ROOT/target/release/examples/proc_capture"
+echo "building the Go target ..." >&2
+(cd "$ROOT/testdata/go" && go build -o "$WORK/bigprofile" ./cmd/bigprofile)
+
+"$WORK/bigprofile" -listen 127.0.0.1:0 -stacks "$STACKS" -churn "$CHURN" > "$WORK/target.out" 2>&1 &
+TARGET_PID=$!
+for _ in $(seq 600); do grep -q '^listening on' "$WORK/target.out" && break; sleep 0.1; done
+grep -q '^listening on' "$WORK/target.out" || { echo "the target did not start" >&2; exit 1; }
+
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+echo "== source-alone ($N captures; target $STACKS stacks, churn $CHURN/s)"
+"$PROBE" "$TARGET_PID" "$N"
+
+echo "== collect-1ms (${DURATION}s)"
+/usr/bin/time -f '{"collector_cpu_s":%U+%S,"collector_peak_rss_kib":%M}' \
+    "$HW" collect "proc:$TARGET_PID" --out "$WORK/run" --interval 1ms --duration "${DURATION}s" \
+    --memstats-interval 0 2>&1 | tail -2
+
+echo "== target-cpu (${CPU_WINDOW}s windows)"
+before=$(cpu_ticks "$TARGET_PID"); sleep "$CPU_WINDOW"; alone=$(( $(cpu_ticks "$TARGET_PID") - before ))
+rm -rf "$WORK/run2"
+before=$(cpu_ticks "$TARGET_PID")
+"$HW" collect "proc:$TARGET_PID" --out "$WORK/run2" --interval 1ms --duration "${CPU_WINDOW}s" \
+    --memstats-interval 0 -q
+with=$(( $(cpu_ticks "$TARGET_PID") - before ))
+echo "{\"target_cpu_s_alone\":$(echo "scale=2; $alone / $TICK" | bc),\"target_cpu_s_with_proc_collect\":$(echo "scale=2; $with / $TICK" | bc)}"

@@ -1,0 +1,67 @@
+//! Measures the proc source alone against a live Go process: attach (cold, then from the
+//! per-build-id cache), then N heap captures back to back. Prints one JSON line with the
+//! capture rate, wall and CPU time per capture, the profile's size and the peak RSS.
+//! `cargo run --release --example proc_capture -- PID [N]`; bench/proc-capture.sh runs it.
+
+use std::time::{Duration, Instant};
+
+use heapwatch::source::proc::ProcSource;
+use heapwatch::source::{Source as _, Want};
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes into the struct we hand it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(usage.ru_utime) + t(usage.ru_stime)
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let pid: u32 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("usage: proc_capture PID [N]");
+    let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(200);
+
+    let started = Instant::now();
+    let _cold = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
+    let attach_cold = started.elapsed();
+    let started = Instant::now();
+    let mut source = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
+    let attach_warm = started.elapsed();
+
+    let (mut bytes, mut failed) = (0usize, 0usize);
+    let cpu0 = cpu_seconds();
+    let started = Instant::now();
+    for _ in 0..n {
+        match source.fetch(Want::Heap, Duration::from_secs(5)) {
+            Ok(reply) => bytes = reply.bytes.len(),
+            Err(_) => failed += 1,
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    println!(
+        "{{\"captures\":{n},\"failed\":{failed},\"captures_per_s\":{:.1},\"wall_ms_per_capture\":{:.2},\
+         \"cpu_ms_per_capture\":{:.2},\"profile_bytes\":{bytes},\"attach_cold_ms\":{:.1},\
+         \"attach_cached_ms\":{:.2},\"peak_rss_kib\":{}}}",
+        n as f64 / wall,
+        wall * 1e3 / n as f64,
+        cpu * 1e3 / n as f64,
+        attach_cold.as_secs_f64() * 1e3,
+        attach_warm.as_secs_f64() * 1e3,
+        peak_rss_kib()
+    );
+}
