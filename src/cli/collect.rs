@@ -120,6 +120,8 @@ pub struct CollectArgs {
     quiet: bool,
     #[command(flatten)]
     decode: DecodeFlags,
+    #[command(flatten)]
+    push: super::collect_push::CollectPushFlags,
 }
 
 fn usage(message: String) -> CliError {
@@ -359,6 +361,8 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     writer
         .write_info(&info)
         .map_err(|e| CliError::Store(e.to_string()))?;
+    let (writer, push) =
+        super::collect_push::attach(&args.push, &args.out, writer, args.decode.limits())?;
     let sampler = match probe {
         Some(p) => Some(Sampler::start(
             p,
@@ -381,6 +385,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let result = collector.run(&mut status_line);
     status_line.finish();
     let tally = sampler.map(Sampler::finish);
+    let pushed = push.and_then(|p| p.finish(args.quiet));
     let summary = result.map_err(|e| CliError::Store(e.to_string()))?;
 
     if !args.quiet {
@@ -402,6 +407,9 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
                 line.push_str(&format!(", {} OOM kill(s)", t.kills));
             }
         }
+        eprintln!("{line}");
+    }
+    if let Some(line) = pushed {
         eprintln!("{line}");
     }
     if summary.reason == StopReason::DiskFull {

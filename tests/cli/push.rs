@@ -4,6 +4,7 @@
 //! (a push writes RUN/pushes.jsonl); what arrived is checked against the run's own manifest.
 
 mod faults;
+mod live;
 mod proto_check;
 mod receiver;
 

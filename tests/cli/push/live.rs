@@ -1,0 +1,417 @@
+//! `collect … --push URL` against a live Go target (testdata/go/cmd/steady over HTTP pprof on
+//! loopback) and the real push receiver, through each of the receiver's faults: down at the
+//! start, 500s for a while, hanging, restarted mid-run, and the collector itself SIGKILLed and
+//! resumed. Each ends with every stored capture delivered exactly once, with its labels and
+//! the manifest's totals; each checks that the fault really happened. The capture-to-durable
+//! time is printed with and without the push (no timed assertion: see docs/benchmarks.md).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::receiver::Receiver;
+use super::{assert_all_delivered_once, lines, pushable};
+use crate::util::{self, Reaped};
+
+/// Quick retries, so a fault costs the test a second, not a minute.
+const FAST: &[&str] = &["--retry-max", "300ms"];
+
+/// testdata/go/cmd/steady serving net/http/pprof on loopback. A small working set and fast
+/// churn: the GC (and so the heap profile) moves every ~100 ms, so most captures are new.
+struct Target {
+    url: String,
+    _process: Reaped,
+}
+
+impl Target {
+    fn start() -> Option<Target> {
+        let steady = util::go_fixture("steady")?;
+        let mut process = Reaped(
+            std::process::Command::new(&steady)
+                .args([
+                    "-listen",
+                    "127.0.0.1:0",
+                    "-working-set",
+                    "4MiB",
+                    "-rate",
+                    "48MiB",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start steady"),
+        );
+        let mut first = String::new();
+        BufReader::new(process.0.stdout.take().unwrap())
+            .read_line(&mut first)
+            .expect("steady prints its address");
+        let addr = first
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line from steady: {first:?}"));
+        Some(Target {
+            url: format!("http://{addr}"),
+            _process: process,
+        })
+    }
+}
+
+/// A `heapwatch collect` running in the background, its stderr in a file.
+struct Collect {
+    child: Reaped,
+    stderr: PathBuf,
+}
+
+impl Collect {
+    fn spawn(run: &Path, target: &str, extra: &[&str]) -> Collect {
+        let stderr = run.with_extension(format!("stderr.{}", util::unix_ms()));
+        let child = util::heapwatch()
+            .args(["collect", target, "--out"])
+            .arg(run)
+            .args(["--interval", "100ms"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("heapwatch collect starts");
+        Collect {
+            child: Reaped(child),
+            stderr,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits for a clean exit; returns stderr.
+    fn finish(mut self) -> String {
+        let (status, _) = util::wait_for_exit(&mut self.child.0, Duration::from_secs(120));
+        let text = self.stderr();
+        assert_eq!(status.code(), Some(0), "heapwatch collect: {text}");
+        text
+    }
+
+    fn kill(mut self) {
+        util::signal(self.child.0.id(), "KILL");
+        util::wait_for_exit(&mut self.child.0, Duration::from_secs(10));
+    }
+
+    fn child(&mut self) -> &mut Child {
+        &mut self.child.0
+    }
+}
+
+/// Polls until `done`, failing after 60 s or if the collector exits first.
+fn wait_until(what: &str, collect: &mut Collect, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        if let Some(status) = collect.child().try_wait().unwrap() {
+            panic!(
+                "collect exited ({status}) before {what}: {}",
+                collect.stderr()
+            );
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "never {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn push_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--push", url];
+    args.extend_from_slice(FAST);
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Everything the run stored arrived once with the bytes and totals stored, and the labels of
+/// a live `collect` of `target` with `--label 9.9.9`.
+fn assert_live_delivery(run: &Path, receiver: &Receiver, target: &str) -> usize {
+    let events = assert_all_delivered_once(run, receiver, &[]);
+    assert!(!events.is_empty(), "the run stored captures");
+    let manifest: BTreeMap<u64, Value> = pushable(run)
+        .into_iter()
+        .map(|r| (r["seq"].as_u64().unwrap(), r))
+        .collect();
+    for (seq, event) in &events {
+        let labels: BTreeMap<String, String> =
+            serde_json::from_value(event["labels"].clone()).unwrap();
+        let cycle = manifest[seq]["incarnation"].to_string();
+        let want: BTreeMap<String, String> = [
+            ("__name__", "memory"),
+            ("service_name", target),
+            ("service_version", "9.9.9"),
+            ("heapwatch_target", target),
+            ("heapwatch_boot_cycle", &cycle),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(labels, want, "seq {seq}");
+    }
+    events.len()
+}
+
+/// The one line a collect prints about its push at exit ("heapwatch: push RUN → URL: …", not
+/// the "heapwatch: push: URL: why; retrying" notices).
+fn push_line(stderr: &str) -> &str {
+    let found: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("heapwatch: push ") && l.contains(" → "))
+        .collect();
+    assert_eq!(found.len(), 1, "one push line: {stderr}");
+    found[0]
+}
+
+fn new_run() -> (tempfile::TempDir, PathBuf) {
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    (dir, run)
+}
+
+#[test]
+fn a_live_collect_pushes_every_stored_capture_once_with_its_labels_and_totals() {
+    let Some(target) = Target::start() else {
+        return;
+    };
+    let receiver = Receiver::start(&[]).unwrap();
+    let (_dir, run) = new_run();
+    let args = push_args(&receiver.url, &["--duration", "3s", "--label", "9.9.9"]);
+    let stderr = Collect::spawn(&run, &target.url, &args).finish();
+    let sent = assert_live_delivery(&run, &receiver, &target.url);
+    let line = push_line(&stderr);
+    assert!(
+        line.contains(&format!("{sent} delivered, 0 refused")),
+        "{line}"
+    );
+    assert!(!line.contains("unsent"), "{line}");
+    eprintln!("{sent} captures pushed live: {line}");
+}
+
+#[test]
+fn live_receiver_down_at_the_start_gets_everything_once_it_is_up() {
+    let Some(target) = Target::start() else {
+        return;
+    };
+    let addr = format!("127.0.0.1:{}", util::free_port());
+    let url = format!("http://{addr}");
+    let (_dir, run) = new_run();
+    let args = push_args(
+        &url,
+        &[
+            "--duration",
+            "4s",
+            "--label",
+            "9.9.9",
+            "--push-drain",
+            "30s",
+        ],
+    );
+    let mut collect = Collect::spawn(&run, &target.url, &args);
+    let log = collect.stderr.clone();
+    wait_until("a retry notice", &mut collect, || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("cannot connect") && text.contains("retrying")
+    });
+    let stored_before = pushable(&run).len();
+    let receiver = Receiver::start_at(&addr, &[]).unwrap();
+    collect.finish();
+    assert!(
+        stored_before > 0,
+        "captures were stored while the receiver was down"
+    );
+    assert_live_delivery(&run, &receiver, &target.url);
+}
+
+#[test]
+fn live_five_hundreds_for_a_while_are_retried_until_delivered() {
+    let Some(target) = Target::start() else {
+        return;
+    };
+    let receiver = Receiver::start(&["-fault", "fail 500 6"]).unwrap();
+    let (_dir, run) = new_run();
+    let args = push_args(&receiver.url, &["--duration", "3s", "--label", "9.9.9"]);
+    let stderr = Collect::spawn(&run, &target.url, &args).finish();
+    let faults = receiver.faults();
+    assert_eq!(faults.len(), 6, "{faults:?}");
+    assert!(faults.iter().all(|f| f["status"] == 500));
+    assert!(stderr.contains("HTTP 500"), "{stderr}");
+    assert_live_delivery(&run, &receiver, &target.url);
+    assert_eq!(lines(&run.join("pushes.jsonl"))[0]["attempts"], 7);
+}
+
+#[test]
+fn live_receiver_restarted_mid_run_misses_nothing_and_sees_nothing_twice() {
+    let Some(target) = Target::start() else {
+        return;
+    };
+    let mut receiver = Receiver::start(&[]).unwrap();
+    let (_dir, run) = new_run();
+    let url = receiver.url.clone();
+    let args = push_args(&url, &["--duration", "6s", "--label", "9.9.9"]);
+    let mut collect = Collect::spawn(&run, &target.url, &args);
+    wait_until("3 captures pushed", &mut collect, || {
+        receiver.accepted().len() >= 3
+    });
+    receiver.restart(Duration::from_millis(1500));
+    let during = receiver.accepted().len();
+    collect.finish();
+    let sent = assert_live_delivery(&run, &receiver, &target.url);
+    assert!(
+        during < sent,
+        "the restart came mid-run: {during} of {sent}"
+    );
+    let retried = lines(&run.join("pushes.jsonl"))
+        .iter()
+        .filter(|r| r["attempts"].as_u64().unwrap() > 1)
+        .count();
+    assert!(retried >= 1, "the push met the restart");
+}
+
+#[test]
+fn live_collector_killed_and_resumed_delivers_everything_once_overall() {
+    let Some(target) = Target::start() else {
+        return;
+    };
+    let mut receiver = Receiver::start(&[]).unwrap();
+    let (_dir, run) = new_run();
+    let url = receiver.url.clone();
+    let args = push_args(&url, &["--label", "9.9.9"]);
+    let mut collect = Collect::spawn(&run, &target.url, &args);
+    wait_until("3 captures pushed", &mut collect, || {
+        receiver.accepted().len() >= 3
+    });
+    // Killed while a push hangs at the receiver: that one was never taken, and the captures
+    // stored meanwhile are in the manifest but not in pushes.jsonl.
+    receiver.command("hang all");
+    wait_until("a push held", &mut collect, || {
+        !receiver.faults().is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    collect.kill();
+    let before = receiver.accepted().len();
+    let stored = pushable(&run).len();
+    assert!(
+        before < stored,
+        "killed with captures unsent: {before} of {stored}"
+    );
+    assert_eq!(lines(&run.join("pushes.jsonl")).len(), before);
+
+    receiver.command("ok");
+    let resumed = push_args(&receiver.url, &["--duration", "2s", "--label", "9.9.9"]);
+    let stderr = Collect::spawn(&run, &target.url, &resumed).finish();
+    let sent = assert_live_delivery(&run, &receiver, &target.url);
+    assert!(sent > stored, "the resumed collect stored and pushed more");
+    let line = push_line(&stderr);
+    assert!(
+        line.contains(&format!("{} delivered", sent - before)),
+        "{line}"
+    );
+    assert!(line.contains(&format!("{before} already sent")), "{line}");
+}
+
+/// Manifest figures of the stored captures of `run` with a seq in `seqs`: per-capture
+/// request latency and time from the last byte to durable (fsynced and named), in ms.
+fn timings(run: &Path, seqs: std::ops::RangeInclusive<u64>) -> (Vec<f64>, Vec<f64>) {
+    let mut latency = Vec::new();
+    let mut durable = Vec::new();
+    for r in lines(&run.join("manifest.jsonl")) {
+        if !seqs.contains(&r["seq"].as_u64().unwrap()) {
+            continue;
+        }
+        if let Some(d) = r["durable_ms"].as_f64() {
+            durable.push(d);
+            latency.push(r["latency_ms"].as_f64().unwrap());
+        }
+    }
+    (latency, durable)
+}
+
+fn percentiles(mut ms: Vec<f64>) -> String {
+    assert!(!ms.is_empty());
+    ms.sort_by(f64::total_cmp);
+    let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
+    format!(
+        "n={:3} p50 {:6.2} p90 {:6.2} p99 {:6.2} max {:6.2}",
+        ms.len(),
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        ms[ms.len() - 1]
+    )
+}
+
+/// A receiver that holds every push: the collector stores at its own pace, the drain at exit
+/// is bounded and says in one line what it left, and `heapwatch push` sends it all once the
+/// receiver answers again. Prints the capture-to-durable time with and without the push.
+#[test]
+fn live_hanging_receiver_delays_no_capture_and_what_is_left_is_sent_later() {
+    let Some(target) = Target::start() else {
+        return;
+    };
+    let mut receiver = Receiver::start(&["-fault", "hang all"]).unwrap();
+    let seconds = std::env::var("HEAPWATCH_PUSH_LATENCY_SECS").unwrap_or_else(|_| "4".into());
+    let duration = format!("{seconds}s");
+    let (_dir, run) = new_run();
+
+    // Without the push, then with it, on the same run and target, one after the other.
+    let plain = ["--duration", duration.as_str(), "--label", "9.9.9"];
+    Collect::spawn(&run, &target.url, &plain).finish();
+    let first_part = lines(&run.join("manifest.jsonl"))
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    let url = receiver.url.clone();
+    let args = push_args(
+        &url,
+        &[
+            "--duration",
+            duration.as_str(),
+            "--label",
+            "9.9.9",
+            "--push-timeout",
+            "1s",
+            "--push-drain",
+            "1500ms",
+        ],
+    );
+    let started = Instant::now();
+    let stderr = Collect::spawn(&run, &target.url, &args).finish();
+    let took = started.elapsed();
+    assert!(!receiver.faults().is_empty(), "pushes were held");
+    assert!(receiver.accepted().is_empty());
+    let line = push_line(&stderr);
+    let stored = pushable(&run).len();
+    assert!(
+        line.contains(&format!("0 delivered, 0 refused, {stored} left unsent")),
+        "{line}"
+    );
+    assert!(line.contains("no answer within"), "{line}");
+    assert!(line.contains("heapwatch push"), "{line}");
+
+    let (lat_plain, dur_plain) = timings(&run, 0..=first_part);
+    let (lat_push, dur_push) = timings(&run, first_part + 1..=u64::MAX);
+    eprintln!(
+        "capture to durable, {duration} at --interval 100ms against a hanging receiver (ms):"
+    );
+    eprintln!("  durable_ms without --push: {}", percentiles(dur_plain));
+    eprintln!("  durable_ms with --push:    {}", percentiles(dur_push));
+    eprintln!("  latency_ms without --push: {}", percentiles(lat_plain));
+    eprintln!("  latency_ms with --push:    {}", percentiles(lat_push));
+    eprintln!(
+        "  collect --push {duration} took {:.2}s in all (drain bound 1.5s)",
+        took.as_secs_f64()
+    );
+
+    // Back: what the drain left is sent by `heapwatch push`, the captures before the push
+    // included, each once.
+    receiver.command("ok");
+    let out = util::run(&["push", run.to_str().unwrap(), "--to", &receiver.url]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    assert_live_delivery(&run, &receiver, &target.url);
+}
