@@ -278,6 +278,7 @@ impl Observer for StatusLine {
 
 pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
+    let push = args.push.prepare(args.decode.limits())?;
     let mut probe = args.probe()?;
     if args.agent_dir.is_some() && !args.target.starts_with("agent:") {
         return Err(usage(format!(
@@ -361,8 +362,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     writer
         .write_info(&info)
         .map_err(|e| CliError::Store(e.to_string()))?;
-    let (writer, push) =
-        super::collect_push::attach(&args.push, &args.out, writer, args.decode.limits())?;
+    let (writer, push) = super::collect_push::attach(push, &args.out, writer)?;
     let sampler = match probe {
         Some(p) => Some(Sampler::start(
             p,

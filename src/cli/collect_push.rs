@@ -10,7 +10,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use heapwatch::decode::DecodeLimits;
-use heapwatch::push::{self, PushError, PushStats};
+use heapwatch::push::spool::Server;
+use heapwatch::push::{self, ConnectClient, PushError, PushOptions, PushStats};
 use heapwatch::store::RunWriter;
 use heapwatch::units;
 use tokio::sync::oneshot;
@@ -43,31 +44,59 @@ pub struct LivePush {
     thread: Option<JoinHandle<Result<PushStats, PushError>>>,
 }
 
-/// With `--push`: checks the push flags, starts the pusher over what the run already holds
-/// (a resumed run's captures not yet sent go first), and has `writer` tell it about every
-/// record it makes durable from now on. Call after `run.json` is written (the labels read
-/// it). Without `--push`, the writer comes back as it was.
+impl CollectPushFlags {
+    /// With `--push`, the checked flags: a bad URL, header, CA file or a push flag without
+    /// `--push` is a usage error before the run directory is touched.
+    pub fn prepare(&self, limits: DecodeLimits) -> Result<Option<PushSetup>, CliError> {
+        let Some(url) = &self.url else {
+            if let Some(flag) = self.flags.given().first() {
+                return Err(CliError::Usage(format!(
+                    "{flag} is a push flag: give --push URL too, or drop it"
+                )));
+            }
+            return Ok(None);
+        };
+        let (destination, client) = self.flags.client(url)?;
+        let server = destination.server();
+        let options = self.flags.options(&server.to, None, limits);
+        Ok(Some(PushSetup {
+            server,
+            client,
+            options,
+            drain: self.push_drain,
+        }))
+    }
+}
+
+/// A push checked and ready to start.
+pub struct PushSetup {
+    server: Server,
+    client: ConnectClient,
+    options: PushOptions,
+    drain: Duration,
+}
+
+/// Starts the pusher over what the run already holds (a resumed run's captures not yet sent
+/// go first) and has `writer` tell it about every record it makes durable from now on. Call
+/// after `run.json` is written (the labels read it). Without a push, the writer comes back
+/// as it was.
 pub fn attach(
-    push: &CollectPushFlags,
+    setup: Option<PushSetup>,
     run: &Path,
     writer: RunWriter,
-    limits: DecodeLimits,
 ) -> Result<(RunWriter, Option<LivePush>), CliError> {
-    let Some(url) = &push.url else {
-        if let Some(flag) = push.flags.given().first() {
-            return Err(CliError::Usage(format!(
-                "{flag} is a push flag: give --push URL too, or drop it"
-            )));
-        }
+    let Some(PushSetup {
+        server,
+        client,
+        options,
+        drain,
+    }) = setup
+    else {
         return Ok((writer, None));
     };
-    let (destination, client) = push.flags.client(url)?;
-    let server = destination.server();
     let shown = server.to.clone();
-    let options = push.flags.options(&shown, None, limits);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = oneshot::channel::<()>();
-    let drain = push.push_drain;
     let dir = run.to_path_buf();
     let thread = std::thread::Builder::new()
         .name("heapwatch-push".into())

@@ -131,6 +131,11 @@ fn push_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 /// Everything the run stored arrived once with the bytes and totals stored, and the labels of
 /// a live `collect` of `target` with `--label 9.9.9`.
 fn assert_live_delivery(run: &Path, receiver: &Receiver, target: &str) -> usize {
+    assert_live_delivery_as(run, receiver, target, target)
+}
+
+/// [`assert_live_delivery`] with `service` as `service_name`.
+fn assert_live_delivery_as(run: &Path, receiver: &Receiver, target: &str, service: &str) -> usize {
     let events = assert_all_delivered_once(run, receiver, &[]);
     assert!(!events.is_empty(), "the run stored captures");
     let manifest: BTreeMap<u64, Value> = pushable(run)
@@ -143,7 +148,7 @@ fn assert_live_delivery(run: &Path, receiver: &Receiver, target: &str) -> usize 
         let cycle = manifest[seq]["incarnation"].to_string();
         let want: BTreeMap<String, String> = [
             ("__name__", "memory"),
-            ("service_name", target),
+            ("service_name", service),
             ("service_version", "9.9.9"),
             ("heapwatch_target", target),
             ("heapwatch_boot_cycle", &cycle),
@@ -414,4 +419,120 @@ fn live_hanging_receiver_delays_no_capture_and_what_is_left_is_sent_later() {
     let out = util::run(&["push", run.to_str().unwrap(), "--to", &receiver.url]);
     assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
     assert_live_delivery(&run, &receiver, &target.url);
+}
+
+/// The auth and TLS flags of `heapwatch push` work the same on `collect --push`: a wrong
+/// token is said in the one line at exit while the collection goes on unharmed, and the
+/// resumed collect with the token, tenant, CA and `--service` sends everything.
+#[test]
+fn live_push_takes_the_same_credentials_tls_and_service_flags() {
+    let Some(target) = Target::start() else {
+        return;
+    };
+    let certs = util::tempdir();
+    let tls = certs.path().to_str().unwrap();
+    let receiver = Receiver::start(&[
+        "-tls",
+        tls,
+        "-require-header",
+        "Authorization: Bearer s3cret",
+    ])
+    .unwrap();
+    let url = receiver.url.replace("http://", "https://");
+    let cacert = certs.path().join("ca.pem");
+    let cacert = cacert.to_str().unwrap();
+    let token = util::write(certs.path(), "token", b"Authorization: Bearer s3cret\n");
+    let token = format!("@{}", token.display());
+    let (_dir, run) = new_run();
+
+    let wrong = push_args(
+        &url,
+        &[
+            "--duration",
+            "1s",
+            "--label",
+            "9.9.9",
+            "--push-cacert",
+            cacert,
+        ],
+    );
+    let stderr = Collect::spawn(&run, &target.url, &wrong).finish();
+    let line = push_line(&stderr);
+    assert!(
+        line.contains("HTTP 401") && line.contains("--push-header"),
+        "{line}"
+    );
+    assert!(line.contains("left unsent"), "{line}");
+    assert_eq!(receiver.requests(), 1, "a rejection stops the push at once");
+    assert!(!pushable(&run).is_empty(), "the collection went on");
+
+    let right = push_args(
+        &url,
+        &[
+            "--duration",
+            "1s",
+            "--label",
+            "9.9.9",
+            "--push-cacert",
+            cacert,
+            "--push-header",
+            &token,
+            "--push-tenant",
+            "acme",
+            "--service",
+            "gateway",
+        ],
+    );
+    Collect::spawn(&run, &target.url, &right).finish();
+    let events = assert_live_delivery_as(&run, &receiver, &target.url, "gateway");
+    assert!(events > 0);
+    for event in receiver.accepted() {
+        assert_eq!(event["tenant"], "acme");
+    }
+}
+
+#[test]
+fn push_flags_without_push_and_a_bad_push_url_are_usage_errors_before_the_run_is_made() {
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let run_arg = run.to_str().unwrap();
+    let out = util::run(&[
+        "collect",
+        "http://127.0.0.1:1",
+        "--out",
+        run_arg,
+        "--push-tenant",
+        "acme",
+    ]);
+    let stderr = util::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--push-tenant") && stderr.contains("--push URL"),
+        "{stderr}"
+    );
+    let out = util::run(&[
+        "collect",
+        "http://127.0.0.1:1",
+        "--out",
+        run_arg,
+        "--push",
+        "ftp://pyroscope:4040",
+    ]);
+    let stderr = util::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("ftp://pyroscope:4040"), "{stderr}");
+    let out = util::run(&[
+        "collect",
+        "http://127.0.0.1:1",
+        "--out",
+        run_arg,
+        "--push",
+        "http://127.0.0.1:1",
+        "--push-header",
+        "no colon here",
+    ]);
+    let stderr = util::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no colon here"), "{stderr}");
+    assert!(!run.exists(), "nothing was created");
 }
