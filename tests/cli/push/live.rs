@@ -194,7 +194,16 @@ fn a_live_collect_pushes_every_stored_capture_once_with_its_labels_and_totals() 
         "{line}"
     );
     assert!(!line.contains("unsent"), "{line}");
+    let (latency, durable) = timings(&run, 0..=u64::MAX);
     eprintln!("{sent} captures pushed live: {line}");
+    eprintln!(
+        "  durable_ms pushing to an answering receiver: {}",
+        percentiles(durable)
+    );
+    eprintln!(
+        "  latency_ms pushing to an answering receiver: {}",
+        percentiles(latency)
+    );
 }
 
 #[test]
@@ -359,20 +368,23 @@ fn live_hanging_receiver_delays_no_capture_and_what_is_left_is_sent_later() {
         return;
     };
     let mut receiver = Receiver::start(&["-fault", "hang all"]).unwrap();
-    let seconds = std::env::var("HEAPWATCH_PUSH_LATENCY_SECS").unwrap_or_else(|_| "4".into());
+    // Segments without the push and with it, alternating on the same run and target, so a
+    // change in the machine's load falls on both.
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (seconds, rounds) = (
+        env("HEAPWATCH_PUSH_LATENCY_SECS", 2),
+        env("HEAPWATCH_PUSH_LATENCY_ROUNDS", 2),
+    );
     let duration = format!("{seconds}s");
     let (_dir, run) = new_run();
-
-    // Without the push, then with it, on the same run and target, one after the other.
-    let plain = ["--duration", duration.as_str(), "--label", "9.9.9"];
-    Collect::spawn(&run, &target.url, &plain).finish();
-    let first_part = lines(&run.join("manifest.jsonl"))
-        .iter()
-        .map(|r| r["seq"].as_u64().unwrap())
-        .max()
-        .unwrap();
     let url = receiver.url.clone();
-    let args = push_args(
+    let plain = ["--duration", duration.as_str(), "--label", "9.9.9"];
+    let pushing = push_args(
         &url,
         &[
             "--duration",
@@ -385,9 +397,32 @@ fn live_hanging_receiver_delays_no_capture_and_what_is_left_is_sent_later() {
             "1500ms",
         ],
     );
-    let started = Instant::now();
-    let stderr = Collect::spawn(&run, &target.url, &args).finish();
-    let took = started.elapsed();
+    let last_seq = |run: &Path| {
+        lines(&run.join("manifest.jsonl"))
+            .iter()
+            .map(|r| r["seq"].as_u64().unwrap())
+            .max()
+            .unwrap_or(0)
+    };
+    let (mut lat_plain, mut dur_plain, mut lat_push, mut dur_push) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut took = Vec::new();
+    let mut stderr = String::new();
+    for _ in 0..rounds {
+        let from = last_seq(&run) + 1;
+        Collect::spawn(&run, &target.url, &plain).finish();
+        let (latency, durable) = timings(&run, from..=u64::MAX);
+        lat_plain.extend(latency);
+        dur_plain.extend(durable);
+
+        let from = last_seq(&run) + 1;
+        let started = Instant::now();
+        stderr = Collect::spawn(&run, &target.url, &pushing).finish();
+        took.push(format!("{:.2}s", started.elapsed().as_secs_f64()));
+        let (latency, durable) = timings(&run, from..=u64::MAX);
+        lat_push.extend(latency);
+        dur_push.extend(durable);
+    }
     assert!(!receiver.faults().is_empty(), "pushes were held");
     assert!(receiver.accepted().is_empty());
     let line = push_line(&stderr);
@@ -399,18 +434,17 @@ fn live_hanging_receiver_delays_no_capture_and_what_is_left_is_sent_later() {
     assert!(line.contains("no answer within"), "{line}");
     assert!(line.contains("heapwatch push"), "{line}");
 
-    let (lat_plain, dur_plain) = timings(&run, 0..=first_part);
-    let (lat_push, dur_push) = timings(&run, first_part + 1..=u64::MAX);
     eprintln!(
-        "capture to durable, {duration} at --interval 100ms against a hanging receiver (ms):"
+        "capture to durable, {rounds} × ({duration} without, {duration} with --push) at \
+         --interval 100ms, the receiver hanging every push (ms):"
     );
     eprintln!("  durable_ms without --push: {}", percentiles(dur_plain));
     eprintln!("  durable_ms with --push:    {}", percentiles(dur_push));
     eprintln!("  latency_ms without --push: {}", percentiles(lat_plain));
     eprintln!("  latency_ms with --push:    {}", percentiles(lat_push));
     eprintln!(
-        "  collect --push {duration} took {:.2}s in all (drain bound 1.5s)",
-        took.as_secs_f64()
+        "  each collect --push {duration} took {} in all (drain bound 1.5s)",
+        took.join(", ")
     );
 
     // Back: what the drain left is sent by `heapwatch push`, the captures before the push
