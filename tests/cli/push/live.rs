@@ -185,9 +185,19 @@ fn a_live_collect_pushes_every_stored_capture_once_with_its_labels_and_totals() 
     };
     let receiver = Receiver::start(&[]).unwrap();
     let (_dir, run) = new_run();
-    let args = push_args(&receiver.url, &["--duration", "3s", "--label", "9.9.9"]);
-    let stderr = Collect::spawn(&run, &target.url, &args).finish();
+    let args = push_args(&receiver.url, &["--label", "9.9.9"]);
+    let mut collect = Collect::spawn(&run, &target.url, &args);
+    wait_until("5 captures pushed", &mut collect, || {
+        receiver.accepted().len() >= 5
+    });
+    // Ctrl-C: the collector stops, the push drains what is queued, the exit is 0.
+    util::signal(collect.child().id(), "INT");
+    let stderr = collect.finish();
     let sent = assert_live_delivery(&run, &receiver, &target.url);
+    assert!(
+        sent > 5,
+        "captures stored after the first pushes went too: {sent}"
+    );
     let line = push_line(&stderr);
     assert!(
         line.contains(&format!("{sent} delivered, 0 refused")),
