@@ -580,3 +580,82 @@ fn push_flags_without_push_and_a_bad_push_url_are_usage_errors_before_the_run_is
     assert!(stderr.contains("no colon here"), "{stderr}");
     assert!(!run.exists(), "nothing was created");
 }
+
+/// `--max-disk` thins captures while the push is held: one deleted before it was sent is
+/// skipped (its `delete` record reaches the pusher through the same manifest hook), never
+/// reported unreadable; every other stored capture arrives once.
+#[test]
+fn live_push_skips_captures_thinned_for_max_disk_before_they_were_sent() {
+    let Some(target) = Target::start() else {
+        return;
+    };
+    let mut receiver = Receiver::start(&["-fault", "hang all"]).unwrap();
+    let (_dir, run) = new_run();
+    let url = receiver.url.clone();
+    let args = push_args(
+        &url,
+        &[
+            "--duration",
+            "4s",
+            "--label",
+            "9.9.9",
+            "--max-disk",
+            "48KiB",
+            "--push-timeout",
+            "300ms",
+        ],
+    );
+    let mut collect = Collect::spawn(&run, &target.url, &args);
+    let manifest = run.join("manifest.jsonl");
+    wait_until("a push held and a capture thinned", &mut collect, || {
+        !receiver.faults().is_empty() && lines(&manifest).iter().any(|r| r["kind"] == "delete")
+    });
+    receiver.command("ok");
+    let stderr = collect.finish();
+    let line = push_line(&stderr);
+    assert!(!line.contains("unreadable"), "{line}");
+    assert!(line.contains("deleted by --max-disk"), "{line}");
+
+    let deleted: std::collections::HashSet<u64> = lines(&manifest)
+        .iter()
+        .filter_map(|r| r["deleted_seq"].as_u64())
+        .collect();
+    let delivered: BTreeMap<u64, Value> = lines(&run.join("pushes.jsonl"))
+        .into_iter()
+        .map(|r| {
+            assert_eq!(r["outcome"], "delivered", "{r}");
+            (r["seq"].as_u64().unwrap(), r)
+        })
+        .collect();
+    let accepted = receiver.accepted();
+    assert_eq!(accepted.len(), delivered.len(), "each delivered once");
+    let by_id: BTreeMap<&str, &Value> = accepted
+        .iter()
+        .map(|e| (e["id"].as_str().unwrap(), e))
+        .collect();
+    assert_eq!(by_id.len(), accepted.len(), "no capture arrived twice");
+    let mut skipped = 0;
+    for record in pushable(&run) {
+        let seq = record["seq"].as_u64().unwrap();
+        match delivered.get(&seq) {
+            Some(outcome) => {
+                let event = by_id[outcome["id"].as_str().unwrap()];
+                assert_eq!(event["totals"], record["totals"], "seq {seq}");
+                if let Ok(stored) = std::fs::read(run.join(record["file"].as_str().unwrap())) {
+                    assert_eq!(receiver.kept(event), stored, "seq {seq}");
+                }
+            }
+            None => {
+                assert!(
+                    deleted.contains(&seq),
+                    "seq {seq}: neither sent nor thinned"
+                );
+                skipped += 1;
+            }
+        }
+    }
+    assert!(
+        skipped > 0,
+        "some captures were thinned before they were sent"
+    );
+}
