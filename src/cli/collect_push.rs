@@ -19,6 +19,9 @@ use tokio::sync::oneshot;
 use super::CliError;
 use super::push_flags::PushFlags;
 
+/// `--push-drain` when not given.
+const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
 #[derive(clap::Args)]
 pub struct CollectPushFlags {
     /// Also send every stored capture, as it becomes durable, to this Pyroscope server (its
@@ -27,9 +30,10 @@ pub struct CollectPushFlags {
     #[arg(id = "push_url", long = "push", value_name = "URL")]
     pub url: Option<String>,
     /// At exit, wait this long at most for the captures still queued for the push; what is
-    /// left is sent by the next `collect --push` of the run or `heapwatch push RUN --to URL`.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::parse_duration)]
-    pub push_drain: Duration,
+    /// left is sent by the next `collect --push` of the run or `heapwatch push RUN --to URL`
+    /// [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    pub push_drain: Option<Duration>,
     #[command(flatten)]
     pub flags: PushFlags,
 }
@@ -49,7 +53,11 @@ impl CollectPushFlags {
     /// `--push` is a usage error before the run directory is touched.
     pub fn prepare(&self, limits: DecodeLimits) -> Result<Option<PushSetup>, CliError> {
         let Some(url) = &self.url else {
-            if let Some(flag) = self.flags.given().first() {
+            let mut given = self.flags.given();
+            if self.push_drain.is_some() {
+                given.push("--push-drain");
+            }
+            if let Some(flag) = given.first() {
                 return Err(CliError::Usage(format!(
                     "{flag} is a push flag: give --push URL too, or drop it"
                 )));
@@ -63,7 +71,7 @@ impl CollectPushFlags {
             server,
             client,
             options,
-            drain: self.push_drain,
+            drain: self.push_drain.unwrap_or(DEFAULT_DRAIN),
         }))
     }
 }

@@ -29,24 +29,29 @@ pub struct PushFlags {
     /// PEM CA certificate(s) to verify the server with, in place of the bundled roots.
     #[arg(id = "push_cacert", long = "push-cacert", value_name = "PEM")]
     pub cacert: Option<PathBuf>,
-    /// Per-request timeout, connecting included.
+    /// Per-request timeout, connecting included [default: 10s].
     #[arg(
         id = "push_timeout",
         long = "push-timeout",
         value_name = "DURATION",
-        default_value = "10s",
         value_parser = units::parse_duration
     )]
-    pub timeout: Duration,
+    pub timeout: Option<Duration>,
     /// Send each capture stamped with the push time, its own time kept in the
     /// `heapwatch_captured_at` label: for captures older than the server's ingestion window
     /// (an hour by default in Pyroscope). Also retries captures refused without it.
     #[arg(long)]
     pub restamp: bool,
-    /// Longest wait between two attempts (the backoff doubles from 250ms up to it).
-    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
-    pub retry_max: Duration,
+    /// Longest wait between two attempts (the backoff doubles from 250ms up to it)
+    /// [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    pub retry_max: Option<Duration>,
 }
+
+/// `--push-timeout` and `--retry-max` when not given (no clap default, so that `collect`
+/// can tell a push flag given without `--push`).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(10);
 
 impl PushFlags {
     /// The server, its headers (`@FILE`s read) and TLS roots.
@@ -73,7 +78,7 @@ impl PushFlags {
             tenant: self.tenant.clone(),
             headers,
             cacert: self.cacert.clone(),
-            timeout: self.timeout,
+            timeout: self.timeout.unwrap_or(DEFAULT_TIMEOUT),
         })
     }
 
@@ -102,13 +107,14 @@ impl PushFlags {
         limits: DecodeLimits,
     ) -> PushOptions {
         let shown_to = shown_to.to_string();
+        let retry_max = self.retry_max.unwrap_or(DEFAULT_RETRY_MAX);
         PushOptions {
             labels: self.labels(),
             restamp: self.restamp,
             retry_refused: false,
             backoff: Backoff {
-                first: Duration::from_millis(250).min(self.retry_max),
-                max: self.retry_max,
+                first: Duration::from_millis(250).min(retry_max),
+                max: retry_max,
             },
             give_up_after,
             limits,
@@ -135,6 +141,12 @@ impl PushFlags {
         }
         if self.restamp {
             given.push("--restamp");
+        }
+        if self.timeout.is_some() {
+            given.push("--push-timeout");
+        }
+        if self.retry_max.is_some() {
+            given.push("--retry-max");
         }
         given
     }

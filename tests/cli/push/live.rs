@@ -554,6 +554,14 @@ fn push_flags_without_push_and_a_bad_push_url_are_usage_errors_before_the_run_is
         stderr.contains("--push-tenant") && stderr.contains("--push URL"),
         "{stderr}"
     );
+    for stray in [["--push-drain", "30s"], ["--retry-max", "1s"]] {
+        let mut args = vec!["collect", "http://127.0.0.1:1", "--out", run_arg];
+        args.extend(stray);
+        let out = util::run(&args);
+        let stderr = util::stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(stray[0]), "{stderr}");
+    }
     let out = util::run(&[
         "collect",
         "http://127.0.0.1:1",
