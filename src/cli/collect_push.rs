@@ -43,7 +43,7 @@ pub struct LivePush {
     run: PathBuf,
     url: String,
     drain: Duration,
-    /// Tells the push thread to drain (with nothing sent: the collector is done).
+    /// Fired (or dropped) when the collector is done: the push thread starts the drain.
     done: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<PushStats, PushError>>>,
 }
@@ -113,7 +113,7 @@ pub fn attach(
                 .enable_all()
                 .build()
                 .map_err(|e| PushError::Config(format!("starting the async runtime: {e}")))?;
-            runtime.block_on(async move {
+            let pushed = runtime.block_on(async move {
                 let handle = match push::start(&dir, server, client, options) {
                     Ok(handle) => handle,
                     Err(e) => {
@@ -125,7 +125,10 @@ pub fn attach(
                 // Dropped without a word (the collector failed): drain all the same.
                 let _ = done_rx.await;
                 handle.drain(drain).await
-            })
+            });
+            // A file read still running on the blocking pool does not hold up the exit.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            pushed
         })
         .map_err(|e| CliError::Usage(format!("starting the push thread: {e}")))?;
     let enqueuer = match ready_rx.recv() {
