@@ -324,10 +324,19 @@ fn live_collector_killed_and_resumed_delivers_everything_once_overall() {
         "killed with captures unsent: {before} of {stored}"
     );
     assert_eq!(lines(&run.join("pushes.jsonl")).len(), before);
+    // A kill between a profile's rename and its manifest line leaves it unrecorded; the
+    // resumed collector records it as `recovered`, and the push sends it like any other.
+    // Planted here so every run of the test has one (the kill above may have made one too).
+    let planted = plant_unrecorded_profile(&run);
 
     receiver.command("ok");
     let resumed = push_args(&receiver.url, &["--duration", "2s", "--label", "9.9.9"]);
     let stderr = Collect::spawn(&run, &target.url, &resumed).finish();
+    let recovered = lines(&run.join("manifest.jsonl"))
+        .into_iter()
+        .find(|r| r["file"] == planted.as_str())
+        .expect("the planted profile is recorded");
+    assert_eq!(recovered["kind"], "recovered", "{recovered}");
     let sent = assert_live_delivery(&run, &receiver, &target.url);
     assert!(sent > stored, "the resumed collect stored and pushed more");
     let line = push_line(&stderr);
@@ -336,6 +345,31 @@ fn live_collector_killed_and_resumed_delivers_everything_once_overall() {
         "{line}"
     );
     assert!(line.contains(&format!("{before} already sent")), "{line}");
+}
+
+/// Copies a stored heap profile under the next free seq without a manifest line, as a
+/// collector killed between storing it and recording it leaves it; returns its `file`.
+fn plant_unrecorded_profile(run: &Path) -> String {
+    let profiles = run.join("profiles");
+    let mut names: Vec<String> = std::fs::read_dir(&profiles)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with("-heap.pb.gz"))
+        .collect();
+    names.sort();
+    let manifest_max = lines(&run.join("manifest.jsonl"))
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    let files_max = names
+        .iter()
+        .filter_map(|n| n.split('-').next()?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    let name = format!("{:06}-heap.pb.gz", manifest_max.max(files_max) + 1);
+    std::fs::copy(profiles.join(&names[0]), profiles.join(&name)).unwrap();
+    format!("profiles/{name}")
 }
 
 /// Manifest figures of the stored captures of `run` with a seq in `seqs`: per-capture
