@@ -359,6 +359,11 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     writer
         .write_info(&info)
         .map_err(|e| CliError::Store(e.to_string()))?;
+    // A reply that does not name its process (HTTP, Envoy) is filed under the process the
+    // probe sees, so a new pid opens a new boot cycle.
+    let pid_probe = probe
+        .clone()
+        .filter(|p| !matches!(p, MemoryProbe::Follow(_)));
     let sampler = match probe {
         Some(p) => Some(Sampler::start(
             p,
@@ -376,8 +381,11 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
 
     let mut status_line = StatusLine::new(args.quiet);
-    let collector = Collector::new(config, source.as_mut(), &clock, writer, &existing, stop)
+    let mut collector = Collector::new(config, source.as_mut(), &clock, writer, &existing, stop)
         .with_outside_memory(outside);
+    if let Some(probe) = pid_probe {
+        collector = collector.with_pid_probe(probe);
+    }
     let result = collector.run(&mut status_line);
     status_line.finish();
     let tally = sampler.map(Sampler::finish);

@@ -10,7 +10,7 @@ mod status;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -19,6 +19,7 @@ pub use clock::{Clock, FakeClock, SystemClock};
 pub use status::LiveStatus;
 
 use crate::decode::{self, DecodeLimits, stackdump};
+use crate::source::procmem::MemoryProbe;
 use crate::source::{FailureKind, FetchError, Source, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
@@ -117,8 +118,14 @@ impl Observer for NoObserver {
 /// so burst mode reacts even while the target does not answer. Zero means unknown.
 #[derive(Debug, Default)]
 pub struct OutsideMemory {
+    /// Cgroup usage, else RSS: everything charged, page cache included.
     pub bytes: AtomicU64,
     pub limit: AtomicU64,
+    /// The part of `bytes` reclaim cannot take back (anonymous and shared memory), once the
+    /// split is known: what burst mode and the time to the limit go by.
+    pub killable: AtomicU64,
+    /// The process measured.
+    pub pid: AtomicU32,
 }
 
 struct Task {
@@ -149,6 +156,10 @@ pub struct Collector<'a> {
     /// Memory the latest MemStats of this boot cycle says the process holds (`Sys` less
     /// released heap): a burst trigger when nothing samples the process from outside.
     runtime_memory: Option<u64>,
+    /// Names the process behind a reply that does not (HTTP with `--pid` or `--cgroup`).
+    pid_probe: Option<MemoryProbe>,
+    /// The newest boot cycle whose `cycle` record is written.
+    cycle_noted: u32,
 }
 
 impl<'a> Collector<'a> {
@@ -171,6 +182,13 @@ impl<'a> Collector<'a> {
         let cycles = CycleTracker::resume(&existing.records);
         status.incarnation = cycles.incarnation();
         let retention = Retention::resume(&existing.records, config.max_disk);
+        let cycle_noted = existing
+            .records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Cycle)
+            .map(|r| r.incarnation)
+            .max()
+            .unwrap_or(0);
         Collector {
             config,
             source,
@@ -201,7 +219,16 @@ impl<'a> Collector<'a> {
             last_latency: Duration::ZERO,
             gone_since: None,
             runtime_memory: None,
+            pid_probe: None,
+            cycle_noted,
         }
+    }
+
+    /// Where to look up the process of a reply that does not name it: a new pid there opens
+    /// a new boot cycle, as the agent's does.
+    pub fn with_pid_probe(mut self, probe: MemoryProbe) -> Self {
+        self.pid_probe = Some(probe);
+        self
     }
 
     pub fn with_outside_memory(mut self, outside: Arc<OutsideMemory>) -> Self {
@@ -216,14 +243,17 @@ impl<'a> Collector<'a> {
         })
     }
 
-    /// The largest memory figure known now: RSS or cgroup usage from outside, the latest heap
-    /// capture's in-use bytes, the latest MemStats.
+    /// The largest figure known now of the memory that can get the target killed: from
+    /// outside, its anonymous memory when the split is known (page cache is reclaimed before
+    /// a kill), else RSS or cgroup usage; the latest heap capture's in-use bytes; the latest
+    /// MemStats.
     fn memory_now(&self) -> Option<u64> {
-        let outside = self
-            .outside
-            .as_ref()
-            .map(|o| o.bytes.load(Ordering::Relaxed))
-            .filter(|&b| b > 0);
+        let outside = self.outside.as_ref().and_then(|o| {
+            [&o.killable, &o.bytes]
+                .into_iter()
+                .map(|a| a.load(Ordering::Relaxed))
+                .find(|&b| b > 0)
+        });
         let heap = self.status.heap_inuse.map(|b| b.max(0) as u64);
         [outside, heap, self.runtime_memory]
             .into_iter()
@@ -308,12 +338,14 @@ impl<'a> Collector<'a> {
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 self.summary.reason = StopReason::Interrupted;
+                self.stopped()?;
                 break;
             }
             let now = self.clock.now();
             if let Some(d) = self.config.duration {
                 if now.saturating_sub(start) >= d {
                     self.summary.reason = StopReason::DurationReached;
+                    self.stopped()?;
                     break;
                 }
             }
@@ -395,6 +427,37 @@ impl<'a> Collector<'a> {
         Ok(self.summary)
     }
 
+    /// The collector stops on purpose: a `stop` record says the target was not seen to end
+    /// here, with the process it last answered from (the attempts before it say whether that
+    /// process still answered).
+    fn stopped(&mut self) -> Result<(), StoreError> {
+        let mut record = CaptureRecord::new(
+            self.next_seq,
+            RecordKind::Stop,
+            self.cycles.incarnation(),
+            self.clock.unix_ms(),
+        );
+        self.next_seq += 1;
+        record.pid = self.cycles.pid();
+        self.writer.append(&record)
+    }
+
+    /// The first answer of a boot cycle: a `cycle` record with its process and build.
+    fn note_cycle(&mut self, first: &CaptureRecord) -> Result<(), StoreError> {
+        let build = self.source.build_info(self.timeout());
+        let mut record = CaptureRecord::new(
+            self.next_seq,
+            RecordKind::Cycle,
+            first.incarnation,
+            self.clock.unix_ms(),
+        );
+        self.next_seq += 1;
+        record.pid = first.pid;
+        record.build = build;
+        self.cycle_noted = first.incarnation;
+        self.writer.append(&record)
+    }
+
     fn attempt(&mut self, want: Want, observer: &mut dyn Observer) -> Result<(), StoreError> {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -419,7 +482,9 @@ impl<'a> Collector<'a> {
             Err(e) => self.failed(&mut record, &e, began),
             Ok(reply) => {
                 record.bytes = reply.bytes.len() as u64;
-                record.pid = reply.pid;
+                record.pid = reply
+                    .pid
+                    .or_else(|| self.pid_probe.as_ref().and_then(MemoryProbe::current_pid));
                 // A profile is written and fsynced under a temporary name on another thread
                 // while this one checks it; it gets its final name only if it is whole and new.
                 let temp = match want {
@@ -439,7 +504,10 @@ impl<'a> Collector<'a> {
                         Want::Goroutine if is_stack_dump(&reply.bytes) => {
                             self.stack_dump(&mut record, &reply.bytes)
                         }
-                        _ => self.profile(&mut record, &reply.bytes, reply.pid),
+                        _ => {
+                            let pid = record.pid;
+                            self.profile(&mut record, &reply.bytes, pid)
+                        }
                     };
                     let written =
                         writing.map(|w| w.join().expect("the writer thread does not panic"));
@@ -487,6 +555,9 @@ impl<'a> Collector<'a> {
             }
         }
         self.writer.append(&record)?;
+        if record.is_ok() && record.incarnation > self.cycle_noted {
+            self.note_cycle(&record)?;
+        }
         if record.is_ok() {
             self.summary.captures += 1;
         } else {

@@ -87,7 +87,12 @@ fn collect(
         .run(&mut NoObserver)
         .unwrap();
     let run = RunDir::open(dir.path()).unwrap();
-    (summary, run.manifest.records, source.timeouts)
+    (summary, attempts(run.manifest.records), source.timeouts)
+}
+
+/// The capture attempts of a manifest, without the event records (`cycle`, `stop`).
+fn attempts(records: Vec<CaptureRecord>) -> Vec<CaptureRecord> {
+    records.into_iter().filter(|r| !r.kind.is_event()).collect()
 }
 
 fn heap_only(duration: Duration) -> CollectConfig {
@@ -330,7 +335,7 @@ fn collect_from(
         .run(&mut NoObserver)
         .unwrap();
     let run = RunDir::open(dir.path()).unwrap();
-    (summary, run.manifest.records, dir)
+    (summary, attempts(run.manifest.records), dir)
 }
 
 #[test]
@@ -354,7 +359,8 @@ fn stack_dumps_and_stats_are_captured_like_profiles_and_memstats() {
         .collect();
     assert_eq!(dumps.len(), 4, "{records:#?}");
     let first = dumps[0];
-    assert_eq!(first.file.as_deref(), Some("profiles/000002-goroutine.txt"));
+    // Seq 1 is the first heap capture, 2 the `cycle` record its answer opened.
+    assert_eq!(first.file.as_deref(), Some("profiles/000003-goroutine.txt"));
     assert_eq!(first.totals["goroutine"], 25);
     assert_eq!(
         std::fs::read(dir.path().join(first.file.as_ref().unwrap())).unwrap(),
@@ -472,5 +478,154 @@ fn a_target_frozen_at_its_limit_is_not_gone() {
     assert!(
         last.t_ms - first_refusal.t_ms >= 1500,
         "grace counted from the refusal"
+    );
+}
+
+/// Answers like an agent of a given build and process; the pid changes on request.
+struct Versioned<'c> {
+    clock: &'c FakeClock,
+    pid: u32,
+    version: &'static str,
+    builds_asked: usize,
+}
+
+impl Source for Versioned<'_> {
+    fn target(&self) -> &str {
+        "versioned"
+    }
+    fn kind(&self) -> &'static str {
+        "agent"
+    }
+    fn supports(&self, want: Want) -> bool {
+        want == Want::Heap
+    }
+    fn fetch(&mut self, _want: Want, _timeout: Duration) -> Result<Reply, FetchError> {
+        self.clock.advance(ms(2));
+        if self.clock.now() >= ms(1000) && self.pid == 10 {
+            // A restart on a new build.
+            self.pid = 11;
+            self.version = "2.1.0";
+        }
+        Ok(Reply {
+            bytes: LATE.to_vec(),
+            pid: Some(self.pid),
+        })
+    }
+    fn build_info(&mut self, _timeout: Duration) -> Option<crate::model::build::BuildInfo> {
+        self.builds_asked += 1;
+        Some(crate::model::build::BuildInfo {
+            version: Some(self.version.into()),
+            go_version: Some("go1.26.8".into()),
+            ..Default::default()
+        })
+    }
+}
+
+#[test]
+fn each_boot_cycle_gets_one_cycle_record_with_its_pid_and_build_and_a_stop_ends_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_000_000);
+    let mut source = Versioned {
+        clock: &clock,
+        pid: 10,
+        version: "2.0.2",
+        builds_asked: 0,
+    };
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let stop = AtomicBool::new(false);
+    let summary = Collector::new(
+        heap_only(ms(2000)),
+        &mut source,
+        &clock,
+        writer,
+        &existing,
+        &stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    assert_eq!(summary.reason, StopReason::DurationReached);
+    assert_eq!(source.builds_asked, 2, "asked once per boot cycle");
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    let cycles: Vec<&CaptureRecord> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Cycle)
+        .collect();
+    assert_eq!(cycles.len(), 2, "{records:#?}");
+    let seen: Vec<(u32, Option<u32>, Option<String>)> = cycles
+        .iter()
+        .map(|r| {
+            let version = r.build.as_ref().and_then(|b| b.version.clone());
+            (r.incarnation, r.pid, version)
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, Some(10), Some("2.0.2".to_string())),
+            (2, Some(11), Some("2.1.0".to_string()))
+        ]
+    );
+    // Each cycle record follows its cycle's first answer.
+    for c in &cycles {
+        let first = records
+            .iter()
+            .find(|r| r.incarnation == c.incarnation && r.kind == RecordKind::Heap)
+            .unwrap();
+        assert_eq!(c.seq, first.seq + 1);
+    }
+    let last = records.last().unwrap();
+    assert_eq!(last.kind, RecordKind::Stop);
+    assert_eq!((last.incarnation, last.pid), (2, Some(11)));
+
+    // Resumed, the same run gets no second record for the cycle it is in.
+    let mut again = Versioned {
+        clock: &clock,
+        pid: 11,
+        version: "2.1.0",
+        builds_asked: 0,
+    };
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    Collector::new(
+        heap_only(ms(3000)),
+        &mut again,
+        &clock,
+        writer,
+        &existing,
+        &stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    assert_eq!(again.builds_asked, 0);
+}
+
+#[test]
+fn a_target_that_exits_by_itself_gets_no_stop_record() {
+    let config = CollectConfig {
+        until_exit: Some(ms(1000)),
+        memstats_interval: Duration::ZERO,
+        ..CollectConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_000_000);
+    let script = vec![
+        Step::Ok(LATE, ms(5)),
+        Step::Fail(FailureKind::Refused, ms(1)),
+    ];
+    let mut source = ScriptedSource::new(&clock, script);
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let stop = AtomicBool::new(false);
+    Collector::new(config, &mut source, &clock, writer, &existing, &stop)
+        .run(&mut NoObserver)
+        .unwrap();
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    assert!(records.iter().all(|r| r.kind != RecordKind::Stop));
+    let cycle = records
+        .iter()
+        .find(|r| r.kind == RecordKind::Cycle)
+        .unwrap();
+    assert_eq!(
+        (cycle.pid, &cycle.build),
+        (None, &None),
+        "plain HTTP knows neither"
     );
 }
