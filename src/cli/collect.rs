@@ -115,9 +115,12 @@ pub struct CollectArgs {
     /// A label for this build (e.g. 2.1.0), kept in run.json for reports and comparisons.
     #[arg(long)]
     label: Option<String>,
-    /// No status line and no summary (for CI).
+    /// No status line, no progress lines and no summary.
     #[arg(long, short = 'q')]
     quiet: bool,
+    /// With stderr not a terminal, a plain progress line this often.
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration, hide = true)]
+    progress_every: Duration,
     #[command(flatten)]
     decode: DecodeFlags,
 }
@@ -206,20 +209,35 @@ impl CollectArgs {
     }
 }
 
-/// Draws the live status line on a terminal.
+/// Draws the live status line on a terminal; elsewhere (a CI log, a file) prints it as a
+/// plain line every `progress_every`.
 struct StatusLine {
     bar: Option<ProgressBar>,
+    /// Off the terminal: how often, and when the last plain line was printed.
+    plain: Option<(Duration, Option<std::time::Instant>)>,
 }
 
 impl StatusLine {
-    fn new(quiet: bool) -> StatusLine {
-        if quiet || !std::io::stderr().is_terminal() {
-            return StatusLine { bar: None };
+    fn new(quiet: bool, progress_every: Duration) -> StatusLine {
+        if quiet {
+            return StatusLine {
+                bar: None,
+                plain: None,
+            };
+        }
+        if !std::io::stderr().is_terminal() {
+            return StatusLine {
+                bar: None,
+                plain: Some((progress_every, None)),
+            };
         }
         let bar = ProgressBar::new_spinner();
         bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
         bar.enable_steady_tick(Duration::from_millis(200));
-        StatusLine { bar: Some(bar) }
+        StatusLine {
+            bar: Some(bar),
+            plain: None,
+        }
     }
 
     fn finish(&self) {
@@ -237,13 +255,17 @@ fn describe(status: &LiveStatus) -> String {
     if let Some(rate) = status.growth_bps {
         parts.push(format!("{}/s", format_bytes(rate as i64)));
     }
+    let total = status
+        .memory_total
+        .map(|t| format!(" (all charged {})", format_bytes(t as i64)))
+        .unwrap_or_default();
     match (status.memory, status.limit) {
         (Some(m), Some(l)) => parts.push(format!(
-            "memory {} of {}",
+            "memory {} of {}{total}",
             format_bytes(m as i64),
             format_bytes(l as i64)
         )),
-        (Some(m), None) => parts.push(format!("memory {}", format_bytes(m as i64))),
+        (Some(m), None) => parts.push(format!("memory {}{total}", format_bytes(m as i64))),
         _ => {}
     }
     if let Some(secs) = status.time_to_limit() {
@@ -270,6 +292,13 @@ impl Observer for StatusLine {
     fn attempt(&mut self, _record: &CaptureRecord, status: &LiveStatus) {
         if let Some(bar) = &self.bar {
             bar.set_message(describe(status));
+        }
+        if let Some((every, last)) = &mut self.plain {
+            let now = std::time::Instant::now();
+            if last.is_none_or(|t| now.duration_since(t) >= *every) {
+                *last = Some(now);
+                eprintln!("heapwatch: {}", describe(status));
+            }
         }
     }
 }
@@ -380,7 +409,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
 
-    let mut status_line = StatusLine::new(args.quiet);
+    let mut status_line = StatusLine::new(args.quiet, args.progress_every);
     let mut collector = Collector::new(config, source.as_mut(), &clock, writer, &existing, stop)
         .with_outside_memory(outside);
     if let Some(probe) = pid_probe {

@@ -566,6 +566,11 @@ impl<'a> Collector<'a> {
         self.thin()?;
         self.status.bursting = self.bursting();
         self.status.memory = self.memory_now();
+        self.status.memory_total = self
+            .outside
+            .as_ref()
+            .map(|o| o.bytes.load(Ordering::Relaxed))
+            .filter(|&b| b > 0 && Some(b) != self.status.memory);
         if let Some(bytes) = self.status.memory {
             self.status.memory_point(record.t_ms, bytes as i64);
         }
