@@ -91,6 +91,10 @@ pub struct CollectArgs {
     /// 100 ms render, wait at least 300 ms); doubled in burst mode; 1 removes the cap.
     #[arg(long, default_value_t = 0.25)]
     max_duty: f64,
+    /// While the heap stays flat (identical captures, unchanged in-use figures and memory),
+    /// the interval doubles up to this many times itself; any movement restores it (1: off).
+    #[arg(long, default_value_t = heapwatch::collect::IDLE_BACKOFF)]
+    idle_backoff: u32,
     /// Largest response body accepted.
     #[arg(long, default_value = "512MiB", value_parser = units::parse_size)]
     max_body: u64,
@@ -175,6 +179,7 @@ impl CollectArgs {
             until_exit: self.until_exit.then_some(self.grace),
             max_disk: self.max_disk,
             max_duty: self.max_duty,
+            idle_backoff: self.idle_backoff.max(1),
             decode: self.decode.limits(),
         })
     }
@@ -357,6 +362,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             "burst_interval_ms": config.burst_interval.as_millis() as u64,
             "burst_at": config.burst_at,
             "max_duty": config.max_duty,
+            "idle_backoff": config.idle_backoff,
             "cpu_limit": args.cpu_limit,
             "timeout_ms": config.timeout.as_millis() as u64,
             "profiles": args.profiles,

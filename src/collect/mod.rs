@@ -46,6 +46,9 @@ pub struct CollectConfig {
     /// Largest share of wall time the target may spend serving profiles (1.0: no cap); twice
     /// this in burst mode.
     pub max_duty: f64,
+    /// Idle back-off: while heap captures find the heap flat, the interval doubles up to this
+    /// many times itself (1: never backs off).
+    pub idle_backoff: u32,
     pub decode: DecodeLimits,
 }
 
@@ -65,6 +68,7 @@ impl Default for CollectConfig {
             until_exit: None,
             max_disk: None,
             max_duty: 0.25,
+            idle_backoff: 1,
             decode: DecodeLimits::default(),
         }
     }
@@ -160,6 +164,22 @@ pub struct Collector<'a> {
     pid_probe: Option<MemoryProbe>,
     /// The newest boot cycle whose `cycle` record is written.
     cycle_noted: u32,
+    /// Idle back-off: the heap interval is multiplied by this (1, 2, 4, … up to
+    /// `config.idle_backoff`) while consecutive heap captures find it flat.
+    idle_factor: u32,
+    /// The last heap capture's in-use figures and the memory known then.
+    last_heap: Option<HeapMark>,
+}
+
+/// The idle back-off `collect` uses unless told otherwise, as a multiple of the interval.
+pub const IDLE_BACKOFF: u32 = 4;
+
+/// What the heap looked like at a capture, to tell whether it moved since.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HeapMark {
+    inuse_space: Option<i64>,
+    inuse_objects: Option<i64>,
+    memory: Option<u64>,
 }
 
 impl<'a> Collector<'a> {
@@ -221,6 +241,8 @@ impl<'a> Collector<'a> {
             runtime_memory: None,
             pid_probe: None,
             cycle_noted,
+            idle_factor: 1,
+            last_heap: None,
         }
     }
 
@@ -274,8 +296,35 @@ impl<'a> Collector<'a> {
         if self.bursting() {
             self.config.burst_interval
         } else {
-            self.config.interval
+            self.config.interval * self.idle_factor
         }
+    }
+
+    /// After a heap capture: an idle target (the same profile, or the same in-use figures and
+    /// memory) is asked less and less often, up to `idle_backoff` times the interval,
+    /// since rendering a profile is most of what an idle Go process allocates; any movement
+    /// brings the interval back at once. Envoy is paced by its own rule.
+    fn pace_idle(&mut self, record: &CaptureRecord) {
+        if self.source.kind() == "envoy" || record.kind != RecordKind::Heap || !record.is_ok() {
+            return;
+        }
+        let mark = HeapMark {
+            inuse_space: record.totals.get("inuse_space").copied(),
+            inuse_objects: record.totals.get("inuse_objects").copied(),
+            memory: self.memory_now(),
+        };
+        let flat = self.last_heap.is_some_and(|last| {
+            let same_heap = record.dup_of.is_some()
+                || (last.inuse_space == mark.inuse_space
+                    && last.inuse_objects == mark.inuse_objects);
+            same_heap && !moved(last.memory, mark.memory)
+        });
+        self.idle_factor = if flat {
+            (self.idle_factor * 2).min(self.config.idle_backoff.max(1))
+        } else {
+            1
+        };
+        self.last_heap = Some(mark);
     }
 
     fn timeout(&self) -> Duration {
@@ -558,6 +607,7 @@ impl<'a> Collector<'a> {
         if record.is_ok() && record.incarnation > self.cycle_noted {
             self.note_cycle(&record)?;
         }
+        self.pace_idle(&record);
         if record.is_ok() {
             self.summary.captures += 1;
         } else {
@@ -613,6 +663,8 @@ impl<'a> Collector<'a> {
         if now != before {
             self.last_stored.clear();
             self.runtime_memory = None;
+            self.last_heap = None;
+            self.idle_factor = 1;
             self.status.new_cycle(now);
         }
         now
@@ -755,6 +807,18 @@ struct Invalid(String);
 /// A goroutine reply in text (op 0x01, or `?debug=2`) rather than a gzipped pprof profile.
 fn is_stack_dump(bytes: &[u8]) -> bool {
     !decode::is_gzip(bytes) && bytes.starts_with(b"goroutine ")
+}
+
+/// Whether memory seen between two captures moved: by more than 1 MiB and 2 %.
+fn moved(before: Option<u64>, now: Option<u64>) -> bool {
+    match (before, now) {
+        (Some(a), Some(b)) => {
+            let change = a.abs_diff(b);
+            change > 1 << 20 && change as f64 > 0.02 * a.max(b) as f64
+        }
+        (None, None) => false,
+        _ => true,
+    }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -2,7 +2,8 @@
 //! no sleeping, no luck.
 
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::*;
@@ -627,5 +628,123 @@ fn a_target_that_exits_by_itself_gets_no_stop_record() {
         (cycle.pid, &cycle.build),
         (None, &None),
         "plain HTTP knows neither"
+    );
+}
+
+fn gaps(records: &[CaptureRecord]) -> Vec<i64> {
+    records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Heap)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|p| p[1].t_ms - p[0].t_ms)
+        .collect()
+}
+
+fn backing_off(duration: Duration) -> CollectConfig {
+    CollectConfig {
+        idle_backoff: 4,
+        ..heap_only(duration)
+    }
+}
+
+#[test]
+fn an_idle_heap_is_asked_less_often_up_to_four_times_the_interval() {
+    let (summary, records, _) = collect(backing_off(ms(12_000)), vec![Step::Ok(LATE, ms(5))]);
+    assert_eq!(
+        gaps(&records),
+        vec![500, 1000, 2000, 2000, 2000, 2000, 2000]
+    );
+    // The interval in force is recorded with each capture.
+    let intervals: Vec<Option<u64>> = records.iter().map(|r| r.interval_ms).collect();
+    assert_eq!(
+        intervals[..4],
+        [Some(500), Some(500), Some(1000), Some(2000)]
+    );
+    assert_eq!(summary.attempts, 8);
+    // Off, the same target is asked every interval.
+    let (off, _, _) = collect(heap_only(ms(12_000)), vec![Step::Ok(LATE, ms(5))]);
+    assert_eq!(off.attempts, 24);
+}
+
+#[test]
+fn a_heap_that_moves_brings_the_interval_back_at_once() {
+    // Flat for a while, then a new profile (the heap moved), then flat again.
+    let mut script: Vec<Step> = (0..4).map(|_| Step::Ok(EARLY, ms(5))).collect();
+    script.push(Step::Ok(LATE, ms(5)));
+    let (_, records, _) = collect(backing_off(ms(10_000)), script);
+    let gaps = gaps(&records);
+    assert_eq!(gaps[..3], [500, 1000, 2000], "{gaps:?}");
+    // The fourth EARLY is flat: 2 s; LATE moved: the next comes after 500 ms, then it backs
+    // off again.
+    assert_eq!(gaps[3..6], [2000, 500, 1000], "{gaps:?}");
+}
+
+#[test]
+fn burst_mode_never_backs_off() {
+    // ~110 MiB in use of a 128 MiB limit: burst, even though every capture is the same.
+    let config = CollectConfig {
+        limit: Some(128 << 20),
+        ..backing_off(ms(2000))
+    };
+    let (_, records, _) = collect(config, vec![Step::Ok(LATE, ms(5))]);
+    assert!(records[1..].iter().all(|r| r.interval_ms == Some(100)));
+    assert!(gaps(&records)[1..].iter().all(|&g| g == 100));
+}
+
+#[test]
+fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat() {
+    // The heap profile is as of the last GC; growth seen from outside counts as movement.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_000_000);
+    let outside = Arc::new(OutsideMemory::default());
+    struct Growing<'c> {
+        clock: &'c FakeClock,
+        outside: Arc<OutsideMemory>,
+    }
+    impl Source for Growing<'_> {
+        fn target(&self) -> &str {
+            "growing"
+        }
+        fn kind(&self) -> &'static str {
+            "http"
+        }
+        fn supports(&self, want: Want) -> bool {
+            want == Want::Heap
+        }
+        fn fetch(&mut self, _want: Want, _timeout: Duration) -> Result<Reply, FetchError> {
+            self.clock.advance(ms(5));
+            // 8 MiB more anonymous memory before each capture.
+            self.outside.killable.fetch_add(8 << 20, Ordering::Relaxed);
+            Ok(Reply {
+                bytes: LATE.to_vec(),
+                pid: None,
+            })
+        }
+    }
+    let mut source = Growing {
+        clock: &clock,
+        outside: outside.clone(),
+    };
+    // Above the ~110 MiB the profile holds in use, so the outside figure is the one seen.
+    outside.killable.store(160 << 20, Ordering::Relaxed);
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let stop = AtomicBool::new(false);
+    Collector::new(
+        backing_off(ms(3000)),
+        &mut source,
+        &clock,
+        writer,
+        &existing,
+        &stop,
+    )
+    .with_outside_memory(outside)
+    .run(&mut NoObserver)
+    .unwrap();
+    let records = attempts(RunDir::open(dir.path()).unwrap().manifest.records);
+    assert!(
+        gaps(&records).iter().all(|&g| g == 500),
+        "{:?}",
+        gaps(&records)
     );
 }
