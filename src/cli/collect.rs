@@ -399,6 +399,10 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let pid_probe = probe
         .clone()
         .filter(|p| !matches!(p, MemoryProbe::Follow(_)));
+    // How watched processes end (exit code or signal), where the kernel tells (root).
+    let exits = heapwatch::collect::exits::ExitWatcher::start()
+        .ok()
+        .map(Arc::new);
     let sampler = match probe {
         Some(p) => Some(Sampler::start(
             p,
@@ -407,6 +411,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
                 .memory_log()
                 .map_err(|e| CliError::Store(e.to_string()))?,
             outside.clone(),
+            exits.clone(),
         )),
         None => None,
     };
@@ -421,9 +426,15 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     if let Some(probe) = pid_probe {
         collector = collector.with_pid_probe(probe);
     }
+    if let Some(exits) = &exits {
+        collector = collector.with_exits(exits.clone());
+    }
     let result = collector.run(&mut status_line);
     status_line.finish();
     let tally = sampler.map(Sampler::finish);
+    if let Some(exits) = &exits {
+        exits.finish();
+    }
     let summary = result.map_err(|e| CliError::Store(e.to_string()))?;
 
     if !args.quiet {

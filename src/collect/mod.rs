@@ -4,6 +4,7 @@
 
 pub mod clock;
 mod cycles;
+pub mod exits;
 mod retention;
 pub mod sampler;
 mod status;
@@ -23,6 +24,7 @@ use crate::source::procmem::MemoryProbe;
 use crate::source::{FailureKind, FetchError, Source, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
+use exits::ExitWatcher;
 use retention::Retention;
 
 /// Everything the collector needs to know, already validated.
@@ -164,6 +166,10 @@ pub struct Collector<'a> {
     pid_probe: Option<MemoryProbe>,
     /// The newest boot cycle whose `cycle` record is written.
     cycle_noted: u32,
+    /// The boot cycle of each process that answered.
+    cycle_of_pid: BTreeMap<u32, u32>,
+    /// Exit statuses of the processes that answered, from the kernel.
+    exits: Option<Arc<ExitWatcher>>,
     /// Idle back-off: the heap interval is multiplied by this (1, 2, 4, … up to
     /// `config.idle_backoff`) while consecutive heap captures find it flat.
     idle_factor: u32,
@@ -241,9 +247,45 @@ impl<'a> Collector<'a> {
             runtime_memory: None,
             pid_probe: None,
             cycle_noted,
+            cycle_of_pid: existing
+                .records
+                .iter()
+                .filter(|r| r.kind == RecordKind::Cycle)
+                .filter_map(|r| Some((r.pid?, r.incarnation)))
+                .collect(),
+            exits: None,
             idle_factor: 1,
             last_heap: None,
         }
+    }
+
+    /// Where the exit statuses of the processes that answer come from.
+    pub fn with_exits(mut self, exits: Arc<ExitWatcher>) -> Self {
+        self.exits = Some(exits);
+        self
+    }
+
+    /// An `exit` record for each watched process the kernel saw end, filed under the boot
+    /// cycle the process answered in (else the current one: compare the pid).
+    fn note_exits(&mut self) -> Result<(), StoreError> {
+        let Some(exits) = &self.exits else {
+            return Ok(());
+        };
+        for exit in exits.take() {
+            let incarnation = self
+                .cycle_of_pid
+                .get(&exit.pid)
+                .copied()
+                .unwrap_or_else(|| self.cycles.incarnation());
+            let mut record =
+                CaptureRecord::new(self.next_seq, RecordKind::Exit, incarnation, exit.t_ms);
+            self.next_seq += 1;
+            record.pid = Some(exit.pid);
+            record.exit_code = exit.exit_code;
+            record.signal = exit.signal;
+            self.writer.append(&record)?;
+        }
+        Ok(())
     }
 
     /// Where to look up the process of a reply that does not name it: a new pid there opens
@@ -385,6 +427,7 @@ impl<'a> Collector<'a> {
         // While the target is not answering, only the first task (the main profile) probes.
         let probe = tasks[0].want;
         loop {
+            self.note_exits()?;
             if self.stop.load(Ordering::Relaxed) {
                 self.summary.reason = StopReason::Interrupted;
                 self.stopped()?;
@@ -472,6 +515,7 @@ impl<'a> Collector<'a> {
                 return Err(e.into());
             }
         }
+        self.note_exits()?;
         self.summary.incarnations = self.cycles.incarnation();
         Ok(self.summary)
     }
@@ -503,6 +547,9 @@ impl<'a> Collector<'a> {
         self.next_seq += 1;
         record.pid = first.pid;
         record.build = build;
+        if let Some(pid) = first.pid {
+            self.cycle_of_pid.insert(pid, first.incarnation);
+        }
         self.cycle_noted = first.incarnation;
         self.writer.append(&record)
     }
@@ -534,6 +581,9 @@ impl<'a> Collector<'a> {
                 record.pid = reply
                     .pid
                     .or_else(|| self.pid_probe.as_ref().and_then(MemoryProbe::current_pid));
+                if let (Some(exits), Some(pid)) = (&self.exits, record.pid) {
+                    exits.watch(pid);
+                }
                 // A profile is written and fsynced under a temporary name on another thread
                 // while this one checks it; it gets its final name only if it is whole and new.
                 let temp = match want {

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::OutsideMemory;
+use super::exits::ExitWatcher;
 use crate::source::procmem::{MemoryProbe, MemorySample};
 use crate::store::MemoryLog;
 
@@ -42,6 +43,7 @@ impl Sampler {
         interval: Duration,
         mut log: MemoryLog,
         outside: Arc<OutsideMemory>,
+        exits: Option<Arc<ExitWatcher>>,
     ) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_thread = stop.clone();
@@ -64,6 +66,9 @@ impl Sampler {
                         last_detail = Some(Instant::now());
                     }
                     kills = sample.oom_kills.or(kills);
+                    if let (Some(exits), Some(pid)) = (&exits, sample.pid) {
+                        exits.watch(pid);
+                    }
                     if sample.killed {
                         tally.kills += 1;
                     }
