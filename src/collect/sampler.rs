@@ -60,8 +60,14 @@ impl Sampler {
                         std::thread::sleep(interval);
                         continue;
                     }
-                    let detailed = last_detail.is_none_or(|t| t.elapsed() >= DETAIL_EVERY);
-                    let sample = probe.sample(unix_ms(), kills, detailed);
+                    let mut detailed = last_detail.is_none_or(|t| t.elapsed() >= DETAIL_EVERY);
+                    let mut sample = probe.sample(unix_ms(), kills, detailed);
+                    // Memory moving fast (a file written into the page cache, or a heap
+                    // growing): look where it went now rather than guess for up to 500 ms.
+                    if !detailed && split.jumped(&sample) {
+                        detailed = true;
+                        sample = probe.sample(unix_ms(), kills, true);
+                    }
                     if detailed {
                         last_detail = Some(Instant::now());
                     }
@@ -125,9 +131,22 @@ impl Sampler {
 #[derive(Debug, Default)]
 struct Split {
     reclaimable: Option<u64>,
+    /// The total at the last detailed sample.
+    total: Option<u64>,
 }
 
+/// How far the total may move between detailed samples before the next is taken at once.
+const JUMP: u64 = 16 << 20;
+
 impl Split {
+    /// The total moved by more than [`JUMP`] since the last detailed sample.
+    fn jumped(&self, sample: &MemorySample) -> bool {
+        match (self.total, sample.bytes()) {
+            (Some(then), Some(now)) => then.abs_diff(now) > JUMP,
+            _ => false,
+        }
+    }
+
     fn killable(&mut self, sample: &MemorySample) -> Option<u64> {
         let total = sample.bytes()?;
         let unreclaimable = match (&sample.cgroup, &sample.process) {
@@ -137,6 +156,7 @@ impl Split {
         };
         if let Some(u) = unreclaimable {
             self.reclaimable = Some(total.saturating_sub(u));
+            self.total = Some(total);
             return Some(u.min(total));
         }
         Some(total.saturating_sub(self.reclaimable?))
@@ -174,5 +194,8 @@ mod tests {
         assert_eq!(split.killable(&sample(350, None)), Some(300));
         // The detailed sample says it was cache.
         assert_eq!(split.killable(&sample(350, Some(200))), Some(200));
+        // A jump of more than 16 MiB asks for a detailed sample at once.
+        assert!(!split.jumped(&sample(350 + (16 << 20), None)));
+        assert!(split.jumped(&sample(351 + (16 << 20), None)));
     }
 }
