@@ -173,7 +173,7 @@ pub struct Collector<'a> {
     /// Idle back-off: the heap interval is multiplied by this (1, 2, 4, … up to
     /// `config.idle_backoff`) while consecutive heap captures find it flat.
     idle_factor: u32,
-    /// The last heap capture's in-use figures and the memory known then.
+    /// The in-use heap and memory when the heap last moved.
     last_heap: Option<HeapMark>,
 }
 
@@ -183,8 +183,7 @@ pub const IDLE_BACKOFF: u32 = 4;
 /// What the heap looked like at a capture, to tell whether it moved since.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct HeapMark {
-    inuse_space: Option<i64>,
-    inuse_objects: Option<i64>,
+    inuse: Option<u64>,
     memory: Option<u64>,
 }
 
@@ -342,8 +341,8 @@ impl<'a> Collector<'a> {
         }
     }
 
-    /// After a heap capture: an idle target (the same profile, or the same in-use figures and
-    /// memory) is asked less and less often, up to `idle_backoff` times the interval,
+    /// After a heap capture: an idle target (in-use heap and memory within 1 MiB or 2 % of
+    /// where they were when the heap last moved) is asked less and less often, up to `idle_backoff` times the interval,
     /// since rendering a profile is most of what an idle Go process allocates; any movement
     /// brings the interval back at once. Envoy is paced by its own rule.
     fn pace_idle(&mut self, record: &CaptureRecord) {
@@ -351,22 +350,22 @@ impl<'a> Collector<'a> {
             return;
         }
         let mark = HeapMark {
-            inuse_space: record.totals.get("inuse_space").copied(),
-            inuse_objects: record.totals.get("inuse_objects").copied(),
+            inuse: record.totals.get("inuse_space").map(|&b| b.max(0) as u64),
             memory: self.memory_now(),
         };
-        let flat = self.last_heap.is_some_and(|last| {
-            let same_heap = record.dup_of.is_some()
-                || (last.inuse_space == mark.inuse_space
-                    && last.inuse_objects == mark.inuse_objects);
-            same_heap && !moved(last.memory, mark.memory)
+        // Measured against the capture the flat stretch began with, so a slow leak adds up
+        // to a move instead of hiding under the threshold step by step. The threshold keeps
+        // the GCs our own profiling causes (a few hundred KiB of profile-writer buffers
+        // coming and going) from counting as movement.
+        let flat = self.last_heap.is_some_and(|anchor| {
+            !moved(anchor.inuse, mark.inuse) && !moved(anchor.memory, mark.memory)
         });
-        self.idle_factor = if flat {
-            (self.idle_factor * 2).min(self.config.idle_backoff.max(1))
+        if flat {
+            self.idle_factor = (self.idle_factor * 2).min(self.config.idle_backoff.max(1));
         } else {
-            1
-        };
-        self.last_heap = Some(mark);
+            self.idle_factor = 1;
+            self.last_heap = Some(mark);
+        }
     }
 
     fn timeout(&self) -> Duration {

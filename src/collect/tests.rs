@@ -695,12 +695,11 @@ fn burst_mode_never_backs_off() {
 #[test]
 fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat() {
     // The heap profile is as of the last GC; growth seen from outside counts as movement.
-    let dir = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new(1_000_000);
-    let outside = Arc::new(OutsideMemory::default());
     struct Growing<'c> {
         clock: &'c FakeClock,
         outside: Arc<OutsideMemory>,
+        /// Anonymous memory added before each capture.
+        step: u64,
     }
     impl Source for Growing<'_> {
         fn target(&self) -> &str {
@@ -714,37 +713,43 @@ fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat()
         }
         fn fetch(&mut self, _want: Want, _timeout: Duration) -> Result<Reply, FetchError> {
             self.clock.advance(ms(5));
-            // 8 MiB more anonymous memory before each capture.
-            self.outside.killable.fetch_add(8 << 20, Ordering::Relaxed);
+            self.outside
+                .killable
+                .fetch_add(self.step, Ordering::Relaxed);
             Ok(Reply {
                 bytes: LATE.to_vec(),
                 pid: None,
             })
         }
     }
-    let mut source = Growing {
-        clock: &clock,
-        outside: outside.clone(),
+    let clock = FakeClock::new(1_000_000);
+    let run = |step: u64, duration: Duration| {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = Arc::new(OutsideMemory::default());
+        let mut source = Growing {
+            clock: &clock,
+            outside: outside.clone(),
+            step,
+        };
+        // Above the ~110 MiB the profile holds in use, so the outside figure is the one seen.
+        outside.killable.store(120 << 20, Ordering::Relaxed);
+        let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+        let stop = AtomicBool::new(false);
+        let config = backing_off(duration);
+        Collector::new(config, &mut source, &clock, writer, &existing, &stop)
+            .with_outside_memory(outside)
+            .run(&mut NoObserver)
+            .unwrap();
+        gaps(&attempts(
+            RunDir::open(dir.path()).unwrap().manifest.records,
+        ))
     };
-    // Above the ~110 MiB the profile holds in use, so the outside figure is the one seen.
-    outside.killable.store(160 << 20, Ordering::Relaxed);
-    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
-    let stop = AtomicBool::new(false);
-    Collector::new(
-        backing_off(ms(3000)),
-        &mut source,
-        &clock,
-        writer,
-        &existing,
-        &stop,
-    )
-    .with_outside_memory(outside)
-    .run(&mut NoObserver)
-    .unwrap();
-    let records = attempts(RunDir::open(dir.path()).unwrap().manifest.records);
-    assert!(
-        gaps(&records).iter().all(|&g| g == 500),
-        "{:?}",
-        gaps(&records)
-    );
+    // 8 MiB a capture: moving all the time.
+    let fast = run(8 << 20, ms(3000));
+    assert!(fast.iter().all(|&g| g == 500), "{fast:?}");
+    // 512 KiB a capture: under the threshold each time, but it adds up from where the heap
+    // last moved: backed off, then back to the interval when the sum passes 2 %.
+    let slow = run(512 << 10, ms(30_000));
+    assert!(slow.contains(&2000), "{slow:?}");
+    assert!(slow[3..].contains(&500), "{slow:?}");
 }
