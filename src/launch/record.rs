@@ -1,12 +1,14 @@
 //! One `heapwatch run`: the supervisor on its own thread starts and restarts the command, the
 //! collector records it into the run, a sampler writes the cgroup's memory into memory.jsonl,
 //! and each `--also` target gets a sub-run of its own (`RUN/also-N/`: one run, one manifest,
-//! one collector). Every run hears of each death (`exit`) and of Ctrl-C (`stop`).
+//! one collector). Every run hears of each death (`exit`); on Ctrl-C each collector writes its
+//! own `stop` before the command is killed; when the supervisor is done, the collectors end.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::time::Duration;
 
@@ -89,6 +91,8 @@ pub fn record(
         memory_interval,
         main_writer.memory_log()?,
         outside.clone(),
+        // The supervisor sees each end itself, through waitpid.
+        None,
     );
     let mut senders: Vec<Sender<CaptureRecord>> = Vec::new();
     let (main_tx, main_rx) = channel();
@@ -103,7 +107,10 @@ pub fn record(
     }
 
     let clock = SystemClock::new();
-    let collect_stop = AtomicBool::new(false);
+    // The senders go when the supervisor is done: that ends the collectors (no `stop`).
+    let senders = Mutex::new(Some(senders));
+    // Collectors still running: on Ctrl-C each writes its `stop` before the command is killed.
+    let collecting = AtomicUsize::new(1 + also_runs.len());
     let oom_kills = || confinement.cgroup().and_then(|cg| cg.oom_kills());
     let watchdog = match confinement {
         Confinement::Watchdog { limit, .. } => Some(*limit),
@@ -122,29 +129,40 @@ pub fn record(
             let result = child::supervise(&launch, &policy, &watch, &mut |event| {
                 notify(&event);
                 if let Some(record) = event_record(&event) {
-                    for tx in &senders {
+                    let senders = senders.lock().expect("the senders' lock");
+                    for tx in senders.iter().flatten() {
                         // A collector that already stopped (its disk full) needs no events.
                         let _ = tx.send(record.clone());
                     }
                 }
-                if let LifeEvent::Died(d) = event {
-                    deaths.push(d);
+                match event {
+                    LifeEvent::Died(d) => deaths.push(d),
+                    LifeEvent::Interrupted { .. } => wait_for_stops(&collecting),
+                    LifeEvent::Started { .. } => {}
                 }
             });
-            // Its last events are queued: the collectors write them as they stop.
-            collect_stop.store(true, Ordering::Relaxed);
+            senders.lock().expect("the senders' lock").take();
             (result, deaths)
         });
         let also_handles: Vec<_> = also_runs
             .into_iter()
             .map(|(mut source, writer, existing, rx)| {
-                let (config, clock, stop, outside) =
-                    (collect.clone(), &clock, &collect_stop, outside.clone());
+                let (config, clock, outside, collecting) =
+                    (collect.clone(), &clock, outside.clone(), &collecting);
                 s.spawn(move || {
-                    Collector::new(config, source.as_mut(), clock, writer, &existing, stop)
-                        .with_outside_memory(outside)
-                        .with_events(rx)
-                        .run(&mut NoObserver)
+                    let result = Collector::new(
+                        config,
+                        source.as_mut(),
+                        clock,
+                        writer,
+                        &existing,
+                        interrupt,
+                    )
+                    .with_outside_memory(outside)
+                    .with_events(rx)
+                    .run(&mut NoObserver);
+                    collecting.fetch_sub(1, Ordering::Relaxed);
+                    result
                 })
             })
             .collect();
@@ -154,11 +172,12 @@ pub fn record(
             &clock,
             main_writer,
             &main_existing,
-            &collect_stop,
+            interrupt,
         )
         .with_outside_memory(outside.clone())
         .with_events(main_rx)
         .run(observer);
+        collecting.fetch_sub(1, Ordering::Relaxed);
         if main_result.is_err() {
             // The run cannot be written: end the command rather than run it unrecorded.
             interrupt.store(true, Ordering::Relaxed);
@@ -166,8 +185,6 @@ pub fn record(
         let supervised = supervisor
             .join()
             .expect("the supervisor thread does not panic");
-        // Stops the --also collectors too when the main one ended first.
-        collect_stop.store(true, Ordering::Relaxed);
         let also_results: Vec<_> = also_handles
             .into_iter()
             .map(|h| h.join().expect("a collector thread does not panic"))
@@ -190,7 +207,16 @@ pub fn record(
     })
 }
 
-/// The manifest record of a process's end (`exit`) or of Ctrl-C (`stop`).
+/// Waits (a few seconds at most) until every collector has stopped on Ctrl-C and written its
+/// `stop` record while the command still ran.
+fn wait_for_stops(collecting: &AtomicUsize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while collecting.load(Ordering::Relaxed) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The manifest record of a process's end (`exit`). Ctrl-C's `stop` is each collector's own.
 pub fn event_record(event: &LifeEvent) -> Option<CaptureRecord> {
     match event {
         LifeEvent::Started { .. } => None,
@@ -206,11 +232,7 @@ pub fn event_record(event: &LifeEvent) -> Option<CaptureRecord> {
             ]);
             Some(r)
         }
-        LifeEvent::Interrupted { pid, t_ms } => {
-            let mut r = CaptureRecord::new(0, RecordKind::Stop, 0, *t_ms);
-            r.pid = *pid;
-            Some(r)
-        }
+        LifeEvent::Interrupted { .. } => None,
     }
 }
 
@@ -238,12 +260,14 @@ mod tests {
         assert_eq!(r.totals["oom_kill"], 1);
         assert_eq!(r.totals["lived_ms"], 4_500);
         assert!(r.is_ok());
-        let stop = event_record(&LifeEvent::Interrupted {
+        let stop = LifeEvent::Interrupted {
             pid: Some(7),
             t_ms: 5,
-        })
-        .unwrap();
-        assert_eq!((stop.kind, stop.pid), (RecordKind::Stop, Some(7)));
+        };
+        assert!(
+            event_record(&stop).is_none(),
+            "the collectors write their own stop"
+        );
         assert!(event_record(&LifeEvent::Started { pid: 1, t_ms: 0 }).is_none());
     }
 }
