@@ -23,6 +23,9 @@ pub struct CycleTracker {
     gone_seen: bool,
     /// The boot cycle each recent pid answered in, for ends reported late.
     pid_cycles: BTreeMap<u32, u32>,
+    /// The pid names one process (the proc source checks its start time): the same pid never
+    /// seen gone is the same process, whatever its totals do.
+    pid_is_process: bool,
 }
 
 /// How many pids `pid_cycles` remembers.
@@ -98,15 +101,26 @@ impl CycleTracker {
         }
     }
 
+    /// Says that a pid names one process for the life of this tracker's source.
+    pub fn pid_is_process(mut self, yes: bool) -> CycleTracker {
+        self.pid_is_process = yes;
+        self
+    }
+
     fn restarted(&self, totals: &BTreeMap<String, i64>, pid: Option<u32>) -> bool {
         if self.gone_seen {
             return true;
         }
         if let (Some(a), Some(b)) = (self.last_pid, pid) {
-            // The same pid, never seen gone: the same process. Its published totals may still
-            // drop: read from outside (proc:), a profile before the first GC sums every cycle
-            // as MemProfile would, and the first GC publishes fewer of them.
-            return a != b;
+            if a != b {
+                return true;
+            }
+            // Read from outside (proc:), a profile before the first GC sums every cycle as
+            // MemProfile would, and the first GC publishes fewer of them: a drop from the
+            // same process. (An agent's pid can stay while what answers changes: a replay.)
+            if self.pid_is_process {
+                return false;
+            }
         }
         CUMULATIVE
             .iter()
@@ -183,7 +197,14 @@ mod tests {
 
     #[test]
     fn a_drop_from_the_same_pid_never_seen_gone_is_the_same_process() {
-        let mut t = CycleTracker::default();
+        let mut other = CycleTracker::default();
+        other.answered(&totals(500), Some(10));
+        assert_eq!(
+            other.answered(&totals(300), Some(10)),
+            2,
+            "an agent's pid: the drop decides"
+        );
+        let mut t = CycleTracker::default().pid_is_process(true);
         t.answered(&totals(500), Some(10));
         assert_eq!(t.answered(&totals(300), Some(10)), 1);
         assert_eq!(

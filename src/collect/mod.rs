@@ -226,7 +226,8 @@ impl<'a> Collector<'a> {
             .map_or(1, |s| s + 1);
         let mut status = LiveStatus::default();
         status.limit = config.limit;
-        let cycles = CycleTracker::resume(&existing.records);
+        let cycles =
+            CycleTracker::resume(&existing.records).pid_is_process(source.kind() == "proc");
         status.incarnation = cycles.incarnation();
         let retention = Retention::resume(&existing.records, config.max_disk);
         let cycle_noted = existing
