@@ -7,6 +7,7 @@ pub mod envoy;
 pub mod growth;
 pub mod reduce;
 pub mod rules;
+pub mod select;
 pub mod series;
 mod storms;
 pub mod triage;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use heapwatch::analyse::diff::{self, DiffError, Side};
+use heapwatch::analyse::select::parse_run_arg;
 use heapwatch::decode::DecodeLimits;
 use heapwatch::model::Profile;
 use heapwatch::render::flame::{self as render_flame, FlameOptions};
@@ -43,6 +44,10 @@ pub struct Args {
     /// with --diff, the first).
     #[arg(long, value_name = "N")]
     cycle: Option<u32>,
+    /// With --diff of two runs: the base run's boot cycle (also `--diff BASE@N`). Default: the
+    /// cycles `compare` chooses, the worst pair drawn.
+    #[arg(long, value_name = "N", requires = "diff")]
+    baseline_cycle: Option<u32>,
     /// A run's capture to start from: the earlier one with --growth, the base run's with --diff.
     #[arg(long, value_name = "SEQ")]
     from: Option<u64>,
@@ -63,8 +68,21 @@ enum Drawing {
     },
 }
 
-pub fn run(args: Args) -> Result<ExitCode, CliError> {
+pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     let limits = args.decode.limits();
+    // RUN@N names a run's boot cycle.
+    let (input, pick) = parse_run_arg(&args.input);
+    if input.is_dir() {
+        args.input = input;
+        args.cycle = args.cycle.or(pick);
+    }
+    if let Some(base) = &args.diff {
+        let (base, pick) = parse_run_arg(base);
+        if base.is_dir() {
+            args.diff = Some(base);
+            args.baseline_cycle = args.baseline_cycle.or(pick);
+        }
+    }
     let (drawing, options) = if args.input.is_dir() {
         run_graph(&args, &limits)?
     } else {
@@ -367,9 +385,8 @@ fn growth(
 }
 
 /// The capture of each run to compare: `--from` in the base run and `--to` in the new one,
-/// else the two captures of each run's first boot cycle (or `--cycle`) at the same age
-/// ([`captures::at_same_age`]). First cycles, because both builds start from the same state
-/// there; later cycles of a crash loop repeat it.
+/// else the captures at the same age ([`captures::at_same_age`]) of the pair of cycles
+/// `compare` leads with: B's newest build against A's, or `--cycle` / `--baseline-cycle`.
 fn runs_diff(
     base_run: &RunDir,
     new_run: &RunDir,
@@ -377,16 +394,23 @@ fn runs_diff(
     limits: &DecodeLimits,
 ) -> Result<(Drawing, FlameOptions), CliError> {
     let (base_caps, new_caps) = (stored_captures(base_run), stored_captures(new_run));
-    let cycles = |run, caps| -> Result<Vec<&StoredCapture<'_>>, CliError> {
-        cycle_captures(run, caps, args.cycle, 1, true)
-    };
     let (base, new) = match (args.from, args.to) {
         (Some(b), Some(n)) => (
             by_seq(base_run, &base_caps, b)?,
             by_seq(new_run, &new_caps, n)?,
         ),
         (b, n) => {
-            let (bc, nc) = (cycles(base_run, &base_caps)?, cycles(new_run, &new_caps)?);
+            // The pair of cycles compare leads with, at the end of the span both cover.
+            let c = heapwatch::scan::compare(
+                base_run,
+                new_run,
+                args.baseline_cycle,
+                args.cycle,
+                limits,
+            )
+            .map_err(|e| CliError::Store(e.to_string()))?;
+            let bc = cycle_captures(base_run, &base_caps, Some(c.a_cycle), 1, true)?;
+            let nc = cycle_captures(new_run, &new_caps, Some(c.b_cycle), 1, true)?;
             let (at_b, at_n) = captures::at_same_age(base_run, &bc, new_run, &nc)
                 .ok_or_else(|| CliError::Store("no stored heap captures to compare".into()))?;
             let base = match b {

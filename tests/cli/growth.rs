@@ -457,3 +457,74 @@ fn compare_is_quiet_when_nothing_changed_and_reverses_with_its_arguments() {
         Some(&"main.(*routerDataModel).buildEventList")
     );
 }
+
+#[test]
+fn compare_run_at_n_chooses_the_boot_cycles_and_the_headline_names_them() {
+    // oomgrow was OOM-killed three times: its cycles compared with each other by RUN@N.
+    let oom = util::repo().join("testdata/runs/oomgrow");
+    let (a, b) = (
+        format!("{}@1", oom.display()),
+        format!("{}@3", oom.display()),
+    );
+    let out = util::run(&["compare", "--json", &a, &b]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (doc["a_cycle"].as_u64(), doc["b_cycle"].as_u64()),
+        (Some(1), Some(3))
+    );
+    let verdict = doc["verdict"].as_str().unwrap();
+    assert!(
+        verdict.contains("cycle 3 of oomgrow against cycle 1 of oomgrow"),
+        "{verdict}"
+    );
+    assert!(doc["same_build"].as_bool().unwrap(), "{doc}");
+    // The flags say the same.
+    let p = oom.to_str().unwrap();
+    let flags = util::run(&[
+        "compare",
+        "--json",
+        p,
+        p,
+        "--baseline-cycle",
+        "1",
+        "--cycle",
+        "3",
+    ]);
+    assert_eq!(util::stdout(&flags), util::stdout(&out));
+    // By default a run of one build against itself pairs cycle k with cycle k: nothing regressed.
+    let same = util::run(&["compare", "--json", p, p]);
+    let same: serde_json::Value = serde_json::from_slice(&same.stdout).unwrap();
+    assert!(same["regressions"].as_array().unwrap().is_empty(), "{same}");
+    assert_eq!(same["other_pairs"].as_array().unwrap().len(), 2, "{same}");
+    // A cycle that is not there is named, with the ones that are.
+    let bad = format!("{p}@9");
+    let out = util::run(&["compare", p, &bad]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = util::stderr(&out);
+    assert!(
+        err.contains("boot cycle 9") && err.contains("1, 2, 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn compare_reports_what_b_does_after_a_data_ends() {
+    // steady's captures end at 7.8 s, hiddenleak's at 11.8 s: its leak goes on growing after
+    // A's data ends, and that is reported, with its peak, not dropped.
+    let base = util::repo().join("testdata/runs/steady");
+    let leak = util::repo().join("testdata/runs/hiddenleak");
+    let args = ["compare", base.to_str().unwrap(), leak.to_str().unwrap()];
+    let out = util::run(&[&args[..], &["--json"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let after = &doc["after_a"];
+    assert!((7.0..9.0).contains(&num(after, "a_last_s")), "{after}");
+    assert!(num(after, "b_last_s") > 11.0, "{after}");
+    assert!(num(after, "b_heap_peak") > 100.0 * MIB, "{after}");
+    assert_eq!(after["sites"][0]["name"], LEAK, "{after}");
+    assert!(num(&after["sites"][0], "after_at_s") > num(after, "a_last_s"));
+    let text = util::stdout(&util::run(&args));
+    assert!(text.contains("after A's last capture at 7."), "{text}");
+    assert!(text.contains(&format!("{LEAK} rose to")), "{text}");
+}

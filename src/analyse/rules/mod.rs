@@ -19,10 +19,11 @@ mod parse;
 use parse::trips_above;
 pub use parse::{Metric, Rule, RuleError, parse};
 
-/// The baseline side of a comparison, as the regression rule sees it.
+/// The baseline side of a comparison, as the regression rule sees it: the largest in-use heap
+/// of each compared cycle over the span both cover.
 #[derive(Debug, Clone, Serialize)]
 pub struct HeapRatio {
-    /// Seconds into the first boot cycle at which both heaps are taken.
+    /// The aligned span: seconds from each cycle's start.
     pub age_s: f64,
     pub baseline_bytes: i64,
     pub bytes: i64,
@@ -191,7 +192,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 value,
                 cycle: Some(1),
                 detail: format!(
-                    "in-use heap {} against {} in the baseline at {:.1} s ({value:.2}x){site}",
+                    "peak in-use heap {} against {} in the baseline over the first {:.1} s ({value:.2}x){site}",
                     format_bytes(ratio.bytes),
                     format_bytes(ratio.baseline_bytes),
                     ratio.age_s
@@ -478,19 +479,6 @@ pub fn peak_heap(records: &[CaptureRecord]) -> Vec<(u32, i64)> {
         }
     }
     peaks.into_iter().collect()
-}
-
-/// Total in-use heap of the first boot cycle's capture nearest `age_s` seconds after its
-/// start, from the manifest totals.
-pub fn heap_at_age(records: &[CaptureRecord], growth: &GrowthReport, age_s: f64) -> Option<i64> {
-    let cycle = growth.cycles.first()?;
-    let target = cycle.start_ms + (age_s * 1000.0) as i64;
-    records
-        .iter()
-        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.incarnation == cycle.index)
-        .filter_map(|r| r.totals.get("inuse_space").map(|&v| (r.t_ms, r.seq, v)))
-        .min_by_key(|&(t, seq, _)| ((t - target).abs(), seq))
-        .map(|(_, _, v)| v)
 }
 
 /// Whether a rule needs a baseline run to be checked.

@@ -163,11 +163,14 @@ fn baseline(out: &mut String, m: &ReportModel) {
         if let Some(ratio) = r.ratio() {
             let _ = writeln!(
                 out,
-                "<p>In-use heap at {} into the first boot cycle: {} against {} in {}, <strong>{ratio:.2}x</strong>.</p>",
+                "<p>Peak in-use heap over the first {} of cycle {} of {} and cycle {} of {}: {} against {}, <strong>{ratio:.2}x</strong>.</p>",
                 seconds(r.age_s),
+                c.b_cycle,
+                escape(&c.b),
+                c.a_cycle,
+                escape(&c.a),
                 format_bytes(r.bytes),
                 format_bytes(r.baseline_bytes),
-                escape(b.label())
             );
         }
     }
@@ -175,13 +178,13 @@ fn baseline(out: &mut String, m: &ReportModel) {
         let _ = writeln!(
             out,
             "<h3>Sites that grow more, or only, in {}</h3>",
-            escape(m.run.label())
+            escape(&c.b)
         );
         let _ = writeln!(
             out,
-            "<table><tr><th>site</th><th class=\"num\">{a} rate</th><th class=\"num\">{b} rate</th><th class=\"num\">{a} in use</th><th class=\"num\">{b} in use</th><th>why</th></tr>",
-            a = escape(b.label()),
-            b = escape(m.run.label())
+            "<table><tr><th>site</th><th class=\"num\">{a} rate</th><th class=\"num\">{b} rate</th><th class=\"num\">{a} peak in use</th><th class=\"num\">{b} peak in use</th><th>why</th></tr>",
+            a = escape(&c.a),
+            b = escape(&c.b)
         );
         for r in c.regressions.iter().take(ROWS) {
             let _ = writeln!(
@@ -208,7 +211,7 @@ fn baseline(out: &mut String, m: &ReportModel) {
         let _ = writeln!(
             out,
             "<p>Better in {}: {}</p>",
-            escape(m.run.label()),
+            escape(&c.b),
             names.join(", ")
         );
     }

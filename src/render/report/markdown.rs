@@ -221,7 +221,7 @@ pub fn markdown(m: &ReportModel) -> String {
         let mut line = text(&c.verdict);
         if let Some(r) = b.heap_ratio.and_then(|r| r.ratio()) {
             line.push_str(&format!(
-                ". In-use heap {r:.2}x the baseline's at {}.",
+                ". Peak in-use heap {r:.2}x the baseline's over the first {}.",
                 seconds(c.age_s)
             ));
         }
@@ -229,11 +229,11 @@ pub fn markdown(m: &ReportModel) -> String {
         if !c.regressions.is_empty() {
             let _ = writeln!(
                 out,
-                "| site | {} rate | {} rate | {} in use | {} in use |",
-                text(b.label()),
-                text(run.label()),
-                text(b.label()),
-                text(run.label())
+                "| site | {} rate | {} rate | {} peak in use | {} peak in use |",
+                text(&c.a),
+                text(&c.b),
+                text(&c.a),
+                text(&c.b)
             );
             let _ = writeln!(out, "|---|---|---|---|---|");
             for r in c.regressions.iter().take(TOP + 2) {
