@@ -94,7 +94,8 @@ pub fn growth(
         .and_then(|v| v.as_f64());
     let mut builder = GrowthBuilder::default()
         .forced_gc(forced_gc)
-        .cpu_limit(cpu_limit);
+        .cpu_limit(cpu_limit)
+        .run_label(&run_label(run));
     let mut notes = ScanNotes::default();
     for batch in wanted.chunks(BATCH) {
         let mut results: Vec<Option<Result<Vec<SiteFigures>, String>>> = vec![None; batch.len()];

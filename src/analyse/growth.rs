@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::reduce::{PROFILING_SITE, SiteFigures};
+use super::select::cycle_builds;
 use super::series::{LineFit, SeriesGrid, onset, theil_sen};
 use super::storms::storms;
+use crate::model::build::BuildInfo;
 use crate::source::procmem::MemorySample;
 use crate::store::{CaptureRecord, RecordKind};
 use crate::units::format_bytes;
@@ -98,6 +100,14 @@ pub struct RuntimeView {
 #[derive(Debug, Clone, Serialize)]
 pub struct CycleGrowth {
     pub index: u32,
+    /// The build the cycle's process ran: the version it reported, else the run's label.
+    pub build: String,
+    /// What the source told about that build, when it wrote a `cycle` record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build_info: Option<BuildInfo>,
+    /// The cycle's process id, when the source knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     pub captures: usize,
     pub stored: usize,
     pub duplicates: usize,
@@ -193,9 +203,16 @@ pub struct GrowthBuilder {
     cycles: BTreeMap<u32, CycleState>,
     forced_gc: bool,
     cpu_limit: Option<f64>,
+    run_label: String,
 }
 
 impl GrowthBuilder {
+    /// What to call the build of cycles whose source told nothing (the run's `--label`).
+    pub fn run_label(mut self, label: &str) -> GrowthBuilder {
+        self.run_label = label.to_string();
+        self
+    }
+
     /// Whether the heap captures were made with a forced GC (`?gc=1`, `collect --gc`).
     /// The CPU limit of the target (cores), when known: GOMAXPROCS is compared with it.
     pub fn cpu_limit(mut self, cores: Option<f64>) -> GrowthBuilder {
@@ -245,6 +262,7 @@ impl GrowthBuilder {
         incarnations.sort_unstable();
         incarnations.dedup();
         let mut states = self.cycles;
+        let builds = cycle_builds(records, &self.run_label);
         let mut cycles = Vec::new();
         for (pos, &inc) in incarnations.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
@@ -260,6 +278,11 @@ impl GrowthBuilder {
             });
             let state = states.remove(&inc).unwrap_or_default();
             if let Some(mut c) = cycle(inc, &rs, state, memory, next_start, limit, self.forced_gc) {
+                if let Some(b) = builds.iter().find(|b| b.index == inc) {
+                    c.build = b.label.clone();
+                    c.build_info = b.build.clone();
+                    c.pid = b.pid;
+                }
                 let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
                 c.runtime = runtime_view(&good, self.cpu_limit);
                 if let Some(rt) = &c.runtime {
@@ -404,6 +427,9 @@ fn cycle(
     });
     let mut c = CycleGrowth {
         index,
+        build: String::new(),
+        build_info: None,
+        pid: None,
         captures: good.len(),
         stored: heap.iter().filter(|r| r.dup_of.is_none()).count(),
         duplicates: heap.iter().filter(|r| r.dup_of.is_some()).count(),

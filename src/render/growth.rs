@@ -78,11 +78,38 @@ pub fn text(report: &GrowthReport, limit: usize, envoy: Option<&EnvoyPart>) -> S
     out
 }
 
+/// "build 2.1.0, go1.26.1, pid 4242": what is known of the cycle's process.
+pub fn build(c: &CycleGrowth) -> String {
+    let mut parts = vec![format!("build {}", c.build)];
+    if let Some(go) = c.build_info.as_ref().and_then(|b| b.go_version.as_deref()) {
+        parts.push(go.to_string());
+    }
+    if let Some(rev) = c
+        .build_info
+        .as_ref()
+        .and_then(|b| b.vcs_revision.as_deref())
+    {
+        if c.build_info.as_ref().is_some_and(|b| b.version.is_some()) {
+            parts.push(format!("rev {}", rev.chars().take(12).collect::<String>()));
+        }
+    }
+    if let Some(pid) = c.pid {
+        parts.push(format!("pid {pid}"));
+    }
+    parts.join(", ")
+}
+
 fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
     let _ = writeln!(
         out,
-        "boot cycle {}: {} captures ({} stored, {} duplicate, {} errors) over {:.1} s",
-        c.index, c.captures, c.stored, c.duplicates, c.errors, c.span_s
+        "boot cycle {} ({}): {} captures ({} stored, {} duplicate, {} errors) over {:.1} s",
+        c.index,
+        build(c),
+        c.captures,
+        c.stored,
+        c.duplicates,
+        c.errors,
+        c.span_s
     );
     let _ = writeln!(out, "  verdict: {}", c.verdict);
     if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {

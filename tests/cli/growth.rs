@@ -528,3 +528,15 @@ fn compare_reports_what_b_does_after_a_data_ends() {
     assert!(text.contains("after A's last capture at 7."), "{text}");
     assert!(text.contains(&format!("{LEAK} rose to")), "{text}");
 }
+
+#[test]
+fn every_cycle_names_its_build() {
+    // Recorded before processes reported their build: the run's label stands for every cycle.
+    let doc = growth("controller-2.1.0");
+    for c in cycles(&doc) {
+        assert_eq!(c["build"], "2.1.0", "{c}");
+    }
+    let dir = run_dir("controller-2.1.0");
+    let text = util::stdout(&util::run(&["growth", dir.to_str().unwrap()]));
+    assert!(text.contains("boot cycle 1 (build 2.1.0"), "{text}");
+}

@@ -496,6 +496,9 @@ mod tests {
     fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
         CycleGrowth {
             index,
+            build: "test".into(),
+            build_info: None,
+            pid: None,
             captures: 10,
             stored: 10,
             duplicates: 0,

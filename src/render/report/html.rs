@@ -231,9 +231,10 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     };
     let _ = writeln!(
         out,
-        "<section class=\"cycle\" id=\"cycle-{0}\">\n<h2>Boot cycle {0}</h2>\n<p class=\"verdict\">{1}</p>",
+        "<section class=\"cycle\" id=\"cycle-{0}\">\n<h2>Boot cycle {0} <small class=\"note\">({2})</small></h2>\n<p class=\"verdict\">{1}</p>",
         c.index,
-        escape(verdict)
+        escape(verdict),
+        escape(&crate::render::growth::build(c))
     );
     let timeline = Timeline::of_cycle(&m.run, pos);
     let caption = format!("{}: boot cycle {}", m.run.label(), c.index);

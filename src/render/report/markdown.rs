@@ -99,9 +99,9 @@ pub fn markdown(m: &ReportModel) -> String {
     let _ = writeln!(out, "### Boot cycles\n");
     let _ = writeln!(
         out,
-        "| cycle | captures | end | heap growth | memory peak | limit reached at | fastest-growing site |"
+        "| cycle | build | captures | end | heap growth | memory peak | limit reached at | fastest-growing site |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
     for c in &g.cycles {
         let end = match (c.died_after_s, c.killed) {
             (Some(d), true) => format!("OOM-killed at {}", seconds(d)),
@@ -127,8 +127,9 @@ pub fn markdown(m: &ReportModel) -> String {
         });
         let _ = writeln!(
             out,
-            "| {} | {} | {end} | {heap_growth} | {} | {} | {top} |",
+            "| {} | {} | {} | {end} | {heap_growth} | {} | {} | {top} |",
             c.index,
+            text(&c.build),
             c.captures,
             c.memory_peak
                 .map_or("-".to_string(), |p| format_bytes(p as i64)),

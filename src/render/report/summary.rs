@@ -72,6 +72,11 @@ struct GoroutineSummary {
 #[derive(Serialize)]
 struct CycleSummary {
     index: u32,
+    build: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    build_info: Option<crate::model::build::BuildInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
     captures: usize,
     errors: usize,
     span_s: f64,
@@ -197,6 +202,9 @@ pub fn json(m: &ReportModel) -> String {
         .iter()
         .map(|c| CycleSummary {
             index: c.index,
+            build: c.build.clone(),
+            build_info: c.build_info.clone(),
+            pid: c.pid,
             captures: c.captures,
             errors: c.errors,
             span_s: ms(c.span_s),
