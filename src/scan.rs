@@ -9,7 +9,7 @@ use thiserror::Error;
 use std::collections::BTreeMap;
 
 use crate::analyse::compare::{AgedSites, Comparison, CycleSide};
-use crate::analyse::growth::{GrowthBuilder, GrowthReport};
+use crate::analyse::growth::{CycleGrowth, GrowthBuilder, GrowthReport};
 use crate::analyse::reduce::{self, SiteFigures};
 use crate::analyse::select::{self, CycleBuild, SelectError, Selection};
 use crate::decode::{self, DecodeLimits};
@@ -135,7 +135,43 @@ pub fn growth(
     let limit = limit
         .or_else(|| run.info.as_ref().and_then(|i| i.limit_bytes))
         .or_else(|| memory.iter().rev().find_map(|m| m.limit));
-    Ok((builder.finish(records, &memory, limit), notes))
+    let mut report = builder.finish(records, &memory, limit);
+    for c in &mut report.cycles {
+        if spike_sites(run, c, limits) {
+            c.verdict = crate::analyse::verdict::cycle_verdict(c, limit);
+        }
+    }
+    report.across = crate::analyse::verdict::across(&report.cycles);
+    Ok((report, notes))
+}
+
+/// Fills in the sites that made a cycle's heap episode: the capture at the peak against the
+/// one before the rise. False when there is no episode or its captures cannot be read.
+fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool {
+    let Some(e) = c.episode.as_mut() else {
+        return false;
+    };
+    let stored = stored_heaps(run, c.index);
+    let (Some(from), Some(to)) = (
+        capture_at_age(&stored, c.start_ms, e.start_s),
+        capture_at_age(&stored, c.start_ms, e.peak_s),
+    ) else {
+        return false;
+    };
+    if from.seq == to.seq {
+        return false;
+    }
+    let read = |r: &CaptureRecord| {
+        run.file_path(r)
+            .and_then(|p| reduce_file(&p, RecordKind::Heap, limits).ok())
+    };
+    let (Some(before), Some(at_peak)) = (read(from), read(to)) else {
+        return false;
+    };
+    e.from_seq = Some(from.seq);
+    e.to_seq = Some(to.seq);
+    e.sites = crate::analyse::spikes::spike_sites(&before, &at_peak);
+    true
 }
 
 /// The first moment of a boot cycle: its first good capture (events and failed attempts do not

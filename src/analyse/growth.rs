@@ -10,11 +10,12 @@ use serde::Serialize;
 use super::reduce::{PROFILING_SITE, SiteFigures};
 use super::select::cycle_builds;
 use super::series::{LineFit, SeriesGrid, onset, theil_sen};
+use super::spikes::{self, Episode, Peaks};
 use super::storms::storms;
+use super::verdict;
 use crate::model::build::BuildInfo;
 use crate::source::procmem::MemorySample;
 use crate::store::{CaptureRecord, RecordKind};
-use crate::units::format_bytes;
 
 /// A site's growth must add at least this much over the cycle to count (two sampling periods
 /// of Go's default MemProfileRate).
@@ -134,6 +135,14 @@ pub struct CycleGrowth {
     pub memstats: Option<MemStatsView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<RuntimeView>,
+    /// The peaks of in-use heap, process and cgroup memory, with their times.
+    pub peaks: Peaks,
+    /// The biggest rise of the in-use heap into its peak, with the sites that made it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub episode: Option<Episode>,
+    /// Whether the in-use heap as a whole grew to the end (not levelling off).
+    #[serde(skip)]
+    pub heap_sustained: bool,
     pub verdict: String,
 }
 
@@ -285,19 +294,11 @@ impl GrowthBuilder {
                 }
                 let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
                 c.runtime = runtime_view(&good, self.cpu_limit);
-                if let Some(rt) = &c.runtime {
-                    if let (Some(m), Some(p), Some(l)) =
-                        (rt.multiplier, rt.gomaxprocs, rt.cpu_limit)
-                    {
-                        c.verdict.push_str(&format!(
-                            "; GOMAXPROCS {p} against a CPU limit of {l}: {m:.0}x the per-P caches and GC workers the limit pays for"
-                        ));
-                    }
-                }
+                c.verdict = verdict::cycle_verdict(&c, limit);
                 cycles.push(c);
             }
         }
-        let across = across(&cycles);
+        let across = verdict::across(&cycles);
         GrowthReport {
             schema: crate::render::SCHEMA,
             limit_bytes: limit,
@@ -425,6 +426,10 @@ fn cycle(
         let fit = mem_fit.or(total_fit.filter(|_| total_sustained))?;
         (fit.slope > 0.0).then(|| (limit as f64 - fit.intercept) / fit.slope)
     });
+    let heap_series: Vec<(f64, i64)> = by_time
+        .iter()
+        .filter_map(|r| Some((secs(r.t_ms), *r.totals.get("inuse_space")?)))
+        .collect();
     let mut c = CycleGrowth {
         index,
         build: String::new(),
@@ -455,9 +460,12 @@ fn cycle(
         profiling,
         memstats,
         runtime: None,
+        peaks: spikes::peaks(&heap_series, &mem, start_ms),
+        episode: spikes::episode(&heap_series, limit),
+        heap_sustained: total_sustained,
         verdict: String::new(),
     };
-    c.verdict = verdict(&c, limit, total_sustained);
+    c.verdict = verdict::cycle_verdict(&c, limit);
     Some(c)
 }
 
@@ -541,109 +549,6 @@ fn memstats_view(good: &[&&CaptureRecord]) -> Option<MemStatsView> {
         held_not_returned: get("HeapIdle").zip(get("HeapReleased")).map(|(i, r)| i - r),
         gc_per_sec,
     })
-}
-
-fn verdict(c: &CycleGrowth, limit: Option<u64>, total_sustained: bool) -> String {
-    let rate = |bps: f64| format!("{}/s", format_bytes(bps as i64));
-    let mut parts = Vec::new();
-    if let (true, Some(total)) = (total_sustained, c.total_bytes_per_sec) {
-        let mut s = format!("in-use heap grew {}", rate(total));
-        if let Some(top) = c.sites.first() {
-            s.push_str(&format!(
-                ", {:.0} % of it in {}",
-                top.share * 100.0,
-                top.name
-            ));
-            if let Some(onset) = top.onset_s.filter(|&o| o > 0.0) {
-                s.push_str(&format!(" (from {onset:.1} s)"));
-            }
-        }
-        parts.push(s);
-    } else if let Some(top) = c.sites.first() {
-        parts.push(format!(
-            "{} grew {} under a stable heap",
-            top.name,
-            rate(top.bytes_per_sec)
-        ));
-    } else {
-        parts.push(format!(
-            "no sustained in-use growth (heap {})",
-            c.heap_last.map_or("unknown".into(), format_bytes)
-        ));
-    }
-    if let Some(storm) = c.alloc_storms.first() {
-        let w = &storm.windows[0];
-        parts.push(format!(
-            "allocation storm in {} at {} from {:.1} to {:.1} s (typically {})",
-            storm.name,
-            rate(storm.peak_bytes_per_sec),
-            w.start_s,
-            w.end_s,
-            rate(storm.typical_bytes_per_sec)
-        ));
-    }
-    if let Some(g) = c.goroutine_growth.first() {
-        parts.push(format!(
-            "goroutines grew {:.1}/s in {} ({} → {})",
-            g.per_sec, g.name, g.first, g.last
-        ));
-    }
-    if let (Some(limit), Some(at)) = (limit, c.limit_at_s) {
-        parts.push(format!(
-            "{} would be reached {at:.1} s after the first capture",
-            format_bytes(limit as i64)
-        ));
-    }
-    if let Some(died) = c.died_after_s {
-        let how = if c.killed {
-            "OOM-killed"
-        } else {
-            "stopped answering"
-        };
-        parts.push(format!("{how} {died:.1} s after the first capture"));
-    }
-    parts.join("; ")
-}
-
-fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
-    let ages: Vec<f64> = cycles.iter().filter_map(|c| c.died_after_s).collect();
-    let tops: Vec<Option<&str>> = cycles
-        .iter()
-        .map(|c| c.sites.first().map(|s| s.name.as_str()))
-        .collect();
-    let same_top_site = match tops.first() {
-        Some(Some(first)) if tops.iter().all(|t| t == &Some(*first)) => Some(first.to_string()),
-        _ => None,
-    };
-    let summary = if cycles.len() < 2 {
-        format!("{} boot cycle(s)", cycles.len())
-    } else {
-        let mut s = format!(
-            "{} boot cycles, {} ended by death",
-            cycles.len(),
-            ages.len()
-        );
-        if let Some(site) = &same_top_site {
-            s.push_str(&format!("; every cycle grows fastest in {site}"));
-        } else {
-            s.push_str("; the fastest-growing site differs between cycles");
-        }
-        if ages.len() >= 2 {
-            let min = ages.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = ages.iter().copied().fold(0.0, f64::max);
-            s.push_str(&format!(
-                "; died {min:.1}–{max:.1} s after the first capture"
-            ));
-        }
-        s
-    };
-    AcrossCycles {
-        cycles: cycles.len(),
-        died: ages.len(),
-        same_top_site,
-        ages_s: ages,
-        summary,
-    }
 }
 
 #[cfg(test)]

@@ -9,5 +9,7 @@ pub mod reduce;
 pub mod rules;
 pub mod select;
 pub mod series;
+pub mod spikes;
 mod storms;
 pub mod triage;
+pub mod verdict;

@@ -28,7 +28,8 @@ pub struct Args {
     #[arg(short = 'o', long = "output", value_name = "OUT.svg")]
     output: PathBuf,
     /// Draw what a boot cycle of the run added between two captures: widths are the growth of
-    /// each stack (default: from the first to the last stored heap capture of the last cycle).
+    /// each stack (default: from the first to the last stored heap capture of the last cycle;
+    /// when that cycle has no sustained growth but a rise into a peak, that rise).
     #[arg(long, conflicts_with = "diff")]
     growth: bool,
     /// Draw the difference from BASE: a profile when the input is one, a run when it is a run
@@ -298,15 +299,28 @@ fn growth(
     let captures = stored_captures(run);
     let picked_from = args.from.map(|s| by_seq(run, &captures, s)).transpose()?;
     let picked_to = args.to.map(|s| by_seq(run, &captures, s)).transpose()?;
+    let mut rise_drawn = false;
     let (from, to) = match (picked_from, picked_to) {
         (Some(f), Some(t)) => (f, t),
         (f, t) => {
             let cycle = args.cycle.or(f.or(t).map(|c| c.record.incarnation));
             let in_cycle = cycle_captures(run, &captures, cycle, 2, false)?;
-            (
-                f.unwrap_or(in_cycle[0]),
-                t.unwrap_or(in_cycle[in_cycle.len() - 1]),
-            )
+            let rise = match (f, t) {
+                (None, None) => rise_into_peak(run, in_cycle[0].record.incarnation, limits)
+                    .and_then(|(from, to)| {
+                        let find = |seq| in_cycle.iter().find(|c| c.record.seq == seq).copied();
+                        find(from).zip(find(to))
+                    }),
+                _ => None,
+            };
+            rise_drawn = rise.is_some();
+            match rise {
+                Some(pair) => pair,
+                None => (
+                    f.unwrap_or(in_cycle[0]),
+                    t.unwrap_or(in_cycle[in_cycle.len() - 1]),
+                ),
+            }
         }
     };
     if from.record.incarnation != to.record.incarnation {
@@ -364,6 +378,9 @@ fn growth(
         signed(added, &count),
         stacks(growth.added.len())
     );
+    if rise_drawn {
+        subtitle.push_str(" (the rise into the peak: the cycle has no sustained growth)");
+    }
     if growth.shrunk_stacks > 0 {
         subtitle.push_str(&format!(
             "; {} shrank by {} (not drawn)",
@@ -382,6 +399,18 @@ fn growth(
         count_name: count,
     };
     Ok((Drawing::Plain(growth.added), options))
+}
+
+/// The captures before the rise into a cycle's heap peak and at it, when the cycle has no
+/// sustained growth but such a rise (what `flame --growth` draws by default then).
+fn rise_into_peak(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Option<(u64, u64)> {
+    let (report, _) = heapwatch::scan::growth(run, None, limits).ok()?;
+    let c = report.cycles.iter().find(|c| c.index == cycle)?;
+    if !c.sites.is_empty() {
+        return None;
+    }
+    let e = c.episode.as_ref()?;
+    e.from_seq.zip(e.to_seq)
 }
 
 /// The capture of each run to compare: `--from` in the base run and `--to` in the new one,

@@ -385,13 +385,6 @@ fn dir_name(path: &Path) -> String {
         )
 }
 
-fn label(run: &RunDir) -> String {
-    run.info
-        .as_ref()
-        .and_then(|i| i.label.clone())
-        .unwrap_or_else(|| dir_name(&run.root))
-}
-
 /// A stored heap capture: its record and decoded profile.
 struct Capture<'a> {
     record: &'a CaptureRecord,
@@ -431,10 +424,22 @@ fn at_age(run: &RunDir, cycle: u32, age: f64) -> Option<&CaptureRecord> {
 /// left out; the tables still say what grew.
 fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits) -> Vec<Flamegraph> {
     let mut out = Vec::new();
-    let build = label(&a.run);
     for c in &a.growth.cycles {
         let heaps = scan::stored_heaps(&a.run, c.index);
-        let (Some(first), Some(last)) = (heaps.first(), heaps.last()) else {
+        // Without sustained growth, the rise into the cycle's peak is what it added.
+        let rise = c
+            .episode
+            .as_ref()
+            .filter(|_| c.sites.is_empty())
+            .and_then(|e| e.from_seq.zip(e.to_seq))
+            .and_then(|(from, to)| {
+                let find = |seq| heaps.iter().find(|r| r.seq == seq);
+                find(from).zip(find(to))
+            });
+        let (Some(first), Some(last)) = rise
+            .map(|(f, t)| (Some(f), Some(t)))
+            .unwrap_or((heaps.first(), heaps.last()))
+        else {
             continue;
         };
         if first.seq == last.seq {
@@ -450,12 +455,22 @@ fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits) -> Vec<Flamegraph> {
         }
         let growth: Vec<(String, i64)> = growth.into_iter().filter(|(_, v)| *v > 0).collect();
         let span = format!(
-            "from {} to {}",
+            "from {} to {}{}",
             capture_at(&first, c.start_ms),
-            capture_at(&last, c.start_ms)
+            capture_at(&last, c.start_ms),
+            if rise.is_some() {
+                " (the rise into the peak)"
+            } else {
+                ""
+            }
         );
         let options = FlameOptions {
-            title: format!("In-use growth, boot cycle {} of {build}", c.index),
+            title: format!(
+                "In-use {}, boot cycle {} of {}",
+                if rise.is_some() { "rise" } else { "growth" },
+                c.index,
+                c.build
+            ),
             subtitle: Some(format!("{span}; widths: bytes added")),
             count_name: "bytes".into(),
         };

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::growth::{CycleGrowth, GrowthReport};
+use crate::analyse::verdict::spike_words;
 use crate::units::format_bytes;
 
 /// Envoy's findings beside the growth analysis.
@@ -140,6 +141,48 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
                 format_bytes(s.inuse_last),
                 s.name
             );
+        }
+    }
+    let peaks: Vec<String> = [
+        ("in-use heap", c.peaks.heap),
+        ("process", c.peaks.process),
+        ("cgroup", c.peaks.cgroup),
+    ]
+    .into_iter()
+    .filter_map(|(what, p)| {
+        p.map(|p| format!("{what} {} at {:.1} s", format_bytes(p.bytes), p.at_s))
+    })
+    .collect();
+    if !peaks.is_empty() {
+        let _ = writeln!(out, "  peaks: {}", peaks.join(", "));
+    }
+    if let Some(e) = &c.episode {
+        let kind = if e.transient {
+            "transient episode (rise, then fall)"
+        } else {
+            "rise into the peak (did not fall back)"
+        };
+        let _ = writeln!(out, "  {kind}: {}", spike_words(e));
+        if !e.sites.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:>12} {:>12} {:>6}  site (capture #{} against #{}, before the rise)",
+                "before",
+                "at the peak",
+                "share",
+                e.to_seq.unwrap_or_default(),
+                e.from_seq.unwrap_or_default()
+            );
+            for s in e.sites.iter().take(limit) {
+                let _ = writeln!(
+                    out,
+                    "  {:>12} {:>12} {:>5.0}%  {}",
+                    format_bytes(s.before),
+                    format_bytes(s.at_peak),
+                    s.share * 100.0,
+                    s.name
+                );
+            }
         }
     }
     if !c.alloc_storms.is_empty() {

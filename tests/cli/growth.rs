@@ -540,3 +540,116 @@ fn every_cycle_names_its_build() {
     let text = util::stdout(&util::run(&["growth", dir.to_str().unwrap()]));
     assert!(text.contains("boot cycle 1 (build 2.1.0"), "{text}");
 }
+
+// ---- a spike, recorded live ----
+
+/// Starts the `spike` fixture and records it over HTTP pprof for `secs` seconds, with its
+/// process memory. `None` without Go (a failure under HEAPWATCH_REQUIRE_GO).
+fn record_spike(dir: &std::path::Path, secs: u32) -> Option<PathBuf> {
+    use std::io::BufRead as _;
+    let program = util::go_fixture("spike")?;
+    let mut target = util::Reaped(
+        std::process::Command::new(&program)
+            .args(["-listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start spike"),
+    );
+    let mut first = String::new();
+    std::io::BufReader::new(target.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .expect("spike prints its address");
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from spike: {first:?}"))
+        .to_string();
+    let run = dir.join("spike-run");
+    let out = util::run(&[
+        "collect",
+        &format!("http://{addr}"),
+        "--out",
+        run.to_str().unwrap(),
+        "--interval",
+        "250ms",
+        "--duration",
+        &format!("{secs}s"),
+        "--pid",
+        &target.0.id().to_string(),
+        "--limit",
+        "256MiB",
+        "--label",
+        "spike-1.0",
+        "--quiet",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "collect: {}",
+        util::stderr(&out)
+    );
+    Some(run)
+}
+
+#[test]
+fn a_startup_spike_is_a_finding_with_its_site_peak_and_time() {
+    let dir = util::tempdir();
+    let Some(run) = record_spike(dir.path(), 11) else {
+        return;
+    };
+    let path = run.to_str().unwrap();
+    let out = util::run(&["growth", path, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &cycles(&doc)[0];
+    let e = &c["episode"];
+    assert_eq!(e["transient"], true, "{}", summary(c));
+    // About 150 MiB built from 2 s after start, held until about 6 s.
+    assert!(num(e, "peak_bytes") > 120.0 * MIB, "{e}");
+    assert!(num(e, "base_bytes") < 40.0 * MIB, "{e}");
+    let peak_s = num(e, "peak_s");
+    assert!((1.5..8.0).contains(&peak_s), "{e}");
+    assert!(num(e, "fell_s") > peak_s, "{e}");
+    assert_eq!(e["sites"][0]["name"], "main.buildStartupIndex", "{e}");
+    assert!(num(&e["sites"][0], "at_peak") > 120.0 * MIB, "{e}");
+    assert!(num(&c["peaks"]["heap"], "bytes") >= num(e, "peak_bytes"));
+    assert!(num(&c["peaks"]["process"], "bytes") > 120.0 * MIB, "{c}");
+    // The verdict says it, and does not call it "no growth": half the limit was reached.
+    let v = verdict(c);
+    assert!(!v.contains(NO_GROWTH), "{v}");
+    assert!(
+        v.contains("spiked") && v.contains("main.buildStartupIndex"),
+        "{v}"
+    );
+    let text = util::stdout(&util::run(&["growth", path]));
+    assert!(text.contains("transient episode"), "{text}");
+
+    // The report's headline and its flamegraph show it.
+    let report = dir.path().join("report");
+    let out = util::run(&["report", path, "-o", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let headline = util::stdout(&out);
+    assert!(
+        headline.contains("spiked") && headline.contains("main.buildStartupIndex"),
+        "{headline}"
+    );
+    let svg = std::fs::read_to_string(report.join("flamegraphs/cycle-1-growth.svg")).unwrap();
+    assert!(
+        svg.contains("main.buildStartupIndex"),
+        "the rise into the peak is drawn"
+    );
+    // And so does `flame --growth` on its own: the rise into the peak, with no sustained growth.
+    let flame = dir.path().join("spike.svg");
+    let out = util::run(&["flame", path, "--growth", "-o", flame.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let svg = std::fs::read_to_string(&flame).unwrap();
+    assert!(
+        svg.contains("main.buildStartupIndex ("),
+        "flame --growth draws the rise"
+    );
+    assert!(
+        svg.contains("rise into the peak"),
+        "the subtitle says what is drawn"
+    );
+}

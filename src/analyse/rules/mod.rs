@@ -497,6 +497,9 @@ mod tests {
         CycleGrowth {
             index,
             build: "test".into(),
+            peaks: Default::default(),
+            episode: None,
+            heap_sustained: false,
             build_info: None,
             pid: None,
             captures: 10,

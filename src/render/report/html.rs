@@ -280,6 +280,30 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     if let Some(t) = rules::cycle_time_to_limit(c) {
         facts.push(("limit reached at".into(), seconds(t)));
     }
+    let peaks: Vec<String> = [
+        ("in-use heap", c.peaks.heap),
+        ("process", c.peaks.process),
+        ("cgroup", c.peaks.cgroup),
+    ]
+    .into_iter()
+    .filter_map(|(what, p)| {
+        p.map(|p| format!("{what} {} at {}", format_bytes(p.bytes), seconds(p.at_s)))
+    })
+    .collect();
+    if !peaks.is_empty() {
+        facts.push(("peaks".into(), peaks.join(", ")));
+    }
+    if let Some(e) = &c.episode {
+        facts.push((
+            if e.transient {
+                "spike"
+            } else {
+                "rise into the peak"
+            }
+            .into(),
+            crate::analyse::verdict::spike_words(e),
+        ));
+    }
     if let Some(d) = c.died_after_s {
         let how = if c.killed {
             "OOM-killed by the kernel"

@@ -118,7 +118,18 @@ pub fn markdown(m: &ReportModel) -> String {
         } else {
             "none"
         };
-        let top = c.sites.first().map_or(none.to_string(), |s| {
+        let none = match c.episode.as_ref().filter(|e| e.transient) {
+            Some(e) => format!(
+                "none; spike to {} at {}{}",
+                format_bytes(e.peak_bytes),
+                seconds(e.peak_s),
+                e.sites
+                    .first()
+                    .map_or(String::new(), |s| format!(" in {}", code(&s.name)))
+            ),
+            None => none.to_string(),
+        };
+        let top = c.sites.first().map_or(none, |s| {
             let mut cell = format!("{} {}", code(&s.name), rate(s.bytes_per_sec));
             if let Some(o) = s.onset_s.filter(|&o| o > 0.0) {
                 cell.push_str(&format!(" from {}", seconds(o)));

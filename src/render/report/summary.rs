@@ -19,7 +19,7 @@ struct Summary<'a> {
     headline: String,
     captures: Tally,
     memory_samples: usize,
-    cycles: Vec<CycleSummary>,
+    cycles: Vec<CycleSummary<'a>>,
     across: &'a str,
     baseline: Option<BaselineSummary>,
     rules: &'a [Outcome],
@@ -70,7 +70,7 @@ struct GoroutineSummary {
 }
 
 #[derive(Serialize)]
-struct CycleSummary {
+struct CycleSummary<'a> {
     index: u32,
     build: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -88,6 +88,9 @@ struct CycleSummary {
     memory_peak: Option<u64>,
     time_to_limit_s: Option<f64>,
     verdict: String,
+    peaks: &'a crate::analyse::spikes::Peaks,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    episode: Option<&'a crate::analyse::spikes::Episode>,
     top_sites: Vec<SiteSummary>,
     alloc_storms: Vec<StormSummary>,
     goroutine_growth: Vec<GoroutineSummary>,
@@ -216,6 +219,8 @@ pub fn json(m: &ReportModel) -> String {
             memory_peak: c.memory_peak,
             time_to_limit_s: rules::cycle_time_to_limit(c).map(ms),
             verdict: c.verdict.clone(),
+            peaks: &c.peaks,
+            episode: c.episode.as_ref(),
             top_sites: c
                 .sites
                 .iter()
