@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::breakdown::{self, AtLimit, MemoryBreakdown};
 use super::reduce::{PROFILING_SITE, SiteFigures};
 use super::select::cycle_builds;
 use super::series::{LineFit, SeriesGrid, onset, theil_sen};
@@ -20,6 +21,9 @@ use crate::store::{CaptureRecord, RecordKind};
 /// A site's growth must add at least this much over the cycle to count (two sampling periods
 /// of Go's default MemProfileRate).
 pub(crate) const MIN_GROWTH_BYTES: f64 = 1024.0 * 1024.0;
+
+/// A forecast of the time to the limit further out than this is no forecast.
+const FORECAST_HORIZON_S: f64 = 3600.0;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteGrowth {
@@ -126,7 +130,8 @@ pub struct CycleGrowth {
     /// Growth rate of process / cgroup memory seen from outside.
     pub memory_bytes_per_sec: Option<f64>,
     pub memory_peak: Option<u64>,
-    /// Seconds after the first capture at which the limit is (or would be) reached.
+    /// Seconds after the first capture at which the growth fit reaches the limit (a forecast,
+    /// within an hour of the last capture); `at_limit` says when it really was.
     pub limit_at_s: Option<f64>,
     pub sites: Vec<SiteGrowth>,
     pub alloc_storms: Vec<AllocStorm>,
@@ -137,6 +142,15 @@ pub struct CycleGrowth {
     pub runtime: Option<RuntimeView>,
     /// The peaks of in-use heap, process and cgroup memory, with their times.
     pub peaks: Peaks,
+    /// Where the memory went at the cycle's peak usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<MemoryBreakdown>,
+    /// How long the cgroup sat at its limit, measured, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_limit: Option<AtLimit>,
+    /// The peak of anonymous memory (what the kernel cannot reclaim), when the split is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_peak_anon: Option<u64>,
     /// The biggest rise of the in-use heap into its peak, with the sites that made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub episode: Option<Episode>,
@@ -421,11 +435,21 @@ fn cycle(
             f.slope * (t.last().unwrap_or(&0.0) - t[0]) >= MIN_GROWTH_BYTES && sustained(&t, &v, &f)
         })
     };
-    // Time to the limit: the kernel kills on outside memory when it is known.
-    let limit_at_s = limit.and_then(|limit| {
-        let fit = mem_fit.or(total_fit.filter(|_| total_sustained))?;
-        (fit.slope > 0.0).then(|| (limit as f64 - fit.intercept) / fit.slope)
-    });
+    // Time to the limit: the kernel kills on outside memory when it is known. A forecast only
+    // within a sane horizon; once at the limit, the stretch is measured and words and rules
+    // use that instead (the forecast stays in the JSON to be checked against it).
+    let at_limit = breakdown::at_limit(&mem, start_ms, limit, killed);
+    let limit_at_s = limit
+        .and_then(|limit| {
+            let fit = mem_fit.or(total_fit.filter(|_| total_sustained))?;
+            (fit.slope > 0.0).then(|| (limit as f64 - fit.intercept) / fit.slope)
+        })
+        .filter(|&at| at >= 0.0 && at - secs(last) <= FORECAST_HORIZON_S);
+    let memstats_records: Vec<&CaptureRecord> = good
+        .iter()
+        .filter(|r| r.kind == RecordKind::Memstats)
+        .map(|r| **r)
+        .collect();
     let heap_series: Vec<(f64, i64)> = by_time
         .iter()
         .filter_map(|r| Some((secs(r.t_ms), *r.totals.get("inuse_space")?)))
@@ -461,6 +485,17 @@ fn cycle(
         memstats,
         runtime: None,
         peaks: spikes::peaks(&heap_series, &mem, start_ms),
+        breakdown: breakdown::at_peak(&mem, &memstats_records, start_ms, limit),
+        at_limit,
+        memory_peak_anon: mem
+            .iter()
+            .filter_map(|m| {
+                m.cgroup
+                    .as_ref()
+                    .and_then(|c| c.anon)
+                    .or_else(|| m.process.as_ref().and_then(|p| p.rss_anon))
+            })
+            .max(),
         episode: spikes::episode(&heap_series, limit),
         heap_sustained: total_sustained,
         verdict: String::new(),

@@ -67,7 +67,12 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
             g.per_sec, g.name, g.first, g.last
         ));
     }
-    if let (Some(limit), Some(at)) = (limit, c.limit_at_s) {
+    if let Some(a) = &c.at_limit {
+        // The end of the cycle is said once, below.
+        let words = a.summary.trim_end_matches(", then OOM-killed");
+        parts.push(format!("the cgroup sat {words}"));
+    }
+    if let (Some(limit), Some(at), None) = (limit, c.limit_at_s, &c.at_limit) {
         parts.push(format!(
             "{} would be reached {at:.1} s after the first capture",
             format_bytes(limit as i64)

@@ -156,6 +156,12 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
     if !peaks.is_empty() {
         let _ = writeln!(out, "  peaks: {}", peaks.join(", "));
     }
+    if let Some(b) = &c.breakdown {
+        let _ = writeln!(out, "  where the memory went: {}", b.summary);
+    }
+    if let Some(a) = &c.at_limit {
+        let _ = writeln!(out, "  the cgroup sat {}", a.summary);
+    }
     if let Some(e) = &c.episode {
         let kind = if e.transient {
             "transient episode (rise, then fall)"

@@ -85,13 +85,17 @@ pub fn cycle_growth(c: &CycleGrowth) -> f64 {
     c.sites.iter().map(|s| s.bytes_per_sec).sum::<f64>() + 0.0
 }
 
-/// When the limit is (or was) reached: the kill when the cycle died of it, else the forecast.
+/// When the limit is (or was) reached: the earliest of the kill when the cycle died of it,
+/// the measured arrival at the limit, and the forecast.
 pub fn cycle_time_to_limit(c: &CycleGrowth) -> Option<f64> {
     let died = c.died_after_s.filter(|_| c.killed);
-    match (died, c.limit_at_s) {
-        (Some(d), Some(l)) => Some(d.min(l)),
-        (d, l) => d.or(l),
-    }
+    let reached = c.at_limit.as_ref().map(|a| a.since_s);
+    // A forecast only while the limit was not reached: then it is measured.
+    let forecast = c.limit_at_s.filter(|_| reached.is_none());
+    [died, reached, forecast]
+        .into_iter()
+        .flatten()
+        .reduce(f64::min)
 }
 
 fn worst(measures: Vec<Measure>, above: bool) -> Option<Measure> {
@@ -160,6 +164,8 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 cycle_time_to_limit(c).map(|t| {
                     let how = if c.killed && c.died_after_s.is_some_and(|d| d <= t + 1e-9) {
                         format!("OOM-killed {t:.1} s after the first capture")
+                    } else if let Some(a) = c.at_limit.as_ref().filter(|a| a.since_s <= t + 1e-9) {
+                        format!("the cgroup sat {}", a.summary)
                     } else {
                         format!("{limit} reached {t:.1} s after the first capture at this rate")
                     };
@@ -497,6 +503,9 @@ mod tests {
         CycleGrowth {
             index,
             build: "test".into(),
+            breakdown: None,
+            at_limit: None,
+            memory_peak_anon: None,
             peaks: Default::default(),
             episode: None,
             heap_sustained: false,

@@ -272,10 +272,16 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     }
     if let Some(r) = c.memory_bytes_per_sec {
         let mut s = rate(r);
-        if let Some(p) = c.memory_peak {
-            s.push_str(&format!(", peak {}", format_bytes(p as i64)));
+        if c.memory_peak.is_some() {
+            s.push_str(&format!(", peak {}", super::memory_peak(c)));
         }
         facts.push(("process memory".into(), s));
+    }
+    if let Some(b) = &c.breakdown {
+        facts.push(("where the memory went".into(), b.summary.clone()));
+    }
+    if let Some(a) = &c.at_limit {
+        facts.push(("at the limit".into(), a.summary.clone()));
     }
     if let Some(t) = rules::cycle_time_to_limit(c) {
         facts.push(("limit reached at".into(), seconds(t)));
@@ -343,6 +349,12 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(&k), escape(&v));
     }
     out.push_str("</dl>\n");
+    if let Some(bar) = c.breakdown.as_ref().and_then(super::breakdown::svg) {
+        let _ = writeln!(
+            out,
+            "<figure class=\"breakdown\">\n{bar}\n<figcaption>Where the memory went at the cycle's peak, against the limit: anonymous memory is what the kernel kills on; page cache is reclaimed first.</figcaption>\n</figure>"
+        );
+    }
 
     if m.envoy_only() {
         out.push_str("<p class=\"note\">No heap profiles in this run (Envoy without tcmalloc's <code>/heap_dump</code>): no allocation site to rank. The <a href=\"#envoy\">Envoy section</a> has the findings.</p>\n</section>\n");

@@ -142,8 +142,7 @@ pub fn markdown(m: &ReportModel) -> String {
             c.index,
             text(&c.build),
             c.captures,
-            c.memory_peak
-                .map_or("-".to_string(), |p| format_bytes(p as i64)),
+            super::memory_peak(c),
             rules::cycle_time_to_limit(c).map_or("-".to_string(), seconds),
         );
     }

@@ -88,6 +88,12 @@ struct CycleSummary<'a> {
     memory_peak: Option<u64>,
     time_to_limit_s: Option<f64>,
     verdict: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_peak_anon: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breakdown: Option<&'a crate::analyse::breakdown::MemoryBreakdown>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at_limit: Option<&'a crate::analyse::breakdown::AtLimit>,
     peaks: &'a crate::analyse::spikes::Peaks,
     #[serde(skip_serializing_if = "Option::is_none")]
     episode: Option<&'a crate::analyse::spikes::Episode>,
@@ -219,6 +225,9 @@ pub fn json(m: &ReportModel) -> String {
             memory_peak: c.memory_peak,
             time_to_limit_s: rules::cycle_time_to_limit(c).map(ms),
             verdict: c.verdict.clone(),
+            memory_peak_anon: c.memory_peak_anon,
+            breakdown: c.breakdown.as_ref(),
+            at_limit: c.at_limit.as_ref(),
             peaks: &c.peaks,
             episode: c.episode.as_ref(),
             top_sites: c
