@@ -216,6 +216,13 @@ pub fn at_limit(
         anon: cg.and_then(|c| c.anon),
         summary: String::new(),
     };
+    a.summary = at_limit_words(&a);
+    Some(a)
+}
+
+/// "at its limit from 20.0 s for 69.0 s, 12420 charge failures, 660 MiB of it page cache and
+/// 360 MiB anonymous, not killed".
+pub fn at_limit_words(a: &AtLimit) -> String {
     let mut words = format!("at its limit from {:.1} s for {:.1} s", a.since_s, a.for_s);
     if let Some(n) = a.charge_failures {
         words.push_str(&format!(", {n} charge failures"));
@@ -227,13 +234,12 @@ pub fn at_limit(
             format_bytes(anon as i64)
         ));
     }
-    words.push_str(if killed {
+    words.push_str(if a.killed {
         ", then OOM-killed"
     } else {
         ", not killed"
     });
-    a.summary = words;
-    Some(a)
+    words
 }
 
 #[cfg(test)]

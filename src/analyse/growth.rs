@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::breakdown::{self, AtLimit, MemoryBreakdown};
+use super::ends::{self, CycleEnd, EndEvidence};
 use super::reduce::{PROFILING_SITE, SiteFigures};
 use super::select::cycle_builds;
 use super::series::{LineFit, SeriesGrid, onset, theil_sen};
@@ -122,6 +123,9 @@ pub struct CycleGrowth {
     pub span_s: f64,
     /// Seconds from the first capture to the moment the target stopped answering, when it did.
     pub died_after_s: Option<f64>,
+    /// How the cycle ended, from evidence ([`CycleEnd::words`]).
+    pub end: CycleEnd,
+    /// True when it was OOM-killed.
     pub killed: bool,
     pub heap_first: Option<i64>,
     pub heap_last: Option<i64>,
@@ -306,6 +310,27 @@ impl GrowthBuilder {
                     c.build_info = b.build.clone();
                     c.pid = b.pid;
                 }
+                let next = incarnations
+                    .get(pos + 1)
+                    .map(|n| builds.iter().find(|b| b.index == *n).and_then(|b| b.pid));
+                let mem: Vec<&MemorySample> = memory
+                    .iter()
+                    .filter(|m| m.t_ms >= c.start_ms && next_start.is_none_or(|n| m.t_ms < n))
+                    .collect();
+                c.end = ends::cycle_end(&EndEvidence {
+                    index: inc,
+                    records,
+                    memory: &mem,
+                    last_ms: c.start_ms + (c.span_s * 1000.0).round() as i64,
+                    stopped: c.died_after_s.is_some(),
+                    pid: c.pid,
+                    next,
+                });
+                c.killed = c.end == CycleEnd::OomKilled;
+                if let Some(a) = c.at_limit.as_mut() {
+                    a.killed = c.killed;
+                    a.summary = breakdown::at_limit_words(a);
+                }
                 let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
                 c.runtime = runtime_view(&good, self.cpu_limit);
                 c.verdict = verdict::cycle_verdict(&c, limit);
@@ -466,6 +491,7 @@ fn cycle(
         start_ms,
         span_s: secs(last),
         died_after_s: stopped.map(secs),
+        end: CycleEnd::StillAnswering,
         killed,
         heap_first: heap
             .first()

@@ -4,6 +4,7 @@
 pub mod breakdown;
 pub mod compare;
 pub mod diff;
+pub mod ends;
 pub mod envoy;
 pub mod growth;
 pub mod reduce;

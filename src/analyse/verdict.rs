@@ -1,6 +1,7 @@
 //! The words of `growth`: one verdict per boot cycle (sustained growth, a transient spike,
 //! storms, goroutines, the limit, how the cycle ended) and one summary across cycles.
 
+use super::ends::CycleEnd;
 use super::growth::{AcrossCycles, CycleGrowth};
 use super::spikes::{Episode, Peak};
 use crate::units::format_bytes;
@@ -78,13 +79,13 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
             format_bytes(limit as i64)
         ));
     }
-    if let Some(died) = c.died_after_s {
-        let how = if c.killed {
-            "OOM-killed"
-        } else {
-            "stopped answering"
-        };
-        parts.push(format!("{how} {died:.1} s after the first capture"));
+    match (c.end, c.died_after_s) {
+        (CycleEnd::StillAnswering, _) => {}
+        (end, Some(died)) if end.is_death() => parts.push(format!(
+            "{} {died:.1} s after the first capture",
+            end.words()
+        )),
+        (end, _) => parts.push(end.words()),
     }
     if let Some(rt) = &c.runtime {
         if let (Some(m), Some(p), Some(l)) = (rt.multiplier, rt.gomaxprocs, rt.cpu_limit) {
@@ -152,11 +153,17 @@ pub fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
     let summary = if cycles.len() < 2 {
         format!("{} boot cycle(s)", cycles.len())
     } else {
-        let mut s = format!(
-            "{} boot cycles, {} ended by death",
-            cycles.len(),
-            ages.len()
-        );
+        // "3 boot cycles: 2 OOM-killed, 1 restarted itself".
+        let mut ends: Vec<(String, usize)> = Vec::new();
+        for c in cycles {
+            let w = c.end.words();
+            match ends.iter_mut().find(|(e, _)| *e == w) {
+                Some((_, n)) => *n += 1,
+                None => ends.push((w, 1)),
+            }
+        }
+        let ends: Vec<String> = ends.iter().map(|(w, n)| format!("{n} {w}")).collect();
+        let mut s = format!("{} boot cycles: {}", cycles.len(), ends.join(", "));
         if let Some(site) = &same_top_site {
             s.push_str(&format!("; every cycle grows fastest in {site}"));
         } else {

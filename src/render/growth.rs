@@ -113,6 +113,7 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
         c.span_s
     );
     let _ = writeln!(out, "  verdict: {}", c.verdict);
+    let _ = writeln!(out, "  end: {}", c.end.words());
     if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {
         let mut line = format!("  heap in use {} → {}", format_bytes(a), format_bytes(b));
         if let (Some(r), Some(q)) = (c.total_bytes_per_sec, c.total_fit_r2) {

@@ -653,3 +653,57 @@ fn a_startup_spike_is_a_finding_with_its_site_peak_and_time() {
         "the subtitle says what is drawn"
     );
 }
+
+#[test]
+fn a_process_stopped_with_sigint_is_never_called_killed_or_dead() {
+    use std::io::BufRead as _;
+    let Some(program) = util::go_fixture("steady") else {
+        return;
+    };
+    let mut target = util::Reaped(
+        std::process::Command::new(&program)
+            .args(["-listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start steady"),
+    );
+    let mut first = String::new();
+    std::io::BufReader::new(target.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .expect("steady prints its address");
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let pid = target.0.id();
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        util::signal(pid, "INT");
+    });
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let out = util::run(&[
+        "collect",
+        &format!("http://{addr}"),
+        "--out",
+        run.to_str().unwrap(),
+        "--interval",
+        "250ms",
+        "--duration",
+        "4s",
+        "--quiet",
+    ]);
+    stopper.join().unwrap();
+    assert!(out.status.code().is_some(), "{}", util::stderr(&out));
+    let out = util::run(&["growth", run.to_str().unwrap(), "--json"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &cycles(&doc)[0];
+    // Nothing recorded why it went away: the words say exactly that.
+    assert_eq!(c["end"]["kind"], "stopped-answering", "{c}");
+    assert_eq!(c["killed"], false, "{c}");
+    let v = verdict(c);
+    assert!(v.contains("stopped answering, cause unknown"), "{v}");
+    assert!(!v.contains("killed") && !v.contains("death"), "{v}");
+}

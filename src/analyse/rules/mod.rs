@@ -270,7 +270,10 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
             Some(Measure {
                 value: killed.len() as f64,
                 cycle: killed.first().copied(),
-                detail: format!("{} OOM kill(s) seen in the memory samples", killed.len()),
+                detail: format!(
+                    "{} OOM kill(s): the cgroup's oom_kill counter rose, or heapwatch run saw SIGKILL",
+                    killed.len()
+                ),
             })
         }
         Metric::Restarts => {
@@ -518,6 +521,11 @@ mod tests {
             start_ms: 0,
             span_s: 7.0,
             died_after_s: killed_at,
+            end: if killed_at.is_some() {
+                crate::analyse::ends::CycleEnd::OomKilled
+            } else {
+                crate::analyse::ends::CycleEnd::StillAnswering
+            },
             killed: killed_at.is_some(),
             heap_first: Some(0),
             heap_last: Some(1),

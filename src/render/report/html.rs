@@ -310,16 +310,12 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
             crate::analyse::verdict::spike_words(e),
         ));
     }
-    if let Some(d) = c.died_after_s {
-        let how = if c.killed {
-            "OOM-killed by the kernel"
-        } else {
-            "stopped answering"
-        };
-        facts.push((
+    match (c.died_after_s, c.end.is_death()) {
+        (Some(d), true) => facts.push((
             "end".into(),
-            format!("{how} {} after the first capture", seconds(d)),
-        ));
+            format!("{} {} after the first capture", c.end.words(), seconds(d)),
+        )),
+        _ => facts.push(("end".into(), c.end.words())),
     }
     if let Some(p) = &c.profiling {
         facts.push((

@@ -103,9 +103,12 @@ pub fn markdown(m: &ReportModel) -> String {
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
     for c in &g.cycles {
-        let end = match (c.died_after_s, c.killed) {
-            (Some(d), true) => format!("OOM-killed at {}", seconds(d)),
-            (Some(d), false) => format!("stopped answering at {}", seconds(d)),
+        let end = match (c.died_after_s, c.end.is_death()) {
+            (Some(d), true) => format!("{} at {}", c.end.words(), seconds(d)),
+            (Some(_), false) => c.end.words(),
+            (None, _) if c.end == crate::analyse::ends::CycleEnd::CollectorStopped => {
+                format!("collector stopped after {}", seconds(c.span_s))
+            }
             (None, _) => format!("alive after {}", seconds(c.span_s)),
         };
         let heap_growth = if envoy_only {
