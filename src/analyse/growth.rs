@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::boundaries::{self, CycleSpan};
 use super::breakdown::{self, AtLimit, MemoryBreakdown};
 use super::ends::{self, CycleEnd, EndEvidence};
 use super::reduce::{PROFILING_SITE, SiteFigures};
@@ -290,6 +291,21 @@ impl GrowthBuilder {
         incarnations.dedup();
         let mut states = self.cycles;
         let builds = cycle_builds(records, &self.run_label);
+        let spans: Vec<CycleSpan> = incarnations
+            .iter()
+            .filter_map(|&inc| {
+                let start = records
+                    .iter()
+                    .filter(|r| r.incarnation == inc && r.is_ok() && !r.kind.is_event())
+                    .map(|r| r.t_ms)
+                    .min()?;
+                Some(CycleSpan {
+                    index: inc,
+                    start_ms: start,
+                    pid: builds.iter().find(|b| b.index == inc).and_then(|b| b.pid),
+                })
+            })
+            .collect();
         let mut cycles = Vec::new();
         for (pos, &inc) in incarnations.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
@@ -304,7 +320,8 @@ impl GrowthBuilder {
                     .min()
             });
             let state = states.remove(&inc).unwrap_or_default();
-            if let Some(mut c) = cycle(inc, &rs, state, memory, next_start, limit, self.forced_gc) {
+            let mem = boundaries::cycle_memory(memory, &spans, inc);
+            if let Some(mut c) = cycle(inc, &rs, state, &mem, next_start, limit, self.forced_gc) {
                 if let Some(b) = builds.iter().find(|b| b.index == inc) {
                     c.build = b.label.clone();
                     c.build_info = b.build.clone();
@@ -313,10 +330,6 @@ impl GrowthBuilder {
                 let next = incarnations
                     .get(pos + 1)
                     .map(|n| builds.iter().find(|b| b.index == *n).and_then(|b| b.pid));
-                let mem: Vec<&MemorySample> = memory
-                    .iter()
-                    .filter(|m| m.t_ms >= c.start_ms && next_start.is_none_or(|n| m.t_ms < n))
-                    .collect();
                 c.end = ends::cycle_end(&EndEvidence {
                     index: inc,
                     records,
@@ -365,7 +378,7 @@ fn cycle(
     index: u32,
     records: &[&CaptureRecord],
     state: CycleState,
-    memory: &[MemorySample],
+    mem: &[&MemorySample],
     next_start: Option<i64>,
     limit: Option<u64>,
     forced_gc: bool,
@@ -396,11 +409,6 @@ fn cycle(
         .map(|r| r.t_ms)
         .min()
         .or(next_start);
-    let end_ms = next_start.unwrap_or(i64::MAX);
-    let mem: Vec<&MemorySample> = memory
-        .iter()
-        .filter(|m| m.t_ms >= start_ms && m.t_ms < end_ms)
-        .collect();
     let killed = mem.iter().any(|m| m.killed);
     let mem_points: Vec<(f64, f64)> = mem
         .iter()

@@ -1,6 +1,7 @@
 //! Findings from profiles: what changed between two (`diff`), which sites grow over a run and
 //! how fast (`growth`), and what one build does worse than another (`compare`). No I/O.
 
+pub mod boundaries;
 pub mod breakdown;
 pub mod compare;
 pub mod diff;
