@@ -471,7 +471,7 @@ fn cycle(
     // Time to the limit: the kernel kills on outside memory when it is known. A forecast only
     // within a sane horizon; once at the limit, the stretch is measured and words and rules
     // use that instead (the forecast stays in the JSON to be checked against it).
-    let at_limit = breakdown::at_limit(&mem, start_ms, limit, killed);
+    let at_limit = breakdown::at_limit(mem, start_ms, limit, killed);
     let limit_at_s = limit
         .and_then(|limit| {
             let fit = mem_fit.or(total_fit.filter(|_| total_sustained))?;
@@ -518,8 +518,8 @@ fn cycle(
         profiling,
         memstats,
         runtime: None,
-        peaks: spikes::peaks(&heap_series, &mem, start_ms),
-        breakdown: breakdown::at_peak(&mem, &memstats_records, start_ms, limit),
+        peaks: spikes::peaks(&heap_series, mem, start_ms),
+        breakdown: breakdown::at_peak(mem, &memstats_records, start_ms, limit),
         at_limit,
         memory_peak_anon: mem
             .iter()
