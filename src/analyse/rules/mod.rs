@@ -194,11 +194,17 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 .map_or(String::new(), |r| {
                     format!("; worst site {}: {}", r.name, r.why)
                 });
+            let (this, base) = f.comparison.map_or((String::new(), String::new()), |c| {
+                (
+                    format!(" (cycle {} of {})", c.b_cycle, c.b),
+                    format!(" (cycle {} of {})", c.a_cycle, c.a),
+                )
+            });
             Some(Measure {
                 value,
-                cycle: Some(1),
+                cycle: Some(f.comparison.map_or(1, |c| c.b_cycle)),
                 detail: format!(
-                    "peak in-use heap {} against {} in the baseline over the first {:.1} s ({value:.2}x){site}",
+                    "peak in-use heap {}{this} against {} in the baseline{base} over the first {:.1} s ({value:.2}x){site}",
                     format_bytes(ratio.bytes),
                     format_bytes(ratio.baseline_bytes),
                     ratio.age_s
