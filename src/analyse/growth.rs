@@ -11,6 +11,7 @@ use super::boundaries::{self, CycleSpan};
 use super::breakdown::{self, AtLimit, MemoryBreakdown};
 use super::ends::{self, CycleEnd, EndEvidence};
 use super::reduce::{PROFILING_SITE, SiteFigures};
+use super::runtime::{goroutines, memstats_view, runtime_view};
 use super::select::cycle_builds;
 use super::series::{LineFit, SeriesGrid, onset, theil_sen};
 use super::spikes::{self, Episode, Peaks};
@@ -366,7 +367,7 @@ fn fit_points(points: &[(f64, f64)]) -> Option<LineFit> {
 }
 
 /// True when growth goes on to the end rather than levelling off (a bounded cache).
-fn sustained(t: &[f64], v: &[f64], whole: &LineFit) -> bool {
+pub(crate) fn sustained(t: &[f64], v: &[f64], whole: &LineFit) -> bool {
     let half = t.len() / 2;
     if t.len() < 4 {
         return whole.slope > 0.0;
@@ -554,72 +555,6 @@ pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-fn goroutines(grid: &SeriesGrid) -> Vec<GoroutineGrowth> {
-    let t = grid.times();
-    let span = t.last().copied().unwrap_or(0.0) - t.first().copied().unwrap_or(0.0);
-    let mut out: Vec<GoroutineGrowth> = grid
-        .series()
-        .filter_map(|(name, v)| {
-            let fit = theil_sen(t, v)?;
-            let added = fit.slope * span;
-            (added >= 5.0 && fit.r2 >= 0.5 && sustained(t, v, &fit)).then(|| GoroutineGrowth {
-                name: name.to_string(),
-                per_sec: fit.slope,
-                first: v[0] as i64,
-                last: v[v.len() - 1] as i64,
-                fit_r2: fit.r2,
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| b.per_sec.total_cmp(&a.per_sec).then(a.name.cmp(&b.name)));
-    out
-}
-
-fn runtime_view(good: &[&&CaptureRecord], cpu_limit: Option<f64>) -> Option<RuntimeView> {
-    let last = good.iter().rev().find(|r| r.kind == RecordKind::Stats)?;
-    let get = |k: &str| last.totals.get(k).copied();
-    let gomaxprocs = get("gomaxprocs");
-    let multiplier = match (gomaxprocs, cpu_limit) {
-        (Some(p), Some(limit)) if limit > 0.0 && p as f64 / limit >= 1.5 => Some(p as f64 / limit),
-        _ => None,
-    };
-    Some(RuntimeView {
-        gomaxprocs,
-        num_cpu: get("num_cpu"),
-        threads: get("threads"),
-        goroutines: get("goroutines"),
-        cpu_limit,
-        multiplier,
-    })
-}
-
-fn memstats_view(good: &[&&CaptureRecord]) -> Option<MemStatsView> {
-    let ms: Vec<&&&CaptureRecord> = good
-        .iter()
-        .filter(|r| r.kind == RecordKind::Memstats)
-        .collect();
-    let last = ms.last()?;
-    let get = |k: &str| last.totals.get(k).copied();
-    let heap_alloc = get("HeapAlloc")?;
-    let retained = get("HeapSys").zip(get("HeapReleased")).map(|(s, r)| s - r);
-    let gc_per_sec = match (ms.first(), ms.len() > 1) {
-        (Some(first), true) => {
-            let dt = (last.t_ms - first.t_ms) as f64 / 1000.0;
-            let dgc = get("NumGC")? - first.totals.get("NumGC").copied()?;
-            (dt > 0.0).then(|| dgc as f64 / dt)
-        }
-        _ => None,
-    };
-    Some(MemStatsView {
-        heap_alloc,
-        live_share: retained
-            .filter(|&r| r > 0)
-            .map(|r| heap_alloc as f64 / r as f64),
-        held_not_returned: get("HeapIdle").zip(get("HeapReleased")).map(|(i, r)| i - r),
-        gc_per_sec,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -708,5 +643,51 @@ mod tests {
         let rt = unknown.cycles[0].runtime.as_ref().unwrap();
         assert_eq!(rt.multiplier, None);
         assert!(!unknown.cycles[0].verdict.contains("GOMAXPROCS"));
+    }
+
+    /// A flat heap and memory creeping 1 KiB/s under a 1 GiB limit, then the same cycle sat at
+    /// its limit: no "59046.7 s" forecast, and no forecast while at the limit.
+    #[test]
+    fn a_forecast_only_within_an_hour_and_never_at_the_limit() {
+        let gib = 1u64 << 30;
+        let mut records = Vec::new();
+        let mut builder = GrowthBuilder::default();
+        for k in 0..20u64 {
+            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, k as i64 * 1000);
+            r.totals.insert("inuse_space".into(), 8 << 20);
+            builder.heap(&r, &[]);
+            records.push(r);
+        }
+        let creeping = |base: u64, per_s: u64| -> Vec<MemorySample> {
+            (0..20)
+                .map(|k| MemorySample {
+                    t_ms: k * 1000,
+                    source: "cgroup".into(),
+                    usage: Some(base + per_s * k as u64),
+                    limit: Some(gib),
+                    alive: true,
+                    ..MemorySample::default()
+                })
+                .collect()
+        };
+        let far = builder.finish(&records, &creeping(300 << 20, 1024), Some(gib));
+        let c = &far.cycles[0];
+        assert_eq!(c.limit_at_s, None, "{:?}", c.limit_at_s);
+        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
+
+        let mut builder = GrowthBuilder::default();
+        for r in &records {
+            builder.heap(r, &[]);
+        }
+        let at = builder.finish(&records, &creeping(gib - (4 << 20), 64 << 10), Some(gib));
+        let c = &at.cycles[0];
+        let a = c.at_limit.as_ref().expect("measured at the limit");
+        assert_eq!(a.since_s, 0.0);
+        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
+        assert!(
+            c.verdict.contains("at its limit from 0.0 s"),
+            "{}",
+            c.verdict
+        );
     }
 }

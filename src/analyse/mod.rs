@@ -10,6 +10,7 @@ pub mod envoy;
 pub mod growth;
 pub mod reduce;
 pub mod rules;
+mod runtime;
 pub mod select;
 pub mod series;
 pub mod spikes;
