@@ -160,6 +160,9 @@ pub struct CycleGrowth {
     /// The biggest rise of the in-use heap into its peak, with the sites that made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub episode: Option<Episode>,
+    /// Other transient episodes of the cycle, biggest rise first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_episodes: Vec<Episode>,
     /// Whether the in-use heap as a whole grew to the end (not levelling off).
     #[serde(skip)]
     pub heap_sustained: bool,
@@ -531,6 +534,9 @@ fn cycle(
                     .or_else(|| m.process.as_ref().and_then(|p| p.rss_anon))
             })
             .max(),
+        other_episodes: spikes::episode(&heap_series, limit)
+            .map(|main| spikes::other_episodes(&heap_series, limit, &main))
+            .unwrap_or_default(),
         episode: spikes::episode(&heap_series, limit),
         heap_sustained: total_sustained,
         verdict: String::new(),

@@ -13,6 +13,7 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
         memory_peak_anon: None,
         peaks: Default::default(),
         episode: None,
+        other_episodes: vec![],
         heap_sustained: false,
         build_info: None,
         pid: None,
