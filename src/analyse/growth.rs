@@ -334,10 +334,16 @@ impl GrowthBuilder {
                 let next = incarnations
                     .get(pos + 1)
                     .map(|n| builds.iter().find(|b| b.index == *n).and_then(|b| b.pid));
+                // A kill is seen after the process is gone, maybe once its successor runs:
+                // the evidence of an end is what was sampled until the next cycle began.
+                let until_next: Vec<&MemorySample> = memory
+                    .iter()
+                    .filter(|m| m.t_ms >= c.start_ms && next_start.is_none_or(|n| m.t_ms < n))
+                    .collect();
                 c.end = ends::cycle_end(&EndEvidence {
                     index: inc,
                     records,
-                    memory: &mem,
+                    memory: &until_next,
                     last_ms: c.start_ms + (c.span_s * 1000.0).round() as i64,
                     stopped: c.died_after_s.is_some(),
                     pid: c.pid,
