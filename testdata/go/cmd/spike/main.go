@@ -2,11 +2,14 @@
 // it: main.buildStartupIndex holds ~150 MiB (-spike) for -hold, from -rise
 // after start, and frees it all. main.loadSettings holds ~4 MiB for good and
 // main.serveRequest churns a little, so the heap before and after the spike is
-// small and flat. A transient episode, not sustained growth.
+// small and flat. A transient episode, not sustained growth. With -exit-after
+// it exits by itself, as a controller does when a restart is required.
 package main
 
 import (
 	"flag"
+	"fmt"
+	"os"
 	"runtime"
 	"time"
 
@@ -19,6 +22,7 @@ var (
 	rise      = flag.Duration("rise", 2*time.Second, "when the index starts being built, after program start")
 	build     = flag.Duration("build", 2*time.Second, "how long building the index takes")
 	hold      = flag.Duration("hold", 2*time.Second, "how long the built index is held before it is dropped")
+	exitAfter = flag.Duration("exit-after", 0, "if > 0, exit by itself (status 0) this long after start, as a controller does after restoring a snapshot")
 )
 
 const chunk = 256 << 10
@@ -61,6 +65,13 @@ func main() {
 	fixture.Parse()
 	fixture.Serve()
 	kept = loadSettings(int(*settings))
+	if *exitAfter > 0 {
+		go func() {
+			time.Sleep(time.Until(start.Add(*exitAfter)))
+			fmt.Fprintln(os.Stderr, "restart required, exiting")
+			os.Exit(0)
+		}()
+	}
 	go func() {
 		for i := 0; ; i++ {
 			serveRequest(i)
