@@ -721,8 +721,17 @@ fn a_process_that_restarts_itself_in_its_cgroup_is_said_to_have_restarted_itself
     let small = [
         "-spike", "8MiB", "-rise", "100ms", "-build", "100ms", "-hold", "100ms",
     ];
-    let start = |exit_after: &str| {
-        let mut args = vec!["-listen", listen.as_str(), "-exit-after", exit_after];
+    let start = |exit_after: &str, listen_after: &str| {
+        let mut args = vec![
+            "-listen",
+            listen.as_str(),
+            "-exit-after",
+            exit_after,
+            "-listen-after",
+            listen_after,
+            "-settings",
+            "32MiB",
+        ];
         args.extend_from_slice(&small);
         util::Reaped(
             cg.command(&program, &args)
@@ -732,8 +741,9 @@ fn a_process_that_restarts_itself_in_its_cgroup_is_said_to_have_restarted_itself
                 .expect("start spike"),
         )
     };
-    // The first process exits by itself after 3 s; a second starts in the same cgroup 1 s later.
-    let mut first = start("3s");
+    // The first process exits by itself after 3 s; a second starts in the same cgroup 1 s later
+    // and loads 32 MiB for 3 s before its endpoint opens.
+    let mut first = start("3s", "0s");
     let second = std::thread::scope(|scope| {
         let supervisor = scope.spawn(|| {
             let status = first.0.wait().expect("wait for the first process");
@@ -742,7 +752,7 @@ fn a_process_that_restarts_itself_in_its_cgroup_is_said_to_have_restarted_itself
                 "the first process exits by itself: {status}"
             );
             std::thread::sleep(std::time::Duration::from_secs(1));
-            start("0s")
+            start("0s", "3s")
         });
         let dir = util::tempdir();
         let run = dir.path().join("run");
@@ -757,7 +767,7 @@ fn a_process_that_restarts_itself_in_its_cgroup_is_said_to_have_restarted_itself
             "--interval",
             "250ms",
             "--duration",
-            "8s",
+            "11s",
             "--quiet",
         ]);
         assert!(out.status.code().is_some(), "{}", util::stderr(&out));

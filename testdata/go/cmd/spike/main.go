@@ -17,12 +17,13 @@ import (
 )
 
 var (
-	spikeSize = fixture.BytesFlag("spike", 150<<20, "bytes held by main.buildStartupIndex during the spike")
-	settings  = fixture.BytesFlag("settings", 4<<20, "bytes held for good by main.loadSettings")
-	rise      = flag.Duration("rise", 2*time.Second, "when the index starts being built, after program start")
-	build     = flag.Duration("build", 2*time.Second, "how long building the index takes")
-	hold      = flag.Duration("hold", 2*time.Second, "how long the built index is held before it is dropped")
-	exitAfter = flag.Duration("exit-after", 0, "if > 0, exit by itself (status 0) this long after start, as a controller does after restoring a snapshot")
+	spikeSize   = fixture.BytesFlag("spike", 150<<20, "bytes held by main.buildStartupIndex during the spike")
+	settings    = fixture.BytesFlag("settings", 4<<20, "bytes held for good by main.loadSettings")
+	rise        = flag.Duration("rise", 2*time.Second, "when the index starts being built, after program start")
+	build       = flag.Duration("build", 2*time.Second, "how long building the index takes")
+	hold        = flag.Duration("hold", 2*time.Second, "how long the built index is held before it is dropped")
+	listenAfter = flag.Duration("listen-after", 0, "load the settings, then wait this long before the pprof endpoint opens (a migration before the agent starts)")
+	exitAfter   = flag.Duration("exit-after", 0, "if > 0, exit by itself (status 0) this long after start, as a controller does after restoring a snapshot")
 )
 
 const chunk = 256 << 10
@@ -63,8 +64,9 @@ func serveRequest(i int) {
 func main() {
 	start := time.Now()
 	fixture.Parse()
-	fixture.Serve()
 	kept = loadSettings(int(*settings))
+	time.Sleep(*listenAfter)
+	fixture.Serve()
 	if *exitAfter > 0 {
 		go func() {
 			time.Sleep(time.Until(start.Add(*exitAfter)))
