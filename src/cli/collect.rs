@@ -91,6 +91,10 @@ pub struct CollectArgs {
     /// 100 ms render, wait at least 300 ms); doubled in burst mode; 1 removes the cap.
     #[arg(long, default_value_t = 0.25)]
     max_duty: f64,
+    /// While the heap stays flat (identical captures, unchanged in-use figures and memory),
+    /// the interval doubles up to this many times itself; any movement restores it (1: off).
+    #[arg(long, default_value_t = heapwatch::collect::IDLE_BACKOFF)]
+    idle_backoff: u32,
     /// Largest response body accepted.
     #[arg(long, default_value = "512MiB", value_parser = units::parse_size)]
     max_body: u64,
@@ -115,11 +119,16 @@ pub struct CollectArgs {
     /// A label for this build (e.g. 2.1.0), kept in run.json for reports and comparisons.
     #[arg(long)]
     label: Option<String>,
-    /// No status line and no summary (for CI).
+    /// No status line, no progress lines and no summary.
     #[arg(long, short = 'q')]
     quiet: bool,
+    /// With stderr not a terminal, a plain progress line this often.
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration, hide = true)]
+    progress_every: Duration,
     #[command(flatten)]
     decode: DecodeFlags,
+    #[command(flatten)]
+    push: super::collect_push::CollectPushFlags,
 }
 
 fn usage(message: String) -> CliError {
@@ -172,6 +181,7 @@ impl CollectArgs {
             until_exit: self.until_exit.then_some(self.grace),
             max_disk: self.max_disk,
             max_duty: self.max_duty,
+            idle_backoff: self.idle_backoff.max(1),
             decode: self.decode.limits(),
         })
     }
@@ -206,20 +216,35 @@ impl CollectArgs {
     }
 }
 
-/// Draws the live status line on a terminal.
+/// Draws the live status line on a terminal; elsewhere (a CI log, a file) prints it as a
+/// plain line every `progress_every`.
 struct StatusLine {
     bar: Option<ProgressBar>,
+    /// Off the terminal: how often, and when the last plain line was printed.
+    plain: Option<(Duration, Option<std::time::Instant>)>,
 }
 
 impl StatusLine {
-    fn new(quiet: bool) -> StatusLine {
-        if quiet || !std::io::stderr().is_terminal() {
-            return StatusLine { bar: None };
+    fn new(quiet: bool, progress_every: Duration) -> StatusLine {
+        if quiet {
+            return StatusLine {
+                bar: None,
+                plain: None,
+            };
+        }
+        if !std::io::stderr().is_terminal() {
+            return StatusLine {
+                bar: None,
+                plain: Some((progress_every, None)),
+            };
         }
         let bar = ProgressBar::new_spinner();
         bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
         bar.enable_steady_tick(Duration::from_millis(200));
-        StatusLine { bar: Some(bar) }
+        StatusLine {
+            bar: Some(bar),
+            plain: None,
+        }
     }
 
     fn finish(&self) {
@@ -237,13 +262,17 @@ fn describe(status: &LiveStatus) -> String {
     if let Some(rate) = status.growth_bps {
         parts.push(format!("{}/s", format_bytes(rate as i64)));
     }
+    let total = status
+        .memory_total
+        .map(|t| format!(" (all charged {})", format_bytes(t as i64)))
+        .unwrap_or_default();
     match (status.memory, status.limit) {
         (Some(m), Some(l)) => parts.push(format!(
-            "memory {} of {}",
+            "memory {} of {}{total}",
             format_bytes(m as i64),
             format_bytes(l as i64)
         )),
-        (Some(m), None) => parts.push(format!("memory {}", format_bytes(m as i64))),
+        (Some(m), None) => parts.push(format!("memory {}{total}", format_bytes(m as i64))),
         _ => {}
     }
     if let Some(secs) = status.time_to_limit() {
@@ -271,11 +300,19 @@ impl Observer for StatusLine {
         if let Some(bar) = &self.bar {
             bar.set_message(describe(status));
         }
+        if let Some((every, last)) = &mut self.plain {
+            let now = std::time::Instant::now();
+            if last.is_none_or(|t| now.duration_since(t) >= *every) {
+                *last = Some(now);
+                eprintln!("heapwatch: {}", describe(status));
+            }
+        }
     }
 }
 
 pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
+    let push = args.push.prepare(args.decode.limits())?;
     let mut probe = args.probe()?;
     if args.agent_dir.is_some() && !args.target.starts_with("agent:") {
         return Err(usage(format!(
@@ -328,6 +365,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             "burst_interval_ms": config.burst_interval.as_millis() as u64,
             "burst_at": config.burst_at,
             "max_duty": config.max_duty,
+            "idle_backoff": config.idle_backoff,
             "cpu_limit": args.cpu_limit,
             "timeout_ms": config.timeout.as_millis() as u64,
             "profiles": args.profiles,
@@ -359,6 +397,16 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     writer
         .write_info(&info)
         .map_err(|e| CliError::Store(e.to_string()))?;
+    let (writer, push) = super::collect_push::attach(push, &args.out, writer)?;
+    // A reply that does not name its process (HTTP, Envoy) is filed under the process the
+    // probe sees, so a new pid opens a new boot cycle.
+    let pid_probe = probe
+        .clone()
+        .filter(|p| !matches!(p, MemoryProbe::Follow(_)));
+    // How watched processes end (exit code or signal), where the kernel tells (root).
+    let exits = heapwatch::collect::exits::ExitWatcher::start()
+        .ok()
+        .map(Arc::new);
     let sampler = match probe {
         Some(p) => Some(Sampler::start(
             p,
@@ -367,6 +415,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
                 .memory_log()
                 .map_err(|e| CliError::Store(e.to_string()))?,
             outside.clone(),
+            exits.clone(),
         )),
         None => None,
     };
@@ -375,12 +424,22 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
 
-    let mut status_line = StatusLine::new(args.quiet);
-    let collector = Collector::new(config, source.as_mut(), &clock, writer, &existing, stop)
+    let mut status_line = StatusLine::new(args.quiet, args.progress_every);
+    let mut collector = Collector::new(config, source.as_mut(), &clock, writer, &existing, stop)
         .with_outside_memory(outside);
+    if let Some(probe) = pid_probe {
+        collector = collector.with_pid_probe(probe);
+    }
+    if let Some(exits) = &exits {
+        collector = collector.with_exits(exits.clone());
+    }
     let result = collector.run(&mut status_line);
     status_line.finish();
     let tally = sampler.map(Sampler::finish);
+    let pushed = push.and_then(|p| p.finish(args.quiet));
+    if let Some(exits) = &exits {
+        exits.finish();
+    }
     let summary = result.map_err(|e| CliError::Store(e.to_string()))?;
 
     if !args.quiet {
@@ -402,6 +461,9 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
                 line.push_str(&format!(", {} OOM kill(s)", t.kills));
             }
         }
+        eprintln!("{line}");
+    }
+    if let Some(line) = pushed {
         eprintln!("{line}");
     }
     if summary.reason == StopReason::DiskFull {

@@ -45,6 +45,11 @@ impl CycleTracker {
         self.incarnation.max(1)
     }
 
+    /// The process of the latest answer that named one.
+    pub fn pid(&self) -> Option<u32> {
+        self.last_pid
+    }
+
     pub fn failed(&mut self, kind: FailureKind) {
         if kind.means_gone() {
             self.gone_seen = true;

@@ -4,13 +4,14 @@
 
 pub mod clock;
 mod cycles;
+pub mod exits;
 mod retention;
 pub mod sampler;
 mod status;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -19,9 +20,11 @@ pub use clock::{Clock, FakeClock, SystemClock};
 pub use status::LiveStatus;
 
 use crate::decode::{self, DecodeLimits, stackdump};
+use crate::source::procmem::MemoryProbe;
 use crate::source::{FailureKind, FetchError, Source, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
+use exits::ExitWatcher;
 use retention::Retention;
 
 /// Everything the collector needs to know, already validated.
@@ -45,6 +48,9 @@ pub struct CollectConfig {
     /// Largest share of wall time the target may spend serving profiles (1.0: no cap); twice
     /// this in burst mode.
     pub max_duty: f64,
+    /// Idle back-off: while heap captures find the heap flat, the interval doubles up to this
+    /// many times itself (1: never backs off).
+    pub idle_backoff: u32,
     pub decode: DecodeLimits,
 }
 
@@ -64,6 +70,7 @@ impl Default for CollectConfig {
             until_exit: None,
             max_disk: None,
             max_duty: 0.25,
+            idle_backoff: 1,
             decode: DecodeLimits::default(),
         }
     }
@@ -117,8 +124,14 @@ impl Observer for NoObserver {
 /// so burst mode reacts even while the target does not answer. Zero means unknown.
 #[derive(Debug, Default)]
 pub struct OutsideMemory {
+    /// Cgroup usage, else RSS: everything charged, page cache included.
     pub bytes: AtomicU64,
     pub limit: AtomicU64,
+    /// The part of `bytes` reclaim cannot take back (anonymous and shared memory), once the
+    /// split is known: what burst mode and the time to the limit go by.
+    pub killable: AtomicU64,
+    /// The process measured.
+    pub pid: AtomicU32,
 }
 
 struct Task {
@@ -149,6 +162,29 @@ pub struct Collector<'a> {
     /// Memory the latest MemStats of this boot cycle says the process holds (`Sys` less
     /// released heap): a burst trigger when nothing samples the process from outside.
     runtime_memory: Option<u64>,
+    /// Names the process behind a reply that does not (HTTP with `--pid` or `--cgroup`).
+    pid_probe: Option<MemoryProbe>,
+    /// The newest boot cycle whose `cycle` record is written.
+    cycle_noted: u32,
+    /// The boot cycle of each process that answered.
+    cycle_of_pid: BTreeMap<u32, u32>,
+    /// Exit statuses of the processes that answered, from the kernel.
+    exits: Option<Arc<ExitWatcher>>,
+    /// Idle back-off: the heap interval is multiplied by this (1, 2, 4, … up to
+    /// `config.idle_backoff`) while consecutive heap captures find it flat.
+    idle_factor: u32,
+    /// The in-use heap and memory when the heap last moved.
+    last_heap: Option<HeapMark>,
+}
+
+/// The idle back-off `collect` uses unless told otherwise, as a multiple of the interval.
+pub const IDLE_BACKOFF: u32 = 4;
+
+/// What the heap looked like at a capture, to tell whether it moved since.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HeapMark {
+    inuse: Option<u64>,
+    memory: Option<u64>,
 }
 
 impl<'a> Collector<'a> {
@@ -171,6 +207,13 @@ impl<'a> Collector<'a> {
         let cycles = CycleTracker::resume(&existing.records);
         status.incarnation = cycles.incarnation();
         let retention = Retention::resume(&existing.records, config.max_disk);
+        let cycle_noted = existing
+            .records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Cycle)
+            .map(|r| r.incarnation)
+            .max()
+            .unwrap_or(0);
         Collector {
             config,
             source,
@@ -201,7 +244,54 @@ impl<'a> Collector<'a> {
             last_latency: Duration::ZERO,
             gone_since: None,
             runtime_memory: None,
+            pid_probe: None,
+            cycle_noted,
+            cycle_of_pid: existing
+                .records
+                .iter()
+                .filter(|r| r.kind == RecordKind::Cycle)
+                .filter_map(|r| Some((r.pid?, r.incarnation)))
+                .collect(),
+            exits: None,
+            idle_factor: 1,
+            last_heap: None,
         }
+    }
+
+    /// Where the exit statuses of the processes that answer come from.
+    pub fn with_exits(mut self, exits: Arc<ExitWatcher>) -> Self {
+        self.exits = Some(exits);
+        self
+    }
+
+    /// An `exit` record for each watched process the kernel saw end, filed under the boot
+    /// cycle the process answered in (else the current one: compare the pid).
+    fn note_exits(&mut self) -> Result<(), StoreError> {
+        let Some(exits) = &self.exits else {
+            return Ok(());
+        };
+        for exit in exits.take() {
+            let incarnation = self
+                .cycle_of_pid
+                .get(&exit.pid)
+                .copied()
+                .unwrap_or_else(|| self.cycles.incarnation());
+            let mut record =
+                CaptureRecord::new(self.next_seq, RecordKind::Exit, incarnation, exit.t_ms);
+            self.next_seq += 1;
+            record.pid = Some(exit.pid);
+            record.exit_code = exit.exit_code;
+            record.signal = exit.signal;
+            self.writer.append(&record)?;
+        }
+        Ok(())
+    }
+
+    /// Where to look up the process of a reply that does not name it: a new pid there opens
+    /// a new boot cycle, as the agent's does.
+    pub fn with_pid_probe(mut self, probe: MemoryProbe) -> Self {
+        self.pid_probe = Some(probe);
+        self
     }
 
     pub fn with_outside_memory(mut self, outside: Arc<OutsideMemory>) -> Self {
@@ -216,14 +306,17 @@ impl<'a> Collector<'a> {
         })
     }
 
-    /// The largest memory figure known now: RSS or cgroup usage from outside, the latest heap
-    /// capture's in-use bytes, the latest MemStats.
+    /// The largest figure known now of the memory that can get the target killed: from
+    /// outside, its anonymous memory when the split is known (page cache is reclaimed before
+    /// a kill), else RSS or cgroup usage; the latest heap capture's in-use bytes; the latest
+    /// MemStats.
     fn memory_now(&self) -> Option<u64> {
-        let outside = self
-            .outside
-            .as_ref()
-            .map(|o| o.bytes.load(Ordering::Relaxed))
-            .filter(|&b| b > 0);
+        let outside = self.outside.as_ref().and_then(|o| {
+            [&o.killable, &o.bytes]
+                .into_iter()
+                .map(|a| a.load(Ordering::Relaxed))
+                .find(|&b| b > 0)
+        });
         let heap = self.status.heap_inuse.map(|b| b.max(0) as u64);
         [outside, heap, self.runtime_memory]
             .into_iter()
@@ -244,7 +337,34 @@ impl<'a> Collector<'a> {
         if self.bursting() {
             self.config.burst_interval
         } else {
-            self.config.interval
+            self.config.interval * self.idle_factor
+        }
+    }
+
+    /// After a heap capture: an idle target (in-use heap and memory within 1 MiB or 2 % of
+    /// where they were when the heap last moved) is asked less and less often, up to `idle_backoff` times the interval,
+    /// since rendering a profile is most of what an idle Go process allocates; any movement
+    /// brings the interval back at once. Envoy is paced by its own rule.
+    fn pace_idle(&mut self, record: &CaptureRecord) {
+        if self.source.kind() == "envoy" || record.kind != RecordKind::Heap || !record.is_ok() {
+            return;
+        }
+        let mark = HeapMark {
+            inuse: record.totals.get("inuse_space").map(|&b| b.max(0) as u64),
+            memory: self.memory_now(),
+        };
+        // Measured against the capture the flat stretch began with, so a slow leak adds up
+        // to a move instead of hiding under the threshold step by step. The threshold keeps
+        // the GCs our own profiling causes (a few hundred KiB of profile-writer buffers
+        // coming and going) from counting as movement.
+        let flat = self.last_heap.is_some_and(|anchor| {
+            !moved(anchor.inuse, mark.inuse) && !moved(anchor.memory, mark.memory)
+        });
+        if flat {
+            self.idle_factor = (self.idle_factor * 2).min(self.config.idle_backoff.max(1));
+        } else {
+            self.idle_factor = 1;
+            self.last_heap = Some(mark);
         }
     }
 
@@ -306,14 +426,17 @@ impl<'a> Collector<'a> {
         // While the target is not answering, only the first task (the main profile) probes.
         let probe = tasks[0].want;
         loop {
+            self.note_exits()?;
             if self.stop.load(Ordering::Relaxed) {
                 self.summary.reason = StopReason::Interrupted;
+                self.stopped()?;
                 break;
             }
             let now = self.clock.now();
             if let Some(d) = self.config.duration {
                 if now.saturating_sub(start) >= d {
                     self.summary.reason = StopReason::DurationReached;
+                    self.stopped()?;
                     break;
                 }
             }
@@ -391,8 +514,43 @@ impl<'a> Collector<'a> {
                 return Err(e.into());
             }
         }
+        self.note_exits()?;
         self.summary.incarnations = self.cycles.incarnation();
         Ok(self.summary)
+    }
+
+    /// The collector stops on purpose: a `stop` record says the target was not seen to end
+    /// here, with the process it last answered from (the attempts before it say whether that
+    /// process still answered).
+    fn stopped(&mut self) -> Result<(), StoreError> {
+        let mut record = CaptureRecord::new(
+            self.next_seq,
+            RecordKind::Stop,
+            self.cycles.incarnation(),
+            self.clock.unix_ms(),
+        );
+        self.next_seq += 1;
+        record.pid = self.cycles.pid();
+        self.writer.append(&record)
+    }
+
+    /// The first answer of a boot cycle: a `cycle` record with its process and build.
+    fn note_cycle(&mut self, first: &CaptureRecord) -> Result<(), StoreError> {
+        let build = self.source.build_info(self.timeout());
+        let mut record = CaptureRecord::new(
+            self.next_seq,
+            RecordKind::Cycle,
+            first.incarnation,
+            self.clock.unix_ms(),
+        );
+        self.next_seq += 1;
+        record.pid = first.pid;
+        record.build = build;
+        if let Some(pid) = first.pid {
+            self.cycle_of_pid.insert(pid, first.incarnation);
+        }
+        self.cycle_noted = first.incarnation;
+        self.writer.append(&record)
     }
 
     fn attempt(&mut self, want: Want, observer: &mut dyn Observer) -> Result<(), StoreError> {
@@ -419,7 +577,12 @@ impl<'a> Collector<'a> {
             Err(e) => self.failed(&mut record, &e, began),
             Ok(reply) => {
                 record.bytes = reply.bytes.len() as u64;
-                record.pid = reply.pid;
+                record.pid = reply
+                    .pid
+                    .or_else(|| self.pid_probe.as_ref().and_then(MemoryProbe::current_pid));
+                if let (Some(exits), Some(pid)) = (&self.exits, record.pid) {
+                    exits.watch(pid);
+                }
                 // A profile is written and fsynced under a temporary name on another thread
                 // while this one checks it; it gets its final name only if it is whole and new.
                 let temp = match want {
@@ -439,7 +602,10 @@ impl<'a> Collector<'a> {
                         Want::Goroutine if is_stack_dump(&reply.bytes) => {
                             self.stack_dump(&mut record, &reply.bytes)
                         }
-                        _ => self.profile(&mut record, &reply.bytes, reply.pid),
+                        _ => {
+                            let pid = record.pid;
+                            self.profile(&mut record, &reply.bytes, pid)
+                        }
                     };
                     let written =
                         writing.map(|w| w.join().expect("the writer thread does not panic"));
@@ -487,6 +653,10 @@ impl<'a> Collector<'a> {
             }
         }
         self.writer.append(&record)?;
+        if record.is_ok() && record.incarnation > self.cycle_noted {
+            self.note_cycle(&record)?;
+        }
+        self.pace_idle(&record);
         if record.is_ok() {
             self.summary.captures += 1;
         } else {
@@ -495,6 +665,11 @@ impl<'a> Collector<'a> {
         self.thin()?;
         self.status.bursting = self.bursting();
         self.status.memory = self.memory_now();
+        self.status.memory_total = self
+            .outside
+            .as_ref()
+            .map(|o| o.bytes.load(Ordering::Relaxed))
+            .filter(|&b| b > 0 && Some(b) != self.status.memory);
         if let Some(bytes) = self.status.memory {
             self.status.memory_point(record.t_ms, bytes as i64);
         }
@@ -537,6 +712,8 @@ impl<'a> Collector<'a> {
         if now != before {
             self.last_stored.clear();
             self.runtime_memory = None;
+            self.last_heap = None;
+            self.idle_factor = 1;
             self.status.new_cycle(now);
         }
         now
@@ -679,6 +856,18 @@ struct Invalid(String);
 /// A goroutine reply in text (op 0x01, or `?debug=2`) rather than a gzipped pprof profile.
 fn is_stack_dump(bytes: &[u8]) -> bool {
     !decode::is_gzip(bytes) && bytes.starts_with(b"goroutine ")
+}
+
+/// Whether memory seen between two captures moved: by more than 1 MiB and 2 %.
+fn moved(before: Option<u64>, now: Option<u64>) -> bool {
+    match (before, now) {
+        (Some(a), Some(b)) => {
+            let change = a.abs_diff(b);
+            change > 1 << 20 && change as f64 > 0.02 * a.max(b) as f64
+        }
+        (None, None) => false,
+        _ => true,
+    }
 }
 
 fn ms(d: Duration) -> f64 {

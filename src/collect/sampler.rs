@@ -1,5 +1,7 @@
 //! A thread that samples process / cgroup memory at a high rate into `memory.jsonl`,
 //! independent of the profile requests, and feeds burst mode through [`OutsideMemory`].
+//! Usage is read every tick; where it goes (`memory.stat`, `smaps_rollup`) every
+//! [`DETAIL_EVERY`], as it costs several times more (docs/benchmarks.md).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,8 +9,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::OutsideMemory;
-use crate::source::procmem::MemoryProbe;
+use super::exits::ExitWatcher;
+use crate::source::procmem::{MemoryProbe, MemorySample};
 use crate::store::MemoryLog;
+
+/// How often a sample also says where the memory goes.
+pub const DETAIL_EVERY: Duration = Duration::from_millis(500);
 
 pub struct Sampler {
     stop: Arc<AtomicBool>,
@@ -37,6 +43,7 @@ impl Sampler {
         interval: Duration,
         mut log: MemoryLog,
         outside: Arc<OutsideMemory>,
+        exits: Option<Arc<ExitWatcher>>,
     ) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_thread = stop.clone();
@@ -46,19 +53,41 @@ impl Sampler {
                 let mut tally = SamplerTally::default();
                 let mut kills = None;
                 let mut last_sync = Instant::now();
+                let mut last_detail: Option<Instant> = None;
+                let mut split = Split::default();
                 while !stop_thread.load(Ordering::Relaxed) {
                     if !probe.ready() {
                         std::thread::sleep(interval);
                         continue;
                     }
-                    let sample = probe.sample(unix_ms(), kills);
+                    let mut detailed = last_detail.is_none_or(|t| t.elapsed() >= DETAIL_EVERY);
+                    let mut sample = probe.sample(unix_ms(), kills, detailed);
+                    // Memory moving fast (a file written into the page cache, or a heap
+                    // growing): look where it went now rather than guess for up to 500 ms.
+                    if !detailed && split.jumped(&sample) {
+                        detailed = true;
+                        sample = probe.sample(unix_ms(), kills, true);
+                    }
+                    if detailed {
+                        last_detail = Some(Instant::now());
+                    }
                     kills = sample.oom_kills.or(kills);
+                    if let (Some(exits), Some(pid)) = (&exits, sample.pid) {
+                        exits.watch(pid);
+                    }
                     if sample.killed {
                         tally.kills += 1;
                     }
                     let bytes = sample.bytes().unwrap_or(0);
                     tally.peak = tally.peak.max(bytes);
                     outside.bytes.store(bytes, Ordering::Relaxed);
+                    outside
+                        .killable
+                        .store(split.killable(&sample).unwrap_or(0), Ordering::Relaxed);
+                    outside.pid.store(
+                        sample.pid.filter(|_| sample.alive).unwrap_or(0),
+                        Ordering::Relaxed,
+                    );
                     if let Some(limit) = sample.limit {
                         outside.limit.store(limit, Ordering::Relaxed);
                     }
@@ -75,7 +104,7 @@ impl Sampler {
                     std::thread::sleep(interval);
                 }
                 if probe.ready() {
-                    let _ = log.append(&probe.sample(unix_ms(), kills), true);
+                    let _ = log.append(&probe.sample(unix_ms(), kills, true), true);
                 }
                 tally
             })
@@ -92,5 +121,81 @@ impl Sampler {
             .take()
             .and_then(|h| h.join().ok())
             .unwrap_or_default()
+    }
+}
+
+/// The memory that can get the target killed, between two detailed samples: the total less
+/// the reclaimable part the last detailed sample found. Page cache that grows since is
+/// counted as killable until the next detailed sample (burst mode a moment early, never late);
+/// anonymous memory that grows is counted at once.
+#[derive(Debug, Default)]
+struct Split {
+    reclaimable: Option<u64>,
+    /// The total at the last detailed sample.
+    total: Option<u64>,
+}
+
+/// How far the total may move between detailed samples before the next is taken at once.
+const JUMP: u64 = 16 << 20;
+
+impl Split {
+    /// The total moved by more than [`JUMP`] since the last detailed sample.
+    fn jumped(&self, sample: &MemorySample) -> bool {
+        match (self.total, sample.bytes()) {
+            (Some(then), Some(now)) => then.abs_diff(now) > JUMP,
+            _ => false,
+        }
+    }
+
+    fn killable(&mut self, sample: &MemorySample) -> Option<u64> {
+        let total = sample.bytes()?;
+        let unreclaimable = match (&sample.cgroup, &sample.process) {
+            (Some(cg), _) if sample.usage.is_some() => cg.unreclaimable(),
+            (None, Some(p)) if sample.usage.is_none() => p.unreclaimable(),
+            _ => None,
+        };
+        if let Some(u) = unreclaimable {
+            self.reclaimable = Some(total.saturating_sub(u));
+            self.total = Some(total);
+            return Some(u.min(total));
+        }
+        Some(total.saturating_sub(self.reclaimable?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::procmem::CgroupBreakdown;
+
+    fn sample(usage: u64, anon: Option<u64>) -> MemorySample {
+        MemorySample {
+            usage: Some(usage),
+            cgroup: anon.map(|a| CgroupBreakdown {
+                anon: Some(a),
+                shmem: Some(0),
+                ..CgroupBreakdown::default()
+            }),
+            ..MemorySample::default()
+        }
+    }
+
+    #[test]
+    fn killable_memory_leaves_out_the_page_cache_of_the_last_detailed_sample() {
+        let mut split = Split::default();
+        assert_eq!(
+            split.killable(&sample(500, None)),
+            None,
+            "nothing known yet"
+        );
+        // 200 anonymous of 250: 50 of cache.
+        assert_eq!(split.killable(&sample(250, Some(200))), Some(200));
+        // Usage grows by 100 before the next detailed sample: counted as killable.
+        assert_eq!(split.killable(&sample(350, None)), Some(300));
+        // The detailed sample says it was cache.
+        assert_eq!(split.killable(&sample(350, Some(200))), Some(200));
+        // A jump of more than 16 MiB asks for a detailed sample at once.
+        assert!(!split.jumped(&sample(350 + (16 << 20), None)));
+        assert!(split.jumped(&sample(351 + (16 << 20), None)));
     }
 }

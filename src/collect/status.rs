@@ -13,8 +13,12 @@ pub struct LiveStatus {
     pub goroutines: Option<i64>,
     /// Bytes per second of in-use heap over the recent captures of this boot cycle.
     pub growth_bps: Option<f64>,
-    /// Memory seen from outside or from the heap, whichever is larger.
+    /// The memory that can get the target killed, from outside (anonymous memory once the
+    /// split is known) or from the heap, whichever is larger.
     pub memory: Option<u64>,
+    /// Everything charged from outside (cgroup usage, else RSS), page cache included, when it
+    /// differs from `memory`.
+    pub memory_total: Option<u64>,
     pub limit: Option<u64>,
     pub bursting: bool,
     pub last_error: Option<String>,

@@ -2,7 +2,8 @@
 //! no sleeping, no luck.
 
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::*;
@@ -87,7 +88,12 @@ fn collect(
         .run(&mut NoObserver)
         .unwrap();
     let run = RunDir::open(dir.path()).unwrap();
-    (summary, run.manifest.records, source.timeouts)
+    (summary, attempts(run.manifest.records), source.timeouts)
+}
+
+/// The capture attempts of a manifest, without the event records (`cycle`, `stop`).
+fn attempts(records: Vec<CaptureRecord>) -> Vec<CaptureRecord> {
+    records.into_iter().filter(|r| !r.kind.is_event()).collect()
 }
 
 fn heap_only(duration: Duration) -> CollectConfig {
@@ -330,7 +336,7 @@ fn collect_from(
         .run(&mut NoObserver)
         .unwrap();
     let run = RunDir::open(dir.path()).unwrap();
-    (summary, run.manifest.records, dir)
+    (summary, attempts(run.manifest.records), dir)
 }
 
 #[test]
@@ -354,7 +360,8 @@ fn stack_dumps_and_stats_are_captured_like_profiles_and_memstats() {
         .collect();
     assert_eq!(dumps.len(), 4, "{records:#?}");
     let first = dumps[0];
-    assert_eq!(first.file.as_deref(), Some("profiles/000002-goroutine.txt"));
+    // Seq 1 is the first heap capture, 2 the `cycle` record its answer opened.
+    assert_eq!(first.file.as_deref(), Some("profiles/000003-goroutine.txt"));
     assert_eq!(first.totals["goroutine"], 25);
     assert_eq!(
         std::fs::read(dir.path().join(first.file.as_ref().unwrap())).unwrap(),
@@ -473,4 +480,276 @@ fn a_target_frozen_at_its_limit_is_not_gone() {
         last.t_ms - first_refusal.t_ms >= 1500,
         "grace counted from the refusal"
     );
+}
+
+/// Answers like an agent of a given build and process; the pid changes on request.
+struct Versioned<'c> {
+    clock: &'c FakeClock,
+    pid: u32,
+    version: &'static str,
+    builds_asked: usize,
+}
+
+impl Source for Versioned<'_> {
+    fn target(&self) -> &str {
+        "versioned"
+    }
+    fn kind(&self) -> &'static str {
+        "agent"
+    }
+    fn supports(&self, want: Want) -> bool {
+        want == Want::Heap
+    }
+    fn fetch(&mut self, _want: Want, _timeout: Duration) -> Result<Reply, FetchError> {
+        self.clock.advance(ms(2));
+        if self.clock.now() >= ms(1000) && self.pid == 10 {
+            // A restart on a new build.
+            self.pid = 11;
+            self.version = "2.1.0";
+        }
+        Ok(Reply {
+            bytes: LATE.to_vec(),
+            pid: Some(self.pid),
+        })
+    }
+    fn build_info(&mut self, _timeout: Duration) -> Option<crate::model::build::BuildInfo> {
+        self.builds_asked += 1;
+        Some(crate::model::build::BuildInfo {
+            version: Some(self.version.into()),
+            go_version: Some("go1.26.8".into()),
+            ..Default::default()
+        })
+    }
+}
+
+#[test]
+fn each_boot_cycle_gets_one_cycle_record_with_its_pid_and_build_and_a_stop_ends_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_000_000);
+    let mut source = Versioned {
+        clock: &clock,
+        pid: 10,
+        version: "2.0.2",
+        builds_asked: 0,
+    };
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let stop = AtomicBool::new(false);
+    let summary = Collector::new(
+        heap_only(ms(2000)),
+        &mut source,
+        &clock,
+        writer,
+        &existing,
+        &stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    assert_eq!(summary.reason, StopReason::DurationReached);
+    assert_eq!(source.builds_asked, 2, "asked once per boot cycle");
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    let cycles: Vec<&CaptureRecord> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Cycle)
+        .collect();
+    assert_eq!(cycles.len(), 2, "{records:#?}");
+    let seen: Vec<(u32, Option<u32>, Option<String>)> = cycles
+        .iter()
+        .map(|r| {
+            let version = r.build.as_ref().and_then(|b| b.version.clone());
+            (r.incarnation, r.pid, version)
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, Some(10), Some("2.0.2".to_string())),
+            (2, Some(11), Some("2.1.0".to_string()))
+        ]
+    );
+    // Each cycle record follows its cycle's first answer.
+    for c in &cycles {
+        let first = records
+            .iter()
+            .find(|r| r.incarnation == c.incarnation && r.kind == RecordKind::Heap)
+            .unwrap();
+        assert_eq!(c.seq, first.seq + 1);
+    }
+    let last = records.last().unwrap();
+    assert_eq!(last.kind, RecordKind::Stop);
+    assert_eq!((last.incarnation, last.pid), (2, Some(11)));
+
+    // Resumed, the same run gets no second record for the cycle it is in.
+    let mut again = Versioned {
+        clock: &clock,
+        pid: 11,
+        version: "2.1.0",
+        builds_asked: 0,
+    };
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    Collector::new(
+        heap_only(ms(3000)),
+        &mut again,
+        &clock,
+        writer,
+        &existing,
+        &stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    assert_eq!(again.builds_asked, 0);
+}
+
+#[test]
+fn a_target_that_exits_by_itself_gets_no_stop_record() {
+    let config = CollectConfig {
+        until_exit: Some(ms(1000)),
+        memstats_interval: Duration::ZERO,
+        ..CollectConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_000_000);
+    let script = vec![
+        Step::Ok(LATE, ms(5)),
+        Step::Fail(FailureKind::Refused, ms(1)),
+    ];
+    let mut source = ScriptedSource::new(&clock, script);
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let stop = AtomicBool::new(false);
+    Collector::new(config, &mut source, &clock, writer, &existing, &stop)
+        .run(&mut NoObserver)
+        .unwrap();
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    assert!(records.iter().all(|r| r.kind != RecordKind::Stop));
+    let cycle = records
+        .iter()
+        .find(|r| r.kind == RecordKind::Cycle)
+        .unwrap();
+    assert_eq!(
+        (cycle.pid, &cycle.build),
+        (None, &None),
+        "plain HTTP knows neither"
+    );
+}
+
+fn gaps(records: &[CaptureRecord]) -> Vec<i64> {
+    records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Heap)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|p| p[1].t_ms - p[0].t_ms)
+        .collect()
+}
+
+fn backing_off(duration: Duration) -> CollectConfig {
+    CollectConfig {
+        idle_backoff: 4,
+        ..heap_only(duration)
+    }
+}
+
+#[test]
+fn an_idle_heap_is_asked_less_often_up_to_four_times_the_interval() {
+    let (summary, records, _) = collect(backing_off(ms(12_000)), vec![Step::Ok(LATE, ms(5))]);
+    assert_eq!(
+        gaps(&records),
+        vec![500, 1000, 2000, 2000, 2000, 2000, 2000]
+    );
+    // The interval in force is recorded with each capture.
+    let intervals: Vec<Option<u64>> = records.iter().map(|r| r.interval_ms).collect();
+    assert_eq!(
+        intervals[..4],
+        [Some(500), Some(500), Some(1000), Some(2000)]
+    );
+    assert_eq!(summary.attempts, 8);
+    // Off, the same target is asked every interval.
+    let (off, _, _) = collect(heap_only(ms(12_000)), vec![Step::Ok(LATE, ms(5))]);
+    assert_eq!(off.attempts, 24);
+}
+
+#[test]
+fn a_heap_that_moves_brings_the_interval_back_at_once() {
+    // Flat for a while, then a new profile (the heap moved), then flat again.
+    let mut script: Vec<Step> = (0..4).map(|_| Step::Ok(EARLY, ms(5))).collect();
+    script.push(Step::Ok(LATE, ms(5)));
+    let (_, records, _) = collect(backing_off(ms(10_000)), script);
+    let gaps = gaps(&records);
+    assert_eq!(gaps[..3], [500, 1000, 2000], "{gaps:?}");
+    // The fourth EARLY is flat: 2 s; LATE moved: the next comes after 500 ms, then it backs
+    // off again.
+    assert_eq!(gaps[3..6], [2000, 500, 1000], "{gaps:?}");
+}
+
+#[test]
+fn burst_mode_never_backs_off() {
+    // ~110 MiB in use of a 128 MiB limit: burst, even though every capture is the same.
+    let config = CollectConfig {
+        limit: Some(128 << 20),
+        ..backing_off(ms(2000))
+    };
+    let (_, records, _) = collect(config, vec![Step::Ok(LATE, ms(5))]);
+    assert!(records[1..].iter().all(|r| r.interval_ms == Some(100)));
+    assert!(gaps(&records)[1..].iter().all(|&g| g == 100));
+}
+
+#[test]
+fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat() {
+    // The heap profile is as of the last GC; growth seen from outside counts as movement.
+    struct Growing<'c> {
+        clock: &'c FakeClock,
+        outside: Arc<OutsideMemory>,
+        /// Anonymous memory added before each capture.
+        step: u64,
+    }
+    impl Source for Growing<'_> {
+        fn target(&self) -> &str {
+            "growing"
+        }
+        fn kind(&self) -> &'static str {
+            "http"
+        }
+        fn supports(&self, want: Want) -> bool {
+            want == Want::Heap
+        }
+        fn fetch(&mut self, _want: Want, _timeout: Duration) -> Result<Reply, FetchError> {
+            self.clock.advance(ms(5));
+            self.outside
+                .killable
+                .fetch_add(self.step, Ordering::Relaxed);
+            Ok(Reply {
+                bytes: LATE.to_vec(),
+                pid: None,
+            })
+        }
+    }
+    let clock = FakeClock::new(1_000_000);
+    let run = |step: u64, duration: Duration| {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = Arc::new(OutsideMemory::default());
+        let mut source = Growing {
+            clock: &clock,
+            outside: outside.clone(),
+            step,
+        };
+        // Above the ~110 MiB the profile holds in use, so the outside figure is the one seen.
+        outside.killable.store(120 << 20, Ordering::Relaxed);
+        let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+        let stop = AtomicBool::new(false);
+        let config = backing_off(duration);
+        Collector::new(config, &mut source, &clock, writer, &existing, &stop)
+            .with_outside_memory(outside)
+            .run(&mut NoObserver)
+            .unwrap();
+        gaps(&attempts(
+            RunDir::open(dir.path()).unwrap().manifest.records,
+        ))
+    };
+    // 8 MiB a capture: moving all the time.
+    let fast = run(8 << 20, ms(3000));
+    assert!(fast.iter().all(|&g| g == 500), "{fast:?}");
+    // 512 KiB a capture: under the threshold each time, but it adds up from where the heap
+    // last moved: backed off, then back to the interval when the sum passes 2 %.
+    let slow = run(512 << 10, ms(30_000));
+    assert!(slow.contains(&2000), "{slow:?}");
+    assert!(slow[3..].contains(&500), "{slow:?}");
 }

@@ -200,31 +200,47 @@ impl MemoryProbe {
         }
     }
 
-    pub fn sample(&self, t_ms: i64, previous_kills: Option<u64>) -> MemorySample {
+    /// The process measured now, read afresh: a pid, a cgroup's oldest process, the followed
+    /// process (`None` while unknown or gone).
+    pub fn current_pid(&self) -> Option<u32> {
+        let pid = match self {
+            MemoryProbe::Pid(pid) => Some(*pid),
+            MemoryProbe::Follow(cell) => Some(cell.load(Ordering::Relaxed)).filter(|&p| p != 0),
+            MemoryProbe::Cgroup(cg) => main_pid(&cg.pids()),
+        }?;
+        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+
+    /// One sample: usage, limit, the OOM-kill count and the pid measured, every time (a few
+    /// small reads); with `detailed`, also where the memory goes (`memory.stat`, the charge
+    /// failures and events, PSI, the process's `smaps_rollup`), which costs more.
+    pub fn sample(&self, t_ms: i64, previous_kills: Option<u64>, detailed: bool) -> MemorySample {
         match self {
-            MemoryProbe::Pid(pid) => pid_sample(*pid, t_ms),
-            MemoryProbe::Follow(cell) => pid_sample(cell.load(Ordering::Relaxed), t_ms),
+            MemoryProbe::Pid(pid) => pid_sample(*pid, t_ms, detailed),
+            MemoryProbe::Follow(cell) => pid_sample(cell.load(Ordering::Relaxed), t_ms, detailed),
             MemoryProbe::Cgroup(cg) => {
                 let oom_kills = cg.oom_kills();
                 let pids = cg.pids();
+                let pid = main_pid(&pids);
                 MemorySample {
                     t_ms,
                     source: "cgroup".into(),
-                    pid: pids.first().copied(),
-                    rss: pids.first().and_then(|&p| process_rss(p)),
+                    pid,
+                    rss: pid.and_then(process_rss),
                     usage: cg.usage(),
                     limit: cg.limit(),
                     killed: matches!((previous_kills, oom_kills), (Some(a), Some(b)) if b > a),
                     oom_kills,
                     alive: !pids.is_empty(),
-                    ..MemorySample::default()
+                    cgroup: detailed.then(|| cg.breakdown()),
+                    process: pid.filter(|_| detailed).and_then(process_breakdown),
                 }
             }
         }
     }
 }
 
-fn pid_sample(pid: u32, t_ms: i64) -> MemorySample {
+fn pid_sample(pid: u32, t_ms: i64, detailed: bool) -> MemorySample {
     let rss = process_rss(pid);
     MemorySample {
         t_ms,
@@ -232,6 +248,228 @@ fn pid_sample(pid: u32, t_ms: i64) -> MemorySample {
         pid: Some(pid),
         rss,
         alive: rss.is_some(),
+        process: rss
+            .filter(|_| detailed)
+            .and_then(|_| process_breakdown(pid)),
         ..MemorySample::default()
+    }
+}
+
+/// The process a cgroup's memory is told about: the one that started first, so a helper the
+/// target forks never takes its place, and after a restart the new process is the only one.
+fn main_pid(pids: &[u32]) -> Option<u32> {
+    if pids.len() <= 1 {
+        return pids.first().copied();
+    }
+    pids.iter()
+        .copied()
+        .min_by_key(|&p| (start_ticks(p).unwrap_or(u64::MAX), p))
+}
+
+/// When a process started, in clock ticks since boot (`/proc/PID/stat` field 22).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in brackets and may hold spaces; field 3 is
+    // the first of them, so field 22 is the 20th.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A process's resident memory by kind from `/proc/PID/smaps_rollup`: the kernel's exact
+/// walk of its mappings (the `RssAnon` counters of `status` may lag by up to 64 pages a
+/// thread). Shared memory is its proportional share, which for a Go process is all of it.
+pub fn process_breakdown(pid: u32) -> Option<ProcessBreakdown> {
+    let text = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    parse_smaps_rollup(&text)
+}
+
+fn parse_smaps_rollup(text: &str) -> Option<ProcessBreakdown> {
+    let kb = |key: &str| {
+        text.lines().find_map(|l| {
+            let v = l.strip_prefix(key)?.strip_prefix(':')?;
+            v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+        })
+    };
+    let rss = kb("Rss")? * 1024;
+    let anon = kb("Anonymous").map(|k| k * 1024);
+    let shmem = kb("Pss_Shmem").map(|k| k * 1024);
+    Some(ProcessBreakdown {
+        rss_anon: anon,
+        rss_file: anon.map(|a| rss.saturating_sub(a + shmem.unwrap_or(0))),
+        rss_shmem: shmem,
+    })
+}
+
+/// `key value` lines (`memory.stat`, `memory.events`, `memory.oom_control`) into a map.
+fn key_values(text: &str) -> std::collections::HashMap<&str, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k, v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// `some avg10=1.23 …` of a PSI file: the some and full avg10 shares.
+fn parse_pressure(text: &str) -> (Option<f64>, Option<f64>) {
+    let avg10 = |kind: &str| {
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(kind)?;
+            rest.split_whitespace()
+                .find_map(|f| f.strip_prefix("avg10=")?.parse().ok())
+        })
+    };
+    (avg10("some "), avg10("full "))
+}
+
+impl CgroupMemory {
+    fn read(&self, file: &str) -> Option<String> {
+        fs::read_to_string(self.path.join(file)).ok()
+    }
+
+    /// Where the cgroup's memory goes and how hard it presses on its limit. v1 names are the
+    /// hierarchical `total_*` ones, so a cgroup with children counts them too.
+    pub fn breakdown(&self) -> CgroupBreakdown {
+        let stat = self.read("memory.stat").unwrap_or_default();
+        if self.v2 {
+            breakdown_v2(
+                &stat,
+                self.read("memory.events").as_deref(),
+                self.read("memory.pressure").as_deref(),
+            )
+        } else {
+            breakdown_v1(
+                &stat,
+                self.read_number("memory.failcnt"),
+                self.read("memory.oom_control").as_deref(),
+                self.read_number("memory.kmem.usage_in_bytes"),
+            )
+        }
+    }
+}
+
+fn breakdown_v1(
+    stat: &str,
+    failcnt: Option<u64>,
+    oom_control: Option<&str>,
+    kmem: Option<u64>,
+) -> CgroupBreakdown {
+    let s = key_values(stat);
+    let oom = oom_control.map(key_values);
+    CgroupBreakdown {
+        anon: s.get("total_rss").copied(),
+        file: s.get("total_cache").copied(),
+        file_mapped: s.get("total_mapped_file").copied(),
+        shmem: s.get("total_shmem").copied(),
+        file_dirty: s.get("total_dirty").copied(),
+        file_writeback: s.get("total_writeback").copied(),
+        kernel: kmem,
+        failcnt,
+        oom: oom.and_then(|o| o.get("under_oom").copied()),
+        psi_some_avg10: None,
+        psi_full_avg10: None,
+    }
+}
+
+fn breakdown_v2(stat: &str, events: Option<&str>, pressure: Option<&str>) -> CgroupBreakdown {
+    let s = key_values(stat);
+    let events = events.map(key_values);
+    let (some, full) = pressure.map(parse_pressure).unwrap_or((None, None));
+    CgroupBreakdown {
+        anon: s.get("anon").copied(),
+        file: s.get("file").copied(),
+        file_mapped: s.get("file_mapped").copied(),
+        shmem: s.get("shmem").copied(),
+        file_dirty: s.get("file_dirty").copied(),
+        file_writeback: s.get("file_writeback").copied(),
+        kernel: s.get("kernel").copied(),
+        failcnt: events.as_ref().and_then(|e| e.get("max").copied()),
+        oom: events.as_ref().and_then(|e| e.get("oom").copied()),
+        psi_some_avg10: some,
+        psi_full_avg10: full,
+    }
+}
+
+impl CgroupBreakdown {
+    /// Memory reclaim cannot take back without swap: anonymous and shared memory.
+    pub fn unreclaimable(&self) -> Option<u64> {
+        Some(self.anon? + self.shmem.unwrap_or(0))
+    }
+}
+
+impl ProcessBreakdown {
+    /// Resident memory reclaim cannot take back without swap.
+    pub fn unreclaimable(&self) -> Option<u64> {
+        Some(self.rss_anon? + self.rss_shmem.unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_memory_stat_is_split_with_the_hierarchical_totals() {
+        let stat = "cache 100\nrss 50\ntotal_cache 4096000\ntotal_rss 2048000\n\
+                    total_mapped_file 1024\ntotal_shmem 8\ntotal_dirty 16\ntotal_writeback 0\n";
+        let oom = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
+        let b = breakdown_v1(stat, Some(12595), Some(oom), Some(777));
+        assert_eq!(b.anon, Some(2048000));
+        assert_eq!(b.file, Some(4096000));
+        assert_eq!(b.file_mapped, Some(1024));
+        assert_eq!(b.shmem, Some(8));
+        assert_eq!(b.file_dirty, Some(16));
+        assert_eq!(b.file_writeback, Some(0));
+        assert_eq!(b.kernel, Some(777));
+        assert_eq!(b.failcnt, Some(12595));
+        assert_eq!(b.oom, Some(0));
+        assert_eq!(b.unreclaimable(), Some(2048008));
+    }
+
+    #[test]
+    fn v2_memory_stat_events_and_pressure_are_read() {
+        let stat = "anon 300\nfile 700\nkernel 20\nfile_mapped 60\nfile_dirty 5\n\
+                    file_writeback 1\nshmem 2\n";
+        let events = "low 0\nhigh 0\nmax 42\noom 2\noom_kill 1\noom_group_kill 0\n";
+        let pressure = "some avg10=12.50 avg60=3.00 avg300=0.50 total=123\n\
+                        full avg10=4.25 avg60=1.00 avg300=0.10 total=45\n";
+        let b = breakdown_v2(stat, Some(events), Some(pressure));
+        assert_eq!((b.anon, b.file, b.kernel), (Some(300), Some(700), Some(20)));
+        assert_eq!((b.file_mapped, b.file_dirty), (Some(60), Some(5)));
+        assert_eq!((b.failcnt, b.oom), (Some(42), Some(2)));
+        assert_eq!(b.psi_some_avg10, Some(12.5));
+        assert_eq!(b.psi_full_avg10, Some(4.25));
+    }
+
+    #[test]
+    fn smaps_rollup_splits_resident_memory() {
+        let text = "55d2-7ffd ---p 00000000 00:00 0 [rollup]\nRss:  1764 kB\nPss:  242 kB\n\
+                    Pss_Anon:  112 kB\nPss_Shmem:  4 kB\nAnonymous:  160 kB\n";
+        let p = parse_smaps_rollup(text).unwrap();
+        assert_eq!(p.rss_anon, Some(160 << 10));
+        assert_eq!(p.rss_shmem, Some(4 << 10));
+        assert_eq!(p.rss_file, Some((1764 - 160 - 4) << 10));
+        assert!(parse_smaps_rollup("nothing").is_none());
+        // This process's own file, read for real.
+        let me = process_breakdown(std::process::id()).unwrap();
+        assert!(
+            me.rss_anon.unwrap() > 0 && me.rss_file.unwrap() > 0,
+            "{me:?}"
+        );
+    }
+
+    #[test]
+    fn the_oldest_process_of_a_cgroup_is_the_one_measured() {
+        let me = std::process::id();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert_eq!(main_pid(&[pid, me]), Some(me));
+        assert_eq!(main_pid(&[pid]), Some(pid));
+        assert_eq!(main_pid(&[]), None);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

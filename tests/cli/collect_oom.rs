@@ -326,7 +326,7 @@ fn three_oom_kills_in_a_row_make_three_boot_cycles_with_fresh_durable_captures()
     // Boot cycles: exactly one per process, and every answer filed under the process that gave it.
     let answered: Vec<&Value> = records
         .iter()
-        .filter(|r| ok(r) && r["kind"] != "delete")
+        .filter(|r| ok(r) && !util::is_event(r))
         .collect();
     let cycles: BTreeSet<u64> = answered
         .iter()
@@ -380,7 +380,7 @@ fn three_oom_kills_in_a_row_make_three_boot_cycles_with_fresh_durable_captures()
         // unless the next process answered first.
         let failed_after = records
             .iter()
-            .filter(|r| r["seq"].as_u64().unwrap() > newest_seq && r["kind"] != "delete")
+            .filter(|r| r["seq"].as_u64().unwrap() > newest_seq && !util::is_event(r))
             .find(|r| !ok(r) || r["incarnation"].as_u64() != Some(c))
             .filter(|r| !ok(r));
         let (stopped, slack, how) = match failed_after {

@@ -104,6 +104,7 @@ fn records(run: &Path) -> Vec<Value> {
         .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .filter(|r| !util::is_event(r))
         .collect()
 }
 

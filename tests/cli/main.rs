@@ -9,6 +9,7 @@ mod collect_crash;
 mod collect_faults;
 mod collect_oom;
 mod collect_tls;
+mod collect_truth;
 mod diff;
 mod envoy;
 mod flame;

@@ -323,3 +323,9 @@ pub fn memory_cgroup_or_watchdog(tag: &str, limit: u64) -> Option<MemoryCgroup> 
         }
     }
 }
+
+/// A manifest line that notes an event (a deletion, a boot cycle's start, a process's end, the
+/// collector stopping) rather than an attempt to capture something.
+pub fn is_event(record: &serde_json::Value) -> bool {
+    ["delete", "cycle", "stop", "exit"].contains(&record["kind"].as_str().unwrap_or(""))
+}

@@ -116,7 +116,13 @@ pub struct Discovery {
     dir: PathBuf,
     app_id: Option<String>,
     known: HashMap<(PathBuf, u32, Option<SystemTime>), AppInfo>,
+    /// The other agents named in the last error: named again only when they change, so a
+    /// machine with a dozen agents does not fill every failed attempt with the list.
+    last_others: Vec<String>,
 }
+
+/// At most this many other agents are named in one error.
+const NAMED_OTHERS: usize = 3;
 
 impl Discovery {
     pub fn new(dir: PathBuf, app_id: Option<String>) -> Discovery {
@@ -124,6 +130,7 @@ impl Discovery {
             dir,
             app_id,
             known: HashMap::new(),
+            last_others: Vec::new(),
         }
     }
 
@@ -182,18 +189,20 @@ impl Discovery {
                 )),
             }
         }
-        let seen = |matching: usize| {
-            let mut parts = vec![format!("{} live agent(s) here", matching + others.len())];
+        if matching.is_empty() {
+            let mut parts = vec![format!("{} other agent(s) seen", others.len())];
             if stale > 0 {
                 parts.push(format!("{stale} stale socket(s) skipped"));
             }
-            if !others.is_empty() {
-                parts.push(others.join(", "));
+            if !others.is_empty() && others != self.last_others {
+                let mut named = others[..others.len().min(NAMED_OTHERS)].join(", ");
+                if others.len() > NAMED_OTHERS {
+                    named.push_str(&format!(" and {} more", others.len() - NAMED_OTHERS));
+                }
+                parts.push(named);
             }
-            parts.join("; ")
-        };
-        match (&self.app_id, matching.len()) {
-            (_, 0) => Err(FetchError::new(
+            self.last_others = others;
+            return Err(FetchError::new(
                 FailureKind::Refused,
                 format!(
                     "{}: no live agent{} ({})",
@@ -202,9 +211,12 @@ impl Discovery {
                         .as_ref()
                         .map(|id| format!(" with app id {id:?}"))
                         .unwrap_or_default(),
-                    seen(0)
+                    parts.join("; ")
                 ),
-            )),
+            ));
+        }
+        self.last_others.clear();
+        match (&self.app_id, matching.len()) {
             // With an app id, the newest socket wins: a process restarted moments ago.
             (Some(_), _) | (None, 1) => Ok(matching.swap_remove(0).0),
             (None, n) => {
@@ -279,6 +291,31 @@ mod tests {
         assert_eq!(info.version.as_deref(), Some("1.2.3"));
         assert_eq!(AppInfo::parse(b"").unwrap(), AppInfo::default());
         assert!(AppInfo::parse(b"unknown op").is_err());
+    }
+
+    #[test]
+    fn other_agents_are_counted_in_one_line_and_named_only_when_they_change() {
+        let dir = tempfile::tempdir().unwrap();
+        // Live agents: sockets named with live pids (this test's and its parent's, and pids
+        // that only need to parse), each answering as another application.
+        for n in 0..5 {
+            agent(
+                dir.path().join(format!("gops-agent.{}.sock", 100_000 + n)),
+                r#"{"id":"router","type":"router"}"#,
+            );
+        }
+        let mut d = Discovery::new(dir.path().to_path_buf(), Some("ctrl".into()));
+        let first = d.find(Duration::from_secs(1)).unwrap_err().message;
+        assert!(first.contains("5 other agent(s) seen"), "{first}");
+        assert!(first.contains("and 2 more"), "{first}");
+        assert_eq!(first.matches("pid ").count(), 3, "{first}");
+        let again = d.find(Duration::from_secs(1)).unwrap_err().message;
+        assert!(!again.contains("pid "), "{again}");
+        assert!(
+            again.ends_with(r#"no live agent with app id "ctrl" (5 other agent(s) seen)"#),
+            "{again}"
+        );
+        assert!(!again.contains('\n'));
     }
 
     #[test]

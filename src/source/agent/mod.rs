@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use discover::{Discovery, pid_alive, pid_from_name};
+use discover::{AppInfo, Discovery, pid_alive, pid_from_name};
 use wire::{Endpoint, Op};
 
 use super::{FailureKind, FetchError, Reply, Source, Want};
+use crate::model::build::BuildInfo;
 
 /// What follows `agent:` in a target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,6 +223,32 @@ impl Source for AgentSource {
         };
         self.ask(op, timeout)
     }
+
+    /// App info (op 0x0a: version and app id) and the Go version (op 0x04) of the process
+    /// answering now. Either may fail alone: what one of them says is still worth keeping.
+    fn build_info(&mut self, timeout: Duration) -> Option<BuildInfo> {
+        let mut build = BuildInfo::default();
+        if let Ok(reply) = self.ask(Op::AppInfo, timeout) {
+            if let Ok(info) = AppInfo::parse(&reply.bytes) {
+                build.version = info.version.filter(|v| !v.trim().is_empty());
+                build.app_id = info.id.or(info.alias).filter(|v| !v.trim().is_empty());
+            }
+        }
+        if let Ok(reply) = self.ask(Op::Version, timeout) {
+            build.go_version = go_version(&reply.bytes);
+        }
+        (!build.is_empty()).then_some(build)
+    }
+}
+
+/// The Go version op's reply (`go1.26.0\n`); anything else (an error text) is not one.
+fn go_version(bytes: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(bytes).ok()?.trim();
+    // Release builds say `go1.26.8`; toolchains built from source `devel go1.27-abc …`.
+    let plausible = (text.starts_with("go1") || text.starts_with("devel go"))
+        && text.len() <= 128
+        && !text.contains('\n');
+    plausible.then(|| text.to_string())
 }
 
 #[cfg(test)]
@@ -259,6 +286,17 @@ mod tests {
         ] {
             assert!(AgentTarget::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_go_version_reply_is_read_and_error_text_is_not() {
+        let real = include_bytes!("../../../testdata/agent/version.txt");
+        assert_eq!(go_version(real).as_deref(), Some("go1.26.8"));
+        assert_eq!(
+            go_version(b"devel go1.27-abc Mon").as_deref(),
+            Some("devel go1.27-abc Mon")
+        );
+        assert_eq!(go_version(b"unknown op"), None);
     }
 
     #[test]

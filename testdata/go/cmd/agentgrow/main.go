@@ -8,6 +8,9 @@
 // It prints "agent on ADDR" (unix:PATH or tcp:HOST:PORT) once the agent
 // listens, then nothing. SIGINT or SIGTERM close the agent (removing its
 // socket) and exit; a SIGKILL leaves the socket behind, as an OOM kill does.
+// With -restart-after D it restarts itself after D, as a controller does after
+// restoring a snapshot: it starts a new copy of itself (same arguments, without
+// -restart-after), closes its agent and exits 0.
 package main
 
 import (
@@ -33,6 +36,7 @@ var (
 	chunk      = fixture.BytesFlag("chunk", 256<<10, "size of one retained entry")
 	peers      = flag.Float64("peers", 20, "leaked main.watchPeer goroutines per second")
 	delay      = flag.Duration("delay", 0, "sleep this long before the agent listens (the datastore migration)")
+	restart    = flag.Duration("restart-after", 0, "after this long, start a new copy of this process and exit 0")
 )
 
 type raftLog struct {
@@ -77,6 +81,31 @@ func address() string {
 	return "unix:" + filepath.Join(os.TempDir(), fmt.Sprintf("%s.%d.sock", agent.SockPrefix, os.Getpid()))
 }
 
+// restartSelf starts a copy of this process without -restart-after (it inherits
+// the cgroup, the temp dir and the output files), then exits.
+func restartSelf() {
+	var args []string
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name != "restart-after" {
+			args = append(args, "-"+f.Name+"="+f.Value.String())
+		}
+	})
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "restart: %v\n", err)
+		os.Exit(1)
+	}
+	attr := &os.ProcAttr{Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}}
+	child, err := os.StartProcess(exe, append([]string{exe}, args...), attr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "restart: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("restarting as pid %d\n", child.Pid)
+	agent.Close()
+	os.Exit(0)
+}
+
 func main() {
 	fixture.Parse()
 	time.Sleep(*delay)
@@ -102,6 +131,9 @@ func main() {
 		os.Exit(0)
 	}()
 
+	if *restart > 0 {
+		time.AfterFunc(*restart, restartSelf)
+	}
 	if *peers > 0 {
 		every := time.Duration(float64(time.Second) / *peers)
 		go func() {

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The profiler's own cost on an idle target, for docs/benchmarks.md: the share of the target's
+# allocation made by the profile writer (`heapwatch growth --json` → cycles[0].profiling), with
+# the idle back-off off (--idle-backoff 1) and on (the default, 4), at the default interval.
+# Targets: an idle net/http/pprof service (testdata/go/cmd/steady -rate 0) and an idle
+# OpenZiti-style agent (testdata/go/cmd/agentgrow -rate 0 -peers 0, through agent:auto).
+#
+# Settings (environment): DURATION=60s, HEAPWATCH=PATH (default: target/debug/heapwatch,
+# built if missing; the collector's own speed does not enter the figure).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DURATION=${DURATION:-60s}
+HW=${HEAPWATCH:-$ROOT/target/debug/heapwatch}
+[ -x "$HW" ] || (cd "$ROOT" && cargo build --quiet)
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+(cd "$ROOT/testdata/go" && CGO_ENABLED=0 go build -trimpath -o "$WORK/bin/" ./cmd/steady ./cmd/agentgrow)
+
+share() {
+    "$HW" growth "$1" --json | python3 -c '
+import json, sys
+c = json.load(sys.stdin)["cycles"][0]
+p = c.get("profiling") or {}
+print("%5d captures  profile writer %6.1f KiB/s  %5.1f %% of all allocation" % (
+    c["captures"], p.get("alloc_bytes_per_sec", 0) / 1024, 100 * p.get("alloc_share", 0)))'
+}
+
+for backoff in 1 4; do
+    # HTTP: an idle service with a 16 MiB working set and no requests.
+    "$WORK/bin/steady" -rate 0 -working-set 16MiB >"$WORK/steady.out" 2>&1 &
+    target=$!
+    until grep -q "listening on" "$WORK/steady.out"; do sleep 0.05; done
+    addr=$(sed -n 's/^listening on //p' "$WORK/steady.out")
+    "$HW" collect "http://$addr" --out "$WORK/http-$backoff" --duration "$DURATION" \
+        --idle-backoff "$backoff" --quiet
+    kill "$target"; wait "$target" 2>/dev/null || true
+    printf 'http  --idle-backoff %s: %s\n' "$backoff" "$(share "$WORK/http-$backoff")"
+
+    # Agent: an idle agent with no growth and no goroutine leak.
+    mkdir -p "$WORK/agents-$backoff"
+    TMPDIR="$WORK/agents-$backoff" "$WORK/bin/agentgrow" -app-id idle -rate 0 -peers 0 \
+        >"$WORK/agent.out" 2>&1 &
+    target=$!
+    until grep -q "agent on" "$WORK/agent.out"; do sleep 0.05; done
+    "$HW" collect agent:auto:idle --agent-dir "$WORK/agents-$backoff" --out "$WORK/agent-$backoff" \
+        --duration "$DURATION" --idle-backoff "$backoff" --quiet
+    kill "$target"; wait "$target" 2>/dev/null || true
+    printf 'agent --idle-backoff %s: %s\n' "$backoff" "$(share "$WORK/agent-$backoff")"
+done

@@ -1,0 +1,81 @@
+//! What one memory sample costs the collector's sampler thread: the cheap one taken every tick
+//! (usage, limit, OOM-kill count, the pid and its RSS) against the detailed one taken every
+//! 500 ms (plus `memory.stat`, failcnt, events, and the process's `smaps_rollup`).
+//!
+//! `cargo bench --bench memory_sample`, as root: a v1 memory cgroup is made for the bench under
+//! /sys/fs/cgroup/memory with one `sleep` in it (the process measured), and removed after;
+//! HEAPWATCH_BENCH_CGROUP names another cgroup to read instead.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use heapwatch::source::procmem::{self, CgroupMemory, MemoryProbe};
+
+/// A cgroup made for the bench with one process in it; both gone on drop.
+struct Made {
+    path: PathBuf,
+    child: std::process::Child,
+}
+
+impl Made {
+    fn new() -> Option<Made> {
+        let path = PathBuf::from(format!(
+            "/sys/fs/cgroup/memory/heapwatch-bench-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir(&path).ok()?;
+        let child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .ok()?;
+        let made = Made { path, child };
+        std::fs::write(made.path.join("cgroup.procs"), made.child.id().to_string()).ok()?;
+        Some(made)
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let made = match std::env::var_os("HEAPWATCH_BENCH_CGROUP") {
+        Some(_) => None,
+        None => Made::new(),
+    };
+    let path = std::env::var_os("HEAPWATCH_BENCH_CGROUP")
+        .map(PathBuf::from)
+        .or_else(|| made.as_ref().map(|m| m.path.clone()))
+        .unwrap_or_default();
+    let Ok(cgroup) = CgroupMemory::open(&path) else {
+        eprintln!("{}: not a memory cgroup; nothing measured", path.display());
+        return;
+    };
+    let probe = MemoryProbe::Cgroup(cgroup.clone());
+    let me = MemoryProbe::Pid(std::process::id());
+    let mut group = c.benchmark_group("memory_sample");
+    group.bench_function("cgroup every tick", |b| {
+        b.iter(|| black_box(probe.sample(0, Some(0), false)))
+    });
+    group.bench_function("cgroup detailed", |b| {
+        b.iter(|| black_box(probe.sample(0, Some(0), true)))
+    });
+    group.bench_function("memory.stat and events alone", |b| {
+        b.iter(|| black_box(cgroup.breakdown()))
+    });
+    group.bench_function("pid every tick", |b| {
+        b.iter(|| black_box(me.sample(0, None, false)))
+    });
+    group.bench_function("smaps_rollup alone", |b| {
+        b.iter(|| black_box(procmem::process_breakdown(std::process::id())))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

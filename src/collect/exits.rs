@@ -1,0 +1,316 @@
+//! How a watched process ended, from the kernel: the process-event connector (netlink,
+//! `NETLINK_CONNECTOR`, root only) reports every exit on the machine with its wait status, so
+//! the exit code or signal of a process heapwatch did not start is known, not guessed. Where
+//! the connector cannot be opened (not root, a kernel without it), there is no watcher and the
+//! run says less.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// One watched process's end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessExit {
+    pub pid: u32,
+    /// Unix ms when the event was read.
+    pub t_ms: i64,
+    /// Set when the process exited by itself.
+    pub exit_code: Option<i32>,
+    /// Set when a signal ended it (9 for an OOM kill, 2 for Ctrl-C, …).
+    pub signal: Option<i32>,
+}
+
+impl ProcessExit {
+    /// Splits a wait status as `waitpid` would.
+    pub fn from_wait_status(pid: u32, t_ms: i64, status: u32) -> ProcessExit {
+        let signal = status & 0x7f;
+        ProcessExit {
+            pid,
+            t_ms,
+            exit_code: (signal == 0).then_some(((status >> 8) & 0xff) as i32),
+            signal: (signal != 0).then_some(signal as i32),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    watched: Mutex<HashSet<u32>>,
+    ended: Mutex<Vec<ProcessExit>>,
+}
+
+pub struct ExitWatcher {
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ExitWatcher {
+    /// Subscribes to process events; an error says why there will be no exit statuses.
+    pub fn start() -> Result<ExitWatcher, String> {
+        let socket = connector::subscribe()?;
+        let shared = Arc::new(Shared::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, flag) = (shared.clone(), stop.clone());
+        let handle = std::thread::Builder::new()
+            .name("heapwatch-exits".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    for (pid, status) in socket.exits() {
+                        let watched = s.watched.lock().is_ok_and(|w| w.contains(&pid));
+                        if watched {
+                            let exit = ProcessExit::from_wait_status(pid, unix_ms(), status);
+                            if let Ok(mut ended) = s.ended.lock() {
+                                ended.push(exit);
+                            }
+                        }
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the exit watcher thread: {e}"))?;
+        Ok(ExitWatcher {
+            shared,
+            stop,
+            handle: Mutex::new(Some(handle)),
+        })
+    }
+
+    /// From now on, this process's end is reported.
+    pub fn watch(&self, pid: u32) {
+        if pid == 0 {
+            return;
+        }
+        if let Ok(mut w) = self.shared.watched.lock() {
+            w.insert(pid);
+        }
+    }
+
+    /// The watched processes that ended since the last call, oldest first.
+    pub fn take(&self) -> Vec<ProcessExit> {
+        self.shared
+            .ended
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default()
+    }
+
+    pub fn finish(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.lock().ok().and_then(|mut h| h.take()) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for ExitWatcher {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The netlink side, in the kernel's own layout (`linux/connector.h`, `linux/cn_proc.h`).
+mod connector {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    const CN_IDX_PROC: u32 = 1;
+    const CN_VAL_PROC: u32 = 1;
+    const PROC_CN_MCAST_LISTEN: u32 = 1;
+    const PROC_EVENT_EXIT: u32 = 0x8000_0000;
+    const NLMSG_HDR: usize = 16;
+    const CN_MSG: usize = 20;
+    /// `what`, `cpu`, `timestamp_ns` before the event's own fields.
+    const EVENT_HDR: usize = 16;
+
+    pub struct Socket(OwnedFd);
+
+    pub fn subscribe() -> Result<Socket, String> {
+        // SAFETY: plain socket(2); the fd is owned from here on.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                libc::NETLINK_CONNECTOR,
+            )
+        };
+        if fd < 0 {
+            return Err(format!(
+                "process events: socket: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: fd is a fresh, open descriptor nobody else owns.
+        let socket = Socket(unsafe { OwnedFd::from_raw_fd(fd) });
+        // SAFETY: sockaddr_nl is plain data; zeroed is a valid value.
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as u16;
+        addr.nl_groups = CN_IDX_PROC;
+        // SAFETY: addr is a valid sockaddr_nl of the size passed.
+        let rc = unsafe {
+            libc::bind(
+                fd,
+                (&addr as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "process events: bind: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let mut message = Vec::with_capacity(NLMSG_HDR + CN_MSG + 4);
+        let total = (NLMSG_HDR + CN_MSG + 4) as u32;
+        message.extend_from_slice(&total.to_ne_bytes());
+        message.extend_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
+        message.extend_from_slice(&0u16.to_ne_bytes());
+        message.extend_from_slice(&0u32.to_ne_bytes());
+        message.extend_from_slice(&std::process::id().to_ne_bytes());
+        for v in [CN_IDX_PROC, CN_VAL_PROC, 0, 0] {
+            message.extend_from_slice(&v.to_ne_bytes());
+        }
+        message.extend_from_slice(&4u16.to_ne_bytes());
+        message.extend_from_slice(&0u16.to_ne_bytes());
+        message.extend_from_slice(&PROC_CN_MCAST_LISTEN.to_ne_bytes());
+        // SAFETY: message is valid for reads of its length.
+        let sent = unsafe { libc::send(fd, message.as_ptr().cast(), message.len(), 0) };
+        if sent < 0 {
+            return Err(format!(
+                "process events: subscribe: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // Wake up now and then to see whether the watcher should stop.
+        let timeout = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 200_000,
+        };
+        // SAFETY: timeval is valid for reads of its size.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&timeout as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
+        }
+        Ok(socket)
+    }
+
+    impl Socket {
+        /// The exits of thread-group leaders (processes) in the next datagram, as (pid, wait
+        /// status); empty after the receive timeout.
+        pub fn exits(&self) -> Vec<(u32, u32)> {
+            let mut buf = [0u8; 8192];
+            // SAFETY: buf is valid for writes of its length.
+            let n =
+                unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n <= 0 {
+                return Vec::new();
+            }
+            parse(&buf[..n as usize])
+        }
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+        Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    }
+
+    /// Every process exit in a datagram of netlink messages.
+    pub fn parse(mut bytes: &[u8]) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        while let Some(len) = u32_at(bytes, 0).map(|l| l as usize) {
+            if len < NLMSG_HDR || len > bytes.len() {
+                break;
+            }
+            let event = NLMSG_HDR + CN_MSG;
+            if u32_at(bytes, event) == Some(PROC_EVENT_EXIT) {
+                let fields = event + EVENT_HDR;
+                if let (Some(pid), Some(tgid), Some(status)) = (
+                    u32_at(bytes, fields),
+                    u32_at(bytes, fields + 4),
+                    u32_at(bytes, fields + 8),
+                ) {
+                    if pid == tgid {
+                        out.push((pid, status));
+                    }
+                }
+            }
+            // Messages are 4-byte aligned.
+            let next = (len + 3) & !3;
+            bytes = bytes.get(next..).unwrap_or_default();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_statuses_split_into_exit_codes_and_signals() {
+        let e = ProcessExit::from_wait_status(1, 0, 3 << 8);
+        assert_eq!((e.exit_code, e.signal), (Some(3), None));
+        let k = ProcessExit::from_wait_status(1, 0, 9);
+        assert_eq!((k.exit_code, k.signal), (None, Some(9)));
+        let core = ProcessExit::from_wait_status(1, 0, 0x80 | 11);
+        assert_eq!(core.signal, Some(11));
+    }
+
+    #[test]
+    fn a_datagram_gives_the_exits_of_processes_not_threads() {
+        let mut d = Vec::new();
+        for (pid, tgid, status) in [(10u32, 10u32, 2u32), (11, 10, 0)] {
+            let mut m = vec![0u8; 16 + 20 + 16 + 16];
+            let len = m.len() as u32;
+            m[0..4].copy_from_slice(&len.to_ne_bytes());
+            m[36..40].copy_from_slice(&0x8000_0000u32.to_ne_bytes());
+            m[52..56].copy_from_slice(&pid.to_ne_bytes());
+            m[56..60].copy_from_slice(&tgid.to_ne_bytes());
+            m[60..64].copy_from_slice(&status.to_ne_bytes());
+            d.extend(m);
+        }
+        assert_eq!(connector::parse(&d), vec![(10, 2)]);
+        assert!(connector::parse(&[1, 2, 3]).is_empty());
+        assert!(connector::parse(&d[..40]).is_empty());
+    }
+
+    #[test]
+    fn the_end_of_a_real_process_is_seen_with_its_exit_code_when_root() {
+        let watcher = match ExitWatcher::start() {
+            Ok(w) => w,
+            Err(e) if std::env::var_os("HEAPWATCH_REQUIRE_ROOT").is_some() => {
+                panic!("HEAPWATCH_REQUIRE_ROOT is set but {e}")
+            }
+            Err(e) => {
+                eprintln!("no process events here ({e}): the collector runs without them");
+                return;
+            }
+        };
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.3; exit 7"])
+            .spawn()
+            .unwrap();
+        watcher.watch(child.id());
+        child.wait().unwrap();
+        let started = std::time::Instant::now();
+        let mut seen = Vec::new();
+        while seen.is_empty() && started.elapsed() < std::time::Duration::from_secs(3) {
+            seen = watcher.take();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!((seen[0].pid, seen[0].exit_code), (child.id(), Some(7)));
+        watcher.finish();
+    }
+}
