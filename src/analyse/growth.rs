@@ -327,6 +327,9 @@ impl GrowthBuilder {
                 }
                 let span_pid = |n: u32| spans.iter().find(|s| s.index == n).and_then(|s| s.pid);
                 c.pid = c.pid.or(span_pid(inc));
+                if let Some(b) = c.breakdown.as_mut() {
+                    breakdown::mark_inherited(b, &mem, pos > 0);
+                }
                 let next = incarnations.get(pos + 1).map(|&n| span_pid(n));
                 // A kill is seen after the process is gone, maybe once its successor runs:
                 // the evidence of an end is what was sampled until the next cycle began.
