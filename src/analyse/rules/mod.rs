@@ -19,10 +19,11 @@ mod parse;
 use parse::trips_above;
 pub use parse::{Metric, Rule, RuleError, parse};
 
-/// The baseline side of a comparison, as the regression rule sees it.
+/// The baseline side of a comparison, as the regression rule sees it: the largest in-use heap
+/// of each compared cycle over the span both cover.
 #[derive(Debug, Clone, Serialize)]
 pub struct HeapRatio {
-    /// Seconds into the first boot cycle at which both heaps are taken.
+    /// The aligned span: seconds from each cycle's start.
     pub age_s: f64,
     pub baseline_bytes: i64,
     pub bytes: i64,
@@ -84,13 +85,17 @@ pub fn cycle_growth(c: &CycleGrowth) -> f64 {
     c.sites.iter().map(|s| s.bytes_per_sec).sum::<f64>() + 0.0
 }
 
-/// When the limit is (or was) reached: the kill when the cycle died of it, else the forecast.
+/// When the limit is (or was) reached: the earliest of the kill when the cycle died of it,
+/// the measured arrival at the limit, and the forecast.
 pub fn cycle_time_to_limit(c: &CycleGrowth) -> Option<f64> {
     let died = c.died_after_s.filter(|_| c.killed);
-    match (died, c.limit_at_s) {
-        (Some(d), Some(l)) => Some(d.min(l)),
-        (d, l) => d.or(l),
-    }
+    let reached = c.at_limit.as_ref().map(|a| a.since_s);
+    // A forecast only while the limit was not reached: then it is measured.
+    let forecast = c.limit_at_s.filter(|_| reached.is_none());
+    [died, reached, forecast]
+        .into_iter()
+        .flatten()
+        .reduce(f64::min)
 }
 
 fn worst(measures: Vec<Measure>, above: bool) -> Option<Measure> {
@@ -159,6 +164,8 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 cycle_time_to_limit(c).map(|t| {
                     let how = if c.killed && c.died_after_s.is_some_and(|d| d <= t + 1e-9) {
                         format!("OOM-killed {t:.1} s after the first capture")
+                    } else if let Some(a) = c.at_limit.as_ref().filter(|a| a.since_s <= t + 1e-9) {
+                        format!("the cgroup sat {}", a.summary)
                     } else {
                         format!("{limit} reached {t:.1} s after the first capture at this rate")
                     };
@@ -187,11 +194,17 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 .map_or(String::new(), |r| {
                     format!("; worst site {}: {}", r.name, r.why)
                 });
+            let (this, base) = f.comparison.map_or((String::new(), String::new()), |c| {
+                (
+                    format!(" (cycle {} of {})", c.b_cycle, c.b),
+                    format!(" (cycle {} of {})", c.a_cycle, c.a),
+                )
+            });
             Some(Measure {
                 value,
-                cycle: Some(1),
+                cycle: Some(f.comparison.map_or(1, |c| c.b_cycle)),
                 detail: format!(
-                    "in-use heap {} against {} in the baseline at {:.1} s ({value:.2}x){site}",
+                    "peak in-use heap {}{this} against {} in the baseline{base} over the first {:.1} s ({value:.2}x){site}",
                     format_bytes(ratio.bytes),
                     format_bytes(ratio.baseline_bytes),
                     ratio.age_s
@@ -263,7 +276,10 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
             Some(Measure {
                 value: killed.len() as f64,
                 cycle: killed.first().copied(),
-                detail: format!("{} OOM kill(s) seen in the memory samples", killed.len()),
+                detail: format!(
+                    "{} OOM kill(s): the cgroup's oom_kill counter rose, or heapwatch run saw SIGKILL",
+                    killed.len()
+                ),
             })
         }
         Metric::Restarts => {
@@ -480,266 +496,10 @@ pub fn peak_heap(records: &[CaptureRecord]) -> Vec<(u32, i64)> {
     peaks.into_iter().collect()
 }
 
-/// Total in-use heap of the first boot cycle's capture nearest `age_s` seconds after its
-/// start, from the manifest totals.
-pub fn heap_at_age(records: &[CaptureRecord], growth: &GrowthReport, age_s: f64) -> Option<i64> {
-    let cycle = growth.cycles.first()?;
-    let target = cycle.start_ms + (age_s * 1000.0) as i64;
-    records
-        .iter()
-        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.incarnation == cycle.index)
-        .filter_map(|r| r.totals.get("inuse_space").map(|&v| (r.t_ms, r.seq, v)))
-        .min_by_key(|&(t, seq, _)| ((t - target).abs(), seq))
-        .map(|(_, _, v)| v)
-}
-
 /// Whether a rule needs a baseline run to be checked.
 pub fn needs_baseline(rule: &Rule) -> bool {
     rule.metric == Metric::Regression
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::analyse::growth::{AcrossCycles, SiteGrowth};
-
-    const MIB: f64 = 1024.0 * 1024.0;
-
-    fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
-        CycleGrowth {
-            index,
-            captures: 10,
-            stored: 10,
-            duplicates: 0,
-            errors: 0,
-            start_ms: 0,
-            span_s: 7.0,
-            died_after_s: killed_at,
-            killed: killed_at.is_some(),
-            heap_first: Some(0),
-            heap_last: Some(1),
-            total_bytes_per_sec: Some(growth_mib * MIB),
-            total_fit_r2: Some(1.0),
-            memory_bytes_per_sec: None,
-            memory_peak: Some(200 << 20),
-            limit_at_s: Some(9.0),
-            sites: vec![SiteGrowth {
-                name: "main.leak".into(),
-                bytes_per_sec: growth_mib * MIB,
-                fit_r2: 1.0,
-                inuse_first: 0,
-                inuse_last: 1,
-                onset_s: None,
-                share: 1.0,
-            }],
-            alloc_storms: vec![],
-            goroutine_growth: vec![],
-            profiling: None,
-            memstats: None,
-            runtime: None,
-            verdict: String::new(),
-        }
-    }
-
-    fn report(cycles: Vec<CycleGrowth>) -> GrowthReport {
-        GrowthReport {
-            schema: 1,
-            limit_bytes: Some(256 << 20),
-            across: AcrossCycles {
-                cycles: cycles.len(),
-                died: 0,
-                same_top_site: None,
-                ages_s: vec![],
-                summary: String::new(),
-            },
-            cycles,
-        }
-    }
-
-    fn check(text: &str, growth: &GrowthReport, ratio: Option<&HeapRatio>) -> Outcome {
-        let findings = Findings {
-            growth,
-            peak_heap: &[(1, 100 << 20)],
-            comparison: None,
-            heap_ratio: ratio,
-            envoy: None,
-        };
-        evaluate(&parse(text).unwrap(), &findings)
-    }
-
-    #[test]
-    fn rules_parse_with_units_and_refuse_the_wrong_direction() {
-        let r = parse("growth > 5MiB/s").unwrap();
-        assert_eq!(
-            (r.metric, r.bar, r.text.as_str()),
-            (Metric::Growth, 5.0 * MIB, "growth>5MiB/s")
-        );
-        assert_eq!(parse("time-to-limit<60s").unwrap().bar, 60.0);
-        assert_eq!(parse("time-to-limit<2m").unwrap().bar, 120.0);
-        assert_eq!(parse("regression>1.5x").unwrap().bar, 1.5);
-        assert_eq!(parse("regression>2").unwrap().bar, 2.0);
-        assert_eq!(parse("goroutines>10/s").unwrap().bar, 10.0);
-        assert_eq!(parse("kills>0").unwrap().bar, 0.0);
-        for bad in [
-            "growth<5MiB/s",
-            "time-to-limit>60s",
-            "growth>=5MiB/s",
-            "growth",
-            "speed>1",
-            "growth>fast",
-            "regression>0x",
-            "kills>1.5",
-            "time-to-limit<soon",
-        ] {
-            assert!(parse(bad).is_err(), "{bad} should be refused");
-        }
-        let e = parse("growth<5MiB/s").unwrap_err().to_string();
-        assert!(e.contains("growth>5MiB/s"), "{e}");
-    }
-
-    #[test]
-    fn the_worst_cycle_trips_the_rule_and_is_named() {
-        let g = report(vec![cycle(1, 1.0, None), cycle(2, 29.0, Some(7.2))]);
-        let o = check("growth>5MiB/s", &g, None);
-        assert_eq!(o.status, Status::Fail);
-        assert!(o.reason.starts_with("boot cycle 2:"), "{}", o.reason);
-        assert!(o.reason.contains("main.leak"), "{}", o.reason);
-        assert_eq!(check("growth>50MiB/s", &g, None).status, Status::Pass);
-
-        let o = check("time-to-limit<60s", &g, None);
-        assert_eq!(o.status, Status::Fail);
-        assert_eq!(o.shown, "7.2 s");
-        assert!(o.reason.contains("OOM-killed"), "{}", o.reason);
-        assert_eq!(check("time-to-limit<5s", &g, None).status, Status::Pass);
-        assert_eq!(check("kills>0", &g, None).status, Status::Fail);
-        assert_eq!(check("restarts>1", &g, None).status, Status::Pass);
-        assert_eq!(check("heap>64MiB", &g, None).status, Status::Fail);
-        assert_eq!(check("memory>256MiB", &g, None).status, Status::Pass);
-        let line = failure_line(&[check("growth>5MiB/s", &g, None)]).unwrap();
-        assert!(!line.contains('\n'));
-    }
-
-    #[test]
-    fn a_rule_without_its_figures_is_unknown_not_passed() {
-        let mut g = report(vec![cycle(1, 1.0, None)]);
-        g.limit_bytes = None;
-        assert_eq!(check("time-to-limit<60s", &g, None).status, Status::Unknown);
-        assert_eq!(check("regression>1.5x", &g, None).status, Status::Unknown);
-        let ratio = HeapRatio {
-            age_s: 7.0,
-            baseline_bytes: 30 << 20,
-            bytes: 136 << 20,
-        };
-        let o = check("regression>1.5x", &g, Some(&ratio));
-        assert_eq!(o.status, Status::Fail);
-        assert_eq!(o.shown, "4.53x");
-        assert_eq!(
-            check("regression>5x", &g, Some(&ratio)).status,
-            Status::Pass
-        );
-    }
-
-    fn envoy_report(memory: &[&str], limit: Option<u64>) -> EnvoyReport {
-        use crate::analyse::envoy::{self, EnvoyLimits};
-        use crate::source::envoy::{EnvoyMemory, EnvoySnapshot, EnvoyStats, HeapDumpState};
-        let snapshots: Vec<EnvoySnapshot> = memory
-            .iter()
-            .enumerate()
-            .map(|(i, m)| EnvoySnapshot {
-                t_ms: i as i64 * 10_000,
-                memory: Some(EnvoyMemory::parse(m.as_bytes()).unwrap()),
-                stats: EnvoyStats::default(),
-            })
-            .collect();
-        let limits = EnvoyLimits {
-            memory_bytes: limit,
-            cpu_cores: None,
-        };
-        envoy::analyse(&snapshots, &limits, HeapDumpState::NotAsked)
-    }
-
-    fn check_envoy(text: &str, growth: &GrowthReport, e: &EnvoyReport) -> Outcome {
-        let findings = Findings {
-            growth,
-            peak_heap: &[],
-            comparison: None,
-            heap_ratio: None,
-            envoy: Some(e),
-        };
-        evaluate(&parse(text).unwrap(), &findings)
-    }
-
-    #[test]
-    fn live_share_parses_as_a_share_below_a_bar() {
-        assert_eq!(parse("live-share<0.6").unwrap().bar, 0.6);
-        assert_eq!(parse("live-share < 60%").unwrap().bar, 0.6);
-        for bad in [
-            "live-share>0.6",
-            "live-share<0",
-            "live-share<1.5",
-            "live-share<most",
-        ] {
-            assert!(parse(bad).is_err(), "{bad} should be refused");
-        }
-    }
-
-    #[test]
-    fn live_share_trips_when_memory_held_dominates() {
-        let held = envoy_report(
-            &[
-                r#"{"allocated":"69132952","heap_size":"11276386304","pageheap_unmapped":"3571712",
-                   "pageheap_free":"11155046400","total_thread_cache":"24026688"}"#,
-            ],
-            None,
-        );
-        let live = envoy_report(
-            &[
-                r#"{"allocated":"2793932032","heap_size":"4162846720","pageheap_unmapped":"1109401600",
-                   "pageheap_free":"4145152","total_thread_cache":"22500080"}"#,
-            ],
-            None,
-        );
-        let g = report(vec![]);
-        let o = check_envoy("live-share<0.6", &g, &held);
-        assert_eq!(o.status, Status::Fail, "{o:?}");
-        assert_eq!(o.shown, "0.6 %");
-        assert!(
-            o.reason.starts_with("Envoy: live data is 0.6 %"),
-            "{}",
-            o.reason
-        );
-        let o = check_envoy("live-share<0.6", &g, &live);
-        assert_eq!((o.status, o.shown.as_str()), (Status::Pass, "91.5 %"));
-        // Without Envoy or MemStats figures there is nothing to look at.
-        let o = check("live-share<0.6", &report(vec![cycle(1, 1.0, None)]), None);
-        assert_eq!(o.status, Status::Unknown);
-    }
-
-    #[test]
-    fn envoy_growth_counts_for_the_growth_and_time_to_limit_rules() {
-        const M: u64 = 1 << 20;
-        let series: Vec<String> = (0..12u64)
-            .map(|i| {
-                let p = 700 * M + i * 10 * M;
-                format!(
-                    r#"{{"allocated":"{}","heap_size":"{}","total_physical_bytes":"{p}"}}"#,
-                    p - 60 * M,
-                    p + 200 * M
-                )
-            })
-            .collect();
-        let refs: Vec<&str> = series.iter().map(String::as_str).collect();
-        let e = envoy_report(&refs, Some(1 << 30));
-        let mut g = report(vec![]);
-        g.limit_bytes = None;
-        let o = check_envoy("growth>512KiB/s", &g, &e);
-        assert_eq!(o.status, Status::Fail);
-        assert_eq!(o.shown, "1.00 MiB/s");
-        assert!(o.reason.contains("total_physical_bytes"), "{}", o.reason);
-        // 110 s of snapshots, then 214 MiB to go at 1 MiB/s.
-        let o = check_envoy("time-to-limit<10m", &g, &e);
-        assert_eq!(o.status, Status::Fail, "{o:?}");
-        assert_eq!(o.shown, "324.0 s");
-        assert_eq!(check_envoy("time-to-limit<2m", &g, &e).status, Status::Pass);
-    }
-}
+mod tests;

@@ -19,7 +19,7 @@ struct Summary<'a> {
     headline: String,
     captures: Tally,
     memory_samples: usize,
-    cycles: Vec<CycleSummary>,
+    cycles: Vec<CycleSummary<'a>>,
     across: &'a str,
     baseline: Option<BaselineSummary>,
     rules: &'a [Outcome],
@@ -70,8 +70,13 @@ struct GoroutineSummary {
 }
 
 #[derive(Serialize)]
-struct CycleSummary {
+struct CycleSummary<'a> {
     index: u32,
+    build: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    build_info: Option<crate::model::build::BuildInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
     captures: usize,
     errors: usize,
     span_s: f64,
@@ -83,6 +88,17 @@ struct CycleSummary {
     memory_peak: Option<u64>,
     time_to_limit_s: Option<f64>,
     verdict: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_peak_anon: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breakdown: Option<&'a crate::analyse::breakdown::MemoryBreakdown>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at_limit: Option<&'a crate::analyse::breakdown::AtLimit>,
+    peaks: &'a crate::analyse::spikes::Peaks,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    episode: Option<&'a crate::analyse::spikes::Episode>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    other_episodes: &'a [crate::analyse::spikes::Episode],
     top_sites: Vec<SiteSummary>,
     alloc_storms: Vec<StormSummary>,
     goroutine_growth: Vec<GoroutineSummary>,
@@ -103,6 +119,14 @@ struct RegressionSummary {
 struct BaselineSummary {
     name: String,
     label: Option<String>,
+    /// The compared cycles and builds: this run's cycle `cycle` of `build` against the
+    /// baseline's cycle `baseline_cycle` of `baseline_build`.
+    build: String,
+    cycle: u32,
+    baseline_build: String,
+    baseline_cycle: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    after_baseline_ends: Option<String>,
     verdict: String,
     age_s: f64,
     heap_ratio: Option<f64>,
@@ -197,6 +221,9 @@ pub fn json(m: &ReportModel) -> String {
         .iter()
         .map(|c| CycleSummary {
             index: c.index,
+            build: c.build.clone(),
+            build_info: c.build_info.clone(),
+            pid: c.pid,
             captures: c.captures,
             errors: c.errors,
             span_s: ms(c.span_s),
@@ -208,6 +235,12 @@ pub fn json(m: &ReportModel) -> String {
             memory_peak: c.memory_peak,
             time_to_limit_s: rules::cycle_time_to_limit(c).map(ms),
             verdict: c.verdict.clone(),
+            memory_peak_anon: c.memory_peak_anon,
+            breakdown: c.breakdown.as_ref(),
+            at_limit: c.at_limit.as_ref(),
+            peaks: &c.peaks,
+            episode: c.episode.as_ref(),
+            other_episodes: &c.other_episodes,
             top_sites: c
                 .sites
                 .iter()
@@ -249,6 +282,11 @@ pub fn json(m: &ReportModel) -> String {
     let baseline = m.baseline.as_ref().map(|b| BaselineSummary {
         name: b.name.clone(),
         label: b.info.and_then(|i| i.label.clone()),
+        build: b.comparison.b.clone(),
+        cycle: b.comparison.b_cycle,
+        baseline_build: b.comparison.a.clone(),
+        baseline_cycle: b.comparison.a_cycle,
+        after_baseline_ends: b.comparison.after_a.as_ref().map(|a| a.summary.clone()),
         verdict: b.comparison.verdict.clone(),
         age_s: ms(b.comparison.age_s),
         heap_ratio: b
