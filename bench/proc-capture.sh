@@ -22,7 +22,10 @@ TICK=$(getconf CLK_TCK)
 WORK=$(mktemp -d "${BENCH_DIR:-${TMPDIR:-/tmp}}/heapwatch-proc-bench.XXXXXX")
 TARGET_PID=
 cleanup() {
-    [ -n "$TARGET_PID" ] && kill "$TARGET_PID" 2>/dev/null && wait "$TARGET_PID" 2>/dev/null
+    if [ -n "$TARGET_PID" ]; then
+        kill "$TARGET_PID" 2>/dev/null || true
+        wait "$TARGET_PID" 2>/dev/null || true
+    fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT

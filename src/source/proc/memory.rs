@@ -236,7 +236,7 @@ impl TargetMemory for ImageMemory {
 /// Bytes fetched per block by [`BlockReader`].
 const BLOCK: u64 = 64 << 10;
 
-/// Serves small reads out of 64 KiB blocks: the runtime packs its profile buckets into
+/// Serves small reads out of aligned 64 KiB blocks: the runtime packs its profile buckets into
 /// `persistentalloc` chunks, so one `process_vm_readv` serves dozens of buckets instead of two
 /// calls each. Made fresh for each walk, so nothing is served from an earlier one.
 pub struct BlockReader<'a> {
@@ -284,8 +284,10 @@ impl TargetMemory for BlockReader<'_> {
         let Some((lo, hi)) = self.inner.readable_span(addr) else {
             return self.inner.read(addr, buf);
         };
-        let start = addr.max(lo);
-        let end = hi.min(start.saturating_add(BLOCK));
+        // Aligned blocks serve a walk in either direction: the runtime's list runs from the
+        // newest bucket down to the oldest, so mostly toward lower addresses.
+        let start = (addr & !(BLOCK - 1)).max(lo);
+        let end = hi.min((addr & !(BLOCK - 1)).saturating_add(BLOCK));
         if addr.saturating_add(len) > end {
             return self.inner.read(addr, buf);
         }
