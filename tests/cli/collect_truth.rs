@@ -97,7 +97,8 @@ fn stop_collector(collector: &mut Child, log: &Path) {
 /// A recorded run of two builds: one `agent:auto:truth` collector watches four processes in
 /// one 256 MiB cgroup: 2.0.2 stopped with SIGINT; 2.1.0 restarting itself; its successor
 /// OOM-killed (or, without a cgroup, killed by the test); 2.1.0 again, alive when the
-/// collector is stopped (and until this is dropped). For the tests that analyse such a run.
+/// collector is stopped (and until this is dropped), whose agent opens 2 s after it starts.
+/// For the tests that analyse such a run.
 pub struct MixedBuilds {
     pub run: PathBuf,
     /// 2.0.2, stopped with SIGINT.
@@ -106,7 +107,7 @@ pub struct MixedBuilds {
     pub p2: u32,
     /// 2.1.0, the successor, OOM-killed.
     pub p2b: u32,
-    /// 2.1.0, alive when the collector stopped.
+    /// 2.1.0, alive when the collector stopped; its agent opened 2 s after it started.
     pub p3: u32,
     /// Whether a real cgroup (and root) was there: then the kill was the kernel's.
     pub in_cgroup: bool,
@@ -218,7 +219,8 @@ pub fn record_mixed_builds() -> Option<MixedBuilds> {
         &bin,
         &agents,
         &dir.path().join("p3.out"),
-        &[&quiet[..], &["-app-version", "2.1.0"]].concat(),
+        // Its agent opens 2 s after start (a datastore migration): only memory is seen then.
+        &[&quiet[..], &["-app-version", "2.1.0", "-delay", "2s"]].concat(),
         cgroup.as_ref(),
     );
     let p3 = last.0.id();
@@ -287,6 +289,20 @@ fn one_agent_collector_records_each_cycles_build_and_how_it_ended() {
             assert_eq!(pid_of(r), pid_of(c), "{r}");
         }
     }
+    // Existing readers take the new records in their stride.
+    for command in [&["growth"][..], &["growth", "--json"]] {
+        let out = util::run(&[command, &[run.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "{command:?}: {}", util::stderr(&out));
+    }
+    let report = run.with_file_name("report");
+    let out = util::run(&[
+        "report",
+        run.to_str().unwrap(),
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "report: {}", util::stderr(&out));
+
     let last = records.last().unwrap();
     assert_eq!(last["kind"], "stop", "the collector was stopped: {last}");
     assert_eq!(pid_of(last), Some(p3));
@@ -322,6 +338,17 @@ fn one_agent_collector_records_each_cycles_build_and_how_it_ended() {
         for pid in [p1, p2, p2b, p3] {
             assert!(pids.contains(&pid), "no memory sample names pid {pid}");
         }
+        // Before p3's agent opened, the cgroup's samples already named it: the memory of the
+        // gap can be filed under the cycle p3 opened.
+        let p3_cycle_ms = cycles[3]["t_ms"].as_i64().unwrap();
+        let early = samples
+            .iter()
+            .filter(|s| pid_of(s) == Some(p3) && s["t_ms"].as_i64().unwrap() < p3_cycle_ms - 1500)
+            .count();
+        assert!(
+            early >= 10,
+            "{early} samples of p3 before its agent answered"
+        );
         let killed: Vec<&Value> = samples.iter().filter(|s| s["killed"] == true).collect();
         if cg.oom_kills().is_some() {
             assert_eq!(killed.len(), 1, "one OOM kill: {killed:?}");
