@@ -346,7 +346,12 @@ impl<'a> Collector<'a> {
     /// since rendering a profile is most of what an idle Go process allocates; any movement
     /// brings the interval back at once. Envoy is paced by its own rule.
     fn pace_idle(&mut self, record: &CaptureRecord) {
-        if self.source.kind() == "envoy" || record.kind != RecordKind::Heap || !record.is_ok() {
+        if self.source.kind() == "envoy" || record.kind != RecordKind::Heap {
+            return;
+        }
+        // A target that fails is in trouble, not idle: its last live moments matter most.
+        if !record.is_ok() {
+            self.idle_factor = 1;
             return;
         }
         let mark = HeapMark {

@@ -681,6 +681,16 @@ fn a_heap_that_moves_brings_the_interval_back_at_once() {
 }
 
 #[test]
+fn a_failed_capture_ends_the_back_off() {
+    let mut script: Vec<Step> = (0..4).map(|_| Step::Ok(LATE, ms(5))).collect();
+    script.push(Step::Fail(FailureKind::Timeout, ms(5)));
+    script.push(Step::Ok(LATE, ms(5)));
+    let (_, records, _) = collect(backing_off(ms(10_000)), script);
+    // Backed off to 2 s, then the timeout brings the interval back.
+    assert_eq!(gaps(&records)[..5], [500, 1000, 2000, 2000, 500]);
+}
+
+#[test]
 fn burst_mode_never_backs_off() {
     // ~110 MiB in use of a 128 MiB limit: burst, even though every capture is the same.
     let config = CollectConfig {
