@@ -1,25 +1,35 @@
-//! Idle back-off: while heap captures find the heap where it was when it last moved, the
-//! heap interval doubles up to `--idle-backoff` times itself, since rendering a profile is
-//! most of what an idle Go process allocates (docs/benchmarks.md); any movement, any failure
+//! Idle back-off: once heap captures have found the heap where it was for [`IDLE_AFTER`]
+//! intervals, the heap interval doubles at each further flat capture, up to `--idle-backoff`
+//! times itself, since rendering a profile is most of what an idle Go process allocates
+//! (docs/benchmarks.md). Any movement, any failure, memory past half the burst threshold
 //! brings the interval back at the next capture, and burst mode never backs off.
+//!
+//! Flat for a while, not flat once: a heap profile changes only at a GC, and a process racing
+//! to its limit doubles its GC goal each time, so its profile stays the same for longer and
+//! longer stretches while it grows.
 
 use super::{CaptureRecord, Collector, RecordKind};
 
 /// The idle back-off `collect` uses unless told otherwise, as a multiple of the interval.
 pub const IDLE_BACKOFF: u32 = 4;
 
+/// How many intervals the heap must stay flat before the back-off begins.
+pub const IDLE_AFTER: u32 = 10;
+
 /// What the heap looked like at a capture, to tell whether it moved since.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct HeapMark {
     inuse: Option<u64>,
     memory: Option<u64>,
+    /// When the capture was requested (unix ms).
+    t_ms: i64,
 }
 
 impl Collector<'_> {
     /// After a heap capture: an idle target (in-use heap and memory within 1 MiB or 2 % of
-    /// where they were when the heap last moved) is asked less and less often, up to
-    /// `idle_backoff` times the interval; any movement brings the interval back at once.
-    /// Envoy is paced by its own rule.
+    /// where they were when the heap last moved, for [`IDLE_AFTER`] intervals) is asked less
+    /// and less often, up to `idle_backoff` times the interval; any movement brings the
+    /// interval back at once. Envoy is paced by its own rule.
     pub(super) fn pace_idle(&mut self, record: &CaptureRecord) {
         if self.source.kind() == "envoy" || record.kind != RecordKind::Heap {
             return;
@@ -32,6 +42,7 @@ impl Collector<'_> {
         let mark = HeapMark {
             inuse: record.totals.get("inuse_space").map(|&b| b.max(0) as u64),
             memory: self.memory_now(),
+            t_ms: record.t_ms,
         };
         // Measured against the capture the flat stretch began with, so a slow leak adds up
         // to a move instead of hiding under the threshold step by step. The threshold keeps
@@ -40,12 +51,23 @@ impl Collector<'_> {
         let flat = self.last_heap.is_some_and(|anchor| {
             !moved(anchor.inuse, mark.inuse) && !moved(anchor.memory, mark.memory)
         });
-        if flat {
-            self.idle_factor = (self.idle_factor * 2).min(self.config.idle_backoff.max(1));
-        } else {
+        if !flat {
             self.idle_factor = 1;
             self.last_heap = Some(mark);
+            return;
         }
+        let flat_ms = self.last_heap.map_or(0, |anchor| mark.t_ms - anchor.t_ms);
+        let long_enough = flat_ms >= (self.config.interval * IDLE_AFTER).as_millis() as i64;
+        // With a limit known, memory half-way to the burst threshold is no time to ask less.
+        let near_limit = match (self.limit(), mark.memory) {
+            (Some(limit), Some(now)) => now as f64 >= 0.5 * self.config.burst_at * limit as f64,
+            _ => false,
+        };
+        self.idle_factor = if long_enough && !near_limit {
+            (self.idle_factor * 2).min(self.config.idle_backoff.max(1))
+        } else {
+            1
+        };
     }
 }
 
