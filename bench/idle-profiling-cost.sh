@@ -31,9 +31,10 @@ for backoff in 1 4; do
     # HTTP: a service with a 16 MiB working set and no requests (idle), then one serving a
     # trickle of requests (256 KiB/s of short-lived buffers: quiet, not idle).
     for rate in 0 256KiB; do
+        rm -f "$WORK/steady.out"
         "$WORK/bin/steady" -rate "$rate" -working-set 16MiB >"$WORK/steady.out" 2>&1 &
         target=$!
-        until grep -q "listening on" "$WORK/steady.out"; do sleep 0.05; done
+        until grep -q "listening on" "$WORK/steady.out" 2>/dev/null; do sleep 0.05; done
         addr=$(sed -n 's/^listening on //p' "$WORK/steady.out")
         "$HW" collect "http://$addr" --out "$WORK/http-$rate-$backoff" --duration "$DURATION" \
             --idle-backoff "$backoff" --quiet
@@ -44,10 +45,11 @@ for backoff in 1 4; do
 
     # Agent: an idle agent with no growth and no goroutine leak.
     mkdir -p "$WORK/agents-$backoff"
+    rm -f "$WORK/agent.out"
     TMPDIR="$WORK/agents-$backoff" "$WORK/bin/agentgrow" -app-id idle -rate 0 -peers 0 \
         >"$WORK/agent.out" 2>&1 &
     target=$!
-    until grep -q "agent on" "$WORK/agent.out"; do sleep 0.05; done
+    until grep -q "agent on" "$WORK/agent.out" 2>/dev/null; do sleep 0.05; done
     "$HW" collect agent:auto:idle --agent-dir "$WORK/agents-$backoff" --out "$WORK/agent-$backoff" \
         --duration "$DURATION" --idle-backoff "$backoff" --quiet
     kill "$target"; wait "$target" 2>/dev/null || true

@@ -41,15 +41,18 @@ impl Collector<'_> {
         }
         let mark = HeapMark {
             inuse: record.totals.get("inuse_space").map(|&b| b.max(0) as u64),
-            memory: self.memory_now(),
+            memory: self.outside_now(),
             t_ms: record.t_ms,
         };
         // Measured against the capture the flat stretch began with, so a slow leak adds up
-        // to a move instead of hiding under the threshold step by step. The threshold keeps
-        // the GCs our own profiling causes (a few hundred KiB of profile-writer buffers
-        // coming and going) from counting as movement.
+        // to a move instead of hiding under the threshold step by step. The thresholds keep
+        // the GCs our own profiling causes from counting as movement: a few hundred KiB of
+        // profile-writer buffers in the in-use heap, more in RSS. The runtime's own figures
+        // (MemStats) are left out: with GOGC=100 the heap a process holds swings by up to its
+        // live size between GCs, idle or not.
         let flat = self.last_heap.is_some_and(|anchor| {
-            !moved(anchor.inuse, mark.inuse) && !moved(anchor.memory, mark.memory)
+            !moved(anchor.inuse, mark.inuse, 1 << 20, 0.02)
+                && !moved(anchor.memory, mark.memory, 4 << 20, 0.05)
         });
         if !flat {
             self.idle_factor = 1;
@@ -59,7 +62,7 @@ impl Collector<'_> {
         let flat_ms = self.last_heap.map_or(0, |anchor| mark.t_ms - anchor.t_ms);
         let long_enough = flat_ms >= (self.config.interval * IDLE_AFTER).as_millis() as i64;
         // With a limit known, memory half-way to the burst threshold is no time to ask less.
-        let near_limit = match (self.limit(), mark.memory) {
+        let near_limit = match (self.limit(), self.memory_now()) {
             (Some(limit), Some(now)) => now as f64 >= 0.5 * self.config.burst_at * limit as f64,
             _ => false,
         };
@@ -71,12 +74,12 @@ impl Collector<'_> {
     }
 }
 
-/// Whether memory seen between two captures moved: by more than 1 MiB and 2 %.
-fn moved(before: Option<u64>, now: Option<u64>) -> bool {
+/// Whether a figure moved between two captures: by more than `bytes` and `share` of it.
+fn moved(before: Option<u64>, now: Option<u64>, bytes: u64, share: f64) -> bool {
     match (before, now) {
         (Some(a), Some(b)) => {
             let change = a.abs_diff(b);
-            change > 1 << 20 && change as f64 > 0.02 * a.max(b) as f64
+            change > bytes && change as f64 > share * a.max(b) as f64
         }
         (None, None) => false,
         _ => true,

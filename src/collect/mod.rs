@@ -282,17 +282,22 @@ impl<'a> Collector<'a> {
     /// a kill), else RSS or cgroup usage; the latest heap capture's in-use bytes; the latest
     /// MemStats.
     fn memory_now(&self) -> Option<u64> {
-        let outside = self.outside.as_ref().and_then(|o| {
-            [&o.killable, &o.bytes]
-                .into_iter()
-                .map(|a| a.load(Ordering::Relaxed))
-                .find(|&b| b > 0)
-        });
+        let outside = self.outside_now();
         let heap = self.status.heap_inuse.map(|b| b.max(0) as u64);
         [outside, heap, self.runtime_memory]
             .into_iter()
             .flatten()
             .max()
+    }
+
+    /// Memory seen from outside (anonymous once the split is known, else usage or RSS).
+    fn outside_now(&self) -> Option<u64> {
+        self.outside.as_ref().and_then(|o| {
+            [&o.killable, &o.bytes]
+                .into_iter()
+                .map(|a| a.load(Ordering::Relaxed))
+                .find(|&b| b > 0)
+        })
     }
 
     fn bursting(&self) -> bool {

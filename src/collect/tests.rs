@@ -776,9 +776,9 @@ fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat()
     // 8 MiB a capture: moving all the time.
     let fast = run(8 << 20, ms(3000));
     assert!(fast.iter().all(|&g| g == 500), "{fast:?}");
-    // 128 KiB a capture: under the threshold each time, but it adds up from where the heap
-    // last moved: backed off, then back to the interval when the sum passes 2 %.
-    let slow = run(128 << 10, ms(40_000));
+    // 512 KiB a capture: under the threshold each time, but it adds up from where the heap
+    // last moved: backed off, then back to the interval when the sum passes 4 MiB and 5 %.
+    let slow = run(512 << 10, ms(40_000));
     let backed_off = slow.iter().position(|&g| g == 2000).expect("backs off");
     assert!(slow[backed_off..].contains(&500), "{slow:?}");
 }
