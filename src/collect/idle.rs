@@ -26,10 +26,11 @@ pub(super) struct HeapMark {
 }
 
 impl Collector<'_> {
-    /// After a heap capture: an idle target (in-use heap and memory within 1 MiB or 2 % of
-    /// where they were when the heap last moved, for [`IDLE_AFTER`] intervals) is asked less
-    /// and less often, up to `idle_backoff` times the interval; any movement brings the
-    /// interval back at once. Envoy is paced by its own rule.
+    /// After a heap capture: an idle target (in-use heap within 2 MiB or 2 %, memory from
+    /// outside within 8 MiB or 5 %, of where they were when the heap last moved, for
+    /// [`IDLE_AFTER`] intervals) is asked less and less often, up to `idle_backoff` times the
+    /// interval; any movement brings the interval back at once. Envoy is paced by its own
+    /// rule.
     pub(super) fn pace_idle(&mut self, record: &CaptureRecord) {
         if self.source.kind() == "envoy" || record.kind != RecordKind::Heap {
             return;
@@ -46,13 +47,14 @@ impl Collector<'_> {
         };
         // Measured against the capture the flat stretch began with, so a slow leak adds up
         // to a move instead of hiding under the threshold step by step. The thresholds keep
-        // the GCs our own profiling causes from counting as movement: a few hundred KiB of
-        // profile-writer buffers in the in-use heap, more in RSS. The runtime's own figures
+        // the GCs our own profiling causes from counting as movement: the profile writer's
+        // flate state (about a MiB) in the in-use heap when a GC lands mid-render, several
+        // MiB of its garbage in RSS. The runtime's own figures
         // (MemStats) are left out: with GOGC=100 the heap a process holds swings by up to its
         // live size between GCs, idle or not.
         let flat = self.last_heap.is_some_and(|anchor| {
-            !moved(anchor.inuse, mark.inuse, 1 << 20, 0.02)
-                && !moved(anchor.memory, mark.memory, 4 << 20, 0.05)
+            !moved(anchor.inuse, mark.inuse, 2 << 20, 0.02)
+                && !moved(anchor.memory, mark.memory, 8 << 20, 0.05)
         });
         if !flat {
             self.idle_factor = 1;

@@ -777,7 +777,7 @@ fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat()
     let fast = run(8 << 20, ms(3000));
     assert!(fast.iter().all(|&g| g == 500), "{fast:?}");
     // 512 KiB a capture: under the threshold each time, but it adds up from where the heap
-    // last moved: backed off, then back to the interval when the sum passes 4 MiB and 5 %.
+    // last moved: backed off, then back to the interval when the sum passes 8 MiB and 5 %.
     let slow = run(512 << 10, ms(40_000));
     let backed_off = slow.iter().position(|&g| g == 2000).expect("backs off");
     assert!(slow[backed_off..].contains(&500), "{slow:?}");
