@@ -127,6 +127,8 @@ pub struct CollectArgs {
     progress_every: Duration,
     #[command(flatten)]
     decode: DecodeFlags,
+    #[command(flatten)]
+    push: super::collect_push::CollectPushFlags,
 }
 
 fn usage(message: String) -> CliError {
@@ -312,6 +314,7 @@ impl Observer for StatusLine {
 
 pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
+    let push = args.push.prepare(args.decode.limits())?;
     let mut probe = args.probe()?;
     if args.agent_dir.is_some() && !args.target.starts_with("agent:") {
         return Err(usage(format!(
@@ -396,6 +399,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     writer
         .write_info(&info)
         .map_err(|e| CliError::Store(e.to_string()))?;
+    let (writer, push) = super::collect_push::attach(push, &args.out, writer)?;
     // A reply that does not name its process (HTTP, Envoy) is filed under the process the
     // probe sees, so a new pid opens a new boot cycle.
     let pid_probe = probe
@@ -434,6 +438,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let result = collector.run(&mut status_line);
     status_line.finish();
     let tally = sampler.map(Sampler::finish);
+    let pushed = push.and_then(|p| p.finish(args.quiet));
     if let Some(exits) = &exits {
         exits.finish();
     }
@@ -458,6 +463,9 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
                 line.push_str(&format!(", {} OOM kill(s)", t.kills));
             }
         }
+        eprintln!("{line}");
+    }
+    if let Some(line) = pushed {
         eprintln!("{line}");
     }
     if summary.reason == StopReason::DiskFull {

@@ -3,12 +3,14 @@
 
 mod check;
 mod collect;
+mod collect_push;
 mod compare;
 mod demo;
 mod diff;
 mod flame;
 mod growth;
 mod push;
+mod push_flags;
 mod replay;
 mod report;
 mod top;

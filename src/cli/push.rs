@@ -14,12 +14,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use heapwatch::push::{
-    self, Backoff, ConnectClient, Destination, LabelOptions, PushOptions, PushStats,
-};
+use heapwatch::push::{self, PushOptions, PushStats};
 use heapwatch::store::MANIFEST_FILE;
 use heapwatch::units;
 
+use super::push_flags::PushFlags;
 use super::{CliError, DecodeFlags, emit};
 
 #[derive(clap::Args)]
@@ -32,11 +31,6 @@ pub struct Args {
     to: String,
     #[command(flatten)]
     push: PushFlags,
-    /// Send each capture stamped with the push time, its own time kept in the
-    /// `heapwatch_captured_at` label: for captures older than the server's ingestion window
-    /// (an hour by default in Pyroscope). Also retries captures refused without it.
-    #[arg(long)]
-    restamp: bool,
     /// Send again the captures the server refused in an earlier push.
     #[arg(long)]
     retry_refused: bool,
@@ -44,90 +38,19 @@ pub struct Args {
     /// failing); what is left goes with the next run of the same command.
     #[arg(long, default_value = "60s", value_parser = units::parse_duration)]
     retry_for: Duration,
-    /// Longest wait between two attempts (the backoff doubles from 250ms up to it).
-    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
-    retry_max: Duration,
     #[command(flatten)]
     decode: DecodeFlags,
 }
 
-/// The flags of a push that `collect --push` shares.
-#[derive(clap::Args, Clone)]
-pub struct PushFlags {
-    /// `service_name` of every capture (default: the app id the target reported, else the
-    /// target).
-    #[arg(long)]
-    pub service: Option<String>,
-    /// Header sent with every push, "Name: value", e.g. "Authorization: Bearer TOKEN" or
-    /// "Authorization: Basic BASE64" (repeatable). @FILE reads such lines from FILE, which
-    /// keeps a token out of the process list.
-    #[arg(long = "push-header", value_name = "HEADER")]
-    pub headers: Vec<String>,
-    /// Tenant of a multi-tenant Pyroscope (sent as X-Scope-OrgID).
-    #[arg(long = "push-tenant", value_name = "ID")]
-    pub tenant: Option<String>,
-    /// PEM CA certificate(s) to verify the server with, in place of the bundled roots.
-    #[arg(long = "push-cacert", value_name = "PEM")]
-    pub cacert: Option<PathBuf>,
-    /// Per-request timeout, connecting included.
-    #[arg(long = "push-timeout", default_value = "10s", value_parser = units::parse_duration)]
-    pub timeout: Duration,
-}
-
-impl PushFlags {
-    pub fn destination(&self, url: &str) -> Result<Destination, CliError> {
-        let mut headers = Vec::new();
-        for given in &self.headers {
-            let lines = match given.strip_prefix('@') {
-                Some(file) => std::fs::read_to_string(file).map_err(|source| CliError::Read {
-                    path: file.to_string(),
-                    source,
-                })?,
-                None => given.clone(),
-            };
-            for line in lines.lines().filter(|l| !l.trim().is_empty()) {
-                let (name, value) = line.split_once(':').ok_or_else(|| {
-                    let shown = if given.starts_with('@') { given } else { line };
-                    CliError::Usage(format!("--push-header {shown:?}: expected \"Name: value\""))
-                })?;
-                headers.push((name.trim().to_string(), value.trim().to_string()));
-            }
-        }
-        Ok(Destination {
-            url: url.to_string(),
-            tenant: self.tenant.clone(),
-            headers,
-            cacert: self.cacert.clone(),
-            timeout: self.timeout,
-        })
-    }
-
-    pub fn labels(&self) -> LabelOptions {
-        LabelOptions {
-            service: self.service.clone(),
-        }
-    }
-}
-
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
-    let destination = args.push.destination(&args.to)?;
-    let client = ConnectClient::new(&destination).map_err(|e| CliError::Usage(e.to_string()))?;
+    let (destination, client) = args.push.client(&args.to)?;
     let server = destination.server();
     let runs = runs_of(&args.run)?;
-    let shown_to = server.to.clone();
     let options = PushOptions {
-        labels: args.push.labels(),
-        restamp: args.restamp,
         retry_refused: args.retry_refused,
-        backoff: Backoff {
-            first: Duration::from_millis(250).min(args.retry_max),
-            max: args.retry_max,
-        },
-        give_up_after: Some(args.retry_for),
-        limits: args.decode.limits(),
-        on_failing: Some(Arc::new(move |why: &str| {
-            eprintln!("heapwatch: push: {shown_to}: {why}; retrying");
-        })),
+        ..args
+            .push
+            .options(&server.to, Some(args.retry_for), args.decode.limits())
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -269,7 +192,7 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
             ));
         }
         line.push_str(&format!("; each is recorded in {}", pushes.display()));
-        if !args.restamp
+        if !args.push.restamp
             && s.refusals
                 .iter()
                 .any(|(r, _)| r.message.contains("ingestion window"))

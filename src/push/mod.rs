@@ -24,7 +24,9 @@ use thiserror::Error;
 pub use connect::{Answer, ConnectClient, Destination, Refusal, Transport};
 pub use journal::{Outcome, PUSHES_FILE, PushRecord};
 pub use labels::LabelOptions;
-pub use pusher::{Backoff, FailingNotice, PushHandle, PushOptions, PushStats, push_run, start};
+pub use pusher::{
+    Backoff, Enqueuer, FailingNotice, PushHandle, PushOptions, PushStats, push_run, start,
+};
 
 #[derive(Debug, Error)]
 pub enum PushError {

@@ -9,11 +9,13 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{
+    UnboundedReceiver, UnboundedSender, WeakUnboundedSender, unbounded_channel,
+};
 use tokio::time::Instant;
 
 use super::PushError;
@@ -171,6 +173,9 @@ pub async fn push_run<T: Transport>(
 
 /// A push running beside a live collector.
 pub struct PushHandle {
+    run: PathBuf,
+    server: Server,
+    retry: Retry,
     inbox: Option<UnboundedSender<CaptureRecord>>,
     task: tokio::task::JoinHandle<Result<(), PushError>>,
     stats: Arc<Mutex<PushStats>>,
@@ -185,9 +190,13 @@ pub fn start<T: Transport>(
     options: PushOptions,
 ) -> Result<PushHandle, PushError> {
     let stats = Arc::new(Mutex::new(PushStats::default()));
+    let retry = Retry {
+        refused: options.retry_refused,
+        restamping: options.restamp,
+    };
     let mut pusher = Pusher::open(
         run,
-        server,
+        server.clone(),
         Arc::new(transport),
         options,
         Arc::clone(&stats),
@@ -195,6 +204,9 @@ pub fn start<T: Transport>(
     let (tx, rx) = unbounded_channel();
     let task = tokio::spawn(async move { pusher.drive(&mut Some(rx)).await });
     Ok(PushHandle {
+        run: run.to_path_buf(),
+        server,
+        retry,
         inbox: Some(tx),
         task,
         stats,
@@ -208,6 +220,13 @@ impl PushHandle {
         if let Some(inbox) = &self.inbox {
             let _ = inbox.send(record.clone());
         }
+    }
+
+    /// A sender of records for another thread (the collector's manifest writer). It does not
+    /// keep the push open: once [`PushHandle::drain`] begins, what it sends is left to the
+    /// spool of the next start.
+    pub fn enqueuer(&self) -> Enqueuer {
+        Enqueuer(self.inbox.as_ref().map(UnboundedSender::downgrade))
     }
 
     /// The figures so far, for a status line.
@@ -227,9 +246,43 @@ impl PushHandle {
             Err(_) => {
                 self.task.abort();
                 let _ = (&mut self.task).await;
+                // Records still in the queue were never counted: what is unsent is what
+                // the next start will find in the spool.
+                let unsent = self.spool_left().await?;
+                self.stats.lock().unwrap_or_else(|p| p.into_inner()).unsent = unsent;
             }
         }
         Ok(snapshot(&self.stats))
+    }
+
+    /// The length of the spool as a fresh start derives it from the run.
+    async fn spool_left(&self) -> Result<u64, PushError> {
+        let (run, server, retry) = (self.run.clone(), self.server.clone(), self.retry);
+        let counted = tokio::task::spawn_blocking(move || {
+            let dir = RunDir::open(&run).map_err(|e| PushError::Run {
+                path: run.clone(),
+                why: e.to_string(),
+            })?;
+            let mut spool = Spool::open(&run, server, retry)?;
+            for record in &dir.manifest.records {
+                spool.offer(record);
+            }
+            Ok::<u64, PushError>(spool.len() as u64)
+        })
+        .await;
+        counted.map_err(|e| PushError::Config(format!("counting the spool: {e}")))?
+    }
+}
+
+/// [`PushHandle::enqueue`] from anywhere: `Send`, cheap to clone, never waits.
+#[derive(Clone)]
+pub struct Enqueuer(Option<WeakUnboundedSender<CaptureRecord>>);
+
+impl Enqueuer {
+    pub fn enqueue(&self, record: &CaptureRecord) {
+        if let Some(inbox) = self.0.as_ref().and_then(WeakUnboundedSender::upgrade) {
+            let _ = inbox.send(record.clone());
+        }
     }
 }
 

@@ -277,6 +277,57 @@ async fn a_live_push_sends_what_is_enqueued_and_the_drain_is_bounded() {
     assert!(stats.retries > 2);
 }
 
+/// A server that never answers.
+struct Hanging;
+
+impl Transport for Hanging {
+    fn send(&self, _: Vec<u8>) -> impl std::future::Future<Output = Answer> + Send {
+        std::future::pending()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn captures_stored_while_a_push_hangs_are_counted_unsent_and_left_to_the_spool() {
+    let dir = run(1);
+    let options = PushOptions {
+        give_up_after: None,
+        ..fast()
+    };
+    let handle = start(dir.path(), server(), Hanging, options).unwrap();
+    // The manifest writer of a live collector, feeding the push after each fsync.
+    let (writer, _) = RunWriter::open(dir.path()).unwrap();
+    let enqueuer = handle.enqueuer();
+    let mut writer = writer.on_append(Box::new(move |r: &CaptureRecord| enqueuer.enqueue(r)));
+    let bytes = std::fs::read(dir.path().join("profiles/000001-heap.pb.gz")).unwrap();
+    // Past the wait for a cycle record: seq 1 is in flight, and hangs.
+    tokio::time::sleep(CYCLE_WAIT + Duration::from_millis(100)).await;
+    for seq in 2..=3u64 {
+        let mut record = CaptureRecord::new(seq, RecordKind::Heap, 1, seq as i64 * 250);
+        let name = format!("{seq:06}-heap.pb.gz");
+        record.file = Some(writer.store_profile(&name, &bytes).unwrap());
+        writer.append(&record).unwrap();
+    }
+    // Seq 1 hangs in flight; 2 and 3 were never taken from the queue.
+    let stats = handle.drain(Duration::from_secs(1)).await.unwrap();
+    assert_eq!((stats.delivered, stats.unsent), (0, 3));
+    // After the drain, the writer's sends go nowhere and cost nothing.
+    let mut record = CaptureRecord::new(4, RecordKind::Heap, 1, 1000);
+    record.file = Some(writer.store_profile("000004-heap.pb.gz", &bytes).unwrap());
+    writer.append(&record).unwrap();
+    assert!(
+        lines_of(dir.path()).is_empty(),
+        "nothing was recorded as sent"
+    );
+}
+
+fn lines_of(run: &Path) -> Vec<String> {
+    std::fs::read_to_string(run.join(journal::PUSHES_FILE))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn backoff_stays_between_half_and_the_cap() {
     let backoff = Backoff {

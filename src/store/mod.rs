@@ -82,7 +82,12 @@ pub struct RunWriter {
     /// Length of the manifest's complete lines: a failed append is cut back to it.
     manifest_len: u64,
     temp_counter: u64,
+    /// Told about each record once its line is durable (`collect --push`).
+    listener: Option<AppendListener>,
 }
+
+/// Called with each manifest record right after its line is fsynced; it must not block.
+pub type AppendListener = Box<dyn FnMut(&CaptureRecord) + Send>;
 
 impl RunWriter {
     /// Creates the run directory, or opens an existing one to resume it: a torn last manifest
@@ -121,6 +126,7 @@ impl RunWriter {
             profiles,
             manifest,
             temp_counter: 0,
+            listener: None,
             manifest_len: 0,
         };
         writer.manifest_len = writer
@@ -267,7 +273,16 @@ impl RunWriter {
             return Err(StoreError::io(&path, e));
         }
         self.manifest_len += line.len() as u64;
+        if let Some(listener) = &mut self.listener {
+            listener(record);
+        }
         Ok(())
+    }
+
+    /// Tells `listener` about every record appended from now on, once it is durable.
+    pub fn on_append(mut self, listener: AppendListener) -> RunWriter {
+        self.listener = Some(listener);
+        self
     }
 
     /// Opens `memory.jsonl` for appending.

@@ -1,0 +1,240 @@
+//! `collect … --push URL`: the live push. The pusher runs on a tokio runtime on its own
+//! thread; the collector's manifest writer hands it each record right after the record's
+//! line is fsynced (a send on an unbounded channel: the collector never waits for the
+//! network, and only the small record crosses, the profile stays on disk). At exit the
+//! collector gives the push up to `--push-drain` and reports in one line what it left unsent,
+//! which stays in the spool for the next `collect --push` of the run or `heapwatch push`.
+
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use heapwatch::decode::DecodeLimits;
+use heapwatch::push::spool::Server;
+use heapwatch::push::{self, ConnectClient, PushError, PushOptions, PushStats};
+use heapwatch::store::RunWriter;
+use heapwatch::units;
+use tokio::sync::oneshot;
+
+use super::CliError;
+use super::push_flags::PushFlags;
+
+/// `--push-drain` when not given.
+const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
+#[derive(clap::Args)]
+pub struct CollectPushFlags {
+    /// Also send every stored capture, as it becomes durable, to this Pyroscope server (its
+    /// push API, at URL/push.v1.PusherService/Push); user:password@ in it becomes basic
+    /// auth. Never delays the local run; see docs/pyroscope.md.
+    #[arg(id = "push_url", long = "push", value_name = "URL")]
+    pub url: Option<String>,
+    /// At exit, wait this long at most for the captures still queued for the push; what is
+    /// left is sent by the next `collect --push` of the run or `heapwatch push RUN --to URL`
+    /// [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    pub push_drain: Option<Duration>,
+    #[command(flatten)]
+    pub flags: PushFlags,
+}
+
+/// A push running beside the collector.
+pub struct LivePush {
+    run: PathBuf,
+    url: String,
+    drain: Duration,
+    /// Fired (or dropped) when the collector is done: the push thread starts the drain.
+    done: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Result<PushStats, PushError>>>,
+}
+
+impl CollectPushFlags {
+    /// With `--push`, the checked flags: a bad URL, header, CA file or a push flag without
+    /// `--push` is a usage error before the run directory is touched.
+    pub fn prepare(&self, limits: DecodeLimits) -> Result<Option<PushSetup>, CliError> {
+        let Some(url) = &self.url else {
+            let mut given = self.flags.given();
+            if self.push_drain.is_some() {
+                given.push("--push-drain");
+            }
+            if let Some(flag) = given.first() {
+                return Err(CliError::Usage(format!(
+                    "{flag} is a push flag: give --push URL too, or drop it"
+                )));
+            }
+            return Ok(None);
+        };
+        let (destination, client) = self.flags.client(url)?;
+        let server = destination.server();
+        let options = self.flags.options(&server.to, None, limits);
+        Ok(Some(PushSetup {
+            server,
+            client,
+            options,
+            drain: self.push_drain.unwrap_or(DEFAULT_DRAIN),
+        }))
+    }
+}
+
+/// A push checked and ready to start.
+pub struct PushSetup {
+    server: Server,
+    client: ConnectClient,
+    options: PushOptions,
+    drain: Duration,
+}
+
+/// Starts the pusher over what the run already holds (a resumed run's captures not yet sent
+/// go first) and has `writer` tell it about every record it makes durable from now on. Call
+/// after `run.json` is written (the labels read it). Without a push, the writer comes back
+/// as it was.
+pub fn attach(
+    setup: Option<PushSetup>,
+    run: &Path,
+    writer: RunWriter,
+) -> Result<(RunWriter, Option<LivePush>), CliError> {
+    let Some(PushSetup {
+        server,
+        client,
+        options,
+        drain,
+    }) = setup
+    else {
+        return Ok((writer, None));
+    };
+    let shown = server.to.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let dir = run.to_path_buf();
+    let thread = std::thread::Builder::new()
+        .name("heapwatch-push".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| PushError::Config(format!("starting the async runtime: {e}")))?;
+            let pushed = runtime.block_on(async move {
+                let handle = match push::start(&dir, server, client, options) {
+                    Ok(handle) => handle,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return Err(e);
+                    }
+                };
+                let _ = ready_tx.send(Ok(handle.enqueuer()));
+                // Dropped without a word (the collector failed): drain all the same.
+                let _ = done_rx.await;
+                handle.drain(drain).await
+            });
+            // A file read still running on the blocking pool does not hold up the exit.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            pushed
+        })
+        .map_err(|e| CliError::Usage(format!("starting the push thread: {e}")))?;
+    let enqueuer = match ready_rx.recv() {
+        Ok(Ok(enqueuer)) => enqueuer,
+        Ok(Err(why)) => return Err(CliError::Store(format!("--push {shown}: {why}"))),
+        Err(_) => {
+            let why = match thread.join() {
+                Ok(Err(e)) => e.to_string(),
+                _ => "the push thread ended".to_string(),
+            };
+            return Err(CliError::Store(format!("--push {shown}: {why}")));
+        }
+    };
+    let writer = writer.on_append(Box::new(move |record| enqueuer.enqueue(record)));
+    let live = LivePush {
+        run: run.to_path_buf(),
+        url: shown,
+        drain,
+        done: Some(done_tx),
+        thread: Some(thread),
+    };
+    Ok((writer, Some(live)))
+}
+
+impl LivePush {
+    /// Waits up to `--push-drain` for what is queued, then the one line for stderr: always
+    /// when something was left unsent, refused or unreadable, or the server rejected the
+    /// push; else only when `quiet` is off.
+    pub fn finish(mut self, quiet: bool) -> Option<String> {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(());
+        }
+        let joined = self.thread.take().map(JoinHandle::join);
+        let stats = match joined {
+            Some(Ok(Ok(stats))) => stats,
+            Some(Ok(Err(e))) => {
+                return Some(format!(
+                    "heapwatch: push to {} stopped: {e}; `heapwatch push {} --to {}` sends \
+                     what is left",
+                    self.url,
+                    self.run.display(),
+                    self.url
+                ));
+            }
+            _ => {
+                return Some(format!(
+                    "heapwatch: the push to {} failed; `heapwatch push {} --to {}` sends what \
+                     is left",
+                    self.url,
+                    self.run.display(),
+                    self.url
+                ));
+            }
+        };
+        let troubled = stats.unsent > 0
+            || stats.refused > 0
+            || stats.rejected.is_some()
+            || !stats.unreadable.is_empty();
+        if quiet && !troubled {
+            return None;
+        }
+        Some(format!("heapwatch: push {}", self.line(&stats)))
+    }
+
+    fn line(&self, stats: &PushStats) -> String {
+        let mut line = super::push::summary(&self.run, stats);
+        if let Some(r) = &stats.rejected {
+            line.push_str(&format!(
+                "; the server refused the push: {r} (check --push, --push-header and \
+                 --push-tenant)"
+            ));
+        } else if stats.unsent > 0 {
+            let waited = match stats.last_failure.as_deref() {
+                Some(why) => format!(" (last failure: {why})"),
+                None => String::new(),
+            };
+            line.push_str(&format!(
+                "; not sent within --push-drain {}{waited}",
+                shown_duration(self.drain)
+            ));
+        }
+        if let Some((first, _)) = stats.refusals.first() {
+            line.push_str(&format!(
+                "; refused: {first}, recorded in {}",
+                self.run.join(push::PUSHES_FILE).display()
+            ));
+        }
+        if let Some(first) = stats.unreadable.first() {
+            line.push_str(&format!("; unreadable: {first}"));
+        }
+        if stats.unsent > 0 {
+            line.push_str(&format!(
+                "; they stay in the spool: the next `collect --push` of the run or \
+                 `heapwatch push {} --to {}` sends them",
+                self.run.display(),
+                self.url
+            ));
+        }
+        line
+    }
+}
+
+fn shown_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
