@@ -4,6 +4,9 @@
 //! (docs/benchmarks.md). Any movement, any failure, memory past half the burst threshold
 //! brings the interval back at the next capture, and burst mode never backs off.
 //!
+//! A heap that stays flat under heavy churn (far more allocation than our renders make) is
+//! busy, not idle, and keeps the interval.
+//!
 //! Flat for a while, not flat once: a heap profile changes only at a GC, and a process racing
 //! to its limit doubles its GC goal each time, so its profile stays the same for longer and
 //! longer stretches while it grows.
@@ -16,13 +19,22 @@ pub const IDLE_BACKOFF: u32 = 4;
 /// How many intervals the heap must stay flat before the back-off begins.
 pub const IDLE_AFTER: u32 = 10;
 
+/// Allocation per heap capture above which a target counts as busy even with a flat heap:
+/// rendering one profile allocates about a MiB (docs/benchmarks.md), so an idle target stays
+/// well under it.
+const BUSY_PER_CAPTURE: u64 = 4 << 20;
+
 /// What the heap looked like at a capture, to tell whether it moved since.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct HeapMark {
     inuse: Option<u64>,
     memory: Option<u64>,
+    /// Cumulative allocation (`alloc_space`).
+    alloc: Option<u64>,
     /// When the capture was requested (unix ms).
     t_ms: i64,
+    /// Heap captures since this mark was set.
+    captures: u32,
 }
 
 impl Collector<'_> {
@@ -43,8 +55,13 @@ impl Collector<'_> {
         let mark = HeapMark {
             inuse: record.totals.get("inuse_space").map(|&b| b.max(0) as u64),
             memory: self.outside_now(),
+            alloc: record.totals.get("alloc_space").map(|&b| b.max(0) as u64),
             t_ms: record.t_ms,
+            captures: 0,
         };
+        if let Some(anchor) = &mut self.last_heap {
+            anchor.captures += 1;
+        }
         // Measured against the capture the flat stretch began with, so a slow leak adds up
         // to a move instead of hiding under the threshold step by step. The thresholds keep
         // the GCs our own profiling causes from counting as movement: the profile writer's
@@ -52,9 +69,16 @@ impl Collector<'_> {
         // MiB of its garbage in RSS. The runtime's own figures
         // (MemStats) are left out: with GOGC=100 the heap a process holds swings by up to its
         // live size between GCs, idle or not.
+        // A flat heap under heavy churn is a busy target, not an idle one: it allocates far
+        // more than our renders account for.
         let flat = self.last_heap.is_some_and(|anchor| {
+            let allocated = match (anchor.alloc, mark.alloc) {
+                (Some(a), Some(b)) => b.saturating_sub(a),
+                _ => 0,
+            };
             !moved(anchor.inuse, mark.inuse, 2 << 20, 0.02)
                 && !moved(anchor.memory, mark.memory, 8 << 20, 0.05)
+                && allocated <= u64::from(anchor.captures) * BUSY_PER_CAPTURE
         });
         if !flat {
             self.idle_factor = 1;
