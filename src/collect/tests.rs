@@ -782,3 +782,46 @@ fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat()
     let backed_off = slow.iter().position(|&g| g == 2000).expect("backs off");
     assert!(slow[backed_off..].contains(&500), "{slow:?}");
 }
+
+#[test]
+fn a_flat_heap_under_heavy_churn_is_busy_and_keeps_the_interval() {
+    // testdata/runs/steady: in-use flat (13.9–14.5 MiB) while 32 MiB/s churn goes through
+    // main.handleRequest, ~10–20 MiB allocated between these captures.
+    macro_rules! steady {
+        ($($seq:literal),*) => {
+            [$(include_bytes!(concat!("../../testdata/runs/steady/profiles/0000", $seq, "-heap.pb.gz")) as &'static [u8]),*]
+        };
+    }
+    let captures = steady!(
+        "14", "16", "20", "26", "28", "32", "38", "45", "51", "55", "59", "61"
+    );
+    // What the test stands on, checked, so a re-recorded run that breaks it says so.
+    let totals: Vec<(i64, i64)> = captures
+        .iter()
+        .map(|b| {
+            let raw = decode::decompress(b, &DecodeLimits::default()).unwrap();
+            let t: BTreeMap<String, i64> = decode::summarize(&raw)
+                .unwrap()
+                .totals
+                .into_iter()
+                .collect();
+            (t["inuse_space"], t["alloc_space"])
+        })
+        .collect();
+    let (low, high) = totals
+        .iter()
+        .fold((i64::MAX, 0), |(l, h), t| (l.min(t.0), h.max(t.0)));
+    assert!(high - low < 2 << 20, "in-use not flat: {totals:?}");
+    assert!(
+        totals.windows(2).all(|w| w[1].1 - w[0].1 > 4 << 20),
+        "{totals:?}"
+    );
+
+    let script: Vec<Step> = captures.iter().map(|b| Step::Ok(b, ms(5))).collect();
+    let (_, records, _) = collect(backing_off(ms(7000)), script);
+    assert!(
+        gaps(&records).iter().all(|&g| g == 500),
+        "{:?}",
+        gaps(&records)
+    );
+}
