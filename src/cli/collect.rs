@@ -281,7 +281,9 @@ fn describe(status: &LiveStatus) -> String {
         (Some(m), None) => parts.push(format!("memory {}{total}", format_bytes(m as i64))),
         _ => {}
     }
-    if let Some(secs) = status.time_to_limit() {
+    if status.at_limit() {
+        parts.push("AT THE LIMIT".into());
+    } else if let Some(secs) = status.time_to_limit() {
         parts.push(format!("limit in {secs:.1}s"));
     }
     if let Some(g) = status.goroutines {

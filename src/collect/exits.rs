@@ -188,6 +188,19 @@ mod connector {
                 std::io::Error::last_os_error()
             ));
         }
+        // Every exit on the machine comes through here: room for bursts of them, so a watched
+        // one is not dropped with the rest when the buffer fills.
+        let size: libc::c_int = 1 << 20;
+        // SAFETY: size is valid for reads of its size.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
+        }
         // Wake up now and then to see whether the watcher should stop.
         let timeout = libc::timeval {
             tv_sec: 0,

@@ -4,7 +4,9 @@
 
 pub mod clock;
 mod cycles;
+mod events;
 pub mod exits;
+mod idle;
 mod retention;
 pub mod sampler;
 mod status;
@@ -18,6 +20,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 pub use clock::{Clock, FakeClock, SystemClock};
+pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
 
 use crate::decode::{self, DecodeLimits, stackdump};
@@ -26,6 +29,7 @@ use crate::source::{FailureKind, FetchError, Source, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
 use exits::ExitWatcher;
+use idle::HeapMark;
 use retention::Retention;
 
 /// Everything the collector needs to know, already validated.
@@ -183,16 +187,6 @@ pub struct Collector<'a> {
     idle_factor: u32,
     /// The in-use heap and memory when the heap last moved.
     last_heap: Option<HeapMark>,
-}
-
-/// The idle back-off `collect` uses unless told otherwise, as a multiple of the interval.
-pub const IDLE_BACKOFF: u32 = 4;
-
-/// What the heap looked like at a capture, to tell whether it moved since.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct HeapMark {
-    inuse: Option<u64>,
-    memory: Option<u64>,
 }
 
 /// What the inbox held at the top of the loop.
@@ -361,29 +355,6 @@ impl<'a> Collector<'a> {
         self
     }
 
-    /// An `exit` record for each watched process the kernel saw end, filed under the boot
-    /// cycle the process answered in (else the current one: compare the pid).
-    fn note_exits(&mut self) -> Result<(), StoreError> {
-        let Some(exits) = &self.exits else {
-            return Ok(());
-        };
-        for exit in exits.take() {
-            let incarnation = self
-                .cycle_of_pid
-                .get(&exit.pid)
-                .copied()
-                .unwrap_or_else(|| self.cycles.incarnation());
-            let mut record =
-                CaptureRecord::new(self.next_seq, RecordKind::Exit, incarnation, exit.t_ms);
-            self.next_seq += 1;
-            record.pid = Some(exit.pid);
-            record.exit_code = exit.exit_code;
-            record.signal = exit.signal;
-            self.writer.append(&record)?;
-        }
-        Ok(())
-    }
-
     /// Where to look up the process of a reply that does not name it: a new pid there opens
     /// a new boot cycle, as the agent's does.
     pub fn with_pid_probe(mut self, probe: MemoryProbe) -> Self {
@@ -408,17 +379,22 @@ impl<'a> Collector<'a> {
     /// a kill), else RSS or cgroup usage; the latest heap capture's in-use bytes; the latest
     /// MemStats.
     fn memory_now(&self) -> Option<u64> {
-        let outside = self.outside.as_ref().and_then(|o| {
-            [&o.killable, &o.bytes]
-                .into_iter()
-                .map(|a| a.load(Ordering::Relaxed))
-                .find(|&b| b > 0)
-        });
+        let outside = self.outside_now();
         let heap = self.status.heap_inuse.map(|b| b.max(0) as u64);
         [outside, heap, self.runtime_memory]
             .into_iter()
             .flatten()
             .max()
+    }
+
+    /// Memory seen from outside (anonymous once the split is known, else usage or RSS).
+    fn outside_now(&self) -> Option<u64> {
+        self.outside.as_ref().and_then(|o| {
+            [&o.killable, &o.bytes]
+                .into_iter()
+                .map(|a| a.load(Ordering::Relaxed))
+                .find(|&b| b > 0)
+        })
     }
 
     fn bursting(&self) -> bool {
@@ -435,38 +411,6 @@ impl<'a> Collector<'a> {
             self.config.burst_interval
         } else {
             self.config.interval * self.idle_factor
-        }
-    }
-
-    /// After a heap capture: an idle target (in-use heap and memory within 1 MiB or 2 % of
-    /// where they were when the heap last moved) is asked less and less often, up to `idle_backoff` times the interval,
-    /// since rendering a profile is most of what an idle Go process allocates; any movement
-    /// brings the interval back at once. Envoy is paced by its own rule; a source that costs
-    /// the target nothing (proc) keeps its interval, a stopped or frozen target included.
-    fn pace_idle(&mut self, record: &CaptureRecord) {
-        if self.source.kind() == "envoy"
-            || !self.source.costs_target()
-            || record.kind != RecordKind::Heap
-            || !record.is_ok()
-        {
-            return;
-        }
-        let mark = HeapMark {
-            inuse: record.totals.get("inuse_space").map(|&b| b.max(0) as u64),
-            memory: self.memory_now(),
-        };
-        // Measured against the capture the flat stretch began with, so a slow leak adds up
-        // to a move instead of hiding under the threshold step by step. The threshold keeps
-        // the GCs our own profiling causes (a few hundred KiB of profile-writer buffers
-        // coming and going) from counting as movement.
-        let flat = self.last_heap.is_some_and(|anchor| {
-            !moved(anchor.inuse, mark.inuse) && !moved(anchor.memory, mark.memory)
-        });
-        if flat {
-            self.idle_factor = (self.idle_factor * 2).min(self.config.idle_backoff.max(1));
-        } else {
-            self.idle_factor = 1;
-            self.last_heap = Some(mark);
         }
     }
 
@@ -642,40 +586,6 @@ impl<'a> Collector<'a> {
         self.record_events()?;
         self.summary.incarnations = self.cycles.incarnation();
         Ok(self.summary)
-    }
-
-    /// The collector stops on purpose: a `stop` record says the target was not seen to end
-    /// here, with the process it last answered from (the attempts before it say whether that
-    /// process still answered).
-    fn stopped(&mut self) -> Result<(), StoreError> {
-        let mut record = CaptureRecord::new(
-            self.next_seq,
-            RecordKind::Stop,
-            self.cycles.incarnation(),
-            self.clock.unix_ms(),
-        );
-        self.next_seq += 1;
-        record.pid = self.cycles.pid();
-        self.writer.append(&record)
-    }
-
-    /// The first answer of a boot cycle: a `cycle` record with its process and build.
-    fn note_cycle(&mut self, first: &CaptureRecord) -> Result<(), StoreError> {
-        let build = self.source.build_info(self.timeout());
-        let mut record = CaptureRecord::new(
-            self.next_seq,
-            RecordKind::Cycle,
-            first.incarnation,
-            self.clock.unix_ms(),
-        );
-        self.next_seq += 1;
-        record.pid = first.pid;
-        record.build = build;
-        if let Some(pid) = first.pid {
-            self.cycle_of_pid.insert(pid, first.incarnation);
-        }
-        self.cycle_noted = first.incarnation;
-        self.writer.append(&record)
     }
 
     fn attempt(&mut self, want: Want, observer: &mut dyn Observer) -> Result<(), StoreError> {
@@ -981,18 +891,6 @@ struct Invalid(String);
 /// A goroutine reply in text (op 0x01, or `?debug=2`) rather than a gzipped pprof profile.
 fn is_stack_dump(bytes: &[u8]) -> bool {
     !decode::is_gzip(bytes) && bytes.starts_with(b"goroutine ")
-}
-
-/// Whether memory seen between two captures moved: by more than 1 MiB and 2 %.
-fn moved(before: Option<u64>, now: Option<u64>) -> bool {
-    match (before, now) {
-        (Some(a), Some(b)) => {
-            let change = a.abs_diff(b);
-            change > 1 << 20 && change as f64 > 0.02 * a.max(b) as f64
-        }
-        (None, None) => false,
-        _ => true,
-    }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -3,6 +3,9 @@
 
 use std::collections::VecDeque;
 
+/// The furthest time to the limit the status line forecasts, in seconds.
+pub const FORECAST_HORIZON_S: f64 = 3600.0;
+
 #[derive(Debug, Clone, Default)]
 pub struct LiveStatus {
     pub attempts: u64,
@@ -73,14 +76,24 @@ impl LiveStatus {
     }
 
     /// Seconds until the limit at the current growth rate of the memory the limit applies to
-    /// (else of the heap).
+    /// (else of the heap): a forecast only while under the limit, and only within
+    /// [`FORECAST_HORIZON_S`] (further out, a rate measured over seconds says nothing).
     pub fn time_to_limit(&self) -> Option<f64> {
         let (limit, now) = (self.limit?, self.memory?);
         let rate = self.memory_bps.or(self.growth_bps)?;
-        if rate <= 0.0 {
+        if rate <= 0.0 || self.at_limit() {
             return None;
         }
-        Some((limit as f64 - now as f64).max(0.0) / rate)
+        let secs = (limit as f64 - now as f64) / rate;
+        (secs <= FORECAST_HORIZON_S).then_some(secs)
+    }
+
+    /// The memory that can kill is at the limit (within 1 %): measured, not forecast.
+    pub fn at_limit(&self) -> bool {
+        match (self.limit, self.memory) {
+            (Some(limit), Some(now)) => now as f64 >= 0.99 * limit as f64,
+            _ => false,
+        }
     }
 }
 
@@ -102,4 +115,30 @@ fn slope(points: &VecDeque<(i64, i64)>) -> Option<f64> {
     }
     let denominator = n * stt - st * st;
     (denominator.abs() > 1e-9).then(|| (n * stv - st * sv) / denominator)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(memory: u64, bps: f64) -> LiveStatus {
+        LiveStatus {
+            limit: Some(1000 << 20),
+            memory: Some(memory),
+            memory_bps: Some(bps),
+            ..LiveStatus::default()
+        }
+    }
+
+    #[test]
+    fn the_time_to_the_limit_is_forecast_only_under_the_limit_and_within_an_hour() {
+        let t = status(500 << 20, (1 << 20) as f64).time_to_limit().unwrap();
+        assert!((t - 500.0).abs() < 1e-6, "{t}");
+        // 59046 s away: no forecast.
+        assert_eq!(status(500 << 20, 8880.0).time_to_limit(), None);
+        // At the limit: measured, not forecast.
+        let full = status(1000 << 20, (1 << 20) as f64);
+        assert!(full.at_limit());
+        assert_eq!(full.time_to_limit(), None);
+    }
 }

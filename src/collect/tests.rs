@@ -651,17 +651,17 @@ fn backing_off(duration: Duration) -> CollectConfig {
 #[test]
 fn an_idle_heap_is_asked_less_often_up_to_four_times_the_interval() {
     let (summary, records, _) = collect(backing_off(ms(12_000)), vec![Step::Ok(LATE, ms(5))]);
-    assert_eq!(
-        gaps(&records),
-        vec![500, 1000, 2000, 2000, 2000, 2000, 2000]
-    );
+    // Flat for ten intervals (5 s), then 1 s, then 2 s.
+    let mut expected = vec![500; 10];
+    expected.extend([1000, 2000, 2000]);
+    assert_eq!(gaps(&records), expected);
     // The interval in force is recorded with each capture.
     let intervals: Vec<Option<u64>> = records.iter().map(|r| r.interval_ms).collect();
     assert_eq!(
-        intervals[..4],
-        [Some(500), Some(500), Some(1000), Some(2000)]
+        intervals[10..],
+        [Some(500), Some(1000), Some(2000), Some(2000)]
     );
-    assert_eq!(summary.attempts, 8);
+    assert_eq!(summary.attempts, 14);
     // Off, the same target is asked every interval.
     let (off, _, _) = collect(heap_only(ms(12_000)), vec![Step::Ok(LATE, ms(5))]);
     assert_eq!(off.attempts, 24);
@@ -670,14 +670,43 @@ fn an_idle_heap_is_asked_less_often_up_to_four_times_the_interval() {
 #[test]
 fn a_heap_that_moves_brings_the_interval_back_at_once() {
     // Flat for a while, then a new profile (the heap moved), then flat again.
-    let mut script: Vec<Step> = (0..4).map(|_| Step::Ok(EARLY, ms(5))).collect();
+    let mut script: Vec<Step> = (0..13).map(|_| Step::Ok(EARLY, ms(5))).collect();
     script.push(Step::Ok(LATE, ms(5)));
-    let (_, records, _) = collect(backing_off(ms(10_000)), script);
+    let (_, records, _) = collect(backing_off(ms(20_000)), script);
     let gaps = gaps(&records);
-    assert_eq!(gaps[..3], [500, 1000, 2000], "{gaps:?}");
-    // The fourth EARLY is flat: 2 s; LATE moved: the next comes after 500 ms, then it backs
-    // off again.
-    assert_eq!(gaps[3..6], [2000, 500, 1000], "{gaps:?}");
+    assert_eq!(gaps[..10], [500; 10], "{gaps:?}");
+    // Backed off; LATE (the 14th) moved: the next comes after 500 ms, and for ten intervals.
+    assert_eq!(gaps[10..13], [1000, 2000, 2000], "{gaps:?}");
+    assert_eq!(gaps[13..23], [500; 10], "{gaps:?}");
+    assert_eq!(gaps[23], 1000, "{gaps:?}");
+}
+
+#[test]
+fn a_failed_capture_ends_the_back_off() {
+    let mut script: Vec<Step> = (0..12).map(|_| Step::Ok(LATE, ms(5))).collect();
+    script.push(Step::Fail(FailureKind::Timeout, ms(5)));
+    script.push(Step::Ok(LATE, ms(5)));
+    let (_, records, _) = collect(backing_off(ms(12_000)), script);
+    // Backed off to 2 s, then the timeout brings the interval back.
+    assert_eq!(gaps(&records)[10..13], [1000, 2000, 500]);
+}
+
+#[test]
+fn memory_half_way_to_the_burst_threshold_keeps_the_interval() {
+    // ~110 MiB in use of a 256 MiB limit: above half of 0.6 of it, below burst.
+    let config = CollectConfig {
+        limit: Some(256 << 20),
+        ..backing_off(ms(10_000))
+    };
+    let (_, records, _) = collect(config, vec![Step::Ok(LATE, ms(5))]);
+    assert!(gaps(&records).iter().all(|&g| g == 500));
+    // With 1 GiB, the same heap is far from it and backs off.
+    let config = CollectConfig {
+        limit: Some(1 << 30),
+        ..backing_off(ms(10_000))
+    };
+    let (_, records, _) = collect(config, vec![Step::Ok(LATE, ms(5))]);
+    assert!(gaps(&records).contains(&2000));
 }
 
 #[test]
@@ -748,10 +777,53 @@ fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat()
     let fast = run(8 << 20, ms(3000));
     assert!(fast.iter().all(|&g| g == 500), "{fast:?}");
     // 512 KiB a capture: under the threshold each time, but it adds up from where the heap
-    // last moved: backed off, then back to the interval when the sum passes 2 %.
-    let slow = run(512 << 10, ms(30_000));
-    assert!(slow.contains(&2000), "{slow:?}");
-    assert!(slow[3..].contains(&500), "{slow:?}");
+    // last moved: backed off, then back to the interval when the sum passes 8 MiB and 5 %.
+    let slow = run(512 << 10, ms(40_000));
+    let backed_off = slow.iter().position(|&g| g == 2000).expect("backs off");
+    assert!(slow[backed_off..].contains(&500), "{slow:?}");
+}
+
+#[test]
+fn a_flat_heap_under_heavy_churn_is_busy_and_keeps_the_interval() {
+    // testdata/runs/steady: in-use flat (13.9–14.5 MiB) while 32 MiB/s churn goes through
+    // main.handleRequest, ~10–20 MiB allocated between these captures.
+    macro_rules! steady {
+        ($($seq:literal),*) => {
+            [$(include_bytes!(concat!("../../testdata/runs/steady/profiles/0000", $seq, "-heap.pb.gz")) as &'static [u8]),*]
+        };
+    }
+    let captures = steady!(
+        "14", "16", "20", "26", "28", "32", "38", "45", "51", "55", "59", "61"
+    );
+    // What the test stands on, checked, so a re-recorded run that breaks it says so.
+    let totals: Vec<(i64, i64)> = captures
+        .iter()
+        .map(|b| {
+            let raw = decode::decompress(b, &DecodeLimits::default()).unwrap();
+            let t: BTreeMap<String, i64> = decode::summarize(&raw)
+                .unwrap()
+                .totals
+                .into_iter()
+                .collect();
+            (t["inuse_space"], t["alloc_space"])
+        })
+        .collect();
+    let (low, high) = totals
+        .iter()
+        .fold((i64::MAX, 0), |(l, h), t| (l.min(t.0), h.max(t.0)));
+    assert!(high - low < 2 << 20, "in-use not flat: {totals:?}");
+    assert!(
+        totals.windows(2).all(|w| w[1].1 - w[0].1 > 4 << 20),
+        "{totals:?}"
+    );
+
+    let script: Vec<Step> = captures.iter().map(|b| Step::Ok(b, ms(5))).collect();
+    let (_, records, _) = collect(backing_off(ms(7000)), script);
+    assert!(
+        gaps(&records).iter().all(|&g| g == 500),
+        "{:?}",
+        gaps(&records)
+    );
 }
 
 /// Sends an event record through the collector's inbox during its `at`-th fetch, as

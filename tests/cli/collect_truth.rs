@@ -94,15 +94,32 @@ fn stop_collector(collector: &mut Child, log: &Path) {
     );
 }
 
-/// One `agent:auto` collector watches one app id through four processes in one 256 MiB
-/// cgroup: 2.0.2 stopped with SIGINT; 2.1.0 restarting itself; its successor OOM-killed (or,
-/// without a cgroup, killed by the test); 2.1.0 again, alive when the collector is stopped.
-#[test]
-fn one_agent_collector_records_each_cycles_build_and_how_it_ended() {
-    let Some(bin) = util::go_fixture("agentgrow") else {
-        return;
-    };
-    let started = Instant::now();
+/// A recorded run of two builds: one `agent:auto:truth` collector watches four processes in
+/// one 256 MiB cgroup: 2.0.2 stopped with SIGINT; 2.1.0 restarting itself; its successor
+/// OOM-killed (or, without a cgroup, killed by the test); 2.1.0 again, alive when the
+/// collector is stopped (and until this is dropped), whose agent opens 2 s after it starts.
+/// For the tests that analyse such a run.
+pub struct MixedBuilds {
+    pub run: PathBuf,
+    /// 2.0.2, stopped with SIGINT.
+    pub p1: u32,
+    /// 2.1.0, restarted itself.
+    pub p2: u32,
+    /// 2.1.0, the successor, OOM-killed.
+    pub p2b: u32,
+    /// 2.1.0, alive when the collector stopped; its agent opened 2 s after it started.
+    pub p3: u32,
+    /// Whether a real cgroup (and root) was there: then the kill was the kernel's.
+    pub in_cgroup: bool,
+    _last: Reaped,
+    _cgroup: Option<util::MemoryCgroup>,
+    _dir: tempfile::TempDir,
+}
+
+/// Records [`MixedBuilds`]; `None` without Go (skipped, or a failure under
+/// HEAPWATCH_REQUIRE_GO).
+pub fn record_mixed_builds() -> Option<MixedBuilds> {
+    let bin = util::go_fixture("agentgrow")?;
     let dir = util::tempdir();
     let agents = dir.path().join("agents");
     fs::create_dir(&agents).unwrap();
@@ -198,18 +215,44 @@ fn one_agent_collector_records_each_cycles_build_and_how_it_ended() {
     }
 
     // 3. Build 2.1.0 again, alive when the collector is stopped.
-    let _last = agentgrow(
+    let last = agentgrow(
         &bin,
         &agents,
         &dir.path().join("p3.out"),
-        &[&quiet[..], &["-app-version", "2.1.0"]].concat(),
+        // Its agent opens 2 s after start (a datastore migration): only memory is seen then.
+        &[&quiet[..], &["-app-version", "2.1.0", "-delay", "2s"]].concat(),
         cgroup.as_ref(),
     );
-    let p3 = _last.0.id();
+    let p3 = last.0.id();
     wait_for_manifest(&run, "cycle of p3", Duration::from_secs(15), cycle_of(p3));
     std::thread::sleep(Duration::from_millis(500));
     stop_collector(&mut collector.0, &collector_log);
     assert!(alive(p3), "the last process outlives the collector");
+    Some(MixedBuilds {
+        run,
+        p1,
+        p2,
+        p2b,
+        p3,
+        in_cgroup: cgroup.is_some(),
+        _last: last,
+        _cgroup: cgroup,
+        _dir: dir,
+    })
+}
+
+/// The mixed-builds run: each cycle's build and pid, and how each process ended.
+#[test]
+fn one_agent_collector_records_each_cycles_build_and_how_it_ended() {
+    let started = Instant::now();
+    let Some(mixed) = record_mixed_builds() else {
+        return;
+    };
+    let MixedBuilds {
+        p1, p2, p2b, p3, ..
+    } = mixed;
+    let run = mixed.run.clone();
+    let cgroup = mixed._cgroup.as_ref();
 
     let records = records(&run);
     let cycles: Vec<&Value> = records.iter().filter(|r| r["kind"] == "cycle").collect();
@@ -246,6 +289,20 @@ fn one_agent_collector_records_each_cycles_build_and_how_it_ended() {
             assert_eq!(pid_of(r), pid_of(c), "{r}");
         }
     }
+    // Existing readers take the new records in their stride.
+    for command in [&["growth"][..], &["growth", "--json"]] {
+        let out = util::run(&[command, &[run.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "{command:?}: {}", util::stderr(&out));
+    }
+    let report = run.with_file_name("report");
+    let out = util::run(&[
+        "report",
+        run.to_str().unwrap(),
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "report: {}", util::stderr(&out));
+
     let last = records.last().unwrap();
     assert_eq!(last["kind"], "stop", "the collector was stopped: {last}");
     assert_eq!(pid_of(last), Some(p3));
@@ -258,7 +315,7 @@ fn one_agent_collector_records_each_cycles_build_and_how_it_ended() {
         started.elapsed().as_secs_f64()
     );
     // Root (a cgroup could be made): the kernel told how each process ended.
-    if cgroup.is_some() {
+    if mixed.in_cgroup {
         let end = |pid: u32| {
             exits
                 .iter()
@@ -281,6 +338,17 @@ fn one_agent_collector_records_each_cycles_build_and_how_it_ended() {
         for pid in [p1, p2, p2b, p3] {
             assert!(pids.contains(&pid), "no memory sample names pid {pid}");
         }
+        // Before p3's agent opened, the cgroup's samples already named it: the memory of the
+        // gap can be filed under the cycle p3 opened.
+        let p3_cycle_ms = cycles[3]["t_ms"].as_i64().unwrap();
+        let early = samples
+            .iter()
+            .filter(|s| pid_of(s) == Some(p3) && s["t_ms"].as_i64().unwrap() < p3_cycle_ms - 1000)
+            .count();
+        assert!(
+            early >= 3,
+            "{early} samples of p3 before its agent answered"
+        );
         let killed: Vec<&Value> = samples.iter().filter(|s| s["killed"] == true).collect();
         if cg.oom_kills().is_some() {
             assert_eq!(killed.len(), 1, "one OOM kill: {killed:?}");
@@ -395,6 +463,19 @@ fn page_cache_at_the_cgroup_limit_is_recorded_and_does_not_start_burst_mode() {
             .all(|l| l.contains("captures") && l.contains("memory "))
     );
 
+    // Plain HTTP names no process: the cgroup's (or --pid's) is the one its answers are
+    // filed under, and memory.jsonl says which process each sample measured.
+    let cycles: Vec<Value> = records(&run)
+        .into_iter()
+        .filter(|r| r["kind"] == "cycle")
+        .collect();
+    assert_eq!(cycles.len(), 1, "{cycles:?}");
+    assert_eq!(pid_of(&cycles[0]), Some(pid));
+    assert!(
+        cycles[0]["build"].is_null(),
+        "plain HTTP cannot tell the build"
+    );
+    assert!(memory(&run).iter().all(|s| pid_of(s) == Some(pid)));
     let heap: Vec<Value> = records(&run)
         .into_iter()
         .filter(|r| r["kind"] == "heap" && r["error"].is_null())

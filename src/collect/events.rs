@@ -1,0 +1,64 @@
+//! The event records the collector writes beside the capture attempts: a boot cycle's start
+//! (`cycle`, with its process and build), a watched process's end (`exit`, from the kernel),
+//! and the collector stopping on purpose (`stop`).
+
+use super::{CaptureRecord, Collector, RecordKind, StoreError};
+
+impl Collector<'_> {
+    /// An `exit` record for each watched process the kernel saw end, filed under the boot
+    /// cycle the process answered in (else the current one: compare the pid).
+    pub(super) fn note_exits(&mut self) -> Result<(), StoreError> {
+        let Some(exits) = &self.exits else {
+            return Ok(());
+        };
+        for exit in exits.take() {
+            let incarnation = self
+                .cycle_of_pid
+                .get(&exit.pid)
+                .copied()
+                .unwrap_or_else(|| self.cycles.incarnation());
+            let mut record =
+                CaptureRecord::new(self.next_seq, RecordKind::Exit, incarnation, exit.t_ms);
+            self.next_seq += 1;
+            record.pid = Some(exit.pid);
+            record.exit_code = exit.exit_code;
+            record.signal = exit.signal;
+            self.writer.append(&record)?;
+        }
+        Ok(())
+    }
+
+    /// The collector stops on purpose: a `stop` record says the target was not seen to end
+    /// here, with the process it last answered from (the attempts before it say whether that
+    /// process still answered).
+    pub(super) fn stopped(&mut self) -> Result<(), StoreError> {
+        let mut record = CaptureRecord::new(
+            self.next_seq,
+            RecordKind::Stop,
+            self.cycles.incarnation(),
+            self.clock.unix_ms(),
+        );
+        self.next_seq += 1;
+        record.pid = self.cycles.pid();
+        self.writer.append(&record)
+    }
+
+    /// The first answer of a boot cycle: a `cycle` record with its process and build.
+    pub(super) fn note_cycle(&mut self, first: &CaptureRecord) -> Result<(), StoreError> {
+        let build = self.source.build_info(self.timeout());
+        let mut record = CaptureRecord::new(
+            self.next_seq,
+            RecordKind::Cycle,
+            first.incarnation,
+            self.clock.unix_ms(),
+        );
+        self.next_seq += 1;
+        record.pid = first.pid;
+        record.build = build;
+        if let Some(pid) = first.pid {
+            self.cycle_of_pid.insert(pid, first.incarnation);
+        }
+        self.cycle_noted = first.incarnation;
+        self.writer.append(&record)
+    }
+}
