@@ -49,8 +49,6 @@ pub(super) struct Builder {
     pub values: Vec<i64>,
     pub labels: Vec<Label>,
     pub forward: super::samples::ForwardLocations,
-    /// One sample's location ids as read, reused from sample to sample.
-    pub scratch_ids: Vec<u64>,
     pub label_strings: super::samples::LabelStrings,
     pub value_counts: super::samples::ValueCounts,
     /// The first sample the wire format broke in, and how.

@@ -128,6 +128,29 @@ impl LabelStrings {
     }
 }
 
+/// Decodes the packed ids into `out` (at least one slot per byte), each through `position`
+/// (`u32::MAX` for an id with no location yet): how many, and whether any was unknown. Kept
+/// apart from the pools so the loop's slices stay in registers.
+#[inline(always)]
+fn map_ids(
+    mut ids: &[u8],
+    out: &mut [LocId],
+    position: impl Fn(u64) -> u32,
+) -> Result<(usize, bool), DecodeError> {
+    let mut count = 0;
+    let mut unknown = false;
+    for slot in out.iter_mut() {
+        if ids.is_empty() {
+            break;
+        }
+        let p = position(next_varint(&mut ids)?);
+        unknown |= p == u32::MAX;
+        *slot = LocId(p);
+        count += 1;
+    }
+    Ok((count, unknown))
+}
+
 /// The varint at the front of `rest`, which then starts after it.
 #[inline(always)]
 fn next_varint(rest: &mut &[u8]) -> Result<u64, DecodeError> {
@@ -242,28 +265,27 @@ impl Builder {
         Ok(())
     }
 
-    /// A packed run of location ids: decoded into a scratch list, then looked up.
+    /// A packed run of location ids, each looked up as it is read.
     #[inline]
     fn stack(&mut self, ids: &[u8]) -> Result<(), DecodeError> {
         let start = self.stacks.len();
-        let mut raw = std::mem::take(&mut self.scratch_ids);
-        raw.clear();
-        raw.reserve(ids.len());
-        wire::packed(ids, |id| raw.push(id))?;
-        let mut unknown = false;
-        match &self.location_index {
-            LocationIndex::Dense(table) => self.stacks.extend(raw.iter().map(|&id| {
-                let p = table.get(id as usize).copied().unwrap_or(u32::MAX);
-                unknown |= p == u32::MAX;
-                LocId(p)
-            })),
-            LocationIndex::Sparse(map) => self.stacks.extend(raw.iter().map(|&id| {
-                let p = map.get(&id).copied().unwrap_or(u32::MAX);
-                unknown |= p == u32::MAX;
-                LocId(p)
-            })),
-        }
-        self.scratch_ids = raw;
+        // Each id takes at least a byte: room for all of them, cut to size after.
+        self.stacks.extend(std::iter::repeat_n(LocId(0), ids.len()));
+        let out = &mut self.stacks[start..];
+        let (count, unknown) = match &self.location_index {
+            LocationIndex::Dense(table) => {
+                // A slice by value: its pointer and length stay in registers through the loop
+                // instead of being read again from the Vec after every store into `out`.
+                let table: &[u32] = table;
+                map_ids(ids, out, move |id| {
+                    table.get(id as usize).copied().unwrap_or(u32::MAX)
+                })?
+            }
+            LocationIndex::Sparse(map) => map_ids(ids, out, move |id| {
+                map.get(&id).copied().unwrap_or(u32::MAX)
+            })?,
+        };
+        self.stacks.truncate(start + count);
         if unknown {
             // Rare: read the ids again to give the unknown ones placeholders.
             let mut k = start;
