@@ -74,7 +74,7 @@ pub(super) fn read(input: &mut impl Input) -> Result<Builder, DecodeError> {
             match (field, wire) {
                 (13, VARINT) => b.comments.push(w.varint()? as i64),
                 (7..=10 | 12 | 14 | 15, VARINT) => b.header_scalar(field, w.varint()? as i64),
-                (1..=15, _) => return Err(bad("invalid wire type")),
+                (1..=15, _) => return Err(wrong_wire_type(field, wire)),
                 (_, wire) => w.skip(wire)?,
             }
             let used = w.pos();
@@ -93,6 +93,30 @@ pub(super) fn read(input: &mut impl Input) -> Result<Builder, DecodeError> {
         b.field(field, body)?;
         input.consume(end);
     }
+}
+
+/// A known field of Profile with the wrong wire type, named as prost names it.
+fn wrong_wire_type(field: u64, wire: u8) -> DecodeError {
+    const NAMES: [&str; 16] = [
+        "",
+        "sample_type",
+        "sample",
+        "mapping",
+        "location",
+        "function",
+        "string_table",
+        "drop_frames",
+        "keep_frames",
+        "time_nanos",
+        "duration_nanos",
+        "period_type",
+        "period",
+        "comment",
+        "default_sample_type",
+        "doc_url",
+    ];
+    let name = NAMES.get(field as usize).copied().unwrap_or("?");
+    DecodeError::Protobuf(format!("Profile.{name}: invalid wire type {wire}"))
 }
 
 fn prost_error(e: prost::DecodeError) -> DecodeError {
@@ -137,7 +161,7 @@ impl Builder {
                 .merge(body)
                 .map_err(prost_error)?,
             13 => super::wire::packed(body, |v| self.comments.push(v as i64))?,
-            7..=10 | 12 | 14 | 15 => return Err(bad("invalid wire type")),
+            7..=10 | 12 | 14 | 15 => return Err(wrong_wire_type(field, LEN)),
             _ => {}
         }
         Ok(())
