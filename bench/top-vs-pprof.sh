@@ -8,7 +8,9 @@
 #            testdata/go/cmd/bigprofile when missing (STACKS distinct stacks, default 150000).
 # Environment: STACKS (stacks of a generated profile), RUNS (hyperfine runs, default 20),
 #   PPROF_RUNS (runs for the two pprof commands, default 5), OUT (result folder,
-#   default target/bench), NO_HYPERFINE=1 (use the plain bash loop even if hyperfine is here).
+#   default target/bench), NO_HYPERFINE=1 (use the plain bash loop even if hyperfine is here),
+#   BASELINE (another heapwatch binary, e.g. one built from an earlier commit, timed in the
+#   same run so a before/after comparison shares the machine's load).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +19,7 @@ stacks=${STACKS:-150000}
 runs=${RUNS:-20}
 pprof_runs=${PPROF_RUNS:-5}
 out=${OUT:-$root/target/bench}
+baseline=${BASELINE:-}
 mkdir -p "$out"
 
 need() {
@@ -51,6 +54,7 @@ echo "load:    $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "rustc:   $(rustc --version)"
 echo "go:      $(go version)"
 echo "profile: $profile ($gz_bytes bytes gzipped, $raw_bytes bytes of protobuf)"
+[[ -n $baseline ]] && echo "baseline: $baseline"
 
 hw_cmd="$heapwatch top $profile"
 gz_cmd="gzip -dc $profile"
@@ -64,10 +68,12 @@ declare -A mean cpu
 if [[ -z ${NO_HYPERFINE:-} ]] && need hyperfine && need python3; then
     echo
     echo "## Time (hyperfine)"
+    base_args=()
+    [[ -n $baseline ]] && base_args=(-n "heapwatch top (baseline)" "$baseline top $profile")
     hyperfine --warmup 3 --runs "$runs" --style basic --output null \
         --export-json "$out/top-fast.json" --export-markdown "$out/top-fast.md" \
         -n "heapwatch top" "$hw_cmd" \
-        -n "gzip -dc (floor)" "$gz_cmd"
+        -n "gzip -dc (floor)" "$gz_cmd" "${base_args[@]}"
     hyperfine --warmup 1 --runs "$pprof_runs" --style basic --output null \
         --export-json "$out/top-pprof.json" --export-markdown "$out/top-pprof.md" \
         -n "pprof -top (cached binary)" "$pprof_cmd" \
@@ -75,11 +81,11 @@ if [[ -z ${NO_HYPERFINE:-} ]] && need hyperfine && need python3; then
     while read -r name wall used; do
         mean[$name]=$wall
         cpu[$name]=$used
-    done < <(python3 - "$out/top-fast.json" "$out/top-pprof.json" <<'EOF'
+    done < <(python3 - "$out/top-fast.json" "$out/top-pprof.json" "$baseline" <<'EOF'
 import json, sys
-keys = ["heapwatch", "gzip", "pprof", "gotool"]
+keys = ["heapwatch", "gzip"] + (["baseline"] if sys.argv[3] else []) + ["pprof", "gotool"]
 results = []
-for path in sys.argv[1:]:
+for path in sys.argv[1:3]:
     results += json.load(open(path))["results"]
 for key, r in zip(keys, results):
     print(key, r["mean"], r["user"] + r["system"])
@@ -107,6 +113,7 @@ else
     }
     best "$runs" heapwatch "$heapwatch" top "$profile"
     best "$runs" gzip gzip -dc "$profile"
+    [[ -n $baseline ]] && best "$runs" baseline "$baseline" top "$profile"
     best "$pprof_runs" pprof "$pprof_bin" -top "$profile"
     best "$pprof_runs" gotool go tool pprof -top "$profile"
 fi
@@ -120,6 +127,11 @@ ratio() {
 ratio "pprof binary / heapwatch:" "${mean[pprof]}" "${mean[heapwatch]}" "${cpu[pprof]}" "${cpu[heapwatch]}"
 ratio "go tool pprof / heapwatch:" "${mean[gotool]}" "${mean[heapwatch]}" "${cpu[gotool]}" "${cpu[heapwatch]}"
 ratio "heapwatch / gzip -dc floor:" "${mean[heapwatch]}" "${mean[gzip]}" "${cpu[heapwatch]}" "${cpu[gzip]}"
+if [[ -n $baseline ]]; then
+    ratio "baseline / heapwatch:" "${mean[baseline]}" "${mean[heapwatch]}" "${cpu[baseline]}" "${cpu[heapwatch]}"
+    ratio "pprof binary / baseline:" "${mean[pprof]}" "${mean[baseline]}" "${cpu[pprof]}" "${cpu[baseline]}"
+    ratio "baseline / gzip -dc floor:" "${mean[baseline]}" "${mean[gzip]}" "${cpu[baseline]}" "${cpu[gzip]}"
+fi
 
 echo
 echo "## Peak memory (max RSS of 3 runs, KiB)"
@@ -137,5 +149,6 @@ peak() {
     printf '%-28s %s\n' "$label" "${all[*]}"
 }
 peak "heapwatch top" "$heapwatch" top "$profile"
+[[ -n $baseline ]] && peak "heapwatch top (baseline)" "$baseline" top "$profile"
 peak "pprof -top (cached binary)" "$pprof_bin" -top "$profile"
 peak "gzip -dc" gzip -dc "$profile"

@@ -50,6 +50,10 @@ fn bench_profile(c: &mut Criterion, label: &str, path: &Path, large: bool) {
     group.bench_function("protobuf+validate", |b| {
         b.iter(|| decode::decode_protobuf(black_box(&raw)))
     });
+    // gunzip streamed into the decoder: what `decode` does with a gzipped profile.
+    group.bench_function("gunzip+protobuf+validate (streamed)", |b| {
+        b.iter(|| decode::decode(black_box(&gz), &limits))
+    });
     group.bench_function("sites", |b| {
         b.iter(|| aggregate::sites(black_box(&profile), index, Granularity::Function))
     });

@@ -1,17 +1,19 @@
 //! Bytes to [`Profile`]: gunzip (when the bytes start with the gzip magic) under a ceiling on
-//! the decompressed size, protobuf decoding, then a strict check of every reference so the rest
-//! of heapwatch can index without fear. No I/O: callers read files and add the file name.
+//! the decompressed size, streamed into the protobuf decoder a window at a time, then a strict
+//! check of every reference so the rest of heapwatch can index without fear. No I/O: callers
+//! read files and add the file name.
 
+mod builder;
 mod error;
+mod input;
 mod samples;
 pub mod stackdump;
 mod summary;
 mod validate;
+mod wire;
 
 pub use error::DecodeError;
 pub use summary::{Summary, summarize};
-
-use std::io::Read;
 
 use prost::Message;
 
@@ -45,16 +47,31 @@ pub fn is_gzip(bytes: &[u8]) -> bool {
     bytes.starts_with(&GZIP_MAGIC)
 }
 
-/// Decodes a pprof profile, gzipped or not, and checks every reference in it.
+/// Decodes a pprof profile, gzipped or not, and checks every reference in it. A gzipped
+/// profile is gunzipped as it is decoded, never whole in memory.
 pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Profile, DecodeError> {
-    let raw = decompress(bytes, limits)?;
-    decode_protobuf(&raw)
+    if is_gzip(bytes) {
+        decode_from(&mut input::Gunzip::new(bytes, limits.max_decompressed))
+    } else {
+        decode_protobuf(&decompress(bytes, limits)?)
+    }
 }
 
 /// Decodes and checks an already decompressed profile.
 pub fn decode_protobuf(raw: &[u8]) -> Result<Profile, DecodeError> {
-    let (header, bodies) = samples::split(raw)?;
-    validate::build(header, &bodies)
+    decode_from(&mut { raw })
+}
+
+fn decode_from(input: &mut impl input::Input) -> Result<Profile, DecodeError> {
+    match builder::read(input) {
+        Ok(profile) => validate::finish(profile),
+        Err(e) => {
+            // A gzip stream broken further on is reported as such, not as the protobuf error
+            // its garbage caused.
+            input.drain()?;
+            Err(e)
+        }
+    }
 }
 
 /// A hash of a profile's content without its timestamp fields (`time_nanos`,
@@ -126,27 +143,7 @@ pub fn decompress<'a>(
 /// Gunzips a whole stream, refusing more than `max` bytes of output and a stream that ends
 /// early or fails its checksum.
 pub fn gunzip(bytes: &[u8], max: u64) -> Result<Vec<u8>, DecodeError> {
-    // Go's compress/gzip output is usually 3-8x smaller than the protobuf.
-    let guess = (bytes.len() as u64).saturating_mul(6).min(max) as usize;
-    let mut out = Vec::with_capacity(guess);
-    // The bufread decoder takes from the slice only what the gzip member spans, so what is
-    // left afterwards is exactly the trailing data (the read decoder buffers ahead of it).
-    let decoder = flate2::bufread::GzDecoder::new(bytes);
-    let mut limited = decoder.take(max.saturating_add(1));
-    limited.read_to_end(&mut out).map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => DecodeError::TruncatedGzip,
-        _ => DecodeError::BadGzip(e.to_string()),
-    })?;
-    if out.len() as u64 > max {
-        return Err(DecodeError::TooLarge { max });
-    }
-    // A gzip stream must end where its member ends; trailing garbage is a corrupt capture.
-    if !limited.into_inner().get_ref().is_empty() {
-        return Err(DecodeError::BadGzip(
-            "data after the end of the gzip stream".into(),
-        ));
-    }
-    Ok(out)
+    input::gunzip_all(bytes, max)
 }
 
 /// Decodes the protobuf message alone, with no reference checks.
@@ -194,6 +191,7 @@ fn sniff_text(bytes: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::LocId;
 
     #[test]
     fn gzip_is_told_apart_by_magic() {
@@ -227,5 +225,159 @@ mod tests {
             decode(b"", &DecodeLimits::default()),
             Err(DecodeError::Empty)
         ));
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = format!("{}/testdata/profiles/{name}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    fn gzip_bytes(raw: &[u8]) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(raw).unwrap();
+        enc.finish().unwrap()
+    }
+
+    /// A profile of one sample type, one function, `locations` (id, function id) and samples
+    /// naming `stacks`, in prost's field order: the samples come before the locations.
+    fn message(locations: &[(u64, u64)], stacks: &[&[u64]]) -> pb::Profile {
+        pb::Profile {
+            sample_type: vec![pb::ValueType { r#type: 1, unit: 2 }],
+            sample: stacks
+                .iter()
+                .map(|ids| pb::Sample {
+                    location_id: ids.to_vec(),
+                    value: vec![1],
+                    label: vec![],
+                })
+                .collect(),
+            location: locations
+                .iter()
+                .map(|&(id, function_id)| pb::Location {
+                    id,
+                    line: vec![pb::Line {
+                        function_id,
+                        line: 1,
+                        column: 0,
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+            function: vec![pb::Function {
+                id: 1,
+                name: 3,
+                ..Default::default()
+            }],
+            string_table: ["", "space", "bytes", "main.f"].map(String::from).to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn streaming_the_gzip_gives_the_model_of_the_whole_buffer() {
+        // The fixture's samples again and again after it (concatenated messages merge), so
+        // the profile spans many of the gunzip windows and its fields cross their edges.
+        let raw = gunzip(
+            &fixture("hiddenleak-heap-rate4k.pb.gz"),
+            DEFAULT_MAX_DECOMPRESSED,
+        )
+        .unwrap();
+        let samples = pb::Profile {
+            sample: decode_message(&raw).unwrap().sample,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut big = raw.clone();
+        while big.len() < 1 << 20 {
+            big.extend_from_slice(&samples);
+        }
+        let whole = decode_protobuf(&big).unwrap();
+        assert!(whole.samples.len() > 10_000, "{}", whole.samples.len());
+        let limits = DecodeLimits::default();
+        assert_eq!(decode(&gzip_bytes(&big), &limits).unwrap(), whole);
+    }
+
+    #[test]
+    fn samples_before_their_locations_decode_to_the_same_model() {
+        // Go writes each location before the first sample that uses it; prost writes every
+        // sample first. The model must not depend on the order.
+        let gz = fixture("controller-2.1.0-heap.pb.gz");
+        let go_order = decode(&gz, &DecodeLimits::default()).unwrap();
+        let raw = gunzip(&gz, DEFAULT_MAX_DECOMPRESSED).unwrap();
+        let prost_order = decode_message(&raw).unwrap().encode_to_vec();
+        let first_location = prost_order.iter().position(|&b| b == 4 << 3 | 2);
+        let first_sample = prost_order.iter().position(|&b| b == 2 << 3 | 2);
+        assert!(first_sample < first_location, "samples come first");
+        assert_eq!(decode_protobuf(&prost_order).unwrap(), go_order);
+        assert_eq!(
+            decode(&gzip_bytes(&prost_order), &DecodeLimits::default()).unwrap(),
+            go_order
+        );
+    }
+
+    #[test]
+    fn a_location_that_never_arrives_is_named_with_its_first_sample() {
+        let ok = message(&[(7, 1), (9, 1)], &[&[9, 7], &[7]]);
+        let p = decode_protobuf(&ok.encode_to_vec()).unwrap();
+        assert_eq!(p.stacks, [LocId(1), LocId(0), LocId(0)]);
+        let missing = message(&[(7, 1), (9, 1)], &[&[9, 7], &[7, 8], &[8]]);
+        let err = decode_protobuf(&missing.encode_to_vec()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid profile: sample #1 refers to location 8, which does not exist"
+        );
+    }
+
+    #[test]
+    fn the_header_is_blamed_before_a_sample_whatever_the_order() {
+        // A missing location in a sample, found while streaming, and a function whose name is
+        // not in the string table, found only at the end: the function is reported, as a
+        // check of the header first would.
+        let mut both = message(&[(7, 1)], &[&[8]]);
+        both.function[0].name = 99;
+        let err = decode_protobuf(&both.encode_to_vec()).unwrap_err();
+        assert!(err.to_string().contains("the name of function 1"), "{err}");
+        // Within the samples, the first broken sample wins over a later one broken earlier
+        // in the order of checks.
+        let mut two = message(&[(7, 1)], &[&[8], &[7]]);
+        two.sample[1].value.push(2);
+        let err = decode_protobuf(&two.encode_to_vec()).unwrap_err();
+        assert!(
+            err.to_string().contains("sample #0 refers to location 8"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_broken_gzip_stream_is_blamed_before_the_protobuf_it_garbles() {
+        let noise: Vec<u8> = (0..20_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let gz = gzip_bytes(&noise);
+        let limits = DecodeLimits::default();
+        assert!(matches!(
+            decode(&gz, &limits),
+            Err(DecodeError::Protobuf(_))
+        ));
+        assert_eq!(
+            decode(&gz[..gz.len() - 4], &limits),
+            Err(DecodeError::TruncatedGzip)
+        );
+        let mut bad_crc = gz.clone();
+        let at = bad_crc.len() - 8;
+        bad_crc[at] ^= 1;
+        assert!(
+            matches!(decode(&bad_crc, &limits), Err(DecodeError::BadGzip(m)) if m.contains("checksum"))
+        );
+        assert_eq!(
+            decode(
+                &gz,
+                &DecodeLimits {
+                    max_decompressed: 1000
+                }
+            ),
+            Err(DecodeError::TooLarge { max: 1000 })
+        );
     }
 }

@@ -1,12 +1,15 @@
-//! Turns the raw protobuf message into the model, checking every reference on the way: string
-//! indices, location, function and mapping ids, and one value per sample type in each sample.
+//! Completes a streamed profile once the string table, which comes last, is known: checks
+//! every string index and every reference to a mapping, function and location, in the order
+//! of the parts of the message, so a broken profile is reported the same way whatever order
+//! its fields came in.
 
 use std::collections::HashMap;
 
+use super::builder::Builder;
+use super::samples::{FORWARD_FIRST, LabelPart};
 use super::{DecodeError, pb};
 use crate::model::{
-    Frame, FuncId, Function, Label, LabelValue, LocId, Location, Mapping, Profile, Sample, StrId,
-    StringTable, ValueType,
+    FuncId, Function, LabelValue, LocId, Mapping, Profile, StrId, StringTable, ValueType,
 };
 
 fn invalid(message: String) -> DecodeError {
@@ -30,7 +33,7 @@ impl Strings {
     }
 }
 
-/// Maps the ids a profile uses (any nonzero u64) to dense indices.
+/// Maps the ids of mappings and functions (any nonzero u64) to their positions.
 enum IdIndex {
     Dense(Vec<u32>),
     Sparse(HashMap<u64, u32>),
@@ -63,33 +66,6 @@ impl IdIndex {
         Ok(index)
     }
 
-    /// Appends the index of each id, or returns the first id that has none. The match on the
-    /// representation is outside the loop: this runs once per stack entry of every sample.
-    fn map_into(&self, ids: &[u64], out: &mut Vec<LocId>) -> Result<(), u64> {
-        out.reserve(ids.len());
-        match self {
-            IdIndex::Dense(v) => {
-                // Unknown ids map to u32::MAX and are looked for afterwards: a branch-free
-                // loop that needs no capacity check per element.
-                let start = out.len();
-                out.extend(
-                    ids.iter()
-                        .map(|&id| LocId(v.get(id as usize).copied().unwrap_or(u32::MAX))),
-                );
-                if let Some(k) = out[start..].iter().position(|l| l.0 == u32::MAX) {
-                    out.truncate(start);
-                    return Err(ids[k]);
-                }
-            }
-            IdIndex::Sparse(m) => {
-                for &id in ids {
-                    out.push(LocId(*m.get(&id).ok_or(id)?));
-                }
-            }
-        }
-        Ok(())
-    }
-
     fn get(&self, id: u64) -> Option<u32> {
         match self {
             IdIndex::Dense(v) => v.get(id as usize).copied().filter(|&i| i != u32::MAX),
@@ -98,207 +74,279 @@ impl IdIndex {
     }
 }
 
-pub(super) fn build(p: pb::Profile, sample_bodies: &[&[u8]]) -> Result<Profile, DecodeError> {
-    if p.string_table.is_empty() {
+pub(super) fn finish(mut b: Builder) -> Result<Profile, DecodeError> {
+    if b.strings.is_empty() {
         return Err(invalid(
             "the string table is empty (it must start with \"\")".into(),
         ));
     }
-    if !p.string_table[0].is_empty() {
+    if !b.strings[0].is_empty() {
         return Err(invalid(format!(
             "string table entry 0 must be \"\", found {:?}",
-            p.string_table[0]
+            b.strings[0]
         )));
     }
-    if p.string_table.len() > u32::MAX as usize {
+    if b.strings.len() > u32::MAX as usize {
         return Err(invalid(
             "the string table has more than 2^32 entries".into(),
         ));
     }
     let strings = Strings {
-        len: p.string_table.len(),
+        len: b.strings.len(),
     };
 
-    let mut sample_types = Vec::with_capacity(p.sample_type.len());
-    for (i, t) in p.sample_type.iter().enumerate() {
+    let mut sample_types = Vec::with_capacity(b.sample_types.len());
+    for (i, t) in b.sample_types.iter().enumerate() {
         sample_types.push(ValueType {
             kind: strings.check(t.r#type, || format!("sample type #{i}"))?,
             unit: strings.check(t.unit, || format!("the unit of sample type #{i}"))?,
         });
     }
-    let period_type = match &p.period_type {
+    let period_type = match &b.period_type {
         Some(t) => Some(ValueType {
             kind: strings.check(t.r#type, || "the period type".into())?,
             unit: strings.check(t.unit, || "the period unit".into())?,
         }),
         None => None,
     };
-    let default_sample_type = match p.default_sample_type {
+    let default_sample_type = match b.default_sample_type {
         0 => None,
         i => Some(strings.check(i, || "the default sample type".into())?),
     };
-    let comments = p
-        .comment
+    let comments = b
+        .comments
         .iter()
         .enumerate()
         .map(|(i, &c)| strings.check(c, || format!("comment #{i}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let drop_frames = strings.check(p.drop_frames, || "drop_frames".into())?;
-    let keep_frames = strings.check(p.keep_frames, || "keep_frames".into())?;
+    let drop_frames = strings.check(b.drop_frames, || "drop_frames".into())?;
+    let keep_frames = strings.check(b.keep_frames, || "keep_frames".into())?;
 
-    let mapping_index = IdIndex::build(p.mapping.iter().map(|m| m.id), p.mapping.len(), "mapping")?;
-    let mut mappings = Vec::with_capacity(p.mapping.len());
-    for m in &p.mapping {
-        mappings.push(Mapping {
-            start: m.memory_start,
-            limit: m.memory_limit,
-            offset: m.file_offset,
-            file: strings.check(m.filename, || format!("the file name of mapping {}", m.id))?,
-            build_id: strings.check(m.build_id, || format!("the build id of mapping {}", m.id))?,
-        });
-    }
+    let mapping_index =
+        IdIndex::build(b.mappings.iter().map(|m| m.id), b.mappings.len(), "mapping")?;
+    let mappings = b
+        .mappings
+        .iter()
+        .map(|m| mapping(m, &strings))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let function_index = IdIndex::build(
-        p.function.iter().map(|f| f.id),
-        p.function.len(),
+        b.functions.iter().map(|f| f.id),
+        b.functions.len(),
         "function",
     )?;
-    let mut functions = Vec::with_capacity(p.function.len());
-    for f in &p.function {
-        functions.push(Function {
-            name: strings.check(f.name, || format!("the name of function {}", f.id))?,
-            system_name: strings.check(f.system_name, || {
-                format!("the system name of function {}", f.id)
-            })?,
-            file: strings.check(f.filename, || format!("the file name of function {}", f.id))?,
-            start_line: f.start_line,
-        });
-    }
+    let functions = b
+        .functions
+        .iter()
+        .map(|f| function(f, &strings))
+        .collect::<Result<Vec<_>, _>>()?;
 
-    let location_index = IdIndex::build(
-        p.location.iter().map(|l| l.id),
-        p.location.len(),
-        "location",
-    )?;
-    let mut locations = Vec::with_capacity(p.location.len());
-    let mut frames = Vec::with_capacity(p.location.len() + p.location.len() / 4);
-    for l in &p.location {
-        let mapping = match l.mapping_id {
+    if let Some(fault) = b.location_id_fault.take() {
+        return Err(fault);
+    }
+    for (i, location) in b.locations.iter_mut().enumerate() {
+        let id = b.location_ids[i];
+        location.mapping = match b.location_mapping_ids[i] {
             0 => None,
-            id => Some(mapping_index.get(id).ok_or_else(|| {
+            m => Some(mapping_index.get(m).ok_or_else(|| {
                 invalid(format!(
-                    "location {} refers to mapping {id}, which does not exist",
-                    l.id
+                    "location {id} refers to mapping {m}, which does not exist"
                 ))
             })?),
         };
-        let frames_start = frames.len() as u32;
-        let n = l.line.len();
-        for (j, line) in l.line.iter().enumerate() {
-            let f = function_index.get(line.function_id).ok_or_else(|| {
-                invalid(format!(
-                    "location {} refers to function {}, which does not exist",
-                    l.id, line.function_id
-                ))
-            })?;
-            frames.push(Frame {
-                function: Some(FuncId(f)),
-                line: line.line,
-                address: l.address,
-                inlined: j + 1 < n,
-            });
+        let frames =
+            location.frames_start as usize..(location.frames_start + location.frames_len) as usize;
+        for (frame, &function_id) in b.frames[frames.clone()]
+            .iter_mut()
+            .zip(&b.frame_function_ids[frames])
+        {
+            if let Some(function_id) = function_id {
+                let f = function_index.get(function_id).ok_or_else(|| {
+                    invalid(format!(
+                        "location {id} refers to function {function_id}, which does not exist"
+                    ))
+                })?;
+                frame.function = Some(FuncId(f));
+            }
         }
-        if n == 0 {
-            frames.push(Frame {
-                function: None,
-                line: 0,
-                address: l.address,
-                inlined: false,
-            });
-        }
-        locations.push(Location {
-            address: l.address,
-            mapping,
-            frames_start,
-            frames_len: frames.len() as u32 - frames_start,
-        });
+    }
+
+    if let Some(fault) = first_sample_fault(&mut b, &strings, sample_types.len()) {
+        return Err(fault);
     }
 
     let types = sample_types.len();
-    let mut samples = Vec::with_capacity(sample_bodies.len());
-    let mut stacks = Vec::new();
-    let mut values = Vec::with_capacity(sample_bodies.len().saturating_mul(types.min(8)));
     // Sum of |value| per sample type: when it fits in i64, so does every total, flat and cum
     // that a later stage adds up from a subset of the samples.
     let mut magnitude = vec![0u64; types];
-    let mut labels = Vec::new();
-    let mut s = super::samples::RawSample::default();
-    for (i, body) in sample_bodies.iter().enumerate() {
-        s.decode(body)?;
-        if s.value.len() != types {
-            return Err(invalid(format!(
-                "sample #{i} has {} values but the profile declares {types} sample types",
-                s.value.len()
-            )));
+    if types > 0 {
+        for values in b.values.chunks_exact(types) {
+            for (m, &v) in magnitude.iter_mut().zip(values) {
+                *m = m.saturating_add(v.unsigned_abs());
+            }
         }
-        let stack_start = stacks.len() as u32;
-        location_index
-            .map_into(&s.location_id, &mut stacks)
-            .map_err(|id| {
-                invalid(format!(
-                    "sample #{i} refers to location {id}, which does not exist"
-                ))
-            })?;
-        for (m, &v) in magnitude.iter_mut().zip(&s.value) {
-            *m = m.saturating_add((v as i64).unsigned_abs());
-        }
-        values.extend(s.value.iter().map(|&v| v as i64));
-        let labels_start = labels.len() as u32;
-        for l in &s.label {
-            let key = strings.check(l.key, || format!("a label key of sample #{i}"))?;
-            let value = if l.str != 0 {
-                LabelValue::Str(strings.check(l.str, || format!("a label value of sample #{i}"))?)
-            } else {
-                LabelValue::Num {
-                    value: l.num,
-                    unit: strings.check(l.num_unit, || format!("a label unit of sample #{i}"))?,
-                }
-            };
-            labels.push(Label { key, value });
-        }
-        samples.push(Sample {
-            stack_start,
-            stack_len: stacks.len() as u32 - stack_start,
-            labels_start,
-            labels_len: labels.len() as u32 - labels_start,
-        });
     }
-
     if let Some(t) = magnitude.iter().position(|&m| m > i64::MAX as u64) {
         return Err(invalid(format!(
             "the values of sample type #{t} ({:?}) add up to more than 2^63-1",
-            p.string_table[sample_types[t].kind.0 as usize]
+            b.strings[sample_types[t].kind.0 as usize]
         )));
     }
 
     Ok(Profile {
-        strings: StringTable::from_vec(p.string_table),
+        strings: StringTable::from_vec(b.strings),
         sample_types,
         default_sample_type,
         period_type,
-        period: p.period,
-        time_nanos: p.time_nanos,
-        duration_nanos: p.duration_nanos,
+        period: b.period,
+        time_nanos: b.time_nanos,
+        duration_nanos: b.duration_nanos,
         comments,
         drop_frames,
         keep_frames,
         functions,
         mappings,
-        locations,
-        frames,
-        samples,
-        stacks,
-        values,
-        labels,
+        locations: b.locations,
+        frames: b.frames,
+        samples: b.samples,
+        stacks: b.stacks,
+        values: b.values,
+        labels: b.labels,
     })
+}
+
+fn mapping(m: &pb::Mapping, strings: &Strings) -> Result<Mapping, DecodeError> {
+    Ok(Mapping {
+        start: m.memory_start,
+        limit: m.memory_limit,
+        offset: m.file_offset,
+        file: strings.check(m.filename, || format!("the file name of mapping {}", m.id))?,
+        build_id: strings.check(m.build_id, || format!("the build id of mapping {}", m.id))?,
+    })
+}
+
+fn function(f: &pb::Function, strings: &Strings) -> Result<Function, DecodeError> {
+    Ok(Function {
+        name: strings.check(f.name, || format!("the name of function {}", f.id))?,
+        system_name: strings.check(f.system_name, || {
+            format!("the system name of function {}", f.id)
+        })?,
+        file: strings.check(f.filename, || format!("the file name of function {}", f.id))?,
+        start_line: f.start_line,
+    })
+}
+
+/// The error of the first refused sample, as a sample-by-sample check would find it: in each
+/// sample, its wire format, then its number of values, its locations, its labels. Resolves
+/// the placeholders of locations named before they arrived.
+fn first_sample_fault(b: &mut Builder, strings: &Strings, types: usize) -> Option<DecodeError> {
+    let mut faults: Vec<(usize, u8, DecodeError)> = Vec::new();
+    if let Some((number, fault)) = b.sample_fault.take() {
+        faults.push((number, 0, fault));
+    }
+    let counts = &b.value_counts;
+    let wrong_count = match (counts.first, counts.first_other) {
+        (Some(first), _) if first != types => Some((0, first)),
+        (_, other) => other,
+    };
+    if let Some((number, count)) = wrong_count {
+        faults.push((
+            number,
+            1,
+            invalid(format!(
+                "sample #{number} has {count} values but the profile declares {types} sample types"
+            )),
+        ));
+    }
+    if let Some((position, id)) = resolve_forward(b) {
+        let number = sample_at(b, position, |s| (s.stack_start, s.stack_len));
+        faults.push((
+            number,
+            2,
+            invalid(format!(
+                "sample #{number} refers to location {id}, which does not exist"
+            )),
+        ));
+    }
+    if b.label_strings.max as usize >= strings.len {
+        if let Some(fault) = first_label_fault(b, strings) {
+            faults.push(fault);
+        }
+    }
+    faults
+        .into_iter()
+        .min_by_key(|&(number, order, _)| (number, order))
+        .map(|(_, _, fault)| fault)
+}
+
+/// Replaces each placeholder with its location's position; the first stack entry whose
+/// location never came, and that location's id.
+fn resolve_forward(b: &mut Builder) -> Option<(usize, u64)> {
+    if b.forward.ids.is_empty() {
+        return None;
+    }
+    let resolved: Vec<Option<u32>> = b
+        .forward
+        .ids
+        .iter()
+        .map(|&id| b.location_index.get(id))
+        .collect();
+    let lowest = FORWARD_FIRST - (resolved.len() as u32 - 1);
+    let mut missing = None;
+    for (position, entry) in b.stacks.iter_mut().enumerate() {
+        if entry.0 >= lowest {
+            let k = (FORWARD_FIRST - entry.0) as usize;
+            match resolved[k] {
+                Some(p) => *entry = LocId(p),
+                None => {
+                    missing.get_or_insert((position, b.forward.ids[k]));
+                }
+            }
+        }
+    }
+    missing
+}
+
+/// The number of the sample whose range (from `range`) holds `position`.
+fn sample_at(
+    b: &Builder,
+    position: usize,
+    range: impl Fn(&crate::model::Sample) -> (u32, u32),
+) -> usize {
+    b.samples.partition_point(|s| {
+        let (start, len) = range(s);
+        (start as usize + len as usize) <= position
+    })
+}
+
+fn first_label_fault(b: &Builder, strings: &Strings) -> Option<(usize, u8, DecodeError)> {
+    let unfit = b.label_strings.first_unfit;
+    let given = |position: usize, part: LabelPart, id: StrId| match unfit {
+        Some((p, q, index)) if p == position && q == part => index,
+        _ => i64::from(id.0),
+    };
+    for (position, label) in b.labels.iter().enumerate() {
+        let (part, id) = match label.value {
+            LabelValue::Str(id) => (LabelPart::Str, id),
+            LabelValue::Num { unit, .. } => (LabelPart::Unit, unit),
+        };
+        for (part, id) in [(LabelPart::Key, label.key), (part, id)] {
+            if (id.0 as usize) < strings.len {
+                continue;
+            }
+            let number = sample_at(b, position, |s| (s.labels_start, s.labels_len));
+            let what = match part {
+                LabelPart::Key => "a label key",
+                LabelPart::Str => "a label value",
+                LabelPart::Unit => "a label unit",
+            };
+            let fault = strings
+                .check(given(position, part, id), || {
+                    format!("{what} of sample #{number}")
+                })
+                .err()?;
+            return Some((number, 3, fault));
+        }
+    }
+    None
 }
