@@ -81,12 +81,13 @@ impl Labeler {
         }
     }
 
-    /// Takes note of a `cycle` record's build; other records are ignored.
+    /// Takes note of a `cycle` record's build; other records are ignored. A cycle record
+    /// without a build (plain HTTP pprof) still says the cycle's labels are all there are,
+    /// so its captures need not wait for one.
     pub fn observe(&mut self, record: &CaptureRecord) {
         if record.kind == RecordKind::Cycle {
-            if let Some(build) = &record.build {
-                self.builds.insert(record.incarnation, build.clone());
-            }
+            self.builds
+                .insert(record.incarnation, record.build.clone().unwrap_or_default());
         }
     }
 
@@ -229,6 +230,19 @@ mod tests {
             },
         );
         assert_eq!(flagged.service_name(2), "ziti-controller");
+    }
+
+    #[test]
+    fn a_cycle_record_without_a_build_makes_its_cycle_known() {
+        let mut l = Labeler::new(Some(&info(Some("2.1.0"))), "x", &LabelOptions::default());
+        assert!(!l.knows_cycle(1));
+        l.observe(&CaptureRecord::new(5, RecordKind::Cycle, 1, 0));
+        assert!(
+            l.knows_cycle(1),
+            "plain HTTP cycles have no build to wait for"
+        );
+        assert_eq!(l.service_version(1).as_deref(), Some("2.1.0"));
+        assert_eq!(l.service_name(1), "agent:auto:ctrl");
     }
 
     #[test]

@@ -536,3 +536,92 @@ fn page_cache_at_the_cgroup_limit_is_recorded_and_does_not_start_burst_mode() {
         assert!(samples.iter().all(|s| s["killed"] != true));
     }
 }
+
+/// Issue 14's mixed builds, analysed: the run of one `agent:auto` collector that first saw a
+/// 2.0.2 process and then three 2.1.0 ones is compared with a run of 2.0.2 alone. The
+/// comparison takes B's newest build (2.1.0) against A's build, never the 2.0.2 process B
+/// was attached to first, names the site that only 2.1.0 grows, and says which cycles and
+/// builds it compared; `report --baseline` agrees.
+#[test]
+fn mixed_builds_compare_the_new_build_cycles_with_the_baseline_build() {
+    let Some(mixed) = record_mixed_builds() else {
+        return;
+    };
+    let bin = util::go_fixture("agentgrow").expect("built above");
+    let dir = util::tempdir();
+    let agents = dir.path().join("agents");
+    fs::create_dir(&agents).unwrap();
+    let base_run = dir.path().join("base");
+    let _base = agentgrow(
+        &bin,
+        &agents,
+        &dir.path().join("base.out"),
+        &[
+            "-app-id",
+            "base",
+            "-app-version",
+            "2.0.2",
+            "-rate",
+            "0",
+            "-peers",
+            "0",
+        ],
+        None,
+    );
+    let out = util::heapwatch()
+        .args(["collect", "agent:auto:base", "--agent-dir"])
+        .arg(&agents)
+        .arg("--out")
+        .arg(&base_run)
+        .args(["--interval", "200ms", "--duration", "4s", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", util::stderr(&out));
+
+    let base = base_run.to_str().unwrap();
+    let new = mixed.run.to_str().unwrap();
+    let out = util::run(&["compare", base, new, "--json"]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let json: Value = serde_json::from_str(&util::stdout(&out)).unwrap();
+    assert_eq!(json["a"], "2.0.2", "{json}");
+    assert_eq!(json["b"], "2.1.0", "{json}");
+    assert_eq!(json["same_build"], false);
+    let b_cycle = json["b_cycle"].as_u64().unwrap();
+    assert!(
+        (2..=4).contains(&b_cycle),
+        "B's 2.1.0 cycles are 2-4; cycle 1 is the 2.0.2 process: {b_cycle}"
+    );
+    let worst = json["regressions"][0]["name"].as_str().unwrap_or_default();
+    assert_eq!(worst, "main.(*raftLog).appendEntries", "{json}");
+    let compared = json["compared"].as_str().unwrap();
+    eprintln!("compare: {compared}\n  verdict: {}", json["verdict"]);
+    assert!(
+        compared.contains("2.1.0") && compared.contains("2.0.2"),
+        "the headline names both builds: {compared}"
+    );
+    assert!(
+        compared.contains(&format!("cycle {b_cycle}")),
+        "and B's cycle: {compared}"
+    );
+
+    let report = dir.path().join("report");
+    let out = util::run(&[
+        "report",
+        new,
+        "--baseline",
+        base,
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let md = fs::read_to_string(report.join("report.md")).unwrap();
+    assert!(md.contains("appendEntries"), "{md}");
+    assert!(md.contains("2.0.2") && md.contains("2.1.0"), "{md}");
+    let summary: Value =
+        serde_json::from_str(&fs::read_to_string(report.join("summary.json")).unwrap()).unwrap();
+    let text = summary.to_string();
+    assert!(
+        text.contains("main.(*raftLog).appendEntries"),
+        "summary.json names the regression: {text}"
+    );
+}

@@ -190,6 +190,8 @@ fn a_live_collect_pushes_every_stored_capture_once_with_its_labels_and_totals() 
     wait_until("5 captures pushed", &mut collect, || {
         receiver.accepted().len() >= 5
     });
+    // A few more intervals, so captures are stored while the first pushes go.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     // Ctrl-C: the collector stops, the push drains what is queued, the exit is 0.
     util::signal(collect.child().id(), "INT");
     let stderr = collect.finish();
