@@ -40,8 +40,15 @@ pub struct MemoryBreakdown {
     /// True when the cycle's first sample already held much page cache: charged by an earlier
     /// process of a reused cgroup, so cache figures are not comparable across runs.
     pub cache_inherited: bool,
+    /// Seconds since the cycle's first capture of the MemStats the Go figures come from, when
+    /// they are more than [`MEMSTATS_SKEW_MS`] away from the peak (they are read every few
+    /// seconds, the memory every few milliseconds).
+    pub memstats_at_s: Option<f64>,
     pub summary: String,
 }
+
+/// Go figures read further than this from the peak say when they were read.
+const MEMSTATS_SKEW_MS: i64 = 1000;
 
 /// How long the cgroup sat at its limit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -94,6 +101,9 @@ pub fn at_peak(
         .and_then(|c| c.anon)
         .or_else(|| m.process.as_ref().and_then(|p| p.rss_anon));
     let go_heap_live = stats.and_then(|r| stat(r, "HeapAlloc"));
+    let memstats_at_s = stats
+        .filter(|r| go_heap_live.is_some() && (r.t_ms - m.t_ms).abs() > MEMSTATS_SKEW_MS)
+        .map(|r| (r.t_ms - start_ms) as f64 / 1000.0);
     let go_held_free = stats.and_then(|r| {
         let in_use_free = stat(r, "HeapInuse")?.saturating_sub(stat(r, "HeapAlloc")?);
         Some(in_use_free + stat(r, "HeapIdle")?.saturating_sub(stat(r, "HeapReleased")?))
@@ -117,6 +127,7 @@ pub fn at_peak(
         other_cache: sub(cg.and_then(|c| c.file), mapped_files),
         dirty: cg.and_then(|c| c.file_dirty),
         cache_inherited: false,
+        memstats_at_s,
         summary: String::new(),
     };
     b.summary = words(&b);
@@ -169,6 +180,23 @@ fn words(b: &MemoryBreakdown) -> String {
     let mut s = format!("at {:.1} s, {of}", b.at_s);
     if !parts.is_empty() {
         s.push_str(&format!(": {}", parts.join(", ")));
+    }
+    if let Some(t) = b.memstats_at_s {
+        s.push_str(&format!(" (Go figures from MemStats read at {t:.1} s)"));
+    }
+    // Without memory.stat or smaps (runs recorded before they were sampled, a bare --pid), the
+    // Go figures are all there is: say how much of the total they leave unexplained.
+    if b.anon.is_none() && b.other_cache.is_none() {
+        let go = [b.go_heap_live, b.go_held_free, b.go_runtime]
+            .into_iter()
+            .flatten()
+            .sum::<u64>();
+        if go > 0 && b.total > go {
+            s.push_str(&format!(
+                "; {} not split (no memory.stat or smaps_rollup samples in this run)",
+                f(b.total - go)
+            ));
+        }
     }
     if b.cache_inherited {
         s.push_str(
@@ -361,5 +389,40 @@ mod tests {
         };
         let b = at_peak(&[&plain], &[], 0, None).unwrap();
         assert_eq!((b.total, b.anon, b.other_cache), (50 * MIB, None, None));
+    }
+
+    #[test]
+    fn old_memstats_say_when_they_were_read_and_an_unsplit_total_says_what_is_unexplained() {
+        // The demo's case: RSS only, MemStats read every 5 s, the peak 2 s after the last.
+        let peak = MemorySample {
+            t_ms: 7_400,
+            rss: Some(254 * MIB),
+            alive: true,
+            ..MemorySample::default()
+        };
+        let mut ms = CaptureRecord::new(1, RecordKind::Memstats, 1, 5_400);
+        for (k, v) in [
+            ("HeapAlloc", 26 * MIB),
+            ("HeapInuse", 27 * MIB),
+            ("HeapIdle", 0),
+            ("HeapReleased", 0),
+            ("HeapSys", 27 * MIB),
+            ("Sys", 32 * MIB),
+        ] {
+            ms.totals.insert(k.into(), v as i64);
+        }
+        let b = at_peak(&[&peak], &[&ms], 0, None).unwrap();
+        assert_eq!(b.memstats_at_s, Some(5.4));
+        assert!(
+            b.summary
+                .contains("(Go figures from MemStats read at 5.4 s); 222 MiB not split"),
+            "{}",
+            b.summary
+        );
+        // MemStats read beside the peak need no time.
+        ms.t_ms = 7_000;
+        let b = at_peak(&[&peak], &[&ms], 0, None).unwrap();
+        assert_eq!(b.memstats_at_s, None);
+        assert!(!b.summary.contains("MemStats read at"), "{}", b.summary);
     }
 }
