@@ -6,8 +6,12 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::analyse::growth::{GrowthBuilder, GrowthReport};
+use std::collections::BTreeMap;
+
+use crate::analyse::compare::{AgedSites, Comparison, CycleSide};
+use crate::analyse::growth::{CycleGrowth, GrowthBuilder, GrowthReport};
 use crate::analyse::reduce::{self, SiteFigures};
+use crate::analyse::select::{self, CycleBuild, SelectError, Selection};
 use crate::decode::{self, DecodeLimits};
 use crate::source::procmem::MemorySample;
 use crate::store::{CaptureRecord, RecordKind, RunDir, StoreError};
@@ -20,6 +24,8 @@ pub enum ScanError {
     Store(#[from] StoreError),
     #[error("{0}: the run has no captures")]
     Empty(PathBuf),
+    #[error(transparent)]
+    Select(#[from] SelectError),
 }
 
 /// What a scan could not use, reported beside the findings rather than failing the run.
@@ -88,7 +94,8 @@ pub fn growth(
         .and_then(|v| v.as_f64());
     let mut builder = GrowthBuilder::default()
         .forced_gc(forced_gc)
-        .cpu_limit(cpu_limit);
+        .cpu_limit(cpu_limit)
+        .run_label(&run_label(run));
     let mut notes = ScanNotes::default();
     for batch in wanted.chunks(BATCH) {
         let mut results: Vec<Option<Result<Vec<SiteFigures>, String>>> = vec![None; batch.len()];
@@ -128,66 +135,238 @@ pub fn growth(
     let limit = limit
         .or_else(|| run.info.as_ref().and_then(|i| i.limit_bytes))
         .or_else(|| memory.iter().rev().find_map(|m| m.limit));
-    Ok((builder.finish(records, &memory, limit), notes))
+    let mut report = builder.finish(records, &memory, limit);
+    for c in &mut report.cycles {
+        if spike_sites(run, c, limits) {
+            c.verdict = crate::analyse::verdict::cycle_verdict(c, limit);
+        }
+    }
+    report.across = crate::analyse::verdict::across(&report.cycles);
+    Ok((report, notes))
 }
 
-/// The heap sites of a run's first boot cycle at `age_s` seconds after its first capture.
-fn sites_at_age(
-    run: &RunDir,
-    report: &GrowthReport,
-    age_s: f64,
-    limits: &DecodeLimits,
-) -> Vec<SiteFigures> {
-    let Some(cycle) = report.cycles.first() else {
-        return Vec::new();
+/// Fills in the sites that made a cycle's heap episode: the capture at the peak against the
+/// one before the rise. False when there is no episode or its captures cannot be read.
+fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool {
+    let Some(e) = c.episode.as_mut() else {
+        return false;
     };
-    let target = cycle.start_ms + (age_s * 1000.0) as i64;
-    let nearest = run
+    let stored = stored_heaps(run, c.index);
+    let (Some(from), Some(to)) = (
+        capture_at_age(&stored, c.start_ms, e.start_s),
+        capture_at_age(&stored, c.start_ms, e.peak_s),
+    ) else {
+        return false;
+    };
+    if from.seq == to.seq {
+        return false;
+    }
+    let read = |r: &CaptureRecord| {
+        run.file_path(r)
+            .and_then(|p| reduce_file(&p, RecordKind::Heap, limits).ok())
+    };
+    let (Some(before), Some(at_peak)) = (read(from), read(to)) else {
+        return false;
+    };
+    e.from_seq = Some(from.seq);
+    e.to_seq = Some(to.seq);
+    e.sites = crate::analyse::spikes::spike_sites(&before, &at_peak);
+    true
+}
+
+/// The first moment of a boot cycle: its first good capture (events and failed attempts do not
+/// count). Ages in a cycle are measured from here.
+pub fn cycle_start_ms(records: &[CaptureRecord], cycle: u32) -> Option<i64> {
+    records
+        .iter()
+        .filter(|r| r.incarnation == cycle && r.is_ok() && !r.kind.is_event())
+        .map(|r| r.t_ms)
+        .min()
+}
+
+/// The heap captures of a boot cycle whose profile is on disk, once each (an identical later
+/// capture is stored only as its first), in time order.
+pub fn stored_heaps(run: &RunDir, cycle: u32) -> Vec<&CaptureRecord> {
+    let deleted: std::collections::BTreeSet<u64> = run
         .manifest
         .records
         .iter()
-        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.incarnation == cycle.index)
-        .filter(|r| run.file_path(r).is_some_and(|p| p.is_file()))
-        .min_by_key(|r| (r.t_ms - target).abs());
-    nearest
-        .and_then(|r| run.file_path(r))
-        .and_then(|p| reduce_file(&p, RecordKind::Heap, limits).ok())
-        .unwrap_or_default()
+        .filter_map(|r| r.deleted_seq)
+        .collect();
+    let mut heaps: Vec<&CaptureRecord> = run
+        .manifest
+        .records
+        .iter()
+        .filter(|r| {
+            r.is_ok()
+                && r.kind == RecordKind::Heap
+                && r.dup_of.is_none()
+                && r.incarnation == cycle
+                && !deleted.contains(&r.seq)
+                && run.file_path(r).is_some_and(|p| p.is_file())
+        })
+        .collect();
+    heaps.sort_by_key(|r| (r.t_ms, r.seq));
+    heaps
 }
 
-fn label(run: &RunDir) -> String {
+/// The one rule for "the capture at age X" of a boot cycle, used by compare, the rules, the
+/// report and flame: the data in effect then, which is the last capture taken by that moment
+/// (a later identical capture adds nothing, and the next one was not taken yet); the first
+/// capture when none was taken by then. `captures` in time order.
+pub fn capture_at_age<'r>(
+    captures: &[&'r CaptureRecord],
+    start_ms: i64,
+    age_s: f64,
+) -> Option<&'r CaptureRecord> {
+    let target = start_ms + (age_s * 1000.0).round() as i64;
+    captures
+        .iter()
+        .rev()
+        .find(|r| r.t_ms <= target)
+        .or(captures.first())
+        .copied()
+}
+
+/// Total in-use heap of every good heap capture of a cycle, duplicates included, as
+/// `(seconds since the cycle's start, bytes)` in time order.
+pub fn heap_totals(records: &[CaptureRecord], cycle: u32, start_ms: i64) -> Vec<(f64, i64)> {
+    let mut out: Vec<(i64, u64, i64)> = records
+        .iter()
+        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.incarnation == cycle)
+        .filter_map(|r| r.totals.get("inuse_space").map(|&v| (r.t_ms, r.seq, v)))
+        .collect();
+    out.sort_unstable();
+    out.into_iter()
+        .map(|(t, _, v)| ((t - start_ms) as f64 / 1000.0, v))
+        .collect()
+}
+
+/// The reduced sites of every stored heap capture of a boot cycle, in time order. A profile
+/// that cannot be read is left out (the growth scan reports it).
+pub fn cycle_sites(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Vec<AgedSites> {
+    let Some(start) = cycle_start_ms(&run.manifest.records, cycle) else {
+        return Vec::new();
+    };
+    stored_heaps(run, cycle)
+        .into_iter()
+        .filter_map(|r| {
+            let sites = reduce_file(&run.file_path(r)?, RecordKind::Heap, limits).ok()?;
+            Some(AgedSites {
+                seq: r.seq,
+                age_s: (r.t_ms - start) as f64 / 1000.0,
+                sites,
+            })
+        })
+        .collect()
+}
+
+/// The run's `--label`, else its directory's name.
+pub fn run_label(run: &RunDir) -> String {
     run.info
         .as_ref()
         .and_then(|i| i.label.clone())
-        .unwrap_or_else(|| run.root.display().to_string())
+        .unwrap_or_else(|| {
+            let root = std::fs::canonicalize(&run.root).unwrap_or_else(|_| run.root.clone());
+            root.file_name().map_or_else(
+                || run.root.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        })
 }
 
-/// Compares two runs of the same work on two builds.
+/// The build of each boot cycle that has a stored heap capture.
+pub fn compared_cycles(run: &RunDir) -> Vec<CycleBuild> {
+    select::cycle_builds(&run.manifest.records, &run_label(run))
+        .into_iter()
+        .filter(|c| !stored_heaps(run, c.index).is_empty())
+        .collect()
+}
+
+/// Which cycles of A and B a comparison uses: `a_pick`/`b_pick` when given, else the default
+/// pairing of [`select::choose`].
+pub fn select_cycles(
+    a: &RunDir,
+    b: &RunDir,
+    a_pick: Option<u32>,
+    b_pick: Option<u32>,
+) -> Result<Selection, ScanError> {
+    let (ca, cb) = (compared_cycles(a), compared_cycles(b));
+    let shown = |r: &RunDir| r.root.display().to_string();
+    Ok(select::choose(
+        (&shown(a), &ca),
+        (&shown(b), &cb),
+        a_pick,
+        b_pick,
+    )?)
+}
+
+/// Compares two runs of the same work on two builds: the chosen (or default) cycles of B
+/// against those of A, the worst pair leading.
 pub fn compare(
     a: &RunDir,
     b: &RunDir,
+    a_pick: Option<u32>,
+    b_pick: Option<u32>,
     limits: &DecodeLimits,
-) -> Result<crate::analyse::compare::Comparison, ScanError> {
-    use crate::analyse::compare::{Side, compare};
+) -> Result<Comparison, ScanError> {
+    let selection = select_cycles(a, b, a_pick, b_pick)?;
     let (ga, _) = growth(a, None, limits)?;
     let (gb, _) = growth(b, None, limits)?;
-    let span = |g: &GrowthReport| g.cycles.first().map_or(0.0, |c| c.span_s);
-    let age = span(&ga).min(span(&gb));
-    let (sa, sb) = (
-        sites_at_age(a, &ga, age, limits),
-        sites_at_age(b, &gb, age, limits),
-    );
-    Ok(compare(
-        &Side {
-            label: label(a),
-            growth: &ga,
-            at_age: &sa,
-        },
-        &Side {
-            label: label(b),
-            growth: &gb,
-            at_age: &sb,
-        },
-        age,
-    ))
+    struct Loaded {
+        captures: Vec<AgedSites>,
+        heap: Vec<(f64, i64)>,
+    }
+    let load = |run: &RunDir, g: &GrowthReport, cycle: u32| -> Option<Loaded> {
+        let c = g.cycles.iter().find(|c| c.index == cycle)?;
+        Some(Loaded {
+            captures: cycle_sites(run, cycle, limits),
+            heap: heap_totals(&run.manifest.records, cycle, c.start_ms),
+        })
+    };
+    let mut loaded_a: BTreeMap<u32, Loaded> = BTreeMap::new();
+    let mut loaded_b: BTreeMap<u32, Loaded> = BTreeMap::new();
+    for &(ia, ib) in &selection.pairs {
+        if !loaded_a.contains_key(&ia) {
+            loaded_a.extend(load(a, &ga, ia).map(|l| (ia, l)));
+        }
+        if !loaded_b.contains_key(&ib) {
+            loaded_b.extend(load(b, &gb, ib).map(|l| (ib, l)));
+        }
+    }
+    fn side<'s>(
+        g: &'s GrowthReport,
+        loaded: &'s BTreeMap<u32, Loaded>,
+        cycle: u32,
+        build: String,
+    ) -> Option<CycleSide<'s>> {
+        let c = g.cycles.iter().find(|c| c.index == cycle)?;
+        let l = loaded.get(&cycle)?;
+        Some(CycleSide {
+            build,
+            growth: c,
+            captures: &l.captures,
+            heap: &l.heap,
+        })
+    }
+    let builds_a = select::cycle_builds(&a.manifest.records, &run_label(a));
+    let builds_b = select::cycle_builds(&b.manifest.records, &run_label(b));
+    let build_of = |builds: &[CycleBuild], n: u32| {
+        builds
+            .iter()
+            .find(|c| c.index == n)
+            .map_or_else(String::new, |c| c.label.clone())
+    };
+    let pairs: Vec<(CycleSide, CycleSide)> = selection
+        .pairs
+        .iter()
+        .filter_map(|&(ia, ib)| {
+            Some((
+                side(&ga, &loaded_a, ia, build_of(&builds_a, ia))?,
+                side(&gb, &loaded_b, ib, build_of(&builds_b, ib))?,
+            ))
+        })
+        .collect();
+    crate::analyse::compare::compare(&pairs, &selection)
+        .ok_or_else(|| ScanError::Empty(b.root.clone()))
 }

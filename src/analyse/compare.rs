@@ -1,89 +1,270 @@
-//! `compare`: the same work on two builds. Sites are keyed by function name (builds never
-//! share addresses or line numbers); each is compared on its growth rate and on its in-use
-//! bytes at the same age since the start of a boot cycle. Worst regression first.
+//! `compare`: the same work on two builds. One boot cycle of each is aligned on time since its
+//! first capture; sites are keyed by function name (builds never share addresses or line
+//! numbers) and compared on their growth rate and on their in-use peak over the whole span both
+//! cycles cover. What B does after A's last capture is reported on its own, never dropped.
+//! Several pairs of cycles are each compared; the worst leads and the others are listed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::growth::GrowthReport;
+use super::growth::CycleGrowth;
 use super::reduce::{PROFILING_SITE, SiteFigures};
+use super::select::Selection;
 use crate::units::format_bytes;
 
 /// Below this, in-use differences are sampling noise (Go samples one allocation per 512 KiB).
 const NOISE_BYTES: f64 = 1024.0 * 1024.0;
+
+/// Peaks are the largest of many sampled figures, so they carry the sampling noise upwards:
+/// a peak must differ by four sampling periods to count.
+const PEAK_NOISE_BYTES: f64 = 2.0 * NOISE_BYTES;
+
+/// B must run this much longer than A for what it did after A's data to be reported.
+const LATER_S: f64 = 1.0;
+
+/// Rows kept in the list of what B did after A's data ends.
+const LATER_SITES: usize = 5;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Regression {
     pub name: String,
     pub a_bytes_per_sec: f64,
     pub b_bytes_per_sec: f64,
+    /// The site's largest in-use bytes over the aligned span, in A and in B.
     pub a_inuse: i64,
     pub b_inuse: i64,
-    /// B's in-use over A's at the same age (`null` when A has none).
+    /// Seconds into the cycle of each side's peak (`null` when the site holds nothing).
+    pub a_peak_at_s: Option<f64>,
+    pub b_peak_at_s: Option<f64>,
+    /// B's in-use over A's (`null` when A has none).
     pub inuse_ratio: Option<f64>,
     /// The site does not appear in A at all.
     pub new_in_b: bool,
     /// How much worse B is, in bytes per second of extra growth plus extra in-use bytes
-    /// spread over the compared age: the ranking key.
+    /// spread over the aligned span: the ranking key.
     pub score: f64,
     pub why: String,
+}
+
+/// A site that rose in B after A's last capture.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaterSite {
+    pub name: String,
+    /// Its peak over the aligned span, and after it.
+    pub inuse_before: i64,
+    pub inuse_after: i64,
+    pub after_at_s: f64,
+}
+
+/// What B did after A's data ends.
+#[derive(Debug, Clone, Serialize)]
+pub struct AfterBaseline {
+    /// Seconds into the cycle of A's last heap capture.
+    pub a_last_s: f64,
+    /// Seconds into the cycle of B's last heap capture.
+    pub b_last_s: f64,
+    pub b_heap_peak: Option<i64>,
+    pub b_heap_peak_at_s: Option<f64>,
+    pub sites: Vec<LaterSite>,
+    /// How B's cycle ended, in the words of the growth report, when it ended after A's data.
+    pub b_end: Option<String>,
+    pub summary: String,
+}
+
+/// One compared pair of cycles that does not lead the comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairVerdict {
+    pub a_cycle: u32,
+    pub b_cycle: u32,
+    pub worst_site: Option<String>,
+    pub score: f64,
+    pub verdict: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Comparison {
     pub schema: u32,
+    /// The builds compared: A's and B's.
     pub a: String,
     pub b: String,
-    /// Seconds since the start of the boot cycle at which in-use bytes are compared.
+    pub a_cycle: u32,
+    pub b_cycle: u32,
+    /// True when both sides ran the same build (there was no other to compare with).
+    pub same_build: bool,
+    /// How the cycles were chosen.
+    pub chosen: String,
+    /// The aligned span: both cycles have heap captures from their start to `age_s` seconds.
     pub age_s: f64,
+    /// The largest in-use heap of each side over the aligned span, and when B's was.
+    pub a_heap_peak: Option<i64>,
+    pub b_heap_peak: Option<i64>,
+    pub b_heap_peak_at_s: Option<f64>,
     pub a_total_bytes_per_sec: Option<f64>,
     pub b_total_bytes_per_sec: Option<f64>,
     pub regressions: Vec<Regression>,
     /// Sites that improved in B, best first.
     pub improvements: Vec<Regression>,
+    /// B after A's last capture, when B has data there.
+    pub after_a: Option<AfterBaseline>,
+    /// The other pairs of cycles compared, worst first.
+    pub other_pairs: Vec<PairVerdict>,
+    /// Which cycles and builds were compared, in words.
+    pub compared: String,
     pub verdict: String,
 }
 
-/// One run as compare sees it: its growth report and the site figures of its first cycle's
-/// capture nearest to the compared age.
-pub struct Side<'a> {
-    pub label: String,
-    pub growth: &'a GrowthReport,
-    pub at_age: &'a [SiteFigures],
+/// One stored heap capture of a cycle: when, and its per-site figures.
+#[derive(Debug, Clone)]
+pub struct AgedSites {
+    pub seq: u64,
+    pub age_s: f64,
+    pub sites: Vec<SiteFigures>,
 }
 
-fn rates(g: &GrowthReport) -> BTreeMap<&str, f64> {
-    let mut out: BTreeMap<&str, f64> = BTreeMap::new();
-    for c in &g.cycles {
+/// One boot cycle as compare sees it.
+pub struct CycleSide<'a> {
+    pub build: String,
+    pub growth: &'a CycleGrowth,
+    /// Its stored heap captures in time order.
+    pub captures: &'a [AgedSites],
+    /// Total in-use heap of every good heap capture (duplicates too), `(age_s, bytes)`.
+    pub heap: &'a [(f64, i64)],
+}
+
+impl CycleSide<'_> {
+    fn last_age(&self) -> f64 {
+        let captured = self.captures.last().map_or(0.0, |c| c.age_s);
+        self.heap.iter().map(|h| h.0).fold(captured, f64::max)
+    }
+}
+
+/// Each site's largest in-use bytes among captures with `lo < age <= hi`, and when.
+fn site_peaks(captures: &[AgedSites], lo: f64, hi: f64) -> BTreeMap<&str, (i64, f64)> {
+    let mut out: BTreeMap<&str, (i64, f64)> = BTreeMap::new();
+    for c in captures
+        .iter()
+        .filter(|c| c.age_s > lo - 1e-9 && c.age_s <= hi + 1e-9)
+    {
         for s in &c.sites {
-            let e = out.entry(s.name.as_str()).or_insert(0.0);
-            *e = e.max(s.bytes_per_sec);
+            let e = out.entry(s.name.as_str()).or_insert((s.value, c.age_s));
+            if s.value > e.0 {
+                *e = (s.value, c.age_s);
+            }
         }
     }
     out
 }
 
-pub fn compare(a: &Side, b: &Side, age_s: f64) -> Comparison {
+fn heap_peak(heap: &[(f64, i64)], lo: f64, hi: f64) -> Option<(i64, f64)> {
+    heap.iter()
+        .filter(|(t, _)| *t > lo - 1e-9 && *t <= hi + 1e-9)
+        .map(|&(t, v)| (v, t))
+        .reduce(|a, b| if b.0 > a.0 { b } else { a })
+}
+
+fn rates(c: &CycleGrowth) -> BTreeMap<&str, f64> {
+    c.sites
+        .iter()
+        .map(|s| (s.name.as_str(), s.bytes_per_sec))
+        .collect()
+}
+
+fn after_baseline(
+    a_last: f64,
+    b: &CycleSide,
+    aligned: &BTreeMap<&str, (i64, f64)>,
+) -> Option<AfterBaseline> {
+    let b_last = b.last_age();
+    if b_last <= a_last + LATER_S {
+        return None;
+    }
+    let later = site_peaks(b.captures, a_last + 1e-6, f64::INFINITY);
+    let mut sites: Vec<LaterSite> = later
+        .iter()
+        .filter(|(name, _)| **name != PROFILING_SITE)
+        .filter_map(|(name, &(after, at))| {
+            let before = aligned.get(name).map_or(0, |p| p.0);
+            ((after - before) as f64 >= PEAK_NOISE_BYTES && after as f64 >= before as f64 * 1.5)
+                .then(|| LaterSite {
+                    name: name.to_string(),
+                    inuse_before: before,
+                    inuse_after: after,
+                    after_at_s: at,
+                })
+        })
+        .collect();
+    sites.sort_by(|x, y| {
+        (y.inuse_after - y.inuse_before)
+            .cmp(&(x.inuse_after - x.inuse_before))
+            .then(x.name.cmp(&y.name))
+    });
+    sites.truncate(LATER_SITES);
+    let peak = heap_peak(b.heap, a_last + 1e-6, f64::INFINITY);
+    let before_peak = heap_peak(b.heap, 0.0, a_last).map(|p| p.0);
+    let b_end = b.growth.died_after_s.filter(|&d| d > a_last).map(|d| {
+        let how = if b.growth.killed {
+            "OOM-killed"
+        } else {
+            "stopped answering"
+        };
+        format!("{how} at {d:.1} s")
+    });
+    let mut parts = Vec::new();
+    if let Some((v, t)) = peak.filter(|p| before_peak.is_none_or(|b| p.0 > b)) {
+        parts.push(format!(
+            "B's in-use heap went on to {} at {t:.1} s",
+            format_bytes(v)
+        ));
+    }
+    if let Some(s) = sites.first() {
+        parts.push(format!(
+            "{} rose to {} at {:.1} s (from {})",
+            s.name,
+            format_bytes(s.inuse_after),
+            s.after_at_s,
+            format_bytes(s.inuse_before)
+        ));
+    }
+    if let Some(e) = &b_end {
+        parts.push(format!("B was {e}"));
+    }
+    let summary = if parts.is_empty() {
+        format!("after A's last capture at {a_last:.1} s, B ran to {b_last:.1} s with nothing new")
+    } else {
+        format!(
+            "after A's last capture at {a_last:.1} s: {}",
+            parts.join("; ")
+        )
+    };
+    Some(AfterBaseline {
+        a_last_s: a_last,
+        b_last_s: b_last,
+        b_heap_peak: peak.map(|p| p.0),
+        b_heap_peak_at_s: peak.map(|p| p.1),
+        sites,
+        b_end,
+        summary,
+    })
+}
+
+/// Compares one cycle of B with one cycle of A over the span both cover.
+pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
+    let span = a.last_age().min(b.last_age());
     let (ra, rb) = (rates(a.growth), rates(b.growth));
-    let ia: BTreeMap<&str, i64> = a
-        .at_age
-        .iter()
-        .map(|s| (s.name.as_str(), s.value))
-        .collect();
-    let ib: BTreeMap<&str, i64> = b
-        .at_age
-        .iter()
-        .map(|s| (s.name.as_str(), s.value))
-        .collect();
+    let (pa, pb) = (
+        site_peaks(a.captures, 0.0, span),
+        site_peaks(b.captures, 0.0, span),
+    );
     let names: BTreeSet<&str> = ra
         .keys()
         .chain(rb.keys())
-        .chain(ia.keys())
-        .chain(ib.keys())
+        .chain(pa.keys())
+        .chain(pb.keys())
         .copied()
         .collect();
-    let age = age_s.max(1.0);
+    let age = span.max(1.0);
+    let over = format!("over the first {span:.1} s");
     let mut worse = Vec::new();
     let mut better = Vec::new();
     for name in names {
@@ -94,29 +275,31 @@ pub fn compare(a: &Side, b: &Side, age_s: f64) -> Comparison {
             ra.get(name).copied().unwrap_or(0.0),
             rb.get(name).copied().unwrap_or(0.0),
         );
-        let (ua, ub) = (
-            ia.get(name).copied().unwrap_or(0),
-            ib.get(name).copied().unwrap_or(0),
-        );
-        let new_in_b = !ra.contains_key(name) && !ia.contains_key(name);
-        let score = (grb - gra) + (ub - ua) as f64 / age;
+        let (ua, ub) = (pa.get(name).copied(), pb.get(name).copied());
+        let (va, vb) = (ua.map_or(0, |p| p.0), ub.map_or(0, |p| p.0));
+        let new_in_b = !ra.contains_key(name) && ua.is_none_or(|p| p.0 == 0);
+        let score = (grb - gra) + (vb - va) as f64 / age;
         let row = |why: String| Regression {
             name: name.to_string(),
             a_bytes_per_sec: gra,
             b_bytes_per_sec: grb,
-            a_inuse: ua,
-            b_inuse: ub,
-            inuse_ratio: (ua > 0).then(|| ub as f64 / ua as f64),
+            a_inuse: va,
+            b_inuse: vb,
+            a_peak_at_s: ua.filter(|p| p.0 > 0).map(|p| p.1),
+            b_peak_at_s: ub.filter(|p| p.0 > 0).map(|p| p.1),
+            inuse_ratio: (va > 0).then(|| vb as f64 / va as f64),
             new_in_b,
             score,
             why,
         };
+        let at = |p: Option<(i64, f64)>| p.map_or(String::new(), |p| format!(" (at {:.1} s)", p.1));
         let grows_faster = grb > gra * 1.2 && (grb - gra) * age >= NOISE_BYTES;
-        let holds_more = (ub - ua) as f64 >= NOISE_BYTES && ub as f64 >= ua as f64 * 1.5;
-        if new_in_b && ub as f64 >= NOISE_BYTES {
+        let holds_more = (vb - va) as f64 >= PEAK_NOISE_BYTES && vb as f64 >= va as f64 * 1.5;
+        if new_in_b && vb as f64 >= PEAK_NOISE_BYTES {
             worse.push(row(format!(
-                "only in B: {} in use at {age_s:.1} s",
-                format_bytes(ub)
+                "only in B: {} in use at its peak{}",
+                format_bytes(vb),
+                at(ub)
             )));
         } else if grows_faster || holds_more {
             let mut why = Vec::new();
@@ -129,16 +312,17 @@ pub fn compare(a: &Side, b: &Side, age_s: f64) -> Comparison {
             }
             if holds_more {
                 why.push(format!(
-                    "{} in use at {age_s:.1} s against {}",
-                    format_bytes(ub),
-                    format_bytes(ua)
+                    "peaks at {}{} in B against {} in A",
+                    format_bytes(vb),
+                    at(ub),
+                    format_bytes(va)
                 ));
             }
             worse.push(row(why.join("; ")));
         } else {
             // The same bars the other way round: sampling noise is no improvement either.
             let slows = gra > grb * 1.2 && (gra - grb) * age >= NOISE_BYTES;
-            let holds_less = (ua - ub) as f64 >= NOISE_BYTES && ua as f64 >= ub as f64 * 1.5;
+            let holds_less = (va - vb) as f64 >= PEAK_NOISE_BYTES && va as f64 >= vb as f64 * 1.5;
             if slows || holds_less {
                 better.push(row(String::new()));
             }
@@ -146,20 +330,95 @@ pub fn compare(a: &Side, b: &Side, age_s: f64) -> Comparison {
     }
     worse.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.name.cmp(&y.name)));
     better.sort_by(|x, y| x.score.total_cmp(&y.score).then(x.name.cmp(&y.name)));
-    let total = |g: &GrowthReport| g.cycles.first().and_then(|c| c.total_bytes_per_sec);
-    let verdict = match worse.first() {
-        Some(r) => format!("{} regressed in {}: {}", r.name, b.label, r.why),
-        None => format!("no site regressed in {} against {}", b.label, a.label),
+    let after_a = after_baseline(span, b, &pb).filter(|_| a.last_age() < b.last_age());
+    let (ia, ib) = (a.growth.index, b.growth.index);
+    let compared = format!(
+        "cycle {ib} of {} against cycle {ia} of {}, {over}",
+        b.build, a.build
+    );
+    let mut verdict = match worse.first() {
+        Some(r) => format!("{} regressed in {}: {}", r.name, b.build, r.why),
+        None => format!("no site regressed in {} against {}", b.build, a.build),
     };
+    verdict.push_str(&format!(" ({compared})"));
+    if let Some(after) = after_a
+        .as_ref()
+        .filter(|x| x.b_heap_peak.is_some() || !x.sites.is_empty() || x.b_end.is_some())
+    {
+        verdict.push_str(&format!("; {}", after.summary));
+    }
+    let a_peak = heap_peak(a.heap, 0.0, span);
+    let b_peak = heap_peak(b.heap, 0.0, span);
     Comparison {
         schema: crate::render::SCHEMA,
-        a: a.label.clone(),
-        b: b.label.clone(),
-        age_s,
-        a_total_bytes_per_sec: total(a.growth),
-        b_total_bytes_per_sec: total(b.growth),
+        a: a.build.clone(),
+        b: b.build.clone(),
+        a_cycle: ia,
+        b_cycle: ib,
+        same_build: a.build == b.build,
+        chosen: String::new(),
+        age_s: span,
+        a_heap_peak: a_peak.map(|p| p.0),
+        b_heap_peak: b_peak.map(|p| p.0),
+        b_heap_peak_at_s: b_peak.map(|p| p.1),
+        a_total_bytes_per_sec: a.growth.total_bytes_per_sec,
+        b_total_bytes_per_sec: b.growth.total_bytes_per_sec,
         regressions: worse,
         improvements: better,
+        after_a,
+        other_pairs: Vec::new(),
+        compared,
         verdict,
     }
+}
+
+fn badness(c: &Comparison) -> f64 {
+    c.regressions.first().map_or(f64::NEG_INFINITY, |r| r.score)
+}
+
+/// Compares every chosen pair; the worst leads, the others are listed beneath it.
+pub fn compare(pairs: &[(CycleSide, CycleSide)], selection: &Selection) -> Option<Comparison> {
+    let mut all: Vec<Comparison> = pairs.iter().map(|(a, b)| compare_cycles(a, b)).collect();
+    let worst = (0..all.len()).reduce(|w, i| {
+        if badness(&all[i]) > badness(&all[w]) {
+            i
+        } else {
+            w
+        }
+    })?;
+    let mut lead = all.remove(worst);
+    let mut others: Vec<PairVerdict> = all
+        .into_iter()
+        .map(|c| PairVerdict {
+            a_cycle: c.a_cycle,
+            b_cycle: c.b_cycle,
+            worst_site: c.regressions.first().map(|r| r.name.clone()),
+            score: badness(&c),
+            verdict: c.verdict,
+        })
+        .collect();
+    others.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.b_cycle.cmp(&y.b_cycle)));
+    for o in &mut others {
+        if !o.score.is_finite() {
+            o.score = 0.0;
+        }
+    }
+    if selection.same_build {
+        lead.verdict.push_str(&format!(
+            "; both sides ran build {}: there was no other build to compare with",
+            selection.b_build
+        ));
+    }
+    if !others.is_empty() {
+        let list: Vec<String> = others.iter().map(|o| o.b_cycle.to_string()).collect();
+        lead.verdict.push_str(&format!(
+            "; the worst of {} cycles of {} (also compared: cycle {})",
+            others.len() + 1,
+            selection.b_build,
+            list.join(", ")
+        ));
+    }
+    lead.chosen = selection.how.clone();
+    lead.other_pairs = others;
+    Some(lead)
 }

@@ -7,16 +7,24 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::breakdown::{self, AtLimit, MemoryBreakdown};
+use super::ends::{self, CycleEnd, EndEvidence};
 use super::reduce::{PROFILING_SITE, SiteFigures};
+use super::select::cycle_builds;
 use super::series::{LineFit, SeriesGrid, onset, theil_sen};
+use super::spikes::{self, Episode, Peaks};
 use super::storms::storms;
+use super::verdict;
+use crate::model::build::BuildInfo;
 use crate::source::procmem::MemorySample;
 use crate::store::{CaptureRecord, RecordKind};
-use crate::units::format_bytes;
 
 /// A site's growth must add at least this much over the cycle to count (two sampling periods
 /// of Go's default MemProfileRate).
 pub(crate) const MIN_GROWTH_BYTES: f64 = 1024.0 * 1024.0;
+
+/// A forecast of the time to the limit further out than this is no forecast.
+const FORECAST_HORIZON_S: f64 = 3600.0;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteGrowth {
@@ -98,6 +106,14 @@ pub struct RuntimeView {
 #[derive(Debug, Clone, Serialize)]
 pub struct CycleGrowth {
     pub index: u32,
+    /// The build the cycle's process ran: the version it reported, else the run's label.
+    pub build: String,
+    /// What the source told about that build, when it wrote a `cycle` record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build_info: Option<BuildInfo>,
+    /// The cycle's process id, when the source knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     pub captures: usize,
     pub stored: usize,
     pub duplicates: usize,
@@ -107,6 +123,9 @@ pub struct CycleGrowth {
     pub span_s: f64,
     /// Seconds from the first capture to the moment the target stopped answering, when it did.
     pub died_after_s: Option<f64>,
+    /// How the cycle ended, from evidence ([`CycleEnd::words`]).
+    pub end: CycleEnd,
+    /// True when it was OOM-killed.
     pub killed: bool,
     pub heap_first: Option<i64>,
     pub heap_last: Option<i64>,
@@ -115,7 +134,8 @@ pub struct CycleGrowth {
     /// Growth rate of process / cgroup memory seen from outside.
     pub memory_bytes_per_sec: Option<f64>,
     pub memory_peak: Option<u64>,
-    /// Seconds after the first capture at which the limit is (or would be) reached.
+    /// Seconds after the first capture at which the growth fit reaches the limit (a forecast,
+    /// within an hour of the last capture); `at_limit` says when it really was.
     pub limit_at_s: Option<f64>,
     pub sites: Vec<SiteGrowth>,
     pub alloc_storms: Vec<AllocStorm>,
@@ -124,6 +144,23 @@ pub struct CycleGrowth {
     pub memstats: Option<MemStatsView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<RuntimeView>,
+    /// The peaks of in-use heap, process and cgroup memory, with their times.
+    pub peaks: Peaks,
+    /// Where the memory went at the cycle's peak usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<MemoryBreakdown>,
+    /// How long the cgroup sat at its limit, measured, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_limit: Option<AtLimit>,
+    /// The peak of anonymous memory (what the kernel cannot reclaim), when the split is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_peak_anon: Option<u64>,
+    /// The biggest rise of the in-use heap into its peak, with the sites that made it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub episode: Option<Episode>,
+    /// Whether the in-use heap as a whole grew to the end (not levelling off).
+    #[serde(skip)]
+    pub heap_sustained: bool,
     pub verdict: String,
 }
 
@@ -193,9 +230,16 @@ pub struct GrowthBuilder {
     cycles: BTreeMap<u32, CycleState>,
     forced_gc: bool,
     cpu_limit: Option<f64>,
+    run_label: String,
 }
 
 impl GrowthBuilder {
+    /// What to call the build of cycles whose source told nothing (the run's `--label`).
+    pub fn run_label(mut self, label: &str) -> GrowthBuilder {
+        self.run_label = label.to_string();
+        self
+    }
+
     /// Whether the heap captures were made with a forced GC (`?gc=1`, `collect --gc`).
     /// The CPU limit of the target (cores), when known: GOMAXPROCS is compared with it.
     pub fn cpu_limit(mut self, cores: Option<f64>) -> GrowthBuilder {
@@ -245,6 +289,7 @@ impl GrowthBuilder {
         incarnations.sort_unstable();
         incarnations.dedup();
         let mut states = self.cycles;
+        let builds = cycle_builds(records, &self.run_label);
         let mut cycles = Vec::new();
         for (pos, &inc) in incarnations.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
@@ -260,21 +305,39 @@ impl GrowthBuilder {
             });
             let state = states.remove(&inc).unwrap_or_default();
             if let Some(mut c) = cycle(inc, &rs, state, memory, next_start, limit, self.forced_gc) {
+                if let Some(b) = builds.iter().find(|b| b.index == inc) {
+                    c.build = b.label.clone();
+                    c.build_info = b.build.clone();
+                    c.pid = b.pid;
+                }
+                let next = incarnations
+                    .get(pos + 1)
+                    .map(|n| builds.iter().find(|b| b.index == *n).and_then(|b| b.pid));
+                let mem: Vec<&MemorySample> = memory
+                    .iter()
+                    .filter(|m| m.t_ms >= c.start_ms && next_start.is_none_or(|n| m.t_ms < n))
+                    .collect();
+                c.end = ends::cycle_end(&EndEvidence {
+                    index: inc,
+                    records,
+                    memory: &mem,
+                    last_ms: c.start_ms + (c.span_s * 1000.0).round() as i64,
+                    stopped: c.died_after_s.is_some(),
+                    pid: c.pid,
+                    next,
+                });
+                c.killed = c.end == CycleEnd::OomKilled;
+                if let Some(a) = c.at_limit.as_mut() {
+                    a.killed = c.killed;
+                    a.summary = breakdown::at_limit_words(a);
+                }
                 let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
                 c.runtime = runtime_view(&good, self.cpu_limit);
-                if let Some(rt) = &c.runtime {
-                    if let (Some(m), Some(p), Some(l)) =
-                        (rt.multiplier, rt.gomaxprocs, rt.cpu_limit)
-                    {
-                        c.verdict.push_str(&format!(
-                            "; GOMAXPROCS {p} against a CPU limit of {l}: {m:.0}x the per-P caches and GC workers the limit pays for"
-                        ));
-                    }
-                }
+                c.verdict = verdict::cycle_verdict(&c, limit);
                 cycles.push(c);
             }
         }
-        let across = across(&cycles);
+        let across = verdict::across(&cycles);
         GrowthReport {
             schema: crate::render::SCHEMA,
             limit_bytes: limit,
@@ -397,13 +460,30 @@ fn cycle(
             f.slope * (t.last().unwrap_or(&0.0) - t[0]) >= MIN_GROWTH_BYTES && sustained(&t, &v, &f)
         })
     };
-    // Time to the limit: the kernel kills on outside memory when it is known.
-    let limit_at_s = limit.and_then(|limit| {
-        let fit = mem_fit.or(total_fit.filter(|_| total_sustained))?;
-        (fit.slope > 0.0).then(|| (limit as f64 - fit.intercept) / fit.slope)
-    });
+    // Time to the limit: the kernel kills on outside memory when it is known. A forecast only
+    // within a sane horizon; once at the limit, the stretch is measured and words and rules
+    // use that instead (the forecast stays in the JSON to be checked against it).
+    let at_limit = breakdown::at_limit(&mem, start_ms, limit, killed);
+    let limit_at_s = limit
+        .and_then(|limit| {
+            let fit = mem_fit.or(total_fit.filter(|_| total_sustained))?;
+            (fit.slope > 0.0).then(|| (limit as f64 - fit.intercept) / fit.slope)
+        })
+        .filter(|&at| at >= 0.0 && at - secs(last) <= FORECAST_HORIZON_S);
+    let memstats_records: Vec<&CaptureRecord> = good
+        .iter()
+        .filter(|r| r.kind == RecordKind::Memstats)
+        .map(|r| **r)
+        .collect();
+    let heap_series: Vec<(f64, i64)> = by_time
+        .iter()
+        .filter_map(|r| Some((secs(r.t_ms), *r.totals.get("inuse_space")?)))
+        .collect();
     let mut c = CycleGrowth {
         index,
+        build: String::new(),
+        build_info: None,
+        pid: None,
         captures: good.len(),
         stored: heap.iter().filter(|r| r.dup_of.is_none()).count(),
         duplicates: heap.iter().filter(|r| r.dup_of.is_some()).count(),
@@ -411,6 +491,7 @@ fn cycle(
         start_ms,
         span_s: secs(last),
         died_after_s: stopped.map(secs),
+        end: CycleEnd::StillAnswering,
         killed,
         heap_first: heap
             .first()
@@ -429,9 +510,23 @@ fn cycle(
         profiling,
         memstats,
         runtime: None,
+        peaks: spikes::peaks(&heap_series, &mem, start_ms),
+        breakdown: breakdown::at_peak(&mem, &memstats_records, start_ms, limit),
+        at_limit,
+        memory_peak_anon: mem
+            .iter()
+            .filter_map(|m| {
+                m.cgroup
+                    .as_ref()
+                    .and_then(|c| c.anon)
+                    .or_else(|| m.process.as_ref().and_then(|p| p.rss_anon))
+            })
+            .max(),
+        episode: spikes::episode(&heap_series, limit),
+        heap_sustained: total_sustained,
         verdict: String::new(),
     };
-    c.verdict = verdict(&c, limit, total_sustained);
+    c.verdict = verdict::cycle_verdict(&c, limit);
     Some(c)
 }
 
@@ -515,109 +610,6 @@ fn memstats_view(good: &[&&CaptureRecord]) -> Option<MemStatsView> {
         held_not_returned: get("HeapIdle").zip(get("HeapReleased")).map(|(i, r)| i - r),
         gc_per_sec,
     })
-}
-
-fn verdict(c: &CycleGrowth, limit: Option<u64>, total_sustained: bool) -> String {
-    let rate = |bps: f64| format!("{}/s", format_bytes(bps as i64));
-    let mut parts = Vec::new();
-    if let (true, Some(total)) = (total_sustained, c.total_bytes_per_sec) {
-        let mut s = format!("in-use heap grew {}", rate(total));
-        if let Some(top) = c.sites.first() {
-            s.push_str(&format!(
-                ", {:.0} % of it in {}",
-                top.share * 100.0,
-                top.name
-            ));
-            if let Some(onset) = top.onset_s.filter(|&o| o > 0.0) {
-                s.push_str(&format!(" (from {onset:.1} s)"));
-            }
-        }
-        parts.push(s);
-    } else if let Some(top) = c.sites.first() {
-        parts.push(format!(
-            "{} grew {} under a stable heap",
-            top.name,
-            rate(top.bytes_per_sec)
-        ));
-    } else {
-        parts.push(format!(
-            "no sustained in-use growth (heap {})",
-            c.heap_last.map_or("unknown".into(), format_bytes)
-        ));
-    }
-    if let Some(storm) = c.alloc_storms.first() {
-        let w = &storm.windows[0];
-        parts.push(format!(
-            "allocation storm in {} at {} from {:.1} to {:.1} s (typically {})",
-            storm.name,
-            rate(storm.peak_bytes_per_sec),
-            w.start_s,
-            w.end_s,
-            rate(storm.typical_bytes_per_sec)
-        ));
-    }
-    if let Some(g) = c.goroutine_growth.first() {
-        parts.push(format!(
-            "goroutines grew {:.1}/s in {} ({} → {})",
-            g.per_sec, g.name, g.first, g.last
-        ));
-    }
-    if let (Some(limit), Some(at)) = (limit, c.limit_at_s) {
-        parts.push(format!(
-            "{} would be reached {at:.1} s after the first capture",
-            format_bytes(limit as i64)
-        ));
-    }
-    if let Some(died) = c.died_after_s {
-        let how = if c.killed {
-            "OOM-killed"
-        } else {
-            "stopped answering"
-        };
-        parts.push(format!("{how} {died:.1} s after the first capture"));
-    }
-    parts.join("; ")
-}
-
-fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
-    let ages: Vec<f64> = cycles.iter().filter_map(|c| c.died_after_s).collect();
-    let tops: Vec<Option<&str>> = cycles
-        .iter()
-        .map(|c| c.sites.first().map(|s| s.name.as_str()))
-        .collect();
-    let same_top_site = match tops.first() {
-        Some(Some(first)) if tops.iter().all(|t| t == &Some(*first)) => Some(first.to_string()),
-        _ => None,
-    };
-    let summary = if cycles.len() < 2 {
-        format!("{} boot cycle(s)", cycles.len())
-    } else {
-        let mut s = format!(
-            "{} boot cycles, {} ended by death",
-            cycles.len(),
-            ages.len()
-        );
-        if let Some(site) = &same_top_site {
-            s.push_str(&format!("; every cycle grows fastest in {site}"));
-        } else {
-            s.push_str("; the fastest-growing site differs between cycles");
-        }
-        if ages.len() >= 2 {
-            let min = ages.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = ages.iter().copied().fold(0.0, f64::max);
-            s.push_str(&format!(
-                "; died {min:.1}–{max:.1} s after the first capture"
-            ));
-        }
-        s
-    };
-    AcrossCycles {
-        cycles: cycles.len(),
-        died: ages.len(),
-        same_top_site,
-        ages_s: ages,
-        summary,
-    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,17 @@
 //! Findings from profiles: what changed between two (`diff`), which sites grow over a run and
 //! how fast (`growth`), and what one build does worse than another (`compare`). No I/O.
 
+pub mod breakdown;
 pub mod compare;
 pub mod diff;
+pub mod ends;
 pub mod envoy;
 pub mod growth;
 pub mod reduce;
 pub mod rules;
+pub mod select;
 pub mod series;
+pub mod spikes;
 mod storms;
 pub mod triage;
+pub mod verdict;

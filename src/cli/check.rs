@@ -35,6 +35,8 @@ pub struct Args {
     #[arg(long, value_parser = units::parse_size)]
     limit: Option<u64>,
     #[command(flatten)]
+    cycles: CycleFlags,
+    #[command(flatten)]
     decode: DecodeFlags,
 }
 
@@ -226,12 +228,53 @@ pub fn require_baseline(rules_given: &[Rule], baseline: Option<&Path>) -> Result
     }
 }
 
+/// The boot cycles a comparison uses, when chosen (`RUN@N`, `--cycle N`,
+/// `--baseline-cycle N`); the default pairing otherwise.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CyclePicks {
+    pub run: Option<u32>,
+    pub baseline: Option<u32>,
+}
+
+/// Flags that choose the compared cycles, shared by `check` and `report`.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct CycleFlags {
+    /// The boot cycle of the run to compare with the baseline (also `RUN@N`). Default: the
+    /// cycles of the run's newest build, each compared, the worst shown.
+    #[arg(long, value_name = "N")]
+    pub cycle: Option<u32>,
+    /// The boot cycle of the baseline (also `--baseline RUN@N`). Default: the cycles of the
+    /// baseline's build that is not the run's.
+    #[arg(long, value_name = "N", requires = "baseline")]
+    pub baseline_cycle: Option<u32>,
+}
+
+/// Splits `RUN@N` off the run and baseline paths; a flag wins over `@N`.
+pub fn resolve_picks(
+    run: &Path,
+    baseline: Option<&Path>,
+    flags: &CycleFlags,
+) -> (PathBuf, Option<PathBuf>, CyclePicks) {
+    use heapwatch::analyse::select::parse_run_arg;
+    let (run, run_pick) = parse_run_arg(run);
+    let (baseline, base_pick) = match baseline.map(parse_run_arg) {
+        Some((p, n)) => (Some(p), n),
+        None => (None, None),
+    };
+    let picks = CyclePicks {
+        run: flags.cycle.or(run_pick),
+        baseline: flags.baseline_cycle.or(base_pick),
+    };
+    (run, baseline, picks)
+}
+
 pub fn analyse(
     run_path: &Path,
     baseline: Option<&Path>,
     limit: Option<u64>,
     cpu_limit: Option<f64>,
     decode: &DecodeFlags,
+    picks: CyclePicks,
 ) -> Result<Analysed, CliError> {
     let limits = decode.limits();
     let run = open(run_path)?;
@@ -248,19 +291,15 @@ pub fn analyse(
         None => None,
         Some(path) => {
             let base = open(path)?;
-            let comparison =
-                scan::compare(&base, &run, &limits).map_err(|e| CliError::Store(e.to_string()))?;
-            let base_growth = scan::growth(&base, None, &limits)
-                .map_err(|e| CliError::Store(e.to_string()))?
-                .0;
-            let age = comparison.age_s;
-            let heap_ratio = rules::heap_at_age(&base.manifest.records, &base_growth, age)
-                .zip(rules::heap_at_age(&run.manifest.records, &growth, age))
-                .map(|(baseline_bytes, bytes)| HeapRatio {
-                    age_s: age,
+            let comparison = scan::compare(&base, &run, picks.baseline, picks.run, &limits)
+                .map_err(|e| CliError::Store(e.to_string()))?;
+            let heap_ratio = comparison.a_heap_peak.zip(comparison.b_heap_peak).map(
+                |(baseline_bytes, bytes)| HeapRatio {
+                    age_s: comparison.age_s,
                     baseline_bytes,
                     bytes,
-                });
+                },
+            );
             Some(Baseline {
                 run: base,
                 comparison,
@@ -310,12 +349,14 @@ pub fn gate(outcomes: &[Outcome]) -> Result<ExitCode, CliError> {
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
     require_baseline(&args.fail_on, args.baseline.as_deref())?;
+    let (run, baseline, picks) = resolve_picks(&args.run, args.baseline.as_deref(), &args.cycles);
     let analysed = analyse(
-        &args.run,
-        args.baseline.as_deref(),
+        &run,
+        baseline.as_deref(),
         args.limit,
         None,
         &args.decode,
+        picks,
     )?;
     for problem in &analysed.notes.unreadable {
         eprintln!("heapwatch: skipped {problem}");

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use heapwatch::analyse::diff::{self, DiffError, Side};
+use heapwatch::analyse::select::parse_run_arg;
 use heapwatch::decode::DecodeLimits;
 use heapwatch::model::Profile;
 use heapwatch::render::flame::{self as render_flame, FlameOptions};
@@ -27,7 +28,8 @@ pub struct Args {
     #[arg(short = 'o', long = "output", value_name = "OUT.svg")]
     output: PathBuf,
     /// Draw what a boot cycle of the run added between two captures: widths are the growth of
-    /// each stack (default: from the first to the last stored heap capture of the last cycle).
+    /// each stack (default: from the first to the last stored heap capture of the last cycle;
+    /// when that cycle has no sustained growth but a rise into a peak, that rise).
     #[arg(long, conflicts_with = "diff")]
     growth: bool,
     /// Draw the difference from BASE: a profile when the input is one, a run when it is a run
@@ -43,6 +45,10 @@ pub struct Args {
     /// with --diff, the first).
     #[arg(long, value_name = "N")]
     cycle: Option<u32>,
+    /// With --diff of two runs: the base run's boot cycle (also `--diff BASE@N`). Default: the
+    /// cycles `compare` chooses, the worst pair drawn.
+    #[arg(long, value_name = "N", requires = "diff")]
+    baseline_cycle: Option<u32>,
     /// A run's capture to start from: the earlier one with --growth, the base run's with --diff.
     #[arg(long, value_name = "SEQ")]
     from: Option<u64>,
@@ -63,8 +69,21 @@ enum Drawing {
     },
 }
 
-pub fn run(args: Args) -> Result<ExitCode, CliError> {
+pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     let limits = args.decode.limits();
+    // RUN@N names a run's boot cycle.
+    let (input, pick) = parse_run_arg(&args.input);
+    if input.is_dir() {
+        args.input = input;
+        args.cycle = args.cycle.or(pick);
+    }
+    if let Some(base) = &args.diff {
+        let (base, pick) = parse_run_arg(base);
+        if base.is_dir() {
+            args.diff = Some(base);
+            args.baseline_cycle = args.baseline_cycle.or(pick);
+        }
+    }
     let (drawing, options) = if args.input.is_dir() {
         run_graph(&args, &limits)?
     } else {
@@ -280,15 +299,28 @@ fn growth(
     let captures = stored_captures(run);
     let picked_from = args.from.map(|s| by_seq(run, &captures, s)).transpose()?;
     let picked_to = args.to.map(|s| by_seq(run, &captures, s)).transpose()?;
+    let mut rise_drawn = false;
     let (from, to) = match (picked_from, picked_to) {
         (Some(f), Some(t)) => (f, t),
         (f, t) => {
             let cycle = args.cycle.or(f.or(t).map(|c| c.record.incarnation));
             let in_cycle = cycle_captures(run, &captures, cycle, 2, false)?;
-            (
-                f.unwrap_or(in_cycle[0]),
-                t.unwrap_or(in_cycle[in_cycle.len() - 1]),
-            )
+            let rise = match (f, t) {
+                (None, None) => rise_into_peak(run, in_cycle[0].record.incarnation, limits)
+                    .and_then(|(from, to)| {
+                        let find = |seq| in_cycle.iter().find(|c| c.record.seq == seq).copied();
+                        find(from).zip(find(to))
+                    }),
+                _ => None,
+            };
+            rise_drawn = rise.is_some();
+            match rise {
+                Some(pair) => pair,
+                None => (
+                    f.unwrap_or(in_cycle[0]),
+                    t.unwrap_or(in_cycle[in_cycle.len() - 1]),
+                ),
+            }
         }
     };
     if from.record.incarnation != to.record.incarnation {
@@ -346,6 +378,9 @@ fn growth(
         signed(added, &count),
         stacks(growth.added.len())
     );
+    if rise_drawn {
+        subtitle.push_str(" (the rise into the peak: the cycle has no sustained growth)");
+    }
     if growth.shrunk_stacks > 0 {
         subtitle.push_str(&format!(
             "; {} shrank by {} (not drawn)",
@@ -366,10 +401,21 @@ fn growth(
     Ok((Drawing::Plain(growth.added), options))
 }
 
+/// The captures before the rise into a cycle's heap peak and at it, when the cycle has no
+/// sustained growth but such a rise (what `flame --growth` draws by default then).
+fn rise_into_peak(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Option<(u64, u64)> {
+    let (report, _) = heapwatch::scan::growth(run, None, limits).ok()?;
+    let c = report.cycles.iter().find(|c| c.index == cycle)?;
+    if !c.sites.is_empty() {
+        return None;
+    }
+    let e = c.episode.as_ref()?;
+    e.from_seq.zip(e.to_seq)
+}
+
 /// The capture of each run to compare: `--from` in the base run and `--to` in the new one,
-/// else the two captures of each run's first boot cycle (or `--cycle`) at the same age
-/// ([`captures::at_same_age`]). First cycles, because both builds start from the same state
-/// there; later cycles of a crash loop repeat it.
+/// else the captures at the same age ([`captures::at_same_age`]) of the pair of cycles
+/// `compare` leads with: B's newest build against A's, or `--cycle` / `--baseline-cycle`.
 fn runs_diff(
     base_run: &RunDir,
     new_run: &RunDir,
@@ -377,16 +423,23 @@ fn runs_diff(
     limits: &DecodeLimits,
 ) -> Result<(Drawing, FlameOptions), CliError> {
     let (base_caps, new_caps) = (stored_captures(base_run), stored_captures(new_run));
-    let cycles = |run, caps| -> Result<Vec<&StoredCapture<'_>>, CliError> {
-        cycle_captures(run, caps, args.cycle, 1, true)
-    };
     let (base, new) = match (args.from, args.to) {
         (Some(b), Some(n)) => (
             by_seq(base_run, &base_caps, b)?,
             by_seq(new_run, &new_caps, n)?,
         ),
         (b, n) => {
-            let (bc, nc) = (cycles(base_run, &base_caps)?, cycles(new_run, &new_caps)?);
+            // The pair of cycles compare leads with, at the end of the span both cover.
+            let c = heapwatch::scan::compare(
+                base_run,
+                new_run,
+                args.baseline_cycle,
+                args.cycle,
+                limits,
+            )
+            .map_err(|e| CliError::Store(e.to_string()))?;
+            let bc = cycle_captures(base_run, &base_caps, Some(c.a_cycle), 1, true)?;
+            let nc = cycle_captures(new_run, &new_caps, Some(c.b_cycle), 1, true)?;
             let (at_b, at_n) = captures::at_same_age(base_run, &bc, new_run, &nc)
                 .ok_or_else(|| CliError::Store("no stored heap captures to compare".into()))?;
             let base = match b {

@@ -19,7 +19,8 @@ use heapwatch::render::flame::{self, FlameOptions};
 use heapwatch::render::report::{
     BaselineView, EnvoyView, Flamegraph, KubeView, ReportModel, RunView, html, markdown, summary,
 };
-use heapwatch::store::{CaptureRecord, RecordKind, RunDir};
+use heapwatch::scan;
+use heapwatch::store::{CaptureRecord, RunDir};
 use heapwatch::units;
 
 use super::check::{self, Analysed};
@@ -69,6 +70,8 @@ pub struct Args {
           value_parser = super::triage::parse_workers)]
     concurrency: Vec<WorkerFigure>,
     #[command(flatten)]
+    cycles: check::CycleFlags,
+    #[command(flatten)]
     decode: DecodeFlags,
 }
 
@@ -88,6 +91,8 @@ pub struct Extras {
     pub at_ms: Option<i64>,
     pub usage: Vec<UsageFigure>,
     pub workers: Vec<WorkerFigure>,
+    /// The boot cycles compared with the baseline, when chosen.
+    pub picks: check::CyclePicks,
 }
 
 /// The pod and event documents, read and parsed before any analysis so that a broken file
@@ -165,7 +170,10 @@ pub struct Written {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
+    let (run, baseline, picks) =
+        check::resolve_picks(&args.run, args.baseline.as_deref(), &args.cycles);
     let extras = Extras {
+        picks,
         cpu_limit: args.cpu_limit,
         pod: args.pod.clone(),
         events: args.events.clone(),
@@ -174,8 +182,8 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         workers: args.concurrency.clone(),
     };
     let written = write_report_with(
-        &args.run,
-        args.baseline.as_deref(),
+        &run,
+        baseline.as_deref(),
         &args.out,
         &args.fail_on,
         args.limit,
@@ -223,7 +231,14 @@ pub fn write_report_with(
 ) -> Result<Written, CliError> {
     check::require_baseline(rules_given, baseline)?;
     let kube = kube_input(extras)?;
-    let mut analysed = check::analyse(run_path, baseline, limit, extras.cpu_limit, decode)?;
+    let mut analysed = check::analyse(
+        run_path,
+        baseline,
+        limit,
+        extras.cpu_limit,
+        decode,
+        extras.picks,
+    )?;
     let triaged = match &kube {
         None => None,
         Some(k) => {
@@ -370,34 +385,10 @@ fn dir_name(path: &Path) -> String {
         )
 }
 
-fn label(run: &RunDir) -> String {
-    run.info
-        .as_ref()
-        .and_then(|i| i.label.clone())
-        .unwrap_or_else(|| dir_name(&run.root))
-}
-
 /// A stored heap capture: its record and decoded profile.
 struct Capture<'a> {
     record: &'a CaptureRecord,
     profile: Profile,
-}
-
-fn stored_heaps(run: &RunDir, incarnation: u32) -> Vec<&CaptureRecord> {
-    let mut heaps: Vec<&CaptureRecord> = run
-        .manifest
-        .records
-        .iter()
-        .filter(|r| {
-            r.is_ok()
-                && r.kind == RecordKind::Heap
-                && r.dup_of.is_none()
-                && r.incarnation == incarnation
-                && run.file_path(r).is_some_and(|p| p.is_file())
-        })
-        .collect();
-    heaps.sort_by_key(|r| (r.t_ms, r.seq));
-    heaps
 }
 
 fn load<'a>(run: &RunDir, record: &'a CaptureRecord, limits: &DecodeLimits) -> Option<Capture<'a>> {
@@ -422,18 +413,10 @@ fn capture_at(c: &Capture, start_ms: i64) -> String {
     )
 }
 
-/// The stored heap capture of a run's first boot cycle nearest `age` seconds into it.
-fn nearest(run: &RunDir, age: f64) -> Option<&CaptureRecord> {
-    let ok = || run.manifest.records.iter().filter(|r| r.is_ok());
-    let first = ok().map(|r| r.incarnation).min()?;
-    let start = ok()
-        .filter(|r| r.incarnation == first)
-        .map(|r| r.t_ms)
-        .min()?;
-    let target = start + (age * 1000.0) as i64;
-    stored_heaps(run, first)
-        .into_iter()
-        .min_by_key(|r| ((r.t_ms - target).abs(), r.seq))
+/// The stored heap capture of a run's boot cycle in effect `age` seconds into it.
+fn at_age(run: &RunDir, cycle: u32, age: f64) -> Option<&CaptureRecord> {
+    let start = scan::cycle_start_ms(&run.manifest.records, cycle)?;
+    scan::capture_at_age(&scan::stored_heaps(run, cycle), start, age)
 }
 
 /// A growth flamegraph per boot cycle (first to last stored heap capture) and, with a
@@ -441,10 +424,22 @@ fn nearest(run: &RunDir, age: f64) -> Option<&CaptureRecord> {
 /// left out; the tables still say what grew.
 fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits) -> Vec<Flamegraph> {
     let mut out = Vec::new();
-    let build = label(&a.run);
     for c in &a.growth.cycles {
-        let heaps = stored_heaps(&a.run, c.index);
-        let (Some(first), Some(last)) = (heaps.first(), heaps.last()) else {
+        let heaps = scan::stored_heaps(&a.run, c.index);
+        // Without sustained growth, the rise into the cycle's peak is what it added.
+        let rise = c
+            .episode
+            .as_ref()
+            .filter(|_| c.sites.is_empty())
+            .and_then(|e| e.from_seq.zip(e.to_seq))
+            .and_then(|(from, to)| {
+                let find = |seq| heaps.iter().find(|r| r.seq == seq);
+                find(from).zip(find(to))
+            });
+        let (Some(first), Some(last)) = rise
+            .map(|(f, t)| (Some(f), Some(t)))
+            .unwrap_or((heaps.first(), heaps.last()))
+        else {
             continue;
         };
         if first.seq == last.seq {
@@ -460,12 +455,22 @@ fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits) -> Vec<Flamegraph> {
         }
         let growth: Vec<(String, i64)> = growth.into_iter().filter(|(_, v)| *v > 0).collect();
         let span = format!(
-            "from {} to {}",
+            "from {} to {}{}",
             capture_at(&first, c.start_ms),
-            capture_at(&last, c.start_ms)
+            capture_at(&last, c.start_ms),
+            if rise.is_some() {
+                " (the rise into the peak)"
+            } else {
+                ""
+            }
         );
         let options = FlameOptions {
-            title: format!("In-use growth, boot cycle {} of {build}", c.index),
+            title: format!(
+                "In-use {}, boot cycle {} of {}",
+                if rise.is_some() { "rise" } else { "growth" },
+                c.index,
+                c.build
+            ),
             subtitle: Some(format!("{span}; widths: bytes added")),
             count_name: "bytes".into(),
         };
@@ -483,16 +488,16 @@ fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits) -> Vec<Flamegraph> {
     }
     if let Some(b) = &a.baseline {
         let age = b.comparison.age_s;
-        let loaded = nearest(&b.run, age)
+        let loaded = at_age(&b.run, b.comparison.a_cycle, age)
             .and_then(|r| load(&b.run, r, limits))
-            .zip(nearest(&a.run, age).and_then(|r| load(&a.run, r, limits)));
+            .zip(at_age(&a.run, b.comparison.b_cycle, age).and_then(|r| load(&a.run, r, limits)));
         if let Some((base, new)) = loaded {
-            let base_label = label(&b.run);
+            let (build, base_label) = (&b.comparison.b, &b.comparison.a);
             let options = FlameOptions {
                 title: format!("In-use heap, {build} against {base_label}"),
                 subtitle: Some(format!(
-                    "{age:.1} s into the first boot cycle: capture #{} of {base_label}, #{} of {build}",
-                    base.record.seq, new.record.seq
+                    "{age:.1} s into boot cycle {} of {build} and cycle {} of {base_label}: capture #{} of {base_label}, #{} of {build}",
+                    b.comparison.b_cycle, b.comparison.a_cycle, base.record.seq, new.record.seq
                 )),
                 count_name: "bytes".into(),
             };

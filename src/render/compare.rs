@@ -15,15 +15,16 @@ pub fn text(c: &Comparison, limit: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "A = {}, B = {}; in-use compared at {:.1} s into the first boot cycle",
-        c.a, c.b, c.age_s
+        "A = {} (cycle {}), B = {} (cycle {}): rates and in-use peaks over the first {:.1} s, \
+         which both cycles cover; chosen: {}",
+        c.a, c.a_cycle, c.b, c.b_cycle, c.age_s, c.chosen
     );
     let _ = writeln!(out, "verdict: {}", c.verdict);
     if !c.regressions.is_empty() {
         let _ = writeln!(
             out,
             "{:>12} {:>12} {:>12} {:>12}  site",
-            "A rate", "B rate", "A in use", "B in use"
+            "A rate", "B rate", "A peak", "B peak"
         );
         for r in c.regressions.iter().take(limit) {
             let _ = writeln!(
@@ -46,6 +47,16 @@ pub fn text(c: &Comparison, limit: usize) -> String {
             .map(|r| r.name.as_str())
             .collect();
         let _ = writeln!(out, "better in B: {}", names.join(", "));
+    }
+    if let Some(after) = &c.after_a {
+        let _ = writeln!(out, "{}", after.summary);
+    }
+    for o in &c.other_pairs {
+        let _ = writeln!(
+            out,
+            "also compared: cycle {} of B against cycle {} of A: {}",
+            o.b_cycle, o.a_cycle, o.verdict
+        );
     }
     out
 }

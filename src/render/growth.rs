@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::growth::{CycleGrowth, GrowthReport};
+use crate::analyse::verdict::spike_words;
 use crate::units::format_bytes;
 
 /// Envoy's findings beside the growth analysis.
@@ -78,13 +79,41 @@ pub fn text(report: &GrowthReport, limit: usize, envoy: Option<&EnvoyPart>) -> S
     out
 }
 
+/// "build 2.1.0, go1.26.1, pid 4242": what is known of the cycle's process.
+pub fn build(c: &CycleGrowth) -> String {
+    let mut parts = vec![format!("build {}", c.build)];
+    if let Some(go) = c.build_info.as_ref().and_then(|b| b.go_version.as_deref()) {
+        parts.push(go.to_string());
+    }
+    if let Some(rev) = c
+        .build_info
+        .as_ref()
+        .and_then(|b| b.vcs_revision.as_deref())
+    {
+        if c.build_info.as_ref().is_some_and(|b| b.version.is_some()) {
+            parts.push(format!("rev {}", rev.chars().take(12).collect::<String>()));
+        }
+    }
+    if let Some(pid) = c.pid {
+        parts.push(format!("pid {pid}"));
+    }
+    parts.join(", ")
+}
+
 fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
     let _ = writeln!(
         out,
-        "boot cycle {}: {} captures ({} stored, {} duplicate, {} errors) over {:.1} s",
-        c.index, c.captures, c.stored, c.duplicates, c.errors, c.span_s
+        "boot cycle {} ({}): {} captures ({} stored, {} duplicate, {} errors) over {:.1} s",
+        c.index,
+        build(c),
+        c.captures,
+        c.stored,
+        c.duplicates,
+        c.errors,
+        c.span_s
     );
     let _ = writeln!(out, "  verdict: {}", c.verdict);
+    let _ = writeln!(out, "  end: {}", c.end.words());
     if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {
         let mut line = format!("  heap in use {} → {}", format_bytes(a), format_bytes(b));
         if let (Some(r), Some(q)) = (c.total_bytes_per_sec, c.total_fit_r2) {
@@ -113,6 +142,54 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
                 format_bytes(s.inuse_last),
                 s.name
             );
+        }
+    }
+    let peaks: Vec<String> = [
+        ("in-use heap", c.peaks.heap),
+        ("process", c.peaks.process),
+        ("cgroup", c.peaks.cgroup),
+    ]
+    .into_iter()
+    .filter_map(|(what, p)| {
+        p.map(|p| format!("{what} {} at {:.1} s", format_bytes(p.bytes), p.at_s))
+    })
+    .collect();
+    if !peaks.is_empty() {
+        let _ = writeln!(out, "  peaks: {}", peaks.join(", "));
+    }
+    if let Some(b) = &c.breakdown {
+        let _ = writeln!(out, "  where the memory went: {}", b.summary);
+    }
+    if let Some(a) = &c.at_limit {
+        let _ = writeln!(out, "  the cgroup sat {}", a.summary);
+    }
+    if let Some(e) = &c.episode {
+        let kind = if e.transient {
+            "transient episode (rise, then fall)"
+        } else {
+            "rise into the peak (did not fall back)"
+        };
+        let _ = writeln!(out, "  {kind}: {}", spike_words(e));
+        if !e.sites.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:>12} {:>12} {:>6}  site (capture #{} against #{}, before the rise)",
+                "before",
+                "at the peak",
+                "share",
+                e.to_seq.unwrap_or_default(),
+                e.from_seq.unwrap_or_default()
+            );
+            for s in e.sites.iter().take(limit) {
+                let _ = writeln!(
+                    out,
+                    "  {:>12} {:>12} {:>5.0}%  {}",
+                    format_bytes(s.before),
+                    format_bytes(s.at_peak),
+                    s.share * 100.0,
+                    s.name
+                );
+            }
         }
     }
     if !c.alloc_storms.is_empty() {

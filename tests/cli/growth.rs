@@ -457,3 +457,253 @@ fn compare_is_quiet_when_nothing_changed_and_reverses_with_its_arguments() {
         Some(&"main.(*routerDataModel).buildEventList")
     );
 }
+
+#[test]
+fn compare_run_at_n_chooses_the_boot_cycles_and_the_headline_names_them() {
+    // oomgrow was OOM-killed three times: its cycles compared with each other by RUN@N.
+    let oom = util::repo().join("testdata/runs/oomgrow");
+    let (a, b) = (
+        format!("{}@1", oom.display()),
+        format!("{}@3", oom.display()),
+    );
+    let out = util::run(&["compare", "--json", &a, &b]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (doc["a_cycle"].as_u64(), doc["b_cycle"].as_u64()),
+        (Some(1), Some(3))
+    );
+    let verdict = doc["verdict"].as_str().unwrap();
+    assert!(
+        verdict.contains("cycle 3 of oomgrow against cycle 1 of oomgrow"),
+        "{verdict}"
+    );
+    assert!(doc["same_build"].as_bool().unwrap(), "{doc}");
+    // The flags say the same.
+    let p = oom.to_str().unwrap();
+    let flags = util::run(&[
+        "compare",
+        "--json",
+        p,
+        p,
+        "--baseline-cycle",
+        "1",
+        "--cycle",
+        "3",
+    ]);
+    assert_eq!(util::stdout(&flags), util::stdout(&out));
+    // By default a run of one build against itself pairs cycle k with cycle k: nothing regressed.
+    let same = util::run(&["compare", "--json", p, p]);
+    let same: serde_json::Value = serde_json::from_slice(&same.stdout).unwrap();
+    assert!(same["regressions"].as_array().unwrap().is_empty(), "{same}");
+    assert_eq!(same["other_pairs"].as_array().unwrap().len(), 2, "{same}");
+    // A cycle that is not there is named, with the ones that are.
+    let bad = format!("{p}@9");
+    let out = util::run(&["compare", p, &bad]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = util::stderr(&out);
+    assert!(
+        err.contains("boot cycle 9") && err.contains("1, 2, 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn compare_reports_what_b_does_after_a_data_ends() {
+    // steady's captures end at 7.8 s, hiddenleak's at 11.8 s: its leak goes on growing after
+    // A's data ends, and that is reported, with its peak, not dropped.
+    let base = util::repo().join("testdata/runs/steady");
+    let leak = util::repo().join("testdata/runs/hiddenleak");
+    let args = ["compare", base.to_str().unwrap(), leak.to_str().unwrap()];
+    let out = util::run(&[&args[..], &["--json"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let after = &doc["after_a"];
+    assert!((7.0..9.0).contains(&num(after, "a_last_s")), "{after}");
+    assert!(num(after, "b_last_s") > 11.0, "{after}");
+    assert!(num(after, "b_heap_peak") > 100.0 * MIB, "{after}");
+    assert_eq!(after["sites"][0]["name"], LEAK, "{after}");
+    assert!(num(&after["sites"][0], "after_at_s") > num(after, "a_last_s"));
+    let text = util::stdout(&util::run(&args));
+    assert!(text.contains("after A's last capture at 7."), "{text}");
+    assert!(text.contains(&format!("{LEAK} rose to")), "{text}");
+}
+
+#[test]
+fn every_cycle_names_its_build() {
+    // Recorded before processes reported their build: the run's label stands for every cycle.
+    let doc = growth("controller-2.1.0");
+    for c in cycles(&doc) {
+        assert_eq!(c["build"], "2.1.0", "{c}");
+    }
+    let dir = run_dir("controller-2.1.0");
+    let text = util::stdout(&util::run(&["growth", dir.to_str().unwrap()]));
+    assert!(text.contains("boot cycle 1 (build 2.1.0"), "{text}");
+}
+
+// ---- a spike, recorded live ----
+
+/// Starts the `spike` fixture and records it over HTTP pprof for `secs` seconds, with its
+/// process memory. `None` without Go (a failure under HEAPWATCH_REQUIRE_GO).
+fn record_spike(dir: &std::path::Path, secs: u32) -> Option<PathBuf> {
+    use std::io::BufRead as _;
+    let program = util::go_fixture("spike")?;
+    let mut target = util::Reaped(
+        std::process::Command::new(&program)
+            .args(["-listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start spike"),
+    );
+    let mut first = String::new();
+    std::io::BufReader::new(target.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .expect("spike prints its address");
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from spike: {first:?}"))
+        .to_string();
+    let run = dir.join("spike-run");
+    let out = util::run(&[
+        "collect",
+        &format!("http://{addr}"),
+        "--out",
+        run.to_str().unwrap(),
+        "--interval",
+        "250ms",
+        "--duration",
+        &format!("{secs}s"),
+        "--pid",
+        &target.0.id().to_string(),
+        "--limit",
+        "256MiB",
+        "--label",
+        "spike-1.0",
+        "--quiet",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "collect: {}",
+        util::stderr(&out)
+    );
+    Some(run)
+}
+
+#[test]
+fn a_startup_spike_is_a_finding_with_its_site_peak_and_time() {
+    let dir = util::tempdir();
+    let Some(run) = record_spike(dir.path(), 11) else {
+        return;
+    };
+    let path = run.to_str().unwrap();
+    let out = util::run(&["growth", path, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &cycles(&doc)[0];
+    let e = &c["episode"];
+    assert_eq!(e["transient"], true, "{}", summary(c));
+    // About 150 MiB built from 2 s after start, held until about 6 s.
+    assert!(num(e, "peak_bytes") > 120.0 * MIB, "{e}");
+    assert!(num(e, "base_bytes") < 40.0 * MIB, "{e}");
+    let peak_s = num(e, "peak_s");
+    assert!((1.5..8.0).contains(&peak_s), "{e}");
+    assert!(num(e, "fell_s") > peak_s, "{e}");
+    assert_eq!(e["sites"][0]["name"], "main.buildStartupIndex", "{e}");
+    assert!(num(&e["sites"][0], "at_peak") > 120.0 * MIB, "{e}");
+    assert!(num(&c["peaks"]["heap"], "bytes") >= num(e, "peak_bytes"));
+    assert!(num(&c["peaks"]["process"], "bytes") > 120.0 * MIB, "{c}");
+    // The verdict says it, and does not call it "no growth": half the limit was reached.
+    let v = verdict(c);
+    assert!(!v.contains(NO_GROWTH), "{v}");
+    assert!(
+        v.contains("spiked") && v.contains("main.buildStartupIndex"),
+        "{v}"
+    );
+    let text = util::stdout(&util::run(&["growth", path]));
+    assert!(text.contains("transient episode"), "{text}");
+
+    // The report's headline and its flamegraph show it.
+    let report = dir.path().join("report");
+    let out = util::run(&["report", path, "-o", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let headline = util::stdout(&out);
+    assert!(
+        headline.contains("spiked") && headline.contains("main.buildStartupIndex"),
+        "{headline}"
+    );
+    let svg = std::fs::read_to_string(report.join("flamegraphs/cycle-1-growth.svg")).unwrap();
+    assert!(
+        svg.contains("main.buildStartupIndex"),
+        "the rise into the peak is drawn"
+    );
+    // And so does `flame --growth` on its own: the rise into the peak, with no sustained growth.
+    let flame = dir.path().join("spike.svg");
+    let out = util::run(&["flame", path, "--growth", "-o", flame.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let svg = std::fs::read_to_string(&flame).unwrap();
+    assert!(
+        svg.contains("main.buildStartupIndex ("),
+        "flame --growth draws the rise"
+    );
+    assert!(
+        svg.contains("rise into the peak"),
+        "the subtitle says what is drawn"
+    );
+}
+
+#[test]
+fn a_process_stopped_with_sigint_is_never_called_killed_or_dead() {
+    use std::io::BufRead as _;
+    let Some(program) = util::go_fixture("steady") else {
+        return;
+    };
+    let mut target = util::Reaped(
+        std::process::Command::new(&program)
+            .args(["-listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start steady"),
+    );
+    let mut first = String::new();
+    std::io::BufReader::new(target.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .expect("steady prints its address");
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let pid = target.0.id();
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        util::signal(pid, "INT");
+    });
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let out = util::run(&[
+        "collect",
+        &format!("http://{addr}"),
+        "--out",
+        run.to_str().unwrap(),
+        "--interval",
+        "250ms",
+        "--duration",
+        "4s",
+        "--quiet",
+    ]);
+    stopper.join().unwrap();
+    assert!(out.status.code().is_some(), "{}", util::stderr(&out));
+    let out = util::run(&["growth", run.to_str().unwrap(), "--json"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &cycles(&doc)[0];
+    // Nothing recorded why it went away: the words say exactly that.
+    assert_eq!(c["end"]["kind"], "stopped-answering", "{c}");
+    assert_eq!(c["killed"], false, "{c}");
+    let v = verdict(c);
+    assert!(v.contains("stopped answering, cause unknown"), "{v}");
+    assert!(!v.contains("killed") && !v.contains("death"), "{v}");
+}

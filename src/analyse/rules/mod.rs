@@ -19,10 +19,11 @@ mod parse;
 use parse::trips_above;
 pub use parse::{Metric, Rule, RuleError, parse};
 
-/// The baseline side of a comparison, as the regression rule sees it.
+/// The baseline side of a comparison, as the regression rule sees it: the largest in-use heap
+/// of each compared cycle over the span both cover.
 #[derive(Debug, Clone, Serialize)]
 pub struct HeapRatio {
-    /// Seconds into the first boot cycle at which both heaps are taken.
+    /// The aligned span: seconds from each cycle's start.
     pub age_s: f64,
     pub baseline_bytes: i64,
     pub bytes: i64,
@@ -84,13 +85,17 @@ pub fn cycle_growth(c: &CycleGrowth) -> f64 {
     c.sites.iter().map(|s| s.bytes_per_sec).sum::<f64>() + 0.0
 }
 
-/// When the limit is (or was) reached: the kill when the cycle died of it, else the forecast.
+/// When the limit is (or was) reached: the earliest of the kill when the cycle died of it,
+/// the measured arrival at the limit, and the forecast.
 pub fn cycle_time_to_limit(c: &CycleGrowth) -> Option<f64> {
     let died = c.died_after_s.filter(|_| c.killed);
-    match (died, c.limit_at_s) {
-        (Some(d), Some(l)) => Some(d.min(l)),
-        (d, l) => d.or(l),
-    }
+    let reached = c.at_limit.as_ref().map(|a| a.since_s);
+    // A forecast only while the limit was not reached: then it is measured.
+    let forecast = c.limit_at_s.filter(|_| reached.is_none());
+    [died, reached, forecast]
+        .into_iter()
+        .flatten()
+        .reduce(f64::min)
 }
 
 fn worst(measures: Vec<Measure>, above: bool) -> Option<Measure> {
@@ -159,6 +164,8 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 cycle_time_to_limit(c).map(|t| {
                     let how = if c.killed && c.died_after_s.is_some_and(|d| d <= t + 1e-9) {
                         format!("OOM-killed {t:.1} s after the first capture")
+                    } else if let Some(a) = c.at_limit.as_ref().filter(|a| a.since_s <= t + 1e-9) {
+                        format!("the cgroup sat {}", a.summary)
                     } else {
                         format!("{limit} reached {t:.1} s after the first capture at this rate")
                     };
@@ -191,7 +198,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 value,
                 cycle: Some(1),
                 detail: format!(
-                    "in-use heap {} against {} in the baseline at {:.1} s ({value:.2}x){site}",
+                    "peak in-use heap {} against {} in the baseline over the first {:.1} s ({value:.2}x){site}",
                     format_bytes(ratio.bytes),
                     format_bytes(ratio.baseline_bytes),
                     ratio.age_s
@@ -263,7 +270,10 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
             Some(Measure {
                 value: killed.len() as f64,
                 cycle: killed.first().copied(),
-                detail: format!("{} OOM kill(s) seen in the memory samples", killed.len()),
+                detail: format!(
+                    "{} OOM kill(s): the cgroup's oom_kill counter rose, or heapwatch run saw SIGKILL",
+                    killed.len()
+                ),
             })
         }
         Metric::Restarts => {
@@ -480,19 +490,6 @@ pub fn peak_heap(records: &[CaptureRecord]) -> Vec<(u32, i64)> {
     peaks.into_iter().collect()
 }
 
-/// Total in-use heap of the first boot cycle's capture nearest `age_s` seconds after its
-/// start, from the manifest totals.
-pub fn heap_at_age(records: &[CaptureRecord], growth: &GrowthReport, age_s: f64) -> Option<i64> {
-    let cycle = growth.cycles.first()?;
-    let target = cycle.start_ms + (age_s * 1000.0) as i64;
-    records
-        .iter()
-        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.incarnation == cycle.index)
-        .filter_map(|r| r.totals.get("inuse_space").map(|&v| (r.t_ms, r.seq, v)))
-        .min_by_key(|&(t, seq, _)| ((t - target).abs(), seq))
-        .map(|(_, _, v)| v)
-}
-
 /// Whether a rule needs a baseline run to be checked.
 pub fn needs_baseline(rule: &Rule) -> bool {
     rule.metric == Metric::Regression
@@ -508,6 +505,15 @@ mod tests {
     fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
         CycleGrowth {
             index,
+            build: "test".into(),
+            breakdown: None,
+            at_limit: None,
+            memory_peak_anon: None,
+            peaks: Default::default(),
+            episode: None,
+            heap_sustained: false,
+            build_info: None,
+            pid: None,
             captures: 10,
             stored: 10,
             duplicates: 0,
@@ -515,6 +521,11 @@ mod tests {
             start_ms: 0,
             span_s: 7.0,
             died_after_s: killed_at,
+            end: if killed_at.is_some() {
+                crate::analyse::ends::CycleEnd::OomKilled
+            } else {
+                crate::analyse::ends::CycleEnd::StillAnswering
+            },
             killed: killed_at.is_some(),
             heap_first: Some(0),
             heap_last: Some(1),

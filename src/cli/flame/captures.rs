@@ -56,14 +56,20 @@ pub(crate) fn stored_captures(run: &RunDir) -> Vec<StoredCapture<'_>> {
     stored
 }
 
-/// Unix ms of the first successful capture of each boot cycle.
+/// Unix ms of the start of each boot cycle ([`heapwatch::scan::cycle_start_ms`]).
 fn cycle_starts(run: &RunDir) -> BTreeMap<u32, i64> {
-    let mut starts: BTreeMap<u32, i64> = BTreeMap::new();
-    for r in run.manifest.records.iter().filter(|r| r.is_ok()) {
-        let start = starts.entry(r.incarnation).or_insert(r.t_ms);
-        *start = (*start).min(r.t_ms);
-    }
-    starts
+    let mut cycles: Vec<u32> = run.manifest.records.iter().map(|r| r.incarnation).collect();
+    cycles.sort_unstable();
+    cycles.dedup();
+    cycles
+        .into_iter()
+        .filter_map(|c| {
+            Some((
+                c,
+                heapwatch::scan::cycle_start_ms(&run.manifest.records, c)?,
+            ))
+        })
+        .collect()
 }
 
 /// Seconds from the start of a boot cycle to its last successful heap capture, counting
@@ -176,9 +182,14 @@ pub(crate) fn at_same_age<'c, 'a>(
             .map(|first| last_heap_age(run, first.record.incarnation))
     };
     let age = seen(base_run, base)?.min(seen(new_run, new)?);
-    let at_age =
-        |c: &[&'c StoredCapture<'a>]| c[c.iter().rposition(|x| x.age_s <= age + 1e-9).unwrap_or(0)];
-    Some((at_age(base), at_age(new)))
+    // The one rule for "the capture at age X" (scan::capture_at_age), over stored captures.
+    let at_age = |c: &[&'c StoredCapture<'a>]| -> Option<&'c StoredCapture<'a>> {
+        let start = c.first()?.record.t_ms - (c.first()?.age_s * 1000.0).round() as i64;
+        let records: Vec<&CaptureRecord> = c.iter().map(|x| x.record).collect();
+        let chosen = heapwatch::scan::capture_at_age(&records, start, age)?;
+        c.iter().find(|x| x.record.seq == chosen.seq).copied()
+    };
+    Some((at_age(base)?, at_age(new)?))
 }
 
 /// Per-stack growth from one capture to a later one: positive changes only (what was added).

@@ -45,6 +45,8 @@ pub struct Timeline {
     pub kills: Vec<f64>,
     /// When the target stopped answering, when it did and no kill was seen.
     pub stopped: Option<f64>,
+    /// How the cycle ended, in the words of the growth report.
+    pub end_words: String,
     pub onset: Option<f64>,
     pub limit: Option<u64>,
 }
@@ -151,6 +153,7 @@ impl Timeline {
         }
         if t.kills.is_empty() {
             t.stopped = c.died_after_s;
+            t.end_words = c.end.words();
         }
         t
     }
@@ -369,7 +372,7 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
         marks.push((k, format!("OOM kill {k:.1} s"), CGROUP));
     }
     if let Some(s) = t.stopped {
-        marks.push((s, format!("stopped answering {s:.1} s"), MARK));
+        marks.push((s, format!("{} {s:.1} s", t.end_words), MARK));
     }
     for (i, (x, label, color)) in marks.iter().enumerate() {
         chart

@@ -163,11 +163,14 @@ fn baseline(out: &mut String, m: &ReportModel) {
         if let Some(ratio) = r.ratio() {
             let _ = writeln!(
                 out,
-                "<p>In-use heap at {} into the first boot cycle: {} against {} in {}, <strong>{ratio:.2}x</strong>.</p>",
+                "<p>Peak in-use heap over the first {} of cycle {} of {} and cycle {} of {}: {} against {}, <strong>{ratio:.2}x</strong>.</p>",
                 seconds(r.age_s),
+                c.b_cycle,
+                escape(&c.b),
+                c.a_cycle,
+                escape(&c.a),
                 format_bytes(r.bytes),
                 format_bytes(r.baseline_bytes),
-                escape(b.label())
             );
         }
     }
@@ -175,13 +178,13 @@ fn baseline(out: &mut String, m: &ReportModel) {
         let _ = writeln!(
             out,
             "<h3>Sites that grow more, or only, in {}</h3>",
-            escape(m.run.label())
+            escape(&c.b)
         );
         let _ = writeln!(
             out,
-            "<table><tr><th>site</th><th class=\"num\">{a} rate</th><th class=\"num\">{b} rate</th><th class=\"num\">{a} in use</th><th class=\"num\">{b} in use</th><th>why</th></tr>",
-            a = escape(b.label()),
-            b = escape(m.run.label())
+            "<table><tr><th>site</th><th class=\"num\">{a} rate</th><th class=\"num\">{b} rate</th><th class=\"num\">{a} peak in use</th><th class=\"num\">{b} peak in use</th><th>why</th></tr>",
+            a = escape(&c.a),
+            b = escape(&c.b)
         );
         for r in c.regressions.iter().take(ROWS) {
             let _ = writeln!(
@@ -208,7 +211,7 @@ fn baseline(out: &mut String, m: &ReportModel) {
         let _ = writeln!(
             out,
             "<p>Better in {}: {}</p>",
-            escape(m.run.label()),
+            escape(&c.b),
             names.join(", ")
         );
     }
@@ -228,9 +231,10 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     };
     let _ = writeln!(
         out,
-        "<section class=\"cycle\" id=\"cycle-{0}\">\n<h2>Boot cycle {0}</h2>\n<p class=\"verdict\">{1}</p>",
+        "<section class=\"cycle\" id=\"cycle-{0}\">\n<h2>Boot cycle {0} <small class=\"note\">({2})</small></h2>\n<p class=\"verdict\">{1}</p>",
         c.index,
-        escape(verdict)
+        escape(verdict),
+        escape(&crate::render::growth::build(c))
     );
     let timeline = Timeline::of_cycle(&m.run, pos);
     let caption = format!("{}: boot cycle {}", m.run.label(), c.index);
@@ -268,24 +272,50 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     }
     if let Some(r) = c.memory_bytes_per_sec {
         let mut s = rate(r);
-        if let Some(p) = c.memory_peak {
-            s.push_str(&format!(", peak {}", format_bytes(p as i64)));
+        if c.memory_peak.is_some() {
+            s.push_str(&format!(", peak {}", super::memory_peak(c)));
         }
         facts.push(("process memory".into(), s));
+    }
+    if let Some(b) = &c.breakdown {
+        facts.push(("where the memory went".into(), b.summary.clone()));
+    }
+    if let Some(a) = &c.at_limit {
+        facts.push(("at the limit".into(), a.summary.clone()));
     }
     if let Some(t) = rules::cycle_time_to_limit(c) {
         facts.push(("limit reached at".into(), seconds(t)));
     }
-    if let Some(d) = c.died_after_s {
-        let how = if c.killed {
-            "OOM-killed by the kernel"
-        } else {
-            "stopped answering"
-        };
+    let peaks: Vec<String> = [
+        ("in-use heap", c.peaks.heap),
+        ("process", c.peaks.process),
+        ("cgroup", c.peaks.cgroup),
+    ]
+    .into_iter()
+    .filter_map(|(what, p)| {
+        p.map(|p| format!("{what} {} at {}", format_bytes(p.bytes), seconds(p.at_s)))
+    })
+    .collect();
+    if !peaks.is_empty() {
+        facts.push(("peaks".into(), peaks.join(", ")));
+    }
+    if let Some(e) = &c.episode {
         facts.push((
-            "end".into(),
-            format!("{how} {} after the first capture", seconds(d)),
+            if e.transient {
+                "spike"
+            } else {
+                "rise into the peak"
+            }
+            .into(),
+            crate::analyse::verdict::spike_words(e),
         ));
+    }
+    match (c.died_after_s, c.end.is_death()) {
+        (Some(d), true) => facts.push((
+            "end".into(),
+            format!("{} {} after the first capture", c.end.words(), seconds(d)),
+        )),
+        _ => facts.push(("end".into(), c.end.words())),
     }
     if let Some(p) = &c.profiling {
         facts.push((
@@ -315,6 +345,12 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(&k), escape(&v));
     }
     out.push_str("</dl>\n");
+    if let Some(bar) = c.breakdown.as_ref().and_then(super::breakdown::svg) {
+        let _ = writeln!(
+            out,
+            "<figure class=\"breakdown\">\n{bar}\n<figcaption>Where the memory went at the cycle's peak, against the limit: anonymous memory is what the kernel kills on; page cache is reclaimed first.</figcaption>\n</figure>"
+        );
+    }
 
     if m.envoy_only() {
         out.push_str("<p class=\"note\">No heap profiles in this run (Envoy without tcmalloc's <code>/heap_dump</code>): no allocation site to rank. The <a href=\"#envoy\">Envoy section</a> has the findings.</p>\n</section>\n");

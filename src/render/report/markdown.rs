@@ -99,13 +99,16 @@ pub fn markdown(m: &ReportModel) -> String {
     let _ = writeln!(out, "### Boot cycles\n");
     let _ = writeln!(
         out,
-        "| cycle | captures | end | heap growth | memory peak | limit reached at | fastest-growing site |"
+        "| cycle | build | captures | end | heap growth | memory peak | limit reached at | fastest-growing site |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
     for c in &g.cycles {
-        let end = match (c.died_after_s, c.killed) {
-            (Some(d), true) => format!("OOM-killed at {}", seconds(d)),
-            (Some(d), false) => format!("stopped answering at {}", seconds(d)),
+        let end = match (c.died_after_s, c.end.is_death()) {
+            (Some(d), true) => format!("{} at {}", c.end.words(), seconds(d)),
+            (Some(_), false) => c.end.words(),
+            (None, _) if c.end == crate::analyse::ends::CycleEnd::CollectorStopped => {
+                format!("collector stopped after {}", seconds(c.span_s))
+            }
             (None, _) => format!("alive after {}", seconds(c.span_s)),
         };
         let heap_growth = if envoy_only {
@@ -118,7 +121,18 @@ pub fn markdown(m: &ReportModel) -> String {
         } else {
             "none"
         };
-        let top = c.sites.first().map_or(none.to_string(), |s| {
+        let none = match c.episode.as_ref().filter(|e| e.transient) {
+            Some(e) => format!(
+                "none; spike to {} at {}{}",
+                format_bytes(e.peak_bytes),
+                seconds(e.peak_s),
+                e.sites
+                    .first()
+                    .map_or(String::new(), |s| format!(" in {}", code(&s.name)))
+            ),
+            None => none.to_string(),
+        };
+        let top = c.sites.first().map_or(none, |s| {
             let mut cell = format!("{} {}", code(&s.name), rate(s.bytes_per_sec));
             if let Some(o) = s.onset_s.filter(|&o| o > 0.0) {
                 cell.push_str(&format!(" from {}", seconds(o)));
@@ -127,11 +141,11 @@ pub fn markdown(m: &ReportModel) -> String {
         });
         let _ = writeln!(
             out,
-            "| {} | {} | {end} | {heap_growth} | {} | {} | {top} |",
+            "| {} | {} | {} | {end} | {heap_growth} | {} | {} | {top} |",
             c.index,
+            text(&c.build),
             c.captures,
-            c.memory_peak
-                .map_or("-".to_string(), |p| format_bytes(p as i64)),
+            super::memory_peak(c),
             rules::cycle_time_to_limit(c).map_or("-".to_string(), seconds),
         );
     }
@@ -221,7 +235,7 @@ pub fn markdown(m: &ReportModel) -> String {
         let mut line = text(&c.verdict);
         if let Some(r) = b.heap_ratio.and_then(|r| r.ratio()) {
             line.push_str(&format!(
-                ". In-use heap {r:.2}x the baseline's at {}.",
+                ". Peak in-use heap {r:.2}x the baseline's over the first {}.",
                 seconds(c.age_s)
             ));
         }
@@ -229,11 +243,11 @@ pub fn markdown(m: &ReportModel) -> String {
         if !c.regressions.is_empty() {
             let _ = writeln!(
                 out,
-                "| site | {} rate | {} rate | {} in use | {} in use |",
-                text(b.label()),
-                text(run.label()),
-                text(b.label()),
-                text(run.label())
+                "| site | {} rate | {} rate | {} peak in use | {} peak in use |",
+                text(&c.a),
+                text(&c.b),
+                text(&c.a),
+                text(&c.b)
             );
             let _ = writeln!(out, "|---|---|---|---|---|");
             for r in c.regressions.iter().take(TOP + 2) {

@@ -5,6 +5,7 @@
 //! out. Two optional sections: Envoy's findings when the run holds `envoy` records, and the
 //! Kubernetes triage checklist when a pod file is given.
 
+pub mod breakdown;
 pub mod chart;
 pub mod html;
 pub mod markdown;
@@ -360,6 +361,20 @@ pub fn envoy_facts(e: &EnvoyView) -> Vec<(&'static str, String)> {
 }
 
 /// Escapes text for HTML element content and attribute values.
+/// A cycle's memory peak as people should read it: anonymous memory (what the kernel kills
+/// on) when the split is known, with the cgroup or process total beside it.
+pub fn memory_peak(c: &crate::analyse::growth::CycleGrowth) -> String {
+    match (c.memory_peak_anon, c.memory_peak) {
+        (Some(a), Some(t)) => format!(
+            "{} anonymous ({} in all)",
+            format_bytes(a as i64),
+            format_bytes(t as i64)
+        ),
+        (None, Some(t)) => format_bytes(t as i64),
+        _ => "-".into(),
+    }
+}
+
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {

@@ -19,7 +19,7 @@ struct Summary<'a> {
     headline: String,
     captures: Tally,
     memory_samples: usize,
-    cycles: Vec<CycleSummary>,
+    cycles: Vec<CycleSummary<'a>>,
     across: &'a str,
     baseline: Option<BaselineSummary>,
     rules: &'a [Outcome],
@@ -70,8 +70,13 @@ struct GoroutineSummary {
 }
 
 #[derive(Serialize)]
-struct CycleSummary {
+struct CycleSummary<'a> {
     index: u32,
+    build: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    build_info: Option<crate::model::build::BuildInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
     captures: usize,
     errors: usize,
     span_s: f64,
@@ -83,6 +88,15 @@ struct CycleSummary {
     memory_peak: Option<u64>,
     time_to_limit_s: Option<f64>,
     verdict: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_peak_anon: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breakdown: Option<&'a crate::analyse::breakdown::MemoryBreakdown>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at_limit: Option<&'a crate::analyse::breakdown::AtLimit>,
+    peaks: &'a crate::analyse::spikes::Peaks,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    episode: Option<&'a crate::analyse::spikes::Episode>,
     top_sites: Vec<SiteSummary>,
     alloc_storms: Vec<StormSummary>,
     goroutine_growth: Vec<GoroutineSummary>,
@@ -197,6 +211,9 @@ pub fn json(m: &ReportModel) -> String {
         .iter()
         .map(|c| CycleSummary {
             index: c.index,
+            build: c.build.clone(),
+            build_info: c.build_info.clone(),
+            pid: c.pid,
             captures: c.captures,
             errors: c.errors,
             span_s: ms(c.span_s),
@@ -208,6 +225,11 @@ pub fn json(m: &ReportModel) -> String {
             memory_peak: c.memory_peak,
             time_to_limit_s: rules::cycle_time_to_limit(c).map(ms),
             verdict: c.verdict.clone(),
+            memory_peak_anon: c.memory_peak_anon,
+            breakdown: c.breakdown.as_ref(),
+            at_limit: c.at_limit.as_ref(),
+            peaks: &c.peaks,
+            episode: c.episode.as_ref(),
             top_sites: c
                 .sites
                 .iter()

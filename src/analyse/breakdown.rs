@@ -1,0 +1,346 @@
+//! Where a cycle's memory goes, at its peak: the cgroup's split (anonymous, mapped files, other
+//! page cache, dirty) joined with the Go runtime's MemStats (heap live, held free, runtime), and
+//! how long the cgroup sat at its limit, with how many charge failures. The kernel kills on
+//! anonymous memory; page cache is reclaimed first, so the two are told apart.
+
+use serde::Serialize;
+
+use crate::source::procmem::MemorySample;
+use crate::store::{CaptureRecord, RecordKind};
+use crate::units::format_bytes;
+
+/// Usage within this share of the limit counts as "at the limit" (v1 reclaims to just under).
+const AT_LIMIT_SHARE: f64 = 0.98;
+/// Page cache charged this early in a cycle was read by someone else: a reused cgroup.
+const INHERITED_CACHE_BYTES: u64 = 16 << 20;
+
+/// The memory of a cycle at one moment, split by kind. Figures the run lacks are `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MemoryBreakdown {
+    /// Seconds since the cycle's first capture.
+    pub at_s: f64,
+    /// Cgroup usage, else the process's RSS.
+    pub total: u64,
+    pub limit: Option<u64>,
+    /// Anonymous memory: the cgroup's `anon`, else the process's `RssAnon`.
+    pub anon: Option<u64>,
+    /// MemStats HeapAlloc: live and not yet collected heap objects.
+    pub go_heap_live: Option<u64>,
+    /// Heap spans the runtime holds but no object uses (HeapInuse − HeapAlloc, plus
+    /// HeapIdle − HeapReleased).
+    pub go_held_free: Option<u64>,
+    /// The runtime's own: stacks, GC metadata, spans, caches, other (Sys − HeapSys).
+    pub go_runtime: Option<u64>,
+    /// Anonymous memory the Go runtime does not account for (cgo, mmap by hand, …).
+    pub other_anon: Option<u64>,
+    pub mapped_files: Option<u64>,
+    /// Page cache not mapped into the process.
+    pub other_cache: Option<u64>,
+    pub dirty: Option<u64>,
+    /// True when the cycle's first sample already held much page cache: charged by an earlier
+    /// process of a reused cgroup, so cache figures are not comparable across runs.
+    pub cache_inherited: bool,
+    pub summary: String,
+}
+
+/// How long the cgroup sat at its limit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AtLimit {
+    /// Seconds since the cycle's first capture when usage first reached the limit.
+    pub since_s: f64,
+    /// How long it stayed there (the longest stretch).
+    pub for_s: f64,
+    /// Charges that failed against the limit meanwhile (failcnt / `max` events).
+    pub charge_failures: Option<u64>,
+    pub killed: bool,
+    /// Page cache at the limit: most of it reclaimable.
+    pub file: Option<u64>,
+    pub anon: Option<u64>,
+    pub summary: String,
+}
+
+fn sub(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    Some(a?.saturating_sub(b?))
+}
+
+fn stat(r: &CaptureRecord, key: &str) -> Option<u64> {
+    r.totals.get(key).and_then(|&v| u64::try_from(v).ok())
+}
+
+/// The memory of a cycle at its peak usage. `memstats` are the cycle's MemStats records.
+pub fn at_peak(
+    memory: &[&MemorySample],
+    memstats: &[&CaptureRecord],
+    start_ms: i64,
+    limit: Option<u64>,
+) -> Option<MemoryBreakdown> {
+    let peak = memory
+        .iter()
+        .filter(|m| m.alive)
+        .filter_map(|m| m.bytes().map(|b| (b, *m)))
+        .reduce(|a, b| if b.0 > a.0 { b } else { a })?;
+    let (total, m) = peak;
+    let stats = memstats
+        .iter()
+        .filter(|r| r.kind == RecordKind::Memstats && r.is_ok())
+        .min_by_key(|r| (r.t_ms - m.t_ms).abs());
+    let cg = m.cgroup.as_ref();
+    let anon = cg
+        .and_then(|c| c.anon)
+        .or_else(|| m.process.as_ref().and_then(|p| p.rss_anon));
+    let go_heap_live = stats.and_then(|r| stat(r, "HeapAlloc"));
+    let go_held_free = stats.and_then(|r| {
+        let in_use_free = stat(r, "HeapInuse")?.saturating_sub(stat(r, "HeapAlloc")?);
+        Some(in_use_free + stat(r, "HeapIdle")?.saturating_sub(stat(r, "HeapReleased")?))
+    });
+    let go_runtime = stats.and_then(|r| sub(stat(r, "Sys"), stat(r, "HeapSys")));
+    let go_total = match (go_heap_live, go_held_free, go_runtime) {
+        (Some(a), Some(b), Some(c)) => Some(a + b + c),
+        _ => None,
+    };
+    let mapped_files = cg.and_then(|c| c.file_mapped);
+    let first_cache = memory
+        .iter()
+        .find_map(|s| s.cgroup.as_ref().and_then(|c| c.file));
+    let mut b = MemoryBreakdown {
+        at_s: (m.t_ms - start_ms) as f64 / 1000.0,
+        total,
+        limit: limit.or(m.limit),
+        anon,
+        go_heap_live,
+        go_held_free,
+        go_runtime,
+        other_anon: sub(anon, go_total),
+        mapped_files,
+        other_cache: sub(cg.and_then(|c| c.file), mapped_files),
+        dirty: cg.and_then(|c| c.file_dirty),
+        cache_inherited: first_cache.is_some_and(|f| f >= INHERITED_CACHE_BYTES),
+        summary: String::new(),
+    };
+    b.summary = words(&b);
+    Some(b)
+}
+
+/// "of 1 GiB: Go heap live X, held free Y, runtime Z, other anonymous W, mapped files M,
+/// other page cache C (dirty D)", naming only what is known.
+fn words(b: &MemoryBreakdown) -> String {
+    let f = |v: u64| format_bytes(v as i64);
+    let mut parts = Vec::new();
+    for (name, v) in [
+        ("Go heap live", b.go_heap_live),
+        ("held free", b.go_held_free),
+        ("runtime", b.go_runtime),
+        ("other anonymous", b.other_anon),
+        ("mapped files", b.mapped_files),
+    ] {
+        if let Some(v) = v {
+            parts.push(format!("{name} {}", f(v)));
+        }
+    }
+    if b.go_heap_live.is_none() {
+        if let Some(a) = b.anon {
+            parts.insert(0, format!("anonymous {}", f(a)));
+        }
+    }
+    if let Some(c) = b.other_cache {
+        let mut s = format!("other page cache {}", f(c));
+        if let Some(d) = b.dirty {
+            s.push_str(&format!(" (dirty {})", f(d)));
+        }
+        parts.push(s);
+    }
+    let of = match b.limit {
+        Some(l) => format!("{} of {}", f(b.total), f(l)),
+        None => f(b.total),
+    };
+    let mut s = format!("at {:.1} s, {of}", b.at_s);
+    if !parts.is_empty() {
+        s.push_str(&format!(": {}", parts.join(", ")));
+    }
+    if b.cache_inherited {
+        s.push_str(
+            "; page cache was already charged when the cycle began (a reused cgroup): \
+             cache figures are not comparable with another run's",
+        );
+    }
+    s
+}
+
+/// The longest stretch during which the cgroup's usage sat at its limit, when it did.
+pub fn at_limit(
+    memory: &[&MemorySample],
+    start_ms: i64,
+    limit: Option<u64>,
+    killed: bool,
+) -> Option<AtLimit> {
+    let limit = limit.or_else(|| memory.iter().find_map(|m| m.limit))? as f64;
+    let at = |m: &MemorySample| m.usage.is_some_and(|u| u as f64 >= AT_LIMIT_SHARE * limit);
+    let mut best: Option<(usize, usize)> = None;
+    let mut run: Option<usize> = None;
+    for (i, m) in memory.iter().enumerate() {
+        match (at(m), run) {
+            (true, None) => run = Some(i),
+            (false, Some(s)) => {
+                if best.is_none_or(|(a, b)| {
+                    memory[i - 1].t_ms - memory[s].t_ms > memory[b].t_ms - memory[a].t_ms
+                }) {
+                    best = Some((s, i - 1));
+                }
+                run = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = run {
+        let e = memory.len() - 1;
+        if best
+            .is_none_or(|(a, b)| memory[e].t_ms - memory[s].t_ms > memory[b].t_ms - memory[a].t_ms)
+        {
+            best = Some((s, e));
+        }
+    }
+    let (s, e) = best?;
+    let secs = |t: i64| (t - start_ms) as f64 / 1000.0;
+    let fails = |i: usize| memory[i].cgroup.as_ref().and_then(|c| c.failcnt);
+    // Failures counted from the sample before the stretch, when there is one.
+    let before = if s > 0 { fails(s - 1) } else { fails(s) };
+    let charge_failures = fails(e).zip(before).map(|(a, b)| a.saturating_sub(b));
+    let last = memory[e];
+    let cg = last.cgroup.as_ref();
+    let mut a = AtLimit {
+        since_s: secs(memory[s].t_ms),
+        for_s: (memory[e].t_ms - memory[s].t_ms) as f64 / 1000.0,
+        charge_failures,
+        killed,
+        file: cg.and_then(|c| c.file),
+        anon: cg.and_then(|c| c.anon),
+        summary: String::new(),
+    };
+    a.summary = at_limit_words(&a);
+    Some(a)
+}
+
+/// "at its limit from 20.0 s for 69.0 s, 12420 charge failures, 660 MiB of it page cache and
+/// 360 MiB anonymous, not killed".
+pub fn at_limit_words(a: &AtLimit) -> String {
+    let mut words = format!("at its limit from {:.1} s for {:.1} s", a.since_s, a.for_s);
+    if let Some(n) = a.charge_failures {
+        words.push_str(&format!(", {n} charge failures"));
+    }
+    if let (Some(file), Some(anon)) = (a.file, a.anon) {
+        words.push_str(&format!(
+            ", {} of it page cache and {} anonymous",
+            format_bytes(file as i64),
+            format_bytes(anon as i64)
+        ));
+    }
+    words.push_str(if a.killed {
+        ", then OOM-killed"
+    } else {
+        ", not killed"
+    });
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::procmem::CgroupBreakdown;
+
+    const MIB: u64 = 1 << 20;
+
+    fn sample(t_ms: i64, usage: u64, file: u64, failcnt: u64) -> MemorySample {
+        MemorySample {
+            t_ms,
+            source: "cgroup".into(),
+            usage: Some(usage),
+            limit: Some(1024 * MIB),
+            alive: true,
+            cgroup: Some(CgroupBreakdown {
+                anon: Some(usage - file),
+                file: Some(file),
+                file_mapped: Some(file / 2),
+                file_dirty: Some(3 * MIB),
+                failcnt: Some(failcnt),
+                ..CgroupBreakdown::default()
+            }),
+            ..MemorySample::default()
+        }
+    }
+
+    #[test]
+    fn a_controller_at_its_limit_on_page_cache_is_measured_not_forecast() {
+        // The field case: 1 GiB cgroup, ~660 MiB of page cache, at the limit for over a minute.
+        let mut memory = vec![
+            sample(0, 300 * MIB, 10 * MIB, 0),
+            sample(10_000, 900 * MIB, 500 * MIB, 0),
+        ];
+        for k in 0..70 {
+            memory.push(sample(
+                20_000 + k * 1000,
+                1020 * MIB,
+                660 * MIB,
+                180 * k as u64,
+            ));
+        }
+        memory.push(sample(95_000, 700 * MIB, 400 * MIB, 12_600));
+        let refs: Vec<&MemorySample> = memory.iter().collect();
+        let a = at_limit(&refs, 0, None, false).expect("at the limit");
+        assert_eq!((a.since_s, a.for_s), (20.0, 69.0));
+        assert_eq!(a.charge_failures, Some(180 * 69));
+        assert!(!a.killed);
+        assert!(
+            a.summary.contains("660 MiB of it page cache"),
+            "{}",
+            a.summary
+        );
+        assert!(a.summary.ends_with("not killed"), "{}", a.summary);
+
+        let mut ms = CaptureRecord::new(1, RecordKind::Memstats, 1, 20_000);
+        for (k, v) in [
+            ("HeapAlloc", 200 * MIB),
+            ("HeapInuse", 220 * MIB),
+            ("HeapIdle", 40 * MIB),
+            ("HeapReleased", 10 * MIB),
+            ("HeapSys", 260 * MIB),
+            ("Sys", 290 * MIB),
+        ] {
+            ms.totals.insert(k.into(), v as i64);
+        }
+        let b = at_peak(&refs, &[&ms], 0, None).unwrap();
+        assert_eq!(b.go_heap_live, Some(200 * MIB));
+        assert_eq!(b.go_held_free, Some(50 * MIB));
+        assert_eq!(b.go_runtime, Some(30 * MIB));
+        assert_eq!(b.other_anon, Some(360 * MIB - 280 * MIB));
+        assert_eq!(b.mapped_files, Some(330 * MIB));
+        assert_eq!(b.other_cache, Some(330 * MIB));
+        assert!(!b.cache_inherited);
+        assert!(
+            b.summary.contains("1020 MiB of 1.00 GiB: Go heap live 200 MiB, held free 50.0 MiB, runtime 30.0 MiB, other anonymous 80.0 MiB, mapped files 330 MiB, other page cache 330 MiB (dirty 3.00 MiB)"),
+            "{}",
+            b.summary
+        );
+    }
+
+    #[test]
+    fn cache_charged_before_the_cycle_began_is_flagged_and_nothing_at_limit_is_none() {
+        let memory = [
+            sample(0, 200 * MIB, 150 * MIB, 0),
+            sample(500, 210 * MIB, 150 * MIB, 0),
+        ];
+        let refs: Vec<&MemorySample> = memory.iter().collect();
+        let b = at_peak(&refs, &[], 0, None).unwrap();
+        assert!(b.cache_inherited);
+        assert!(b.summary.contains("reused cgroup"), "{}", b.summary);
+        assert!(at_limit(&refs, 0, None, false).is_none());
+        // Runs recorded before the split existed: no breakdown fields, still a total.
+        let plain = MemorySample {
+            t_ms: 0,
+            rss: Some(50 * MIB),
+            alive: true,
+            ..MemorySample::default()
+        };
+        let b = at_peak(&[&plain], &[], 0, None).unwrap();
+        assert_eq!((b.total, b.anon, b.other_cache), (50 * MIB, None, None));
+    }
+}

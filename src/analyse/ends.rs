@@ -1,0 +1,192 @@
+//! How each boot cycle ended, from evidence only, in fixed words that reports and rules share:
+//! "OOM-killed" (the cgroup's oom_kill counter rose, or `heapwatch run` saw SIGKILL), another
+//! signal or exit code where known, "restarted itself" (a new process came with no kill),
+//! "collector stopped" (not an end at all), else "stopped answering, cause unknown".
+
+use serde::Serialize;
+
+use crate::source::procmem::MemorySample;
+use crate::store::{CaptureRecord, RecordKind};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum CycleEnd {
+    /// The kernel killed it for memory.
+    OomKilled,
+    /// Ended by another signal, seen by whoever started it.
+    Signal { signal: i32 },
+    /// Exited by itself with this code, seen by whoever started it.
+    Exited { code: i32 },
+    /// A new process took its place with no kill: it restarted itself.
+    RestartedItself,
+    /// The collector was stopped while the process lived: not an end at all.
+    CollectorStopped,
+    /// It stopped answering and nothing says why.
+    StoppedAnswering,
+    /// It still answered when the run's data ends (a run recorded before `stop` records).
+    StillAnswering,
+}
+
+fn signal_name(signal: i32) -> Option<&'static str> {
+    Some(match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => return None,
+    })
+}
+
+impl CycleEnd {
+    /// The words reports and rules use.
+    pub fn words(&self) -> String {
+        match self {
+            CycleEnd::OomKilled => "OOM-killed".into(),
+            CycleEnd::Signal { signal } => match signal_name(*signal) {
+                Some(name) => format!("ended by signal {signal} ({name})"),
+                None => format!("ended by signal {signal}"),
+            },
+            CycleEnd::Exited { code } => format!("exited with code {code}"),
+            CycleEnd::RestartedItself => "restarted itself".into(),
+            CycleEnd::CollectorStopped => "collector stopped".into(),
+            CycleEnd::StoppedAnswering => "stopped answering, cause unknown".into(),
+            CycleEnd::StillAnswering => "still answering at the end of the run".into(),
+        }
+    }
+
+    /// True for the ends of a process (not the collector's, not a live one).
+    pub fn is_death(&self) -> bool {
+        !matches!(self, CycleEnd::CollectorStopped | CycleEnd::StillAnswering)
+    }
+}
+
+/// What is known of one cycle for telling how it ended.
+pub struct EndEvidence<'a> {
+    pub index: u32,
+    /// All records of the run.
+    pub records: &'a [CaptureRecord],
+    /// The memory samples of this cycle, and of the run (a restart is told by what comes next).
+    pub memory: &'a [&'a MemorySample],
+    /// Unix ms of the cycle's last good capture.
+    pub last_ms: i64,
+    /// Whether the target stopped answering after it (failed attempts, or the next cycle).
+    pub stopped: bool,
+    /// The pid of this cycle and of the next one, when known, and whether a next one exists.
+    pub pid: Option<u32>,
+    pub next: Option<Option<u32>>,
+}
+
+/// How a cycle ended, from the evidence.
+pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
+    let exit = e
+        .records
+        .iter()
+        .find(|r| r.kind == RecordKind::Exit && r.incarnation == e.index);
+    let kernel_killed = e.memory.iter().any(|m| m.killed);
+    if kernel_killed || exit.is_some_and(|x| x.signal == Some(9)) {
+        return CycleEnd::OomKilled;
+    }
+    if let Some(x) = exit {
+        if let Some(signal) = x.signal {
+            return CycleEnd::Signal { signal };
+        }
+        if let Some(code) = x.exit_code {
+            return CycleEnd::Exited { code };
+        }
+    }
+    let stop = e
+        .records
+        .iter()
+        .any(|r| r.kind == RecordKind::Stop && (r.incarnation == e.index || r.t_ms >= e.last_ms));
+    if let Some(next_pid) = e.next {
+        let new_pid = match (e.pid, next_pid) {
+            (Some(a), Some(b)) => a != b,
+            // Without pids, a next cycle watched in the same cgroup is evidence enough.
+            _ => e.memory.iter().any(|m| m.source == "cgroup"),
+        };
+        if new_pid {
+            return CycleEnd::RestartedItself;
+        }
+        return CycleEnd::StoppedAnswering;
+    }
+    if stop && !e.stopped {
+        return CycleEnd::CollectorStopped;
+    }
+    if e.stopped {
+        return CycleEnd::StoppedAnswering;
+    }
+    if stop {
+        CycleEnd::CollectorStopped
+    } else {
+        CycleEnd::StillAnswering
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence<'a>(
+        records: &'a [CaptureRecord],
+        memory: &'a [&'a MemorySample],
+        stopped: bool,
+        next: Option<Option<u32>>,
+    ) -> EndEvidence<'a> {
+        EndEvidence {
+            index: 1,
+            records,
+            memory,
+            last_ms: 1000,
+            stopped,
+            pid: Some(10),
+            next,
+        }
+    }
+
+    fn exit(signal: Option<i32>, code: Option<i32>) -> CaptureRecord {
+        let mut r = CaptureRecord::new(9, RecordKind::Exit, 1, 1200);
+        r.signal = signal;
+        r.exit_code = code;
+        r
+    }
+
+    #[test]
+    fn each_end_is_named_from_its_evidence() {
+        let killed = MemorySample {
+            killed: true,
+            ..MemorySample::default()
+        };
+        let cgroup = MemorySample {
+            source: "cgroup".into(),
+            ..MemorySample::default()
+        };
+        let end = |records: &[CaptureRecord], memory: &[&MemorySample], stopped, next| {
+            cycle_end(&evidence(records, memory, stopped, next)).words()
+        };
+        assert_eq!(end(&[], &[&killed], true, None), "OOM-killed");
+        assert_eq!(end(&[exit(Some(9), None)], &[], true, None), "OOM-killed");
+        assert_eq!(
+            end(&[exit(Some(2), None)], &[], true, None),
+            "ended by signal 2 (SIGINT)"
+        );
+        assert_eq!(
+            end(&[exit(None, Some(3))], &[], true, None),
+            "exited with code 3"
+        );
+        assert_eq!(end(&[], &[], true, Some(Some(11))), "restarted itself");
+        assert_eq!(end(&[], &[&cgroup], true, Some(None)), "restarted itself");
+        let stop = CaptureRecord::new(5, RecordKind::Stop, 1, 2000);
+        assert_eq!(end(&[stop], &[], false, None), "collector stopped");
+        assert_eq!(
+            end(&[], &[], true, None),
+            "stopped answering, cause unknown"
+        );
+        assert_eq!(
+            end(&[], &[], false, None),
+            "still answering at the end of the run"
+        );
+    }
+}

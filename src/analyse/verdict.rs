@@ -1,0 +1,188 @@
+//! The words of `growth`: one verdict per boot cycle (sustained growth, a transient spike,
+//! storms, goroutines, the limit, how the cycle ended) and one summary across cycles.
+
+use super::ends::CycleEnd;
+use super::growth::{AcrossCycles, CycleGrowth};
+use super::spikes::{Episode, Peak};
+use crate::units::format_bytes;
+
+/// A spike that reached this share of the limit is never called "no growth".
+const LARGE_SHARE: f64 = 0.5;
+
+pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
+    let total_sustained = c.heap_sustained;
+    let rate = |bps: f64| format!("{}/s", format_bytes(bps as i64));
+    let mut parts = Vec::new();
+    if let (true, Some(total)) = (total_sustained, c.total_bytes_per_sec) {
+        let mut s = format!("in-use heap grew {}", rate(total));
+        if let Some(top) = c.sites.first() {
+            s.push_str(&format!(
+                ", {:.0} % of it in {}",
+                top.share * 100.0,
+                top.name
+            ));
+            if let Some(onset) = top.onset_s.filter(|&o| o > 0.0) {
+                s.push_str(&format!(" (from {onset:.1} s)"));
+            }
+        }
+        parts.push(s);
+    } else if let Some(top) = c.sites.first() {
+        parts.push(format!(
+            "{} grew {} under a stable heap",
+            top.name,
+            rate(top.bytes_per_sec)
+        ));
+    } else if c.episode.as_ref().is_some_and(|e| e.transient) {
+        // The spike below says what happened: "no growth" would hide it.
+    } else if let Some((what, p, share)) = large_peak(c, limit) {
+        parts.push(format!(
+            "in-use heap did not grow steadily (heap {}), but {what} peaked at {} ({:.0} % of the limit) at {:.1} s",
+            c.heap_last.map_or("unknown".into(), format_bytes),
+            format_bytes(p.bytes),
+            share * 100.0,
+            p.at_s
+        ));
+    } else {
+        parts.push(format!(
+            "no sustained in-use growth (heap {})",
+            c.heap_last.map_or("unknown".into(), format_bytes)
+        ));
+    }
+    if let Some(e) = c.episode.as_ref().filter(|e| e.transient) {
+        parts.push(spike_words(e));
+    }
+    if let Some(storm) = c.alloc_storms.first() {
+        let w = &storm.windows[0];
+        parts.push(format!(
+            "allocation storm in {} at {} from {:.1} to {:.1} s (typically {})",
+            storm.name,
+            rate(storm.peak_bytes_per_sec),
+            w.start_s,
+            w.end_s,
+            rate(storm.typical_bytes_per_sec)
+        ));
+    }
+    if let Some(g) = c.goroutine_growth.first() {
+        parts.push(format!(
+            "goroutines grew {:.1}/s in {} ({} → {})",
+            g.per_sec, g.name, g.first, g.last
+        ));
+    }
+    if let Some(a) = &c.at_limit {
+        // The end of the cycle is said once, below.
+        let words = a.summary.trim_end_matches(", then OOM-killed");
+        parts.push(format!("the cgroup sat {words}"));
+    }
+    if let (Some(limit), Some(at), None) = (limit, c.limit_at_s, &c.at_limit) {
+        parts.push(format!(
+            "{} would be reached {at:.1} s after the first capture",
+            format_bytes(limit as i64)
+        ));
+    }
+    match (c.end, c.died_after_s) {
+        (CycleEnd::StillAnswering, _) => {}
+        (end, Some(died)) if end.is_death() => parts.push(format!(
+            "{} {died:.1} s after the first capture",
+            end.words()
+        )),
+        (end, _) => parts.push(end.words()),
+    }
+    if let Some(rt) = &c.runtime {
+        if let (Some(m), Some(p), Some(l)) = (rt.multiplier, rt.gomaxprocs, rt.cpu_limit) {
+            parts.push(format!(
+                "GOMAXPROCS {p} against a CPU limit of {l}: {m:.0}x the per-P caches and GC workers the limit pays for"
+            ));
+        }
+    }
+    parts.join("; ")
+}
+
+/// The largest memory peak of a cycle against the limit, when it reached a large share.
+fn large_peak(c: &CycleGrowth, limit: Option<u64>) -> Option<(&'static str, Peak, f64)> {
+    let limit = limit.filter(|&l| l > 0)? as f64;
+    [
+        ("in-use heap", c.peaks.heap),
+        ("process memory", c.peaks.process),
+        ("cgroup memory", c.peaks.cgroup),
+    ]
+    .into_iter()
+    .filter_map(|(what, p)| p.map(|p| (what, p, p.bytes as f64 / limit)))
+    .filter(|(_, _, share)| *share >= LARGE_SHARE)
+    .reduce(|a, b| if b.2 > a.2 { b } else { a })
+}
+
+/// "in-use heap spiked from 30.8 MiB to 199 MiB at 22.0 s (19 % of the limit), 92 % of the
+/// rise in main.migrate, and fell back to 58.8 MiB by 31.0 s".
+pub fn spike_words(e: &Episode) -> String {
+    let mut s = format!(
+        "in-use heap {} from {} to {} at {:.1} s",
+        if e.transient { "spiked" } else { "rose" },
+        format_bytes(e.base_bytes),
+        format_bytes(e.peak_bytes),
+        e.peak_s
+    );
+    if let Some(share) = e.share_of_limit {
+        s.push_str(&format!(" ({:.0} % of the limit)", share * 100.0));
+    }
+    if let Some(top) = e.sites.first() {
+        s.push_str(&format!(
+            ", {:.0} % of the rise in {}",
+            top.share * 100.0,
+            top.name
+        ));
+    }
+    if let (Some(at), Some(after)) = (e.fell_s, e.after_bytes) {
+        s.push_str(&format!(
+            ", and fell back to {} by {at:.1} s",
+            format_bytes(after)
+        ));
+    }
+    s
+}
+
+pub fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
+    let ages: Vec<f64> = cycles.iter().filter_map(|c| c.died_after_s).collect();
+    let tops: Vec<Option<&str>> = cycles
+        .iter()
+        .map(|c| c.sites.first().map(|s| s.name.as_str()))
+        .collect();
+    let same_top_site = match tops.first() {
+        Some(Some(first)) if tops.iter().all(|t| t == &Some(*first)) => Some(first.to_string()),
+        _ => None,
+    };
+    let summary = if cycles.len() < 2 {
+        format!("{} boot cycle(s)", cycles.len())
+    } else {
+        // "3 boot cycles: 2 OOM-killed, 1 restarted itself".
+        let mut ends: Vec<(String, usize)> = Vec::new();
+        for c in cycles {
+            let w = c.end.words();
+            match ends.iter_mut().find(|(e, _)| *e == w) {
+                Some((_, n)) => *n += 1,
+                None => ends.push((w, 1)),
+            }
+        }
+        let ends: Vec<String> = ends.iter().map(|(w, n)| format!("{n} {w}")).collect();
+        let mut s = format!("{} boot cycles: {}", cycles.len(), ends.join(", "));
+        if let Some(site) = &same_top_site {
+            s.push_str(&format!("; every cycle grows fastest in {site}"));
+        } else {
+            s.push_str("; the fastest-growing site differs between cycles");
+        }
+        if ages.len() >= 2 {
+            let min = ages.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = ages.iter().copied().fold(0.0, f64::max);
+            s.push_str(&format!(
+                "; died {min:.1}–{max:.1} s after the first capture"
+            ));
+        }
+        s
+    };
+    AcrossCycles {
+        cycles: cycles.len(),
+        died: ages.len(),
+        same_top_site,
+        ages_s: ages,
+        summary,
+    }
+}
