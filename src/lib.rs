@@ -7,6 +7,7 @@
 pub mod analyse;
 pub mod collect;
 pub mod decode;
+pub mod index;
 pub mod model;
 pub mod push;
 pub mod render;

@@ -9,6 +9,7 @@ mod demo;
 mod diff;
 mod flame;
 mod growth;
+mod index;
 mod push;
 mod push_flags;
 mod replay;
@@ -95,6 +96,8 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Send a recorded run's captures to a Pyroscope server (its push API); idempotent.
     Push(Box<push::Args>),
+    /// Build or repair a run's site index (analyses do it themselves when it is missing).
+    Index(index::IndexArgs),
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
@@ -112,6 +115,7 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Demo(args) => demo::run(args),
         Command::Triage(args) => triage::run(args),
         Command::Push(args) => push::run(*args),
+        Command::Index(args) => index::run(args),
     }
 }
 
