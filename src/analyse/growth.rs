@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::boundaries::{self, CycleSpan};
 use super::breakdown::{self, AtLimit, MemoryBreakdown};
 use super::ends::{self, CycleEnd, EndEvidence};
 use super::reduce::{PROFILING_SITE, SiteFigures};
+use super::runtime::{goroutines, memstats_view, runtime_view};
 use super::select::cycle_builds;
 use super::series::{LineFit, SeriesGrid, onset, theil_sen};
 use super::spikes::{self, Episode, Peaks};
@@ -290,6 +292,21 @@ impl GrowthBuilder {
         incarnations.dedup();
         let mut states = self.cycles;
         let builds = cycle_builds(records, &self.run_label);
+        let spans: Vec<CycleSpan> = incarnations
+            .iter()
+            .filter_map(|&inc| {
+                let start = records
+                    .iter()
+                    .filter(|r| r.incarnation == inc && r.is_ok() && !r.kind.is_event())
+                    .map(|r| r.t_ms)
+                    .min()?;
+                Some(CycleSpan {
+                    index: inc,
+                    start_ms: start,
+                    pid: builds.iter().find(|b| b.index == inc).and_then(|b| b.pid),
+                })
+            })
+            .collect();
         let mut cycles = Vec::new();
         for (pos, &inc) in incarnations.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
@@ -304,7 +321,8 @@ impl GrowthBuilder {
                     .min()
             });
             let state = states.remove(&inc).unwrap_or_default();
-            if let Some(mut c) = cycle(inc, &rs, state, memory, next_start, limit, self.forced_gc) {
+            let mem = boundaries::cycle_memory(memory, &spans, inc);
+            if let Some(mut c) = cycle(inc, &rs, state, &mem, next_start, limit, self.forced_gc) {
                 if let Some(b) = builds.iter().find(|b| b.index == inc) {
                     c.build = b.label.clone();
                     c.build_info = b.build.clone();
@@ -313,10 +331,6 @@ impl GrowthBuilder {
                 let next = incarnations
                     .get(pos + 1)
                     .map(|n| builds.iter().find(|b| b.index == *n).and_then(|b| b.pid));
-                let mem: Vec<&MemorySample> = memory
-                    .iter()
-                    .filter(|m| m.t_ms >= c.start_ms && next_start.is_none_or(|n| m.t_ms < n))
-                    .collect();
                 c.end = ends::cycle_end(&EndEvidence {
                     index: inc,
                     records,
@@ -353,7 +367,7 @@ fn fit_points(points: &[(f64, f64)]) -> Option<LineFit> {
 }
 
 /// True when growth goes on to the end rather than levelling off (a bounded cache).
-fn sustained(t: &[f64], v: &[f64], whole: &LineFit) -> bool {
+pub(crate) fn sustained(t: &[f64], v: &[f64], whole: &LineFit) -> bool {
     let half = t.len() / 2;
     if t.len() < 4 {
         return whole.slope > 0.0;
@@ -365,7 +379,7 @@ fn cycle(
     index: u32,
     records: &[&CaptureRecord],
     state: CycleState,
-    memory: &[MemorySample],
+    mem: &[&MemorySample],
     next_start: Option<i64>,
     limit: Option<u64>,
     forced_gc: bool,
@@ -396,11 +410,6 @@ fn cycle(
         .map(|r| r.t_ms)
         .min()
         .or(next_start);
-    let end_ms = next_start.unwrap_or(i64::MAX);
-    let mem: Vec<&MemorySample> = memory
-        .iter()
-        .filter(|m| m.t_ms >= start_ms && m.t_ms < end_ms)
-        .collect();
     let killed = mem.iter().any(|m| m.killed);
     let mem_points: Vec<(f64, f64)> = mem
         .iter()
@@ -463,7 +472,7 @@ fn cycle(
     // Time to the limit: the kernel kills on outside memory when it is known. A forecast only
     // within a sane horizon; once at the limit, the stretch is measured and words and rules
     // use that instead (the forecast stays in the JSON to be checked against it).
-    let at_limit = breakdown::at_limit(&mem, start_ms, limit, killed);
+    let at_limit = breakdown::at_limit(mem, start_ms, limit, killed);
     let limit_at_s = limit
         .and_then(|limit| {
             let fit = mem_fit.or(total_fit.filter(|_| total_sustained))?;
@@ -510,8 +519,8 @@ fn cycle(
         profiling,
         memstats,
         runtime: None,
-        peaks: spikes::peaks(&heap_series, &mem, start_ms),
-        breakdown: breakdown::at_peak(&mem, &memstats_records, start_ms, limit),
+        peaks: spikes::peaks(&heap_series, mem, start_ms),
+        breakdown: breakdown::at_peak(mem, &memstats_records, start_ms, limit),
         at_limit,
         memory_peak_anon: mem
             .iter()
@@ -544,72 +553,6 @@ pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     }
     xs.sort_by(|a, b| a.total_cmp(b));
     xs[xs.len() / 2]
-}
-
-fn goroutines(grid: &SeriesGrid) -> Vec<GoroutineGrowth> {
-    let t = grid.times();
-    let span = t.last().copied().unwrap_or(0.0) - t.first().copied().unwrap_or(0.0);
-    let mut out: Vec<GoroutineGrowth> = grid
-        .series()
-        .filter_map(|(name, v)| {
-            let fit = theil_sen(t, v)?;
-            let added = fit.slope * span;
-            (added >= 5.0 && fit.r2 >= 0.5 && sustained(t, v, &fit)).then(|| GoroutineGrowth {
-                name: name.to_string(),
-                per_sec: fit.slope,
-                first: v[0] as i64,
-                last: v[v.len() - 1] as i64,
-                fit_r2: fit.r2,
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| b.per_sec.total_cmp(&a.per_sec).then(a.name.cmp(&b.name)));
-    out
-}
-
-fn runtime_view(good: &[&&CaptureRecord], cpu_limit: Option<f64>) -> Option<RuntimeView> {
-    let last = good.iter().rev().find(|r| r.kind == RecordKind::Stats)?;
-    let get = |k: &str| last.totals.get(k).copied();
-    let gomaxprocs = get("gomaxprocs");
-    let multiplier = match (gomaxprocs, cpu_limit) {
-        (Some(p), Some(limit)) if limit > 0.0 && p as f64 / limit >= 1.5 => Some(p as f64 / limit),
-        _ => None,
-    };
-    Some(RuntimeView {
-        gomaxprocs,
-        num_cpu: get("num_cpu"),
-        threads: get("threads"),
-        goroutines: get("goroutines"),
-        cpu_limit,
-        multiplier,
-    })
-}
-
-fn memstats_view(good: &[&&CaptureRecord]) -> Option<MemStatsView> {
-    let ms: Vec<&&&CaptureRecord> = good
-        .iter()
-        .filter(|r| r.kind == RecordKind::Memstats)
-        .collect();
-    let last = ms.last()?;
-    let get = |k: &str| last.totals.get(k).copied();
-    let heap_alloc = get("HeapAlloc")?;
-    let retained = get("HeapSys").zip(get("HeapReleased")).map(|(s, r)| s - r);
-    let gc_per_sec = match (ms.first(), ms.len() > 1) {
-        (Some(first), true) => {
-            let dt = (last.t_ms - first.t_ms) as f64 / 1000.0;
-            let dgc = get("NumGC")? - first.totals.get("NumGC").copied()?;
-            (dt > 0.0).then(|| dgc as f64 / dt)
-        }
-        _ => None,
-    };
-    Some(MemStatsView {
-        heap_alloc,
-        live_share: retained
-            .filter(|&r| r > 0)
-            .map(|r| heap_alloc as f64 / r as f64),
-        held_not_returned: get("HeapIdle").zip(get("HeapReleased")).map(|(i, r)| i - r),
-        gc_per_sec,
-    })
 }
 
 #[cfg(test)]
@@ -700,5 +643,51 @@ mod tests {
         let rt = unknown.cycles[0].runtime.as_ref().unwrap();
         assert_eq!(rt.multiplier, None);
         assert!(!unknown.cycles[0].verdict.contains("GOMAXPROCS"));
+    }
+
+    /// A flat heap and memory creeping 1 KiB/s under a 1 GiB limit, then the same cycle sat at
+    /// its limit: no "59046.7 s" forecast, and no forecast while at the limit.
+    #[test]
+    fn a_forecast_only_within_an_hour_and_never_at_the_limit() {
+        let gib = 1u64 << 30;
+        let mut records = Vec::new();
+        let mut builder = GrowthBuilder::default();
+        for k in 0..20u64 {
+            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, k as i64 * 1000);
+            r.totals.insert("inuse_space".into(), 8 << 20);
+            builder.heap(&r, &[]);
+            records.push(r);
+        }
+        let creeping = |base: u64, per_s: u64| -> Vec<MemorySample> {
+            (0..20)
+                .map(|k| MemorySample {
+                    t_ms: k * 1000,
+                    source: "cgroup".into(),
+                    usage: Some(base + per_s * k as u64),
+                    limit: Some(gib),
+                    alive: true,
+                    ..MemorySample::default()
+                })
+                .collect()
+        };
+        let far = builder.finish(&records, &creeping(300 << 20, 1024), Some(gib));
+        let c = &far.cycles[0];
+        assert_eq!(c.limit_at_s, None, "{:?}", c.limit_at_s);
+        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
+
+        let mut builder = GrowthBuilder::default();
+        for r in &records {
+            builder.heap(r, &[]);
+        }
+        let at = builder.finish(&records, &creeping(gib - (4 << 20), 64 << 10), Some(gib));
+        let c = &at.cycles[0];
+        let a = c.at_limit.as_ref().expect("measured at the limit");
+        assert_eq!(a.since_s, 0.0);
+        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
+        assert!(
+            c.verdict.contains("at its limit from 0.0 s"),
+            "{}",
+            c.verdict
+        );
     }
 }

@@ -23,6 +23,24 @@ fn is_profiler(name: &str) -> bool {
     name.starts_with("runtime/pprof.") || name.starts_with("net/http/pprof.")
 }
 
+/// Leaves the profile writer's stacks out of folded stacks ("root;…;leaf"): any stack through
+/// `runtime/pprof` or `net/http/pprof` (the `compress/flate` under them included) is the cost
+/// of watching, not the target's growth. Returns what is kept and the amount left out.
+pub fn without_profiler(stacks: Vec<(String, i64)>) -> (Vec<(String, i64)>, i64) {
+    let mut left_out = 0;
+    let kept = stacks
+        .into_iter()
+        .filter(|(stack, v)| {
+            let profiler = stack.split(';').any(is_profiler);
+            if profiler {
+                left_out += v.max(&0);
+            }
+            !profiler
+        })
+        .collect();
+    (kept, left_out)
+}
+
 /// Heap sites: flat in-use and allocated bytes at the leaf function, as pprof names it;
 /// samples under the profile writer go to [`PROFILING_SITE`] so the cost of watching is
 /// never mistaken for the culprit. Names and the profiler test are worked out once per

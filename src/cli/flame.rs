@@ -32,6 +32,10 @@ pub struct Args {
     /// when that cycle has no sustained growth but a rise into a peak, that rise).
     #[arg(long, conflicts_with = "diff")]
     growth: bool,
+    /// With --growth: keep the profile writer's own stacks (`runtime/pprof`, `compress/flate`
+    /// under it), which are left out by default as the cost of watching.
+    #[arg(long, requires = "growth")]
+    keep_profiler: bool,
     /// Draw the difference from BASE: a profile when the input is one, a run when it is a run
     /// (then each run's first boot cycle, at the same time since its start). Widths are the
     /// larger of the two sides; red grew, blue shrank.
@@ -368,7 +372,12 @@ fn growth(
         &render_flame::folded(&fp, fi),
         &render_flame::folded(&tp, ti),
     );
-    let added: i64 = growth.added.iter().map(|(_, v)| v).sum();
+    let (added_stacks, profiler) = if args.keep_profiler {
+        (growth.added, 0)
+    } else {
+        heapwatch::analyse::reduce::without_profiler(growth.added)
+    };
+    let added: i64 = added_stacks.iter().map(|(_, v)| v).sum();
     let mut subtitle = format!(
         "added from capture #{} ({:.1} s) to #{} ({:.1} s): {} in {}",
         from.record.seq,
@@ -376,8 +385,14 @@ fn growth(
         to.record.seq,
         to.age_s,
         signed(added, &count),
-        stacks(growth.added.len())
+        stacks(added_stacks.len())
     );
+    if profiler > 0 {
+        subtitle.push_str(&format!(
+            "; the profile writer's {} left out (--keep-profiler keeps it)",
+            amount(profiler, &count)
+        ));
+    }
     if rise_drawn {
         subtitle.push_str(" (the rise into the peak: the cycle has no sustained growth)");
     }
@@ -398,7 +413,7 @@ fn growth(
         subtitle: Some(subtitle),
         count_name: count,
     };
-    Ok((Drawing::Plain(growth.added), options))
+    Ok((Drawing::Plain(added_stacks), options))
 }
 
 /// The captures before the rise into a cycle's heap peak and at it, when the cycle has no

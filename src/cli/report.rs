@@ -69,6 +69,10 @@ pub struct Args {
     #[arg(long, value_name = "[CONTAINER=]N", requires = "pod",
           value_parser = super::triage::parse_workers)]
     concurrency: Vec<WorkerFigure>,
+    /// Keep the profile writer's own stacks (`runtime/pprof`, `compress/flate` under it) in the
+    /// growth flamegraphs; left out by default as the cost of watching.
+    #[arg(long)]
+    keep_profiler: bool,
     #[command(flatten)]
     cycles: check::CycleFlags,
     #[command(flatten)]
@@ -93,6 +97,8 @@ pub struct Extras {
     pub workers: Vec<WorkerFigure>,
     /// The boot cycles compared with the baseline, when chosen.
     pub picks: check::CyclePicks,
+    /// Keep the profile writer's stacks in the growth flamegraphs.
+    pub keep_profiler: bool,
 }
 
 /// The pod and event documents, read and parsed before any analysis so that a broken file
@@ -174,6 +180,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         check::resolve_picks(&args.run, args.baseline.as_deref(), &args.cycles);
     let extras = Extras {
         picks,
+        keep_profiler: args.keep_profiler,
         cpu_limit: args.cpu_limit,
         pod: args.pod.clone(),
         events: args.events.clone(),
@@ -301,7 +308,7 @@ pub fn write_report_with(
         }
     }
     let outcomes = analysed.evaluate(rules_given);
-    let flamegraphs = draw_flamegraphs(&analysed, &decode.limits());
+    let flamegraphs = draw_flamegraphs(&analysed, &decode.limits(), extras.keep_profiler);
     let mut notes: Vec<String> = analysed
         .notes
         .unreadable
@@ -422,7 +429,7 @@ fn at_age(run: &RunDir, cycle: u32, age: f64) -> Option<&CaptureRecord> {
 /// A growth flamegraph per boot cycle (first to last stored heap capture) and, with a
 /// baseline, a differential one at the compared age. A flamegraph that cannot be drawn is
 /// left out; the tables still say what grew.
-fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits) -> Vec<Flamegraph> {
+fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Flamegraph> {
     let mut out = Vec::new();
     for c in &a.growth.cycles {
         let heaps = scan::stored_heaps(&a.run, c.index);
@@ -454,6 +461,11 @@ fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits) -> Vec<Flamegraph> {
             *growth.entry(stack).or_default() -= v;
         }
         let growth: Vec<(String, i64)> = growth.into_iter().filter(|(_, v)| *v > 0).collect();
+        let (growth, profiler) = if keep_profiler {
+            (growth, 0)
+        } else {
+            heapwatch::analyse::reduce::without_profiler(growth)
+        };
         let span = format!(
             "from {} to {}{}",
             capture_at(&first, c.start_ms),
@@ -471,7 +483,14 @@ fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits) -> Vec<Flamegraph> {
                 c.index,
                 c.build
             ),
-            subtitle: Some(format!("{span}; widths: bytes added")),
+            subtitle: Some(if profiler > 0 {
+                format!(
+                    "{span}; widths: bytes added; the profile writer's {} left out",
+                    units::format_bytes(profiler)
+                )
+            } else {
+                format!("{span}; widths: bytes added")
+            }),
             count_name: "bytes".into(),
         };
         if let Ok(svg) = flame::flame_svg(&growth, &options) {

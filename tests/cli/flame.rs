@@ -420,3 +420,39 @@ fn an_unwritable_output_is_named() {
     let heap = util::fixture("steady-heap.pb.gz");
     assert_fails(&[p(&heap), "-o", p(&out)], &[p(&out)]);
 }
+
+#[test]
+fn the_profile_writer_is_left_out_of_growth_flamegraphs_unless_kept() {
+    // What the storm run allocated includes the profile writer answering the collector.
+    let run = run_dir("storm");
+    let writer = |svg: &str| {
+        titles(svg)
+            .iter()
+            .filter(|t| t.starts_with("runtime/pprof.") || t.starts_with("compress/flate."))
+            .count()
+    };
+    let default = flame(&[p(&run), "--growth", "--sample", "alloc_space"]);
+    assert_eq!(writer(&default), 0, "{:?}", titles(&default));
+    assert!(
+        subtitle(&default).contains("the profile writer&apos;s")
+            && subtitle(&default).contains("left out"),
+        "{}",
+        subtitle(&default)
+    );
+    assert!(
+        titles(&default)
+            .iter()
+            .any(|t| t.starts_with("main.encodeSnapshot ("))
+    );
+    let kept = flame(&[
+        p(&run),
+        "--growth",
+        "--sample",
+        "alloc_space",
+        "--keep-profiler",
+    ]);
+    assert!(
+        writer(&kept) > 0,
+        "--keep-profiler keeps the writer's stacks"
+    );
+}

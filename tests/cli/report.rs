@@ -1162,3 +1162,77 @@ fn markup_in_a_pod_file_stays_text() {
         }
     }
 }
+
+#[test]
+fn check_and_report_compare_the_boot_cycles_chosen_with_run_at_n() {
+    let (new, base) = (demo_run("2.1.0"), demo_run("2.0.2"));
+    let at2 = format!("{new}@2");
+    let out = util::run(&[
+        "check",
+        &at2,
+        "--baseline",
+        &base,
+        "--fail-on",
+        "regression>1.5x",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", util::stderr(&out));
+    let text = util::stdout(&out);
+    assert!(
+        text.contains("(cycle 2 of 2.1.0)") && text.contains("(cycle 1 of 2.0.2)"),
+        "{text}"
+    );
+    // The flag says the same as @N.
+    let flag = util::run(&[
+        "check",
+        &new,
+        "--cycle",
+        "2",
+        "--baseline",
+        &base,
+        "--fail-on",
+        "regression>1.5x",
+    ]);
+    assert_eq!(util::stdout(&flag), text);
+    // The report's headline names the chosen cycle, and only it is compared.
+    let dir = util::tempdir();
+    let out_dir = dir.path().join("report");
+    let at1 = format!("{base}@1");
+    let run = util::run(&[
+        "report",
+        &at2,
+        "--baseline",
+        &at1,
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", util::stderr(&run));
+    let headline = util::stdout(&run);
+    assert!(
+        headline.contains("cycle 2 of 2.1.0 against cycle 1 of 2.0.2"),
+        "{headline}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&read(&out_dir.join("summary.json"))).unwrap();
+    assert!(
+        summary["baseline"]["verdict"]
+            .as_str()
+            .unwrap()
+            .contains("cycle 2 of 2.1.0")
+    );
+    // A cycle that is not there is an input error naming the run and the cycles there are.
+    let bad = format!("{new}@7");
+    let out = util::run(&[
+        "check",
+        &bad,
+        "--baseline",
+        &base,
+        "--fail-on",
+        "regression>1.5x",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        util::stderr(&out).contains("boot cycle 7"),
+        "{}",
+        util::stderr(&out)
+    );
+}

@@ -8,6 +8,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::RunView;
+use crate::analyse::boundaries::{self, CycleSpan};
 use crate::analyse::growth::CycleGrowth;
 use crate::store::RecordKind;
 use crate::units::format_bytes;
@@ -57,20 +58,6 @@ impl Timeline {
         let cycles = &run.growth.cycles;
         let c: &CycleGrowth = &cycles[pos];
         let at = |t_ms: i64| (t_ms - c.start_ms) as f64 / 1000.0;
-        // The window of this cycle: after the previous cycle's last attempt, before the next
-        // cycle's first capture. Memory sampled before the first capture is kept (x < 0).
-        let lo = pos
-            .checked_sub(1)
-            .and_then(|p| {
-                let prev = cycles[p].index;
-                run.records
-                    .iter()
-                    .filter(|r| r.incarnation == prev)
-                    .map(|r| r.t_ms)
-                    .max()
-            })
-            .unwrap_or(c.start_ms - 60_000);
-        let hi = cycles.get(pos + 1).map_or(i64::MAX, |n| n.start_ms);
         let mine = || run.records.iter().filter(|r| r.incarnation == c.index);
         let mut t = Timeline {
             limit: run.growth.limit_bytes,
@@ -137,7 +124,17 @@ impl Timeline {
             t.bursts.extend(open);
         }
 
-        for m in run.memory.iter().filter(|m| m.t_ms > lo && m.t_ms < hi) {
+        let spans: Vec<CycleSpan> = cycles
+            .iter()
+            .map(|c| CycleSpan {
+                index: c.index,
+                start_ms: c.start_ms,
+                pid: c.pid,
+            })
+            .collect();
+        // The cycle's own samples: by pid where known (memory of the new process before its
+        // first capture included), else by time; the same rule as the growth analysis.
+        for m in boundaries::cycle_memory(run.memory, &spans, c.index) {
             if m.killed {
                 t.kills.push(at(m.t_ms));
             }
@@ -324,11 +321,13 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
         if points.is_empty() {
             continue;
         }
+        // One path per stretch with data: no line across a gap.
         chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                color.stroke_width(2),
-            ))
+            .draw_series(
+                boundaries::segments(points)
+                    .into_iter()
+                    .map(|s| PathElement::new(s.to_vec(), color.stroke_width(2))),
+            )
             .map_err(|e| err(&e))?
             .label(label)
             .legend(move |(x, y)| {
@@ -344,10 +343,11 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
     }
     if !t.goroutines.is_empty() {
         chart
-            .draw_secondary_series(LineSeries::new(
-                t.goroutines.iter().copied(),
-                GOROUTINES.stroke_width(1),
-            ))
+            .draw_secondary_series(
+                boundaries::segments(&t.goroutines)
+                    .into_iter()
+                    .map(|s| PathElement::new(s.to_vec(), GOROUTINES.stroke_width(1))),
+            )
             .map_err(|e| err(&e))?
             .label("goroutines (right axis)")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], GOROUTINES));
@@ -411,4 +411,33 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
     drop(chart);
     drop(root);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_line_is_drawn_across_a_gap_with_no_data() {
+        let cgroup = "stroke=\"#D62728\"";
+        let mut t = Timeline {
+            cgroup: (0..20).map(|i| (i as f64 * 0.5, 100e6)).collect(),
+            ..Timeline::default()
+        };
+        let whole = svg(&t, "steady");
+        // Polylines in the cgroup colour (the legend's sample line is one of them).
+        let lines = |s: &str| {
+            s.split("<polyline")
+                .skip(1)
+                .filter(|tag| tag[..tag.find('>').unwrap_or(tag.len())].contains(cgroup))
+                .count()
+        };
+        let before = lines(&whole);
+        assert!(whole.contains(cgroup), "the cgroup line is drawn");
+        // Nine minutes without a sample, then more: two stretches, one more line, none across.
+        t.cgroup
+            .extend((0..20).map(|i| (550.0 + i as f64 * 0.5, 120e6)));
+        let gapped = svg(&t, "gap");
+        assert_eq!(lines(&gapped), before + 1, "{gapped}");
+    }
 }

@@ -117,6 +117,14 @@ struct RegressionSummary {
 struct BaselineSummary {
     name: String,
     label: Option<String>,
+    /// The compared cycles and builds: this run's cycle `cycle` of `build` against the
+    /// baseline's cycle `baseline_cycle` of `baseline_build`.
+    build: String,
+    cycle: u32,
+    baseline_build: String,
+    baseline_cycle: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    after_baseline_ends: Option<String>,
     verdict: String,
     age_s: f64,
     heap_ratio: Option<f64>,
@@ -271,6 +279,11 @@ pub fn json(m: &ReportModel) -> String {
     let baseline = m.baseline.as_ref().map(|b| BaselineSummary {
         name: b.name.clone(),
         label: b.info.and_then(|i| i.label.clone()),
+        build: b.comparison.b.clone(),
+        cycle: b.comparison.b_cycle,
+        baseline_build: b.comparison.a.clone(),
+        baseline_cycle: b.comparison.a_cycle,
+        after_baseline_ends: b.comparison.after_a.as_ref().map(|a| a.summary.clone()),
         verdict: b.comparison.verdict.clone(),
         age_s: ms(b.comparison.age_s),
         heap_ratio: b

@@ -1,0 +1,257 @@
+//! The rules against hand-made findings: units, directions, the worst cycle, unknowns, Envoy.
+use super::*;
+use crate::analyse::growth::{AcrossCycles, SiteGrowth};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
+    CycleGrowth {
+        index,
+        build: "test".into(),
+        breakdown: None,
+        at_limit: None,
+        memory_peak_anon: None,
+        peaks: Default::default(),
+        episode: None,
+        heap_sustained: false,
+        build_info: None,
+        pid: None,
+        captures: 10,
+        stored: 10,
+        duplicates: 0,
+        errors: 0,
+        start_ms: 0,
+        span_s: 7.0,
+        died_after_s: killed_at,
+        end: if killed_at.is_some() {
+            crate::analyse::ends::CycleEnd::OomKilled
+        } else {
+            crate::analyse::ends::CycleEnd::StillAnswering
+        },
+        killed: killed_at.is_some(),
+        heap_first: Some(0),
+        heap_last: Some(1),
+        total_bytes_per_sec: Some(growth_mib * MIB),
+        total_fit_r2: Some(1.0),
+        memory_bytes_per_sec: None,
+        memory_peak: Some(200 << 20),
+        limit_at_s: Some(9.0),
+        sites: vec![SiteGrowth {
+            name: "main.leak".into(),
+            bytes_per_sec: growth_mib * MIB,
+            fit_r2: 1.0,
+            inuse_first: 0,
+            inuse_last: 1,
+            onset_s: None,
+            share: 1.0,
+        }],
+        alloc_storms: vec![],
+        goroutine_growth: vec![],
+        profiling: None,
+        memstats: None,
+        runtime: None,
+        verdict: String::new(),
+    }
+}
+
+fn report(cycles: Vec<CycleGrowth>) -> GrowthReport {
+    GrowthReport {
+        schema: 1,
+        limit_bytes: Some(256 << 20),
+        across: AcrossCycles {
+            cycles: cycles.len(),
+            died: 0,
+            same_top_site: None,
+            ages_s: vec![],
+            summary: String::new(),
+        },
+        cycles,
+    }
+}
+
+fn check(text: &str, growth: &GrowthReport, ratio: Option<&HeapRatio>) -> Outcome {
+    let findings = Findings {
+        growth,
+        peak_heap: &[(1, 100 << 20)],
+        comparison: None,
+        heap_ratio: ratio,
+        envoy: None,
+    };
+    evaluate(&parse(text).unwrap(), &findings)
+}
+
+#[test]
+fn rules_parse_with_units_and_refuse_the_wrong_direction() {
+    let r = parse("growth > 5MiB/s").unwrap();
+    assert_eq!(
+        (r.metric, r.bar, r.text.as_str()),
+        (Metric::Growth, 5.0 * MIB, "growth>5MiB/s")
+    );
+    assert_eq!(parse("time-to-limit<60s").unwrap().bar, 60.0);
+    assert_eq!(parse("time-to-limit<2m").unwrap().bar, 120.0);
+    assert_eq!(parse("regression>1.5x").unwrap().bar, 1.5);
+    assert_eq!(parse("regression>2").unwrap().bar, 2.0);
+    assert_eq!(parse("goroutines>10/s").unwrap().bar, 10.0);
+    assert_eq!(parse("kills>0").unwrap().bar, 0.0);
+    for bad in [
+        "growth<5MiB/s",
+        "time-to-limit>60s",
+        "growth>=5MiB/s",
+        "growth",
+        "speed>1",
+        "growth>fast",
+        "regression>0x",
+        "kills>1.5",
+        "time-to-limit<soon",
+    ] {
+        assert!(parse(bad).is_err(), "{bad} should be refused");
+    }
+    let e = parse("growth<5MiB/s").unwrap_err().to_string();
+    assert!(e.contains("growth>5MiB/s"), "{e}");
+}
+
+#[test]
+fn the_worst_cycle_trips_the_rule_and_is_named() {
+    let g = report(vec![cycle(1, 1.0, None), cycle(2, 29.0, Some(7.2))]);
+    let o = check("growth>5MiB/s", &g, None);
+    assert_eq!(o.status, Status::Fail);
+    assert!(o.reason.starts_with("boot cycle 2:"), "{}", o.reason);
+    assert!(o.reason.contains("main.leak"), "{}", o.reason);
+    assert_eq!(check("growth>50MiB/s", &g, None).status, Status::Pass);
+
+    let o = check("time-to-limit<60s", &g, None);
+    assert_eq!(o.status, Status::Fail);
+    assert_eq!(o.shown, "7.2 s");
+    assert!(o.reason.contains("OOM-killed"), "{}", o.reason);
+    assert_eq!(check("time-to-limit<5s", &g, None).status, Status::Pass);
+    assert_eq!(check("kills>0", &g, None).status, Status::Fail);
+    assert_eq!(check("restarts>1", &g, None).status, Status::Pass);
+    assert_eq!(check("heap>64MiB", &g, None).status, Status::Fail);
+    assert_eq!(check("memory>256MiB", &g, None).status, Status::Pass);
+    let line = failure_line(&[check("growth>5MiB/s", &g, None)]).unwrap();
+    assert!(!line.contains('\n'));
+}
+
+#[test]
+fn a_rule_without_its_figures_is_unknown_not_passed() {
+    let mut g = report(vec![cycle(1, 1.0, None)]);
+    g.limit_bytes = None;
+    assert_eq!(check("time-to-limit<60s", &g, None).status, Status::Unknown);
+    assert_eq!(check("regression>1.5x", &g, None).status, Status::Unknown);
+    let ratio = HeapRatio {
+        age_s: 7.0,
+        baseline_bytes: 30 << 20,
+        bytes: 136 << 20,
+    };
+    let o = check("regression>1.5x", &g, Some(&ratio));
+    assert_eq!(o.status, Status::Fail);
+    assert_eq!(o.shown, "4.53x");
+    assert_eq!(
+        check("regression>5x", &g, Some(&ratio)).status,
+        Status::Pass
+    );
+}
+
+fn envoy_report(memory: &[&str], limit: Option<u64>) -> EnvoyReport {
+    use crate::analyse::envoy::{self, EnvoyLimits};
+    use crate::source::envoy::{EnvoyMemory, EnvoySnapshot, EnvoyStats, HeapDumpState};
+    let snapshots: Vec<EnvoySnapshot> = memory
+        .iter()
+        .enumerate()
+        .map(|(i, m)| EnvoySnapshot {
+            t_ms: i as i64 * 10_000,
+            memory: Some(EnvoyMemory::parse(m.as_bytes()).unwrap()),
+            stats: EnvoyStats::default(),
+        })
+        .collect();
+    let limits = EnvoyLimits {
+        memory_bytes: limit,
+        cpu_cores: None,
+    };
+    envoy::analyse(&snapshots, &limits, HeapDumpState::NotAsked)
+}
+
+fn check_envoy(text: &str, growth: &GrowthReport, e: &EnvoyReport) -> Outcome {
+    let findings = Findings {
+        growth,
+        peak_heap: &[],
+        comparison: None,
+        heap_ratio: None,
+        envoy: Some(e),
+    };
+    evaluate(&parse(text).unwrap(), &findings)
+}
+
+#[test]
+fn live_share_parses_as_a_share_below_a_bar() {
+    assert_eq!(parse("live-share<0.6").unwrap().bar, 0.6);
+    assert_eq!(parse("live-share < 60%").unwrap().bar, 0.6);
+    for bad in [
+        "live-share>0.6",
+        "live-share<0",
+        "live-share<1.5",
+        "live-share<most",
+    ] {
+        assert!(parse(bad).is_err(), "{bad} should be refused");
+    }
+}
+
+#[test]
+fn live_share_trips_when_memory_held_dominates() {
+    let held = envoy_report(
+        &[
+            r#"{"allocated":"69132952","heap_size":"11276386304","pageheap_unmapped":"3571712",
+               "pageheap_free":"11155046400","total_thread_cache":"24026688"}"#,
+        ],
+        None,
+    );
+    let live = envoy_report(
+        &[
+            r#"{"allocated":"2793932032","heap_size":"4162846720","pageheap_unmapped":"1109401600",
+               "pageheap_free":"4145152","total_thread_cache":"22500080"}"#,
+        ],
+        None,
+    );
+    let g = report(vec![]);
+    let o = check_envoy("live-share<0.6", &g, &held);
+    assert_eq!(o.status, Status::Fail, "{o:?}");
+    assert_eq!(o.shown, "0.6 %");
+    assert!(
+        o.reason.starts_with("Envoy: live data is 0.6 %"),
+        "{}",
+        o.reason
+    );
+    let o = check_envoy("live-share<0.6", &g, &live);
+    assert_eq!((o.status, o.shown.as_str()), (Status::Pass, "91.5 %"));
+    // Without Envoy or MemStats figures there is nothing to look at.
+    let o = check("live-share<0.6", &report(vec![cycle(1, 1.0, None)]), None);
+    assert_eq!(o.status, Status::Unknown);
+}
+
+#[test]
+fn envoy_growth_counts_for_the_growth_and_time_to_limit_rules() {
+    const M: u64 = 1 << 20;
+    let series: Vec<String> = (0..12u64)
+        .map(|i| {
+            let p = 700 * M + i * 10 * M;
+            format!(
+                r#"{{"allocated":"{}","heap_size":"{}","total_physical_bytes":"{p}"}}"#,
+                p - 60 * M,
+                p + 200 * M
+            )
+        })
+        .collect();
+    let refs: Vec<&str> = series.iter().map(String::as_str).collect();
+    let e = envoy_report(&refs, Some(1 << 30));
+    let mut g = report(vec![]);
+    g.limit_bytes = None;
+    let o = check_envoy("growth>512KiB/s", &g, &e);
+    assert_eq!(o.status, Status::Fail);
+    assert_eq!(o.shown, "1.00 MiB/s");
+    assert!(o.reason.contains("total_physical_bytes"), "{}", o.reason);
+    // 110 s of snapshots, then 214 MiB to go at 1 MiB/s.
+    let o = check_envoy("time-to-limit<10m", &g, &e);
+    assert_eq!(o.status, Status::Fail, "{o:?}");
+    assert_eq!(o.shown, "324.0 s");
+    assert_eq!(check_envoy("time-to-limit<2m", &g, &e).status, Status::Pass);
+}
