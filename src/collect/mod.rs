@@ -20,6 +20,7 @@ pub use clock::{Clock, FakeClock, SystemClock};
 pub use status::LiveStatus;
 
 use crate::decode::{self, DecodeLimits, stackdump};
+use crate::index::{CaptureIndexer, Content as IndexContent};
 use crate::source::procmem::MemoryProbe;
 use crate::source::{FailureKind, FetchError, Source, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
@@ -175,6 +176,10 @@ pub struct Collector<'a> {
     idle_factor: u32,
     /// The in-use heap and memory when the heap last moved.
     last_heap: Option<HeapMark>,
+    /// Writes each stored capture's site index entry on a thread of its own.
+    indexer: CaptureIndexer,
+    /// The content the current attempt decoded, for the indexer once it is durable.
+    to_index: Option<IndexContent>,
 }
 
 /// The idle back-off `collect` uses unless told otherwise, as a multiple of the interval.
@@ -214,6 +219,7 @@ impl<'a> Collector<'a> {
             .map(|r| r.incarnation)
             .max()
             .unwrap_or(0);
+        let indexer = CaptureIndexer::start(writer.root());
         Collector {
             config,
             source,
@@ -255,6 +261,8 @@ impl<'a> Collector<'a> {
             exits: None,
             idle_factor: 1,
             last_heap: None,
+            indexer,
+            to_index: None,
         }
     }
 
@@ -653,6 +661,13 @@ impl<'a> Collector<'a> {
             }
         }
         self.writer.append(&record)?;
+        if let Some(content) = self.to_index.take() {
+            // Durable and recorded: only now is its index entry made, off this thread.
+            if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
+                let path = self.writer.root().join(file);
+                self.indexer.add(&record, path, content);
+            }
+        }
         if record.is_ok() && record.incarnation > self.cycle_noted {
             self.note_cycle(&record)?;
         }
@@ -778,6 +793,7 @@ impl<'a> Collector<'a> {
         self.status.goroutines = Some(goroutines);
         record.totals = totals;
         self.keep_or_dedup(record, dump.content_hash(), "txt");
+        self.to_index = Some(IndexContent::Dump(dump));
         Ok(())
     }
 
@@ -804,6 +820,7 @@ impl<'a> Collector<'a> {
         }
         record.totals = totals;
         self.keep_or_dedup(record, hash, "pb.gz");
+        self.to_index = Some(IndexContent::Profile(raw.into_owned()));
         Ok(())
     }
 

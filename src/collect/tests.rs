@@ -753,3 +753,26 @@ fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat()
     assert!(slow.contains(&2000), "{slow:?}");
     assert!(slow[3..].contains(&500), "{slow:?}");
 }
+
+#[test]
+fn every_stored_capture_gets_its_site_index_entry_from_the_collector() {
+    let clock = FakeClock::new(1_000_000);
+    let mut source = AgentLike::new(&clock, &[Want::Heap, Want::Goroutine]);
+    let config = CollectConfig {
+        goroutine: true,
+        goroutine_interval: ms(500),
+        memstats_interval: Duration::ZERO,
+        duration: Some(ms(2000)),
+        ..CollectConfig::default()
+    };
+    let (summary, records, dir) = collect_from(config, &mut source, &clock);
+    assert_eq!(summary.stored, 2, "{records:#?}");
+    let run = RunDir::open(dir.path()).unwrap();
+    // The collector has exited, so its indexer has written everything it was given.
+    let done = crate::index::rebuild(&run, &DecodeLimits::default()).unwrap();
+    assert_eq!(
+        (done.captures, done.fresh, done.rebuilt),
+        (2, 2, 0),
+        "{done:?}"
+    );
+}
