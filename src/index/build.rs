@@ -18,8 +18,10 @@ pub struct CaptureFigures {
     pub default_type: usize,
     /// Per site, sorted by name: one value per sample type.
     pub sites: Vec<(String, Vec<i64>)>,
-    /// Per distinct stack (frame names, leaf first): one value per sample type.
-    pub stacks: Vec<(Vec<String>, Vec<i64>)>,
+    /// The frame names the stacks use, each once.
+    pub frames: Vec<String>,
+    /// Per distinct stack (indices into `frames`, leaf first): one value per sample type.
+    pub stacks: Vec<(Vec<u32>, Vec<i64>)>,
 }
 
 impl CaptureFigures {
@@ -88,16 +90,17 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
         .map(|i| profile.sample_type_name(i).to_string())
         .collect();
     let default_type = profile.default_sample_index();
-    // Stacks, merged by their frame names (pprof merges them the same way).
-    let mut stack_rows: HashMap<Vec<String>, Vec<i64>> = HashMap::new();
-    // Sites: the same slots as `reduce::heap_sites` (leaf function, the profiler's own
-    // allocations set apart) or `goroutine_sites` (first frame outside the runtime).
-    let mut site_rows: HashMap<String, Vec<i64>> = HashMap::new();
-    let heap = kind != RecordKind::Goroutine;
-    let inuse = profile
-        .find_sample_type("inuse_space")
-        .or_else(|| (types > 0).then_some(default_type));
-    let alloc = profile.find_sample_type("alloc_space");
+    // Frame names are worked out once per location, so a sample costs a few lookups.
+    let mut frames = FrameNames::default();
+    let location_frames: Vec<Vec<u32>> = (0..profile.locations.len())
+        .map(|l| {
+            profile
+                .location_frames(LocId(l as u32))
+                .iter()
+                .map(|f| frames.id(&profile.frame_name(f).to_string()))
+                .collect()
+        })
+        .collect();
     let location_profiler: Vec<bool> = (0..profile.locations.len())
         .map(|l| {
             profile.location_frames(LocId(l as u32)).iter().any(|f| {
@@ -106,54 +109,83 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
             })
         })
         .collect();
+    // Stacks merge by their frame names, as pprof merges them.
+    let mut stack_rows: HashMap<Vec<u32>, Vec<i64>> = HashMap::new();
+    // Sites: the same slots as `reduce::heap_sites` (leaf function, the profiler's own
+    // allocations set apart) or `goroutine_sites` (first frame outside the runtime).
+    let mut site_rows: HashMap<String, Vec<i64>> = HashMap::new();
+    let heap = kind != RecordKind::Goroutine;
+    let inuse = profile
+        .find_sample_type("inuse_space")
+        .or_else(|| (types > 0).then_some(default_type));
+    let alloc = profile.find_sample_type("alloc_space");
     for (i, sample) in profile.samples.iter().enumerate() {
         let values = &profile.values[i * types..(i + 1) * types];
-        let frames: Vec<String> = profile
-            .stack_frames(sample)
-            .map(|f| profile.frame_name(f).to_string())
+        let locations = profile.sample_stack(sample);
+        let stack: Vec<u32> = locations
+            .iter()
+            .flat_map(|l| location_frames[l.0 as usize].iter().copied())
             .collect();
         let site = if heap {
             let Some(inuse) = inuse else { continue };
             if values[inuse] == 0 && alloc.is_none_or(|a| values[a] == 0) {
                 None
             } else {
-                let stack = profile.sample_stack(sample);
-                stack.first().map(|&leaf| {
-                    if stack.iter().any(|l| location_profiler[l.0 as usize]) {
-                        PROFILING_SITE.to_string()
+                locations.first().map(|&leaf| {
+                    if locations.iter().any(|l| location_profiler[l.0 as usize]) {
+                        PROFILING_SITE
                     } else {
-                        match profile
-                            .location_frames(leaf)
-                            .first()
-                            .and_then(|f| f.function)
-                        {
-                            Some(id) => profile.str(profile.function(id).name).to_string(),
-                            None => "(unsymbolized)".to_string(),
+                        match profile.location_frames(leaf).first().and_then(|f| f.function) {
+                            Some(id) => profile.str(profile.function(id).name),
+                            None => "(unsymbolized)",
                         }
                     }
                 })
             }
         } else {
             Some(
-                frames
+                stack
                     .iter()
+                    .map(|&f| frames.names[f as usize].as_str())
                     .find(|n| !is_runtime(n))
-                    .cloned()
-                    .unwrap_or_else(|| "runtime".to_string()),
+                    .unwrap_or("runtime"),
             )
         };
         if let Some(site) = site {
-            add(
-                site_rows.entry(site).or_insert_with(|| vec![0; types]),
-                values,
-            );
+            match site_rows.get_mut(site) {
+                Some(row) => add(row, values),
+                None => {
+                    site_rows.insert(site.to_string(), values.to_vec());
+                }
+            }
         }
-        add(
-            stack_rows.entry(frames).or_insert_with(|| vec![0; types]),
-            values,
-        );
+        match stack_rows.get_mut(&stack) {
+            Some(row) => add(row, values),
+            None => {
+                stack_rows.insert(stack, values.to_vec());
+            }
+        }
     }
-    finish(sample_types, default_type, site_rows, stack_rows)
+    finish(sample_types, default_type, site_rows, frames.names, stack_rows)
+}
+
+/// Frame names of one capture, each once.
+#[derive(Default)]
+struct FrameNames {
+    names: Vec<String>,
+    ids: HashMap<String, u32>,
+}
+
+impl FrameNames {
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.to_string());
+        self.ids.insert(name.to_string(), id);
+        id
+    }
 }
 
 /// The figures of a text goroutine dump (the agent's op 0x01): one sample type, `goroutine`.
@@ -162,16 +194,19 @@ pub fn from_dump(dump: &StackDump) -> CaptureFigures {
         .into_iter()
         .map(|s| (s.name, vec![s.value]))
         .collect();
-    let mut stack_rows: HashMap<Vec<String>, Vec<i64>> = HashMap::new();
+    let mut frames = FrameNames::default();
+    let mut stack_rows: HashMap<Vec<u32>, Vec<i64>> = HashMap::new();
     for s in &dump.stacks {
-        add(
-            stack_rows
-                .entry(s.frames.clone())
-                .or_insert_with(|| vec![0]),
-            &[s.count],
-        );
+        let stack = s.frames.iter().map(|f| frames.id(f)).collect();
+        add(stack_rows.entry(stack).or_insert_with(|| vec![0]), &[s.count]);
     }
-    let mut figures = finish(vec!["goroutine".into()], 0, HashMap::new(), stack_rows);
+    let mut figures = finish(
+        vec!["goroutine".into()],
+        0,
+        HashMap::new(),
+        frames.names,
+        stack_rows,
+    );
     figures.sites = sites;
     figures
 }
@@ -186,16 +221,17 @@ fn finish(
     sample_types: Vec<String>,
     default_type: usize,
     sites: HashMap<String, Vec<i64>>,
-    stacks: HashMap<Vec<String>, Vec<i64>>,
+    frames: Vec<String>,
+    stacks: HashMap<Vec<u32>, Vec<i64>>,
 ) -> CaptureFigures {
     let mut sites: Vec<(String, Vec<i64>)> = sites.into_iter().collect();
     sites.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut stacks: Vec<(Vec<String>, Vec<i64>)> = stacks.into_iter().collect();
-    stacks.sort_by(|a, b| a.0.cmp(&b.0));
+    let stacks: Vec<(Vec<u32>, Vec<i64>)> = stacks.into_iter().collect();
     CaptureFigures {
         sample_types,
         default_type,
         sites,
+        frames,
         stacks,
     }
 }

@@ -143,20 +143,29 @@ pub fn encode_frame(
         .iter()
         .map(|(n, _)| intern(n, names, &mut new_names))
         .collect();
+    let frame_ids: Vec<u32> = f
+        .frames
+        .iter()
+        .map(|n| intern(n, names, &mut new_names))
+        .collect();
     let mut new_stacks: Vec<Vec<u32>> = Vec::new();
     let mut rows: Vec<(u32, &[i64])> = Vec::with_capacity(f.stacks.len());
+    let mut ids = Vec::new();
     for (frames, values) in &f.stacks {
-        let ids: Vec<u32> = frames
-            .iter()
-            .map(|n| intern(n, names, &mut new_names))
-            .collect();
-        let next = stacks.len() as u32;
-        let id = *stacks.entry(ids.clone()).or_insert(next);
-        if id == next {
-            new_stacks.push(ids);
-        }
+        ids.clear();
+        ids.extend(frames.iter().map(|&i| frame_ids[i as usize]));
+        let id = match stacks.get(&ids) {
+            Some(&id) => id,
+            None => {
+                let id = stacks.len() as u32;
+                stacks.insert(ids.clone(), id);
+                new_stacks.push(ids.clone());
+                id
+            }
+        };
         rows.push((id, values));
     }
+    // A capture's stacks are distinct by name, so each id comes once.
     rows.sort_by_key(|r| r.0);
 
     let mut head = Vec::new();
