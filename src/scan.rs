@@ -129,31 +129,35 @@ pub fn growth(
     Ok((report, notes))
 }
 
-/// Fills in the sites that made a cycle's heap episode: the capture at the peak against the
-/// one before the rise. False when there is no episode or its captures cannot be read.
+/// Fills in the sites that made a cycle's heap episodes: the capture at each peak against the
+/// one before its rise. False when there is no episode or its captures cannot be read.
 fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool {
-    let Some(e) = c.episode.as_mut() else {
-        return false;
-    };
     let stored = stored_heaps(run, c.index);
-    let (Some(from), Some(to)) = (
-        capture_at_age(&stored, c.start_ms, e.start_s),
-        capture_at_age(&stored, c.start_ms, e.peak_s),
-    ) else {
-        return false;
-    };
-    if from.seq == to.seq {
-        return false;
-    }
+    let start_ms = c.start_ms;
     let source = SiteSource::open(run, limits);
-    let read = |r: &CaptureRecord| source.sites(r).ok().map(|(sites, _)| sites);
-    let (Some(before), Some(at_peak)) = (read(from), read(to)) else {
-        return false;
+    let fill = |e: &mut crate::analyse::spikes::Episode| -> bool {
+        let (Some(from), Some(to)) = (
+            capture_at_age(&stored, start_ms, e.start_s),
+            capture_at_age(&stored, start_ms, e.peak_s),
+        ) else {
+            return false;
+        };
+        if from.seq == to.seq {
+            return false;
+        }
+        let read = |r: &CaptureRecord| source.sites(r).ok().map(|(sites, _)| sites);
+        let (Some(before), Some(at_peak)) = (read(from), read(to)) else {
+            return false;
+        };
+        e.from_seq = Some(from.seq);
+        e.to_seq = Some(to.seq);
+        e.sites = crate::analyse::spikes::spike_sites(&before, &at_peak);
+        true
     };
-    e.from_seq = Some(from.seq);
-    e.to_seq = Some(to.seq);
-    e.sites = crate::analyse::spikes::spike_sites(&before, &at_peak);
-    true
+    for e in &mut c.other_episodes {
+        fill(e);
+    }
+    c.episode.as_mut().is_some_and(fill)
 }
 
 /// The first moment of a boot cycle: its first good capture (events and failed attempts do not

@@ -4,6 +4,7 @@
 //! the cycle whose time it falls in, from its first capture to the next cycle's first.
 
 use crate::source::procmem::MemorySample;
+use crate::store::CaptureRecord;
 
 /// One boot cycle's bounds as the samples are assigned to them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,6 +30,42 @@ pub fn cycle_of_sample(m: &MemorySample, spans: &[CycleSpan]) -> Option<u32> {
         .find(|s| s.start_ms <= m.t_ms)
         .or(spans.first())
         .map(|s| s.index)
+}
+
+/// The bounds of each cycle: its first good capture, and its process: the pid its source
+/// recorded, else the one pid the memory samples saw while the cycle answered (a cgroup or a
+/// followed process names it), so that a new process's samples open its own cycle.
+pub fn cycle_spans(
+    records: &[CaptureRecord],
+    incarnations: &[u32],
+    recorded_pid: impl Fn(u32) -> Option<u32>,
+    memory: &[MemorySample],
+) -> Vec<CycleSpan> {
+    incarnations
+        .iter()
+        .filter_map(|&index| {
+            let good = || {
+                records
+                    .iter()
+                    .filter(move |r| r.incarnation == index && r.is_ok() && !r.kind.is_event())
+                    .map(|r| r.t_ms)
+            };
+            let (start_ms, last_ms) = (good().min()?, good().max()?);
+            let pid = recorded_pid(index).or_else(|| {
+                let mut seen = memory
+                    .iter()
+                    .filter(|m| m.alive && m.t_ms >= start_ms && m.t_ms <= last_ms)
+                    .filter_map(|m| m.pid);
+                let first = seen.next()?;
+                seen.all(|p| p == first).then_some(first)
+            });
+            Some(CycleSpan {
+                index,
+                start_ms,
+                pid,
+            })
+        })
+        .collect()
 }
 
 /// The samples of cycle `index`, in time order.

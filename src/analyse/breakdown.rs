@@ -74,11 +74,16 @@ pub fn at_peak(
     start_ms: i64,
     limit: Option<u64>,
 ) -> Option<MemoryBreakdown> {
-    let peak = memory
-        .iter()
-        .filter(|m| m.alive)
-        .filter_map(|m| m.bytes().map(|b| (b, *m)))
-        .reduce(|a, b| if b.0 > a.0 { b } else { a })?;
+    // The split is sampled less often than the total: the peak among samples that carry it.
+    let split = |m: &&&MemorySample| m.cgroup.is_some() || m.process.is_some();
+    let peak_of = |with_split: bool| {
+        memory
+            .iter()
+            .filter(|m| m.alive && (!with_split || split(m)))
+            .filter_map(|m| m.bytes().map(|b| (b, *m)))
+            .reduce(|a, b| if b.0 > a.0 { b } else { a })
+    };
+    let peak = peak_of(true).or_else(|| peak_of(false))?;
     let (total, m) = peak;
     let stats = memstats
         .iter()
@@ -99,9 +104,6 @@ pub fn at_peak(
         _ => None,
     };
     let mapped_files = cg.and_then(|c| c.file_mapped);
-    let first_cache = memory
-        .iter()
-        .find_map(|s| s.cgroup.as_ref().and_then(|c| c.file));
     let mut b = MemoryBreakdown {
         at_s: (m.t_ms - start_ms) as f64 / 1000.0,
         total,
@@ -114,11 +116,22 @@ pub fn at_peak(
         mapped_files,
         other_cache: sub(cg.and_then(|c| c.file), mapped_files),
         dirty: cg.and_then(|c| c.file_dirty),
-        cache_inherited: first_cache.is_some_and(|f| f >= INHERITED_CACHE_BYTES),
+        cache_inherited: false,
         summary: String::new(),
     };
     b.summary = words(&b);
     Some(b)
+}
+
+/// Flags page cache already charged when a cycle that follows another in the same cgroup began
+/// (its first sample holds it): the earlier process's files, not comparable. A run's first
+/// cycle may have read its own files before its first sample, so it is never flagged.
+pub fn mark_inherited(b: &mut MemoryBreakdown, memory: &[&MemorySample], follows_another: bool) {
+    let first_cache = memory
+        .iter()
+        .find_map(|s| s.cgroup.as_ref().and_then(|c| c.file));
+    b.cache_inherited = follows_another && first_cache.is_some_and(|f| f >= INHERITED_CACHE_BYTES);
+    b.summary = words(b);
 }
 
 /// "of 1 GiB: Go heap live X, held free Y, runtime Z, other anonymous W, mapped files M,
@@ -329,7 +342,13 @@ mod tests {
             sample(500, 210 * MIB, 150 * MIB, 0),
         ];
         let refs: Vec<&MemorySample> = memory.iter().collect();
-        let b = at_peak(&refs, &[], 0, None).unwrap();
+        let mut b = at_peak(&refs, &[], 0, None).unwrap();
+        mark_inherited(&mut b, &refs, false);
+        assert!(
+            !b.cache_inherited,
+            "a run's first cycle may have read its own files"
+        );
+        mark_inherited(&mut b, &refs, true);
         assert!(b.cache_inherited);
         assert!(b.summary.contains("reused cgroup"), "{}", b.summary);
         assert!(at_limit(&refs, 0, None, false).is_none());

@@ -17,8 +17,9 @@ pub enum CycleEnd {
     Signal { signal: i32 },
     /// Exited by itself with this code, seen by whoever started it.
     Exited { code: i32 },
-    /// A new process took its place with no kill: it restarted itself.
-    RestartedItself,
+    /// A new process took its place with no kill: it restarted itself (with this exit code,
+    /// when whoever watched it saw one).
+    RestartedItself { exit_code: Option<i32> },
     /// The collector was stopped while the process lived: not an end at all.
     CollectorStopped,
     /// It stopped answering and nothing says why.
@@ -50,7 +51,10 @@ impl CycleEnd {
                 None => format!("ended by signal {signal}"),
             },
             CycleEnd::Exited { code } => format!("exited with code {code}"),
-            CycleEnd::RestartedItself => "restarted itself".into(),
+            CycleEnd::RestartedItself { exit_code: None } => "restarted itself".into(),
+            CycleEnd::RestartedItself {
+                exit_code: Some(code),
+            } => format!("restarted itself (exited with code {code})"),
             CycleEnd::CollectorStopped => "collector stopped".into(),
             CycleEnd::StoppedAnswering => "stopped answering, cause unknown".into(),
             CycleEnd::StillAnswering => "still answering at the end of the run".into(),
@@ -89,11 +93,22 @@ pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
     if kernel_killed || exit.is_some_and(|x| x.signal == Some(9)) {
         return CycleEnd::OomKilled;
     }
+    let new_process = e.next.is_some_and(|next_pid| match (e.pid, next_pid) {
+        (Some(a), Some(b)) => a != b,
+        // Without pids, a next cycle watched in the same cgroup is evidence enough.
+        _ => e.memory.iter().any(|m| m.source == "cgroup"),
+    });
     if let Some(x) = exit {
         if let Some(signal) = x.signal {
             return CycleEnd::Signal { signal };
         }
         if let Some(code) = x.exit_code {
+            // It exited by itself and a new process came: a self-restart.
+            if new_process {
+                return CycleEnd::RestartedItself {
+                    exit_code: Some(code),
+                };
+            }
             return CycleEnd::Exited { code };
         }
     }
@@ -101,16 +116,12 @@ pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
         .records
         .iter()
         .any(|r| r.kind == RecordKind::Stop && (r.incarnation == e.index || r.t_ms >= e.last_ms));
-    if let Some(next_pid) = e.next {
-        let new_pid = match (e.pid, next_pid) {
-            (Some(a), Some(b)) => a != b,
-            // Without pids, a next cycle watched in the same cgroup is evidence enough.
-            _ => e.memory.iter().any(|m| m.source == "cgroup"),
+    if e.next.is_some() {
+        return if new_process {
+            CycleEnd::RestartedItself { exit_code: None }
+        } else {
+            CycleEnd::StoppedAnswering
         };
-        if new_pid {
-            return CycleEnd::RestartedItself;
-        }
-        return CycleEnd::StoppedAnswering;
     }
     if stop && !e.stopped {
         return CycleEnd::CollectorStopped;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::boundaries::{self, CycleSpan};
+use super::boundaries;
 use super::breakdown::{self, AtLimit, MemoryBreakdown};
 use super::ends::{self, CycleEnd, EndEvidence};
 use super::reduce::{PROFILING_SITE, SiteFigures};
@@ -136,6 +136,9 @@ pub struct CycleGrowth {
     /// Growth rate of process / cgroup memory seen from outside.
     pub memory_bytes_per_sec: Option<f64>,
     pub memory_peak: Option<u64>,
+    /// Seconds from the first capture to the cycle's first memory sample: negative when its
+    /// process was sampled before it answered.
+    pub memory_from_s: Option<f64>,
     /// Seconds after the first capture at which the growth fit reaches the limit (a forecast,
     /// within an hour of the last capture); `at_limit` says when it really was.
     pub limit_at_s: Option<f64>,
@@ -160,6 +163,9 @@ pub struct CycleGrowth {
     /// The biggest rise of the in-use heap into its peak, with the sites that made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub episode: Option<Episode>,
+    /// Other transient episodes of the cycle, biggest rise first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_episodes: Vec<Episode>,
     /// Whether the in-use heap as a whole grew to the end (not levelling off).
     #[serde(skip)]
     pub heap_sustained: bool,
@@ -292,21 +298,12 @@ impl GrowthBuilder {
         incarnations.dedup();
         let mut states = self.cycles;
         let builds = cycle_builds(records, &self.run_label);
-        let spans: Vec<CycleSpan> = incarnations
-            .iter()
-            .filter_map(|&inc| {
-                let start = records
-                    .iter()
-                    .filter(|r| r.incarnation == inc && r.is_ok() && !r.kind.is_event())
-                    .map(|r| r.t_ms)
-                    .min()?;
-                Some(CycleSpan {
-                    index: inc,
-                    start_ms: start,
-                    pid: builds.iter().find(|b| b.index == inc).and_then(|b| b.pid),
-                })
-            })
-            .collect();
+        let spans = boundaries::cycle_spans(
+            records,
+            &incarnations,
+            |inc| builds.iter().find(|b| b.index == inc).and_then(|b| b.pid),
+            memory,
+        );
         let mut cycles = Vec::new();
         for (pos, &inc) in incarnations.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
@@ -328,13 +325,22 @@ impl GrowthBuilder {
                     c.build_info = b.build.clone();
                     c.pid = b.pid;
                 }
-                let next = incarnations
-                    .get(pos + 1)
-                    .map(|n| builds.iter().find(|b| b.index == *n).and_then(|b| b.pid));
+                let span_pid = |n: u32| spans.iter().find(|s| s.index == n).and_then(|s| s.pid);
+                c.pid = c.pid.or(span_pid(inc));
+                if let Some(b) = c.breakdown.as_mut() {
+                    breakdown::mark_inherited(b, &mem, pos > 0);
+                }
+                let next = incarnations.get(pos + 1).map(|&n| span_pid(n));
+                // A kill is seen after the process is gone, maybe once its successor runs:
+                // the evidence of an end is what was sampled until the next cycle began.
+                let until_next: Vec<&MemorySample> = memory
+                    .iter()
+                    .filter(|m| m.t_ms >= c.start_ms && next_start.is_none_or(|n| m.t_ms < n))
+                    .collect();
                 c.end = ends::cycle_end(&EndEvidence {
                     index: inc,
                     records,
-                    memory: &mem,
+                    memory: &until_next,
                     last_ms: c.start_ms + (c.span_s * 1000.0).round() as i64,
                     stopped: c.died_after_s.is_some(),
                     pid: c.pid,
@@ -512,6 +518,7 @@ fn cycle(
         total_fit_r2: total_fit.map(|f| f.r2),
         memory_bytes_per_sec: mem_fit.map(|f| f.slope),
         memory_peak: mem.iter().filter_map(|m| m.bytes()).max(),
+        memory_from_s: mem.first().map(|m| secs(m.t_ms)),
         limit_at_s,
         sites,
         alloc_storms,
@@ -531,6 +538,9 @@ fn cycle(
                     .or_else(|| m.process.as_ref().and_then(|p| p.rss_anon))
             })
             .max(),
+        other_episodes: spikes::episode(&heap_series, limit)
+            .map(|main| spikes::other_episodes(&heap_series, limit, &main))
+            .unwrap_or_default(),
         episode: spikes::episode(&heap_series, limit),
         heap_sustained: total_sustained,
         verdict: String::new(),

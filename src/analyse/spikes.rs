@@ -127,6 +127,47 @@ pub fn episode(heap: &[(f64, i64)], limit: Option<u64>) -> Option<Episode> {
     })
 }
 
+/// Episodes kept beside the biggest one.
+const OTHER_EPISODES: usize = 4;
+
+/// The transient episodes other than `main` (the biggest): found the same way in the stretches
+/// before its rise and after its fall, biggest rise first.
+pub fn other_episodes(heap: &[(f64, i64)], limit: Option<u64>, main: &Episode) -> Vec<Episode> {
+    fn walk(heap: &[(f64, i64)], limit: Option<u64>, out: &mut Vec<Episode>, depth: usize) {
+        if depth > 8 || heap.len() < 3 {
+            return;
+        }
+        let Some(e) = episode(heap, limit) else {
+            return;
+        };
+        let start = heap.iter().position(|h| h.0 >= e.start_s).unwrap_or(0);
+        let end = e
+            .fell_s
+            .and_then(|f| heap.iter().position(|h| h.0 >= f))
+            .unwrap_or(heap.len());
+        walk(&heap[..start], limit, out, depth + 1);
+        walk(&heap[(end + 1).min(heap.len())..], limit, out, depth + 1);
+        if e.transient {
+            out.push(e);
+        }
+    }
+    let start = heap.iter().position(|h| h.0 >= main.start_s).unwrap_or(0);
+    let end = main
+        .fell_s
+        .and_then(|f| heap.iter().position(|h| h.0 >= f))
+        .unwrap_or(heap.len());
+    let mut out = Vec::new();
+    walk(&heap[..start], limit, &mut out, 0);
+    walk(&heap[(end + 1).min(heap.len())..], limit, &mut out, 0);
+    out.sort_by(|a, b| {
+        (b.peak_bytes - b.base_bytes)
+            .cmp(&(a.peak_bytes - a.base_bytes))
+            .then(a.peak_s.total_cmp(&b.peak_s))
+    });
+    out.truncate(OTHER_EPISODES);
+    out
+}
+
 /// The sites that made a peak: what each added from `before` to `at_peak`, most first.
 pub fn spike_sites(before: &[SiteFigures], at_peak: &[SiteFigures]) -> Vec<SpikeSite> {
     let was = |name: &str| {
@@ -190,6 +231,17 @@ mod tests {
         assert_eq!(e.after_bytes, Some(59 * MIB));
         let share = e.share_of_limit.unwrap();
         assert!((share - 199.0 / 1024.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn several_spikes_are_each_an_episode_biggest_first() {
+        let heap = series(&[10, 10, 80, 10, 10, 200, 10, 10, 50, 10, 10]);
+        let main = episode(&heap, None).unwrap();
+        assert_eq!(main.peak_bytes, 200 * MIB);
+        let others = other_episodes(&heap, None, &main);
+        let peaks: Vec<i64> = others.iter().map(|e| e.peak_bytes / MIB).collect();
+        assert_eq!(peaks, [80, 50]);
+        assert!(others.iter().all(|e| e.transient));
     }
 
     #[test]

@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use super::QuickMap;
+
 use crate::analyse::reduce::{self, PROFILING_SITE, SiteFigures};
 use crate::decode::stackdump::StackDump;
 use crate::model::{LocId, Profile};
@@ -20,7 +22,8 @@ pub struct CaptureFigures {
     pub sites: Vec<(String, Vec<i64>)>,
     /// The frame names the stacks use, each once.
     pub frames: Vec<String>,
-    /// Per distinct stack (indices into `frames`, leaf first): one value per sample type.
+    /// Per sample (indices into `frames`, leaf first): one value per sample type. Samples whose
+    /// frames are the same are merged when the entry is written.
     pub stacks: Vec<(Vec<u32>, Vec<i64>)>,
 }
 
@@ -109,8 +112,7 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
             })
         })
         .collect();
-    // Stacks merge by their frame names, as pprof merges them.
-    let mut stack_rows: HashMap<Vec<u32>, Vec<i64>> = HashMap::new();
+    let mut stack_rows: Vec<(Vec<u32>, Vec<i64>)> = Vec::with_capacity(profile.samples.len());
     // Sites: the same slots as `reduce::heap_sites` (leaf function, the profiler's own
     // allocations set apart) or `goroutine_sites` (first frame outside the runtime).
     let mut site_rows: HashMap<String, Vec<i64>> = HashMap::new();
@@ -135,7 +137,11 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
                     if locations.iter().any(|l| location_profiler[l.0 as usize]) {
                         PROFILING_SITE
                     } else {
-                        match profile.location_frames(leaf).first().and_then(|f| f.function) {
+                        match profile
+                            .location_frames(leaf)
+                            .first()
+                            .and_then(|f| f.function)
+                        {
                             Some(id) => profile.str(profile.function(id).name),
                             None => "(unsymbolized)",
                         }
@@ -159,21 +165,22 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
                 }
             }
         }
-        match stack_rows.get_mut(&stack) {
-            Some(row) => add(row, values),
-            None => {
-                stack_rows.insert(stack, values.to_vec());
-            }
-        }
+        stack_rows.push((stack, values.to_vec()));
     }
-    finish(sample_types, default_type, site_rows, frames.names, stack_rows)
+    finish(
+        sample_types,
+        default_type,
+        site_rows,
+        frames.names,
+        stack_rows,
+    )
 }
 
 /// Frame names of one capture, each once.
 #[derive(Default)]
 struct FrameNames {
     names: Vec<String>,
-    ids: HashMap<String, u32>,
+    ids: QuickMap<String, u32>,
 }
 
 impl FrameNames {
@@ -195,11 +202,16 @@ pub fn from_dump(dump: &StackDump) -> CaptureFigures {
         .map(|s| (s.name, vec![s.value]))
         .collect();
     let mut frames = FrameNames::default();
-    let mut stack_rows: HashMap<Vec<u32>, Vec<i64>> = HashMap::new();
-    for s in &dump.stacks {
-        let stack = s.frames.iter().map(|f| frames.id(f)).collect();
-        add(stack_rows.entry(stack).or_insert_with(|| vec![0]), &[s.count]);
-    }
+    let stack_rows = dump
+        .stacks
+        .iter()
+        .map(|s| {
+            (
+                s.frames.iter().map(|f| frames.id(f)).collect(),
+                vec![s.count],
+            )
+        })
+        .collect();
     let mut figures = finish(
         vec!["goroutine".into()],
         0,
@@ -222,11 +234,10 @@ fn finish(
     default_type: usize,
     sites: HashMap<String, Vec<i64>>,
     frames: Vec<String>,
-    stacks: HashMap<Vec<u32>, Vec<i64>>,
+    stacks: Vec<(Vec<u32>, Vec<i64>)>,
 ) -> CaptureFigures {
     let mut sites: Vec<(String, Vec<i64>)> = sites.into_iter().collect();
     sites.sort_by(|a, b| a.0.cmp(&b.0));
-    let stacks: Vec<(Vec<u32>, Vec<i64>)> = stacks.into_iter().collect();
     CaptureFigures {
         sample_types,
         default_type,

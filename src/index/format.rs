@@ -14,11 +14,10 @@
 //! Integers are LEB128 varints unless sized. Name and stack ids count definitions in file
 //! order. The analysis reads heads only; the tail (per-stack figures, the bulk) is skipped.
 
-use std::collections::HashMap;
 use std::io::Read;
 
 use super::Built;
-use super::EntryKey;
+use super::{EntryKey, QuickMap};
 use crate::store::RecordKind;
 
 const MAGIC: &[u8; 8] = b"HWSITES1";
@@ -114,7 +113,7 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-fn intern<'a>(name: &'a str, names: &mut HashMap<String, u32>, new: &mut Vec<&'a str>) -> u32 {
+fn intern<'a>(name: &'a str, names: &mut QuickMap<String, u32>, new: &mut Vec<&'a str>) -> u32 {
     if let Some(&id) = names.get(name) {
         return id;
     }
@@ -128,8 +127,8 @@ fn intern<'a>(name: &'a str, names: &mut HashMap<String, u32>, new: &mut Vec<&'a
 pub fn encode_frame(
     out: &mut Vec<u8>,
     b: &Built,
-    names: &mut HashMap<String, u32>,
-    stacks: &mut HashMap<Vec<u32>, u32>,
+    names: &mut QuickMap<String, u32>,
+    stacks: &mut QuickMap<Vec<u32>, u32>,
 ) {
     let f = &b.figures;
     let mut new_names = Vec::new();
@@ -165,8 +164,25 @@ pub fn encode_frame(
         };
         rows.push((id, values));
     }
-    // A capture's stacks are distinct by name, so each id comes once.
     rows.sort_by_key(|r| r.0);
+    // Samples whose stacks name the same frames are one stack (pprof merges them too).
+    let types_n = types.len();
+    let mut merged: Vec<(u32, Vec<i64>)> = Vec::with_capacity(rows.len());
+    for (id, values) in rows {
+        match merged.last_mut() {
+            Some((last, sum)) if *last == id => {
+                for (s, v) in sum.iter_mut().zip(values) {
+                    *s = s.wrapping_add(*v);
+                }
+            }
+            _ => merged.push((
+                id,
+                (0..types_n)
+                    .map(|i| values.get(i).copied().unwrap_or(0))
+                    .collect(),
+            )),
+        }
+    }
 
     let mut head = Vec::new();
     put(&mut head, b.seq);
@@ -199,9 +215,9 @@ pub fn encode_frame(
             put(&mut tail, u64::from(*id));
         }
     }
-    put(&mut tail, rows.len() as u64);
+    put(&mut tail, merged.len() as u64);
     let mut last = 0u32;
-    for (id, values) in rows {
+    for (id, values) in merged {
         put(&mut tail, u64::from(id - last));
         last = id;
         for i in 0..types.len() {
@@ -354,8 +370,8 @@ impl<'n> Entry<'n> {
 pub fn learn(
     head: &[u8],
     tail: &[u8],
-    names: &mut HashMap<String, u32>,
-    stacks: &mut HashMap<Vec<u32>, u32>,
+    names: &mut QuickMap<String, u32>,
+    stacks: &mut QuickMap<Vec<u32>, u32>,
 ) -> Result<(), Damaged> {
     let parsed = Head::parse(head)?;
     for n in parsed.new_names {

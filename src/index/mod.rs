@@ -10,6 +10,41 @@
 pub mod build;
 mod format;
 
+/// A quick hash for the index's own keys (frame names, stacks of ids): SipHash was a tenth of
+/// building an entry. The keys come from profiles, not from an adversary choosing collisions
+/// against a server.
+#[derive(Default, Clone, Copy)]
+pub struct QuickHasher(u64);
+
+impl std::hash::Hasher for QuickHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let mut last = [0u8; 8];
+        last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        self.add(u64::from_le_bytes(last) ^ bytes.len() as u64);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl QuickHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+pub type QuickMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<QuickHasher>>;
+
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -101,17 +136,14 @@ impl RunIndex {
         let Ok(len) = file.metadata().map(|m| m.len()) else {
             return index;
         };
-        let mut reader = io::BufReader::with_capacity(1 << 16, &file);
+        // Small reads: heads are short and the tails between them are skipped, not read.
+        let mut reader = io::BufReader::with_capacity(8 << 10, &file);
         if !format::read_header(&mut reader) {
             return index;
         }
         let mut offset = HEADER_LEN;
         let mut head = Vec::new();
-        loop {
-            let Some((frame, body_len)) = format::read_frame_header(&mut reader, offset, len)
-            else {
-                break;
-            };
+        while let Some((frame, body_len)) = format::read_frame_header(&mut reader, offset, len) {
             head.resize(frame.head_len as usize, 0);
             if reader.read_exact(&mut head).is_err() || !frame.head_ok(&head) {
                 break;
@@ -193,6 +225,9 @@ pub struct SiteSource<'r> {
     run: &'r RunDir,
     index: RunIndex,
     limits: &'r DecodeLimits,
+    /// Opened at the first entry to keep, then kept: it reads the file once, then only what
+    /// others append.
+    writer: std::sync::Mutex<Option<IndexWriter>>,
 }
 
 /// A capture's figures, and the entry to append when they came from decoding.
@@ -204,6 +239,7 @@ impl<'r> SiteSource<'r> {
             run,
             index: RunIndex::open(&run.root),
             limits,
+            writer: std::sync::Mutex::new(None),
         }
     }
 
@@ -234,8 +270,14 @@ impl<'r> SiteSource<'r> {
         if built.is_empty() {
             return;
         }
-        if let Ok(mut writer) = IndexWriter::open(&self.run.root) {
-            let _ = writer.append(&built);
+        let Ok(mut writer) = self.writer.lock() else {
+            return;
+        };
+        if writer.is_none() {
+            *writer = IndexWriter::open(&self.run.root).ok();
+        }
+        if let Some(w) = writer.as_mut() {
+            let _ = w.append(&built);
         }
     }
 }
@@ -245,8 +287,8 @@ impl<'r> SiteSource<'r> {
 pub struct IndexWriter {
     path: PathBuf,
     file: File,
-    names: HashMap<String, u32>,
-    stacks: HashMap<Vec<u32>, u32>,
+    names: QuickMap<String, u32>,
+    stacks: QuickMap<Vec<u32>, u32>,
     /// Bytes of the file this writer has read and checked.
     known: u64,
     /// Bytes cut off the end by the last catch-up: a torn or damaged tail.
@@ -269,8 +311,8 @@ impl IndexWriter {
         Ok(IndexWriter {
             path,
             file,
-            names: HashMap::new(),
-            stacks: HashMap::new(),
+            names: QuickMap::default(),
+            stacks: QuickMap::default(),
             known: 0,
             repaired: 0,
         })

@@ -57,7 +57,7 @@ fn stacks_and_names_are_shared_across_captures() {
     let run = RunDir::open(&root).unwrap();
     rebuild(&run, &DecodeLimits::default()).unwrap();
     let bytes = std::fs::read(root.join(INDEX_FILE)).unwrap();
-    let (mut names, mut stacks) = (HashMap::new(), HashMap::new());
+    let (mut names, mut stacks) = (QuickMap::default(), QuickMap::default());
     let mut offset = HEADER_LEN;
     let mut reader = &bytes[HEADER_LEN as usize..];
     let mut per_capture_rows = Vec::new();

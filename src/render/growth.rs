@@ -192,6 +192,9 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
             }
         }
     }
+    for e in c.other_episodes.iter().take(limit) {
+        let _ = writeln!(out, "  another transient episode: {}", spike_words(e));
+    }
     if !c.alloc_storms.is_empty() {
         let _ = writeln!(out, "  allocation storms (cumulative alloc_space):");
         for s in c.alloc_storms.iter().take(limit) {

@@ -707,3 +707,86 @@ fn a_process_stopped_with_sigint_is_never_called_killed_or_dead() {
     assert!(v.contains("stopped answering, cause unknown"), "{v}");
     assert!(!v.contains("killed") && !v.contains("death"), "{v}");
 }
+
+#[test]
+fn a_process_that_restarts_itself_in_its_cgroup_is_said_to_have_restarted_itself() {
+    let Some(program) = util::go_fixture("spike") else {
+        return;
+    };
+    let Some(cg) = util::memory_cgroup_or_watchdog("restart-itself", 512 << 20) else {
+        return;
+    };
+    let port = util::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let small = [
+        "-spike", "8MiB", "-rise", "100ms", "-build", "100ms", "-hold", "100ms",
+    ];
+    let start = |exit_after: &str, listen_after: &str| {
+        let mut args = vec![
+            "-listen",
+            listen.as_str(),
+            "-exit-after",
+            exit_after,
+            "-listen-after",
+            listen_after,
+            "-settings",
+            "32MiB",
+        ];
+        args.extend_from_slice(&small);
+        util::Reaped(
+            cg.command(&program, &args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start spike"),
+        )
+    };
+    // The first process exits by itself after 3 s; a second starts in the same cgroup 1 s later
+    // and loads 32 MiB for 3 s before its endpoint opens.
+    let mut first = start("3s", "0s");
+    let second = std::thread::scope(|scope| {
+        let supervisor = scope.spawn(|| {
+            let status = first.0.wait().expect("wait for the first process");
+            assert!(
+                status.success(),
+                "the first process exits by itself: {status}"
+            );
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            start("0s", "3s")
+        });
+        let dir = util::tempdir();
+        let run = dir.path().join("run");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let out = util::run(&[
+            "collect",
+            &format!("http://{listen}"),
+            "--out",
+            run.to_str().unwrap(),
+            "--cgroup",
+            cg.path.to_str().unwrap(),
+            "--interval",
+            "250ms",
+            "--duration",
+            "11s",
+            "--quiet",
+        ]);
+        assert!(out.status.code().is_some(), "{}", util::stderr(&out));
+        let second = supervisor.join().unwrap();
+        let out = util::run(&["growth", run.to_str().unwrap(), "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let all = cycles(&doc);
+        assert!(all.len() >= 2, "a second boot cycle: {doc:#}");
+        let c = &all[0];
+        assert_eq!(c["end"]["kind"], "restarted-itself", "{}", summary(c));
+        assert_eq!(c["killed"], false);
+        assert!(verdict(c).contains("restarted itself"), "{}", verdict(c));
+        let across = doc["across"]["summary"].as_str().unwrap();
+        assert!(
+            across.contains("1 restarted itself") && !across.contains("death"),
+            "{across}"
+        );
+        second
+    });
+    drop(second);
+}

@@ -13,6 +13,7 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
         memory_peak_anon: None,
         peaks: Default::default(),
         episode: None,
+        other_episodes: vec![],
         heap_sustained: false,
         build_info: None,
         pid: None,
@@ -35,6 +36,7 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
         total_fit_r2: Some(1.0),
         memory_bytes_per_sec: None,
         memory_peak: Some(200 << 20),
+        memory_from_s: None,
         limit_at_s: Some(9.0),
         sites: vec![SiteGrowth {
             name: "main.leak".into(),

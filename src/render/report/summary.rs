@@ -97,6 +97,8 @@ struct CycleSummary<'a> {
     peaks: &'a crate::analyse::spikes::Peaks,
     #[serde(skip_serializing_if = "Option::is_none")]
     episode: Option<&'a crate::analyse::spikes::Episode>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    other_episodes: &'a [crate::analyse::spikes::Episode],
     top_sites: Vec<SiteSummary>,
     alloc_storms: Vec<StormSummary>,
     goroutine_growth: Vec<GoroutineSummary>,
@@ -238,6 +240,7 @@ pub fn json(m: &ReportModel) -> String {
             at_limit: c.at_limit.as_ref(),
             peaks: &c.peaks,
             episode: c.episode.as_ref(),
+            other_episodes: &c.other_episodes,
             top_sites: c
                 .sites
                 .iter()
