@@ -1,11 +1,8 @@
 //! One capture reduced to its index entry: every sample type's figures per site (the name the
-//! growth analysis gives a sample) and per stack (frame names, leaf first). Follows the rules
-//! of `analyse::reduce` exactly; the index file's header carries a hash of both sources, so a
-//! change to either rebuilds every index.
+//! growth analysis gives a sample). Follows the rules of `analyse::reduce` exactly; the index
+//! file's header carries a hash of both sources, so a change to either rebuilds every index.
 
 use std::collections::HashMap;
-
-use super::QuickMap;
 
 use crate::analyse::reduce::{self, PROFILING_SITE, SiteFigures};
 use crate::decode::stackdump::StackDump;
@@ -20,11 +17,6 @@ pub struct CaptureFigures {
     pub default_type: usize,
     /// Per site, sorted by name: one value per sample type.
     pub sites: Vec<(String, Vec<i64>)>,
-    /// The frame names the stacks use, each once.
-    pub frames: Vec<String>,
-    /// Per sample (indices into `frames`, leaf first): one value per sample type. Samples whose
-    /// frames are the same are merged when the entry is written.
-    pub stacks: Vec<(Vec<u32>, Vec<i64>)>,
 }
 
 impl CaptureFigures {
@@ -93,30 +85,38 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
         .map(|i| profile.sample_type_name(i).to_string())
         .collect();
     let default_type = profile.default_sample_index();
-    // Frame names are worked out once per location, so a sample costs a few lookups.
-    let mut frames = FrameNames::default();
-    let location_frames: Vec<Vec<u32>> = (0..profile.locations.len())
-        .map(|l| {
-            profile
-                .location_frames(LocId(l as u32))
-                .iter()
-                .map(|f| frames.id(&profile.frame_name(f).to_string()))
-                .collect()
-        })
-        .collect();
-    let location_profiler: Vec<bool> = (0..profile.locations.len())
-        .map(|l| {
-            profile.location_frames(LocId(l as u32)).iter().any(|f| {
-                f.function
-                    .is_some_and(|id| is_profiler(profile.str(profile.function(id).name)))
+    let heap = kind != RecordKind::Goroutine;
+    // Worked out once per location, so a sample costs a few lookups. A heap site is named by
+    // its leaf function and needs no frame names; a goroutine site by its first frame outside
+    // the runtime, the only case that names frames.
+    let location_profiler: Vec<bool> = if heap {
+        (0..profile.locations.len())
+            .map(|l| {
+                profile.location_frames(LocId(l as u32)).iter().any(|f| {
+                    f.function
+                        .is_some_and(|id| is_profiler(profile.str(profile.function(id).name)))
+                })
             })
-        })
-        .collect();
-    let mut stack_rows: Vec<(Vec<u32>, Vec<i64>)> = Vec::with_capacity(profile.samples.len());
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let location_site: Vec<Option<String>> = if heap {
+        Vec::new()
+    } else {
+        (0..profile.locations.len())
+            .map(|l| {
+                profile
+                    .location_frames(LocId(l as u32))
+                    .iter()
+                    .map(|f| profile.frame_name(f).to_string())
+                    .find(|n| !is_runtime(n))
+            })
+            .collect()
+    };
     // Sites: the same slots as `reduce::heap_sites` (leaf function, the profiler's own
     // allocations set apart) or `goroutine_sites` (first frame outside the runtime).
     let mut site_rows: HashMap<String, Vec<i64>> = HashMap::new();
-    let heap = kind != RecordKind::Goroutine;
     let inuse = profile
         .find_sample_type("inuse_space")
         .or_else(|| (types > 0).then_some(default_type));
@@ -124,10 +124,6 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
     for (i, sample) in profile.samples.iter().enumerate() {
         let values = &profile.values[i * types..(i + 1) * types];
         let locations = profile.sample_stack(sample);
-        let stack: Vec<u32> = locations
-            .iter()
-            .flat_map(|l| location_frames[l.0 as usize].iter().copied())
-            .collect();
         let site = if heap {
             let Some(inuse) = inuse else { continue };
             if values[inuse] == 0 && alloc.is_none_or(|a| values[a] == 0) {
@@ -150,10 +146,9 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
             }
         } else {
             Some(
-                stack
+                locations
                     .iter()
-                    .map(|&f| frames.names[f as usize].as_str())
-                    .find(|n| !is_runtime(n))
+                    .find_map(|l| location_site[l.0 as usize].as_deref())
                     .unwrap_or("runtime"),
             )
         };
@@ -165,85 +160,31 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
                 }
             }
         }
-        stack_rows.push((stack, values.to_vec()));
     }
-    finish(
-        sample_types,
-        default_type,
-        site_rows,
-        frames.names,
-        stack_rows,
-    )
-}
-
-/// Frame names of one capture, each once.
-#[derive(Default)]
-struct FrameNames {
-    names: Vec<String>,
-    ids: QuickMap<String, u32>,
-}
-
-impl FrameNames {
-    fn id(&mut self, name: &str) -> u32 {
-        if let Some(&id) = self.ids.get(name) {
-            return id;
-        }
-        let id = self.names.len() as u32;
-        self.names.push(name.to_string());
-        self.ids.insert(name.to_string(), id);
-        id
-    }
-}
-
-/// The figures of a text goroutine dump (the agent's op 0x01): one sample type, `goroutine`.
-pub fn from_dump(dump: &StackDump) -> CaptureFigures {
-    let sites = reduce::goroutine_dump_sites(dump)
-        .into_iter()
-        .map(|s| (s.name, vec![s.value]))
-        .collect();
-    let mut frames = FrameNames::default();
-    let stack_rows = dump
-        .stacks
-        .iter()
-        .map(|s| {
-            (
-                s.frames.iter().map(|f| frames.id(f)).collect(),
-                vec![s.count],
-            )
-        })
-        .collect();
-    let mut figures = finish(
-        vec!["goroutine".into()],
-        0,
-        HashMap::new(),
-        frames.names,
-        stack_rows,
-    );
-    figures.sites = sites;
-    figures
-}
-
-fn add(into: &mut [i64], values: &[i64]) {
-    for (t, v) in into.iter_mut().zip(values) {
-        *t = t.wrapping_add(*v);
-    }
-}
-
-fn finish(
-    sample_types: Vec<String>,
-    default_type: usize,
-    sites: HashMap<String, Vec<i64>>,
-    frames: Vec<String>,
-    stacks: Vec<(Vec<u32>, Vec<i64>)>,
-) -> CaptureFigures {
-    let mut sites: Vec<(String, Vec<i64>)> = sites.into_iter().collect();
+    let mut sites: Vec<(String, Vec<i64>)> = site_rows.into_iter().collect();
     sites.sort_by(|a, b| a.0.cmp(&b.0));
     CaptureFigures {
         sample_types,
         default_type,
         sites,
-        frames,
-        stacks,
+    }
+}
+
+/// The figures of a text goroutine dump (the agent's op 0x01): one sample type, `goroutine`.
+pub fn from_dump(dump: &StackDump) -> CaptureFigures {
+    CaptureFigures {
+        sample_types: vec!["goroutine".into()],
+        default_type: 0,
+        sites: reduce::goroutine_dump_sites(dump)
+            .into_iter()
+            .map(|s| (s.name, vec![s.value]))
+            .collect(),
+    }
+}
+
+fn add(into: &mut [i64], values: &[i64]) {
+    for (t, v) in into.iter_mut().zip(values) {
+        *t = t.wrapping_add(*v);
     }
 }
 
@@ -266,8 +207,8 @@ mod tests {
             reduce::heap_sites(&heap)
         );
         assert_eq!(figures.sample_types.len(), 4);
-        let stacks_inuse: i64 = figures.stacks.iter().map(|s| s.1[3]).sum();
-        assert_eq!(stacks_inuse, heap.total(3));
+        let sites_inuse: i64 = figures.sites.iter().map(|s| s.1[3]).sum();
+        assert_eq!(sites_inuse, heap.total(3));
         let g = fixture("goroutineleak-goroutine.pb.gz");
         let figures = from_profile(&g, RecordKind::Goroutine);
         assert_eq!(

@@ -2,17 +2,16 @@
 //! reduction rules), then one frame per capture:
 //!
 //! ```text
-//! frame := head_len u32 | tail_len u32 | xxh3(head) u64 | xxh3(tail) u64 | head | tail
+//! frame := head_len u32 | xxh3(head) u64 | head
 //! head  := seq | hash | file len | mtime ns | inode | kind u8
 //!          | new names (count, then each as length + UTF-8)
 //!          | sample types (count, name ids) | default type
 //!          | sites (count, then name id + one zigzag value per sample type), by name
-//! tail  := new stacks (count, then depth + name ids, leaf first)
-//!          | stack rows (count, then stack id delta + one zigzag value per sample type)
 //! ```
 //!
-//! Integers are LEB128 varints unless sized. Name and stack ids count definitions in file
-//! order. The analysis reads heads only; the tail (per-stack figures, the bulk) is skipped.
+//! Integers are LEB128 varints unless sized. Name ids count definitions in file order.
+//! Version 1 also kept per-stack rows after each head; nothing read them and building them
+//! was most of the collector's CPU, so version 2 keeps sites only.
 
 use std::io::Read;
 
@@ -20,10 +19,10 @@ use super::Built;
 use super::{EntryKey, QuickMap};
 use crate::store::RecordKind;
 
-const MAGIC: &[u8; 8] = b"HWSITES1";
+const MAGIC: &[u8; 8] = b"HWSITES2";
 pub const HEADER_LEN: u64 = 16;
-pub const FRAME_HEADER: u64 = 24;
-/// No frame part is larger than this; a length beyond it is damage, not data.
+pub const FRAME_HEADER: u64 = 12;
+/// No head is larger than this; a length beyond it is damage, not data.
 const MAX_PART: u32 = 1 << 30;
 
 /// What the entries were built by: a change to the format or to the reduction rules makes
@@ -54,23 +53,17 @@ pub fn read_header(reader: &mut impl Read) -> bool {
 
 pub struct Frame {
     pub head_len: u32,
-    pub tail_len: u32,
     head_sum: u64,
-    tail_sum: u64,
 }
 
 impl Frame {
     pub fn head_ok(&self, head: &[u8]) -> bool {
         xxhash_rust::xxh3::xxh3_64(head) == self.head_sum
     }
-
-    pub fn tail_ok(&self, tail: &[u8]) -> bool {
-        xxhash_rust::xxh3::xxh3_64(tail) == self.tail_sum
-    }
 }
 
 /// The frame header at `offset`, and the frame's whole length; None at the end, or when the
-/// frame would run past `file_len` (torn) or its lengths are not believable.
+/// frame would run past `file_len` (torn) or its length is not believable.
 pub fn read_frame_header(
     reader: &mut impl Read,
     offset: u64,
@@ -81,18 +74,14 @@ pub fn read_frame_header(
     }
     let mut b = [0u8; FRAME_HEADER as usize];
     reader.read_exact(&mut b).ok()?;
-    let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-    let long = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
     let frame = Frame {
-        head_len: word(0),
-        tail_len: word(4),
-        head_sum: long(8),
-        tail_sum: long(16),
+        head_len: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
+        head_sum: u64::from_le_bytes(b[4..12].try_into().expect("8 bytes")),
     };
-    if frame.head_len > MAX_PART || frame.tail_len > MAX_PART {
+    if frame.head_len > MAX_PART {
         return None;
     }
-    let total = FRAME_HEADER + u64::from(frame.head_len) + u64::from(frame.tail_len);
+    let total = FRAME_HEADER + u64::from(frame.head_len);
     (offset + total <= file_len).then_some((frame, total))
 }
 
@@ -123,13 +112,8 @@ fn intern<'a>(name: &'a str, names: &mut QuickMap<String, u32>, new: &mut Vec<&'
     id
 }
 
-/// Appends one capture's frame to `out`, interning its names and stacks.
-pub fn encode_frame(
-    out: &mut Vec<u8>,
-    b: &Built,
-    names: &mut QuickMap<String, u32>,
-    stacks: &mut QuickMap<Vec<u32>, u32>,
-) {
+/// Appends one capture's frame to `out`, interning its names.
+pub fn encode_frame(out: &mut Vec<u8>, b: &Built, names: &mut QuickMap<String, u32>) {
     let f = &b.figures;
     let mut new_names = Vec::new();
     let types: Vec<u32> = f
@@ -142,48 +126,6 @@ pub fn encode_frame(
         .iter()
         .map(|(n, _)| intern(n, names, &mut new_names))
         .collect();
-    let frame_ids: Vec<u32> = f
-        .frames
-        .iter()
-        .map(|n| intern(n, names, &mut new_names))
-        .collect();
-    let mut new_stacks: Vec<Vec<u32>> = Vec::new();
-    let mut rows: Vec<(u32, &[i64])> = Vec::with_capacity(f.stacks.len());
-    let mut ids = Vec::new();
-    for (frames, values) in &f.stacks {
-        ids.clear();
-        ids.extend(frames.iter().map(|&i| frame_ids[i as usize]));
-        let id = match stacks.get(&ids) {
-            Some(&id) => id,
-            None => {
-                let id = stacks.len() as u32;
-                stacks.insert(ids.clone(), id);
-                new_stacks.push(ids.clone());
-                id
-            }
-        };
-        rows.push((id, values));
-    }
-    rows.sort_by_key(|r| r.0);
-    // Samples whose stacks name the same frames are one stack (pprof merges them too).
-    let types_n = types.len();
-    let mut merged: Vec<(u32, Vec<i64>)> = Vec::with_capacity(rows.len());
-    for (id, values) in rows {
-        match merged.last_mut() {
-            Some((last, sum)) if *last == id => {
-                for (s, v) in sum.iter_mut().zip(values) {
-                    *s = s.wrapping_add(*v);
-                }
-            }
-            _ => merged.push((
-                id,
-                (0..types_n)
-                    .map(|i| values.get(i).copied().unwrap_or(0))
-                    .collect(),
-            )),
-        }
-    }
-
     let mut head = Vec::new();
     put(&mut head, b.seq);
     put_bytes(&mut head, b.key.hash.as_bytes());
@@ -207,32 +149,12 @@ pub fn encode_frame(
             put_signed(&mut head, values.get(i).copied().unwrap_or(0));
         }
     }
-    let mut tail = Vec::new();
-    put(&mut tail, new_stacks.len() as u64);
-    for s in &new_stacks {
-        put(&mut tail, s.len() as u64);
-        for id in s {
-            put(&mut tail, u64::from(*id));
-        }
-    }
-    put(&mut tail, merged.len() as u64);
-    let mut last = 0u32;
-    for (id, values) in merged {
-        put(&mut tail, u64::from(id - last));
-        last = id;
-        for i in 0..types.len() {
-            put_signed(&mut tail, values.get(i).copied().unwrap_or(0));
-        }
-    }
     out.extend_from_slice(&(head.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(tail.len() as u32).to_le_bytes());
     out.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&head).to_le_bytes());
-    out.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&tail).to_le_bytes());
     out.extend_from_slice(&head);
-    out.extend_from_slice(&tail);
 }
 
-/// A cursor over a frame part; every read is checked.
+/// A cursor over a head; every read is checked.
 struct Cursor<'a>(&'a [u8]);
 
 #[derive(Debug)]
@@ -366,62 +288,14 @@ impl<'n> Entry<'n> {
     }
 }
 
-/// Learns a frame's new names and stacks, checking that every id it uses is defined.
-pub fn learn(
-    head: &[u8],
-    tail: &[u8],
-    names: &mut QuickMap<String, u32>,
-    stacks: &mut QuickMap<Vec<u32>, u32>,
-) -> Result<(), Damaged> {
-    let parsed = Head::parse(head)?;
-    for n in parsed.new_names {
+/// Learns a frame's new names, checking none is defined twice.
+pub fn learn(head: &[u8], names: &mut QuickMap<String, u32>) -> Result<(), Damaged> {
+    for n in Head::parse(head)?.new_names {
         // A name defined twice would shift every later id: the frame is damaged.
         let id = names.len() as u32;
         if names.insert(n, id).is_some() {
             return Err(Damaged);
         }
     }
-    let defined = names.len() as u64;
-    let mut c = Cursor(tail);
-    let n = c.count()?;
-    for _ in 0..n {
-        let depth = c.count()?;
-        let ids = (0..depth)
-            .map(|_| {
-                c.uint()
-                    .and_then(|id| (id < defined).then_some(id as u32).ok_or(Damaged))
-            })
-            .collect::<Result<Vec<u32>, _>>()?;
-        let id = stacks.len() as u32;
-        if stacks.insert(ids, id).is_some() {
-            return Err(Damaged);
-        }
-    }
     Ok(())
-}
-
-/// A capture's stack rows in a tail, by stack id.
-#[cfg(test)]
-pub fn stack_rows(tail: &[u8], types: usize) -> Result<Vec<(u32, Vec<i64>)>, Damaged> {
-    let mut c = Cursor(tail);
-    let n = c.count()?;
-    for _ in 0..n {
-        let depth = c.count()?;
-        for _ in 0..depth {
-            c.uint()?;
-        }
-    }
-    let rows = c.count()?;
-    let mut id = 0u32;
-    let mut out = Vec::with_capacity(rows);
-    for _ in 0..rows {
-        id = id
-            .checked_add(u32::try_from(c.uint()?).map_err(|_| Damaged)?)
-            .ok_or(Damaged)?;
-        let values = (0..types)
-            .map(|_| c.signed())
-            .collect::<Result<Vec<_>, _>>()?;
-        out.push((id, values));
-    }
-    Ok(out)
 }

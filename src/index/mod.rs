@@ -1,5 +1,5 @@
-//! The site index of a run (`sites.idx`): each stored capture's figures per site and per stack,
-//! every sample type, names and stacks interned once for the whole run, so an analysis reads a
+//! The site index of a run (`sites.idx`): each stored capture's figures per site, every sample
+//! type, names interned once for the whole run, so an analysis reads a
 //! few kilobytes a capture instead of decoding megabytes. Derived: the profiles and the manifest
 //! stay the truth, and an entry is used only while it matches both (see [`EntryKey`]).
 //!
@@ -10,8 +10,7 @@
 pub mod build;
 mod format;
 
-/// A quick hash for the index's own keys (frame names, stacks of ids): SipHash was a tenth of
-/// building an entry. The keys come from profiles, not from an adversary choosing collisions
+/// A quick hash for the index's own keys (names): SipHash was a tenth of building an entry. The keys come from profiles, not from an adversary choosing collisions
 /// against a server.
 #[derive(Default, Clone, Copy)]
 pub struct QuickHasher(u64);
@@ -136,7 +135,7 @@ impl RunIndex {
         let Ok(len) = file.metadata().map(|m| m.len()) else {
             return index;
         };
-        // Small reads: heads are short and the tails between them are skipped, not read.
+        // Small reads: heads are short.
         let mut reader = io::BufReader::with_capacity(8 << 10, &file);
         if !format::read_header(&mut reader) {
             return index;
@@ -151,9 +150,6 @@ impl RunIndex {
             let Ok(parsed) = Head::parse(&head) else {
                 break;
             };
-            if reader.seek_relative(i64::from(frame.tail_len)).is_err() {
-                break;
-            }
             index.names.extend(parsed.new_names);
             index.entries.insert(
                 parsed.seq,
@@ -282,13 +278,12 @@ impl<'r> SiteSource<'r> {
     }
 }
 
-/// Appends entries to a run's index under an exclusive lock, interning names and stacks
+/// Appends entries to a run's index under an exclusive lock, interning names
 /// against everything already in the file (including what another writer added meanwhile).
 pub struct IndexWriter {
     path: PathBuf,
     file: File,
     names: QuickMap<String, u32>,
-    stacks: QuickMap<Vec<u32>, u32>,
     /// Bytes of the file this writer has read and checked.
     known: u64,
     /// Bytes cut off the end by the last catch-up: a torn or damaged tail.
@@ -312,7 +307,6 @@ impl IndexWriter {
             path,
             file,
             names: QuickMap::default(),
-            stacks: QuickMap::default(),
             known: 0,
             repaired: 0,
         })
@@ -332,7 +326,7 @@ impl IndexWriter {
         self.catch_up().map_err(|e| self.io(e))?;
         let mut bytes = Vec::new();
         for b in built {
-            format::encode_frame(&mut bytes, b, &mut self.names, &mut self.stacks);
+            format::encode_frame(&mut bytes, b, &mut self.names);
         }
         self.file
             .write_all_at(&bytes, self.known)
@@ -360,7 +354,6 @@ impl IndexWriter {
         if fresh {
             // Absent, shrunk by someone else, or from another format or reduction: start over.
             self.names.clear();
-            self.stacks.clear();
             self.repaired = len;
             self.file.set_len(0)?;
             self.file.write_all_at(&format::header(), 0)?;
@@ -374,15 +367,12 @@ impl IndexWriter {
         self.file.seek(SeekFrom::Start(self.known))?;
         let mut reader = io::BufReader::with_capacity(1 << 16, &self.file);
         let mut offset = self.known;
-        let (mut head, mut tail) = (Vec::new(), Vec::new());
+        let mut head = Vec::new();
         while let Some((frame, body_len)) = format::read_frame_header(&mut reader, offset, len) {
             head.resize(frame.head_len as usize, 0);
-            tail.resize(frame.tail_len as usize, 0);
             if reader.read_exact(&mut head).is_err()
-                || reader.read_exact(&mut tail).is_err()
                 || !frame.head_ok(&head)
-                || !frame.tail_ok(&tail)
-                || format::learn(&head, &tail, &mut self.names, &mut self.stacks).is_err()
+                || format::learn(&head, &mut self.names).is_err()
             {
                 break;
             }
