@@ -21,7 +21,7 @@ command -v /usr/bin/time >/dev/null || { apt-get install -y -qq time >/dev/null;
 stored() { grep -c '"kind":"heap"' "$RUN/manifest.jsonl" 2>/dev/null | tr -d ' ' || echo 0; }
 
 if [ ! -f "$RUN/manifest.jsonl" ] || [ "$(grep '"kind":"heap"' "$RUN/manifest.jsonl" | grep -c '"dup_of":null')" -lt "$CAPTURES" ]; then
-    rm -rf "$RUN"
+    # A run cut short (a loaded machine can make the target miss its timeouts) is resumed.
     (cd testdata/go && CGO_ENABLED=0 go build -trimpath -o "$PWD/../../$WORK/bigprofile" ./cmd/bigprofile)
     "$WORK/bigprofile" -listen 127.0.0.1:0 -stacks 25000 -churn 32MiB > "$WORK/target.out" &
     TARGET=$!
@@ -30,7 +30,7 @@ if [ ! -f "$RUN/manifest.jsonl" ] || [ "$(grep '"kind":"heap"' "$RUN/manifest.js
     ADDR=$(sed -n 's/^listening on //p' "$WORK/target.out" | head -1)
     # --gc makes every capture a fresh publication, so consecutive captures differ.
     while [ "$(grep '"kind":"heap"' "$RUN/manifest.jsonl" 2>/dev/null | grep -c '"dup_of":null' || true)" -lt "$CAPTURES" ]; do
-        "$HW" collect "http://$ADDR" --out "$RUN" --gc --interval 10ms --memstats-interval 0 --duration 20s --quiet
+        "$HW" collect "http://$ADDR" --out "$RUN" --gc --interval 10ms --memstats-interval 0 --duration 20s --quiet || true
     done
     kill $TARGET; wait $TARGET 2>/dev/null || true
     trap - EXIT
@@ -56,6 +56,8 @@ for dest, part in ((full, heap), (quarter, heap[: n // 4])):
         for a, b in zip(part, part[1:]):
             p.write(os.path.abspath(os.path.join(run, a["file"])) + " " + os.path.abspath(os.path.join(run, b["file"])) + "\n")
 EOF
+# RECORD_ONLY=1: stop here, the run and its copies ready (bench/growth-index.sh uses them).
+if [ -n "${RECORD_ONLY:-}" ]; then exit 0; fi
 COUNT=$(wc -l < "$FULL/manifest.jsonl")
 MEAN_KB=$(python3 -c "
 import json,sys

@@ -7,6 +7,7 @@
 pub mod analyse;
 pub mod collect;
 pub mod decode;
+pub mod index;
 pub mod launch;
 pub mod model;
 pub mod push;

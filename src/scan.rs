@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use crate::analyse::compare::{AgedSites, Comparison, CycleSide};
 use crate::analyse::growth::{CycleGrowth, GrowthBuilder, GrowthReport};
-use crate::analyse::reduce::{self, SiteFigures};
 use crate::analyse::select::{self, CycleBuild, SelectError, Selection};
-use crate::decode::{self, DecodeLimits};
+use crate::decode::DecodeLimits;
+use crate::index::{SiteSource, Sites};
 use crate::source::procmem::MemorySample;
 use crate::store::{CaptureRecord, RecordKind, RunDir, StoreError};
 
@@ -34,26 +34,6 @@ pub struct ScanNotes {
     pub decoded: usize,
     pub missing: usize,
     pub unreadable: Vec<String>,
-}
-
-fn reduce_file(
-    path: &PathBuf,
-    kind: RecordKind,
-    limits: &DecodeLimits,
-) -> Result<Vec<SiteFigures>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if kind == RecordKind::Goroutine && !decode::is_gzip(&bytes) && bytes.starts_with(b"goroutine ")
-    {
-        // A text stack dump (the agent's op 0x01), stored as NNNNNN-goroutine.txt.
-        let dump =
-            decode::stackdump::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        return Ok(reduce::goroutine_dump_sites(&dump));
-    }
-    let profile = decode::decode(&bytes, limits).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(match kind {
-        RecordKind::Goroutine => reduce::goroutine_sites(&profile),
-        _ => reduce::heap_sites(&profile),
-    })
 }
 
 /// Runs the growth analysis over a run.
@@ -97,27 +77,30 @@ pub fn growth(
         .cpu_limit(cpu_limit)
         .run_label(&run_label(run));
     let mut notes = ScanNotes::default();
+    // The site index answers for every capture it has a fresh entry for; the rest are decoded
+    // and their entries appended, batch by batch.
+    let source = SiteSource::open(run, limits);
     for batch in wanted.chunks(BATCH) {
-        let mut results: Vec<Option<Result<Vec<SiteFigures>, String>>> = vec![None; batch.len()];
+        let mut results: Vec<Option<Result<Sites, String>>> = vec![None; batch.len()];
         std::thread::scope(|scope| {
             let chunk = batch.len().div_ceil(workers);
             for (slots, records) in results
                 .chunks_mut(chunk.max(1))
                 .zip(batch.chunks(chunk.max(1)))
             {
+                let source = &source;
                 scope.spawn(move || {
                     for (slot, record) in slots.iter_mut().zip(records) {
-                        *slot = Some(match run.file_path(record) {
-                            Some(path) if path.is_file() => reduce_file(&path, record.kind, limits),
-                            _ => Err(String::new()),
-                        });
+                        *slot = Some(source.sites(record));
                     }
                 });
             }
         });
+        let mut built = Vec::new();
         for (record, result) in batch.iter().zip(results) {
             match result {
-                Some(Ok(sites)) => {
+                Some(Ok((sites, fresh))) => {
+                    built.extend(fresh);
                     notes.decoded += 1;
                     if record.kind == RecordKind::Goroutine {
                         builder.goroutine(record, &sites);
@@ -130,6 +113,7 @@ pub fn growth(
                 None => notes.missing += 1,
             }
         }
+        source.keep(built);
     }
     let memory: Vec<MemorySample> = run.memory_samples();
     let limit = limit
@@ -150,6 +134,7 @@ pub fn growth(
 fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool {
     let stored = stored_heaps(run, c.index);
     let start_ms = c.start_ms;
+    let source = SiteSource::open(run, limits);
     let fill = |e: &mut crate::analyse::spikes::Episode| -> bool {
         let (Some(from), Some(to)) = (
             capture_at_age(&stored, start_ms, e.start_s),
@@ -160,10 +145,7 @@ fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool
         if from.seq == to.seq {
             return false;
         }
-        let read = |r: &CaptureRecord| {
-            run.file_path(r)
-                .and_then(|p| reduce_file(&p, RecordKind::Heap, limits).ok())
-        };
+        let read = |r: &CaptureRecord| source.sites(r).ok().map(|(sites, _)| sites);
         let (Some(before), Some(at_peak)) = (read(from), read(to)) else {
             return false;
         };
@@ -252,10 +234,11 @@ pub fn cycle_sites(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Vec<AgedS
     let Some(start) = cycle_start_ms(&run.manifest.records, cycle) else {
         return Vec::new();
     };
+    let source = SiteSource::open(run, limits);
     stored_heaps(run, cycle)
         .into_iter()
         .filter_map(|r| {
-            let sites = reduce_file(&run.file_path(r)?, RecordKind::Heap, limits).ok()?;
+            let (sites, _) = source.sites(r).ok()?;
             Some(AgedSites {
                 seq: r.seq,
                 age_s: (r.t_ms - start) as f64 / 1000.0,

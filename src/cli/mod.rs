@@ -9,6 +9,7 @@ mod demo;
 mod diff;
 mod flame;
 mod growth;
+mod index;
 mod push;
 mod push_flags;
 mod replay;
@@ -99,6 +100,8 @@ enum Command {
     /// Start a command under a memory limit and record it through the proc source from its
     /// first milliseconds, restarting it after each death: an OOM loop in one command.
     Run(Box<run::RunArgs>),
+    /// Build or repair a run's site index (analyses do it themselves when it is missing).
+    Index(index::IndexArgs),
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
@@ -117,6 +120,7 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Triage(args) => triage::run(args),
         Command::Push(args) => push::run(*args),
         Command::Run(args) => run::run(*args),
+        Command::Index(args) => index::run(args),
     }
 }
 

@@ -24,6 +24,7 @@ pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
 
 use crate::decode::{self, DecodeLimits, stackdump};
+use crate::index::{CaptureIndexer, Content as IndexContent};
 use crate::source::procmem::MemoryProbe;
 use crate::source::{FailureKind, FetchError, Source, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
@@ -187,6 +188,10 @@ pub struct Collector<'a> {
     idle_factor: u32,
     /// The in-use heap and memory when the heap last moved.
     last_heap: Option<HeapMark>,
+    /// Writes each stored capture's site index entry on a thread of its own.
+    indexer: CaptureIndexer,
+    /// The content the current attempt decoded, for the indexer once it is durable.
+    to_index: Option<IndexContent>,
 }
 
 /// What the inbox held at the top of the loop.
@@ -231,6 +236,7 @@ impl<'a> Collector<'a> {
             .map(|r| r.incarnation)
             .max()
             .unwrap_or(0);
+        let indexer = CaptureIndexer::start(writer.root());
         Collector {
             config,
             source,
@@ -275,6 +281,8 @@ impl<'a> Collector<'a> {
             exits: None,
             idle_factor: 1,
             last_heap: None,
+            indexer,
+            to_index: None,
         }
     }
 
@@ -688,6 +696,13 @@ impl<'a> Collector<'a> {
             }
         }
         self.writer.append(&record)?;
+        if let Some(content) = self.to_index.take() {
+            // Durable and recorded: only now is its index entry made, off this thread.
+            if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
+                let path = self.writer.root().join(file);
+                self.indexer.add(&record, path, content);
+            }
+        }
         if record.is_ok() && record.incarnation > self.cycle_noted {
             self.note_cycle(&record)?;
         }
@@ -813,6 +828,7 @@ impl<'a> Collector<'a> {
         self.status.goroutines = Some(goroutines);
         record.totals = totals;
         self.keep_or_dedup(record, dump.content_hash(), "txt");
+        self.to_index = Some(IndexContent::Dump(dump));
         Ok(())
     }
 
@@ -839,6 +855,7 @@ impl<'a> Collector<'a> {
         }
         record.totals = totals;
         self.keep_or_dedup(record, hash, "pb.gz");
+        self.to_index = Some(IndexContent::Profile(raw.into_owned()));
         Ok(())
     }
 

@@ -1041,3 +1041,26 @@ fn a_source_that_costs_the_target_nothing_never_backs_off_when_idle() {
     );
     assert!(heaps.windows(2).all(|w| w[1] - w[0] == 500), "{heaps:?}");
 }
+
+#[test]
+fn every_stored_capture_gets_its_site_index_entry_from_the_collector() {
+    let clock = FakeClock::new(1_000_000);
+    let mut source = AgentLike::new(&clock, &[Want::Heap, Want::Goroutine]);
+    let config = CollectConfig {
+        goroutine: true,
+        goroutine_interval: ms(500),
+        memstats_interval: Duration::ZERO,
+        duration: Some(ms(2000)),
+        ..CollectConfig::default()
+    };
+    let (summary, records, dir) = collect_from(config, &mut source, &clock);
+    assert_eq!(summary.stored, 2, "{records:#?}");
+    let run = RunDir::open(dir.path()).unwrap();
+    // The collector has exited, so its indexer has written everything it was given.
+    let done = crate::index::rebuild(&run, &DecodeLimits::default()).unwrap();
+    assert_eq!(
+        (done.captures, done.fresh, done.rebuilt),
+        (2, 2, 0),
+        "{done:?}"
+    );
+}

@@ -14,6 +14,7 @@ mod diff;
 mod envoy;
 mod flame;
 mod growth;
+mod index;
 mod oracle;
 mod proc;
 mod push;

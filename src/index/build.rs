@@ -1,0 +1,219 @@
+//! One capture reduced to its index entry: every sample type's figures per site (the name the
+//! growth analysis gives a sample). Follows the rules of `analyse::reduce` exactly; the index
+//! file's header carries a hash of both sources, so a change to either rebuilds every index.
+
+use std::collections::HashMap;
+
+use crate::analyse::reduce::{self, PROFILING_SITE, SiteFigures};
+use crate::decode::stackdump::StackDump;
+use crate::model::{LocId, Profile};
+use crate::store::RecordKind;
+
+/// What the index keeps of one capture, names still as text (interned when written).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CaptureFigures {
+    pub sample_types: Vec<String>,
+    /// The sample type pprof shows by default (an index into `sample_types`).
+    pub default_type: usize,
+    /// Per site, sorted by name: one value per sample type.
+    pub sites: Vec<(String, Vec<i64>)>,
+}
+
+impl CaptureFigures {
+    /// The figures the growth analysis works from, equal to `reduce::heap_sites` /
+    /// `goroutine_sites` on the decoded profile.
+    pub fn site_figures(&self, kind: RecordKind) -> Vec<SiteFigures> {
+        site_figures(
+            kind,
+            &self.sample_types,
+            self.default_type,
+            self.sites.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        )
+    }
+}
+
+/// [`CaptureFigures::site_figures`] over rows already in name order, whatever holds them.
+pub fn site_figures<'a, S: AsRef<str>>(
+    kind: RecordKind,
+    sample_types: &[S],
+    default_type: usize,
+    rows: impl Iterator<Item = (&'a str, &'a [i64])>,
+) -> Vec<SiteFigures> {
+    let find = |wanted: &str| sample_types.iter().position(|t| t.as_ref() == wanted);
+    let at = |values: &[i64], i: Option<usize>| i.and_then(|i| values.get(i).copied());
+    if kind == RecordKind::Goroutine {
+        return rows
+            .map(|(name, values)| SiteFigures {
+                name: name.to_string(),
+                value: at(values, Some(default_type)).unwrap_or(0),
+                alloc: 0,
+            })
+            .collect();
+    }
+    let Some(inuse) =
+        find("inuse_space").or_else(|| (!sample_types.is_empty()).then_some(default_type))
+    else {
+        return Vec::new();
+    };
+    let alloc = find("alloc_space");
+    rows.filter_map(|(name, values)| {
+        let (value, alloc) = (
+            at(values, Some(inuse)).unwrap_or(0),
+            at(values, alloc).unwrap_or(0),
+        );
+        (value != 0 || alloc != 0).then(|| SiteFigures {
+            name: name.to_string(),
+            value,
+            alloc,
+        })
+    })
+    .collect()
+}
+
+fn is_profiler(name: &str) -> bool {
+    name.starts_with("runtime/pprof.") || name.starts_with("net/http/pprof.")
+}
+
+fn is_runtime(name: &str) -> bool {
+    name.starts_with("runtime.") || name.contains(".runtime_") || name.starts_with("internal/")
+}
+
+/// The figures of a decoded pprof profile of `kind`.
+pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
+    let types = profile.sample_types.len();
+    let sample_types: Vec<String> = (0..types)
+        .map(|i| profile.sample_type_name(i).to_string())
+        .collect();
+    let default_type = profile.default_sample_index();
+    let heap = kind != RecordKind::Goroutine;
+    // Worked out once per location, so a sample costs a few lookups. A heap site is named by
+    // its leaf function and needs no frame names; a goroutine site by its first frame outside
+    // the runtime, the only case that names frames.
+    let location_profiler: Vec<bool> = if heap {
+        (0..profile.locations.len())
+            .map(|l| {
+                profile.location_frames(LocId(l as u32)).iter().any(|f| {
+                    f.function
+                        .is_some_and(|id| is_profiler(profile.str(profile.function(id).name)))
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let location_site: Vec<Option<String>> = if heap {
+        Vec::new()
+    } else {
+        (0..profile.locations.len())
+            .map(|l| {
+                profile
+                    .location_frames(LocId(l as u32))
+                    .iter()
+                    .map(|f| profile.frame_name(f).to_string())
+                    .find(|n| !is_runtime(n))
+            })
+            .collect()
+    };
+    // Sites: the same slots as `reduce::heap_sites` (leaf function, the profiler's own
+    // allocations set apart) or `goroutine_sites` (first frame outside the runtime).
+    let mut site_rows: HashMap<String, Vec<i64>> = HashMap::new();
+    let inuse = profile
+        .find_sample_type("inuse_space")
+        .or_else(|| (types > 0).then_some(default_type));
+    let alloc = profile.find_sample_type("alloc_space");
+    for (i, sample) in profile.samples.iter().enumerate() {
+        let values = &profile.values[i * types..(i + 1) * types];
+        let locations = profile.sample_stack(sample);
+        let site = if heap {
+            let Some(inuse) = inuse else { continue };
+            if values[inuse] == 0 && alloc.is_none_or(|a| values[a] == 0) {
+                None
+            } else {
+                locations.first().map(|&leaf| {
+                    if locations.iter().any(|l| location_profiler[l.0 as usize]) {
+                        PROFILING_SITE
+                    } else {
+                        match profile
+                            .location_frames(leaf)
+                            .first()
+                            .and_then(|f| f.function)
+                        {
+                            Some(id) => profile.str(profile.function(id).name),
+                            None => "(unsymbolized)",
+                        }
+                    }
+                })
+            }
+        } else {
+            Some(
+                locations
+                    .iter()
+                    .find_map(|l| location_site[l.0 as usize].as_deref())
+                    .unwrap_or("runtime"),
+            )
+        };
+        if let Some(site) = site {
+            match site_rows.get_mut(site) {
+                Some(row) => add(row, values),
+                None => {
+                    site_rows.insert(site.to_string(), values.to_vec());
+                }
+            }
+        }
+    }
+    let mut sites: Vec<(String, Vec<i64>)> = site_rows.into_iter().collect();
+    sites.sort_by(|a, b| a.0.cmp(&b.0));
+    CaptureFigures {
+        sample_types,
+        default_type,
+        sites,
+    }
+}
+
+/// The figures of a text goroutine dump (the agent's op 0x01): one sample type, `goroutine`.
+pub fn from_dump(dump: &StackDump) -> CaptureFigures {
+    CaptureFigures {
+        sample_types: vec!["goroutine".into()],
+        default_type: 0,
+        sites: reduce::goroutine_dump_sites(dump)
+            .into_iter()
+            .map(|s| (s.name, vec![s.value]))
+            .collect(),
+    }
+}
+
+fn add(into: &mut [i64], values: &[i64]) {
+    for (t, v) in into.iter_mut().zip(values) {
+        *t = t.wrapping_add(*v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{DecodeLimits, decode};
+
+    fn fixture(name: &str) -> Profile {
+        let path = format!("{}/testdata/profiles/{name}", env!("CARGO_MANIFEST_DIR"));
+        decode(&std::fs::read(path).unwrap(), &DecodeLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn site_figures_equal_the_reduction_of_the_decoded_profile() {
+        let heap = fixture("hiddenleak-heap-late.pb.gz");
+        let figures = from_profile(&heap, RecordKind::Heap);
+        assert_eq!(
+            figures.site_figures(RecordKind::Heap),
+            reduce::heap_sites(&heap)
+        );
+        assert_eq!(figures.sample_types.len(), 4);
+        let sites_inuse: i64 = figures.sites.iter().map(|s| s.1[3]).sum();
+        assert_eq!(sites_inuse, heap.total(3));
+        let g = fixture("goroutineleak-goroutine.pb.gz");
+        let figures = from_profile(&g, RecordKind::Goroutine);
+        assert_eq!(
+            figures.site_figures(RecordKind::Goroutine),
+            reduce::goroutine_sites(&g)
+        );
+    }
+}

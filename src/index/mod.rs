@@ -1,0 +1,577 @@
+//! The site index of a run (`sites.idx`): each stored capture's figures per site, every sample
+//! type, names interned once for the whole run, so an analysis reads a
+//! few kilobytes a capture instead of decoding megabytes. Derived: the profiles and the manifest
+//! stay the truth, and an entry is used only while it matches both (see [`EntryKey`]).
+//!
+//! The file is appended, one checksummed frame per capture, under an exclusive `flock` so the
+//! collector and any analysis can add to it at once; a reader stops at the first frame that is
+//! torn or fails its checksum, and the next writer cuts the file back to there.
+
+pub mod build;
+mod format;
+
+/// A quick hash for the index's own keys (names): SipHash was a tenth of building an entry. The keys come from profiles, not from an adversary choosing collisions
+/// against a server.
+#[derive(Default, Clone, Copy)]
+pub struct QuickHasher(u64);
+
+impl std::hash::Hasher for QuickHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let mut last = [0u8; 8];
+        last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        self.add(u64::from_le_bytes(last) ^ bytes.len() as u64);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl QuickHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+pub type QuickMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<QuickHasher>>;
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::analyse::reduce::SiteFigures;
+use crate::decode::{self, DecodeLimits};
+use crate::store::{CaptureRecord, RecordKind, RunDir};
+pub use build::CaptureFigures;
+use format::{Entry, FRAME_HEADER, HEADER_LEN, Head};
+
+pub const INDEX_FILE: &str = "sites.idx";
+
+#[derive(Debug, Error)]
+pub enum IndexError {
+    #[error(
+        "{path}: {source}; the index is only a cache of the profiles: remove it and run `heapwatch index` again"
+    )]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// What an entry must match to stand for a capture: the manifest's content hash, and the
+/// file's size, modification time and inode as the entry was built (a profile replaced on
+/// disk changes at least one of them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EntryKey {
+    pub hash: String,
+    pub len: u64,
+    pub mtime_ns: u64,
+    pub ino: u64,
+}
+
+impl EntryKey {
+    /// The key of `record`'s file as it is on disk now; None when it is not a file.
+    pub fn of(record: &CaptureRecord, path: &Path) -> Option<EntryKey> {
+        let meta = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
+        Some(EntryKey {
+            hash: record.hash.clone().unwrap_or_default(),
+            len: meta.len(),
+            mtime_ns: (meta.mtime() as u64)
+                .wrapping_mul(1_000_000_000)
+                .wrapping_add(meta.mtime_nsec() as u64),
+            ino: meta.ino(),
+        })
+    }
+}
+
+/// A capture's figures built by decoding its file, to be appended to the index.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub seq: u64,
+    pub kind: RecordKind,
+    pub key: EntryKey,
+    pub figures: CaptureFigures,
+}
+
+/// Where one entry's head sits in the file, and what it was built for.
+#[derive(Debug, Clone)]
+struct Located {
+    offset: u64,
+    head_len: u32,
+    key: EntryKey,
+    kind: RecordKind,
+}
+
+/// The index of a run opened for reading: the names and where each capture's entry is. Holds
+/// one short record per capture and the names (which grow with the sites); site rows are read
+/// from the file when asked for.
+#[derive(Default)]
+pub struct RunIndex {
+    file: Option<File>,
+    names: Vec<String>,
+    entries: HashMap<u64, Located>,
+    /// Bytes past the last good frame: a torn or damaged tail the next writer cuts off.
+    pub damaged_tail: u64,
+}
+
+impl RunIndex {
+    /// Reads the index of the run at `root`. A missing, unreadable or outdated index reads as
+    /// empty: every capture is then decoded, as before there was an index.
+    pub fn open(root: &Path) -> RunIndex {
+        let Ok(file) = File::open(root.join(INDEX_FILE)) else {
+            return RunIndex::default();
+        };
+        let mut index = RunIndex::default();
+        let Ok(len) = file.metadata().map(|m| m.len()) else {
+            return index;
+        };
+        // Small reads: heads are short.
+        let mut reader = io::BufReader::with_capacity(8 << 10, &file);
+        if !format::read_header(&mut reader) {
+            return index;
+        }
+        let mut offset = HEADER_LEN;
+        let mut head = Vec::new();
+        while let Some((frame, body_len)) = format::read_frame_header(&mut reader, offset, len) {
+            head.resize(frame.head_len as usize, 0);
+            if reader.read_exact(&mut head).is_err() || !frame.head_ok(&head) {
+                break;
+            }
+            let Ok(parsed) = Head::parse(&head) else {
+                break;
+            };
+            index.names.extend(parsed.new_names);
+            index.entries.insert(
+                parsed.seq,
+                Located {
+                    offset: offset + FRAME_HEADER,
+                    head_len: frame.head_len,
+                    key: parsed.key,
+                    kind: parsed.kind,
+                },
+            );
+            offset += body_len;
+        }
+        index.damaged_tail = len.saturating_sub(offset);
+        index.file = Some(file);
+        index
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The site figures of `record` from its entry, when there is one built for the file as
+    /// it is now (`key`).
+    pub fn sites(&self, record: &CaptureRecord, key: &EntryKey) -> Option<Vec<SiteFigures>> {
+        let located = self.entries.get(&record.seq)?;
+        if located.key != *key || located.kind != record.kind {
+            return None;
+        }
+        let mut head = vec![0; located.head_len as usize];
+        self.file
+            .as_ref()?
+            .read_exact_at(&mut head, located.offset)
+            .ok()?;
+        let entry = Entry::parse_sites(&head, &self.names).ok()?;
+        Some(build::site_figures(
+            record.kind,
+            &entry.sample_types,
+            entry.default_type,
+            entry.sites.iter().map(|(n, v)| (*n, v.as_slice())),
+        ))
+    }
+}
+
+/// Decodes a capture's file into its figures: a gzipped pprof profile, or a goroutine text
+/// dump (the agent's op 0x01). The error names the file.
+pub fn build_file(
+    path: &Path,
+    kind: RecordKind,
+    limits: &DecodeLimits,
+) -> Result<CaptureFigures, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if kind == RecordKind::Goroutine && !decode::is_gzip(&bytes) && bytes.starts_with(b"goroutine ")
+    {
+        let dump =
+            decode::stackdump::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(build::from_dump(&dump));
+    }
+    let profile = decode::decode(&bytes, limits).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(build::from_profile(&profile, kind))
+}
+
+/// Where an analysis gets a capture's site figures: the index when its entry is fresh, else
+/// the profile, decoded (and the figures kept, to be appended with [`SiteSource::keep`]).
+pub struct SiteSource<'r> {
+    run: &'r RunDir,
+    index: RunIndex,
+    limits: &'r DecodeLimits,
+    /// Opened at the first entry to keep, then kept: it reads the file once, then only what
+    /// others append.
+    writer: std::sync::Mutex<Option<IndexWriter>>,
+}
+
+/// A capture's figures, and the entry to append when they came from decoding.
+pub type Sites = (Vec<SiteFigures>, Option<Built>);
+
+impl<'r> SiteSource<'r> {
+    pub fn open(run: &'r RunDir, limits: &'r DecodeLimits) -> SiteSource<'r> {
+        SiteSource {
+            run,
+            index: RunIndex::open(&run.root),
+            limits,
+            writer: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// `Err("")` when the capture's file is missing; `Err(why)` naming the file when it cannot
+    /// be decoded.
+    pub fn sites(&self, record: &CaptureRecord) -> Result<Sites, String> {
+        let path = self.run.file_path(record).ok_or_else(String::new)?;
+        let key = EntryKey::of(record, &path).ok_or_else(String::new)?;
+        if let Some(sites) = self.index.sites(record, &key) {
+            return Ok((sites, None));
+        }
+        let figures = build_file(&path, record.kind, self.limits)?;
+        let sites = figures.site_figures(record.kind);
+        Ok((
+            sites,
+            Some(Built {
+                seq: record.seq,
+                kind: record.kind,
+                key,
+                figures,
+            }),
+        ))
+    }
+
+    /// Appends what was decoded to the index. A run that cannot be written to (read-only, a
+    /// full disk) is analysed all the same, only without keeping the index.
+    pub fn keep(&self, built: Vec<Built>) {
+        if built.is_empty() {
+            return;
+        }
+        let Ok(mut writer) = self.writer.lock() else {
+            return;
+        };
+        if writer.is_none() {
+            *writer = IndexWriter::open(&self.run.root).ok();
+        }
+        if let Some(w) = writer.as_mut() {
+            let _ = w.append(&built);
+        }
+    }
+}
+
+/// Appends entries to a run's index under an exclusive lock, interning names
+/// against everything already in the file (including what another writer added meanwhile).
+pub struct IndexWriter {
+    path: PathBuf,
+    file: File,
+    names: QuickMap<String, u32>,
+    /// Bytes of the file this writer has read and checked.
+    known: u64,
+    /// Bytes cut off the end by the last catch-up: a torn or damaged tail.
+    pub repaired: u64,
+}
+
+impl IndexWriter {
+    pub fn open(root: &Path) -> Result<IndexWriter, IndexError> {
+        let path = root.join(INDEX_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|source| IndexError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(IndexWriter {
+            path,
+            file,
+            names: QuickMap::default(),
+            known: 0,
+            repaired: 0,
+        })
+    }
+
+    fn io(&self, source: io::Error) -> IndexError {
+        IndexError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Appends one frame per entry and fsyncs once. Under the lock it first reads what other
+    /// writers appended, and cuts a torn or damaged tail or an index of another format.
+    pub fn append(&mut self, built: &[Built]) -> Result<(), IndexError> {
+        let _lock = Lock::exclusive(&self.file).map_err(|e| self.io(e))?;
+        self.catch_up().map_err(|e| self.io(e))?;
+        let mut bytes = Vec::new();
+        for b in built {
+            format::encode_frame(&mut bytes, b, &mut self.names);
+        }
+        self.file
+            .write_all_at(&bytes, self.known)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| {
+                let _ = self.file.set_len(self.known);
+                self.io(e)
+            })?;
+        self.known += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Repairs the file (header, torn tail) without adding to it.
+    pub fn repair(&mut self) -> Result<(), IndexError> {
+        self.append(&[])
+    }
+
+    fn catch_up(&mut self) -> io::Result<()> {
+        let len = self.file.metadata()?.len();
+        let mut header = [0u8; HEADER_LEN as usize];
+        let fresh = len < HEADER_LEN
+            || len < self.known
+            || self.file.read_exact_at(&mut header, 0).is_err()
+            || !format::header_ok(&header);
+        if fresh {
+            // Absent, shrunk by someone else, or from another format or reduction: start over.
+            self.names.clear();
+            self.repaired = len;
+            self.file.set_len(0)?;
+            self.file.write_all_at(&format::header(), 0)?;
+            self.file.sync_data()?;
+            self.known = HEADER_LEN;
+            return Ok(());
+        }
+        if self.known == 0 {
+            self.known = HEADER_LEN;
+        }
+        self.file.seek(SeekFrom::Start(self.known))?;
+        let mut reader = io::BufReader::with_capacity(1 << 16, &self.file);
+        let mut offset = self.known;
+        let mut head = Vec::new();
+        while let Some((frame, body_len)) = format::read_frame_header(&mut reader, offset, len) {
+            head.resize(frame.head_len as usize, 0);
+            if reader.read_exact(&mut head).is_err()
+                || !frame.head_ok(&head)
+                || format::learn(&head, &mut self.names).is_err()
+            {
+                break;
+            }
+            offset += body_len;
+        }
+        self.known = offset;
+        self.repaired = len - offset;
+        if offset < len {
+            self.file.set_len(offset)?;
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
+/// An exclusive `flock` on the index, released when dropped (the file outlives it).
+struct Lock(std::os::fd::RawFd);
+
+impl Lock {
+    fn exclusive(file: &File) -> io::Result<Lock> {
+        use std::os::fd::AsRawFd;
+        loop {
+            // SAFETY: flock on a file descriptor this process holds open.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Lock(file.as_raw_fd()));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // SAFETY: as above; unlocking cannot fail in a way that matters here.
+        unsafe { libc::flock(self.0, libc::LOCK_UN) };
+    }
+}
+
+/// The captures an analysis reads: stored heap and goroutine profiles, once each (a duplicate
+/// names the earlier file), not deleted since.
+pub fn indexed_captures(run: &RunDir) -> Vec<&CaptureRecord> {
+    let records = &run.manifest.records;
+    let deleted: std::collections::BTreeSet<u64> =
+        records.iter().filter_map(|r| r.deleted_seq).collect();
+    records
+        .iter()
+        .filter(|r| {
+            r.is_ok()
+                && r.dup_of.is_none()
+                && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine)
+                && !deleted.contains(&r.seq)
+        })
+        .collect()
+}
+
+/// What `heapwatch index` did.
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]
+pub struct Rebuild {
+    /// Captures with a stored profile.
+    pub captures: usize,
+    /// Entries that were already fresh.
+    pub fresh: usize,
+    /// Entries built now: missing, or stale (the profile or its manifest hash changed).
+    pub rebuilt: usize,
+    /// Bytes of a torn or damaged tail cut off.
+    pub repaired_bytes: u64,
+    /// Profiles that could not be decoded, each naming its file.
+    pub unreadable: Vec<String>,
+}
+
+/// Brings the index of a run up to date: repairs it, and builds every missing or stale entry,
+/// decoding on `workers` threads.
+pub fn rebuild(run: &RunDir, limits: &DecodeLimits) -> Result<Rebuild, IndexError> {
+    let mut writer = IndexWriter::open(&run.root)?;
+    writer.repair()?;
+    let mut done = Rebuild {
+        repaired_bytes: writer.repaired,
+        ..Rebuild::default()
+    };
+    let source = SiteSource::open(run, limits);
+    let captures: Vec<&CaptureRecord> = indexed_captures(run)
+        .into_iter()
+        .filter(|r| run.file_path(r).is_some_and(|p| p.is_file()))
+        .collect();
+    done.captures = captures.len();
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8);
+    for batch in captures.chunks(16) {
+        let results: Vec<Result<Sites, String>> = std::thread::scope(|scope| {
+            let chunk = batch.len().div_ceil(workers).max(1);
+            let handles: Vec<_> = batch
+                .chunks(chunk)
+                .map(|records| {
+                    let source = &source;
+                    scope.spawn(move || records.iter().map(|r| source.sites(r)).collect::<Vec<_>>())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        let mut built = Vec::new();
+        for result in results {
+            match result {
+                Ok((_, None)) => done.fresh += 1,
+                Ok((_, Some(b))) => built.push(b),
+                Err(e) if e.is_empty() => {}
+                Err(e) => done.unreadable.push(e),
+            }
+        }
+        done.rebuilt += built.len();
+        writer.append(&built)?;
+    }
+    Ok(done)
+}
+
+/// The collector's side: indexes each stored capture on a thread of its own, from the bytes
+/// it already decompressed, after the profile is durable, so it never delays a capture. When
+/// the thread falls behind, a capture is left out (an analysis builds its entry later).
+pub struct CaptureIndexer {
+    jobs: Option<std::sync::mpsc::SyncSender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A stored capture's content for the indexer: decompressed pprof bytes, or a text dump.
+pub enum Content {
+    Profile(Vec<u8>),
+    Dump(crate::decode::stackdump::StackDump),
+}
+
+struct Job {
+    record: CaptureRecord,
+    path: PathBuf,
+    content: Content,
+}
+
+impl CaptureIndexer {
+    pub fn start(root: &Path) -> CaptureIndexer {
+        let (jobs, inbox) = std::sync::mpsc::sync_channel::<Job>(4);
+        let root = root.to_path_buf();
+        let thread = std::thread::Builder::new()
+            .name("site-index".into())
+            .spawn(move || {
+                let mut writer = IndexWriter::open(&root).ok();
+                for job in inbox {
+                    let Some(w) = writer.as_mut() else { continue };
+                    let Some(key) = EntryKey::of(&job.record, &job.path) else {
+                        continue;
+                    };
+                    let figures = match job.content {
+                        Content::Profile(raw) => match decode::decode_protobuf(&raw) {
+                            Ok(p) => build::from_profile(&p, job.record.kind),
+                            Err(_) => continue,
+                        },
+                        Content::Dump(dump) => build::from_dump(&dump),
+                    };
+                    let built = Built {
+                        seq: job.record.seq,
+                        kind: job.record.kind,
+                        key,
+                        figures,
+                    };
+                    // The index is a cache: a failure here costs a decode later, nothing more.
+                    let _ = w.append(std::slice::from_ref(&built));
+                }
+            })
+            .ok();
+        CaptureIndexer {
+            jobs: thread.is_some().then_some(jobs),
+            thread,
+        }
+    }
+
+    /// Queues a durable capture (its manifest line written) for indexing; never blocks.
+    pub fn add(&self, record: &CaptureRecord, path: PathBuf, content: Content) {
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.try_send(Job {
+                record: record.clone(),
+                path,
+                content,
+            });
+        }
+    }
+}
+
+impl Drop for CaptureIndexer {
+    /// Finishes the queued captures before the collector exits.
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
