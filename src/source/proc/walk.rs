@@ -73,6 +73,9 @@ impl Cycle {
 /// One bucket as read: its stack of return PCs and its record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bucket {
+    /// Where the bucket lives in the target: the runtime never frees or moves one, so for the
+    /// life of the process this address stands for this stack.
+    pub addr: u64,
     pub stack: Vec<u64>,
     pub active: Cycle,
     pub future: [Cycle; 3],
@@ -235,6 +238,7 @@ fn walk_once(
             free_bytes: word(&body, n + 4 * k + 3),
         };
         buckets.push(Bucket {
+            addr: at,
             stack,
             active: cycle(0),
             future: [cycle(1), cycle(2), cycle(3)],
@@ -276,6 +280,8 @@ pub fn walk(
 /// One record as `runtime.MemProfile(p, true)` returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemRecord {
+    /// The bucket's address in the target (see [`Bucket::addr`]).
+    pub bucket: u64,
     pub stack: Vec<u64>,
     pub alloc_objects: i64,
     pub alloc_bytes: i64,
@@ -307,6 +313,7 @@ pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord> {
                 b.future.iter().for_each(|f| c.add(f));
             }
             MemRecord {
+                bucket: b.addr,
                 stack: b.stack.clone(),
                 alloc_objects: c.allocs as i64,
                 alloc_bytes: c.alloc_bytes as i64,
@@ -405,6 +412,7 @@ mod tests {
         let snap = Snapshot {
             cycle: 0,
             buckets: vec![Bucket {
+                addr: 0x2000,
                 stack: vec![1],
                 active: Cycle::default(),
                 future: [
