@@ -296,13 +296,12 @@ pub struct Encoder {
     sample_type: Vec<pb::ValueType>,
     period_type: Option<pb::ValueType>,
     bytes_key: i64,
-    /// Bucket address → (its stack, its location ids). A bucket's stack never changes, so a
-    /// bucket seen before costs one lookup; the stack is compared all the same, so memory that
-    /// is not what it was is symbolised afresh rather than trusted.
-    buckets: PcMap<(Vec<u64>, Vec<u64>)>,
+    /// Bucket address → (its stack, its samples' encoded location ids). A bucket's stack never
+    /// changes, so a bucket seen before costs one lookup; the stack is compared all the same,
+    /// so memory that is not what it was is symbolised afresh rather than trusted.
+    buckets: PcMap<(Vec<u64>, Vec<u8>)>,
     raw: Vec<u8>,
     stack: Vec<u64>,
-    sample: pb::Sample,
 }
 
 impl Encoder {
@@ -349,7 +348,6 @@ impl Encoder {
             bytes_key,
             raw: Vec::new(),
             stack: Vec::new(),
-            sample: pb::Sample::default(),
         }
     }
 
@@ -391,52 +389,64 @@ impl Encoder {
         time_nanos: i64,
     ) -> Vec<u8> {
         self.raw.clear();
-        let mut sample = std::mem::take(&mut self.sample);
+        let mut locs = Vec::new();
+        let mut body = Vec::new();
         for r in records {
-            sample.location_id.clear();
-            match self.buckets.get(&r.bucket) {
-                Some((stack, locs)) if *stack == r.stack => {
-                    sample.location_id.extend_from_slice(locs);
+            let known =
+                matches!(self.buckets.get(&r.bucket), Some((stack, _)) if *stack == r.stack);
+            if !known {
+                locs.clear();
+                let lead = r
+                    .stack
+                    .iter()
+                    .position(|&pc| !self.is_runtime(syms, pc))
+                    .unwrap_or(0);
+                self.locations(syms, &r.stack[lead..], &mut locs);
+                if locs.is_empty() {
+                    self.locations(syms, &r.stack, &mut locs);
                 }
-                _ => {
-                    let lead = r
-                        .stack
-                        .iter()
-                        .position(|&pc| !self.is_runtime(syms, pc))
-                        .unwrap_or(0);
-                    self.locations(syms, &r.stack[lead..], &mut sample.location_id);
-                    if sample.location_id.is_empty() {
-                        self.locations(syms, &r.stack, &mut sample.location_id);
-                    }
-                    self.buckets
-                        .insert(r.bucket, (r.stack.clone(), sample.location_id.clone()));
+                let mut field = Vec::new();
+                if !locs.is_empty() {
+                    prost::encoding::uint64::encode_packed(1, &locs, &mut field);
                 }
+                self.buckets.insert(r.bucket, (r.stack.clone(), field));
             }
+            let Some((_, loc_field)) = self.buckets.get(&r.bucket) else {
+                continue;
+            };
             let (ao, ab) = scale_heap_sample(r.alloc_objects, r.alloc_bytes, rate);
             let (io, ib) = scale_heap_sample(
                 r.alloc_objects - r.free_objects,
                 r.alloc_bytes - r.free_bytes,
                 rate,
             );
-            sample.value.clear();
-            sample.value.extend([ao, ab, io, ib]);
             let block = if r.alloc_objects > 0 {
                 r.alloc_bytes / r.alloc_objects
             } else {
                 0
             };
-            sample.label.clear();
+            // `Sample` by hand (what prost would write for it): the location ids were encoded
+            // when the bucket was first seen; only the values and the label are new.
+            body.clear();
+            body.extend_from_slice(loc_field);
+            prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib], &mut body);
             if block != 0 {
-                sample.label.push(pb::Label {
+                let label = pb::Label {
                     key: self.bytes_key,
                     str: 0,
                     num: block,
                     num_unit: 0,
-                });
+                };
+                prost::encoding::message::encode(3, &label, &mut body);
             }
-            prost::encoding::message::encode(2, &sample, &mut self.raw);
+            prost::encoding::encode_key(
+                2,
+                prost::encoding::WireType::LengthDelimited,
+                &mut self.raw,
+            );
+            prost::encoding::encode_varint(body.len() as u64, &mut self.raw);
+            self.raw.extend_from_slice(&body);
         }
-        self.sample = sample;
         let head = pb::Profile {
             sample_type: self.sample_type.clone(),
             time_nanos,

@@ -300,7 +300,7 @@ impl ProcSource {
                 WalkError::Busy { .. } => self.fail(FailureKind::Timeout, &e),
                 other => self.fail(FailureKind::Other, other),
             })?;
-        let records = walk::mem_profile(&snapshot);
+        let records = walk::into_mem_profile(snapshot);
         let syms = Symbols {
             table: &self.binary.pclntab,
             bias: self.bias,

@@ -248,6 +248,10 @@ fn walk_once(
     Ok(buckets)
 }
 
+/// How long one attempt waits for a held active-profile lock: 40 × 250 µs = 10 ms.
+const LOCK_POLLS: usize = 40;
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_micros(250);
+
 /// Reads the whole heap profile state. The runtime only ever prepends buckets, so one head
 /// gives a fixed list; the records are trusted only when no GC cycle started or flushed and
 /// nobody held the active-profile lock from before the walk to after it.
@@ -258,9 +262,17 @@ pub fn walk(
     limits: &Limits,
 ) -> Result<Snapshot, WalkError> {
     for _ in 0..limits.attempts.max(1) {
-        let (before, held_before) = guard(mem, anchors, layout)?;
+        let (mut before, mut held_before) = guard(mem, anchors, layout)?;
+        // A GC's flush holds the lock for a pass over every bucket (milliseconds on a large
+        // profile): waiting it out costs nothing, where walking into it wastes a whole attempt.
+        for _ in 0..LOCK_POLLS {
+            if !held_before {
+                break;
+            }
+            std::thread::sleep(LOCK_POLL);
+            (before, held_before) = guard(mem, anchors, layout)?;
+        }
         if held_before {
-            std::thread::yield_now();
             continue;
         }
         let buckets = walk_once(&BlockReader::new(mem), anchors, layout, limits)?;
@@ -292,29 +304,35 @@ pub struct MemRecord {
 /// `memProfileInternal`'s rule: the active record plus the future slot the current cycle
 /// flushes; when every bucket is still empty after that (no GC yet), all cycles summed.
 pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord> {
+    into_mem_profile(snapshot.clone())
+}
+
+/// [`mem_profile`], moving each bucket's stack into its record instead of copying it.
+pub fn into_mem_profile(snapshot: Snapshot) -> Vec<MemRecord> {
     let index = (snapshot.cycle % 3) as usize;
-    let flushed: Vec<Cycle> = snapshot
-        .buckets
-        .iter()
-        .map(|b| {
-            let mut c = b.active;
-            c.add(&b.future[index]);
-            c
-        })
-        .collect();
-    let clear = flushed.iter().all(|c| c.allocs == 0 && c.frees == 0);
+    let flushed = |b: &Bucket| {
+        let mut c = b.active;
+        c.add(&b.future[index]);
+        c
+    };
+    let clear = snapshot.buckets.iter().all(|b| {
+        let c = flushed(b);
+        c.allocs == 0 && c.frees == 0
+    });
     snapshot
         .buckets
-        .iter()
-        .zip(flushed)
-        .map(|(b, mut c)| {
-            if clear {
-                c = b.active;
+        .into_iter()
+        .map(|b| {
+            let c = if clear {
+                let mut c = b.active;
                 b.future.iter().for_each(|f| c.add(f));
-            }
+                c
+            } else {
+                flushed(&b)
+            };
             MemRecord {
                 bucket: b.addr,
-                stack: b.stack.clone(),
+                stack: b.stack,
                 alloc_objects: c.allocs as i64,
                 alloc_bytes: c.alloc_bytes as i64,
                 free_objects: c.frees as i64,
