@@ -2,7 +2,7 @@
 //! per-build-id cache), one first capture (it symbolises every PC), then N heap captures back
 //! to back. Prints one JSON line with the
 //! capture rate, wall and CPU time per capture, the profile's size and the peak RSS.
-//! `cargo run --release --example proc_capture -- PID [N]`; bench/proc-capture.sh runs it.
+//! `cargo run --release --example proc_capture -- PID [N [OUT]]` (OUT: the last capture); bench/proc-capture.sh runs it.
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,8 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .expect("usage: proc_capture PID [N]");
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(200);
+    // Optional: where to write the last capture (checking a cached capture against pprof).
+    let keep = args.next();
 
     let started = Instant::now();
     let _cold = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
@@ -58,7 +60,12 @@ fn main() {
     let started = Instant::now();
     for _ in 0..n {
         match source.fetch(Want::Heap, Duration::from_secs(5)) {
-            Ok(reply) => bytes = reply.bytes.len(),
+            Ok(reply) => {
+                bytes = reply.bytes.len();
+                if let Some(path) = &keep {
+                    std::fs::write(path, &reply.bytes).expect("write the capture");
+                }
+            }
             Err(e) => {
                 failed += 1;
                 if first_failure.is_empty() {
