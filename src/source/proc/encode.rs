@@ -534,4 +534,80 @@ mod tests {
             "same name: recursion, not inlining"
         );
     }
+
+    /// (frames as function:line, values) per sample, sorted: the content of a profile,
+    /// whatever ids it gives.
+    type Content = (Vec<(Vec<String>, Vec<i64>)>, usize, usize);
+
+    fn content(gz: &[u8]) -> Content {
+        use std::io::Read as _;
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(gz)
+            .read_to_end(&mut raw)
+            .unwrap();
+        let p = pb::Profile::decode(raw.as_slice()).unwrap();
+        let s = |i: i64| p.string_table[i as usize].clone();
+        let mut out: Vec<_> = p
+            .sample
+            .iter()
+            .map(|x| {
+                let frames = x
+                    .location_id
+                    .iter()
+                    .flat_map(|id| {
+                        let loc = p.location.iter().find(|l| l.id == *id).unwrap();
+                        loc.line.iter().map(|l| {
+                            let f = p.function.iter().find(|f| f.id == l.function_id).unwrap();
+                            format!("{}:{}@{:#x}", s(f.name), l.line, loc.address)
+                        })
+                    })
+                    .collect();
+                (frames, x.value.clone())
+            })
+            .collect();
+        out.sort();
+        (out, p.location.len(), p.function.len())
+    }
+
+    #[test]
+    fn a_capture_from_the_caches_has_the_content_of_a_fresh_one() {
+        let table = crate::source::proc::pclntab::tests::fabricated();
+        let syms = Symbols {
+            table: &table,
+            bias: 0,
+            hide_internal_runtime: true,
+        };
+        let rec = |bucket: u64, stack: &[u64], n: i64| MemRecord {
+            bucket,
+            stack: stack.to_vec(),
+            alloc_objects: n,
+            alloc_bytes: 16 * n,
+            free_objects: 0,
+            free_bytes: 0,
+        };
+        // Stacks as the runtime writes them: an inlined frame's PC is followed by its
+        // caller's (0x1003 in main.inner, inlined into main.outer at 0x1007), which is what
+        // `appendLocsForStack`'s reuse of a multi-PC location assumes, here as in Go.
+        let old = [rec(0x2000, &[0x1003, 0x1007, 0x100b], 1)];
+        // Later: two buckets prepended (one cut inside the inlined call), the old one grown.
+        let now = [
+            rec(0x4000, &[0x1007], 3),
+            rec(0x3000, &[0x100b, 0x1003], 2),
+            rec(0x2000, &[0x1003, 0x1007, 0x100b], 5),
+        ];
+        let mut kept = Encoder::new(&[]);
+        let first = kept.heap_profile_gz(&old, 1, &syms, 1);
+        assert_eq!(
+            content(&first),
+            content(&Encoder::new(&[]).heap_profile_gz(&old, 1, &syms, 1))
+        );
+        let cached = content(&kept.heap_profile_gz(&now, 1, &syms, 2));
+        let fresh = content(&Encoder::new(&[]).heap_profile_gz(&now, 1, &syms, 2));
+        assert_eq!(cached, fresh);
+        assert_eq!(cached.0.len(), 3);
+        assert!(
+            cached.0.iter().any(|(frames, _)| frames.len() == 3),
+            "the cut stack is expanded: {cached:?}"
+        );
+    }
 }
