@@ -1,7 +1,8 @@
 //! Measures the proc source alone against a live Go process: attach (cold, then from the
-//! per-build-id cache), then N heap captures back to back. Prints one JSON line with the
+//! per-build-id cache), one first capture (it symbolises every PC), then N heap captures back
+//! to back. Prints one JSON line with the
 //! capture rate, wall and CPU time per capture, the profile's size and the peak RSS.
-//! `cargo run --release --example proc_capture -- PID [N]`; bench/proc-capture.sh runs it.
+//! `cargo run --release --example proc_capture -- PID [N [OUT]]` (OUT: the last capture); bench/proc-capture.sh runs it.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,8 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .expect("usage: proc_capture PID [N]");
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(200);
+    // Optional: where to write the last capture (checking a cached capture against pprof).
+    let keep = args.next();
 
     let started = Instant::now();
     let _cold = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
@@ -43,12 +46,32 @@ fn main() {
     let attach_warm = started.elapsed();
 
     let (mut bytes, mut failed) = (0usize, 0usize);
+    let mut first_failure = String::new();
+    // The first capture symbolises every PC; later ones reuse that, so it is timed apart.
+    let cpu0 = cpu_seconds();
+    let started = Instant::now();
+    let first = source.fetch(Want::Heap, Duration::from_secs(5));
+    let first_wall = started.elapsed();
+    let first_cpu = cpu_seconds() - cpu0;
+    if let Err(e) = &first {
+        first_failure = format!("first capture: {e}");
+    }
     let cpu0 = cpu_seconds();
     let started = Instant::now();
     for _ in 0..n {
         match source.fetch(Want::Heap, Duration::from_secs(5)) {
-            Ok(reply) => bytes = reply.bytes.len(),
-            Err(_) => failed += 1,
+            Ok(reply) => {
+                bytes = reply.bytes.len();
+                if let Some(path) = &keep {
+                    std::fs::write(path, &reply.bytes).expect("write the capture");
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                if first_failure.is_empty() {
+                    first_failure = e.to_string();
+                }
+            }
         }
     }
     let wall = started.elapsed().as_secs_f64();
@@ -56,12 +79,15 @@ fn main() {
     println!(
         "{{\"captures\":{n},\"failed\":{failed},\"captures_per_s\":{:.1},\"wall_ms_per_capture\":{:.2},\
          \"cpu_ms_per_capture\":{:.2},\"profile_bytes\":{bytes},\"attach_cold_ms\":{:.1},\
-         \"attach_cached_ms\":{:.2},\"peak_rss_kib\":{}}}",
+         \"attach_cached_ms\":{:.2},\"first_capture_wall_ms\":{:.1},\"first_capture_cpu_ms\":{:.1},\"peak_rss_kib\":{},\"first_failure\":{:?}}}",
         n as f64 / wall,
         wall * 1e3 / n as f64,
         cpu * 1e3 / n as f64,
         attach_cold.as_secs_f64() * 1e3,
         attach_warm.as_secs_f64() * 1e3,
-        peak_rss_kib()
+        first_wall.as_secs_f64() * 1e3,
+        first_cpu * 1e3,
+        peak_rss_kib(),
+        first_failure
     );
 }

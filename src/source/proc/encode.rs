@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
+use std::sync::Arc;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -78,10 +79,31 @@ pub fn hide_leading_runtime(stack: &[u64], is_runtime: impl Fn(u64) -> bool) -> 
     }
 }
 
+/// A map keyed by PCs (already spread by the target's layout): one multiply instead of SipHash,
+/// which was a tenth of a capture's CPU.
+#[derive(Default, Clone, Copy)]
+struct PcHasher(u64);
+
+impl std::hash::Hasher for PcHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type PcMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<PcHasher>>;
+
 struct LocInfo {
     id: u64,
     pcs: usize,
-    first_frames: Vec<Frame>,
+    first_frames: Arc<[Frame]>,
 }
 
 #[derive(Default)]
@@ -109,27 +131,39 @@ impl Deck {
         }
         true
     }
+
+    fn clear(&mut self) {
+        self.pcs.clear();
+        self.frames.clear();
+        self.first_pc_frames = 0;
+    }
 }
 
+/// The string, function and location tables of one target, kept across its captures. The
+/// runtime never frees a profile bucket, so every location an earlier capture of the same
+/// process used is used again by every later one: the tables only grow, each entry is encoded
+/// once, and a capture encodes only its samples and the entries new since the last one.
 #[derive(Default)]
-struct Builder {
-    strings: Vec<String>,
+struct Tables {
+    strings: i64,
     string_ids: HashMap<String, i64>,
-    functions: Vec<pb::Function>,
+    functions: u64,
     function_ids: HashMap<String, u64>,
-    locations: Vec<pb::Location>,
-    locs: HashMap<u64, LocInfo>,
-    deck: Deck,
+    locs: PcMap<LocInfo>,
     mappings: Vec<pb::Mapping>,
+    /// Every entry made so far, as `Profile` fields (mapping, location, function, string).
+    encoded: Vec<u8>,
+    deck: Deck,
 }
 
-impl Builder {
+impl Tables {
     fn intern(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.string_ids.get(s) {
             return i;
         }
-        let i = self.strings.len() as i64;
-        self.strings.push(s.to_string());
+        let i = self.strings;
+        self.strings += 1;
+        prost::encoding::string::encode(6, &s.to_string(), &mut self.encoded);
         self.string_ids.insert(s.to_string(), i);
         i
     }
@@ -138,32 +172,34 @@ impl Builder {
         if self.deck.pcs.is_empty() {
             return None;
         }
-        let deck = std::mem::take(&mut self.deck);
-        let addr = deck.pcs[0];
+        let addr = self.deck.pcs[0];
         let id = self.locs.len() as u64 + 1;
         self.locs.insert(
             addr,
             LocInfo {
                 id,
-                pcs: deck.pcs.len(),
-                first_frames: deck.frames[..deck.first_pc_frames].to_vec(),
+                pcs: self.deck.pcs.len(),
+                first_frames: self.deck.frames[..self.deck.first_pc_frames].into(),
             },
         );
-        let mut lines = Vec::with_capacity(deck.frames.len());
-        for frame in &deck.frames {
+        let frames = std::mem::take(&mut self.deck.frames);
+        let mut lines = Vec::with_capacity(frames.len());
+        for frame in &frames {
             let function_id = match self.function_ids.get(&frame.function) {
                 Some(&fid) => fid,
                 None => {
-                    let fid = self.functions.len() as u64 + 1;
+                    self.functions += 1;
+                    let fid = self.functions;
                     let name = self.intern(&frame.function);
                     let filename = self.intern(&frame.file);
-                    self.functions.push(pb::Function {
+                    let function = pb::Function {
                         id: fid,
                         name,
                         system_name: name,
                         filename,
                         start_line: frame.start_line,
-                    });
+                    };
+                    prost::encoding::message::encode(5, &function, &mut self.encoded);
                     self.function_ids.insert(frame.function.clone(), fid);
                     fid
                 }
@@ -179,30 +215,33 @@ impl Builder {
             .iter()
             .find(|m| m.memory_start <= addr && addr < m.memory_limit)
             .map_or(0, |m| m.id);
-        self.locations.push(pb::Location {
+        let location = pb::Location {
             id,
             mapping_id,
-            address: deck.frames[0].pc,
+            address: frames[0].pc,
             line: lines,
             is_folded: false,
-        });
+        };
+        prost::encoding::message::encode(4, &location, &mut self.encoded);
+        self.deck.frames = frames;
+        self.deck.clear();
         Some(id)
     }
 
-    /// `appendLocsForStack`.
-    fn locations_for(&mut self, syms: &Symbols, stack: &[u64]) -> Vec<u64> {
-        let mut locs = Vec::new();
-        self.deck = Deck::default();
-        let mut stk = stack.to_vec();
-        syms.table.expand_final_inline_biased(&mut stk, syms.bias);
+    /// `appendLocsForStack`, into `locs`.
+    fn locations_for(&mut self, syms: &Symbols, stk: &[u64], locs: &mut Vec<u64>) {
+        self.deck.clear();
         let mut i = 0;
         while i < stk.len() {
             let addr = stk[i];
             if let Some(l) = self.locs.get(&addr) {
-                let (id, pcs, first) = (l.id, l.pcs, l.first_frames.clone());
-                if !self.deck.pcs.is_empty() && self.deck.try_add(addr, &first) {
-                    i += 1;
-                    continue;
+                let (id, pcs) = (l.id, l.pcs);
+                if !self.deck.pcs.is_empty() {
+                    let first = Arc::clone(&l.first_frames);
+                    if self.deck.try_add(addr, &first) {
+                        i += 1;
+                        continue;
+                    }
                 }
                 locs.extend(self.emit_location());
                 locs.push(id);
@@ -229,7 +268,6 @@ impl Builder {
             }
         }
         locs.extend(self.emit_location());
-        locs
     }
 }
 
@@ -246,107 +284,186 @@ impl Pclntab {
     }
 }
 
-/// The gzipped profile `writeHeapProto` would write for these records.
-pub fn heap_profile_gz(
-    records: &[MemRecord],
-    rate: i64,
-    syms: &Symbols,
-    mappings: &[ExeMapping],
-    time_nanos: i64,
-) -> Vec<u8> {
-    let raw = heap_profile(records, rate, syms, mappings, time_nanos).encode_to_vec();
-    let mut gz = GzEncoder::new(Vec::with_capacity(raw.len() / 3 + 64), Compression::fast());
-    gz.write_all(&raw).expect("writing to a Vec cannot fail");
-    gz.finish().expect("writing to a Vec cannot fail")
+/// Writes one target's heap profiles as `writeHeapProto` would, capture after capture. It
+/// remembers, per return PC, whether it is a runtime frame, how a stack ending there is
+/// expanded, and its location, so a capture symbolises only PCs it has not seen before. Made
+/// per process (per attach): the PCs are the target's, load bias included.
+pub struct Encoder {
+    tables: Tables,
+    runtime_pcs: PcMap<bool>,
+    /// Return PC ending a stack → the PCs it stands for after `expandFinalInlineFrame`.
+    final_pcs: PcMap<Vec<u64>>,
+    sample_type: Vec<pb::ValueType>,
+    period_type: Option<pb::ValueType>,
+    bytes_key: i64,
+    /// Bucket address → (its stack, its samples' encoded location ids). A bucket's stack never
+    /// changes, so a bucket seen before costs one lookup; the stack is compared all the same,
+    /// so memory that is not what it was is symbolised afresh rather than trusted.
+    buckets: PcMap<(Vec<u64>, Vec<u8>)>,
+    raw: Vec<u8>,
+    stack: Vec<u64>,
 }
 
-pub fn heap_profile(
-    records: &[MemRecord],
-    rate: i64,
-    syms: &Symbols,
-    mappings: &[ExeMapping],
-    time_nanos: i64,
-) -> pb::Profile {
-    let mut b = Builder::default();
-    b.intern("");
-    for (i, m) in mappings.iter().enumerate() {
-        let filename = b.intern(&m.file);
-        let build_id = b.intern(&m.build_id);
-        b.mappings.push(pb::Mapping {
-            id: i as u64 + 1,
-            memory_start: m.start,
-            memory_limit: m.end,
-            file_offset: m.offset,
-            filename,
-            build_id,
-            has_functions: true,
-            has_filenames: true,
-            has_line_numbers: true,
-            has_inline_frames: true,
-        });
-    }
-    let vt = |b: &mut Builder, t: &str, u: &str| pb::ValueType {
-        r#type: b.intern(t),
-        unit: b.intern(u),
-    };
-    let period_type = Some(vt(&mut b, "space", "bytes"));
-    let sample_type = vec![
-        vt(&mut b, "alloc_objects", "count"),
-        vt(&mut b, "alloc_space", "bytes"),
-        vt(&mut b, "inuse_objects", "count"),
-        vt(&mut b, "inuse_space", "bytes"),
-    ];
-    let bytes_key = b.intern("bytes");
-    let mut samples = Vec::with_capacity(records.len());
-    for r in records {
-        let hidden = hide_leading_runtime(&r.stack, |pc| syms.is_runtime(pc));
-        let mut locs = b.locations_for(syms, hidden);
-        if locs.is_empty() {
-            locs = b.locations_for(syms, &r.stack);
+impl Encoder {
+    pub fn new(mappings: &[ExeMapping]) -> Encoder {
+        let mut t = Tables::default();
+        t.intern("");
+        for (i, m) in mappings.iter().enumerate() {
+            let filename = t.intern(&m.file);
+            let build_id = t.intern(&m.build_id);
+            let mapping = pb::Mapping {
+                id: i as u64 + 1,
+                memory_start: m.start,
+                memory_limit: m.end,
+                file_offset: m.offset,
+                filename,
+                build_id,
+                has_functions: true,
+                has_filenames: true,
+                has_line_numbers: true,
+                has_inline_frames: true,
+            };
+            prost::encoding::message::encode(3, &mapping, &mut t.encoded);
+            t.mappings.push(mapping);
         }
-        let (ao, ab) = scale_heap_sample(r.alloc_objects, r.alloc_bytes, rate);
-        let (io, ib) = scale_heap_sample(
-            r.alloc_objects - r.free_objects,
-            r.alloc_bytes - r.free_bytes,
-            rate,
-        );
-        let block = if r.alloc_objects > 0 {
-            r.alloc_bytes / r.alloc_objects
-        } else {
-            0
+        let mut vt = |ty: &str, unit: &str| pb::ValueType {
+            r#type: t.intern(ty),
+            unit: t.intern(unit),
         };
-        let label = if block != 0 {
-            vec![pb::Label {
-                key: bytes_key,
-                str: 0,
-                num: block,
-                num_unit: 0,
-            }]
-        } else {
-            Vec::new()
-        };
-        samples.push(pb::Sample {
-            location_id: locs,
-            value: vec![ao, ab, io, ib],
-            label,
-        });
+        let period_type = Some(vt("space", "bytes"));
+        let sample_type = vec![
+            vt("alloc_objects", "count"),
+            vt("alloc_space", "bytes"),
+            vt("inuse_objects", "count"),
+            vt("inuse_space", "bytes"),
+        ];
+        let bytes_key = t.intern("bytes");
+        Encoder {
+            tables: t,
+            runtime_pcs: PcMap::default(),
+            final_pcs: PcMap::default(),
+            buckets: PcMap::default(),
+            sample_type,
+            period_type,
+            bytes_key,
+            raw: Vec::new(),
+            stack: Vec::new(),
+        }
     }
-    pb::Profile {
-        sample_type,
-        sample: samples,
-        mapping: b.mappings,
-        location: b.locations,
-        function: b.functions,
-        string_table: b.strings,
-        drop_frames: 0,
-        keep_frames: 0,
-        time_nanos,
-        duration_nanos: 0,
-        period_type,
-        period: rate,
-        comment: Vec::new(),
-        default_sample_type: 0,
-        doc_url: 0,
+
+    fn is_runtime(&mut self, syms: &Symbols, pc: u64) -> bool {
+        *self
+            .runtime_pcs
+            .entry(pc)
+            .or_insert_with(|| syms.is_runtime(pc))
+    }
+
+    /// The stack as `appendLocsForStack` walks it: `stk` with its final inlined call expanded.
+    fn expanded(&mut self, syms: &Symbols, stk: &[u64]) {
+        self.stack.clear();
+        let Some((&last, rest)) = stk.split_last() else {
+            return;
+        };
+        self.stack.extend_from_slice(rest);
+        let tail = self.final_pcs.entry(last).or_insert_with(|| {
+            let mut one = vec![last];
+            syms.table.expand_final_inline_biased(&mut one, syms.bias);
+            one
+        });
+        self.stack.extend_from_slice(tail);
+    }
+
+    fn locations(&mut self, syms: &Symbols, stk: &[u64], locs: &mut Vec<u64>) {
+        self.expanded(syms, stk);
+        let stack = std::mem::take(&mut self.stack);
+        self.tables.locations_for(syms, &stack, locs);
+        self.stack = stack;
+    }
+
+    /// The gzipped profile `writeHeapProto` would write for these records.
+    pub fn heap_profile_gz(
+        &mut self,
+        records: &[MemRecord],
+        rate: i64,
+        syms: &Symbols,
+        time_nanos: i64,
+    ) -> Vec<u8> {
+        self.raw.clear();
+        let mut locs = Vec::new();
+        let mut body = Vec::new();
+        for r in records {
+            let known =
+                matches!(self.buckets.get(&r.bucket), Some((stack, _)) if *stack == r.stack);
+            if !known {
+                locs.clear();
+                let lead = r
+                    .stack
+                    .iter()
+                    .position(|&pc| !self.is_runtime(syms, pc))
+                    .unwrap_or(0);
+                self.locations(syms, &r.stack[lead..], &mut locs);
+                if locs.is_empty() {
+                    self.locations(syms, &r.stack, &mut locs);
+                }
+                let mut field = Vec::new();
+                if !locs.is_empty() {
+                    prost::encoding::uint64::encode_packed(1, &locs, &mut field);
+                }
+                self.buckets.insert(r.bucket, (r.stack.clone(), field));
+            }
+            let Some((_, loc_field)) = self.buckets.get(&r.bucket) else {
+                continue;
+            };
+            let (ao, ab) = scale_heap_sample(r.alloc_objects, r.alloc_bytes, rate);
+            let (io, ib) = scale_heap_sample(
+                r.alloc_objects - r.free_objects,
+                r.alloc_bytes - r.free_bytes,
+                rate,
+            );
+            let block = if r.alloc_objects > 0 {
+                r.alloc_bytes / r.alloc_objects
+            } else {
+                0
+            };
+            // `Sample` by hand (what prost would write for it): the location ids were encoded
+            // when the bucket was first seen; only the values and the label are new.
+            body.clear();
+            body.extend_from_slice(loc_field);
+            prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib], &mut body);
+            if block != 0 {
+                let label = pb::Label {
+                    key: self.bytes_key,
+                    str: 0,
+                    num: block,
+                    num_unit: 0,
+                };
+                prost::encoding::message::encode(3, &label, &mut body);
+            }
+            prost::encoding::encode_key(
+                2,
+                prost::encoding::WireType::LengthDelimited,
+                &mut self.raw,
+            );
+            prost::encoding::encode_varint(body.len() as u64, &mut self.raw);
+            self.raw.extend_from_slice(&body);
+        }
+        let head = pb::Profile {
+            sample_type: self.sample_type.clone(),
+            time_nanos,
+            period_type: self.period_type,
+            period: rate,
+            ..Default::default()
+        };
+        head.encode(&mut self.raw)
+            .expect("a Vec grows to hold any message");
+        self.raw.extend_from_slice(&self.tables.encoded);
+        let mut gz = GzEncoder::new(
+            Vec::with_capacity(self.raw.len() / 3 + 64),
+            Compression::fast(),
+        );
+        gz.write_all(&self.raw)
+            .expect("writing to a Vec cannot fail");
+        gz.finish().expect("writing to a Vec cannot fail")
     }
 }
 
@@ -415,6 +532,82 @@ mod tests {
         assert!(
             !d.try_add(2, &[frame("a", 100, true)]),
             "same name: recursion, not inlining"
+        );
+    }
+
+    /// (frames as function:line, values) per sample, sorted: the content of a profile,
+    /// whatever ids it gives.
+    type Content = (Vec<(Vec<String>, Vec<i64>)>, usize, usize);
+
+    fn content(gz: &[u8]) -> Content {
+        use std::io::Read as _;
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(gz)
+            .read_to_end(&mut raw)
+            .unwrap();
+        let p = pb::Profile::decode(raw.as_slice()).unwrap();
+        let s = |i: i64| p.string_table[i as usize].clone();
+        let mut out: Vec<_> = p
+            .sample
+            .iter()
+            .map(|x| {
+                let frames = x
+                    .location_id
+                    .iter()
+                    .flat_map(|id| {
+                        let loc = p.location.iter().find(|l| l.id == *id).unwrap();
+                        loc.line.iter().map(|l| {
+                            let f = p.function.iter().find(|f| f.id == l.function_id).unwrap();
+                            format!("{}:{}@{:#x}", s(f.name), l.line, loc.address)
+                        })
+                    })
+                    .collect();
+                (frames, x.value.clone())
+            })
+            .collect();
+        out.sort();
+        (out, p.location.len(), p.function.len())
+    }
+
+    #[test]
+    fn a_capture_from_the_caches_has_the_content_of_a_fresh_one() {
+        let table = crate::source::proc::pclntab::tests::fabricated();
+        let syms = Symbols {
+            table: &table,
+            bias: 0,
+            hide_internal_runtime: true,
+        };
+        let rec = |bucket: u64, stack: &[u64], n: i64| MemRecord {
+            bucket,
+            stack: stack.to_vec(),
+            alloc_objects: n,
+            alloc_bytes: 16 * n,
+            free_objects: 0,
+            free_bytes: 0,
+        };
+        // Stacks as the runtime writes them: an inlined frame's PC is followed by its
+        // caller's (0x1003 in main.inner, inlined into main.outer at 0x1007), which is what
+        // `appendLocsForStack`'s reuse of a multi-PC location assumes, here as in Go.
+        let old = [rec(0x2000, &[0x1003, 0x1007, 0x100b], 1)];
+        // Later: two buckets prepended (one cut inside the inlined call), the old one grown.
+        let now = [
+            rec(0x4000, &[0x1007], 3),
+            rec(0x3000, &[0x100b, 0x1003], 2),
+            rec(0x2000, &[0x1003, 0x1007, 0x100b], 5),
+        ];
+        let mut kept = Encoder::new(&[]);
+        let first = kept.heap_profile_gz(&old, 1, &syms, 1);
+        assert_eq!(
+            content(&first),
+            content(&Encoder::new(&[]).heap_profile_gz(&old, 1, &syms, 1))
+        );
+        let cached = content(&kept.heap_profile_gz(&now, 1, &syms, 2));
+        let fresh = content(&Encoder::new(&[]).heap_profile_gz(&now, 1, &syms, 2));
+        assert_eq!(cached, fresh);
+        assert_eq!(cached.0.len(), 3);
+        assert!(
+            cached.0.iter().any(|(frames, _)| frames.len() == 3),
+            "the cut stack is expanded: {cached:?}"
         );
     }
 }

@@ -234,10 +234,10 @@ impl TargetMemory for ImageMemory {
 }
 
 /// Bytes fetched per block by [`BlockReader`].
-const BLOCK: u64 = 64 << 10;
+const BLOCK: u64 = 256 << 10;
 
-/// Serves small reads out of aligned 64 KiB blocks: the runtime packs its profile buckets into
-/// `persistentalloc` chunks, so one `process_vm_readv` serves dozens of buckets instead of two
+/// Serves small reads out of aligned 256 KiB blocks: the runtime packs its profile buckets into
+/// `persistentalloc` chunks (256 KiB each), so one `process_vm_readv` serves dozens of buckets instead of two
 /// calls each. Made fresh for each walk, so nothing is served from an earlier one.
 pub struct BlockReader<'a> {
     inner: &'a dyn TargetMemory,
@@ -291,11 +291,20 @@ impl TargetMemory for BlockReader<'_> {
         if addr.saturating_add(len) > end {
             return self.inner.read(addr, buf);
         }
-        let mut fresh = vec![0u8; (end - start) as usize];
-        if self.inner.read(start, &mut fresh).is_err() {
-            return self.inner.read(addr, buf);
+        {
+            // The block's buffer is reused from one block to the next (no fresh zeroed
+            // allocation per block); a failed read leaves it empty, never stale.
+            let mut block = self.block.borrow_mut();
+            let (at, bytes) = &mut *block;
+            bytes.resize((end - start) as usize, 0);
+            if self.inner.read(start, bytes).is_err() {
+                bytes.clear();
+                *at = 0;
+                drop(block);
+                return self.inner.read(addr, buf);
+            }
+            *at = start;
         }
-        *self.block.borrow_mut() = (start, fresh);
         if self.cached(addr, buf) {
             Ok(())
         } else {

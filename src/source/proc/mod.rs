@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
 use self::binary::{BinaryError, GoBinary};
-use self::encode::{ExeMapping, Symbols};
+use self::encode::{Encoder, ExeMapping, Symbols};
 use self::memory::{ProcessMemory, ReadFault, TargetMemory as _};
 use self::walk::{Anchors, Layout, Limits, WalkError};
 use super::{FailureKind, FetchError, Reply, Source, Want};
@@ -79,7 +79,8 @@ pub struct ProcSource {
     anchors: Anchors,
     rate_addr: u64,
     bias: u64,
-    mappings: Vec<ExeMapping>,
+    /// Tables and per-PC symbols kept from one capture to the next.
+    encoder: Encoder,
     memory: ProcessMemory,
     /// `/proc/PID/stat` start time: a reused pid is another process, not this one.
     started: Option<u64>,
@@ -177,7 +178,7 @@ impl ProcSource {
                 detail: "its executable is not in /proc/PID/maps, so its load address is unknown"
                     .into(),
             })?;
-        let mappings = exe_lines
+        let mappings: Vec<ExeMapping> = exe_lines
             .iter()
             .filter(|l| l.executable)
             .map(|l| ExeMapping {
@@ -202,7 +203,7 @@ impl ProcSource {
             layout,
             anchors,
             bias,
-            mappings,
+            encoder: Encoder::new(&mappings),
             memory,
             started,
             limits: Limits::default(),
@@ -299,7 +300,7 @@ impl ProcSource {
                 WalkError::Busy { .. } => self.fail(FailureKind::Timeout, &e),
                 other => self.fail(FailureKind::Other, other),
             })?;
-        let records = walk::mem_profile(&snapshot);
+        let records = walk::into_mem_profile(snapshot);
         let syms = Symbols {
             table: &self.binary.pclntab,
             bias: self.bias,
@@ -308,13 +309,7 @@ impl ProcSource {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i64);
-        Ok(encode::heap_profile_gz(
-            &records,
-            rate,
-            &syms,
-            &self.mappings,
-            now,
-        ))
+        Ok(self.encoder.heap_profile_gz(&records, rate, &syms, now))
     }
 }
 

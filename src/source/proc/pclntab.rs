@@ -408,12 +408,12 @@ impl Pclntab {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A tiny pclntab by hand: two functions, the first with a line table and an inline
     /// tree whose index table says `[entry, entry+4)` is inlined call 0.
-    fn fabricated() -> Pclntab {
+    pub(crate) fn fabricated() -> Pclntab {
         let mut d = vec![0u8; 72];
         d[0..4].copy_from_slice(&MAGIC_GO120.to_le_bytes());
         d[6] = 1;

@@ -73,6 +73,9 @@ impl Cycle {
 /// One bucket as read: its stack of return PCs and its record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bucket {
+    /// Where the bucket lives in the target: the runtime never frees or moves one, so for the
+    /// life of the process this address stands for this stack.
+    pub addr: u64,
     pub stack: Vec<u64>,
     pub active: Cycle,
     pub future: [Cycle; 3],
@@ -235,6 +238,7 @@ fn walk_once(
             free_bytes: word(&body, n + 4 * k + 3),
         };
         buckets.push(Bucket {
+            addr: at,
             stack,
             active: cycle(0),
             future: [cycle(1), cycle(2), cycle(3)],
@@ -243,6 +247,10 @@ fn walk_once(
     }
     Ok(buckets)
 }
+
+/// How long one attempt waits for a held active-profile lock: 40 × 250 µs = 10 ms.
+const LOCK_POLLS: usize = 40;
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_micros(250);
 
 /// Reads the whole heap profile state. The runtime only ever prepends buckets, so one head
 /// gives a fixed list; the records are trusted only when no GC cycle started or flushed and
@@ -254,9 +262,17 @@ pub fn walk(
     limits: &Limits,
 ) -> Result<Snapshot, WalkError> {
     for _ in 0..limits.attempts.max(1) {
-        let (before, held_before) = guard(mem, anchors, layout)?;
+        let (mut before, mut held_before) = guard(mem, anchors, layout)?;
+        // A GC's flush holds the lock for a pass over every bucket (milliseconds on a large
+        // profile): waiting it out costs nothing, where walking into it wastes a whole attempt.
+        for _ in 0..LOCK_POLLS {
+            if !held_before {
+                break;
+            }
+            std::thread::sleep(LOCK_POLL);
+            (before, held_before) = guard(mem, anchors, layout)?;
+        }
         if held_before {
-            std::thread::yield_now();
             continue;
         }
         let buckets = walk_once(&BlockReader::new(mem), anchors, layout, limits)?;
@@ -276,6 +292,8 @@ pub fn walk(
 /// One record as `runtime.MemProfile(p, true)` returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemRecord {
+    /// The bucket's address in the target (see [`Bucket::addr`]).
+    pub bucket: u64,
     pub stack: Vec<u64>,
     pub alloc_objects: i64,
     pub alloc_bytes: i64,
@@ -286,28 +304,35 @@ pub struct MemRecord {
 /// `memProfileInternal`'s rule: the active record plus the future slot the current cycle
 /// flushes; when every bucket is still empty after that (no GC yet), all cycles summed.
 pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord> {
+    into_mem_profile(snapshot.clone())
+}
+
+/// [`mem_profile`], moving each bucket's stack into its record instead of copying it.
+pub fn into_mem_profile(snapshot: Snapshot) -> Vec<MemRecord> {
     let index = (snapshot.cycle % 3) as usize;
-    let flushed: Vec<Cycle> = snapshot
-        .buckets
-        .iter()
-        .map(|b| {
-            let mut c = b.active;
-            c.add(&b.future[index]);
-            c
-        })
-        .collect();
-    let clear = flushed.iter().all(|c| c.allocs == 0 && c.frees == 0);
+    let flushed = |b: &Bucket| {
+        let mut c = b.active;
+        c.add(&b.future[index]);
+        c
+    };
+    let clear = snapshot.buckets.iter().all(|b| {
+        let c = flushed(b);
+        c.allocs == 0 && c.frees == 0
+    });
     snapshot
         .buckets
-        .iter()
-        .zip(flushed)
-        .map(|(b, mut c)| {
-            if clear {
-                c = b.active;
+        .into_iter()
+        .map(|b| {
+            let c = if clear {
+                let mut c = b.active;
                 b.future.iter().for_each(|f| c.add(f));
-            }
+                c
+            } else {
+                flushed(&b)
+            };
             MemRecord {
-                stack: b.stack.clone(),
+                bucket: b.addr,
+                stack: b.stack,
                 alloc_objects: c.allocs as i64,
                 alloc_bytes: c.alloc_bytes as i64,
                 free_objects: c.frees as i64,
@@ -405,6 +430,7 @@ mod tests {
         let snap = Snapshot {
             cycle: 0,
             buckets: vec![Bucket {
+                addr: 0x2000,
                 stack: vec![1],
                 active: Cycle::default(),
                 future: [
