@@ -92,7 +92,9 @@ func main() {
 	// Every site must be sampled for sure (the default 512 KiB rate could miss the small
 	// ones), and the rate must not be 1, so that the profile's scaling is exercised.
 	runtime.MemProfileRate = 64 << 10
-	buildList(20000)
+	// The first sample on each P is still drawn at the old 512 KiB rate, and may land a few
+	// MiB in: the first site allocates ~11 MiB so that draw never skips it.
+	buildList(200000)
 	retainSmall(3000)
 	retainLarge(6)
 	retainGeneric(2000)
