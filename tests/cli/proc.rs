@@ -270,6 +270,38 @@ fn proc_capture_equals_pprof_go1_23() {
     check_variant("go1.23.12", "go1.23.12", &[], "go1.23.12");
 }
 
+/// Each older release stripped and as PIE, beside its plain build above: the runtime
+/// variables recovered from the code, and the load bias, per release.
+fn check_older(toolchain: &str) {
+    check_variant(
+        &format!("{toolchain}-stripped"),
+        toolchain,
+        &["-ldflags=-s -w"],
+        toolchain,
+    );
+    check_variant(
+        &format!("{toolchain}-pie"),
+        toolchain,
+        &["-buildmode=pie"],
+        toolchain,
+    );
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_25_stripped_and_pie() {
+    check_older("go1.25.5");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_24_stripped_and_pie() {
+    check_older("go1.24.6");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_23_stripped_and_pie() {
+    check_older("go1.23.12");
+}
+
 /// End to end through the command: `collect proc:PID` stores a capture equal to the target's.
 #[test]
 fn collect_proc_pid_stores_what_pprof_serves() {
