@@ -2,6 +2,7 @@
 //! only once complete and fsynced (temporary name, fsync, rename, fsync the folder); its
 //! manifest line is appended and fsynced after that. Readers never see a torn file.
 
+pub mod cluster;
 pub mod manifest;
 
 use std::fs::{self, File, OpenOptions};
