@@ -4,48 +4,50 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use heapwatch::collect::Clock as _;
-use heapwatch::collect::sampler::Sampler;
-use heapwatch::collect::{
-    CollectConfig, Collector, LiveStatus, Observer, OutsideMemory, StopReason, SystemClock,
-};
-use heapwatch::source::Source;
-use heapwatch::source::agent::{AgentOptions, AgentSource};
-use heapwatch::source::envoy::EnvoySource;
-use heapwatch::source::http::{HttpOptions, HttpSource};
-use heapwatch::source::proc::follow::{Attacher, FollowSource};
-use heapwatch::source::proc::{ProcError, ProcSource};
-use heapwatch::source::procfind::ProcSelector;
-use heapwatch::source::procmem::{CgroupMemory, MemoryProbe};
-use heapwatch::source::{FailureKind, FetchError};
-use heapwatch::store::{CaptureRecord, RunInfo, RunWriter};
+use heapwatch::collect::cluster::{NodeOutcome, StartError, StartOptions, TargetSpec, node_names};
+use heapwatch::collect::marks::{self, MarkError};
+use heapwatch::collect::targets::{TargetError, TargetOptions};
+use heapwatch::collect::{CollectConfig, CollectSummary, LiveStatus, Observer, StopReason};
+use heapwatch::source::http::HttpOptions;
+use heapwatch::store::CaptureRecord;
+use heapwatch::store::cluster::EVENTS_FILE;
 use heapwatch::units::{self, format_bytes};
 
 use super::{CliError, DecodeFlags};
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Several targets: one collector each, into RUN/targets/NAME/, named by \
+--name (in order), else by the agent's app id, the proc:exe: name, the proc:cgroup: folder or \
+host-port. Per-target flags take NAME=VALUE: --cgroup ctrl3=/sys/fs/cgroup/memory/ctrl3, \
+--pid ctrl1=4242, --limit ctrl2=512MiB (a plain --limit applies to every target)."
+)]
 pub struct CollectArgs {
     /// http://HOST:PORT (Go net/http/pprof) or a URL naming a profile path; or the OpenZiti
     /// agent: agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID]; or
     /// an Envoy admin port: envoy:http://HOST:PORT (/memory, /stats, /heap_dump); or a local
     /// Go process read from outside through its memory: proc:PID (needs ptrace rights), or
-    /// proc:exe:NAME / proc:cgroup:PATH, which follow the process across restarts.
-    target: String,
+    /// proc:exe:NAME / proc:cgroup:PATH, which follow the process across restarts. Several
+    /// targets make a cluster run, one node each.
+    #[arg(value_name = "TARGET", required = true, num_args = 1..)]
+    targets: Vec<String>,
     /// The run directory (created, or resumed when it exists).
     #[arg(long, short = 'o')]
     out: PathBuf,
+    /// A node's name, for each target in order (repeatable; default: from the target).
+    #[arg(long = "name", value_name = "NAME")]
+    names: Vec<String>,
     /// Time between heap captures.
     #[arg(long, default_value = "500ms", value_parser = units::parse_duration)]
     interval: Duration,
-    /// The target's memory limit: enables time-to-limit and burst mode.
-    #[arg(long, value_parser = units::parse_size)]
-    limit: Option<u64>,
+    /// The target's memory limit: enables time-to-limit and burst mode. With several
+    /// targets, NAME=SIZE for one node (repeatable); a plain SIZE applies to all.
+    #[arg(long, value_name = "[NAME=]SIZE")]
+    limit: Vec<String>,
     /// Interval once memory passes --burst-at of the limit.
     #[arg(long, default_value = "100ms", value_parser = units::parse_duration)]
     burst_interval: Duration,
@@ -67,11 +69,13 @@ pub struct CollectArgs {
     agent_dir: Option<PathBuf>,
     /// Sample this process's RSS into memory.jsonl (with an agent target and neither --pid nor
     /// --cgroup, the RSS of the agent's process is sampled, following it across restarts).
-    #[arg(long)]
-    pid: Option<u32>,
-    /// Sample this memory cgroup (v1 or v2 directory) into memory.jsonl.
-    #[arg(long)]
-    cgroup: Option<PathBuf>,
+    /// With several targets: NAME=PID (repeatable).
+    #[arg(long, value_name = "[NAME=]PID")]
+    pid: Vec<String>,
+    /// Sample this memory cgroup (v1 or v2 directory) into memory.jsonl. With several
+    /// targets: NAME=PATH (repeatable).
+    #[arg(long, value_name = "[NAME=]PATH")]
+    cgroup: Vec<String>,
     /// Time between process / cgroup memory samples.
     #[arg(long, default_value = "50ms", value_parser = units::parse_duration)]
     memory_interval: Duration,
@@ -125,6 +129,14 @@ pub struct CollectArgs {
     /// A label for this build (e.g. 2.1.0), kept in run.json for reports and comparisons.
     #[arg(long)]
     label: Option<String>,
+    /// Tail this log file (NAME=PATH, repeatable) for lines that --mark picks; NAME is a
+    /// node's name when the log is that node's. Followed across rotation and truncation.
+    #[arg(long = "log", value_name = "NAME=PATH")]
+    logs: Vec<String>,
+    /// A log line matching REGEX becomes an event LABEL in RUN/events.jsonl, timed by the
+    /// timestamp it starts with, else when it was read (LABEL=REGEX, repeatable).
+    #[arg(long = "mark", value_name = "LABEL=REGEX")]
+    marks: Vec<String>,
     /// No status line, no progress lines and no summary.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -177,7 +189,8 @@ impl CollectArgs {
             interval: self.interval,
             burst_interval: self.burst_interval,
             burst_at: self.burst_at,
-            limit: self.limit,
+            // Each target's own, from --limit [NAME=]SIZE.
+            limit: None,
             timeout: self.timeout,
             heap: heap || !goroutine,
             goroutine,
@@ -210,51 +223,128 @@ impl CollectArgs {
             max_body: self.max_body,
         })
     }
+}
 
-    fn probe(&self) -> Result<Option<MemoryProbe>, CliError> {
-        match (&self.cgroup, self.pid) {
-            (Some(path), _) => CgroupMemory::open(path)
-                .map(|c| Some(MemoryProbe::Cgroup(c)))
-                .map_err(usage),
-            (None, Some(pid)) => Ok(Some(MemoryProbe::Pid(pid))),
-            (None, None) => Ok(None),
+/// A per-target flag's values, one per node: `NAME=VALUE` names the node; a plain VALUE is the
+/// only target's, or with `plain_for_all` every node's that has none of its own.
+fn per_node(
+    flag: &str,
+    values: &[String],
+    names: &[String],
+    plain_for_all: bool,
+) -> Result<Vec<Option<String>>, CliError> {
+    let mut out: Vec<Option<String>> = vec![None; names.len()];
+    let mut plain: Option<&str> = None;
+    let list = names.join(", ");
+    for value in values {
+        let named = value
+            .split_once('=')
+            .and_then(|(n, v)| Some((names.iter().position(|x| x == n)?, v)));
+        if let Some((i, v)) = named {
+            if out[i].is_some() {
+                return Err(usage(format!("{flag} is given twice for {}", names[i])));
+            }
+            out[i] = Some(v.to_string());
+        } else if names.len() > 1 && !plain_for_all {
+            return Err(usage(format!(
+                "{flag} {value}: with several targets, say which: {flag} NAME=VALUE \
+                 (NAME one of {list})"
+            )));
+        } else if names.len() > 1 && value.contains('=') {
+            let name = value.split('=').next().unwrap_or_default();
+            return Err(usage(format!(
+                "{flag} {value}: no target is named {name:?} (the names: {list})"
+            )));
+        } else if plain.replace(value).is_some() {
+            return Err(usage(format!("{flag} is given twice")));
         }
+    }
+    Ok(out
+        .into_iter()
+        .map(|v| v.or_else(|| plain.map(str::to_string)))
+        .collect())
+}
+
+fn start_error(e: StartError) -> CliError {
+    match e {
+        StartError::Target(TargetError::Unreachable(m)) => CliError::Unreachable(m),
+        StartError::Target(TargetError::Usage(m)) | StartError::Layout(m) => usage(m),
+        StartError::Marks(e @ MarkError::Write { .. }) => CliError::Store(e.to_string()),
+        StartError::Marks(e) => usage(e.to_string()),
+        StartError::Store(e) => CliError::Store(e.to_string()),
     }
 }
 
-/// Draws the live status line on a terminal; elsewhere (a CI log, a file) prints it as a
-/// plain line every `progress_every`.
+/// One node's row of the live status: a spinner on a terminal; elsewhere (a CI log, a file)
+/// a plain line every `progress_every`, naming the node in a cluster run.
 struct StatusLine {
+    /// The node's name in a cluster run (none for a single target).
+    name: Option<String>,
     bar: Option<ProgressBar>,
     /// Off the terminal: how often, and when the last plain line was printed.
     plain: Option<(Duration, Option<std::time::Instant>)>,
 }
 
-impl StatusLine {
-    fn new(quiet: bool, progress_every: Duration) -> StatusLine {
-        if quiet {
-            return StatusLine {
-                bar: None,
+/// The status rows of every node.
+struct Status {
+    rows: Vec<StatusLine>,
+    /// Every bar, to clear at the end.
+    bars: Vec<ProgressBar>,
+}
+
+impl Status {
+    fn new(quiet: bool, progress_every: Duration, names: &[String]) -> Status {
+        let cluster = names.len() > 1;
+        let name = |n: &String| cluster.then(|| n.clone());
+        if quiet || !std::io::stderr().is_terminal() {
+            let plain = (!quiet).then_some((progress_every, None));
+            let rows = names
+                .iter()
+                .map(|n| StatusLine {
+                    name: name(n),
+                    bar: None,
+                    plain,
+                })
+                .collect();
+            return Status {
+                rows,
+                bars: Vec::new(),
+            };
+        }
+        let multi = MultiProgress::new();
+        let width = names.iter().map(String::len).max().unwrap_or(0);
+        let mut rows = Vec::new();
+        let mut bars = Vec::new();
+        for n in names {
+            let template = if cluster {
+                "{spinner} {prefix} {msg}"
+            } else {
+                "{spinner} {msg}"
+            };
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(ProgressStyle::with_template(template).expect("static template"));
+            bar.set_prefix(format!("{n:width$}"));
+            let bar = if cluster { multi.add(bar) } else { bar };
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bars.push(bar.clone());
+            rows.push(StatusLine {
+                name: name(n),
+                bar: Some(bar),
                 plain: None,
-            };
+            });
         }
-        if !std::io::stderr().is_terminal() {
-            return StatusLine {
-                bar: None,
-                plain: Some((progress_every, None)),
-            };
-        }
-        let bar = ProgressBar::new_spinner();
-        bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("static template"));
-        bar.enable_steady_tick(Duration::from_millis(200));
-        StatusLine {
-            bar: Some(bar),
-            plain: None,
-        }
+        Status { rows, bars }
+    }
+
+    fn observers(&mut self) -> Vec<Box<dyn Observer + Send>> {
+        std::mem::take(&mut self.rows)
+            .into_iter()
+            .map(|r| Box::new(r) as Box<dyn Observer + Send>)
+            .collect()
     }
 
     fn finish(&self) {
-        if let Some(bar) = &self.bar {
+        for bar in &self.bars {
             bar.finish_and_clear();
         }
     }
@@ -312,7 +402,10 @@ impl Observer for StatusLine {
             let now = std::time::Instant::now();
             if last.is_none_or(|t| now.duration_since(t) >= *every) {
                 *last = Some(now);
-                eprintln!("heapwatch: {}", describe(status));
+                match &self.name {
+                    Some(name) => eprintln!("heapwatch: {name}: {}", describe(status)),
+                    None => eprintln!("heapwatch: {}", describe(status)),
+                }
             }
         }
     }
@@ -321,79 +414,66 @@ impl Observer for StatusLine {
 pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
     let push = args.push.prepare(args.decode.limits())?;
-    let mut probe = args.probe()?;
-    if args.agent_dir.is_some() && !args.target.starts_with("agent:") {
-        return Err(usage(format!(
-            "--agent-dir is for agent:PID and agent:auto targets, not {}",
-            args.target
-        )));
+    let names = node_names(&args.targets, &args.names).map_err(start_error)?;
+    let cluster = names.len() > 1;
+    if cluster && push.is_some() {
+        return Err(usage(
+            "--push takes a single target; push each node afterwards with \
+             `heapwatch push RUN/targets/NAME --to URL`"
+                .into(),
+        ));
     }
-    let mut source: Box<dyn Source> = if args.target.starts_with("http://")
-        || args.target.starts_with("https://")
-    {
-        Box::new(
-            HttpSource::new(&args.target, &args.http_options()?).map_err(|e| usage(e.message))?,
-        )
-    } else if args.target.starts_with("envoy:") {
-        Box::new(
-            EnvoySource::new(&args.target, &args.http_options()?).map_err(|e| usage(e.message))?,
-        )
-    } else if args.target.starts_with("agent:") {
-        let agent = AgentSource::new(
-            &args.target,
-            &AgentOptions {
-                dir: args.agent_dir.clone(),
-                max_body: args.max_body,
+    let limits = per_node("--limit", &args.limit, &names, true)?
+        .into_iter()
+        .map(|v| {
+            v.map(|v| units::parse_size(&v).map_err(|e| usage(format!("--limit {v}: {e}"))))
+                .transpose()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pids = per_node("--pid", &args.pid, &names, false)?
+        .into_iter()
+        .map(|v| {
+            v.map(|v| {
+                v.parse::<u32>()
+                    .map_err(|_| usage(format!("--pid {v}: expected a process id")))
+            })
+            .transpose()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let cgroups = per_node("--cgroup", &args.cgroup, &names, false)?;
+    let http = args.http_options()?;
+    let specs: Vec<TargetSpec> = args
+        .targets
+        .iter()
+        .enumerate()
+        .map(|(i, target)| TargetSpec {
+            name: names[i].clone(),
+            target: target.clone(),
+            options: TargetOptions {
+                http: http.clone(),
+                agent_dir: args.agent_dir.clone(),
+                pid: pids[i],
+                cgroup: cgroups[i].as_ref().map(PathBuf::from),
+                interval: config.interval,
             },
-        )
-        .map_err(|e| usage(e.message))?;
-        if probe.is_none() {
-            probe = Some(MemoryProbe::Follow(agent.pid_cell()));
-        }
-        Box::new(agent)
-    } else if let Some(selector) = ProcSelector::parse(&args.target) {
-        // proc:exe:NAME, proc:cgroup:PATH: whichever process that is now, across restarts.
-        let follow = FollowSource::new(
-            &args.target,
-            selector.map_err(usage)?,
-            proc_attacher(&args.target),
-            config.interval,
-        );
-        if probe.is_none() {
-            let cgroup = follow.finder().cgroup_dir();
-            probe = Some(match cgroup.and_then(|d| CgroupMemory::open(&d).ok()) {
-                Some(cg) => MemoryProbe::Cgroup(cg),
-                None => MemoryProbe::Follow(follow.pid_cell()),
-            });
-        }
-        Box::new(follow)
-    } else if let Some(pid) = heapwatch::source::proc::parse_target(&args.target) {
-        let pid = pid.map_err(usage)?;
-        let proc = ProcSource::attach(pid, args.target.clone())
-            .map_err(|e| CliError::Unreachable(e.to_string()))?;
-        if probe.is_none() {
-            probe = Some(MemoryProbe::Pid(pid));
-        }
-        Box::new(proc)
-    } else {
-        return Err(usage(format!(
-            "{}: unknown target (expected http://HOST:PORT, https://…, envoy:http://HOST:PORT, \
-             agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID], proc:PID, \
-             proc:exe:NAME or proc:cgroup:PATH)",
-            args.target
-        )));
-    };
-    let (writer, existing) =
-        RunWriter::open(&args.out).map_err(|e| CliError::Store(e.to_string()))?;
-    let clock = SystemClock::new();
-    let mut info = RunInfo {
-        schema: heapwatch::render::SCHEMA,
-        tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
-        target: args.target.clone(),
-        source: source.kind().to_string(),
-        started_ms: clock.unix_ms(),
-        resumed_ms: Vec::new(),
-        options: serde_json::json!({
+            limit: limits[i],
+        })
+        .collect();
+    let logs = args
+        .logs
+        .iter()
+        .map(|l| marks::parse_log(l))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| usage(e.to_string()))?;
+    let mark_specs = args
+        .marks
+        .iter()
+        .map(|m| marks::parse_mark(m))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| usage(e.to_string()))?;
+    let options = StartOptions {
+        out: args.out.clone(),
+        run_options: serde_json::json!({
             "interval_ms": config.interval.as_millis() as u64,
             "burst_interval_ms": config.burst_interval.as_millis() as u64,
             "burst_at": config.burst_at,
@@ -403,102 +483,119 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             "timeout_ms": config.timeout.as_millis() as u64,
             "profiles": args.profiles,
             "memstats_interval_ms": config.memstats_interval.as_millis() as u64,
-            "pid": args.pid,
-            "cgroup": args.cgroup,
             "agent_dir": args.agent_dir,
             "max_disk": config.max_disk,
             "gc": args.gc,
         }),
-        limit_bytes: config.limit,
+        config,
+        memory_interval: args.memory_interval,
         label: args.label.clone(),
+        logs,
+        marks: mark_specs,
     };
-    if let Ok(previous) = heapwatch::store::RunDir::open(&args.out) {
-        if let Some(mut old) = previous.info {
-            old.resumed_ms.push(info.started_ms);
-            if info.limit_bytes.is_some() {
-                old.limit_bytes = info.limit_bytes;
-            }
-            info = old;
-        }
+    let logged = !options.logs.is_empty();
+    let mut collection = heapwatch::collect::start(specs, options).map_err(start_error)?;
+    let mut live_push = None;
+    if push.is_some() {
+        let node = collection.nodes.remove(0);
+        let node = node.wrap_writer(|writer| {
+            let (writer, pushing) = super::collect_push::attach(push, &args.out, writer)?;
+            live_push = pushing;
+            Ok::<_, CliError>(writer)
+        })?;
+        collection.nodes.insert(0, node);
     }
-    let outside = Arc::new(OutsideMemory::default());
-    if let Some(MemoryProbe::Cgroup(cg)) = &probe {
-        if info.limit_bytes.is_none() {
-            info.limit_bytes = cg.limit();
-        }
-    }
-    writer
-        .write_info(&info)
-        .map_err(|e| CliError::Store(e.to_string()))?;
-    let (writer, push) = super::collect_push::attach(push, &args.out, writer)?;
-    // A reply that does not name its process (HTTP, Envoy) is filed under the process the
-    // probe sees, so a new pid opens a new boot cycle.
-    let pid_probe = probe
-        .clone()
-        .filter(|p| !matches!(p, MemoryProbe::Follow(_)));
-    // How watched processes end (exit code or signal), where the kernel tells (root).
-    let exits = heapwatch::collect::exits::ExitWatcher::start()
-        .ok()
-        .map(Arc::new);
-    let sampler = match probe {
-        Some(p) => Some(Sampler::start(
-            p,
-            args.memory_interval,
-            writer
-                .memory_log()
-                .map_err(|e| CliError::Store(e.to_string()))?,
-            outside.clone(),
-            exits.clone(),
-        )),
-        None => None,
-    };
 
-    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let stop = collection.stop_flag();
     ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
 
-    let mut status_line = StatusLine::new(args.quiet, args.progress_every);
-    let mut collector = Collector::new(config, source.as_mut(), &clock, writer, &existing, stop)
-        .with_outside_memory(outside);
-    if let Some(probe) = pid_probe {
-        collector = collector.with_pid_probe(probe);
-    }
-    if let Some(exits) = &exits {
-        collector = collector.with_exits(exits.clone());
-    }
-    let result = collector.run(&mut status_line);
-    status_line.finish();
-    let tally = sampler.map(Sampler::finish);
-    let pushed = push.and_then(|p| p.finish(args.quiet));
-    if let Some(exits) = &exits {
-        exits.finish();
-    }
-    let summary = result.map_err(|e| CliError::Store(e.to_string()))?;
+    let mut status = Status::new(args.quiet, args.progress_every, &names);
+    let outcome = collection.run(status.observers());
+    status.finish();
+    let pushed = live_push.and_then(|p| p.finish(args.quiet));
 
-    if !args.quiet {
-        let mut line = format!(
-            "heapwatch: {} captures ({} stored, {} duplicates, {} errors) over {} boot cycle(s) in {}",
-            summary.captures,
-            summary.stored,
-            summary.duplicates,
-            summary.errors,
-            summary.incarnations,
-            args.out.display()
-        );
-        if summary.deleted > 0 {
-            line.push_str(&format!("; {} thinned for --max-disk", summary.deleted));
-        }
-        if let Some(t) = tally.as_ref().filter(|t| t.samples > 0) {
-            line.push_str(&format!("; memory peak {}", format_bytes(t.peak as i64)));
-            if t.kills > 0 {
-                line.push_str(&format!(", {} OOM kill(s)", t.kills));
+    let mut failures = Vec::new();
+    for node in outcome.nodes {
+        let summary = match &node.result {
+            Ok(summary) => summary.clone(),
+            Err(e) if !cluster => return Err(CliError::Store(e.to_string())),
+            Err(e) => {
+                failures.push(CliError::Store(format!("{}: {e}", node.name)));
+                continue;
             }
+        };
+        if !args.quiet {
+            eprintln!("{}", summary_line(&node, &summary, cluster));
         }
-        eprintln!("{line}");
+        if let Err(e) = verdict(&node, summary) {
+            failures.push(e);
+        }
     }
     if let Some(line) = pushed {
         eprintln!("{line}");
     }
+    if let Some(tally) = outcome.events.filter(|_| logged) {
+        if let Some(e) = &tally.error {
+            eprintln!("heapwatch: events: {e}");
+        } else if !args.quiet {
+            eprintln!(
+                "heapwatch: {} event(s) marked in {}",
+                tally.events,
+                args.out.join(EVENTS_FILE).display()
+            );
+        }
+    }
+    // The worst node decides: the store first, then a target that answered garbage, then
+    // one that never answered; the others are said here.
+    let rank = |e: &CliError| match e {
+        CliError::Store(_) => 0,
+        CliError::Unreachable(_) => 2,
+        _ => 1,
+    };
+    failures.sort_by_key(rank);
+    let mut failures = failures.into_iter();
+    let Some(worst) = failures.next() else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    for other in failures {
+        eprintln!("heapwatch: {other}");
+    }
+    Err(worst)
+}
+
+/// The summary of one node: as it always was for a single target, with the node's name in a
+/// cluster run.
+fn summary_line(node: &NodeOutcome, summary: &CollectSummary, cluster: bool) -> String {
+    let who = if cluster {
+        format!("{}: ", node.name)
+    } else {
+        String::new()
+    };
+    let mut line = format!(
+        "heapwatch: {who}{} captures ({} stored, {} duplicates, {} errors) over {} boot cycle(s) in {}",
+        summary.captures,
+        summary.stored,
+        summary.duplicates,
+        summary.errors,
+        summary.incarnations,
+        node.dir.display()
+    );
+    if summary.deleted > 0 {
+        line.push_str(&format!("; {} thinned for --max-disk", summary.deleted));
+    }
+    if let Some(t) = node.memory.as_ref().filter(|t| t.samples > 0) {
+        line.push_str(&format!("; memory peak {}", format_bytes(t.peak as i64)));
+        if t.kills > 0 {
+            line.push_str(&format!(", {} OOM kill(s)", t.kills));
+        }
+    }
+    line
+}
+
+/// Today's rules for how a node's collection went: a full disk, a target that answered only
+/// with garbage, a target that never answered.
+fn verdict(node: &NodeOutcome, summary: CollectSummary) -> Result<(), CliError> {
     if summary.reason == StopReason::DiskFull {
         return Err(CliError::Store(format!(
             "stopped: {}",
@@ -508,37 +605,23 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     if !summary.reached && summary.responded {
         return Err(CliError::Usage(format!(
             "{}: the target answered but never with a valid profile ({} attempts; last: {}); see {}/manifest.jsonl",
-            args.target,
+            node.target,
             summary.attempts,
             summary.last_error.as_deref().unwrap_or("?"),
-            args.out.display()
+            node.dir.display()
         )));
     }
     if !summary.reached {
         return Err(CliError::Unreachable(format!(
             "{}: the target never answered ({} attempts; last: {}); see {}/manifest.jsonl",
-            args.target,
+            node.target,
             summary.attempts,
             summary.last_error.as_deref().unwrap_or("?"),
-            args.out.display()
+            node.dir.display()
         )));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-/// Attaches the proc source to each process a following target finds; a process that is
-/// gone by then is refused (gone), anything else an error for that attempt.
-pub(super) fn proc_attacher(target: &str) -> Attacher {
-    let target = target.to_string();
-    Box::new(move |pid| {
-        ProcSource::attach(pid, target.clone())
-            .map(|s| Box::new(s) as Box<dyn Source>)
-            .map_err(|e| {
-                let kind = match e {
-                    ProcError::NoProcess { .. } => FailureKind::Refused,
-                    _ => FailureKind::Other,
-                };
-                FetchError::new(kind, e.to_string())
-            })
-    })
-}
+/// Kept here for `heapwatch run`, which follows the processes it starts the same way.
+pub(super) use heapwatch::collect::targets::proc_attacher;

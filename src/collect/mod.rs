@@ -3,13 +3,16 @@
 //! duplicate captures, and thins old captures to stay under a disk budget.
 
 pub mod clock;
+pub mod cluster;
 mod cycles;
 mod events;
 pub mod exits;
 mod idle;
+pub mod marks;
 mod retention;
 pub mod sampler;
 mod status;
+pub mod targets;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 pub use clock::{Clock, FakeClock, SystemClock};
+pub use cluster::start;
 pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
 

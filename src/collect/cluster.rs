@@ -1,0 +1,464 @@
+//! `collect::start`: one collection over one target or several. Each target is a node with
+//! its own collector (pacing, burst, memory sampler, boot cycles, manifest) in a run of its
+//! own; with two or more, the run directory is a cluster run (`RUN/run.json` lists the nodes,
+//! each in `RUN/targets/NAME/`). Marked log lines go to `RUN/events.jsonl` from a thread of
+//! their own. Nodes share nothing that can block: each runs on its own thread (one task each
+//! once the collector is async), and the stop flag is an atomic.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::exits::ExitWatcher;
+use super::marks::{self, EventLog, Mark, MarkError, TailTally, Tailer};
+use super::sampler::{Sampler, SamplerTally};
+use super::targets::{self, OpenedTarget, TargetError, TargetOptions};
+use super::{
+    Clock as _, CollectConfig, CollectError, CollectSummary, Collector, Observer, OutsideMemory,
+    SystemClock,
+};
+use crate::source::procmem::MemoryProbe;
+use crate::store::cluster::{
+    self, CLUSTER_KIND, ClusterInfo, ClusterTarget, LogSpec, MarkSpec, TARGETS_DIR,
+};
+use crate::store::{ManifestRead, RUN_FILE, RunDir, RunInfo, RunWriter, StoreError};
+
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error(transparent)]
+    Marks(#[from] MarkError),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The targets and names do not make a run (duplicate names, a run of the other layout).
+    #[error("{0}")]
+    Layout(String),
+}
+
+/// One target to collect.
+#[derive(Debug, Clone)]
+pub struct TargetSpec {
+    /// The node's name; in a single-target run it names nothing on disk.
+    pub name: String,
+    pub target: String,
+    pub options: TargetOptions,
+    /// The node's memory limit (`--limit`); else its cgroup's.
+    pub limit: Option<u64>,
+}
+
+/// What every node shares.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    /// The run directory: the run itself for one target, the cluster run for several.
+    pub out: PathBuf,
+    /// The collector's settings; `limit` is each target's own.
+    pub config: CollectConfig,
+    pub memory_interval: Duration,
+    pub label: Option<String>,
+    /// Options kept in each node's `run.json` as they were given (`pid` and `cgroup` are
+    /// filled in per node).
+    pub run_options: serde_json::Value,
+    pub logs: Vec<LogSpec>,
+    pub marks: Vec<MarkSpec>,
+}
+
+/// The names of the targets' nodes: `--name` by position, else one from the target itself
+/// ([`targets::node_name`]). Two nodes of one name are refused.
+pub fn node_names(targets: &[String], names: &[String]) -> Result<Vec<String>, StartError> {
+    if names.len() > targets.len() {
+        return Err(StartError::Layout(format!(
+            "{} --name for {} target(s): give at most one --name per target, in order",
+            names.len(),
+            targets.len()
+        )));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for (i, target) in targets.iter().enumerate() {
+        let name = match names.get(i) {
+            Some(given) => {
+                if targets::safe_name(given) != *given {
+                    return Err(StartError::Layout(format!(
+                        "--name {given:?}: a node name is one directory name (letters, digits, \
+                         '.', '_' and '-')"
+                    )));
+                }
+                given.clone()
+            }
+            None => targets::node_name(target),
+        };
+        if let Some(j) = out.iter().position(|n| *n == name) {
+            return Err(StartError::Layout(format!(
+                "{} and {} are both named {name:?}: give each target its own --name \
+                 (one per target, in order)",
+                targets[j], target
+            )));
+        }
+        out.push(name);
+    }
+    Ok(out)
+}
+
+/// A target opened, with its run directory written and ready to record.
+pub struct Node {
+    pub name: String,
+    pub target: String,
+    /// The node's run directory.
+    pub dir: PathBuf,
+    opened: OpenedTarget,
+    writer: RunWriter,
+    existing: ManifestRead,
+    config: CollectConfig,
+}
+
+impl Node {
+    /// The node with its run writer replaced, e.g. by one that also pushes each record.
+    pub fn wrap_writer<E>(
+        mut self,
+        wrap: impl FnOnce(RunWriter) -> Result<RunWriter, E>,
+    ) -> Result<Node, E> {
+        self.writer = wrap(self.writer)?;
+        Ok(self)
+    }
+}
+
+/// Everything opened by [`start`], not yet recording.
+pub struct Collection {
+    pub nodes: Vec<Node>,
+    /// Whether the run is a cluster run (two or more targets).
+    pub cluster: bool,
+    pub out: PathBuf,
+    memory_interval: Duration,
+    logs: Vec<LogSpec>,
+    marks: Vec<Mark>,
+    events: Option<EventLog>,
+    stop: Arc<AtomicBool>,
+}
+
+/// How one node's collection ended.
+pub struct NodeOutcome {
+    pub name: String,
+    pub target: String,
+    pub dir: PathBuf,
+    pub result: Result<CollectSummary, CollectError>,
+    /// What the memory sampler saw, when there was one.
+    pub memory: Option<SamplerTally>,
+}
+
+pub struct CollectionOutcome {
+    pub nodes: Vec<NodeOutcome>,
+    /// What the log tailer wrote, when logs were tailed.
+    pub events: Option<TailTally>,
+}
+
+/// Opens every target, then writes the run layout: for one target `RUN` is its run; for
+/// several `RUN/run.json` lists them and each is a run in `RUN/targets/NAME/`. A run that
+/// exists is resumed. Nothing is recorded until [`Collection::run`].
+pub fn start(targets: Vec<TargetSpec>, options: StartOptions) -> Result<Collection, StartError> {
+    if targets.is_empty() {
+        return Err(StartError::Layout("no target given".into()));
+    }
+    let marks = marks::compile(&options.logs, &options.marks)?;
+    let given: Vec<String> = targets.iter().map(|t| t.target.clone()).collect();
+    let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
+    node_names(&given, &names)?;
+    let cluster = targets.len() > 1;
+    check_layout(&options.out, cluster)?;
+    // Every target is opened before anything is written: a bad one leaves no run behind.
+    let opened = targets
+        .iter()
+        .map(|t| targets::open_target(&t.target, &t.options))
+        .collect::<Result<Vec<_>, _>>()?;
+    let clock = SystemClock::new();
+    let started_ms = clock.unix_ms();
+    let mut nodes = Vec::new();
+    for (spec, opened) in targets.into_iter().zip(opened) {
+        let dir = if cluster {
+            options.out.join(TARGETS_DIR).join(&spec.name)
+        } else {
+            options.out.clone()
+        };
+        let (writer, existing) = RunWriter::open(&dir)?;
+        let config = CollectConfig {
+            limit: spec.limit,
+            ..options.config.clone()
+        };
+        let info = node_info(&spec, &opened, &dir, &options, &config, started_ms);
+        writer.write_info(&info)?;
+        nodes.push(Node {
+            name: spec.name,
+            target: spec.target,
+            dir,
+            opened,
+            writer,
+            existing,
+            config,
+        });
+    }
+    if cluster {
+        write_cluster_info(&options, &nodes, started_ms)?;
+    }
+    let events = if marks.is_empty() {
+        None
+    } else {
+        Some(EventLog::open(&options.out)?)
+    };
+    Ok(Collection {
+        nodes,
+        cluster,
+        out: options.out,
+        memory_interval: options.memory_interval,
+        logs: options.logs,
+        marks,
+        events,
+        stop: Arc::new(AtomicBool::new(false)),
+    })
+}
+
+/// A cluster run is never resumed as one target's run, nor the other way round.
+fn check_layout(out: &Path, cluster: bool) -> Result<(), StartError> {
+    let was_cluster = cluster::read_cluster(out)?.is_some();
+    let was_single = !was_cluster && out.join(crate::store::MANIFEST_FILE).is_file();
+    if cluster && was_single {
+        return Err(StartError::Layout(format!(
+            "{}: a run of one target already; several targets need a new --out",
+            out.display()
+        )));
+    }
+    if !cluster && was_cluster {
+        return Err(StartError::Layout(format!(
+            "{}: a cluster run; resume it with its targets (see its run.json), or give a new --out",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A node's `run.json`: a run resumed keeps its first start and notes this one.
+fn node_info(
+    spec: &TargetSpec,
+    opened: &OpenedTarget,
+    dir: &Path,
+    options: &StartOptions,
+    config: &CollectConfig,
+    started_ms: i64,
+) -> RunInfo {
+    let mut run_options = options.run_options.clone();
+    if let Some(map) = run_options.as_object_mut() {
+        map.insert("pid".into(), serde_json::json!(spec.options.pid));
+        map.insert("cgroup".into(), serde_json::json!(spec.options.cgroup));
+    }
+    let mut info = RunInfo {
+        schema: crate::render::SCHEMA,
+        tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
+        target: spec.target.clone(),
+        source: opened.source.kind().to_string(),
+        started_ms,
+        resumed_ms: Vec::new(),
+        options: run_options,
+        limit_bytes: config.limit,
+        label: options.label.clone(),
+    };
+    if let Ok(previous) = RunDir::open(dir) {
+        if let Some(mut old) = previous.info {
+            old.resumed_ms.push(info.started_ms);
+            if info.limit_bytes.is_some() {
+                old.limit_bytes = info.limit_bytes;
+            }
+            info = old;
+        }
+    }
+    if let Some(MemoryProbe::Cgroup(cg)) = &opened.probe {
+        if info.limit_bytes.is_none() {
+            info.limit_bytes = cg.limit();
+        }
+    }
+    info
+}
+
+/// `RUN/run.json` of a cluster run; a resumed one keeps its first start, its nodes and logs.
+fn write_cluster_info(
+    options: &StartOptions,
+    nodes: &[Node],
+    started_ms: i64,
+) -> Result<(), StartError> {
+    let mut info = ClusterInfo {
+        schema: crate::render::SCHEMA,
+        tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
+        kind: CLUSTER_KIND.to_string(),
+        started_ms,
+        resumed_ms: Vec::new(),
+        label: options.label.clone(),
+        targets: Vec::new(),
+        logs: Vec::new(),
+        marks: Vec::new(),
+    };
+    if let Some(old) = cluster::read_cluster(&options.out)? {
+        info.started_ms = old.started_ms;
+        info.resumed_ms = old.resumed_ms;
+        info.resumed_ms.push(started_ms);
+        info.label = info.label.or(old.label);
+        info.targets = old.targets;
+        info.logs = old.logs;
+        info.marks = old.marks;
+    }
+    for node in nodes {
+        let entry = ClusterTarget {
+            name: node.name.clone(),
+            target: node.target.clone(),
+            source: node.opened.source.kind().to_string(),
+            dir: format!("{TARGETS_DIR}/{}", node.name),
+        };
+        match info.targets.iter_mut().find(|t| t.name == node.name) {
+            Some(t) => *t = entry,
+            None => info.targets.push(entry),
+        }
+    }
+    for log in &options.logs {
+        if !info.logs.contains(log) {
+            info.logs.push(log.clone());
+        }
+    }
+    for mark in &options.marks {
+        if !info.marks.contains(mark) {
+            info.marks.push(mark.clone());
+        }
+    }
+    let path = options.out.join(RUN_FILE);
+    let bytes = serde_json::to_vec_pretty(&info).map_err(|e| StoreError::Corrupt {
+        path: path.clone(),
+        why: e.to_string(),
+    })?;
+    // Whole or not at all: written aside, then renamed over the old one.
+    let temp = options.out.join(format!("{RUN_FILE}.partial"));
+    crate::store::write_synced(&temp, &bytes)?;
+    std::fs::rename(&temp, &path).map_err(|source| StoreError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(())
+}
+
+impl Collection {
+    /// The flag that stops every node (Ctrl-C sets it).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Records every node until it stops, each on its own thread with its own observer (one
+    /// per node, in order), and tails the logs meanwhile. A node that fails or hangs delays
+    /// no other.
+    pub fn run(self, observers: Vec<Box<dyn Observer + Send>>) -> CollectionOutcome {
+        let Collection {
+            nodes,
+            memory_interval,
+            logs,
+            marks,
+            events,
+            stop,
+            ..
+        } = self;
+        let tailer = events.map(|events| Tailer::start(&logs, marks, events));
+        let stop = &*stop;
+        let mut observers = observers.into_iter();
+        let outcomes = std::thread::scope(|scope| {
+            let running: Vec<_> = nodes
+                .into_iter()
+                .map(|node| {
+                    let mut observer = observers
+                        .next()
+                        .unwrap_or_else(|| Box::new(super::NoObserver));
+                    std::thread::Builder::new()
+                        .name(format!("heapwatch-{}", node.name))
+                        .spawn_scoped(scope, move || {
+                            collect_node(node, memory_interval, stop, observer.as_mut())
+                        })
+                        .expect("a thread per node starts")
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        CollectionOutcome {
+            nodes: outcomes,
+            events: tailer.map(Tailer::finish),
+        }
+    }
+}
+
+/// One node, start to end: its exit watcher, memory sampler and collector.
+fn collect_node(
+    node: Node,
+    memory_interval: Duration,
+    stop: &AtomicBool,
+    observer: &mut dyn Observer,
+) -> NodeOutcome {
+    let Node {
+        name,
+        target,
+        dir,
+        opened,
+        writer,
+        existing,
+        config,
+    } = node;
+    // A reply that does not name its process (HTTP, Envoy) is filed under the process the
+    // probe sees, so a new pid opens a new boot cycle.
+    let pid_probe = opened.pid_probe();
+    let OpenedTarget {
+        source: mut boxed,
+        probe,
+        ..
+    } = opened;
+    let outside = Arc::new(OutsideMemory::default());
+    // How watched processes end (exit code or signal), where the kernel tells (root). One
+    // watcher per node: each takes only the ends of the processes it watches.
+    let exits = ExitWatcher::start().ok().map(Arc::new);
+    let sampler = match probe {
+        Some(p) => match writer.memory_log() {
+            Ok(log) => Some(Sampler::start(
+                p,
+                memory_interval,
+                log,
+                outside.clone(),
+                exits.clone(),
+            )),
+            Err(e) => {
+                return NodeOutcome {
+                    name,
+                    target,
+                    dir,
+                    result: Err(e.into()),
+                    memory: None,
+                };
+            }
+        },
+        None => None,
+    };
+    let clock = SystemClock::new();
+    let mut collector = Collector::new(config, boxed.as_mut(), &clock, writer, &existing, stop)
+        .with_outside_memory(outside);
+    if let Some(probe) = pid_probe {
+        collector = collector.with_pid_probe(probe);
+    }
+    if let Some(exits) = &exits {
+        collector = collector.with_exits(exits.clone());
+    }
+    let result = collector.run(observer);
+    let memory = sampler.map(Sampler::finish);
+    if let Some(exits) = &exits {
+        exits.finish();
+    }
+    NodeOutcome {
+        name,
+        target,
+        dir,
+        result,
+        memory,
+    }
+}
