@@ -451,7 +451,11 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             target: target.clone(),
             options: TargetOptions {
                 http: http.clone(),
-                agent_dir: args.agent_dir.clone(),
+                // In a cluster it is the agent targets' (a single target is told it is not one).
+                agent_dir: args
+                    .agent_dir
+                    .clone()
+                    .filter(|_| !cluster || target.starts_with("agent:")),
                 pid: pids[i],
                 cgroup: cgroups[i].as_ref().map(PathBuf::from),
                 interval: config.interval,

@@ -261,7 +261,7 @@ impl EventLog {
 /// The thread tailing the logs: it owns the event log, so no collector ever waits on it.
 pub struct Tailer {
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<TailTally>>,
+    handle: Result<JoinHandle<TailTally>, String>,
 }
 
 /// What the tailer did over the run.
@@ -308,16 +308,22 @@ impl Tailer {
                     std::thread::sleep(POLL);
                 }
             })
-            .ok();
+            .map_err(|e| format!("cannot start the thread that reads the logs: {e}"));
         Tailer { stop, handle }
     }
 
-    pub fn finish(mut self) -> TailTally {
+    pub fn finish(self) -> TailTally {
         self.stop.store(true, Ordering::Relaxed);
-        self.handle
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default()
+        match self.handle {
+            Ok(h) => h.join().unwrap_or_else(|_| TailTally {
+                events: 0,
+                error: Some("the thread that reads the logs failed".into()),
+            }),
+            Err(e) => TailTally {
+                events: 0,
+                error: Some(e),
+            },
+        }
     }
 }
 

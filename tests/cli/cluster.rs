@@ -590,6 +590,33 @@ fn two_unreachable_targets_make_a_cluster_run_that_resumes_and_exits_3() {
 }
 
 #[test]
+fn agent_dir_in_a_mixed_cluster_goes_to_the_agent_targets_only() {
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let o = util::run(&[
+        "collect",
+        &format!("agent:tcp:127.0.0.1:{}", util::free_port()),
+        &format!("http://127.0.0.1:{}", util::free_port()),
+        "--agent-dir",
+        dir.path().to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+        "--duration",
+        "300ms",
+    ]);
+    // Never answered (3), not refused as a usage error (2).
+    assert_eq!(o.status.code(), Some(3), "{}", util::stderr(&o));
+    let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
+    let sources: Vec<&str> = info["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["agent", "http"]);
+}
+
+#[test]
 fn a_single_target_collect_writes_marked_lines_to_events_jsonl() {
     let Some(_) = util::go_fixture("steady") else {
         return;
