@@ -3,8 +3,8 @@
 //! agent opens only after its migration, and that migration is the new cycle's memory); else
 //! the cycle whose time it falls in, from its first capture to the next cycle's first.
 
-use crate::source::procmem::MemorySample;
-use crate::store::CaptureRecord;
+use crate::model::capture::CaptureRecord;
+use crate::model::memory::MemorySample;
 
 /// One boot cycle's bounds as the samples are assigned to them.
 #[derive(Debug, Clone, Copy, PartialEq)]

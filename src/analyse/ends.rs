@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
-use crate::source::procmem::MemorySample;
-use crate::store::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind};
+use crate::model::memory::MemorySample;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]

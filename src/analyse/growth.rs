@@ -18,8 +18,8 @@ use super::spikes::{self, Episode, Peaks};
 use super::storms::storms;
 use super::verdict;
 use crate::model::build::BuildInfo;
-use crate::source::procmem::MemorySample;
-use crate::store::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind};
+use crate::model::memory::MemorySample;
 
 /// A site's growth must add at least this much over the cycle to count (two sampling periods
 /// of Go's default MemProfileRate).

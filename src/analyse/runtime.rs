@@ -4,7 +4,7 @@
 
 use super::growth::{GoroutineGrowth, MemStatsView, RuntimeView, sustained};
 use super::series::{SeriesGrid, theil_sen};
-use crate::store::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind};
 
 pub(crate) fn goroutines(grid: &SeriesGrid) -> Vec<GoroutineGrowth> {
     let t = grid.times();

@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::model::build::BuildInfo;
-use crate::store::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind};
 
 /// One boot cycle and the build it ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -4,6 +4,9 @@
 
 pub mod aggregate;
 pub mod build;
+pub mod capture;
+pub mod envoy;
+pub mod memory;
 
 use std::fmt;
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::triage::format_span;
-use crate::source::envoy::HeapDumpState;
+use crate::model::envoy::HeapDumpState;
 use crate::units::format_bytes;
 
 #[derive(Serialize)]

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::compare::Comparison;
 use super::envoy::EnvoyReport;
 use super::growth::{CycleGrowth, GrowthReport};
-use crate::store::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind};
 use crate::units::format_bytes;
 
 mod parse;

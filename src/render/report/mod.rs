@@ -18,8 +18,8 @@ use crate::analyse::envoy::{EnvoyLimits, EnvoyReport};
 use crate::analyse::growth::GrowthReport;
 use crate::analyse::rules::{HeapRatio, Outcome};
 use crate::analyse::triage::{TriageReport, format_span};
-use crate::source::envoy::HeapDumpState;
-use crate::source::procmem::MemorySample;
+use crate::model::envoy::HeapDumpState;
+use crate::model::memory::MemorySample;
 use crate::store::{CaptureRecord, RecordKind, RunInfo};
 use crate::units::format_bytes;
 
