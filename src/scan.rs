@@ -121,11 +121,9 @@ pub fn growth(
         .or_else(|| memory.iter().rev().find_map(|m| m.limit));
     let mut report = builder.finish(records, &memory, limit);
     for c in &mut report.cycles {
-        if spike_sites(run, c, limits) {
-            c.verdict = crate::analyse::verdict::cycle_verdict(c, limit);
-        }
+        spike_sites(run, c, limits);
     }
-    report.across = crate::analyse::verdict::across(&report.cycles);
+    crate::render::verdict::word_growth(&mut report);
     Ok((report, notes))
 }
 

@@ -16,7 +16,6 @@ use super::select::cycle_builds;
 use super::series::{LineFit, SeriesGrid, onset, theil_sen};
 use super::spikes::{self, Episode, Peaks};
 use super::storms::storms;
-use super::verdict;
 use crate::model::build::BuildInfo;
 use crate::model::capture::{CaptureRecord, RecordKind};
 use crate::model::memory::MemorySample;
@@ -353,17 +352,36 @@ impl GrowthBuilder {
                 }
                 let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
                 c.runtime = runtime_view(&good, self.cpu_limit);
-                c.verdict = verdict::cycle_verdict(&c, limit);
                 cycles.push(c);
             }
         }
-        let across = verdict::across(&cycles);
+        let across = across(&cycles);
         GrowthReport {
-            schema: crate::render::SCHEMA,
+            schema: crate::model::SCHEMA,
             limit_bytes: limit,
             cycles,
             across,
         }
+    }
+}
+
+/// The figures across cycles; `summary` is left for the words (`render::verdict`).
+fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
+    let ages: Vec<f64> = cycles.iter().filter_map(|c| c.died_after_s).collect();
+    let tops: Vec<Option<&str>> = cycles
+        .iter()
+        .map(|c| c.sites.first().map(|s| s.name.as_str()))
+        .collect();
+    let same_top_site = match tops.first() {
+        Some(Some(first)) if tops.iter().all(|t| t == &Some(*first)) => Some(first.to_string()),
+        _ => None,
+    };
+    AcrossCycles {
+        cycles: cycles.len(),
+        died: ages.len(),
+        same_top_site,
+        ages_s: ages,
+        summary: String::new(),
     }
 }
 
@@ -494,7 +512,7 @@ fn cycle(
         .iter()
         .filter_map(|r| Some((secs(r.t_ms), *r.totals.get("inuse_space")?)))
         .collect();
-    let mut c = CycleGrowth {
+    let c = CycleGrowth {
         index,
         build: String::new(),
         build_info: None,
@@ -545,7 +563,6 @@ fn cycle(
         heap_sustained: total_sustained,
         verdict: String::new(),
     };
-    c.verdict = verdict::cycle_verdict(&c, limit);
     Some(c)
 }
 
@@ -619,85 +636,5 @@ mod tests {
             );
             assert!(c.alloc_storms.is_empty(), "{:?}", c.alloc_storms);
         }
-    }
-
-    #[test]
-    fn gomaxprocs_far_above_the_cpu_limit_is_named_a_multiplier() {
-        let mut heap = CaptureRecord::new(1, RecordKind::Heap, 1, 1_000);
-        heap.totals.insert("inuse_space".into(), 8 << 20);
-        let mut stats = CaptureRecord::new(2, RecordKind::Stats, 1, 1_500);
-        for (k, v) in [
-            ("gomaxprocs", 16),
-            ("num_cpu", 16),
-            ("threads", 22),
-            ("goroutines", 40),
-        ] {
-            stats.totals.insert(k.into(), v);
-        }
-        let records = vec![heap, stats];
-        let report = GrowthBuilder::default()
-            .cpu_limit(Some(2.0))
-            .finish(&records, &[], None);
-        let rt = report.cycles[0]
-            .runtime
-            .as_ref()
-            .expect("stats give a runtime view");
-        assert_eq!((rt.gomaxprocs, rt.num_cpu), (Some(16), Some(16)));
-        assert_eq!(rt.multiplier, Some(8.0));
-        assert!(
-            report.cycles[0]
-                .verdict
-                .contains("GOMAXPROCS 16 against a CPU limit of 2")
-        );
-        let unknown = GrowthBuilder::default().finish(&records, &[], None);
-        let rt = unknown.cycles[0].runtime.as_ref().unwrap();
-        assert_eq!(rt.multiplier, None);
-        assert!(!unknown.cycles[0].verdict.contains("GOMAXPROCS"));
-    }
-
-    /// A flat heap and memory creeping 1 KiB/s under a 1 GiB limit, then the same cycle sat at
-    /// its limit: no "59046.7 s" forecast, and no forecast while at the limit.
-    #[test]
-    fn a_forecast_only_within_an_hour_and_never_at_the_limit() {
-        let gib = 1u64 << 30;
-        let mut records = Vec::new();
-        let mut builder = GrowthBuilder::default();
-        for k in 0..20u64 {
-            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, k as i64 * 1000);
-            r.totals.insert("inuse_space".into(), 8 << 20);
-            builder.heap(&r, &[]);
-            records.push(r);
-        }
-        let creeping = |base: u64, per_s: u64| -> Vec<MemorySample> {
-            (0..20)
-                .map(|k| MemorySample {
-                    t_ms: k * 1000,
-                    source: "cgroup".into(),
-                    usage: Some(base + per_s * k as u64),
-                    limit: Some(gib),
-                    alive: true,
-                    ..MemorySample::default()
-                })
-                .collect()
-        };
-        let far = builder.finish(&records, &creeping(300 << 20, 1024), Some(gib));
-        let c = &far.cycles[0];
-        assert_eq!(c.limit_at_s, None, "{:?}", c.limit_at_s);
-        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
-
-        let mut builder = GrowthBuilder::default();
-        for r in &records {
-            builder.heap(r, &[]);
-        }
-        let at = builder.finish(&records, &creeping(gib - (4 << 20), 64 << 10), Some(gib));
-        let c = &at.cycles[0];
-        let a = c.at_limit.as_ref().expect("measured at the limit");
-        assert_eq!(a.since_s, 0.0);
-        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
-        assert!(
-            c.verdict.contains("at its limit from 0.0 s"),
-            "{}",
-            c.verdict
-        );
     }
 }

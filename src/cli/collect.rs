@@ -387,7 +387,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         RunWriter::open(&args.out).map_err(|e| CliError::Store(e.to_string()))?;
     let clock = SystemClock::new();
     let mut info = RunInfo {
-        schema: heapwatch::render::SCHEMA,
+        schema: heapwatch::model::SCHEMA,
         tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
         target: args.target.clone(),
         source: source.kind().to_string(),

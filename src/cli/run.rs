@@ -105,7 +105,7 @@ impl RunArgs {
             .ok()
             .and_then(|r| r.info);
         let mut info = RunInfo {
-            schema: heapwatch::render::SCHEMA,
+            schema: heapwatch::model::SCHEMA,
             tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
             target: target.to_string(),
             source: source.to_string(),

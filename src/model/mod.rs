@@ -8,6 +8,10 @@ pub mod capture;
 pub mod envoy;
 pub mod memory;
 
+/// Version of the JSON documents heapwatch writes (run.json and every report). Bumped when a
+/// field changes meaning.
+pub const SCHEMA: u32 = 1;
+
 use std::fmt;
 
 /// Index into a profile's string table.

@@ -19,7 +19,7 @@ struct EnvoyJson<'a> {
 
 pub fn json(target: &str, report: &EnvoyReport) -> String {
     let doc = EnvoyJson {
-        schema: super::SCHEMA,
+        schema: crate::model::SCHEMA,
         target,
         report,
     };

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::growth::{CycleGrowth, GrowthReport};
-use crate::analyse::verdict::spike_words;
+use crate::render::verdict::spike_words;
 use crate::units::format_bytes;
 
 /// Envoy's findings beside the growth analysis.
