@@ -64,14 +64,9 @@ pub fn growth(
     let forced_gc = run
         .info
         .as_ref()
-        .and_then(|i| i.options.get("gc"))
-        .and_then(|v| v.as_bool())
+        .and_then(|i| i.options.gc)
         .unwrap_or(false);
-    let cpu_limit = run
-        .info
-        .as_ref()
-        .and_then(|i| i.options.get("cpu_limit"))
-        .and_then(|v| v.as_f64());
+    let cpu_limit = run.info.as_ref().and_then(|i| i.options.cpu_cores());
     let mut builder = GrowthBuilder::default()
         .forced_gc(forced_gc)
         .cpu_limit(cpu_limit)

@@ -189,7 +189,7 @@ mod tests {
             source: "agent".into(),
             started_ms: 1_700_000_000_000,
             resumed_ms: vec![],
-            options: serde_json::Value::Null,
+            options: Default::default(),
             limit_bytes: None,
             label: label.map(str::to_string),
         }

@@ -14,6 +14,8 @@ use thiserror::Error;
 
 pub use manifest::{CaptureRecord, ManifestRead, RecordKind};
 
+use crate::model::run_options::RunOptions;
+
 pub const RUN_FILE: &str = "run.json";
 pub const MANIFEST_FILE: &str = "manifest.jsonl";
 pub const MEMORY_FILE: &str = "memory.jsonl";
@@ -65,8 +67,8 @@ pub struct RunInfo {
     /// Unix ms of every later start of a collector on this run.
     #[serde(default)]
     pub resumed_ms: Vec<i64>,
-    #[serde(default)]
-    pub options: serde_json::Value,
+    #[serde(default, deserialize_with = "RunOptions::tolerant")]
+    pub options: RunOptions,
     /// The target's memory limit in bytes, from `--limit` or the cgroup.
     #[serde(default)]
     pub limit_bytes: Option<u64>,

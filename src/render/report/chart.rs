@@ -103,8 +103,7 @@ impl Timeline {
         // Burst spans: captures taken at an interval shorter than the run's usual one.
         let usual = run
             .info
-            .and_then(|i| i.options.get("interval_ms"))
-            .and_then(|v| v.as_u64())
+            .and_then(|i| i.options.interval_ms)
             .or_else(|| mine().filter_map(|r| r.interval_ms).max());
         if let Some(usual) = usual {
             let mut heap_records: Vec<_> = mine()
