@@ -11,18 +11,16 @@ use super::boundaries;
 use super::breakdown::{self, AtLimit, MemoryBreakdown};
 use super::ends::{self, CycleEnd, EndEvidence};
 use super::reduce::{PROFILING_SITE, SiteFigures};
+pub use super::runtime::{GoroutineGrowth, MemStatsView, RuntimeView};
 use super::runtime::{goroutines, memstats_view, runtime_view};
 use super::select::cycle_builds;
-use super::series::{LineFit, SeriesGrid, onset, theil_sen};
+use super::series::{LineFit, MIN_GROWTH_BYTES, SeriesGrid, onset, sustained, theil_sen};
 use super::spikes::{self, Episode, Peaks};
 use super::storms::storms;
+pub use super::storms::{AllocStorm, ProfilingCost, StormWindow};
 use crate::model::build::BuildInfo;
 use crate::model::capture::{CaptureRecord, RecordKind};
 use crate::model::memory::MemorySample;
-
-/// A site's growth must add at least this much over the cycle to count (two sampling periods
-/// of Go's default MemProfileRate).
-pub(crate) const MIN_GROWTH_BYTES: f64 = 1024.0 * 1024.0;
 
 /// A forecast of the time to the limit further out than this is no forecast.
 const FORECAST_HORIZON_S: f64 = 3600.0;
@@ -40,68 +38,6 @@ pub struct SiteGrowth {
     pub onset_s: Option<f64>,
     /// This site's share of the cycle's total in-use growth rate, 0..1.
     pub share: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct StormWindow {
-    pub start_s: f64,
-    pub end_s: f64,
-    pub bytes_per_sec: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct AllocStorm {
-    pub name: String,
-    /// Mean allocation rate over the cycle.
-    pub bytes_per_sec: f64,
-    /// The site's typical (median) allocation rate between captures.
-    pub typical_bytes_per_sec: f64,
-    pub peak_bytes_per_sec: f64,
-    pub windows: Vec<StormWindow>,
-    /// Whether the site's in-use bytes stayed flat meanwhile (the GC freed it all).
-    pub inuse_flat: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GoroutineGrowth {
-    /// The first frame outside the runtime.
-    pub name: String,
-    pub per_sec: f64,
-    pub first: i64,
-    pub last: i64,
-    pub fit_r2: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ProfilingCost {
-    pub inuse_bytes: i64,
-    pub alloc_bytes_per_sec: f64,
-    /// Share of the target's whole allocation rate spent writing profiles, 0..1.
-    pub alloc_share: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct MemStatsView {
-    pub heap_alloc: i64,
-    /// HeapAlloc / (HeapSys − HeapReleased): how much of the retained heap is live data.
-    pub live_share: Option<f64>,
-    /// HeapIdle − HeapReleased: held by the runtime, not returned to the OS.
-    pub held_not_returned: Option<i64>,
-    pub gc_per_sec: Option<f64>,
-}
-
-/// Runtime counts from the agent's stats (op 0x07): a GOMAXPROCS far above the CPUs the
-/// process may use multiplies per-P caches and GC workers.
-#[derive(Debug, Clone, Serialize)]
-pub struct RuntimeView {
-    pub gomaxprocs: Option<i64>,
-    pub num_cpu: Option<i64>,
-    pub threads: Option<i64>,
-    pub goroutines: Option<i64>,
-    /// The CPU limit, when the run records one (`cpu_limit` in run.json's options).
-    pub cpu_limit: Option<f64>,
-    /// GOMAXPROCS over the CPU limit, when both are known and it is above 1.5.
-    pub multiplier: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -390,15 +326,6 @@ fn fit_points(points: &[(f64, f64)]) -> Option<LineFit> {
     theil_sen(&t, &v)
 }
 
-/// True when growth goes on to the end rather than levelling off (a bounded cache).
-pub(crate) fn sustained(t: &[f64], v: &[f64], whole: &LineFit) -> bool {
-    let half = t.len() / 2;
-    if t.len() < 4 {
-        return whole.slope > 0.0;
-    }
-    theil_sen(&t[half..], &v[half..]).is_some_and(|late| late.slope >= 0.3 * whole.slope)
-}
-
 fn cycle(
     index: u32,
     records: &[&CaptureRecord],
@@ -572,14 +499,6 @@ fn thin(points: &[(f64, f64)], max: usize) -> Option<Vec<(f64, f64)>> {
     }
     let step = points.len().div_ceil(max);
     Some(points.iter().step_by(step.max(1)).copied().collect())
-}
-
-pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
-    xs.sort_by(|a, b| a.total_cmp(b));
-    xs[xs.len() / 2]
 }
 
 #[cfg(test)]

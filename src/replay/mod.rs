@@ -2,6 +2,7 @@
 //! was alive and what it would have served at each moment. Pure; `server` does the I/O.
 
 mod agent;
+mod conn;
 pub mod server;
 
 use std::collections::BTreeMap;

@@ -4,15 +4,16 @@
 //! the last answer of a life can be cut mid-body the way an OOM kill cuts it.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::FileTypeExt as _;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{State, Timeline, agent, latest, memstats_text};
-use crate::decode::{self, DecodeLimits, stackdump};
+use super::agent::{self, goroutine_text};
+use super::conn::Conn;
+use super::{State, Timeline, latest, memstats_text};
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
@@ -90,76 +91,16 @@ pub fn serve_agent(
         options.die_mid_response,
         stop,
         announce,
-        &|conn, life, at, cut| agent::answer(conn, timeline, life, at, cut, options),
+        &|conn, life, at, cut| {
+            let version = options.app_version.as_deref();
+            agent::answer(conn, timeline, life, at, cut, &options.app_id, version)
+        },
         "agent on",
     );
     if let Place::Unix(path) = &place {
         remove_socket(path);
     }
     result
-}
-
-/// An accepted connection, TCP or unix.
-pub(super) enum Conn {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Conn {
-    /// Blocking, with a read timeout: a client that never sends its request is dropped.
-    pub(super) fn prepare(&self) -> io::Result<()> {
-        match self {
-            Conn::Tcp(s) => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(Duration::from_secs(2)))
-            }
-            Conn::Unix(s) => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(Duration::from_secs(2)))
-            }
-        }
-    }
-
-    /// The kill lands mid-write: what was written is all there is. Half the body, and never
-    /// right after a newline, so a cut text reply is visibly cut too.
-    pub(super) fn cut(&mut self, body: &[u8]) -> io::Result<()> {
-        let mut n = body.len() / 2;
-        while n > 1 && body[n - 1] == b'\n' {
-            n -= 1;
-        }
-        self.write_all(&body[..n])?;
-        self.flush()?;
-        let _ = match self {
-            Conn::Tcp(s) => s.shutdown(Shutdown::Both),
-            Conn::Unix(s) => s.shutdown(Shutdown::Both),
-        };
-        Ok(())
-    }
-}
-
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Conn::Tcp(s) => s.read(buf),
-            Conn::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Conn::Tcp(s) => s.write(buf),
-            Conn::Unix(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Conn::Tcp(s) => s.flush(),
-            Conn::Unix(s) => s.flush(),
-        }
-    }
 }
 
 enum Place {
@@ -318,21 +259,6 @@ fn read_request_line(stream: &mut Conn) -> io::Result<String> {
     }
     let text = String::from_utf8_lossy(&head);
     Ok(text.lines().next().unwrap_or("").to_string())
-}
-
-/// A stored goroutine capture as a debug=2 text dump, whichever way it was recorded.
-pub(super) fn goroutine_text(path: &PathBuf) -> io::Result<Vec<u8>> {
-    let bytes = std::fs::read(path)?;
-    if !decode::is_gzip(&bytes) {
-        return Ok(bytes);
-    }
-    let profile = decode::decode(&bytes, &DecodeLimits::default()).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{}: {e}", path.display()),
-        )
-    })?;
-    Ok(stackdump::from_profile(&profile).to_text().into_bytes())
 }
 
 fn answer_http(
