@@ -195,8 +195,8 @@ impl GrowthBuilder {
         self
     }
 
-    fn cycle(&mut self, incarnation: u32, t_ms: i64) -> (&mut CycleState, f64) {
-        let c = self.cycles.entry(incarnation).or_default();
+    fn cycle(&mut self, index: u32, t_ms: i64) -> (&mut CycleState, f64) {
+        let c = self.cycles.entry(index).or_default();
         let start = *c.start_ms.get_or_insert(t_ms);
         (c, (t_ms - start) as f64 / 1000.0)
     }
@@ -204,7 +204,7 @@ impl GrowthBuilder {
     /// A heap capture: every site's in-use and cumulative allocated bytes.
     pub fn heap(&mut self, record: &CaptureRecord, sites: &[SiteFigures]) {
         let forced_gc = self.forced_gc;
-        let (c, t) = self.cycle(record.incarnation, record.t_ms);
+        let (c, t) = self.cycle(record.cycle, record.t_ms);
         let figures = sites.to_vec();
         let Some(at) = place_publication(&mut c.published, &figures, t, forced_gc) else {
             return;
@@ -216,7 +216,7 @@ impl GrowthBuilder {
     }
 
     pub fn goroutine(&mut self, record: &CaptureRecord, sites: &[SiteFigures]) {
-        let (c, t) = self.cycle(record.incarnation, record.t_ms);
+        let (c, t) = self.cycle(record.cycle, record.t_ms);
         c.goroutines
             .push(t, sites.iter().map(|s| (s.name.as_str(), s.value as f64)));
     }
@@ -227,28 +227,28 @@ impl GrowthBuilder {
         memory: &[MemorySample],
         limit: Option<u64>,
     ) -> GrowthReport {
-        let mut incarnations: Vec<u32> = records.iter().map(|r| r.incarnation).collect();
-        incarnations.extend(self.cycles.keys());
-        incarnations.sort_unstable();
-        incarnations.dedup();
+        let mut indices: Vec<u32> = records.iter().map(|r| r.cycle).collect();
+        indices.extend(self.cycles.keys());
+        indices.sort_unstable();
+        indices.dedup();
         let mut states = self.cycles;
         let builds = cycle_builds(records, &self.run_label);
         let spans = boundaries::cycle_spans(
             records,
-            &incarnations,
+            &indices,
             |inc| builds.iter().find(|b| b.index == inc).and_then(|b| b.pid),
             memory,
         );
         let mut cycles = Vec::new();
-        for (pos, &inc) in incarnations.iter().enumerate() {
+        for (pos, &inc) in indices.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
                 .iter()
-                .filter(|r| r.incarnation == inc && !r.kind.is_event())
+                .filter(|r| r.cycle == inc && !r.kind.is_event())
                 .collect();
-            let next_start = incarnations.get(pos + 1).and_then(|n| {
+            let next_start = indices.get(pos + 1).and_then(|n| {
                 records
                     .iter()
-                    .filter(|r| r.incarnation == *n)
+                    .filter(|r| r.cycle == *n)
                     .map(|r| r.t_ms)
                     .min()
             });
@@ -265,7 +265,7 @@ impl GrowthBuilder {
                 if let Some(b) = c.breakdown.as_mut() {
                     breakdown::mark_inherited(b, &mem, pos > 0);
                 }
-                let next = incarnations.get(pos + 1).map(|&n| span_pid(n));
+                let next = indices.get(pos + 1).map(|&n| span_pid(n));
                 // A kill is seen after the process is gone, maybe once its successor runs:
                 // the evidence of an end is what was sampled until the next cycle began.
                 let until_next: Vec<&MemorySample> = memory

@@ -193,7 +193,7 @@ fn describe_recording(lanes: &[Lane]) {
             .records
             .iter()
             .filter(|r| r.is_ok())
-            .map(|r| r.incarnation)
+            .map(|r| r.cycle)
             .collect();
         let memory: Vec<MemorySample> = run.memory_samples();
         let kills = memory.iter().filter(|m| m.killed).count();
@@ -245,7 +245,7 @@ fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliEr
             server::serve(&timeline, &options, &replay_stop, &mut announce)
                 .map(|tally| Played {
                     started_ms,
-                    lives: tally.lives,
+                    lives: tally.cycles,
                 })
                 .map_err(|e| CliError::Store(format!("replay of {build}: {e}")))
         });

@@ -71,8 +71,9 @@ pub struct CaptureRecord {
     /// Relative to the run directory (`profiles/000123-heap.pb.gz`); null when nothing was
     /// stored. A `dup_of` record names the earlier file that holds the same data.
     pub file: Option<String>,
-    /// Boot cycle of the target, from 1.
-    pub incarnation: u32,
+    /// Boot cycle of the target, from 1 (`incarnation` in the manifest, its first name).
+    #[serde(rename = "incarnation")]
+    pub cycle: u32,
     /// Unix milliseconds when the request started.
     pub t_ms: i64,
     pub latency_ms: f64,
@@ -113,12 +114,12 @@ pub struct CaptureRecord {
 }
 
 impl CaptureRecord {
-    pub fn new(seq: u64, kind: RecordKind, incarnation: u32, t_ms: i64) -> CaptureRecord {
+    pub fn new(seq: u64, kind: RecordKind, cycle: u32, t_ms: i64) -> CaptureRecord {
         CaptureRecord {
             seq,
             kind,
             file: None,
-            incarnation,
+            cycle,
             t_ms,
             latency_ms: 0.0,
             durable_ms: None,
@@ -139,5 +140,20 @@ impl CaptureRecord {
 
     pub fn is_ok(&self) -> bool {
         self.error.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_boot_cycle_keeps_its_manifest_name() {
+        let record = CaptureRecord::new(7, RecordKind::Heap, 3, 1_000);
+        let line = serde_json::to_value(&record).unwrap();
+        assert_eq!(line["incarnation"], 3);
+        assert!(line.get("cycle").is_none());
+        let back: CaptureRecord = serde_json::from_value(line).unwrap();
+        assert_eq!(back.cycle, 3);
     }
 }

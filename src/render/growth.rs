@@ -62,7 +62,7 @@ pub fn text(report: &GrowthReport, limit: usize, envoy: Option<&EnvoyPart>) -> S
         if report.cycles.len() > 1 {
             let _ = writeln!(
                 out,
-                "across cycles: {} (incarnations the collector saw)",
+                "across cycles: {} (boot cycles the collector saw)",
                 report.across.summary
             );
         }

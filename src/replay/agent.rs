@@ -15,7 +15,7 @@ use crate::source::memstats;
 pub(super) fn answer(
     mut conn: Conn,
     timeline: &Timeline,
-    life: usize,
+    cycle: usize,
     at: i64,
     cut: bool,
     app_id: &str,
@@ -27,22 +27,22 @@ pub(super) fn answer(
     if request[..13] != MAGIC {
         return Ok(false); // the agent closes on a bad magic
     }
-    let life = &timeline.lives[life];
+    let cycle = &timeline.cycles[cycle];
     let op = request[13];
     let body: Vec<u8> = match op {
-        0x05 => match latest(&life.heap, at) {
+        0x05 => match latest(&cycle.heap, at) {
             Some(p) => std::fs::read(p)?,
             None => b"no heap profile recorded".to_vec(),
         },
-        0x01 => match latest(&life.goroutine, at) {
+        0x01 => match latest(&cycle.goroutine, at) {
             Some(p) => goroutine_text(p)?,
             None => b"no goroutine capture recorded".to_vec(),
         },
-        0x03 => match latest(&life.memstats, at) {
+        0x03 => match latest(&cycle.memstats, at) {
             Some(s) => memstats::format_agent(s).into_bytes(),
             None => b"no memstats recorded".to_vec(),
         },
-        0x07 => match (latest(&life.stats, at), latest(&life.goroutine, at)) {
+        0x07 => match (latest(&cycle.stats, at), latest(&cycle.goroutine, at)) {
             (Some(s), _) => memstats::format_agent_stats(s).into_bytes(),
             // Recorded over HTTP: the goroutine count is all there is to say.
             (None, Some(p)) => match stackdump::parse(&goroutine_text(p)?) {

@@ -489,7 +489,7 @@ pub fn peak_heap(records: &[CaptureRecord]) -> Vec<(u32, i64)> {
         .filter(|r| r.is_ok() && r.kind == RecordKind::Heap)
     {
         if let Some(&v) = r.totals.get("inuse_space") {
-            let p = peaks.entry(r.incarnation).or_insert(v);
+            let p = peaks.entry(r.cycle).or_insert(v);
             *p = (*p).max(v);
         }
     }

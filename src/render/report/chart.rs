@@ -58,7 +58,7 @@ impl Timeline {
         let cycles = &run.growth.cycles;
         let c: &CycleGrowth = &cycles[pos];
         let at = |t_ms: i64| (t_ms - c.start_ms) as f64 / 1000.0;
-        let mine = || run.records.iter().filter(|r| r.incarnation == c.index);
+        let mine = || run.records.iter().filter(|r| r.cycle == c.index);
         let mut t = Timeline {
             limit: run.growth.limit_bytes,
             onset: c.sites.first().and_then(|s| s.onset_s),
