@@ -57,21 +57,16 @@ pub fn growth(
                 && !deleted.contains(&r.seq)
         })
         .collect();
-    wanted.sort_by_key(|r| (r.incarnation, r.t_ms, r.seq));
+    wanted.sort_by_key(|r| (r.cycle, r.t_ms, r.seq));
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .clamp(1, 8);
     let forced_gc = run
         .info
         .as_ref()
-        .and_then(|i| i.options.get("gc"))
-        .and_then(|v| v.as_bool())
+        .and_then(|i| i.options.gc)
         .unwrap_or(false);
-    let cpu_limit = run
-        .info
-        .as_ref()
-        .and_then(|i| i.options.get("cpu_limit"))
-        .and_then(|v| v.as_f64());
+    let cpu_limit = run.info.as_ref().and_then(|i| i.options.cpu_cores());
     let mut builder = GrowthBuilder::default()
         .forced_gc(forced_gc)
         .cpu_limit(cpu_limit)
@@ -121,11 +116,9 @@ pub fn growth(
         .or_else(|| memory.iter().rev().find_map(|m| m.limit));
     let mut report = builder.finish(records, &memory, limit);
     for c in &mut report.cycles {
-        if spike_sites(run, c, limits) {
-            c.verdict = crate::analyse::verdict::cycle_verdict(c, limit);
-        }
+        spike_sites(run, c, limits);
     }
-    report.across = crate::analyse::verdict::across(&report.cycles);
+    crate::render::verdict::word_growth(&mut report);
     Ok((report, notes))
 }
 
@@ -165,7 +158,7 @@ fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool
 pub fn cycle_start_ms(records: &[CaptureRecord], cycle: u32) -> Option<i64> {
     records
         .iter()
-        .filter(|r| r.incarnation == cycle && r.is_ok() && !r.kind.is_event())
+        .filter(|r| r.cycle == cycle && r.is_ok() && !r.kind.is_event())
         .map(|r| r.t_ms)
         .min()
 }
@@ -187,7 +180,7 @@ pub fn stored_heaps(run: &RunDir, cycle: u32) -> Vec<&CaptureRecord> {
             r.is_ok()
                 && r.kind == RecordKind::Heap
                 && r.dup_of.is_none()
-                && r.incarnation == cycle
+                && r.cycle == cycle
                 && !deleted.contains(&r.seq)
                 && run.file_path(r).is_some_and(|p| p.is_file())
         })
@@ -219,7 +212,7 @@ pub fn capture_at_age<'r>(
 pub fn heap_totals(records: &[CaptureRecord], cycle: u32, start_ms: i64) -> Vec<(f64, i64)> {
     let mut out: Vec<(i64, u64, i64)> = records
         .iter()
-        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.incarnation == cycle)
+        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.cycle == cycle)
         .filter_map(|r| r.totals.get("inuse_space").map(|&v| (r.t_ms, r.seq, v)))
         .collect();
     out.sort_unstable();

@@ -127,6 +127,52 @@ pub fn utc_fields(ms: i64) -> (i64, i64, i64, i64, i64, i64) {
     (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// A Kubernetes quantity in base units: `128Mi` → 134217728, `500m` → 0.5, `2` → 2,
+/// `1e3` → 1000, `1.5G` → 1.5e9.
+pub fn parse_quantity(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let body = t.strip_prefix(['+', '-']).unwrap_or(t);
+    let split = body
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(body.len());
+    let digits = &t[..t.len() - body.len() + split];
+    let suffix = &body[split..];
+    let number: f64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a quantity (examples: 128Mi, 1Gi, 500m, 2)"))?;
+    let factor = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        s => {
+            // `1e3`, `12E6`: a decimal exponent (a bare `E` is exa, above).
+            let exponent = s
+                .strip_prefix(['e', 'E'])
+                .and_then(|e| e.parse::<i32>().ok())
+                .ok_or_else(|| format!("{text:?} has an unknown quantity suffix {s:?}"))?;
+            10f64.powi(exponent)
+        }
+    };
+    let value = number * factor;
+    if !value.is_finite() {
+        return Err(format!("{text:?} is out of range"));
+    }
+    Ok(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,8 @@
 //! agent opens only after its migration, and that migration is the new cycle's memory); else
 //! the cycle whose time it falls in, from its first capture to the next cycle's first.
 
-use crate::source::procmem::MemorySample;
-use crate::store::CaptureRecord;
+use crate::model::capture::CaptureRecord;
+use crate::model::memory::MemorySample;
 
 /// One boot cycle's bounds as the samples are assigned to them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,17 +37,17 @@ pub fn cycle_of_sample(m: &MemorySample, spans: &[CycleSpan]) -> Option<u32> {
 /// followed process names it), so that a new process's samples open its own cycle.
 pub fn cycle_spans(
     records: &[CaptureRecord],
-    incarnations: &[u32],
+    indices: &[u32],
     recorded_pid: impl Fn(u32) -> Option<u32>,
     memory: &[MemorySample],
 ) -> Vec<CycleSpan> {
-    incarnations
+    indices
         .iter()
         .filter_map(|&index| {
             let good = || {
                 records
                     .iter()
-                    .filter(move |r| r.incarnation == index && r.is_ok() && !r.kind.is_event())
+                    .filter(move |r| r.cycle == index && r.is_ok() && !r.kind.is_event())
                     .map(|r| r.t_ms)
             };
             let (start_ms, last_ms) = (good().min()?, good().max()?);

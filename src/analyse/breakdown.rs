@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
-use crate::source::procmem::MemorySample;
-use crate::store::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind};
+use crate::model::memory::MemorySample;
 use crate::units::format_bytes;
 
 /// Usage within this share of the limit counts as "at the limit" (v1 reclaims to just under).
@@ -286,7 +286,7 @@ pub fn at_limit_words(a: &AtLimit) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::procmem::CgroupBreakdown;
+    use crate::model::memory::CgroupBreakdown;
 
     const MIB: u64 = 1 << 20;
 

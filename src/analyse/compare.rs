@@ -350,7 +350,7 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
     let a_peak = heap_peak(a.heap, 0.0, span);
     let b_peak = heap_peak(b.heap, 0.0, span);
     Comparison {
-        schema: crate::render::SCHEMA,
+        schema: crate::model::SCHEMA,
         a: a.build.clone(),
         b: b.build.clone(),
         a_cycle: ia,

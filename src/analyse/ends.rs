@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
-use crate::source::procmem::MemorySample;
-use crate::store::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind};
+use crate::model::memory::MemorySample;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -88,7 +88,7 @@ pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
     let exit = e
         .records
         .iter()
-        .find(|r| r.kind == RecordKind::Exit && r.incarnation == e.index);
+        .find(|r| r.kind == RecordKind::Exit && r.cycle == e.index);
     let kernel_killed = e.memory.iter().any(|m| m.killed);
     if kernel_killed || exit.is_some_and(|x| x.signal == Some(9)) {
         return CycleEnd::OomKilled;
@@ -115,7 +115,7 @@ pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
     let stop = e
         .records
         .iter()
-        .any(|r| r.kind == RecordKind::Stop && (r.incarnation == e.index || r.t_ms >= e.last_ms));
+        .any(|r| r.kind == RecordKind::Stop && (r.cycle == e.index || r.t_ms >= e.last_ms));
     if e.next.is_some() {
         return if new_process {
             CycleEnd::RestartedItself { exit_code: None }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::series::theil_sen;
 use super::triage::format_span;
-use crate::source::envoy::{EnvoyMemory, EnvoySnapshot, HeapDumpState};
+use crate::model::envoy::{EnvoyMemory, EnvoySnapshot, HeapDumpState};
 use crate::units::format_bytes;
 
 /// At least this share of the mapped heap is live data: the heap is what Envoy uses.
@@ -481,7 +481,7 @@ fn verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::envoy::EnvoyStats;
+    use crate::model::envoy::EnvoyStats;
 
     fn snap(t_s: i64, memory: &str, stats: &str) -> EnvoySnapshot {
         EnvoySnapshot {

@@ -11,19 +11,16 @@ use super::boundaries;
 use super::breakdown::{self, AtLimit, MemoryBreakdown};
 use super::ends::{self, CycleEnd, EndEvidence};
 use super::reduce::{PROFILING_SITE, SiteFigures};
+pub use super::runtime::{GoroutineGrowth, MemStatsView, RuntimeView};
 use super::runtime::{goroutines, memstats_view, runtime_view};
 use super::select::cycle_builds;
-use super::series::{LineFit, SeriesGrid, onset, theil_sen};
+use super::series::{LineFit, MIN_GROWTH_BYTES, SeriesGrid, onset, sustained, theil_sen};
 use super::spikes::{self, Episode, Peaks};
 use super::storms::storms;
-use super::verdict;
+pub use super::storms::{AllocStorm, ProfilingCost, StormWindow};
 use crate::model::build::BuildInfo;
-use crate::source::procmem::MemorySample;
-use crate::store::{CaptureRecord, RecordKind};
-
-/// A site's growth must add at least this much over the cycle to count (two sampling periods
-/// of Go's default MemProfileRate).
-pub(crate) const MIN_GROWTH_BYTES: f64 = 1024.0 * 1024.0;
+use crate::model::capture::{CaptureRecord, RecordKind};
+use crate::model::memory::MemorySample;
 
 /// A forecast of the time to the limit further out than this is no forecast.
 const FORECAST_HORIZON_S: f64 = 3600.0;
@@ -41,68 +38,6 @@ pub struct SiteGrowth {
     pub onset_s: Option<f64>,
     /// This site's share of the cycle's total in-use growth rate, 0..1.
     pub share: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct StormWindow {
-    pub start_s: f64,
-    pub end_s: f64,
-    pub bytes_per_sec: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct AllocStorm {
-    pub name: String,
-    /// Mean allocation rate over the cycle.
-    pub bytes_per_sec: f64,
-    /// The site's typical (median) allocation rate between captures.
-    pub typical_bytes_per_sec: f64,
-    pub peak_bytes_per_sec: f64,
-    pub windows: Vec<StormWindow>,
-    /// Whether the site's in-use bytes stayed flat meanwhile (the GC freed it all).
-    pub inuse_flat: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GoroutineGrowth {
-    /// The first frame outside the runtime.
-    pub name: String,
-    pub per_sec: f64,
-    pub first: i64,
-    pub last: i64,
-    pub fit_r2: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ProfilingCost {
-    pub inuse_bytes: i64,
-    pub alloc_bytes_per_sec: f64,
-    /// Share of the target's whole allocation rate spent writing profiles, 0..1.
-    pub alloc_share: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct MemStatsView {
-    pub heap_alloc: i64,
-    /// HeapAlloc / (HeapSys − HeapReleased): how much of the retained heap is live data.
-    pub live_share: Option<f64>,
-    /// HeapIdle − HeapReleased: held by the runtime, not returned to the OS.
-    pub held_not_returned: Option<i64>,
-    pub gc_per_sec: Option<f64>,
-}
-
-/// Runtime counts from the agent's stats (op 0x07): a GOMAXPROCS far above the CPUs the
-/// process may use multiplies per-P caches and GC workers.
-#[derive(Debug, Clone, Serialize)]
-pub struct RuntimeView {
-    pub gomaxprocs: Option<i64>,
-    pub num_cpu: Option<i64>,
-    pub threads: Option<i64>,
-    pub goroutines: Option<i64>,
-    /// The CPU limit, when the run records one (`cpu_limit` in run.json's options).
-    pub cpu_limit: Option<f64>,
-    /// GOMAXPROCS over the CPU limit, when both are known and it is above 1.5.
-    pub multiplier: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -260,8 +195,8 @@ impl GrowthBuilder {
         self
     }
 
-    fn cycle(&mut self, incarnation: u32, t_ms: i64) -> (&mut CycleState, f64) {
-        let c = self.cycles.entry(incarnation).or_default();
+    fn cycle(&mut self, index: u32, t_ms: i64) -> (&mut CycleState, f64) {
+        let c = self.cycles.entry(index).or_default();
         let start = *c.start_ms.get_or_insert(t_ms);
         (c, (t_ms - start) as f64 / 1000.0)
     }
@@ -269,7 +204,7 @@ impl GrowthBuilder {
     /// A heap capture: every site's in-use and cumulative allocated bytes.
     pub fn heap(&mut self, record: &CaptureRecord, sites: &[SiteFigures]) {
         let forced_gc = self.forced_gc;
-        let (c, t) = self.cycle(record.incarnation, record.t_ms);
+        let (c, t) = self.cycle(record.cycle, record.t_ms);
         let figures = sites.to_vec();
         let Some(at) = place_publication(&mut c.published, &figures, t, forced_gc) else {
             return;
@@ -281,7 +216,7 @@ impl GrowthBuilder {
     }
 
     pub fn goroutine(&mut self, record: &CaptureRecord, sites: &[SiteFigures]) {
-        let (c, t) = self.cycle(record.incarnation, record.t_ms);
+        let (c, t) = self.cycle(record.cycle, record.t_ms);
         c.goroutines
             .push(t, sites.iter().map(|s| (s.name.as_str(), s.value as f64)));
     }
@@ -292,28 +227,28 @@ impl GrowthBuilder {
         memory: &[MemorySample],
         limit: Option<u64>,
     ) -> GrowthReport {
-        let mut incarnations: Vec<u32> = records.iter().map(|r| r.incarnation).collect();
-        incarnations.extend(self.cycles.keys());
-        incarnations.sort_unstable();
-        incarnations.dedup();
+        let mut indices: Vec<u32> = records.iter().map(|r| r.cycle).collect();
+        indices.extend(self.cycles.keys());
+        indices.sort_unstable();
+        indices.dedup();
         let mut states = self.cycles;
         let builds = cycle_builds(records, &self.run_label);
         let spans = boundaries::cycle_spans(
             records,
-            &incarnations,
+            &indices,
             |inc| builds.iter().find(|b| b.index == inc).and_then(|b| b.pid),
             memory,
         );
         let mut cycles = Vec::new();
-        for (pos, &inc) in incarnations.iter().enumerate() {
+        for (pos, &inc) in indices.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
                 .iter()
-                .filter(|r| r.incarnation == inc && !r.kind.is_event())
+                .filter(|r| r.cycle == inc && !r.kind.is_event())
                 .collect();
-            let next_start = incarnations.get(pos + 1).and_then(|n| {
+            let next_start = indices.get(pos + 1).and_then(|n| {
                 records
                     .iter()
-                    .filter(|r| r.incarnation == *n)
+                    .filter(|r| r.cycle == *n)
                     .map(|r| r.t_ms)
                     .min()
             });
@@ -330,7 +265,7 @@ impl GrowthBuilder {
                 if let Some(b) = c.breakdown.as_mut() {
                     breakdown::mark_inherited(b, &mem, pos > 0);
                 }
-                let next = incarnations.get(pos + 1).map(|&n| span_pid(n));
+                let next = indices.get(pos + 1).map(|&n| span_pid(n));
                 // A kill is seen after the process is gone, maybe once its successor runs:
                 // the evidence of an end is what was sampled until the next cycle began.
                 let until_next: Vec<&MemorySample> = memory
@@ -353,13 +288,12 @@ impl GrowthBuilder {
                 }
                 let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
                 c.runtime = runtime_view(&good, self.cpu_limit);
-                c.verdict = verdict::cycle_verdict(&c, limit);
                 cycles.push(c);
             }
         }
-        let across = verdict::across(&cycles);
+        let across = across(&cycles);
         GrowthReport {
-            schema: crate::render::SCHEMA,
+            schema: crate::model::SCHEMA,
             limit_bytes: limit,
             cycles,
             across,
@@ -367,18 +301,29 @@ impl GrowthBuilder {
     }
 }
 
+/// The figures across cycles; `summary` is left for the words (`render::verdict`).
+fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
+    let ages: Vec<f64> = cycles.iter().filter_map(|c| c.died_after_s).collect();
+    let tops: Vec<Option<&str>> = cycles
+        .iter()
+        .map(|c| c.sites.first().map(|s| s.name.as_str()))
+        .collect();
+    let same_top_site = match tops.first() {
+        Some(Some(first)) if tops.iter().all(|t| t == &Some(*first)) => Some(first.to_string()),
+        _ => None,
+    };
+    AcrossCycles {
+        cycles: cycles.len(),
+        died: ages.len(),
+        same_top_site,
+        ages_s: ages,
+        summary: String::new(),
+    }
+}
+
 fn fit_points(points: &[(f64, f64)]) -> Option<LineFit> {
     let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
     theil_sen(&t, &v)
-}
-
-/// True when growth goes on to the end rather than levelling off (a bounded cache).
-pub(crate) fn sustained(t: &[f64], v: &[f64], whole: &LineFit) -> bool {
-    let half = t.len() / 2;
-    if t.len() < 4 {
-        return whole.slope > 0.0;
-    }
-    theil_sen(&t[half..], &v[half..]).is_some_and(|late| late.slope >= 0.3 * whole.slope)
 }
 
 fn cycle(
@@ -494,7 +439,7 @@ fn cycle(
         .iter()
         .filter_map(|r| Some((secs(r.t_ms), *r.totals.get("inuse_space")?)))
         .collect();
-    let mut c = CycleGrowth {
+    let c = CycleGrowth {
         index,
         build: String::new(),
         build_info: None,
@@ -545,7 +490,6 @@ fn cycle(
         heap_sustained: total_sustained,
         verdict: String::new(),
     };
-    c.verdict = verdict::cycle_verdict(&c, limit);
     Some(c)
 }
 
@@ -555,14 +499,6 @@ fn thin(points: &[(f64, f64)], max: usize) -> Option<Vec<(f64, f64)>> {
     }
     let step = points.len().div_ceil(max);
     Some(points.iter().step_by(step.max(1)).copied().collect())
-}
-
-pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
-    xs.sort_by(|a, b| a.total_cmp(b));
-    xs[xs.len() / 2]
 }
 
 #[cfg(test)]
@@ -619,85 +555,5 @@ mod tests {
             );
             assert!(c.alloc_storms.is_empty(), "{:?}", c.alloc_storms);
         }
-    }
-
-    #[test]
-    fn gomaxprocs_far_above_the_cpu_limit_is_named_a_multiplier() {
-        let mut heap = CaptureRecord::new(1, RecordKind::Heap, 1, 1_000);
-        heap.totals.insert("inuse_space".into(), 8 << 20);
-        let mut stats = CaptureRecord::new(2, RecordKind::Stats, 1, 1_500);
-        for (k, v) in [
-            ("gomaxprocs", 16),
-            ("num_cpu", 16),
-            ("threads", 22),
-            ("goroutines", 40),
-        ] {
-            stats.totals.insert(k.into(), v);
-        }
-        let records = vec![heap, stats];
-        let report = GrowthBuilder::default()
-            .cpu_limit(Some(2.0))
-            .finish(&records, &[], None);
-        let rt = report.cycles[0]
-            .runtime
-            .as_ref()
-            .expect("stats give a runtime view");
-        assert_eq!((rt.gomaxprocs, rt.num_cpu), (Some(16), Some(16)));
-        assert_eq!(rt.multiplier, Some(8.0));
-        assert!(
-            report.cycles[0]
-                .verdict
-                .contains("GOMAXPROCS 16 against a CPU limit of 2")
-        );
-        let unknown = GrowthBuilder::default().finish(&records, &[], None);
-        let rt = unknown.cycles[0].runtime.as_ref().unwrap();
-        assert_eq!(rt.multiplier, None);
-        assert!(!unknown.cycles[0].verdict.contains("GOMAXPROCS"));
-    }
-
-    /// A flat heap and memory creeping 1 KiB/s under a 1 GiB limit, then the same cycle sat at
-    /// its limit: no "59046.7 s" forecast, and no forecast while at the limit.
-    #[test]
-    fn a_forecast_only_within_an_hour_and_never_at_the_limit() {
-        let gib = 1u64 << 30;
-        let mut records = Vec::new();
-        let mut builder = GrowthBuilder::default();
-        for k in 0..20u64 {
-            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, k as i64 * 1000);
-            r.totals.insert("inuse_space".into(), 8 << 20);
-            builder.heap(&r, &[]);
-            records.push(r);
-        }
-        let creeping = |base: u64, per_s: u64| -> Vec<MemorySample> {
-            (0..20)
-                .map(|k| MemorySample {
-                    t_ms: k * 1000,
-                    source: "cgroup".into(),
-                    usage: Some(base + per_s * k as u64),
-                    limit: Some(gib),
-                    alive: true,
-                    ..MemorySample::default()
-                })
-                .collect()
-        };
-        let far = builder.finish(&records, &creeping(300 << 20, 1024), Some(gib));
-        let c = &far.cycles[0];
-        assert_eq!(c.limit_at_s, None, "{:?}", c.limit_at_s);
-        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
-
-        let mut builder = GrowthBuilder::default();
-        for r in &records {
-            builder.heap(r, &[]);
-        }
-        let at = builder.finish(&records, &creeping(gib - (4 << 20), 64 << 10), Some(gib));
-        let c = &at.cycles[0];
-        let a = c.at_limit.as_ref().expect("measured at the limit");
-        assert_eq!(a.since_s, 0.0);
-        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
-        assert!(
-            c.verdict.contains("at its limit from 0.0 s"),
-            "{}",
-            c.verdict
-        );
     }
 }

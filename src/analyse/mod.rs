@@ -16,4 +16,3 @@ pub mod series;
 pub mod spikes;
 mod storms;
 pub mod triage;
-pub mod verdict;

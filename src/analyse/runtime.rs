@@ -2,9 +2,44 @@
 //! stack, the MemStats view (live share, memory held and not returned, GC rate) and the agent's
 //! stats (GOMAXPROCS against the CPU limit).
 
-use super::growth::{GoroutineGrowth, MemStatsView, RuntimeView, sustained};
-use super::series::{SeriesGrid, theil_sen};
-use crate::store::{CaptureRecord, RecordKind};
+use serde::Serialize;
+
+use super::series::{SeriesGrid, sustained, theil_sen};
+use crate::model::capture::{CaptureRecord, RecordKind};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GoroutineGrowth {
+    /// The first frame outside the runtime.
+    pub name: String,
+    pub per_sec: f64,
+    pub first: i64,
+    pub last: i64,
+    pub fit_r2: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemStatsView {
+    pub heap_alloc: i64,
+    /// HeapAlloc / (HeapSys − HeapReleased): how much of the retained heap is live data.
+    pub live_share: Option<f64>,
+    /// HeapIdle − HeapReleased: held by the runtime, not returned to the OS.
+    pub held_not_returned: Option<i64>,
+    pub gc_per_sec: Option<f64>,
+}
+
+/// Runtime counts from the agent's stats (op 0x07): a GOMAXPROCS far above the CPUs the
+/// process may use multiplies per-P caches and GC workers.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuntimeView {
+    pub gomaxprocs: Option<i64>,
+    pub num_cpu: Option<i64>,
+    pub threads: Option<i64>,
+    pub goroutines: Option<i64>,
+    /// The CPU limit, when the run records one (`cpu_limit` in run.json's options).
+    pub cpu_limit: Option<f64>,
+    /// GOMAXPROCS over the CPU limit, when both are known and it is above 1.5.
+    pub multiplier: Option<f64>,
+}
 
 pub(crate) fn goroutines(grid: &SeriesGrid) -> Vec<GoroutineGrowth> {
     let t = grid.times();

@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::model::build::BuildInfo;
-use crate::store::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind};
 
 /// One boot cycle and the build it ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,20 +55,20 @@ pub fn build_name(build: &BuildInfo) -> Option<String> {
 /// cycles whose source told nothing.
 pub fn cycle_builds(records: &[CaptureRecord], run_label: &str) -> Vec<CycleBuild> {
     let mut out: Vec<CycleBuild> = Vec::new();
-    let mut indices: Vec<u32> = records.iter().map(|r| r.incarnation).collect();
+    let mut indices: Vec<u32> = records.iter().map(|r| r.cycle).collect();
     indices.sort_unstable();
     indices.dedup();
     for index in indices {
         let cycle_record = records
             .iter()
-            .find(|r| r.kind == RecordKind::Cycle && r.incarnation == index);
+            .find(|r| r.kind == RecordKind::Cycle && r.cycle == index);
         let build = cycle_record
             .and_then(|r| r.build.clone())
             .filter(|b| !b.is_empty());
         let pid = cycle_record.and_then(|r| r.pid).or_else(|| {
             records
                 .iter()
-                .find(|r| r.incarnation == index && r.pid.is_some() && !r.kind.is_event())
+                .find(|r| r.cycle == index && r.pid.is_some() && !r.kind.is_event())
                 .and_then(|r| r.pid)
         });
         out.push(CycleBuild {
@@ -191,8 +191,8 @@ pub fn choose(
 mod tests {
     use super::*;
 
-    fn cycle_record(incarnation: u32, version: &str, pid: u32) -> CaptureRecord {
-        let mut r = CaptureRecord::new(incarnation as u64 * 10, RecordKind::Cycle, incarnation, 0);
+    fn cycle_record(cycle: u32, version: &str, pid: u32) -> CaptureRecord {
+        let mut r = CaptureRecord::new(cycle as u64 * 10, RecordKind::Cycle, cycle, 0);
         r.pid = Some(pid);
         r.build = Some(BuildInfo {
             version: Some(version.into()),
@@ -201,13 +201,8 @@ mod tests {
         r
     }
 
-    fn heap(incarnation: u32) -> CaptureRecord {
-        CaptureRecord::new(
-            incarnation as u64 * 10 + 1,
-            RecordKind::Heap,
-            incarnation,
-            0,
-        )
+    fn heap(cycle: u32) -> CaptureRecord {
+        CaptureRecord::new(cycle as u64 * 10 + 1, RecordKind::Heap, cycle, 0)
     }
 
     #[test]

@@ -117,6 +117,10 @@ pub struct LineFit {
     pub r2: f64,
 }
 
+/// A site's growth must add at least this much over the cycle to count (two sampling periods
+/// of Go's default MemProfileRate).
+pub(crate) const MIN_GROWTH_BYTES: f64 = 1024.0 * 1024.0;
+
 /// Theil–Sen: the median of pairwise slopes, robust to a stray capture. The R² is that of
 /// the robust line over all points.
 pub fn theil_sen(t: &[f64], v: &[f64]) -> Option<LineFit> {
@@ -144,6 +148,15 @@ pub fn theil_sen(t: &[f64], v: &[f64]) -> Option<LineFit> {
         intercept,
         r2: r_squared(t, v, slope, intercept),
     })
+}
+
+/// True when growth goes on to the end rather than levelling off (a bounded cache).
+pub(crate) fn sustained(t: &[f64], v: &[f64], whole: &LineFit) -> bool {
+    let half = t.len() / 2;
+    if t.len() < 4 {
+        return whole.slope > 0.0;
+    }
+    theil_sen(&t[half..], &v[half..]).is_some_and(|late| late.slope >= 0.3 * whole.slope)
 }
 
 fn median(xs: &mut [f64]) -> f64 {

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::reduce::{PROFILING_SITE, SiteFigures};
-use crate::source::procmem::MemorySample;
+use crate::model::memory::MemorySample;
 
 /// A rise smaller than this is no episode (32 sampling periods of Go's MemProfileRate).
 const MIN_RISE_BYTES: i64 = 16 << 20;

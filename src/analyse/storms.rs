@@ -2,9 +2,38 @@
 //! allocation rate runs far above that site's typical rate, even when the GC frees it all; and
 //! the cost of the profile writer itself, reported apart so it is never taken for the culprit.
 
-use super::growth::{AllocStorm, MIN_GROWTH_BYTES, ProfilingCost, StormWindow, median};
+use serde::Serialize;
+
 use super::reduce::PROFILING_SITE;
-use super::series::{SeriesGrid, theil_sen};
+use super::series::{MIN_GROWTH_BYTES, SeriesGrid, theil_sen};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StormWindow {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub bytes_per_sec: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocStorm {
+    pub name: String,
+    /// Mean allocation rate over the cycle.
+    pub bytes_per_sec: f64,
+    /// The site's typical (median) allocation rate between captures.
+    pub typical_bytes_per_sec: f64,
+    pub peak_bytes_per_sec: f64,
+    pub windows: Vec<StormWindow>,
+    /// Whether the site's in-use bytes stayed flat meanwhile (the GC freed it all).
+    pub inuse_flat: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProfilingCost {
+    pub inuse_bytes: i64,
+    pub alloc_bytes_per_sec: f64,
+    /// Share of the target's whole allocation rate spent writing profiles, 0..1.
+    pub alloc_share: f64,
+}
 
 /// A storm window runs at least this many times the site's typical allocation rate.
 const STORM_FACTOR: f64 = 4.0;
@@ -120,4 +149,12 @@ pub(crate) fn storms(
         },
     });
     (out, profiling)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs[xs.len() / 2]
 }

@@ -72,12 +72,7 @@ pub type Sourced<T> = Option<(T, String)>;
 
 /// The `cpu_limit` option of run.json: cores as a number, or a quantity such as "500m".
 pub fn recorded_cpu_limit(info: Option<&RunInfo>) -> Option<f64> {
-    let v = info?.options.get("cpu_limit")?;
-    let cores = match v {
-        serde_json::Value::String(s) => kube::parse_quantity(s).ok()?,
-        other => other.as_f64()?,
-    };
-    (cores.is_finite() && cores > 0.0).then_some(cores)
+    info?.options.cpu_cores()
 }
 
 /// Whether the run is of an Envoy: collected from an `envoy:` target, or holding `envoy`

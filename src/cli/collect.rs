@@ -477,20 +477,23 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         .map_err(|e| usage(e.to_string()))?;
     let options = StartOptions {
         out: args.out.clone(),
-        run_options: serde_json::json!({
-            "interval_ms": config.interval.as_millis() as u64,
-            "burst_interval_ms": config.burst_interval.as_millis() as u64,
-            "burst_at": config.burst_at,
-            "max_duty": config.max_duty,
-            "idle_backoff": config.idle_backoff,
-            "cpu_limit": args.cpu_limit,
-            "timeout_ms": config.timeout.as_millis() as u64,
-            "profiles": args.profiles,
-            "memstats_interval_ms": config.memstats_interval.as_millis() as u64,
-            "agent_dir": args.agent_dir,
-            "max_disk": config.max_disk,
-            "gc": args.gc,
-        }),
+        run_options: heapwatch::model::run_options::RunOptions {
+            interval_ms: Some(config.interval.as_millis() as u64),
+            burst_interval_ms: Some(config.burst_interval.as_millis() as u64),
+            burst_at: Some(config.burst_at),
+            max_duty: Some(config.max_duty),
+            idle_backoff: Some(config.idle_backoff),
+            cpu_limit: args
+                .cpu_limit
+                .map(heapwatch::model::run_options::CpuLimit::from),
+            timeout_ms: Some(config.timeout.as_millis() as u64),
+            profiles: Some(args.profiles.clone()),
+            memstats_interval_ms: Some(config.memstats_interval.as_millis() as u64),
+            agent_dir: args.agent_dir.as_ref().map(|p| p.display().to_string()),
+            max_disk: config.max_disk,
+            gc: Some(args.gc),
+            ..Default::default()
+        },
         config,
         memory_interval: args.memory_interval,
         label: args.label.clone(),

@@ -193,7 +193,7 @@ fn describe_recording(lanes: &[Lane]) {
             .records
             .iter()
             .filter(|r| r.is_ok())
-            .map(|r| r.incarnation)
+            .map(|r| r.cycle)
             .collect();
         let memory: Vec<MemorySample> = run.memory_samples();
         let kills = memory.iter().filter(|m| m.killed).count();
@@ -245,7 +245,7 @@ fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliEr
             server::serve(&timeline, &options, &replay_stop, &mut announce)
                 .map(|tally| Played {
                     started_ms,
-                    lives: tally.lives,
+                    lives: tally.cycles,
                 })
                 .map_err(|e| CliError::Store(format!("replay of {build}: {e}")))
         });
@@ -333,22 +333,17 @@ fn carry_memory_over(lane: &Lane, played: &Played, speed: f64) -> Result<(), Cli
     let bytes = std::fs::read(&info_path).map_err(|e| io_error(&info_path, e))?;
     let mut info: RunInfo = serde_json::from_slice(&bytes)
         .map_err(|e| CliError::Store(format!("{}: {e}", info_path.display())))?;
-    if let Some(options) = info.options.as_object_mut() {
-        options.insert(
-            "memory_source".into(),
-            serde_json::Value::String(
-                "the recording's memory.jsonl, moved onto this run's clock by heapwatch demo (a replay serves profiles, not the kernel's view)"
-                    .into(),
-            ),
-        );
-        let recorded_cgroup = lane
-            .recording
-            .info
-            .as_ref()
-            .and_then(|i| i.options.get("cgroup").cloned());
-        if let Some(cg) = recorded_cgroup {
-            options.insert("cgroup".into(), cg);
-        }
+    info.options.memory_source = Some(
+        "the recording's memory.jsonl, moved onto this run's clock by heapwatch demo (a replay serves profiles, not the kernel's view)"
+            .into(),
+    );
+    let recorded_cgroup = lane
+        .recording
+        .info
+        .as_ref()
+        .and_then(|i| i.options.cgroup.clone());
+    if let Some(cg) = recorded_cgroup {
+        info.options.cgroup = Some(cg);
     }
     let mut pretty = serde_json::to_vec_pretty(&info).expect("run info is plain data");
     pretty.push(b'\n');

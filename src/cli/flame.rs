@@ -307,14 +307,15 @@ fn growth(
     let (from, to) = match (picked_from, picked_to) {
         (Some(f), Some(t)) => (f, t),
         (f, t) => {
-            let cycle = args.cycle.or(f.or(t).map(|c| c.record.incarnation));
+            let cycle = args.cycle.or(f.or(t).map(|c| c.record.cycle));
             let in_cycle = cycle_captures(run, &captures, cycle, 2, false)?;
             let rise = match (f, t) {
-                (None, None) => rise_into_peak(run, in_cycle[0].record.incarnation, limits)
-                    .and_then(|(from, to)| {
+                (None, None) => {
+                    rise_into_peak(run, in_cycle[0].record.cycle, limits).and_then(|(from, to)| {
                         let find = |seq| in_cycle.iter().find(|c| c.record.seq == seq).copied();
                         find(from).zip(find(to))
-                    }),
+                    })
+                }
                 _ => None,
             };
             rise_drawn = rise.is_some();
@@ -327,17 +328,17 @@ fn growth(
             }
         }
     };
-    if from.record.incarnation != to.record.incarnation {
+    if from.record.cycle != to.record.cycle {
         return Err(CliError::Usage(format!(
             "{shown}: capture #{} is in boot cycle {} and #{} in cycle {}: growth is measured \
              within one boot cycle",
-            from.record.seq, from.record.incarnation, to.record.seq, to.record.incarnation
+            from.record.seq, from.record.cycle, to.record.seq, to.record.cycle
         )));
     }
-    if let Some(n) = args.cycle.filter(|&n| n != to.record.incarnation) {
+    if let Some(n) = args.cycle.filter(|&n| n != to.record.cycle) {
         return Err(CliError::Usage(format!(
             "{shown}: captures #{} and #{} are in boot cycle {}, not {n}",
-            from.record.seq, to.record.seq, to.record.incarnation
+            from.record.seq, to.record.seq, to.record.cycle
         )));
     }
     if from.record.kind != to.record.kind {
@@ -408,7 +409,7 @@ fn growth(
             "Growth of {} — {}, boot cycle {}",
             noun(&tp, ti),
             build_of(run),
-            to.record.incarnation
+            to.record.cycle
         ),
         subtitle: Some(subtitle),
         count_name: count,

@@ -105,7 +105,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     };
     eprintln!(
         "heapwatch: replayed {} boot cycle(s), {} requests, {} cut mid-response",
-        tally.lives, tally.requests, tally.cut
+        tally.cycles, tally.requests, tally.cut
     );
     Ok(ExitCode::SUCCESS)
 }

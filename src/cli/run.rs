@@ -105,24 +105,30 @@ impl RunArgs {
             .ok()
             .and_then(|r| r.info);
         let mut info = RunInfo {
-            schema: heapwatch::render::SCHEMA,
+            schema: heapwatch::model::SCHEMA,
             tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
             target: target.to_string(),
             source: source.to_string(),
             started_ms,
             resumed_ms: Vec::new(),
-            options: serde_json::json!({
-                "command": self.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
-                "confinement": mode,
-                "restarts": self.restarts,
-                "backoff_ms": self.backoff.as_millis() as u64,
-                "interval_ms": self.interval.as_millis() as u64,
-                "burst_interval_ms": self.burst_interval.as_millis() as u64,
-                "burst_at": self.burst_at,
-                "memory_interval_ms": self.memory_interval.as_millis() as u64,
-                "also": self.also,
-                "max_disk": self.max_disk,
-            }),
+            options: heapwatch::model::run_options::RunOptions {
+                command: Some(
+                    self.command
+                        .iter()
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect(),
+                ),
+                confinement: Some(mode.to_string()),
+                restarts: self.restarts,
+                backoff_ms: Some(self.backoff.as_millis() as u64),
+                interval_ms: Some(self.interval.as_millis() as u64),
+                burst_interval_ms: Some(self.burst_interval.as_millis() as u64),
+                burst_at: Some(self.burst_at),
+                memory_interval_ms: Some(self.memory_interval.as_millis() as u64),
+                also: Some(self.also.clone()),
+                max_disk: self.max_disk,
+                ..Default::default()
+            },
             limit_bytes: self.limit,
             label: self.label.clone(),
         };

@@ -61,7 +61,7 @@ pub struct StartOptions {
     pub label: Option<String>,
     /// Options kept in each node's `run.json` as they were given (`pid` and `cgroup` are
     /// filled in per node).
-    pub run_options: serde_json::Value,
+    pub run_options: crate::model::run_options::RunOptions,
     pub logs: Vec<LogSpec>,
     pub marks: Vec<MarkSpec>,
 }
@@ -247,12 +247,10 @@ fn node_info(
     started_ms: i64,
 ) -> RunInfo {
     let mut run_options = options.run_options.clone();
-    if let Some(map) = run_options.as_object_mut() {
-        map.insert("pid".into(), serde_json::json!(spec.options.pid));
-        map.insert("cgroup".into(), serde_json::json!(spec.options.cgroup));
-    }
+    run_options.pid = spec.options.pid;
+    run_options.cgroup = spec.options.cgroup.as_ref().map(|p| p.display().to_string());
     let mut info = RunInfo {
-        schema: crate::render::SCHEMA,
+        schema: crate::model::SCHEMA,
         tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
         target: spec.target.clone(),
         source: opened.source.kind().to_string(),
@@ -286,7 +284,7 @@ fn write_cluster_info(
     started_ms: i64,
 ) -> Result<(), StartError> {
     let mut info = ClusterInfo {
-        schema: crate::render::SCHEMA,
+        schema: crate::model::SCHEMA,
         tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
         kind: CLUSTER_KIND.to_string(),
         started_ms,

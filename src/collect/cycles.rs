@@ -36,12 +36,12 @@ impl CycleTracker {
     pub fn resume(records: &[CaptureRecord]) -> CycleTracker {
         let mut tracker = CycleTracker::default();
         for r in records.iter().filter(|r| r.is_ok() && !r.totals.is_empty()) {
-            tracker.incarnation = tracker.incarnation.max(r.incarnation);
+            tracker.incarnation = tracker.incarnation.max(r.cycle);
             tracker.remember(&r.totals, r.pid);
         }
         tracker.incarnation = records
             .iter()
-            .map(|r| r.incarnation)
+            .map(|r| r.cycle)
             .max()
             .unwrap_or(0)
             .max(tracker.incarnation);

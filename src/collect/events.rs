@@ -49,16 +49,16 @@ impl Collector<'_> {
         let mut record = CaptureRecord::new(
             self.next_seq,
             RecordKind::Cycle,
-            first.incarnation,
+            first.cycle,
             self.clock.unix_ms(),
         );
         self.next_seq += 1;
         record.pid = first.pid;
         record.build = build;
         if let Some(pid) = first.pid {
-            self.cycle_of_pid.insert(pid, first.incarnation);
+            self.cycle_of_pid.insert(pid, first.cycle);
         }
-        self.cycle_noted = first.incarnation;
+        self.cycle_noted = first.cycle;
         self.writer.append(&record)
     }
 }

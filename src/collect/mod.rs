@@ -237,7 +237,7 @@ impl<'a> Collector<'a> {
             .records
             .iter()
             .filter(|r| r.kind == RecordKind::Cycle)
-            .map(|r| r.incarnation)
+            .map(|r| r.cycle)
             .max()
             .unwrap_or(0);
         let indexer = CaptureIndexer::start(writer.root());
@@ -280,7 +280,7 @@ impl<'a> Collector<'a> {
                 .records
                 .iter()
                 .filter(|r| r.kind == RecordKind::Cycle)
-                .filter_map(|r| Some((r.pid?, r.incarnation)))
+                .filter_map(|r| Some((r.pid?, r.cycle)))
                 .collect(),
             exits: None,
             idle_factor: 1,
@@ -318,7 +318,7 @@ impl<'a> Collector<'a> {
         for mut record in pending {
             record.seq = self.next_seq;
             self.next_seq += 1;
-            record.incarnation = if record.kind == RecordKind::Exit {
+            record.cycle = if record.kind == RecordKind::Exit {
                 self.cycles.ended(record.pid)
             } else {
                 self.cycles.incarnation()
@@ -707,7 +707,7 @@ impl<'a> Collector<'a> {
                 self.indexer.add(&record, path, content);
             }
         }
-        if record.is_ok() && record.incarnation > self.cycle_noted {
+        if record.is_ok() && record.cycle > self.cycle_noted {
             self.note_cycle(&record)?;
         }
         self.pace_idle(&record);
@@ -781,7 +781,7 @@ impl<'a> Collector<'a> {
         let stats = memstats::parse_debug_heap(&text)
             .or_else(|| memstats::parse_agent(&text))
             .ok_or_else(|| Invalid("the reply has no runtime.MemStats figures".into()))?;
-        record.incarnation = self.answered(&stats, record.pid);
+        record.cycle = self.answered(&stats, record.pid);
         self.runtime_memory = memstats::held_bytes(&stats).map(|b| b.max(0) as u64);
         record.totals = stats;
         Ok(())
@@ -793,7 +793,7 @@ impl<'a> Collector<'a> {
         let totals = crate::source::envoy::totals_from_reply(bytes)
             .ok_or_else(|| Invalid("the reply has no Envoy /memory or /stats figures".into()))?;
         record.kind = RecordKind::Envoy;
-        record.incarnation = self.answered(&totals, record.pid);
+        record.cycle = self.answered(&totals, record.pid);
         let memory = [
             "memory.total_physical_bytes",
             "memory.allocated",
@@ -816,7 +816,7 @@ impl<'a> Collector<'a> {
             let head: String = text.chars().take(80).collect();
             Invalid(format!("the reply has no runtime stats: {head:?}"))
         })?;
-        record.incarnation = self.answered(&stats, record.pid);
+        record.cycle = self.answered(&stats, record.pid);
         self.status.goroutines = stats.get("goroutines").copied();
         record.totals = stats;
         Ok(())
@@ -828,7 +828,7 @@ impl<'a> Collector<'a> {
         let dump = stackdump::parse(bytes).map_err(|e| Invalid(e.to_string()))?;
         let goroutines = dump.goroutines();
         let totals = BTreeMap::from([("goroutine".to_string(), goroutines)]);
-        record.incarnation = self.answered(&totals, record.pid);
+        record.cycle = self.answered(&totals, record.pid);
         self.status.goroutines = Some(goroutines);
         record.totals = totals;
         self.keep_or_dedup(record, dump.content_hash(), "txt");
@@ -848,7 +848,7 @@ impl<'a> Collector<'a> {
         let summary = decode::summarize(&raw).map_err(|e| Invalid(e.to_string()))?;
         let hash = summary.hash;
         let totals: BTreeMap<String, i64> = summary.totals.into_iter().collect();
-        record.incarnation = self.answered(&totals, pid);
+        record.cycle = self.answered(&totals, pid);
         if record.kind == RecordKind::Heap {
             if let Some(&inuse) = totals.get("inuse_space") {
                 self.status.heap(record.t_ms, inuse);

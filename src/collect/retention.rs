@@ -52,7 +52,7 @@ impl Retention {
         self.used += record.bytes;
         self.kept.push(Kept {
             seq: record.seq,
-            incarnation: record.incarnation,
+            incarnation: record.cycle,
             t_ms: record.t_ms,
             file: file.clone(),
             bytes: record.bytes,

@@ -172,7 +172,7 @@ fn refused_then_back_is_a_new_boot_cycle() {
     ];
     let (summary, records, _) = collect(heap_only(ms(3000)), script);
     assert_eq!(summary.incarnations, 2);
-    let cycles: Vec<u32> = records.iter().map(|r| r.incarnation).collect();
+    let cycles: Vec<u32> = records.iter().map(|r| r.cycle).collect();
     assert_eq!(&cycles[..5], &[1, 1, 1, 1, 2]);
     // A new cycle stores its first capture even if it equals the last one of the old cycle.
     assert!(records[4].dup_of.is_none() && records[4].file.is_some());
@@ -184,7 +184,7 @@ fn a_drop_in_cumulative_allocation_is_a_new_boot_cycle_without_any_error() {
     let script = vec![Step::Ok(LATE, ms(5)), Step::Ok(EARLY, ms(5))];
     let (summary, records, _) = collect(heap_only(ms(1000)), script);
     assert_eq!(summary.incarnations, 2);
-    assert_eq!(records[1].incarnation, 2);
+    assert_eq!(records[1].cycle, 2);
 }
 
 #[test]
@@ -556,7 +556,7 @@ fn each_boot_cycle_gets_one_cycle_record_with_its_pid_and_build_and_a_stop_ends_
         .iter()
         .map(|r| {
             let version = r.build.as_ref().and_then(|b| b.version.clone());
-            (r.incarnation, r.pid, version)
+            (r.cycle, r.pid, version)
         })
         .collect();
     assert_eq!(
@@ -570,13 +570,13 @@ fn each_boot_cycle_gets_one_cycle_record_with_its_pid_and_build_and_a_stop_ends_
     for c in &cycles {
         let first = records
             .iter()
-            .find(|r| r.incarnation == c.incarnation && r.kind == RecordKind::Heap)
+            .find(|r| r.cycle == c.cycle && r.kind == RecordKind::Heap)
             .unwrap();
         assert_eq!(c.seq, first.seq + 1);
     }
     let last = records.last().unwrap();
     assert_eq!(last.kind, RecordKind::Stop);
-    assert_eq!((last.incarnation, last.pid), (2, Some(11)));
+    assert_eq!((last.cycle, last.pid), (2, Some(11)));
 
     // Resumed, the same run gets no second record for the cycle it is in.
     let mut again = Versioned {
@@ -916,14 +916,14 @@ fn event_records_get_their_seq_and_the_boot_cycle_their_pid_answered_in() {
     );
     let exit = records.iter().find(|r| r.kind == RecordKind::Exit).unwrap();
     assert_eq!(
-        (exit.incarnation, exit.signal, exit.t_ms),
+        (exit.cycle, exit.signal, exit.t_ms),
         (1, Some(9), 1_001_200)
     );
     let late = records
         .iter()
         .filter(|r| r.kind == RecordKind::Heap && r.pid == Some(200));
     assert!(late.clone().count() >= 2);
-    assert!(late.clone().all(|r| r.incarnation == 2), "{records:#?}");
+    assert!(late.clone().all(|r| r.cycle == 2), "{records:#?}");
     assert!(
         exit.seq > late.clone().next().unwrap().seq,
         "written after the 4th fetch"

@@ -4,6 +4,14 @@
 
 pub mod aggregate;
 pub mod build;
+pub mod capture;
+pub mod envoy;
+pub mod memory;
+pub mod run_options;
+
+/// Version of the JSON documents heapwatch writes (run.json and every report). Bumped when a
+/// field changes meaning.
+pub const SCHEMA: u32 = 1;
 
 use std::fmt;
 

@@ -87,33 +87,33 @@ impl Labeler {
     pub fn observe(&mut self, record: &CaptureRecord) {
         if record.kind == RecordKind::Cycle {
             self.builds
-                .insert(record.incarnation, record.build.clone().unwrap_or_default());
+                .insert(record.cycle, record.build.clone().unwrap_or_default());
         }
     }
 
     /// Whether the boot cycle's `cycle` record has been seen.
-    pub fn knows_cycle(&self, incarnation: u32) -> bool {
-        self.builds.contains_key(&incarnation)
+    pub fn knows_cycle(&self, cycle: u32) -> bool {
+        self.builds.contains_key(&cycle)
     }
 
     /// `service_name`: `--service`, else the app id (this cycle's, else any cycle's), else
     /// the target.
-    pub fn service_name(&self, incarnation: u32) -> String {
+    pub fn service_name(&self, cycle: u32) -> String {
         if let Some(service) = &self.service {
             return service.clone();
         }
         let app_id = |b: &BuildInfo| b.app_id.clone().filter(|a| !a.is_empty());
         self.builds
-            .get(&incarnation)
+            .get(&cycle)
             .and_then(app_id)
             .or_else(|| self.builds.values().find_map(app_id))
             .unwrap_or_else(|| self.target.clone())
     }
 
     /// `service_version`: the cycle's build version, else the run's `--label`.
-    pub fn service_version(&self, incarnation: u32) -> Option<String> {
+    pub fn service_version(&self, cycle: u32) -> Option<String> {
         self.builds
-            .get(&incarnation)
+            .get(&cycle)
             .and_then(|b| b.version.clone())
             .filter(|v| !v.is_empty())
             .or_else(|| self.run_label.clone())
@@ -124,16 +124,16 @@ impl Labeler {
     pub fn labels(
         &self,
         name: ProfileName,
-        incarnation: u32,
+        cycle: u32,
         captured_at: Option<i64>,
     ) -> Vec<LabelPair> {
         let mut labels: BTreeMap<&str, String> = BTreeMap::new();
         labels.insert("__name__", name.as_str().to_string());
-        labels.insert("service_name", self.service_name(incarnation));
-        if let Some(version) = self.service_version(incarnation) {
+        labels.insert("service_name", self.service_name(cycle));
+        if let Some(version) = self.service_version(cycle) {
             labels.insert("service_version", version);
         }
-        labels.insert("heapwatch_boot_cycle", incarnation.to_string());
+        labels.insert("heapwatch_boot_cycle", cycle.to_string());
         labels.insert("heapwatch_target", self.target.clone());
         if let Some(ns) = captured_at {
             labels.insert("heapwatch_captured_at", rfc3339_ms(ns));
@@ -189,14 +189,14 @@ mod tests {
             source: "agent".into(),
             started_ms: 1_700_000_000_000,
             resumed_ms: vec![],
-            options: serde_json::Value::Null,
+            options: Default::default(),
             limit_bytes: None,
             label: label.map(str::to_string),
         }
     }
 
-    fn cycle(incarnation: u32, app_id: Option<&str>, version: Option<&str>) -> CaptureRecord {
-        let mut r = CaptureRecord::new(incarnation as u64 * 10, RecordKind::Cycle, incarnation, 0);
+    fn cycle(cycle: u32, app_id: Option<&str>, version: Option<&str>) -> CaptureRecord {
+        let mut r = CaptureRecord::new(cycle as u64 * 10, RecordKind::Cycle, cycle, 0);
         r.build = Some(BuildInfo {
             version: version.map(str::to_string),
             app_id: app_id.map(str::to_string),

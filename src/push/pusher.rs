@@ -370,8 +370,8 @@ impl<T: Transport> Pusher<T> {
     /// a later boot cycle begun, the run sealed, or [`CYCLE_WAIT`] passed.
     fn ready(&self, pending: &Pending) -> bool {
         self.sealed
-            || self.labeler.knows_cycle(pending.incarnation)
-            || self.spool.saw_later_cycle(pending.incarnation)
+            || self.labeler.knows_cycle(pending.cycle)
+            || self.spool.saw_later_cycle(pending.cycle)
             || pending.offered.elapsed() >= CYCLE_WAIT
     }
 
@@ -479,9 +479,7 @@ impl<T: Transport> Pusher<T> {
                         } else {
                             pending.t_ms.saturating_mul(1_000_000)
                         };
-                        let labels =
-                            self.labeler
-                                .labels(pending.name, pending.incarnation, Some(own));
+                        let labels = self.labeler.labels(pending.name, pending.cycle, Some(own));
                         (labels, copy.bytes)
                     }
                     Err(e) => {
@@ -490,7 +488,7 @@ impl<T: Transport> Pusher<T> {
                     }
                 }
             } else {
-                let labels = self.labeler.labels(pending.name, pending.incarnation, None);
+                let labels = self.labeler.labels(pending.name, pending.cycle, None);
                 (labels, raw.clone())
             };
             let body = wire::encode_push(labels, profile, id.clone());

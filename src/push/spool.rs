@@ -35,7 +35,7 @@ pub struct Pending {
     pub seq: u64,
     pub file: String,
     pub name: ProfileName,
-    pub incarnation: u32,
+    pub cycle: u32,
     pub t_ms: i64,
     /// When the spool was offered it: a live capture may wait a moment for its cycle record.
     pub offered: tokio::time::Instant,
@@ -64,7 +64,7 @@ pub struct Spool {
     settled: HashMap<u64, (Outcome, bool)>,
     retry: Retry,
     journal: Arc<Mutex<Journal>>,
-    highest_incarnation: u32,
+    highest_cycle: u32,
     /// When the journal was last fsynced, and whether lines were written since.
     synced: tokio::time::Instant,
     dirty: bool,
@@ -96,7 +96,7 @@ impl Spool {
             settled,
             retry,
             journal: Arc::new(Mutex::new(journal)),
-            highest_incarnation: 0,
+            highest_cycle: 0,
             synced: tokio::time::Instant::now(),
             dirty: false,
             tally: Tally::default(),
@@ -117,7 +117,7 @@ impl Spool {
         if !self.seen.insert(record.seq) {
             return;
         }
-        self.highest_incarnation = self.highest_incarnation.max(record.incarnation);
+        self.highest_cycle = self.highest_cycle.max(record.cycle);
         if record.kind == RecordKind::Delete {
             if let Some(seq) = record.deleted_seq {
                 if self.queue.remove(&seq).is_some() {
@@ -157,7 +157,7 @@ impl Spool {
                 seq: record.seq,
                 file,
                 name,
-                incarnation: record.incarnation,
+                cycle: record.cycle,
                 t_ms: record.t_ms,
                 offered: tokio::time::Instant::now(),
             },
@@ -170,9 +170,9 @@ impl Spool {
         self.queue.values().next()
     }
 
-    /// Whether a later boot cycle than `incarnation` has shown up.
-    pub fn saw_later_cycle(&self, incarnation: u32) -> bool {
-        self.highest_incarnation > incarnation
+    /// Whether a later boot cycle than `cycle` has shown up.
+    pub fn saw_later_cycle(&self, cycle: u32) -> bool {
+        self.highest_cycle > cycle
     }
 
     pub fn contains(&self, seq: u64) -> bool {

@@ -61,7 +61,7 @@ struct RowJson<'a> {
 pub fn json(view: &DiffView) -> String {
     let d = view.diff;
     let doc = DiffJson {
-        schema: super::SCHEMA,
+        schema: crate::model::SCHEMA,
         base: view.base_file,
         new: view.new_file,
         sample: &d.sample,

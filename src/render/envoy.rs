@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::triage::format_span;
-use crate::source::envoy::HeapDumpState;
+use crate::model::envoy::HeapDumpState;
 use crate::units::format_bytes;
 
 #[derive(Serialize)]
@@ -19,7 +19,7 @@ struct EnvoyJson<'a> {
 
 pub fn json(target: &str, report: &EnvoyReport) -> String {
     let doc = EnvoyJson {
-        schema: super::SCHEMA,
+        schema: crate::model::SCHEMA,
         target,
         report,
     };

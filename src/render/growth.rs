@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::growth::{CycleGrowth, GrowthReport};
-use crate::analyse::verdict::spike_words;
+use crate::render::verdict::spike_words;
 use crate::units::format_bytes;
 
 /// Envoy's findings beside the growth analysis.
@@ -62,7 +62,7 @@ pub fn text(report: &GrowthReport, limit: usize, envoy: Option<&EnvoyPart>) -> S
         if report.cycles.len() > 1 {
             let _ = writeln!(
                 out,
-                "across cycles: {} (incarnations the collector saw)",
+                "across cycles: {} (boot cycles the collector saw)",
                 report.across.summary
             );
         }

@@ -10,6 +10,4 @@ pub mod pprof;
 pub mod report;
 pub mod top;
 pub mod triage;
-
-/// Version of the JSON documents heapwatch writes. Bumped when a field changes meaning.
-pub const SCHEMA: u32 = 1;
+pub mod verdict;

@@ -39,7 +39,7 @@ struct RowJson<'a> {
 
 pub fn json(view: &TopView) -> String {
     let doc = TopJson {
-        schema: super::SCHEMA,
+        schema: crate::model::SCHEMA,
         file: view.file,
         sample: view.sample,
         unit: view.unit,

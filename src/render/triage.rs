@@ -18,7 +18,7 @@ struct TriageJson<'a> {
 
 pub fn json(file: &str, report: &TriageReport) -> String {
     let doc = TriageJson {
-        schema: super::SCHEMA,
+        schema: crate::model::SCHEMA,
         file,
         report,
     };

@@ -2,6 +2,7 @@
 //! was alive and what it would have served at each moment. Pure; `server` does the I/O.
 
 mod agent;
+mod conn;
 pub mod server;
 
 use std::collections::BTreeMap;
@@ -12,8 +13,9 @@ use crate::store::{CaptureRecord, RecordKind, RunDir};
 /// One boot cycle of the recording: alive from `start_ms` to `end_ms` (offsets from the
 /// recording's first capture), with its captures in time order.
 #[derive(Debug, Clone)]
-pub struct Life {
-    pub incarnation: u32,
+pub struct BootCycle {
+    /// The boot cycle's number in the recording, from 1.
+    pub index: u32,
     pub start_ms: i64,
     pub end_ms: i64,
     pub heap: Vec<(i64, PathBuf)>,
@@ -25,22 +27,22 @@ pub struct Life {
 
 #[derive(Debug, Clone)]
 pub struct Timeline {
-    pub lives: Vec<Life>,
+    pub cycles: Vec<BootCycle>,
 }
 
 /// What the target is at a moment of the replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
-    /// Serving this life.
+    /// Serving this cycle.
     Alive(usize),
-    /// Between lives (or before the first): nothing listens.
+    /// Between cycles (or before the first): nothing listens.
     Dead,
-    /// After the last life.
+    /// After the last cycle.
     Over,
 }
 
 impl Timeline {
-    /// Builds the timeline from a run. A life lasts from its first good capture until the first
+    /// Builds the timeline from a run. A cycle lasts from its first good capture until the first
     /// failed attempt after its last good one (or its last capture plus one interval).
     pub fn from_run(run: &RunDir) -> Result<Timeline, String> {
         let records: Vec<&CaptureRecord> = run
@@ -60,12 +62,12 @@ impl Timeline {
                     run.root.display()
                 )
             })?;
-        let mut lives: Vec<Life> = Vec::new();
+        let mut cycles: Vec<BootCycle> = Vec::new();
         let mut by_cycle: BTreeMap<u32, Vec<&CaptureRecord>> = BTreeMap::new();
         for r in &records {
-            by_cycle.entry(r.incarnation).or_default().push(r);
+            by_cycle.entry(r.cycle).or_default().push(r);
         }
-        for (incarnation, mut rs) in by_cycle {
+        for (index, mut rs) in by_cycle {
             rs.sort_by_key(|r| r.seq);
             let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
             let (Some(first), Some(last)) = (good.first(), good.last()) else {
@@ -78,8 +80,8 @@ impl Timeline {
                 .map(|r| r.t_ms)
                 .min()
                 .unwrap_or(last.t_ms + interval);
-            let mut life = Life {
-                incarnation,
+            let mut cycle = BootCycle {
+                index,
                 start_ms: first.t_ms - origin,
                 end_ms: died - origin,
                 heap: Vec::new(),
@@ -98,35 +100,35 @@ impl Timeline {
                             continue; // thinned by --max-disk
                         }
                         if r.kind == RecordKind::Heap {
-                            life.heap.push((at, path));
+                            cycle.heap.push((at, path));
                         } else {
-                            life.goroutine.push((at, path));
+                            cycle.goroutine.push((at, path));
                         }
                     }
-                    RecordKind::Memstats => life.memstats.push((at, r.totals.clone())),
-                    RecordKind::Stats => life.stats.push((at, r.totals.clone())),
+                    RecordKind::Memstats => cycle.memstats.push((at, r.totals.clone())),
+                    RecordKind::Stats => cycle.stats.push((at, r.totals.clone())),
                     _ => {}
                 }
             }
-            if !life.heap.is_empty() {
-                lives.push(life);
+            if !cycle.heap.is_empty() {
+                cycles.push(cycle);
             }
         }
-        if lives.is_empty() {
+        if cycles.is_empty() {
             return Err(format!(
                 "{}: no stored heap profile to replay",
                 run.root.display()
             ));
         }
-        Ok(Timeline { lives })
+        Ok(Timeline { cycles })
     }
 
     pub fn state(&self, at_ms: i64) -> State {
-        for (i, life) in self.lives.iter().enumerate() {
-            if at_ms < life.start_ms {
+        for (i, cycle) in self.cycles.iter().enumerate() {
+            if at_ms < cycle.start_ms {
                 return State::Dead;
             }
-            if at_ms < life.end_ms {
+            if at_ms < cycle.end_ms {
                 return State::Alive(i);
             }
         }
@@ -135,7 +137,7 @@ impl Timeline {
 
     /// When the state next changes after `at_ms`.
     pub fn next_change(&self, at_ms: i64) -> Option<i64> {
-        self.lives
+        self.cycles
             .iter()
             .flat_map(|l| [l.start_ms, l.end_ms])
             .filter(|&t| t > at_ms)

@@ -1,34 +1,35 @@
 //! Serves a [`Timeline`] as a live target: over HTTP as Go's net/http/pprof would, or over a
 //! unix socket or TCP as the OpenZiti agent would ([`serve_agent`]). The listener exists only
 //! while the recorded process was alive, so between boot cycles connections are refused, and
-//! the last answer of a life can be cut mid-body the way an OOM kill cuts it.
+//! the last answer of a cycle can be cut mid-body the way an OOM kill cuts it.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::FileTypeExt as _;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{State, Timeline, agent, latest, memstats_text};
-use crate::decode::{self, DecodeLimits, stackdump};
+use super::agent::{self, goroutine_text};
+use super::conn::Conn;
+use super::{State, Timeline, latest, memstats_text};
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
     pub listen: SocketAddr,
     /// 2.0 plays the recording twice as fast.
     pub speed: f64,
-    /// Cut the last response of each life in half, then die.
+    /// Cut the last response of each cycle in half, then die.
     pub die_mid_response: bool,
 }
 
 /// Where the replayed agent listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentListen {
-    /// A socket file, left behind when a life dies (as a SIGKILL leaves the agent's).
+    /// A socket file, left behind when a cycle dies (as a SIGKILL leaves the agent's).
     Unix(PathBuf),
-    /// Loopback only; port 0 picks one, kept across lives.
+    /// Loopback only; port 0 picks one, kept across cycles.
     Tcp(SocketAddr),
 }
 
@@ -36,7 +37,7 @@ pub enum AgentListen {
 pub struct AgentReplayOptions {
     pub listen: AgentListen,
     pub speed: f64,
-    /// Cut the last heap profile or stack dump of each life in half, then die.
+    /// Cut the last heap profile or stack dump of each cycle in half, then die.
     pub die_mid_response: bool,
     /// What op 0x0a answers.
     pub app_id: String,
@@ -46,11 +47,11 @@ pub struct AgentReplayOptions {
 #[derive(Debug, Default, Clone)]
 pub struct ReplayTally {
     pub requests: u64,
-    pub lives: usize,
+    pub cycles: usize,
     pub cut: u64,
 }
 
-/// Plays the timeline over HTTP to its end (or until `stop`); `announce` hears each life start
+/// Plays the timeline over HTTP to its end (or until `stop`); `announce` hears each cycle start
 /// and end.
 pub fn serve(
     timeline: &Timeline,
@@ -66,7 +67,7 @@ pub fn serve(
         options.die_mid_response,
         stop,
         announce,
-        &|conn, life, at, cut| answer_http(conn, timeline, life, at, cut),
+        &|conn, cycle, at, cut| answer_http(conn, timeline, cycle, at, cut),
         "listening on",
     )
 }
@@ -90,76 +91,16 @@ pub fn serve_agent(
         options.die_mid_response,
         stop,
         announce,
-        &|conn, life, at, cut| agent::answer(conn, timeline, life, at, cut, options),
+        &|conn, cycle, at, cut| {
+            let version = options.app_version.as_deref();
+            agent::answer(conn, timeline, cycle, at, cut, &options.app_id, version)
+        },
         "agent on",
     );
     if let Place::Unix(path) = &place {
         remove_socket(path);
     }
     result
-}
-
-/// An accepted connection, TCP or unix.
-pub(super) enum Conn {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Conn {
-    /// Blocking, with a read timeout: a client that never sends its request is dropped.
-    pub(super) fn prepare(&self) -> io::Result<()> {
-        match self {
-            Conn::Tcp(s) => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(Duration::from_secs(2)))
-            }
-            Conn::Unix(s) => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(Duration::from_secs(2)))
-            }
-        }
-    }
-
-    /// The kill lands mid-write: what was written is all there is. Half the body, and never
-    /// right after a newline, so a cut text reply is visibly cut too.
-    pub(super) fn cut(&mut self, body: &[u8]) -> io::Result<()> {
-        let mut n = body.len() / 2;
-        while n > 1 && body[n - 1] == b'\n' {
-            n -= 1;
-        }
-        self.write_all(&body[..n])?;
-        self.flush()?;
-        let _ = match self {
-            Conn::Tcp(s) => s.shutdown(Shutdown::Both),
-            Conn::Unix(s) => s.shutdown(Shutdown::Both),
-        };
-        Ok(())
-    }
-}
-
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Conn::Tcp(s) => s.read(buf),
-            Conn::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Conn::Tcp(s) => s.write(buf),
-            Conn::Unix(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Conn::Tcp(s) => s.flush(),
-            Conn::Unix(s) => s.flush(),
-        }
-    }
 }
 
 enum Place {
@@ -197,8 +138,8 @@ fn remove_socket(path: &PathBuf) {
     }
 }
 
-/// Binds, retrying briefly: the previous life's socket may still be closing. A TCP port 0 is
-/// replaced by the port the kernel picked, so later lives listen where the first one did.
+/// Binds, retrying briefly: the previous cycle's socket may still be closing. A TCP port 0 is
+/// replaced by the port the kernel picked, so later cycles listen where the first one did.
 fn bind(place: &mut Place) -> io::Result<Bound> {
     let mut last = None;
     for _ in 0..50 {
@@ -209,7 +150,7 @@ fn bind(place: &mut Place) -> io::Result<Bound> {
                 Ok(Bound::Tcp(l))
             }),
             Place::Unix(path) => {
-                // The previous life's socket, left behind like a killed agent's.
+                // The previous cycle's socket, left behind like a killed agent's.
                 remove_socket(path);
                 UnixListener::bind(&*path).and_then(|l| {
                     l.set_nonblocking(true)?;
@@ -229,7 +170,7 @@ fn bind(place: &mut Place) -> io::Result<Bound> {
     Err(last.expect("retried at least once"))
 }
 
-/// Answers one connection of a life at a moment; returns whether the answer was cut.
+/// Answers one connection of a cycle at a moment; returns whether the answer was cut.
 type Answer<'a> = dyn Fn(Conn, usize, i64, bool) -> io::Result<bool> + 'a;
 
 #[allow(clippy::too_many_arguments)]
@@ -261,7 +202,7 @@ fn play(
                 if listener.take().is_some() {
                     announce(format!(
                         "boot cycle {} died",
-                        current.map_or(0, |i| timeline.lives[i].incarnation)
+                        current.map_or(0, |i| timeline.cycles[i].index)
                     ));
                 }
                 let wake = timeline.next_change(at).unwrap_or(at + 50);
@@ -272,18 +213,18 @@ fn play(
                 if current != Some(i) || listener.is_none() {
                     listener = Some(bind(place)?);
                     current = Some(i);
-                    tally.lives += 1;
+                    tally.cycles += 1;
                     announce(format!(
                         "{greeting} {place} (boot cycle {})",
-                        timeline.lives[i].incarnation
+                        timeline.cycles[i].index
                     ));
                 }
                 let accepted = listener.as_ref().expect("bound above").accept();
                 match accepted {
                     Ok(conn) => {
                         tally.requests += 1;
-                        let life = &timeline.lives[i];
-                        let left_ms = (life.end_ms - at) as f64 / speed;
+                        let cycle = &timeline.cycles[i];
+                        let left_ms = (cycle.end_ms - at) as f64 / speed;
                         let cut = die_mid_response && left_ms <= 300.0;
                         match answer(conn, i, at, cut) {
                             Ok(true) => {
@@ -320,25 +261,10 @@ fn read_request_line(stream: &mut Conn) -> io::Result<String> {
     Ok(text.lines().next().unwrap_or("").to_string())
 }
 
-/// A stored goroutine capture as a debug=2 text dump, whichever way it was recorded.
-pub(super) fn goroutine_text(path: &PathBuf) -> io::Result<Vec<u8>> {
-    let bytes = std::fs::read(path)?;
-    if !decode::is_gzip(&bytes) {
-        return Ok(bytes);
-    }
-    let profile = decode::decode(&bytes, &DecodeLimits::default()).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{}: {e}", path.display()),
-        )
-    })?;
-    Ok(stackdump::from_profile(&profile).to_text().into_bytes())
-}
-
 fn answer_http(
     mut stream: Conn,
     timeline: &Timeline,
-    life: usize,
+    cycle: usize,
     at: i64,
     cut: bool,
 ) -> io::Result<bool> {
@@ -348,20 +274,20 @@ fn answer_http(
     let debug = query
         .split('&')
         .any(|kv| kv == "debug=1" || kv == "debug=2");
-    let life = &timeline.lives[life];
+    let cycle = &timeline.cycles[cycle];
     let body: Option<(Vec<u8>, &str)> =
         if path.ends_with("/debug/pprof/heap") || path.ends_with("/debug/pprof/allocs") {
             if debug {
-                latest(&life.memstats, at)
+                latest(&cycle.memstats, at)
                     .map(|s| (memstats_text(s).into_bytes(), "text/plain; charset=utf-8"))
             } else {
-                match latest(&life.heap, at) {
+                match latest(&cycle.heap, at) {
                     Some(p) => Some((std::fs::read(p)?, "application/octet-stream")),
                     None => None,
                 }
             }
         } else if path.ends_with("/debug/pprof/goroutine") {
-            match latest(&life.goroutine, at) {
+            match latest(&cycle.goroutine, at) {
                 Some(p) if debug => Some((goroutine_text(p)?, "text/plain; charset=utf-8")),
                 // A dump recorded as text has no pprof form to serve.
                 Some(p) if p.extension().is_some_and(|e| e == "gz") => {

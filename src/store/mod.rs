@@ -14,6 +14,8 @@ use thiserror::Error;
 
 pub use manifest::{CaptureRecord, ManifestRead, RecordKind};
 
+use crate::model::run_options::RunOptions;
+
 pub const RUN_FILE: &str = "run.json";
 pub const MANIFEST_FILE: &str = "manifest.jsonl";
 pub const MEMORY_FILE: &str = "memory.jsonl";
@@ -65,8 +67,8 @@ pub struct RunInfo {
     /// Unix ms of every later start of a collector on this run.
     #[serde(default)]
     pub resumed_ms: Vec<i64>,
-    #[serde(default)]
-    pub options: serde_json::Value,
+    #[serde(default, deserialize_with = "RunOptions::tolerant")]
+    pub options: RunOptions,
     /// The target's memory limit in bytes, from `--limit` or the cgroup.
     #[serde(default)]
     pub limit_bytes: Option<u64>,
@@ -163,12 +165,7 @@ impl RunWriter {
         }
         orphans.sort_by_key(|o| o.0);
         let mut next = existing.records.iter().map(|r| r.seq).max().unwrap_or(0) + 1;
-        let incarnation = existing
-            .records
-            .iter()
-            .map(|r| r.incarnation)
-            .max()
-            .unwrap_or(1);
+        let cycle = existing.records.iter().map(|r| r.cycle).max().unwrap_or(1);
         for (seq, relative, entry) in orphans {
             let meta = entry
                 .metadata()
@@ -178,8 +175,7 @@ impl RunWriter {
                 .ok()
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_millis() as i64);
-            let mut record =
-                CaptureRecord::new(seq.max(next), RecordKind::Recovered, incarnation, t_ms);
+            let mut record = CaptureRecord::new(seq.max(next), RecordKind::Recovered, cycle, t_ms);
             record.file = Some(relative);
             record.bytes = meta.len();
             self.append(&record)?;

@@ -11,29 +11,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{BufRead as _, BufReader, Read as _};
+use std::io::Read as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util;
+use crate::util::{self, Reaped};
 
 const KILLS: usize = 20;
-
-/// A child process killed (and reaped) if the test ends before it does.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 /// xorshift64: enough randomness for kill delays, reproducible from the printed seed.
 struct XorShift(u64);
@@ -330,30 +318,17 @@ fn crash_loop(extra: &[&str], plant_leftovers: bool) {
     let test_started = Instant::now();
     // A small working set and fast churn: the GC (and so the heap profile) moves every ~100ms,
     // so many captures are new data that has to be written.
-    let mut target = Reaped(
-        std::process::Command::new(&steady)
-            .args([
-                "-listen",
-                "127.0.0.1:0",
-                "-working-set",
-                "4MiB",
-                "-rate",
-                "48MiB",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start steady"),
+    let (_target, addr) = util::start_listening(
+        &steady,
+        &[
+            "-listen",
+            "127.0.0.1:0",
+            "-working-set",
+            "4MiB",
+            "-rate",
+            "48MiB",
+        ],
     );
-    let mut first = String::new();
-    BufReader::new(target.0.stdout.take().unwrap())
-        .read_line(&mut first)
-        .expect("steady prints its address");
-    let addr = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line from steady: {first:?}"))
-        .to_string();
     let url = format!("http://{addr}");
 
     let seed = std::env::var("HEAPWATCH_CRASH_SEED")

@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -142,7 +142,7 @@ impl Server {
                         // No connection thread outlives a broken test by much.
                         let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
                         let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-                        let Some(path) = read_head(&mut stream) else {
+                        let Some(path) = util::read_request_path(&mut stream) else {
                             return;
                         };
                         let n = stats.requests.fetch_add(1, Ordering::SeqCst);
@@ -193,42 +193,8 @@ impl Drop for Server {
     }
 }
 
-/// Reads a request head; returns the path, or None if the client went away first.
-fn read_head(stream: &mut TcpStream) -> Option<String> {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-        if head.len() > 64 * 1024 {
-            return None;
-        }
-    }
-    let text = String::from_utf8_lossy(&head);
-    let line = text.lines().next()?;
-    Some(line.split_whitespace().nth(1)?.to_string())
-}
-
-fn head(status: &str, content_type: &str, length: usize) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
-    )
-    .into_bytes()
-}
-
-/// A complete response; the connection closes after it.
-fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) {
-    let mut bytes = head(status, content_type, body.len());
-    bytes.extend_from_slice(body);
-    let _ = stream.write_all(&bytes);
-    let _ = stream.flush();
-    let _ = stream.shutdown(Shutdown::Write);
-}
-
 fn serve_profile(stream: &mut TcpStream, body: &[u8]) {
-    respond(stream, "200 OK", "application/octet-stream", body);
+    util::respond(stream, "200 OK", "application/octet-stream", body);
 }
 
 /// Never answers: holds the connection until the client gives up and closes it.
@@ -243,7 +209,7 @@ fn hang(stream: &mut TcpStream) {
 
 /// Promises the whole body, sends half of it, then drops the connection.
 fn cut_mid_body(stream: &mut TcpStream, body: &[u8]) {
-    let mut bytes = head("200 OK", "application/octet-stream", body.len());
+    let mut bytes = util::http_head("200 OK", "application/octet-stream", body.len());
     bytes.extend_from_slice(&body[..body.len() / 2]);
     let _ = stream.write_all(&bytes);
     let _ = stream.flush();
@@ -255,7 +221,7 @@ fn html() -> &'static [u8] {
 }
 
 fn server_error(stream: &mut TcpStream) {
-    respond(
+    util::respond(
         stream,
         "500 Internal Server Error",
         "text/plain; charset=utf-8",
@@ -619,7 +585,7 @@ fn collect_faults_http_500_is_a_status_error() {
 #[test]
 fn collect_faults_html_page_is_invalid_and_not_stored() {
     let (records, _, _) = run_against_fault(
-        |s| respond(s, "200 OK", "text/html; charset=utf-8", html()),
+        |s| util::respond(s, "200 OK", "text/html; charset=utf-8", html()),
         "100ms",
         "2s",
         "1s",
@@ -860,7 +826,7 @@ fn collect_faults_mixed_keeps_going_between_faults() {
         }
         match FAULTS[(n / 2) % FAULTS.len()] {
             Fault::Status500 => server_error(s),
-            Fault::Html => respond(s, "200 OK", "text/html", html()),
+            Fault::Html => util::respond(s, "200 OK", "text/html", html()),
             Fault::Hang => hang(s),
             Fault::CutMidBody => cut_mid_body(s, &full),
             Fault::TruncatedGzip => serve_profile(s, &truncated),

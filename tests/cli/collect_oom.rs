@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util;
+use crate::util::{self, Reaped, signal};
 
 const LIMIT: u64 = 256 << 20;
 const CYCLES: u32 = 3;
@@ -90,27 +90,6 @@ impl Drop for Cgroup {
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
-        }
-    }
-}
-
-/// Sends a signal with kill(1): libc is not a dependency.
-fn signal(pid: u32, name: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// A child process killed (and reaped) if the test ends before it does.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
         }
     }
 }

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
-use std::process::Command;
 
 use proptest::prelude::*;
 use prost::Message as _;
@@ -32,92 +31,6 @@ const PAIRS: [(&str, &str); 3] = [
     ("controller-2.0.2-heap.pb.gz", "controller-2.1.0-heap.pb.gz"),
     ("steady-heap.pb.gz", "hiddenleak-heap-rate4k.pb.gz"),
 ];
-
-/// What `go tool pprof -top` prints: the legend's two figures and the table.
-struct PprofTop {
-    /// The rows' names in the order printed.
-    order: Vec<String>,
-    /// "Showing nodes accounting for X": the flat sum of the nodes shown.
-    accounted: i64,
-    /// "of T total": what percentages are relative to.
-    total: i64,
-    rows: Figures,
-}
-
-fn pprof_top(go: &Path, sample: &str, files: &[OsString]) -> PprofTop {
-    let out = Command::new(go)
-        .args([
-            "tool",
-            "pprof",
-            "-top",
-            "-unit=B",
-            "-nodefraction=0",
-            "-edgefraction=0",
-            "-nodecount=1000000",
-        ])
-        .arg(format!("-sample_index={sample}"))
-        .args(files)
-        .output()
-        .expect("go tool pprof runs");
-    assert!(
-        out.status.success(),
-        "pprof failed on {files:?}: {}",
-        util::stderr(&out)
-    );
-    let text = util::stdout(&out);
-    let mut legend = None;
-    let mut rows = Figures::new();
-    let mut order = Vec::new();
-    let mut in_table = false;
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("Showing nodes accounting for ") {
-            let (accounted, rest) = rest.split_once(',').expect("a comma in the legend");
-            let total = rest
-                .split(" of ")
-                .nth(1)
-                .and_then(|t| t.strip_suffix(" total"))
-                .expect("'of T total' in the legend");
-            legend = Some((parse_pprof_value(accounted), parse_pprof_value(total)));
-        }
-        if line.trim_start().starts_with("flat") {
-            in_table = true;
-            continue;
-        }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if !in_table || fields.len() < 6 {
-            continue;
-        }
-        let mut name = fields[5..].join(" ");
-        for marker in [" (inline)", " (partial-inline)"] {
-            if let Some(stripped) = name.strip_suffix(marker) {
-                name = stripped.to_string();
-            }
-        }
-        let figures = (parse_pprof_value(fields[0]), parse_pprof_value(fields[3]));
-        order.push(name.clone());
-        let previous = rows.insert(name.clone(), figures);
-        assert!(
-            previous.is_none(),
-            "pprof printed {name} twice for {files:?}"
-        );
-    }
-    let (accounted, total) =
-        legend.unwrap_or_else(|| panic!("no legend in pprof's output:\n{text}"));
-    PprofTop {
-        order,
-        accounted,
-        total,
-        rows,
-    }
-}
-
-fn parse_pprof_value(text: &str) -> i64 {
-    let number = text.trim().trim_end_matches('B');
-    number
-        .parse::<i64>()
-        .or_else(|_| number.parse::<f64>().map(|v| v.round() as i64))
-        .unwrap_or_else(|_| panic!("unexpected pprof figure {text:?}"))
-}
 
 fn nonzero(figures: Figures) -> Figures {
     figures
@@ -201,7 +114,7 @@ fn function_changes_equal_pprof_diff_base() {
             let what = format!("{sample} of {} -> {}", base.display(), new.display());
             let mut diff_base = OsString::from("-diff_base=");
             diff_base.push(&base);
-            let pprof = pprof_top(&go, sample, &[diff_base, new.clone().into()]);
+            let pprof = util::pprof_top(&go, sample, &[diff_base, new.clone().into()]);
             let doc = heapwatch_diff(&base, &new, &["--sample", sample]);
             assert_eq!(doc["sample"], sample);
             // pprof's legend: the flat sum of every node shown is the net change, and the
@@ -248,8 +161,8 @@ fn the_proto_output_is_the_same_diff_for_pprof() {
             let what = format!("{sample} of {}", out.display());
             let mut diff_base = OsString::from("-diff_base=");
             diff_base.push(&base);
-            let oracle = pprof_top(&go, sample, &[diff_base, new.clone().into()]);
-            let merged = pprof_top(&go, sample, &[out.clone().into()]);
+            let oracle = util::pprof_top(&go, sample, &[diff_base, new.clone().into()]);
+            let merged = util::pprof_top(&go, sample, &[out.clone().into()]);
             assert_eq!(merged.accounted, oracle.accounted, "{what}");
             assert_eq!(merged.total, oracle.total, "{what}");
             compared += assert_same_figures(merged.rows, oracle.rows, &what) + 2;

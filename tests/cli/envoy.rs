@@ -3,7 +3,6 @@
 //! testdata/envoy), with the two published cases, a gateway's counters, a growing series, and
 //! a build without tcmalloc whose `/heap_dump` answers 501.
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -116,27 +115,9 @@ impl Drop for AdminDouble {
 
 fn answer(mut conn: TcpStream, served: &Mutex<Served>) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut reader = BufReader::new(match conn.try_clone() {
-        Ok(c) => c,
-        Err(_) => return,
-    });
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
+    let Some(path) = util::read_request_path(&mut conn) else {
         return;
-    }
-    loop {
-        let mut header = String::new();
-        match reader.read_line(&mut header) {
-            Ok(0) | Err(_) => break,
-            Ok(_) if header == "\r\n" || header == "\n" => break,
-            Ok(_) => {}
-        }
-    }
-    let path = request_line
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or("/")
-        .to_string();
+    };
     let (status, content_type, body) = {
         let mut s = served.lock().expect("double state");
         s.paths.push(path.clone());
@@ -171,13 +152,7 @@ fn answer(mut conn: TcpStream, served: &Mutex<Served>) {
             ),
         }
     };
-    let _ = write!(
-        conn,
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\
-         server: envoy\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = conn.flush();
+    util::respond(&mut conn, status, content_type, body.as_bytes());
 }
 
 /// One snapshot of a double serving one `/memory` body with the gateway's counters.

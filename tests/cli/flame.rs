@@ -39,34 +39,7 @@ fn flame(args: &[&str]) -> String {
 /// Compares an SVG with its committed golden file, byte for byte; HEAPWATCH_BLESS=1 rewrites
 /// the golden file instead.
 fn assert_golden(name: &str, svg: &str) {
-    let path = golden_path(name);
-    if std::env::var_os("HEAPWATCH_BLESS").is_some_and(|v| v == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, svg).unwrap();
-        eprintln!("blessed {}", path.display());
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run with HEAPWATCH_BLESS=1 to write it",
-            path.display()
-        )
-    });
-    if expected != svg {
-        let line = expected
-            .lines()
-            .zip(svg.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or_else(|| expected.lines().count().min(svg.lines().count()));
-        panic!(
-            "{} differs from the output, first at line {}:\n  expected: {:?}\n  got:      {:?}\n\
-             (HEAPWATCH_BLESS=1 re-blesses the golden files when the change is intended)",
-            path.display(),
-            line + 1,
-            expected.lines().nth(line).unwrap_or(""),
-            svg.lines().nth(line).unwrap_or("")
-        );
-    }
+    util::golden(&golden_path(name), svg);
 }
 
 fn p(path: &Path) -> &str {

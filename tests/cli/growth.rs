@@ -546,25 +546,8 @@ fn every_cycle_names_its_build() {
 /// Starts the `spike` fixture and records it over HTTP pprof for `secs` seconds, with its
 /// process memory. `None` without Go (a failure under HEAPWATCH_REQUIRE_GO).
 fn record_spike(dir: &std::path::Path, secs: u32) -> Option<PathBuf> {
-    use std::io::BufRead as _;
     let program = util::go_fixture("spike")?;
-    let mut target = util::Reaped(
-        std::process::Command::new(&program)
-            .args(["-listen", "127.0.0.1:0"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start spike"),
-    );
-    let mut first = String::new();
-    std::io::BufReader::new(target.0.stdout.take().unwrap())
-        .read_line(&mut first)
-        .expect("spike prints its address");
-    let addr = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line from spike: {first:?}"))
-        .to_string();
+    let (target, addr) = util::start_listening(&program, &["-listen", "127.0.0.1:0"]);
     let run = dir.join("spike-run");
     let out = util::run(&[
         "collect",
@@ -656,27 +639,10 @@ fn a_startup_spike_is_a_finding_with_its_site_peak_and_time() {
 
 #[test]
 fn a_process_stopped_with_sigint_is_never_called_killed_or_dead() {
-    use std::io::BufRead as _;
     let Some(program) = util::go_fixture("steady") else {
         return;
     };
-    let mut target = util::Reaped(
-        std::process::Command::new(&program)
-            .args(["-listen", "127.0.0.1:0"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start steady"),
-    );
-    let mut first = String::new();
-    std::io::BufReader::new(target.0.stdout.take().unwrap())
-        .read_line(&mut first)
-        .expect("steady prints its address");
-    let addr = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_string();
+    let (target, addr) = util::start_listening(&program, &["-listen", "127.0.0.1:0"]);
     let pid = target.0.id();
     let stopper = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_secs(2));

@@ -4,82 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use crate::util;
 
 type Figures = BTreeMap<String, (i64, i64)>;
-
-/// Runs `go tool pprof -top` with every node kept and reads its table.
-fn pprof_top(go: &Path, file: &Path, sample: &str) -> (i64, Figures) {
-    let out = Command::new(go)
-        .args([
-            "tool",
-            "pprof",
-            "-top",
-            "-unit=B",
-            "-nodefraction=0",
-            "-edgefraction=0",
-        ])
-        .arg(format!("-sample_index={sample}"))
-        .arg("-nodecount=1000000")
-        .arg(file)
-        .output()
-        .expect("go tool pprof runs");
-    assert!(
-        out.status.success(),
-        "pprof failed on {}: {}",
-        file.display(),
-        util::stderr(&out)
-    );
-    let text = util::stdout(&out);
-    let mut total = None;
-    let mut rows = Figures::new();
-    let mut in_table = false;
-    for line in text.lines() {
-        if let Some(rest) = line
-            .split(" of ")
-            .nth(1)
-            .filter(|_| line.starts_with("Showing nodes"))
-        {
-            total = Some(parse_pprof_value(rest.trim_end_matches(" total")));
-        }
-        if line.trim_start().starts_with("flat") {
-            in_table = true;
-            continue;
-        }
-        if !in_table {
-            continue;
-        }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 6 {
-            continue;
-        }
-        let mut name = fields[5..].join(" ");
-        for marker in [" (inline)", " (partial-inline)"] {
-            if let Some(stripped) = name.strip_suffix(marker) {
-                name = stripped.to_string();
-            }
-        }
-        let flat = parse_pprof_value(fields[0]);
-        let cum = parse_pprof_value(fields[3]);
-        let previous = rows.insert(name.clone(), (flat, cum));
-        assert!(
-            previous.is_none(),
-            "pprof printed {name} twice for {}",
-            file.display()
-        );
-    }
-    (total.expect("pprof printed a total"), rows)
-}
-
-fn parse_pprof_value(text: &str) -> i64 {
-    let number = text.trim().trim_end_matches('B');
-    number
-        .parse::<i64>()
-        .or_else(|_| number.parse::<f64>().map(|v| v.round() as i64))
-        .unwrap_or_else(|_| panic!("unexpected pprof figure {text:?}"))
-}
 
 fn heapwatch_top(file: &Path, sample: &str) -> (i64, Figures) {
     let out = util::run(&[
@@ -136,7 +64,8 @@ fn nonzero(figures: Figures) -> Figures {
 }
 
 fn assert_agree(go: &Path, file: &Path, sample: &str) -> usize {
-    let (pprof_total, pprof_rows) = pprof_top(go, file, sample);
+    let top = util::pprof_top(go, sample, &[file.into()]);
+    let (pprof_total, pprof_rows) = (top.total, top.rows);
     let (our_total, our_rows) = heapwatch_top(file, sample);
     assert_eq!(
         our_total,

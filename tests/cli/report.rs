@@ -31,34 +31,9 @@ fn testdata_run(name: &str) -> String {
         .to_string()
 }
 
-/// Compares `actual` with the committed golden file, or rewrites it under HEAPWATCH_BLESS.
+/// Compares `actual` with the committed golden file, or rewrites it under HEAPWATCH_BLESS=1.
 fn golden(name: &str, actual: &str) {
-    let path = util::repo().join("tests/golden/report").join(name);
-    if std::env::var_os("HEAPWATCH_BLESS").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with HEAPWATCH_BLESS=1 to write it)",
-            path.display()
-        )
-    });
-    if expected != actual {
-        let first = expected
-            .lines()
-            .zip(actual.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(expected.lines().count().min(actual.lines().count()));
-        panic!(
-            "{} differs from the output at line {}:\n  expected: {:?}\n  actual:   {:?}\n(HEAPWATCH_BLESS=1 rewrites it after a deliberate change)",
-            path.display(),
-            first + 1,
-            expected.lines().nth(first),
-            actual.lines().nth(first)
-        );
-    }
+    util::golden(&util::repo().join("tests/golden/report").join(name), actual);
 }
 
 fn read(path: &Path) -> String {

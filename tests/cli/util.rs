@@ -1,9 +1,18 @@
-//! Helpers shared by the integration tests: running the binary, finding fixtures and Go.
+//! Helpers shared by the integration tests: running the binary, finding fixtures and Go,
+//! processes and cgroups, `go tool pprof -top` as the oracle, the bits of a small HTTP/1.1
+//! server, and golden files.
+//!
+//! Golden files: `golden(path, actual)` compares byte for byte; run the tests with
+//! `HEAPWATCH_BLESS=1` to rewrite them after a deliberate change (the one bless switch).
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// The heapwatch binary built for these tests.
 pub fn heapwatch() -> Command {
@@ -166,7 +175,7 @@ pub fn signal(pid: u32, name: &str) {
     let _ = Command::new("kill")
         .arg(format!("-{name}"))
         .arg(pid.to_string())
-        .stderr(std::process::Stdio::null())
+        .stderr(Stdio::null())
         .status();
 }
 
@@ -328,4 +337,198 @@ pub fn memory_cgroup_or_watchdog(tag: &str, limit: u64) -> Option<MemoryCgroup> 
 /// collector stopping) rather than an attempt to capture something.
 pub fn is_event(record: &serde_json::Value) -> bool {
     ["delete", "cycle", "stop", "exit"].contains(&record["kind"].as_str().unwrap_or(""))
+}
+
+/// Starts a Go fixture that prints `listening on ADDR` first (`steady`, `spike`, …), with its
+/// stdout read for that line and its stderr dropped; returns the process and ADDR.
+pub fn start_listening(program: &Path, args: &[&str]) -> (Reaped, String) {
+    let mut target = Reaped(
+        Command::new(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display())),
+    );
+    let mut first = String::new();
+    BufReader::new(target.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap_or_else(|e| panic!("{} prints its address: {e}", program.display()));
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| {
+            panic!(
+                "unexpected first line from {}: {first:?}",
+                program.display()
+            )
+        })
+        .to_string();
+    (target, addr)
+}
+
+// ---------------------------------------------------------------- the pprof oracle
+
+/// What `go tool pprof -top` printed, every node kept.
+pub struct PprofTop {
+    /// Function names in pprof's order.
+    pub order: Vec<String>,
+    /// "Showing nodes accounting for X": the flat sum of the nodes shown.
+    pub accounted: i64,
+    /// "of T total": what percentages are relative to.
+    pub total: i64,
+    /// flat and cum of each function.
+    pub rows: BTreeMap<String, (i64, i64)>,
+}
+
+/// Runs `go tool pprof -top -nodefraction=0` on `files` (several are merged, as pprof does)
+/// for one sample type, in bytes, and reads its table.
+pub fn pprof_top(go: &Path, sample: &str, files: &[OsString]) -> PprofTop {
+    let out = Command::new(go)
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-unit=B",
+            "-nodefraction=0",
+            "-edgefraction=0",
+            "-nodecount=1000000",
+        ])
+        .arg(format!("-sample_index={sample}"))
+        .args(files)
+        .output()
+        .expect("go tool pprof runs");
+    assert!(
+        out.status.success(),
+        "pprof failed on {files:?}: {}",
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    let mut legend = None;
+    let mut rows = BTreeMap::new();
+    let mut order = Vec::new();
+    let mut in_table = false;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Showing nodes accounting for ") {
+            let (accounted, rest) = rest.split_once(',').expect("a comma in the legend");
+            let total = rest
+                .split(" of ")
+                .nth(1)
+                .and_then(|t| t.strip_suffix(" total"))
+                .expect("'of T total' in the legend");
+            legend = Some((parse_pprof_value(accounted), parse_pprof_value(total)));
+        }
+        if line.trim_start().starts_with("flat") {
+            in_table = true;
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if !in_table || fields.len() < 6 {
+            continue;
+        }
+        let mut name = fields[5..].join(" ");
+        for marker in [" (inline)", " (partial-inline)"] {
+            if let Some(stripped) = name.strip_suffix(marker) {
+                name = stripped.to_string();
+            }
+        }
+        let figures = (parse_pprof_value(fields[0]), parse_pprof_value(fields[3]));
+        order.push(name.clone());
+        let previous = rows.insert(name.clone(), figures);
+        assert!(
+            previous.is_none(),
+            "pprof printed {name} twice for {files:?}"
+        );
+    }
+    let (accounted, total) =
+        legend.unwrap_or_else(|| panic!("no legend in pprof's output:\n{text}"));
+    PprofTop {
+        order,
+        accounted,
+        total,
+        rows,
+    }
+}
+
+fn parse_pprof_value(text: &str) -> i64 {
+    let number = text.trim().trim_end_matches('B');
+    number
+        .parse::<i64>()
+        .or_else(|_| number.parse::<f64>().map(|v| v.round() as i64))
+        .unwrap_or_else(|_| panic!("unexpected pprof figure {text:?}"))
+}
+
+// ---------------------------------------------------------------- small HTTP servers
+
+/// Reads a request head; returns the path, or None if the client went away first.
+pub fn read_request_path(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if head.len() > 64 * 1024 {
+            return None;
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let line = text.lines().next()?;
+    Some(line.split_whitespace().nth(1)?.to_string())
+}
+
+/// A response head promising `length` bytes; the connection closes after the body.
+pub fn http_head(status: &str, content_type: &str, length: usize) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// A complete response; the connection closes after it.
+pub fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) {
+    let mut bytes = http_head(status, content_type, body.len());
+    bytes.extend_from_slice(body);
+    let _ = stream.write_all(&bytes);
+    let _ = stream.flush();
+    let _ = stream.shutdown(Shutdown::Write);
+}
+
+// ---------------------------------------------------------------- golden files
+
+/// True when the tests run to rewrite their golden files (`HEAPWATCH_BLESS=1`).
+pub fn blessing() -> bool {
+    std::env::var_os("HEAPWATCH_BLESS").is_some_and(|v| v == "1")
+}
+
+/// Compares `actual` with the committed golden file at `path`, byte for byte, naming the first
+/// line that differs; under `HEAPWATCH_BLESS=1` rewrites the file instead.
+pub fn golden(path: &Path, actual: &str) {
+    if blessing() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, actual).unwrap();
+        eprintln!("blessed {}", path.display());
+        return;
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with HEAPWATCH_BLESS=1 to write it)",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{} differs from the output at line {}:\n  expected: {:?}\n  actual:   {:?}\n(HEAPWATCH_BLESS=1 rewrites it after a deliberate change)",
+            path.display(),
+            first + 1,
+            expected.lines().nth(first).unwrap_or(""),
+            actual.lines().nth(first).unwrap_or("")
+        );
+    }
 }

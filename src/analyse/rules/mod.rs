@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::compare::Comparison;
 use super::envoy::EnvoyReport;
 use super::growth::{CycleGrowth, GrowthReport};
-use crate::store::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind};
 use crate::units::format_bytes;
 
 mod parse;
@@ -489,7 +489,7 @@ pub fn peak_heap(records: &[CaptureRecord]) -> Vec<(u32, i64)> {
         .filter(|r| r.is_ok() && r.kind == RecordKind::Heap)
     {
         if let Some(&v) = r.totals.get("inuse_space") {
-            let p = peaks.entry(r.incarnation).or_insert(v);
+            let p = peaks.entry(r.cycle).or_insert(v);
             *p = (*p).max(v);
         }
     }

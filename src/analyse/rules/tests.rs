@@ -156,7 +156,7 @@ fn a_rule_without_its_figures_is_unknown_not_passed() {
 
 fn envoy_report(memory: &[&str], limit: Option<u64>) -> EnvoyReport {
     use crate::analyse::envoy::{self, EnvoyLimits};
-    use crate::source::envoy::{EnvoyMemory, EnvoySnapshot, EnvoyStats, HeapDumpState};
+    use crate::model::envoy::{EnvoyMemory, EnvoySnapshot, EnvoyStats, HeapDumpState};
     let snapshots: Vec<EnvoySnapshot> = memory
         .iter()
         .enumerate()

@@ -8,6 +8,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use thiserror::Error;
 
+pub use crate::units::parse_quantity;
+
 /// Why a document cannot be triaged. The caller adds the file name.
 #[derive(Debug, Error, PartialEq)]
 pub enum KubeError {
@@ -356,52 +358,6 @@ fn normalise(raw: RawEvent) -> Event {
         first_ms: first.as_deref().and_then(parse_time),
         last_ms: last.as_deref().and_then(parse_time),
     }
-}
-
-/// A Kubernetes quantity in base units: `128Mi` → 134217728, `500m` → 0.5, `2` → 2,
-/// `1e3` → 1000, `1.5G` → 1.5e9.
-pub fn parse_quantity(text: &str) -> Result<f64, String> {
-    let t = text.trim();
-    let body = t.strip_prefix(['+', '-']).unwrap_or(t);
-    let split = body
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(body.len());
-    let digits = &t[..t.len() - body.len() + split];
-    let suffix = &body[split..];
-    let number: f64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a quantity (examples: 128Mi, 1Gi, 500m, 2)"))?;
-    let factor = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        s => {
-            // `1e3`, `12E6`: a decimal exponent (a bare `E` is exa, above).
-            let exponent = s
-                .strip_prefix(['e', 'E'])
-                .and_then(|e| e.parse::<i32>().ok())
-                .ok_or_else(|| format!("{text:?} has an unknown quantity suffix {s:?}"))?;
-            10f64.powi(exponent)
-        }
-    };
-    let value = number * factor;
-    if !value.is_finite() {
-        return Err(format!("{text:?} is out of range"));
-    }
-    Ok(value)
 }
 
 /// A quantity as JSON holds it: a string, or (in hand-written documents) a number.

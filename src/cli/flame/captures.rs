@@ -23,7 +23,7 @@ impl StoredCapture<'_> {
     pub(crate) fn describe(&self) -> String {
         format!(
             "#{} (cycle {}, {:.1} s)",
-            self.record.seq, self.record.incarnation, self.age_s
+            self.record.seq, self.record.cycle, self.age_s
         )
     }
 }
@@ -44,7 +44,7 @@ pub(crate) fn stored_captures(run: &RunDir) -> Vec<StoredCapture<'_>> {
         })
         .filter_map(|r| {
             let path = run.file_path(r).filter(|p| p.is_file())?;
-            let start = cycle_start.get(&r.incarnation).copied().unwrap_or(r.t_ms);
+            let start = cycle_start.get(&r.cycle).copied().unwrap_or(r.t_ms);
             Some(StoredCapture {
                 record: r,
                 path,
@@ -52,13 +52,13 @@ pub(crate) fn stored_captures(run: &RunDir) -> Vec<StoredCapture<'_>> {
             })
         })
         .collect();
-    stored.sort_by_key(|c| (c.record.incarnation, c.record.t_ms, c.record.seq));
+    stored.sort_by_key(|c| (c.record.cycle, c.record.t_ms, c.record.seq));
     stored
 }
 
 /// Unix ms of the start of each boot cycle ([`heapwatch::scan::cycle_start_ms`]).
 fn cycle_starts(run: &RunDir) -> BTreeMap<u32, i64> {
-    let mut cycles: Vec<u32> = run.manifest.records.iter().map(|r| r.incarnation).collect();
+    let mut cycles: Vec<u32> = run.manifest.records.iter().map(|r| r.cycle).collect();
     cycles.sort_unstable();
     cycles.dedup();
     cycles
@@ -79,7 +79,7 @@ fn last_heap_age(run: &RunDir, cycle: u32) -> f64 {
     run.manifest
         .records
         .iter()
-        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.incarnation == cycle)
+        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap && r.cycle == cycle)
         .map(|r| (r.t_ms - start) as f64 / 1000.0)
         .fold(0.0, f64::max)
 }
@@ -99,7 +99,7 @@ pub(crate) fn cycle_captures<'c, 'a>(
         .iter()
         .filter(|c| c.record.kind == RecordKind::Heap)
     {
-        by_cycle.entry(c.record.incarnation).or_default().push(c);
+        by_cycle.entry(c.record.cycle).or_default().push(c);
     }
     if by_cycle.is_empty() {
         let attempts = run
@@ -179,7 +179,7 @@ pub(crate) fn at_same_age<'c, 'a>(
 ) -> Option<(&'c StoredCapture<'a>, &'c StoredCapture<'a>)> {
     let seen = |run, c: &[&StoredCapture<'_>]| {
         c.first()
-            .map(|first| last_heap_age(run, first.record.incarnation))
+            .map(|first| last_heap_age(run, first.record.cycle))
     };
     let age = seen(base_run, base)?.min(seen(new_run, new)?);
     // The one rule for "the capture at age X" (scan::capture_at_age), over stored captures.

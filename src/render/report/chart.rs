@@ -58,7 +58,7 @@ impl Timeline {
         let cycles = &run.growth.cycles;
         let c: &CycleGrowth = &cycles[pos];
         let at = |t_ms: i64| (t_ms - c.start_ms) as f64 / 1000.0;
-        let mine = || run.records.iter().filter(|r| r.incarnation == c.index);
+        let mine = || run.records.iter().filter(|r| r.cycle == c.index);
         let mut t = Timeline {
             limit: run.growth.limit_bytes,
             onset: c.sites.first().and_then(|s| s.onset_s),
@@ -103,8 +103,7 @@ impl Timeline {
         // Burst spans: captures taken at an interval shorter than the run's usual one.
         let usual = run
             .info
-            .and_then(|i| i.options.get("interval_ms"))
-            .and_then(|v| v.as_u64())
+            .and_then(|i| i.options.interval_ms)
             .or_else(|| mine().filter_map(|r| r.interval_ms).max());
         if let Some(usual) = usual {
             let mut heap_records: Vec<_> = mine()

@@ -307,7 +307,7 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
                 "rise into the peak"
             }
             .into(),
-            crate::analyse::verdict::spike_words(e),
+            crate::render::verdict::spike_words(e),
         ));
     }
     match (c.died_after_s, c.end.is_death()) {

@@ -18,8 +18,8 @@ use crate::analyse::envoy::{EnvoyLimits, EnvoyReport};
 use crate::analyse::growth::GrowthReport;
 use crate::analyse::rules::{HeapRatio, Outcome};
 use crate::analyse::triage::{TriageReport, format_span};
-use crate::source::envoy::HeapDumpState;
-use crate::source::procmem::MemorySample;
+use crate::model::envoy::HeapDumpState;
+use crate::model::memory::MemorySample;
 use crate::store::{CaptureRecord, RecordKind, RunInfo};
 use crate::units::format_bytes;
 
@@ -194,8 +194,7 @@ pub fn tally(records: &[CaptureRecord], usual_interval_ms: Option<u64>) -> Tally
 
 /// The usual (non-burst) interval of a run, from `run.json`.
 pub fn usual_interval_ms(info: Option<&RunInfo>) -> Option<u64> {
-    info.and_then(|i| i.options.get("interval_ms"))
-        .and_then(|v| v.as_u64())
+    info.and_then(|i| i.options.interval_ms)
 }
 
 /// Envoy's verdict (code and sentence), or what to say when Envoy never answered.
@@ -407,7 +406,6 @@ pub fn utc(ms: i64) -> String {
 /// `run.json` options people care about, as (name, value) pairs in a stable order.
 pub fn collection_facts(info: &RunInfo) -> Vec<(&'static str, String)> {
     let o = &info.options;
-    let ms = |k: &str| o.get(k).and_then(|v| v.as_u64());
     let mut facts = vec![
         ("target", info.target.clone()),
         ("source", info.source.clone()),
@@ -421,10 +419,10 @@ pub fn collection_facts(info: &RunInfo) -> Vec<(&'static str, String)> {
         let when: Vec<String> = info.resumed_ms.iter().map(|&t| utc(t)).collect();
         facts.push(("resumed", when.join(", ")));
     }
-    if let Some(i) = ms("interval_ms") {
+    if let Some(i) = o.interval_ms {
         let mut s = format!("{i} ms");
-        if let (Some(b), Some(limit)) = (ms("burst_interval_ms"), info.limit_bytes) {
-            let at = o.get("burst_at").and_then(|v| v.as_f64()).unwrap_or(0.6);
+        if let (Some(b), Some(limit)) = (o.burst_interval_ms, info.limit_bytes) {
+            let at = o.burst_at.unwrap_or(0.6);
             s.push_str(&format!(
                 ", {b} ms past {:.0} % of the limit ({})",
                 at * 100.0,
@@ -433,33 +431,28 @@ pub fn collection_facts(info: &RunInfo) -> Vec<(&'static str, String)> {
         }
         facts.push(("interval", s));
     }
-    if let Some(t) = ms("timeout_ms") {
+    if let Some(t) = o.timeout_ms {
         facts.push(("timeout", format!("{t} ms")));
     }
-    if let Some(p) = o.get("profiles").and_then(|v| v.as_array()) {
-        let names: Vec<&str> = p.iter().filter_map(|v| v.as_str()).collect();
-        facts.push(("profiles", names.join(", ")));
+    if let Some(p) = &o.profiles {
+        facts.push(("profiles", p.join(", ")));
     }
     if let Some(l) = info.limit_bytes {
         facts.push(("memory limit", format_bytes(l as i64)));
     }
-    if let Some(c) = o.get("cpu_limit").filter(|v| !v.is_null()) {
-        let shown = match c {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        facts.push(("CPU limit", shown));
+    if let Some(c) = &o.cpu_limit {
+        facts.push(("CPU limit", c.to_string()));
     }
-    if let Some(c) = o.get("cgroup").and_then(|v| v.as_str()) {
-        facts.push(("cgroup", c.to_string()));
+    if let Some(c) = &o.cgroup {
+        facts.push(("cgroup", c.clone()));
     }
-    if let Some(p) = o.get("pid").and_then(|v| v.as_u64()) {
+    if let Some(p) = o.pid {
         facts.push(("pid", p.to_string()));
     }
-    if let Some(m) = o.get("memory_source").and_then(|v| v.as_str()) {
-        facts.push(("memory samples", m.to_string()));
+    if let Some(m) = &o.memory_source {
+        facts.push(("memory samples", m.clone()));
     }
-    if o.get("gc").and_then(|v| v.as_bool()) == Some(true) {
+    if o.gc == Some(true) {
         facts.push(("forced GC", "yes (?gc=1)".into()));
     }
     facts

@@ -317,7 +317,7 @@ pub fn json(m: &ReportModel) -> String {
             .collect(),
     });
     let summary = Summary {
-        schema: crate::render::SCHEMA,
+        schema: crate::model::SCHEMA,
         run: RunSummary {
             name: run.name.clone(),
             label: info.and_then(|i| i.label.clone()),

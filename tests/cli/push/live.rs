@@ -6,7 +6,6 @@
 //! time is printed with and without the push (no timed assertion: see docs/benchmarks.md).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -30,29 +29,17 @@ struct Target {
 impl Target {
     fn start() -> Option<Target> {
         let steady = util::go_fixture("steady")?;
-        let mut process = Reaped(
-            std::process::Command::new(&steady)
-                .args([
-                    "-listen",
-                    "127.0.0.1:0",
-                    "-working-set",
-                    "4MiB",
-                    "-rate",
-                    "48MiB",
-                ])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start steady"),
+        let (process, addr) = util::start_listening(
+            &steady,
+            &[
+                "-listen",
+                "127.0.0.1:0",
+                "-working-set",
+                "4MiB",
+                "-rate",
+                "48MiB",
+            ],
         );
-        let mut first = String::new();
-        BufReader::new(process.0.stdout.take().unwrap())
-            .read_line(&mut first)
-            .expect("steady prints its address");
-        let addr = first
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from steady: {first:?}"));
         Some(Target {
             url: format!("http://{addr}"),
             _process: process,

@@ -1,13 +1,22 @@
 //! The words of `growth`: one verdict per boot cycle (sustained growth, a transient spike,
-//! storms, goroutines, the limit, how the cycle ended) and one summary across cycles.
+//! storms, goroutines, the limit, how the cycle ended) and one summary across cycles. The
+//! analysis gives the figures; these sentences are written into its report before any output.
 
-use super::ends::CycleEnd;
-use super::growth::{AcrossCycles, CycleGrowth};
-use super::spikes::{Episode, Peak};
+use crate::analyse::ends::CycleEnd;
+use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
+use crate::analyse::spikes::{Episode, Peak};
 use crate::units::format_bytes;
 
 /// A spike that reached this share of the limit is never called "no growth".
 const LARGE_SHARE: f64 = 0.5;
+
+/// Writes every cycle's verdict and the summary across cycles into a finished report.
+pub fn word_growth(report: &mut GrowthReport) {
+    for c in &mut report.cycles {
+        c.verdict = cycle_verdict(c, report.limit_bytes);
+    }
+    report.across.summary = across_summary(&report.cycles, &report.across);
+}
 
 pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
     let total_sustained = c.heap_sustained;
@@ -140,17 +149,10 @@ pub fn spike_words(e: &Episode) -> String {
     s
 }
 
-pub fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
-    let ages: Vec<f64> = cycles.iter().filter_map(|c| c.died_after_s).collect();
-    let tops: Vec<Option<&str>> = cycles
-        .iter()
-        .map(|c| c.sites.first().map(|s| s.name.as_str()))
-        .collect();
-    let same_top_site = match tops.first() {
-        Some(Some(first)) if tops.iter().all(|t| t == &Some(*first)) => Some(first.to_string()),
-        _ => None,
-    };
-    let summary = if cycles.len() < 2 {
+/// "3 boot cycles: 2 OOM-killed, 1 restarted itself; every cycle grows fastest in …".
+pub fn across_summary(cycles: &[CycleGrowth], across: &AcrossCycles) -> String {
+    let ages = &across.ages_s;
+    if cycles.len() < 2 {
         format!("{} boot cycle(s)", cycles.len())
     } else {
         // "3 boot cycles: 2 OOM-killed, 1 restarted itself".
@@ -164,7 +166,7 @@ pub fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
         }
         let ends: Vec<String> = ends.iter().map(|(w, n)| format!("{n} {w}")).collect();
         let mut s = format!("{} boot cycles: {}", cycles.len(), ends.join(", "));
-        if let Some(site) = &same_top_site {
+        if let Some(site) = &across.same_top_site {
             s.push_str(&format!("; every cycle grows fastest in {site}"));
         } else {
             s.push_str("; the fastest-growing site differs between cycles");
@@ -177,12 +179,100 @@ pub fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
             ));
         }
         s
-    };
-    AcrossCycles {
-        cycles: cycles.len(),
-        died: ages.len(),
-        same_top_site,
-        ages_s: ages,
-        summary,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyse::growth::GrowthBuilder;
+    use crate::model::capture::{CaptureRecord, RecordKind};
+    use crate::model::memory::MemorySample;
+
+    fn worded(mut report: GrowthReport) -> GrowthReport {
+        word_growth(&mut report);
+        report
+    }
+
+    #[test]
+    fn gomaxprocs_far_above_the_cpu_limit_is_named_a_multiplier() {
+        let mut heap = CaptureRecord::new(1, RecordKind::Heap, 1, 1_000);
+        heap.totals.insert("inuse_space".into(), 8 << 20);
+        let mut stats = CaptureRecord::new(2, RecordKind::Stats, 1, 1_500);
+        for (k, v) in [
+            ("gomaxprocs", 16),
+            ("num_cpu", 16),
+            ("threads", 22),
+            ("goroutines", 40),
+        ] {
+            stats.totals.insert(k.into(), v);
+        }
+        let records = vec![heap, stats];
+        let report = worded(GrowthBuilder::default().cpu_limit(Some(2.0)).finish(
+            &records,
+            &[],
+            None,
+        ));
+        let rt = report.cycles[0]
+            .runtime
+            .as_ref()
+            .expect("stats give a runtime view");
+        assert_eq!((rt.gomaxprocs, rt.num_cpu), (Some(16), Some(16)));
+        assert_eq!(rt.multiplier, Some(8.0));
+        assert!(
+            report.cycles[0]
+                .verdict
+                .contains("GOMAXPROCS 16 against a CPU limit of 2")
+        );
+        let unknown = worded(GrowthBuilder::default().finish(&records, &[], None));
+        let rt = unknown.cycles[0].runtime.as_ref().unwrap();
+        assert_eq!(rt.multiplier, None);
+        assert!(!unknown.cycles[0].verdict.contains("GOMAXPROCS"));
+    }
+
+    /// A flat heap and memory creeping 1 KiB/s under a 1 GiB limit, then the same cycle sat at
+    /// its limit: no "59046.7 s" forecast, and no forecast while at the limit.
+    #[test]
+    fn a_forecast_only_within_an_hour_and_never_at_the_limit() {
+        let gib = 1u64 << 30;
+        let mut records = Vec::new();
+        let mut builder = GrowthBuilder::default();
+        for k in 0..20u64 {
+            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, k as i64 * 1000);
+            r.totals.insert("inuse_space".into(), 8 << 20);
+            builder.heap(&r, &[]);
+            records.push(r);
+        }
+        let creeping = |base: u64, per_s: u64| -> Vec<MemorySample> {
+            (0..20)
+                .map(|k| MemorySample {
+                    t_ms: k * 1000,
+                    source: "cgroup".into(),
+                    usage: Some(base + per_s * k as u64),
+                    limit: Some(gib),
+                    alive: true,
+                    ..MemorySample::default()
+                })
+                .collect()
+        };
+        let far = worded(builder.finish(&records, &creeping(300 << 20, 1024), Some(gib)));
+        let c = &far.cycles[0];
+        assert_eq!(c.limit_at_s, None, "{:?}", c.limit_at_s);
+        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
+
+        let mut builder = GrowthBuilder::default();
+        for r in &records {
+            builder.heap(r, &[]);
+        }
+        let at = worded(builder.finish(&records, &creeping(gib - (4 << 20), 64 << 10), Some(gib)));
+        let c = &at.cycles[0];
+        let a = c.at_limit.as_ref().expect("measured at the limit");
+        assert_eq!(a.since_s, 0.0);
+        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
+        assert!(
+            c.verdict.contains("at its limit from 0.0 s"),
+            "{}",
+            c.verdict
+        );
     }
 }

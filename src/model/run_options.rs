@@ -1,0 +1,243 @@
+//! The `options` of `run.json`: how a run was collected (`collect`, `run`, `demo` each write
+//! the ones they have). Every field is optional, a field of the wrong type reads as absent, and
+//! fields this version does not know are kept as they are, so any run.json stays readable.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::units::parse_quantity;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunOptions {
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub interval_ms: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub burst_interval_ms: Option<u64>,
+    /// Share of the limit past which burst mode starts.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub burst_at: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_duty: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle_backoff: Option<u32>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_limit: Option<CpuLimit>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout_ms: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub profiles: Option<Vec<String>>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memstats_interval_ms: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memory_interval_ms: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pid: Option<u32>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cgroup: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub agent_dir: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_disk: Option<u64>,
+    /// Heap profiles were asked for with `?gc=1` (a GC before each).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub gc: Option<bool>,
+    /// `heapwatch run`: the command and its arguments.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub command: Option<Vec<String>>,
+    /// `heapwatch run`: how the command was confined (`v1`, `v2`, `none`).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub confinement: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub restarts: Option<u32>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub backoff_ms: Option<u64>,
+    /// `heapwatch run --also` targets.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub also: Option<Vec<String>>,
+    /// Where memory.jsonl came from when it is not the kernel's view (`heapwatch demo`).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memory_source: Option<String>,
+    /// Options this version does not know, kept so a rewrite of run.json loses nothing.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// `cpu_limit` as it was written: cores as a number (`--cpu-limit 2`) or a Kubernetes quantity
+/// (`"500m"`). Kept as written so it is shown as written; [`CpuLimit::cores`] is the one
+/// reading of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CpuLimit {
+    Cores(serde_json::Number),
+    Quantity(String),
+}
+
+impl CpuLimit {
+    /// Cores, when the limit is a positive finite number or quantity.
+    pub fn cores(&self) -> Option<f64> {
+        let cores = match self {
+            CpuLimit::Cores(n) => n.as_f64()?,
+            CpuLimit::Quantity(s) => parse_quantity(s).ok()?,
+        };
+        (cores.is_finite() && cores > 0.0).then_some(cores)
+    }
+}
+
+impl From<f64> for CpuLimit {
+    fn from(cores: f64) -> CpuLimit {
+        serde_json::Number::from_f64(cores)
+            .map_or_else(|| CpuLimit::Quantity(cores.to_string()), CpuLimit::Cores)
+    }
+}
+
+impl fmt::Display for CpuLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuLimit::Cores(n) => write!(f, "{n}"),
+            CpuLimit::Quantity(s) => f.write_str(s),
+        }
+    }
+}
+
+impl RunOptions {
+    /// The CPU limit in cores (`cpu_limit` as a number or a quantity such as "500m").
+    pub fn cpu_cores(&self) -> Option<f64> {
+        self.cpu_limit.as_ref().and_then(CpuLimit::cores)
+    }
+
+    /// For `RunInfo::options`: anything but an object (null, a run.json of an older version)
+    /// reads as no options rather than making run.json unreadable.
+    pub fn tolerant<'de, D: Deserializer<'de>>(d: D) -> Result<RunOptions, D::Error> {
+        let value = Value::deserialize(d)?;
+        Ok(match value {
+            Value::Object(_) => serde_json::from_value(value).unwrap_or_default(),
+            _ => RunOptions::default(),
+        })
+    }
+}
+
+/// A field of the wrong type (or null) reads as absent.
+fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
+    let value = Value::deserialize(d)?;
+    Ok(serde_json::from_value(value).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cpu_limit_reads_the_same_as_a_number_or_a_quantity() {
+        let read = |json: &str| {
+            serde_json::from_str::<RunOptions>(json)
+                .unwrap()
+                .cpu_cores()
+        };
+        assert_eq!(read(r#"{"cpu_limit": 2}"#), Some(2.0));
+        assert_eq!(read(r#"{"cpu_limit": 0.5}"#), Some(0.5));
+        assert_eq!(read(r#"{"cpu_limit": "500m"}"#), Some(0.5));
+        assert_eq!(read(r#"{"cpu_limit": null}"#), None);
+        assert_eq!(read(r#"{"cpu_limit": 0}"#), None);
+        assert_eq!(read(r#"{"cpu_limit": "lots"}"#), None);
+    }
+
+    #[test]
+    fn unknown_and_mistyped_fields_never_make_options_unreadable() {
+        let text = r#"{"interval_ms": "soon", "gc": true, "future": {"x": 1}}"#;
+        let o: RunOptions = serde_json::from_str(text).unwrap();
+        assert_eq!(o.interval_ms, None);
+        assert_eq!(o.gc, Some(true));
+        let again = serde_json::to_value(&o).unwrap();
+        assert_eq!(again["future"]["x"], 1);
+        let shown = serde_json::from_str::<RunOptions>(r#"{"cpu_limit": "500m"}"#).unwrap();
+        assert_eq!(shown.cpu_limit.unwrap().to_string(), "500m");
+    }
+}
