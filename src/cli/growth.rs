@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use heapwatch::pipeline;
 use heapwatch::render::growth::{self as render_growth, EnvoyPart};
 use heapwatch::store::{RecordKind, RunDir};
 use heapwatch::units;
@@ -39,10 +40,10 @@ pub fn run(args: GrowthArgs) -> Result<ExitCode, CliError> {
     for problem in &notes.unreadable {
         eprintln!("heapwatch: skipped {problem}");
     }
-    let envoy = check::envoy_findings(
+    let envoy = pipeline::envoy_findings(
         &run,
-        check::memory_limit_source(&run, args.limit, report.limit_bytes),
-        check::cpu_limit_source(&run, args.cpu_limit),
+        pipeline::memory_limit_source(&run, args.limit, report.limit_bytes),
+        pipeline::cpu_limit_source(&run, args.cpu_limit),
     );
     let profiles = run
         .manifest

@@ -23,7 +23,9 @@ use heapwatch::scan;
 use heapwatch::store::{CaptureRecord, RunDir};
 use heapwatch::units;
 
-use super::check::{self, Analysed};
+use heapwatch::pipeline::{self, Analysis, CyclePicks};
+
+use super::check;
 use super::{CliError, DecodeFlags};
 
 #[derive(clap::Args)]
@@ -96,7 +98,7 @@ pub struct Extras {
     pub usage: Vec<UsageFigure>,
     pub workers: Vec<WorkerFigure>,
     /// The boot cycles compared with the baseline, when chosen.
-    pub picks: check::CyclePicks,
+    pub picks: CyclePicks,
     /// Keep the profile writer's stacks in the growth flamegraphs.
     pub keep_profiler: bool,
 }
@@ -238,14 +240,8 @@ pub fn write_report_with(
 ) -> Result<Written, CliError> {
     check::require_baseline(rules_given, baseline)?;
     let kube = kube_input(extras)?;
-    let mut analysed = check::analyse(
-        run_path,
-        baseline,
-        limit,
-        extras.cpu_limit,
-        decode,
-        extras.picks,
-    )?;
+    let options = check::options(limit, extras.cpu_limit, decode, extras.picks);
+    let mut analysed = check::analyse(run_path, baseline, &options)?;
     let triaged = match &kube {
         None => None,
         Some(k) => {
@@ -254,7 +250,7 @@ pub fn write_report_with(
             let from_run = workers.is_empty();
             if from_run {
                 workers.extend(
-                    check::envoy_snapshots(&analysed.run)
+                    pipeline::envoy_snapshots(&analysed.run)
                         .iter()
                         .rev()
                         .find_map(|s| s.stats.concurrency())
@@ -304,7 +300,7 @@ pub fn write_report_with(
         if memory.as_ref().map(|m| m.0) != e.limits.memory_bytes
             || cpu.as_ref().map(|c| c.0) != e.limits.cpu_cores
         {
-            analysed.envoy = check::envoy_findings(&analysed.run, memory, cpu);
+            analysed.envoy = pipeline::envoy_findings(&analysed.run, memory, cpu);
         }
     }
     let outcomes = analysed.evaluate(rules_given);
@@ -429,7 +425,7 @@ fn at_age(run: &RunDir, cycle: u32, age: f64) -> Option<&CaptureRecord> {
 /// A growth flamegraph per boot cycle (first to last stored heap capture) and, with a
 /// baseline, a differential one at the compared age. A flamegraph that cannot be drawn is
 /// left out; the tables still say what grew.
-fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Flamegraph> {
+fn draw_flamegraphs(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Flamegraph> {
     let mut out = Vec::new();
     for c in &a.growth.cycles {
         let heaps = scan::stored_heaps(&a.run, c.index);
