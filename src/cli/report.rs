@@ -4,26 +4,23 @@
 //! OUT/report.md, OUT/summary.json and OUT/flamegraphs/*.svg. A run with `envoy` records gets
 //! an Envoy section; a pod file adds the Kubernetes triage checklist.
 
-use std::collections::BTreeMap;
+mod cluster;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use heapwatch::analyse::cluster::NodeOutcomes;
 use heapwatch::analyse::rules::{Outcome, Rule};
 use heapwatch::analyse::triage::kube::{self, Event, KubeError, Pod};
 use heapwatch::analyse::triage::{
     self, ContainerTriage, TriageInput, TriageReport, UsageFigure, WorkerFigure,
 };
-use heapwatch::decode::{self, DecodeLimits};
-use heapwatch::model::Profile;
-use heapwatch::render::flame::{self, FlameOptions};
+use heapwatch::pipeline::cluster::ClusterRun;
+use heapwatch::pipeline::{self, Analysis, CyclePicks, Options};
 use heapwatch::render::report::{
     BaselineView, EnvoyView, Flamegraph, KubeView, ReportModel, RunView, html, markdown, summary,
 };
-use heapwatch::scan;
-use heapwatch::store::{CaptureRecord, RunDir};
 use heapwatch::units;
-
-use heapwatch::pipeline::{self, Analysis, CyclePicks};
 
 use super::check;
 use super::{CliError, DecodeFlags};
@@ -175,6 +172,8 @@ pub struct Written {
     pub headline: String,
     pub outcomes: Vec<Outcome>,
     pub flamegraphs: usize,
+    /// On a cluster run, the rules' outcomes on each node (`outcomes` is then empty).
+    pub nodes: Option<Vec<NodeOutcomes>>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
@@ -205,7 +204,10 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         args.out.join("index.html").display(),
         written.flamegraphs
     );
-    check::gate(&written.outcomes)
+    match &written.nodes {
+        Some(nodes) => check::cluster_gate(nodes),
+        None => check::gate(&written.outcomes),
+    }
 }
 
 /// Analyses, renders and writes the report; checks the rules last.
@@ -241,7 +243,46 @@ pub fn write_report_with(
     check::require_baseline(rules_given, baseline)?;
     let kube = kube_input(extras)?;
     let options = check::options(limit, extras.cpu_limit, decode, extras.picks);
-    let mut analysed = check::analyse(run_path, baseline, &options)?;
+    if let Some(c) = ClusterRun::open(run_path).map_err(check::failed)? {
+        if kube.is_some() {
+            return Err(CliError::Usage(format!(
+                "{}: is a cluster run; --pod applies to one pod: report one node ({}/targets/NAME)",
+                run_path.display(),
+                run_path.display()
+            )));
+        }
+        return cluster::write(&c, baseline, out, rules_given, &options, extras);
+    }
+    let analysed = check::analyse(run_path, baseline, &options)?;
+    let prepared = prepare(analysed, kube, rules_given, &options, extras)?;
+    let model = prepared.model();
+    write_files(out, &model)?;
+    Ok(Written {
+        headline: model.headline(),
+        flamegraphs: prepared.flamegraphs.len(),
+        outcomes: prepared.outcomes.clone(),
+        nodes: None,
+    })
+}
+
+/// A run's analysis with everything its report adds: the Kubernetes triage (and the limits it
+/// gives Envoy), the rules' outcomes, the flamegraphs and the notes.
+struct Prepared {
+    analysed: Analysis,
+    kube: Option<KubeInput>,
+    triaged: Option<TriageReport>,
+    outcomes: Vec<Outcome>,
+    flamegraphs: Vec<Flamegraph>,
+    notes: Vec<String>,
+}
+
+fn prepare(
+    mut analysed: Analysis,
+    kube: Option<KubeInput>,
+    rules_given: &[Rule],
+    options: &Options,
+    extras: &Extras,
+) -> Result<Prepared, CliError> {
     let triaged = match &kube {
         None => None,
         Some(k) => {
@@ -304,7 +345,7 @@ pub fn write_report_with(
         }
     }
     let outcomes = analysed.evaluate(rules_given);
-    let flamegraphs = draw_flamegraphs(&analysed, &decode.limits(), extras.keep_profiler);
+    let flamegraphs = pipeline::flamegraphs::draw(&analysed, &options.decode, extras.keep_profiler);
     let mut notes: Vec<String> = analysed
         .notes
         .unreadable
@@ -317,63 +358,86 @@ pub fn write_report_with(
             analysed.notes.missing
         ));
     }
-    let model = ReportModel {
-        run: RunView {
-            name: dir_name(&analysed.run.root),
-            info: analysed.run.info.as_ref(),
-            records: &analysed.run.manifest.records,
-            memory: &analysed.memory,
-            growth: &analysed.growth,
-            notes,
-        },
-        baseline: analysed.baseline.as_ref().map(|b| BaselineView {
-            name: dir_name(&b.run.root),
-            info: b.run.info.as_ref(),
-            comparison: &b.comparison,
-            heap_ratio: b.heap_ratio.as_ref(),
-        }),
-        rules: &outcomes,
-        flamegraphs: &flamegraphs,
-        peak_heap: &analysed.peak_heap,
-        envoy: analysed.envoy.as_ref().map(|e| EnvoyView {
-            target: &e.target,
-            report: &e.report,
-            limits: e.limits,
-            memory_from: e.memory_from.as_deref(),
-            cpu_from: e.cpu_from.as_deref(),
-        }),
-        kube: kube
-            .as_ref()
-            .zip(triaged.as_ref())
-            .map(|(k, report)| KubeView {
-                file: k.file.clone(),
-                report,
-            }),
-    };
+    Ok(Prepared {
+        analysed,
+        kube,
+        triaged,
+        outcomes,
+        flamegraphs,
+        notes,
+    })
+}
 
+impl Prepared {
+    fn model(&self) -> ReportModel<'_> {
+        let analysed = &self.analysed;
+        ReportModel {
+            run: RunView {
+                name: dir_name(&analysed.run.root),
+                info: analysed.run.info.as_ref(),
+                records: &analysed.run.manifest.records,
+                memory: &analysed.memory,
+                growth: &analysed.growth,
+                events: &analysed.events,
+                notes: self.notes.clone(),
+            },
+            baseline: analysed.baseline.as_ref().map(|b| BaselineView {
+                name: dir_name(&b.run.root),
+                info: b.run.info.as_ref(),
+                comparison: &b.comparison,
+                heap_ratio: b.heap_ratio.as_ref(),
+            }),
+            rules: &self.outcomes,
+            flamegraphs: &self.flamegraphs,
+            peak_heap: &analysed.peak_heap,
+            envoy: analysed.envoy.as_ref().map(|e| EnvoyView {
+                target: &e.target,
+                report: &e.report,
+                limits: e.limits,
+                memory_from: e.memory_from.as_deref(),
+                cpu_from: e.cpu_from.as_deref(),
+            }),
+            kube: self
+                .kube
+                .as_ref()
+                .zip(self.triaged.as_ref())
+                .map(|(k, report)| KubeView {
+                    file: k.file.clone(),
+                    report,
+                }),
+        }
+    }
+}
+
+/// Writes a folder's file, naming it when that fails.
+fn write_file(out: &Path, name: &str, text: &str) -> Result<(), CliError> {
+    let path = out.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| CliError::Read {
+            path: parent.display().to_string(),
+            source,
+        })?;
+    }
+    std::fs::write(&path, text).map_err(|source| CliError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Writes one run's report folder: the page, the markdown, the summary and the flamegraphs.
+fn write_files(out: &Path, model: &ReportModel) -> Result<(), CliError> {
     let folder = out.join("flamegraphs");
     std::fs::create_dir_all(&folder).map_err(|source| CliError::Read {
         path: folder.display().to_string(),
         source,
     })?;
-    let write = |name: &str, text: &str| {
-        let path = out.join(name);
-        std::fs::write(&path, text).map_err(|source| CliError::Read {
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    for f in &flamegraphs {
-        write(&f.file, &f.svg)?;
+    for f in model.flamegraphs {
+        write_file(out, &f.file, &f.svg)?;
     }
-    write("index.html", &html::html(&model))?;
-    write("report.md", &markdown::markdown(&model))?;
-    write("summary.json", &summary::json(&model))?;
-    Ok(Written {
-        headline: model.headline(),
-        flamegraphs: flamegraphs.len(),
-        outcomes,
-    })
+    write_file(out, "index.html", &html::html(model))?;
+    write_file(out, "report.md", &markdown::markdown(model))?;
+    write_file(out, "summary.json", &summary::json(model))?;
+    Ok(())
 }
 
 fn dir_name(path: &Path) -> String {
@@ -386,147 +450,4 @@ fn dir_name(path: &Path) -> String {
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         )
-}
-
-/// A stored heap capture: its record and decoded profile.
-struct Capture<'a> {
-    record: &'a CaptureRecord,
-    profile: Profile,
-}
-
-fn load<'a>(run: &RunDir, record: &'a CaptureRecord, limits: &DecodeLimits) -> Option<Capture<'a>> {
-    let bytes = std::fs::read(run.file_path(record)?).ok()?;
-    let profile = decode::decode(&bytes, limits).ok()?;
-    Some(Capture { record, profile })
-}
-
-fn inuse(c: &Capture) -> Vec<(String, i64)> {
-    let index = c
-        .profile
-        .find_sample_type("inuse_space")
-        .unwrap_or_else(|| c.profile.default_sample_index());
-    flame::folded(&c.profile, index)
-}
-
-fn capture_at(c: &Capture, start_ms: i64) -> String {
-    format!(
-        "capture #{} at {:.1} s",
-        c.record.seq,
-        (c.record.t_ms - start_ms) as f64 / 1000.0
-    )
-}
-
-/// The stored heap capture of a run's boot cycle in effect `age` seconds into it.
-fn at_age(run: &RunDir, cycle: u32, age: f64) -> Option<&CaptureRecord> {
-    let start = scan::cycle_start_ms(&run.manifest.records, cycle)?;
-    scan::capture_at_age(&scan::stored_heaps(run, cycle), start, age)
-}
-
-/// A growth flamegraph per boot cycle (first to last stored heap capture) and, with a
-/// baseline, a differential one at the compared age. A flamegraph that cannot be drawn is
-/// left out; the tables still say what grew.
-fn draw_flamegraphs(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Flamegraph> {
-    let mut out = Vec::new();
-    for c in &a.growth.cycles {
-        let heaps = scan::stored_heaps(&a.run, c.index);
-        // Without sustained growth, the rise into the cycle's peak is what it added.
-        let rise = c
-            .episode
-            .as_ref()
-            .filter(|_| c.sites.is_empty())
-            .and_then(|e| e.from_seq.zip(e.to_seq))
-            .and_then(|(from, to)| {
-                let find = |seq| heaps.iter().find(|r| r.seq == seq);
-                find(from).zip(find(to))
-            });
-        let (Some(first), Some(last)) = rise
-            .map(|(f, t)| (Some(f), Some(t)))
-            .unwrap_or((heaps.first(), heaps.last()))
-        else {
-            continue;
-        };
-        if first.seq == last.seq {
-            continue;
-        }
-        let (Some(first), Some(last)) = (load(&a.run, first, limits), load(&a.run, last, limits))
-        else {
-            continue;
-        };
-        let mut growth: BTreeMap<String, i64> = inuse(&last).into_iter().collect();
-        for (stack, v) in inuse(&first) {
-            *growth.entry(stack).or_default() -= v;
-        }
-        let growth: Vec<(String, i64)> = growth.into_iter().filter(|(_, v)| *v > 0).collect();
-        let (growth, profiler) = if keep_profiler {
-            (growth, 0)
-        } else {
-            heapwatch::analyse::reduce::without_profiler(growth)
-        };
-        let span = format!(
-            "from {} to {}{}",
-            capture_at(&first, c.start_ms),
-            capture_at(&last, c.start_ms),
-            if rise.is_some() {
-                " (the rise into the peak)"
-            } else {
-                ""
-            }
-        );
-        let options = FlameOptions {
-            title: format!(
-                "In-use {}, boot cycle {} of {}",
-                if rise.is_some() { "rise" } else { "growth" },
-                c.index,
-                c.build
-            ),
-            subtitle: Some(if profiler > 0 {
-                format!(
-                    "{span}; widths: bytes added; the profile writer's {} left out",
-                    units::format_bytes(profiler)
-                )
-            } else {
-                format!("{span}; widths: bytes added")
-            }),
-            count_name: "bytes".into(),
-        };
-        if let Ok(svg) = flame::flame_svg(&growth, &options) {
-            out.push(Flamegraph {
-                file: format!("flamegraphs/cycle-{}-growth.svg", c.index),
-                cycle: Some(c.index),
-                caption: format!(
-                    "What boot cycle {} added to the in-use heap {span}: each frame is as wide as the bytes added under it.",
-                    c.index
-                ),
-                svg,
-            });
-        }
-    }
-    if let Some(b) = &a.baseline {
-        let age = b.comparison.age_s;
-        let loaded = at_age(&b.run, b.comparison.a_cycle, age)
-            .and_then(|r| load(&b.run, r, limits))
-            .zip(at_age(&a.run, b.comparison.b_cycle, age).and_then(|r| load(&a.run, r, limits)));
-        if let Some((base, new)) = loaded {
-            let (build, base_label) = (&b.comparison.b, &b.comparison.a);
-            let options = FlameOptions {
-                title: format!("In-use heap, {build} against {base_label}"),
-                subtitle: Some(format!(
-                    "{age:.1} s into boot cycle {} of {build} and cycle {} of {base_label}: capture #{} of {base_label}, #{} of {build}",
-                    b.comparison.b_cycle, b.comparison.a_cycle, base.record.seq, new.record.seq
-                )),
-                count_name: "bytes".into(),
-            };
-            if let Ok(svg) = flame::diff_flame_svg(&inuse(&base), &inuse(&new), &options) {
-                out.push(Flamegraph {
-                    file: "flamegraphs/diff-vs-baseline.svg".into(),
-                    cycle: None,
-                    caption: format!(
-                        "In-use heap of {build} against {base_label} at {age:.1} s: red grew in {build}, blue shrank."
-                    ),
-                    svg,
-                });
-            }
-        }
-    }
-    out
 }

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 mod envoy;
+pub mod flamegraphs;
 
 use std::path::Path;
 
