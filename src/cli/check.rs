@@ -108,7 +108,10 @@ pub fn options(
 /// A pipeline error as the command reports it (exit 2).
 pub fn failed(e: PipelineError) -> CliError {
     match e {
-        PipelineError::NeedsBaseline { .. } => CliError::Usage(e.to_string()),
+        PipelineError::NeedsBaseline { .. } | PipelineError::Input(_) => {
+            CliError::Usage(e.to_string())
+        }
+        PipelineError::Read { path, source } => CliError::Read { path, source },
         other => CliError::Store(other.to_string()),
     }
 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use heapwatch::pipeline::{self, cluster::ClusterRun};
+use heapwatch::pipeline::{self, Options, cluster::ClusterRun};
 use heapwatch::render::cluster::{self as render_cluster, NodePart};
 use heapwatch::render::growth::{self as render_growth, EnvoyPart};
 use heapwatch::store::{RecordKind, RunDir};
@@ -40,36 +40,38 @@ pub fn run(args: GrowthArgs) -> Result<ExitCode, CliError> {
         return run_cluster(&c, &args);
     }
     let run = RunDir::open(&args.run).map_err(|e| CliError::Store(e.to_string()))?;
-    emit(&node_growth(&run, &args, "")?)?;
+    emit(&node_growth(run, &args, "")?)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// The growth of one run as the command prints it; problems go to stderr, after `who`.
-fn node_growth(run: &RunDir, args: &GrowthArgs, who: &str) -> Result<String, CliError> {
-    let (report, notes) = heapwatch::scan::growth(run, args.limit, &args.decode.limits())
+fn node_growth(run: RunDir, args: &GrowthArgs, who: &str) -> Result<String, CliError> {
+    let options = Options {
+        limit: args.limit,
+        cpu_limit: args.cpu_limit,
+        decode: args.decode.limits(),
+        ..Options::default()
+    };
+    let a = pipeline::analyse_runs(run, None, &options)
         .map_err(|e| CliError::Store(format!("{who}{e}")))?;
-    for problem in &notes.unreadable {
+    for problem in &a.notes.unreadable {
         eprintln!("heapwatch: {who}skipped {problem}");
     }
-    let envoy = pipeline::envoy_findings(
-        run,
-        pipeline::memory_limit_source(run, args.limit, report.limit_bytes),
-        pipeline::cpu_limit_source(run, args.cpu_limit),
-    );
-    let profiles = run
+    let profiles = a
+        .run
         .manifest
         .records
         .iter()
         .any(|r| r.is_ok() && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine));
-    let part = envoy.as_ref().map(|e| EnvoyPart {
+    let part = a.envoy.as_ref().map(|e| EnvoyPart {
         target: &e.target,
         report: &e.report,
         alone: !profiles,
     });
     Ok(if args.json {
-        render_growth::json(&report, part.as_ref())
+        render_growth::json(&a.growth, part.as_ref())
     } else {
-        render_growth::text(&report, args.n, part.as_ref())
+        render_growth::text(&a.growth, args.n, part.as_ref())
     })
 }
 
@@ -77,7 +79,7 @@ fn node_growth(run: &RunDir, args: &GrowthArgs, who: &str) -> Result<String, Cli
 fn run_cluster(c: &ClusterRun, args: &GrowthArgs) -> Result<ExitCode, CliError> {
     let mut parts = Vec::new();
     for (name, run) in c.open_nodes().map_err(check::failed)? {
-        let body = node_growth(&run, args, &format!("node {name}: "))?;
+        let body = node_growth(run, args, &format!("node {name}: "))?;
         let dir = c
             .info
             .targets

@@ -41,12 +41,6 @@ fn capture_at(c: &Capture, start_ms: i64) -> String {
     )
 }
 
-/// The stored heap capture of a run's boot cycle in effect `age` seconds into it.
-fn at_age(run: &RunDir, cycle: u32, age: f64) -> Option<&CaptureRecord> {
-    let start = scan::cycle_start_ms(&run.manifest.records, cycle)?;
-    scan::capture_at_age(&scan::stored_heaps(run, cycle), start, age)
-}
-
 /// A growth flamegraph per boot cycle (first to last stored heap capture) and, with a
 /// baseline, a differential one at the compared age. A flamegraph that cannot be drawn is
 /// left out; the tables still say what grew.
@@ -128,9 +122,12 @@ pub fn draw(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Fla
     }
     if let Some(b) = &a.baseline {
         let age = b.comparison.age_s;
-        let loaded = at_age(&b.run, b.comparison.a_cycle, age)
+        let loaded = scan::heap_at_age(&b.run, b.comparison.a_cycle, age)
             .and_then(|r| load(&b.run, r, limits))
-            .zip(at_age(&a.run, b.comparison.b_cycle, age).and_then(|r| load(&a.run, r, limits)));
+            .zip(
+                scan::heap_at_age(&a.run, b.comparison.b_cycle, age)
+                    .and_then(|r| load(&a.run, r, limits)),
+            );
         if let Some((base, new)) = loaded {
             let (build, base_label) = (&b.comparison.b, &b.comparison.a);
             let options = FlameOptions {

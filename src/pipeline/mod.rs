@@ -6,6 +6,7 @@
 pub mod cluster;
 mod envoy;
 pub mod flamegraphs;
+pub mod report;
 
 use std::path::Path;
 
@@ -32,6 +33,15 @@ pub enum PipelineError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Scan(#[from] ScanError),
+    /// A file given beside the run could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    /// A file given beside the run is not what it should be.
+    #[error("{0}")]
+    Input(String),
     /// A node of a cluster run could not be read or analysed.
     #[error("node {node}: {why}")]
     Node { node: String, why: String },

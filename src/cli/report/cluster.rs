@@ -7,12 +7,11 @@ use heapwatch::analyse::cluster::NodeOutcomes;
 use heapwatch::analyse::rules::Rule;
 use heapwatch::pipeline::Options;
 use heapwatch::pipeline::cluster::{self, ClusterRun};
+use heapwatch::pipeline::report::{Prepared, ReportInputs, dir_name, prepare};
 use heapwatch::render::report::ReportModel;
 use heapwatch::render::report::cluster::{self as page, ClusterModel, NodeReport};
 
-use super::{
-    CliError, Extras, Prepared, Written, check, dir_name, prepare, write_file, write_files,
-};
+use super::{CliError, Written, check, write_file, write_files};
 
 /// Analyses every node (each against its baseline), writes the node reports and the cluster
 /// page, and returns what the rules found on each node.
@@ -22,7 +21,7 @@ pub(super) fn write(
     out: &Path,
     rules_given: &[Rule],
     options: &Options,
-    extras: &Extras,
+    extras: &ReportInputs,
 ) -> Result<Written, CliError> {
     let base = check::cluster_baseline(baseline)?;
     let analysed =
