@@ -344,3 +344,63 @@ fn flame_draws_a_node_and_asks_for_one_at_a_cluster_root() {
     assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
     assert!(read(&svg).contains(LEAK) || read(&svg).contains("buildEventList"));
 }
+
+#[test]
+fn a_cluster_baseline_pairs_nodes_by_name_and_a_single_run_refuses_one() {
+    let dir = util::tempdir();
+    let old = cluster(
+        &dir.path().join("old"),
+        &[("ctrl1", "steady"), ("ctrl3", "controller-2.0.2")],
+        &[],
+    );
+    let new = cluster(
+        &dir.path().join("new"),
+        &[("ctrl1", "steady"), ("ctrl3", "controller-2.1.0")],
+        &[],
+    );
+    let out = util::run(&[
+        "check",
+        arg(&new),
+        "--baseline",
+        arg(&old),
+        "--fail-on",
+        "regression>1.5x",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", util::stderr(&out));
+    let err = util::stderr(&out);
+    assert!(err.contains("ctrl3: regression>1.5x tripped"), "{err}");
+    assert!(!err.contains("ctrl1:"), "{err}");
+
+    // One run against a whole cluster: refused, naming the way to pick a node.
+    let single = util::repo().join("testdata/runs/controller-2.1.0");
+    let out = util::run(&[
+        "check",
+        arg(&single),
+        "--baseline",
+        arg(&old),
+        "--fail-on",
+        "regression>1.5x",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
+    let err = util::stderr(&out);
+    assert!(err.contains("is a cluster run (ctrl1, ctrl3)"), "{err}");
+    assert!(err.contains("targets/NAME"), "{err}");
+}
+
+#[test]
+fn a_node_without_its_directory_is_named_in_the_error() {
+    let dir = util::tempdir();
+    let run = three_nodes(&dir.path().join("cluster"));
+    fs::remove_dir_all(run.join("targets/ctrl3")).unwrap();
+    for command in ["growth", "check"] {
+        let mut args = vec![command, arg(&run)];
+        if command == "check" {
+            args.extend(["--fail-on", "kills>0"]);
+        }
+        let out = util::run(&args);
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", util::stderr(&out));
+        let err = util::stderr(&out);
+        assert!(err.contains("node ctrl3"), "{command}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
