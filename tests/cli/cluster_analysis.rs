@@ -398,7 +398,12 @@ fn a_node_without_its_directory_is_named_in_the_error() {
             args.extend(["--fail-on", "kills>0"]);
         }
         let out = util::run(&args);
-        assert_eq!(out.status.code(), Some(2), "{command}: {}", util::stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{command}: {}",
+            util::stderr(&out)
+        );
         let err = util::stderr(&out);
         assert!(err.contains("node ctrl3"), "{command}: {err}");
         assert!(!err.contains("panicked"), "{err}");
