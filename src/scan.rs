@@ -207,6 +207,13 @@ pub fn capture_at_age<'r>(
         .copied()
 }
 
+/// The stored heap capture of a run's boot cycle in effect `age_s` seconds into it, by
+/// [`capture_at_age`].
+pub fn heap_at_age(run: &RunDir, cycle: u32, age_s: f64) -> Option<&CaptureRecord> {
+    let start = cycle_start_ms(&run.manifest.records, cycle)?;
+    capture_at_age(&stored_heaps(run, cycle), start, age_s)
+}
+
 /// Total in-use heap of every good heap capture of a cycle, duplicates included, as
 /// `(seconds since the cycle's start, bytes)` in time order.
 pub fn heap_totals(records: &[CaptureRecord], cycle: u32, start_ms: i64) -> Vec<(f64, i64)> {

@@ -6,15 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use heapwatch::analyse::compare::Comparison;
-use heapwatch::analyse::envoy::{self, EnvoyLimits, EnvoyReport};
-use heapwatch::analyse::growth::GrowthReport;
-use heapwatch::analyse::rules::{self, Findings, HeapRatio, Outcome, Rule, Status};
+use heapwatch::analyse::cluster::{self as cluster_findings, NodeOutcomes};
+use heapwatch::analyse::rules::{self, Outcome, Rule, Status};
 use heapwatch::analyse::triage::kube;
-use heapwatch::scan::{self, ScanNotes};
-use heapwatch::source::envoy::{EnvoySnapshot, HeapDumpState};
-use heapwatch::source::procmem::MemorySample;
-use heapwatch::store::{RecordKind, RunDir, RunInfo};
+use heapwatch::pipeline::cluster::{self, BaselineRun, ClusterRun};
+use heapwatch::pipeline::{self, Analysis, CyclePicks, Options, PipelineError};
 use heapwatch::units;
 
 use super::{CliError, DecodeFlags, emit};
@@ -56,179 +52,10 @@ pub fn parse_cores(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Envoy's findings from a run's `envoy` records, with the limits they were judged against
-/// and where each limit came from.
-pub struct EnvoyFindings {
-    /// The target as recorded in run.json (`envoy:http://…`).
-    pub target: String,
-    pub report: EnvoyReport,
-    pub limits: EnvoyLimits,
-    pub memory_from: Option<String>,
-    pub cpu_from: Option<String>,
-}
-
-/// A limit and where it came from (`run.json`, `--cpu-limit`, `pod istio-proxy`).
-pub type Sourced<T> = Option<(T, String)>;
-
-/// The `cpu_limit` option of run.json: cores as a number, or a quantity such as "500m".
-pub fn recorded_cpu_limit(info: Option<&RunInfo>) -> Option<f64> {
-    info?.options.cpu_cores()
-}
-
-/// Whether the run is of an Envoy: collected from an `envoy:` target, or holding `envoy`
-/// records.
-pub fn has_envoy(run: &RunDir) -> bool {
-    run.info.as_ref().is_some_and(|i| i.source == "envoy")
-        || run
-            .manifest
-            .records
-            .iter()
-            .any(|r| r.kind == RecordKind::Envoy)
-}
-
-/// Envoy's snapshots in time order, rebuilt from the manifest totals.
-pub fn envoy_snapshots(run: &RunDir) -> Vec<EnvoySnapshot> {
-    let mut records: Vec<_> = run
-        .manifest
-        .records
-        .iter()
-        .filter(|r| r.kind == RecordKind::Envoy && r.is_ok())
-        .collect();
-    records.sort_by_key(|r| (r.t_ms, r.seq));
-    records
-        .iter()
-        .map(|r| EnvoySnapshot::from_totals(r.t_ms, &r.totals))
-        .collect()
-}
-
-/// Whether `/heap_dump` worked, from the heap records: one good capture makes it available;
-/// a failure that says "not available" (HTTP 501) makes it not available.
-pub fn heap_dump_state(run: &RunDir) -> HeapDumpState {
-    let heaps = || {
-        run.manifest
-            .records
-            .iter()
-            .filter(|r| r.kind == RecordKind::Heap)
-    };
-    if heaps().any(|r| r.is_ok()) {
-        return HeapDumpState::Available;
-    }
-    heaps()
-        .filter_map(|r| r.error.as_deref())
-        .find(|e| e.contains("not available"))
-        .map_or(HeapDumpState::NotAsked, |e| {
-            HeapDumpState::NotAvailable(why_not_available(e))
-        })
-}
-
-/// The reason inside `…/heap_dump: not available (HTTP 501: …); not asked again`, else the
-/// whole error text.
-fn why_not_available(error: &str) -> String {
-    const MARK: &str = "not available (";
-    let Some(at) = error.find(MARK) else {
-        return error.to_string();
-    };
-    let inner = &error[at + MARK.len()..];
-    let mut depth = 0usize;
-    for (i, c) in inner.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' if depth == 0 => return inner[..i].to_string(),
-            ')' => depth -= 1,
-            _ => {}
-        }
-    }
-    error.to_string()
-}
-
-/// Analyses a run's `envoy` records; `None` when it has none.
-pub fn envoy_findings(
-    run: &RunDir,
-    memory: Sourced<u64>,
-    cpu: Sourced<f64>,
-) -> Option<EnvoyFindings> {
-    if !has_envoy(run) {
-        return None;
-    }
-    let limits = EnvoyLimits {
-        memory_bytes: memory.as_ref().map(|m| m.0),
-        cpu_cores: cpu.as_ref().map(|c| c.0),
-    };
-    let report = envoy::analyse(&envoy_snapshots(run), &limits, heap_dump_state(run));
-    Some(EnvoyFindings {
-        target: run
-            .info
-            .as_ref()
-            .map_or_else(|| "envoy".to_string(), |i| i.target.clone()),
-        report,
-        limits,
-        memory_from: memory.map(|m| m.1),
-        cpu_from: cpu.map(|c| c.1),
-    })
-}
-
-/// The memory limit as the growth analysis resolved it, and where it came from.
-pub fn memory_limit_source(
-    run: &RunDir,
-    given: Option<u64>,
-    resolved: Option<u64>,
-) -> Sourced<u64> {
-    let resolved = resolved?;
-    let from = if given.is_some() {
-        "--limit"
-    } else if run.info.as_ref().and_then(|i| i.limit_bytes).is_some() {
-        "run.json"
-    } else {
-        "the memory samples"
-    };
-    Some((resolved, from.to_string()))
-}
-
-/// The CPU limit from the flag, else from run.json.
-pub fn cpu_limit_source(run: &RunDir, given: Option<f64>) -> Sourced<f64> {
-    given
-        .map(|c| (c, "--cpu-limit".to_string()))
-        .or_else(|| recorded_cpu_limit(run.info.as_ref()).map(|c| (c, "run.json".to_string())))
-}
-
-/// A run and, optionally, its baseline, read and analysed.
-pub struct Analysed {
-    pub run: RunDir,
-    pub memory: Vec<MemorySample>,
-    pub growth: GrowthReport,
-    pub notes: ScanNotes,
-    pub peak_heap: Vec<(u32, i64)>,
-    pub baseline: Option<Baseline>,
-    pub envoy: Option<EnvoyFindings>,
-}
-
-pub struct Baseline {
-    pub run: RunDir,
-    pub comparison: Comparison,
-    pub heap_ratio: Option<HeapRatio>,
-}
-
-fn open(path: &Path) -> Result<RunDir, CliError> {
-    RunDir::open(path).map_err(|e| CliError::Store(e.to_string()))
-}
-
 /// Refuses rules that cannot be checked with what was given, before any work.
 pub fn require_baseline(rules_given: &[Rule], baseline: Option<&Path>) -> Result<(), CliError> {
-    match rules_given.iter().find(|r| rules::needs_baseline(r)) {
-        Some(r) if baseline.is_none() => Err(CliError::Usage(format!(
-            "--fail-on {}: needs --baseline RUN (the run of the build to compare with)",
-            r.text
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// The boot cycles a comparison uses, when chosen (`RUN@N`, `--cycle N`,
-/// `--baseline-cycle N`); the default pairing otherwise.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct CyclePicks {
-    pub run: Option<u32>,
-    pub baseline: Option<u32>,
+    pipeline::require_baseline(rules_given, baseline.is_some())
+        .map_err(|e| CliError::Usage(e.to_string()))
 }
 
 /// Flags that choose the compared cycles, shared by `check` and `report`.
@@ -263,66 +90,71 @@ pub fn resolve_picks(
     (run, baseline, picks)
 }
 
-pub fn analyse(
-    run_path: &Path,
-    baseline: Option<&Path>,
+/// The pipeline's options from the flags.
+pub fn options(
     limit: Option<u64>,
     cpu_limit: Option<f64>,
     decode: &DecodeFlags,
     picks: CyclePicks,
-) -> Result<Analysed, CliError> {
-    let limits = decode.limits();
-    let run = open(run_path)?;
-    let (growth, notes) =
-        scan::growth(&run, limit, &limits).map_err(|e| CliError::Store(e.to_string()))?;
-    let memory: Vec<MemorySample> = run.memory_samples();
-    let peak_heap = rules::peak_heap(&run.manifest.records);
-    let envoy = envoy_findings(
-        &run,
-        memory_limit_source(&run, limit, growth.limit_bytes),
-        cpu_limit_source(&run, cpu_limit),
-    );
-    let baseline = match baseline {
-        None => None,
-        Some(path) => {
-            let base = open(path)?;
-            let comparison = scan::compare(&base, &run, picks.baseline, picks.run, &limits)
-                .map_err(|e| CliError::Store(e.to_string()))?;
-            let heap_ratio = comparison.a_heap_peak.zip(comparison.b_heap_peak).map(
-                |(baseline_bytes, bytes)| HeapRatio {
-                    age_s: comparison.age_s,
-                    baseline_bytes,
-                    bytes,
-                },
-            );
-            Some(Baseline {
-                run: base,
-                comparison,
-                heap_ratio,
-            })
-        }
-    };
-    Ok(Analysed {
-        run,
-        memory,
-        growth,
-        notes,
-        peak_heap,
-        baseline,
-        envoy,
-    })
+) -> Options {
+    Options {
+        limit,
+        cpu_limit,
+        decode: decode.limits(),
+        picks,
+    }
 }
 
-impl Analysed {
-    pub fn evaluate(&self, rules_given: &[Rule]) -> Vec<Outcome> {
-        let findings = Findings {
-            growth: &self.growth,
-            peak_heap: &self.peak_heap,
-            comparison: self.baseline.as_ref().map(|b| &b.comparison),
-            heap_ratio: self.baseline.as_ref().and_then(|b| b.heap_ratio.as_ref()),
-            envoy: self.envoy.as_ref().map(|e| &e.report),
-        };
-        rules::evaluate_all(rules_given, &findings)
+/// A pipeline error as the command reports it (exit 2).
+pub fn failed(e: PipelineError) -> CliError {
+    match e {
+        PipelineError::NeedsBaseline { .. } | PipelineError::Input(_) => {
+            CliError::Usage(e.to_string())
+        }
+        PipelineError::Read { path, source } => CliError::Read { path, source },
+        other => CliError::Store(other.to_string()),
+    }
+}
+
+/// Reads and analyses a run and its baseline.
+pub fn analyse(
+    run_path: &Path,
+    baseline: Option<&Path>,
+    options: &Options,
+) -> Result<Analysis, CliError> {
+    refuse_cluster_baseline(baseline)?;
+    pipeline::analyse(run_path, baseline, options).map_err(failed)
+}
+
+/// A single run is not compared with a whole cluster: the user picks the node.
+fn refuse_cluster_baseline(baseline: Option<&Path>) -> Result<(), CliError> {
+    let Some(path) = baseline else { return Ok(()) };
+    match ClusterRun::open(path).map_err(failed)? {
+        Some(c) => Err(CliError::Usage(format!(
+            "{}: is a cluster run ({}); compare one run with one of its nodes: {}/targets/NAME",
+            path.display(),
+            c.names().join(", "),
+            path.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Opens what `--baseline` names for a cluster run: a cluster (matched node by node) or a
+/// single run (every node's baseline).
+pub fn cluster_baseline(path: Option<&Path>) -> Result<Option<ClusterRun>, CliError> {
+    match path {
+        None => Ok(None),
+        Some(p) => ClusterRun::open(p).map_err(failed),
+    }
+}
+
+/// The baseline argument of [`cluster::analyse_cluster`].
+pub fn baseline_run<'a>(path: Option<&'a Path>, opened: Option<&'a ClusterRun>) -> BaselineRun<'a> {
+    match (opened, path) {
+        (Some(c), _) => BaselineRun::Cluster(c),
+        (None, Some(p)) => BaselineRun::Single(p),
+        (None, None) => BaselineRun::None,
     }
 }
 
@@ -345,31 +177,89 @@ pub fn gate(outcomes: &[Outcome]) -> Result<ExitCode, CliError> {
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
     require_baseline(&args.fail_on, args.baseline.as_deref())?;
     let (run, baseline, picks) = resolve_picks(&args.run, args.baseline.as_deref(), &args.cycles);
-    let analysed = analyse(
-        &run,
-        baseline.as_deref(),
-        args.limit,
-        None,
-        &args.decode,
-        picks,
-    )?;
+    let options = options(args.limit, None, &args.decode, picks);
+    if let Some(c) = ClusterRun::open(&run).map_err(failed)? {
+        return run_cluster(&c, baseline.as_deref(), &args.fail_on, &options);
+    }
+    let analysed = analyse(&run, baseline.as_deref(), &options)?;
     for problem in &analysed.notes.unreadable {
         eprintln!("heapwatch: skipped {problem}");
     }
     let outcomes = analysed.evaluate(&args.fail_on);
+    emit(&outcome_lines(&outcomes, None))?;
+    gate(&outcomes)
+}
+
+/// Every rule with its figure, one a line; on a cluster each led by its node.
+fn outcome_lines(outcomes: &[Outcome], node: Option<(&str, usize)>) -> String {
     let width = outcomes.iter().map(|o| o.rule.len()).max().unwrap_or(0);
     let mut text = String::new();
-    for o in &outcomes {
+    for o in outcomes {
         let status = match o.status {
             Status::Fail => "FAIL",
             Status::Pass => "ok",
             Status::Unknown => "n/a",
         };
+        let node = node.map_or(String::new(), |(n, w)| format!("{n:<w$}  "));
         text.push_str(&format!(
-            "{status:<4} {:<width$}  {:>12}  {}\n",
+            "{status:<4} {node}{:<width$}  {:>12}  {}\n",
             o.rule, o.shown, o.reason
         ));
     }
+    text
+}
+
+/// `check` on a cluster run: every rule on every node.
+fn run_cluster(
+    c: &ClusterRun,
+    baseline: Option<&Path>,
+    rules_given: &[Rule],
+    options: &Options,
+) -> Result<ExitCode, CliError> {
+    let base = cluster_baseline(baseline)?;
+    let analysed = cluster::analyse_cluster(c, baseline_run(baseline, base.as_ref()), options)
+        .map_err(failed)?;
+    let nodes = node_outcomes(&analysed, rules_given);
+    let width = nodes.iter().map(|n| n.node.len()).max().unwrap_or(0);
+    let mut text = String::new();
+    for n in &nodes {
+        text.push_str(&outcome_lines(&n.outcomes, Some((&n.node, width))));
+    }
     emit(&text)?;
-    gate(&outcomes)
+    cluster_gate(&nodes)
+}
+
+/// Every rule on every node; what a node could not read goes to stderr under its name.
+pub fn node_outcomes(
+    analysed: &cluster::ClusterAnalysis,
+    rules_given: &[Rule],
+) -> Vec<NodeOutcomes> {
+    analysed
+        .nodes
+        .iter()
+        .map(|n| {
+            for problem in &n.analysis.notes.unreadable {
+                eprintln!("heapwatch: {}: skipped {problem}", n.name);
+            }
+            NodeOutcomes {
+                node: n.name.clone(),
+                outcomes: n.analysis.evaluate(rules_given),
+            }
+        })
+        .collect()
+}
+
+/// [`gate`] over every node: exit 1 naming each node that crossed a bar.
+pub fn cluster_gate(nodes: &[NodeOutcomes]) -> Result<ExitCode, CliError> {
+    if let Some(line) = cluster_findings::failure_line(nodes) {
+        eprintln!("heapwatch: check failed: {line}");
+        return Ok(ExitCode::from(1));
+    }
+    if let Some((node, o)) = cluster_findings::first_unknown(nodes) {
+        return Err(CliError::Usage(format!(
+            "--fail-on {}: cannot be checked on node {node}: {}",
+            o.rule, o.reason
+        )));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -13,6 +13,7 @@ use heapwatch::analyse::diff::{self, DiffError, Side};
 use heapwatch::analyse::select::parse_run_arg;
 use heapwatch::decode::DecodeLimits;
 use heapwatch::model::Profile;
+use heapwatch::pipeline::cluster::ClusterRun;
 use heapwatch::render::flame::{self as render_flame, FlameOptions};
 use heapwatch::store::{RecordKind, RunDir};
 use heapwatch::units;
@@ -64,6 +65,25 @@ pub struct Args {
     decode: DecodeFlags,
 }
 
+/// A flamegraph is of one process: a cluster run's root is refused with the paths of its
+/// nodes, each an ordinary run.
+fn refuse_cluster(path: &Path) -> Result<(), CliError> {
+    let cluster = ClusterRun::open(path).map_err(|e| CliError::Store(e.to_string()))?;
+    match cluster {
+        None => Ok(()),
+        Some(c) => Err(CliError::Usage(format!(
+            "{}: is a cluster run; draw one of its nodes: {}",
+            path.display(),
+            c.info
+                .targets
+                .iter()
+                .map(|t| path.join(&t.dir).display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
 /// What is drawn, before it is drawn.
 enum Drawing {
     Plain(Vec<(String, i64)>),
@@ -78,12 +98,14 @@ pub fn run(mut args: Args) -> Result<ExitCode, CliError> {
     // RUN@N names a run's boot cycle.
     let (input, pick) = parse_run_arg(&args.input);
     if input.is_dir() {
+        refuse_cluster(&input)?;
         args.input = input;
         args.cycle = args.cycle.or(pick);
     }
     if let Some(base) = &args.diff {
         let (base, pick) = parse_run_arg(base);
         if base.is_dir() {
+            refuse_cluster(&base)?;
             args.diff = Some(base);
             args.baseline_cycle = args.baseline_cycle.or(pick);
         }

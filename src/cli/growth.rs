@@ -1,10 +1,13 @@
 //! `heapwatch growth RUN`. A run with `envoy` records (from `collect envoy:http://…`) also
 //! gets Envoy's findings; a run of Envoy admin figures alone (no heap profiles) gets them
-//! instead of the per-cycle site tables.
+//! instead of the per-cycle site tables. A cluster run gets one section per node, headed by
+//! its name; with `--json`, `{"kind": "cluster", "nodes": {NAME: <the node's growth JSON>}}`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use heapwatch::pipeline::{self, Options, cluster::ClusterRun};
+use heapwatch::render::cluster::{self as render_cluster, NodePart};
 use heapwatch::render::growth::{self as render_growth, EnvoyPart};
 use heapwatch::store::{RecordKind, RunDir};
 use heapwatch::units;
@@ -33,31 +36,70 @@ pub struct GrowthArgs {
 }
 
 pub fn run(args: GrowthArgs) -> Result<ExitCode, CliError> {
-    let run = RunDir::open(&args.run).map_err(|e| CliError::Store(e.to_string()))?;
-    let (report, notes) = heapwatch::scan::growth(&run, args.limit, &args.decode.limits())
-        .map_err(|e| CliError::Store(e.to_string()))?;
-    for problem in &notes.unreadable {
-        eprintln!("heapwatch: skipped {problem}");
+    if let Some(c) = ClusterRun::open(&args.run).map_err(check::failed)? {
+        return run_cluster(&c, &args);
     }
-    let envoy = check::envoy_findings(
-        &run,
-        check::memory_limit_source(&run, args.limit, report.limit_bytes),
-        check::cpu_limit_source(&run, args.cpu_limit),
-    );
-    let profiles = run
+    let run = RunDir::open(&args.run).map_err(|e| CliError::Store(e.to_string()))?;
+    emit(&node_growth(run, &args, "")?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The growth of one run as the command prints it; problems go to stderr, after `who`.
+fn node_growth(run: RunDir, args: &GrowthArgs, who: &str) -> Result<String, CliError> {
+    let options = Options {
+        limit: args.limit,
+        cpu_limit: args.cpu_limit,
+        decode: args.decode.limits(),
+        ..Options::default()
+    };
+    let a = pipeline::analyse_runs(run, None, &options)
+        .map_err(|e| CliError::Store(format!("{who}{e}")))?;
+    for problem in &a.notes.unreadable {
+        eprintln!("heapwatch: {who}skipped {problem}");
+    }
+    let profiles = a
+        .run
         .manifest
         .records
         .iter()
         .any(|r| r.is_ok() && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine));
-    let part = envoy.as_ref().map(|e| EnvoyPart {
+    let part = a.envoy.as_ref().map(|e| EnvoyPart {
         target: &e.target,
         report: &e.report,
         alone: !profiles,
     });
-    emit(&if args.json {
-        render_growth::json(&report, part.as_ref())
+    Ok(if args.json {
+        render_growth::json(&a.growth, part.as_ref())
     } else {
-        render_growth::text(&report, args.n, part.as_ref())
+        render_growth::text(&a.growth, args.n, part.as_ref())
+    })
+}
+
+/// Growth of every node of a cluster run, each in its own section (or under its name in JSON).
+fn run_cluster(c: &ClusterRun, args: &GrowthArgs) -> Result<ExitCode, CliError> {
+    let mut parts = Vec::new();
+    for (name, run) in c.open_nodes().map_err(check::failed)? {
+        let body = node_growth(run, args, &format!("node {name}: "))?;
+        let dir = c
+            .info
+            .targets
+            .iter()
+            .find(|t| t.name == name)
+            .map_or("", |t| t.dir.as_str());
+        parts.push(NodePart {
+            body: if args.json {
+                body
+            } else {
+                render_cluster::heading(&name, dir) + &body
+            },
+            name,
+        });
+    }
+    emit(&if args.json {
+        render_cluster::json(&parts, vec![])
+            .map_err(|e| CliError::Store(format!("growth JSON of a node: {e}")))?
+    } else {
+        render_cluster::text(&parts)
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,26 +4,22 @@
 //! OUT/report.md, OUT/summary.json and OUT/flamegraphs/*.svg. A run with `envoy` records gets
 //! an Envoy section; a pod file adds the Kubernetes triage checklist.
 
-use std::collections::BTreeMap;
+mod cluster;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use heapwatch::analyse::cluster::NodeOutcomes;
 use heapwatch::analyse::rules::{Outcome, Rule};
-use heapwatch::analyse::triage::kube::{self, Event, KubeError, Pod};
-use heapwatch::analyse::triage::{
-    self, ContainerTriage, TriageInput, TriageReport, UsageFigure, WorkerFigure,
-};
-use heapwatch::decode::{self, DecodeLimits};
-use heapwatch::model::Profile;
-use heapwatch::render::flame::{self, FlameOptions};
-use heapwatch::render::report::{
-    BaselineView, EnvoyView, Flamegraph, KubeView, ReportModel, RunView, html, markdown, summary,
-};
-use heapwatch::scan;
-use heapwatch::store::{CaptureRecord, RunDir};
+use heapwatch::analyse::triage::kube;
+use heapwatch::analyse::triage::{UsageFigure, WorkerFigure};
+use heapwatch::pipeline::CyclePicks;
+use heapwatch::pipeline::cluster::ClusterRun;
+use heapwatch::pipeline::report::{self, ReportInputs};
+use heapwatch::render::report::{ReportModel, html, markdown, summary};
 use heapwatch::units;
 
-use super::check::{self, Analysed};
+use super::check;
 use super::{CliError, DecodeFlags};
 
 #[derive(clap::Args)]
@@ -89,83 +85,10 @@ fn parse_at(text: &str) -> Result<i64, String> {
 pub struct Extras {
     /// The Envoy target's CPU limit in cores.
     pub cpu_limit: Option<f64>,
-    pub pod: Option<PathBuf>,
-    pub events: Option<PathBuf>,
-    /// When the pod file was taken (unix ms).
-    pub at_ms: Option<i64>,
-    pub usage: Vec<UsageFigure>,
-    pub workers: Vec<WorkerFigure>,
     /// The boot cycles compared with the baseline, when chosen.
-    pub picks: check::CyclePicks,
-    /// Keep the profile writer's stacks in the growth flamegraphs.
-    pub keep_profiler: bool,
-}
-
-/// The pod and event documents, read and parsed before any analysis so that a broken file
-/// fails fast (exit 2, naming it).
-struct KubeInput {
-    /// The file name, as the report shows it.
-    file: String,
-    /// The path as given, for error messages.
-    path: String,
-    pods: Vec<Pod>,
-    events: Option<Vec<Event>>,
-    now_ms: i64,
-}
-
-fn read_kube<T>(path: &Path, parse: fn(&[u8]) -> Result<T, KubeError>) -> Result<T, CliError> {
-    let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| CliError::Read {
-        path: shown.clone(),
-        source,
-    })?;
-    parse(&bytes).map_err(|e| CliError::Usage(format!("{shown}: {e}")))
-}
-
-fn kube_input(extras: &Extras) -> Result<Option<KubeInput>, CliError> {
-    let Some(path) = &extras.pod else {
-        return Ok(None);
-    };
-    let pods = read_kube(path, kube::parse_pods)?;
-    let events = match &extras.events {
-        Some(e) => Some(read_kube(e, kube::parse_events)?),
-        None => None,
-    };
-    let modified = || {
-        std::fs::metadata(path)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
-    };
-    let now_ms = extras.at_ms.or_else(modified).unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64)
-    });
-    Ok(Some(KubeInput {
-        file: path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        ),
-        path: path.display().to_string(),
-        pods,
-        events,
-        now_ms,
-    }))
-}
-
-/// The Envoy container of the first pod: `istio-proxy`, a name with "envoy" in it, or the
-/// pod's only container.
-fn envoy_container(report: &TriageReport) -> Option<&ContainerTriage> {
-    let pod = report.pods.first()?;
-    pod.containers
-        .iter()
-        .find(|c| c.name == "istio-proxy" || c.name.contains("envoy"))
-        .or(match pod.containers.as_slice() {
-            [only] => Some(only),
-            _ => None,
-        })
+    pub picks: CyclePicks,
+    /// The Kubernetes documents and figures, and the flamegraph choice.
+    pub inputs: ReportInputs,
 }
 
 /// What a written report found, for the callers that print it (`report`, `demo`).
@@ -173,6 +96,8 @@ pub struct Written {
     pub headline: String,
     pub outcomes: Vec<Outcome>,
     pub flamegraphs: usize,
+    /// On a cluster run, the rules' outcomes on each node (`outcomes` is then empty).
+    pub nodes: Option<Vec<NodeOutcomes>>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
@@ -180,13 +105,15 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         check::resolve_picks(&args.run, args.baseline.as_deref(), &args.cycles);
     let extras = Extras {
         picks,
-        keep_profiler: args.keep_profiler,
         cpu_limit: args.cpu_limit,
-        pod: args.pod.clone(),
-        events: args.events.clone(),
-        at_ms: args.at,
-        usage: args.usage.clone(),
-        workers: args.concurrency.clone(),
+        inputs: ReportInputs {
+            keep_profiler: args.keep_profiler,
+            pod: args.pod.clone(),
+            events: args.events.clone(),
+            at_ms: args.at,
+            usage: args.usage.clone(),
+            workers: args.concurrency.clone(),
+        },
     };
     let written = write_report_with(
         &run,
@@ -203,7 +130,10 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         args.out.join("index.html").display(),
         written.flamegraphs
     );
-    check::gate(&written.outcomes)
+    match &written.nodes {
+        Some(nodes) => check::cluster_gate(nodes),
+        None => check::gate(&written.outcomes),
+    }
 }
 
 /// Analyses, renders and writes the report; checks the rules last.
@@ -237,300 +167,58 @@ pub fn write_report_with(
     extras: &Extras,
 ) -> Result<Written, CliError> {
     check::require_baseline(rules_given, baseline)?;
-    let kube = kube_input(extras)?;
-    let mut analysed = check::analyse(
-        run_path,
-        baseline,
-        limit,
-        extras.cpu_limit,
-        decode,
-        extras.picks,
-    )?;
-    let triaged = match &kube {
-        None => None,
-        Some(k) => {
-            // Envoy's worker count, when the run has it, meets the pod's CPU limit there too.
-            let mut workers = extras.workers.clone();
-            let from_run = workers.is_empty();
-            if from_run {
-                workers.extend(
-                    check::envoy_snapshots(&analysed.run)
-                        .iter()
-                        .rev()
-                        .find_map(|s| s.stats.concurrency())
-                        .and_then(|c| u32::try_from(c).ok())
-                        .filter(|&w| w > 0)
-                        .map(|workers| WorkerFigure {
-                            container: None,
-                            workers,
-                        }),
-                );
-            }
-            let input = TriageInput {
-                pods: &k.pods,
-                events: k.events.as_deref(),
-                usage: &extras.usage,
-                workers: &workers,
-                now_ms: k.now_ms,
-            };
-            let mut report =
-                triage::triage(&input).map_err(|e| CliError::Usage(format!("{}: {e}", k.path)))?;
-            if from_run && !workers.is_empty() {
-                for c in report.pods.iter_mut().flat_map(|p| p.containers.iter_mut()) {
-                    if c.cpu.workers_source.as_deref() == Some("--concurrency") {
-                        c.cpu.workers_source = Some("server.concurrency in the run".into());
-                    }
-                }
-            }
-            Some(report)
+    let kube = report::kube_input(&extras.inputs).map_err(check::failed)?;
+    let options = check::options(limit, extras.cpu_limit, decode, extras.picks);
+    if let Some(c) = ClusterRun::open(run_path).map_err(check::failed)? {
+        if kube.is_some() {
+            return Err(CliError::Usage(format!(
+                "{}: is a cluster run; --pod applies to one pod: report one node ({}/targets/NAME)",
+                run_path.display(),
+                run_path.display()
+            )));
         }
-    };
-    // Limits the run does not know come from the Envoy container of the pod.
-    if let (Some(e), Some(c)) = (
-        analysed.envoy.as_ref(),
-        triaged.as_ref().and_then(envoy_container),
-    ) {
-        let from = format!("pod container {}", c.name);
-        let memory = e
-            .limits
-            .memory_bytes
-            .zip(e.memory_from.clone())
-            .or_else(|| c.memory.limit_bytes.map(|m| (m, from.clone())));
-        let cpu = e
-            .limits
-            .cpu_cores
-            .zip(e.cpu_from.clone())
-            .or_else(|| c.cpu.limit_cores.map(|l| (l, from.clone())));
-        if memory.as_ref().map(|m| m.0) != e.limits.memory_bytes
-            || cpu.as_ref().map(|c| c.0) != e.limits.cpu_cores
-        {
-            analysed.envoy = check::envoy_findings(&analysed.run, memory, cpu);
-        }
+        return cluster::write(&c, baseline, out, rules_given, &options, &extras.inputs);
     }
-    let outcomes = analysed.evaluate(rules_given);
-    let flamegraphs = draw_flamegraphs(&analysed, &decode.limits(), extras.keep_profiler);
-    let mut notes: Vec<String> = analysed
-        .notes
-        .unreadable
-        .iter()
-        .map(|p| format!("skipped {p}"))
-        .collect();
-    if analysed.notes.missing > 0 {
-        notes.push(format!(
-            "{} profile file(s) named in the manifest are missing (thinned by --max-disk?)",
-            analysed.notes.missing
-        ));
-    }
-    let model = ReportModel {
-        run: RunView {
-            name: dir_name(&analysed.run.root),
-            info: analysed.run.info.as_ref(),
-            records: &analysed.run.manifest.records,
-            memory: &analysed.memory,
-            growth: &analysed.growth,
-            notes,
-        },
-        baseline: analysed.baseline.as_ref().map(|b| BaselineView {
-            name: dir_name(&b.run.root),
-            info: b.run.info.as_ref(),
-            comparison: &b.comparison,
-            heap_ratio: b.heap_ratio.as_ref(),
-        }),
-        rules: &outcomes,
-        flamegraphs: &flamegraphs,
-        peak_heap: &analysed.peak_heap,
-        envoy: analysed.envoy.as_ref().map(|e| EnvoyView {
-            target: &e.target,
-            report: &e.report,
-            limits: e.limits,
-            memory_from: e.memory_from.as_deref(),
-            cpu_from: e.cpu_from.as_deref(),
-        }),
-        kube: kube
-            .as_ref()
-            .zip(triaged.as_ref())
-            .map(|(k, report)| KubeView {
-                file: k.file.clone(),
-                report,
-            }),
-    };
+    let analysed = check::analyse(run_path, baseline, &options)?;
+    let prepared = report::prepare(analysed, kube, rules_given, &options, &extras.inputs)
+        .map_err(check::failed)?;
+    let model = prepared.model();
+    write_files(out, &model)?;
+    Ok(Written {
+        headline: model.headline(),
+        flamegraphs: prepared.flamegraphs.len(),
+        outcomes: prepared.outcomes.clone(),
+        nodes: None,
+    })
+}
 
+/// Writes a folder's file, naming it when that fails.
+fn write_file(out: &Path, name: &str, text: &str) -> Result<(), CliError> {
+    let path = out.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| CliError::Read {
+            path: parent.display().to_string(),
+            source,
+        })?;
+    }
+    std::fs::write(&path, text).map_err(|source| CliError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Writes one run's report folder: the page, the markdown, the summary and the flamegraphs.
+fn write_files(out: &Path, model: &ReportModel) -> Result<(), CliError> {
     let folder = out.join("flamegraphs");
     std::fs::create_dir_all(&folder).map_err(|source| CliError::Read {
         path: folder.display().to_string(),
         source,
     })?;
-    let write = |name: &str, text: &str| {
-        let path = out.join(name);
-        std::fs::write(&path, text).map_err(|source| CliError::Read {
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    for f in &flamegraphs {
-        write(&f.file, &f.svg)?;
+    for f in model.flamegraphs {
+        write_file(out, &f.file, &f.svg)?;
     }
-    write("index.html", &html::html(&model))?;
-    write("report.md", &markdown::markdown(&model))?;
-    write("summary.json", &summary::json(&model))?;
-    Ok(Written {
-        headline: model.headline(),
-        flamegraphs: flamegraphs.len(),
-        outcomes,
-    })
-}
-
-fn dir_name(path: &Path) -> String {
-    std::fs::canonicalize(path)
-        .ok()
-        .as_deref()
-        .unwrap_or(path)
-        .file_name()
-        .map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        )
-}
-
-/// A stored heap capture: its record and decoded profile.
-struct Capture<'a> {
-    record: &'a CaptureRecord,
-    profile: Profile,
-}
-
-fn load<'a>(run: &RunDir, record: &'a CaptureRecord, limits: &DecodeLimits) -> Option<Capture<'a>> {
-    let bytes = std::fs::read(run.file_path(record)?).ok()?;
-    let profile = decode::decode(&bytes, limits).ok()?;
-    Some(Capture { record, profile })
-}
-
-fn inuse(c: &Capture) -> Vec<(String, i64)> {
-    let index = c
-        .profile
-        .find_sample_type("inuse_space")
-        .unwrap_or_else(|| c.profile.default_sample_index());
-    flame::folded(&c.profile, index)
-}
-
-fn capture_at(c: &Capture, start_ms: i64) -> String {
-    format!(
-        "capture #{} at {:.1} s",
-        c.record.seq,
-        (c.record.t_ms - start_ms) as f64 / 1000.0
-    )
-}
-
-/// The stored heap capture of a run's boot cycle in effect `age` seconds into it.
-fn at_age(run: &RunDir, cycle: u32, age: f64) -> Option<&CaptureRecord> {
-    let start = scan::cycle_start_ms(&run.manifest.records, cycle)?;
-    scan::capture_at_age(&scan::stored_heaps(run, cycle), start, age)
-}
-
-/// A growth flamegraph per boot cycle (first to last stored heap capture) and, with a
-/// baseline, a differential one at the compared age. A flamegraph that cannot be drawn is
-/// left out; the tables still say what grew.
-fn draw_flamegraphs(a: &Analysed, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Flamegraph> {
-    let mut out = Vec::new();
-    for c in &a.growth.cycles {
-        let heaps = scan::stored_heaps(&a.run, c.index);
-        // Without sustained growth, the rise into the cycle's peak is what it added.
-        let rise = c
-            .episode
-            .as_ref()
-            .filter(|_| c.sites.is_empty())
-            .and_then(|e| e.from_seq.zip(e.to_seq))
-            .and_then(|(from, to)| {
-                let find = |seq| heaps.iter().find(|r| r.seq == seq);
-                find(from).zip(find(to))
-            });
-        let (Some(first), Some(last)) = rise
-            .map(|(f, t)| (Some(f), Some(t)))
-            .unwrap_or((heaps.first(), heaps.last()))
-        else {
-            continue;
-        };
-        if first.seq == last.seq {
-            continue;
-        }
-        let (Some(first), Some(last)) = (load(&a.run, first, limits), load(&a.run, last, limits))
-        else {
-            continue;
-        };
-        let mut growth: BTreeMap<String, i64> = inuse(&last).into_iter().collect();
-        for (stack, v) in inuse(&first) {
-            *growth.entry(stack).or_default() -= v;
-        }
-        let growth: Vec<(String, i64)> = growth.into_iter().filter(|(_, v)| *v > 0).collect();
-        let (growth, profiler) = if keep_profiler {
-            (growth, 0)
-        } else {
-            heapwatch::analyse::reduce::without_profiler(growth)
-        };
-        let span = format!(
-            "from {} to {}{}",
-            capture_at(&first, c.start_ms),
-            capture_at(&last, c.start_ms),
-            if rise.is_some() {
-                " (the rise into the peak)"
-            } else {
-                ""
-            }
-        );
-        let options = FlameOptions {
-            title: format!(
-                "In-use {}, boot cycle {} of {}",
-                if rise.is_some() { "rise" } else { "growth" },
-                c.index,
-                c.build
-            ),
-            subtitle: Some(if profiler > 0 {
-                format!(
-                    "{span}; widths: bytes added; the profile writer's {} left out",
-                    units::format_bytes(profiler)
-                )
-            } else {
-                format!("{span}; widths: bytes added")
-            }),
-            count_name: "bytes".into(),
-        };
-        if let Ok(svg) = flame::flame_svg(&growth, &options) {
-            out.push(Flamegraph {
-                file: format!("flamegraphs/cycle-{}-growth.svg", c.index),
-                cycle: Some(c.index),
-                caption: format!(
-                    "What boot cycle {} added to the in-use heap {span}: each frame is as wide as the bytes added under it.",
-                    c.index
-                ),
-                svg,
-            });
-        }
-    }
-    if let Some(b) = &a.baseline {
-        let age = b.comparison.age_s;
-        let loaded = at_age(&b.run, b.comparison.a_cycle, age)
-            .and_then(|r| load(&b.run, r, limits))
-            .zip(at_age(&a.run, b.comparison.b_cycle, age).and_then(|r| load(&a.run, r, limits)));
-        if let Some((base, new)) = loaded {
-            let (build, base_label) = (&b.comparison.b, &b.comparison.a);
-            let options = FlameOptions {
-                title: format!("In-use heap, {build} against {base_label}"),
-                subtitle: Some(format!(
-                    "{age:.1} s into boot cycle {} of {build} and cycle {} of {base_label}: capture #{} of {base_label}, #{} of {build}",
-                    b.comparison.b_cycle, b.comparison.a_cycle, base.record.seq, new.record.seq
-                )),
-                count_name: "bytes".into(),
-            };
-            if let Ok(svg) = flame::diff_flame_svg(&inuse(&base), &inuse(&new), &options) {
-                out.push(Flamegraph {
-                    file: "flamegraphs/diff-vs-baseline.svg".into(),
-                    cycle: None,
-                    caption: format!(
-                        "In-use heap of {build} against {base_label} at {age:.1} s: red grew in {build}, blue shrank."
-                    ),
-                    svg,
-                });
-            }
-        }
-    }
-    out
+    write_file(out, "index.html", &html::html(model))?;
+    write_file(out, "report.md", &markdown::markdown(model))?;
+    write_file(out, "summary.json", &summary::json(model))?;
+    Ok(())
 }

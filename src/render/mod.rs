@@ -1,6 +1,7 @@
 //! Findings to output: text for people, JSON for other tools (every document carries a
 //! `schema` version), later SVG and HTML.
 
+pub mod cluster;
 pub mod compare;
 pub mod diff;
 pub mod envoy;

@@ -3,6 +3,7 @@
 //! manifest line is appended and fsynced after that. Readers never see a torn file.
 
 pub mod cluster;
+mod failure;
 pub mod manifest;
 
 use std::fs::{self, File, OpenOptions};
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use failure::{CaptureFailure, NOT_SERVED};
 pub use manifest::{CaptureRecord, ManifestRead, RecordKind};
 
 use crate::model::run_options::RunOptions;

@@ -6,6 +6,7 @@ mod util;
 mod agent;
 mod bad_input;
 mod cluster;
+mod cluster_analysis;
 mod collect_crash;
 mod collect_faults;
 mod collect_oom;

@@ -183,13 +183,14 @@ pub(crate) fn at_same_age<'c, 'a>(
     };
     let age = seen(base_run, base)?.min(seen(new_run, new)?);
     // The one rule for "the capture at age X" (scan::capture_at_age), over stored captures.
-    let at_age = |c: &[&'c StoredCapture<'a>]| -> Option<&'c StoredCapture<'a>> {
-        let start = c.first()?.record.t_ms - (c.first()?.age_s * 1000.0).round() as i64;
+    let at_age = |run: &RunDir, c: &[&'c StoredCapture<'a>]| -> Option<&'c StoredCapture<'a>> {
+        let cycle = c.first()?.record.cycle;
+        let start = heapwatch::scan::cycle_start_ms(&run.manifest.records, cycle)?;
         let records: Vec<&CaptureRecord> = c.iter().map(|x| x.record).collect();
         let chosen = heapwatch::scan::capture_at_age(&records, start, age)?;
         c.iter().find(|x| x.record.seq == chosen.seq).copied()
     };
-    Some((at_age(base)?, at_age(new)?))
+    Some((at_age(base_run, base)?, at_age(new_run, new)?))
 }
 
 /// Per-stack growth from one capture to a later one: positive changes only (what was added).

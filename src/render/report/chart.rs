@@ -24,6 +24,7 @@ const BURST: RGBColor = RGBColor(255, 187, 120);
 const MARK: RGBColor = RGBColor(80, 80, 80);
 const ENVOY_HEAP_SIZE: RGBColor = RGBColor(148, 103, 189);
 const ENVOY_PHYSICAL: RGBColor = RGBColor(140, 86, 75);
+const EVENT: RGBColor = RGBColor(110, 110, 110);
 
 /// What the chart of one boot cycle draws, in seconds since the cycle's first capture.
 #[derive(Debug, Default, Clone)]
@@ -50,6 +51,8 @@ pub struct Timeline {
     pub end_words: String,
     pub onset: Option<f64>,
     pub limit: Option<u64>,
+    /// Marked log lines in the cycle: (seconds, "label (log)").
+    pub events: Vec<(f64, String)>,
 }
 
 impl Timeline {
@@ -151,6 +154,14 @@ impl Timeline {
             t.stopped = c.died_after_s;
             t.end_words = c.end.words();
         }
+        // The marked log lines from the cycle's start to the next cycle's.
+        let next_ms = cycles.get(pos + 1).map_or(i64::MAX, |n| n.start_ms);
+        t.events = run
+            .events
+            .iter()
+            .filter(|e| e.t_ms >= c.start_ms && e.t_ms < next_ms)
+            .map(|e| (at(e.t_ms), format!("{} ({})", e.label, e.log)))
+            .collect();
         t
     }
 
@@ -174,6 +185,7 @@ impl Timeline {
             .map(|p| p.0)
             .chain(self.failures.iter().copied())
             .chain(self.kills.iter().copied())
+            .chain(self.events.iter().map(|e| e.0))
             .chain(self.stopped);
         let (lo, hi) = xs.fold((0.0f64, 1.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
         let pad = (hi - lo) * 0.02;
@@ -373,13 +385,29 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
     if let Some(s) = t.stopped {
         marks.push((s, format!("{} {s:.1} s", t.end_words), MARK));
     }
+    let solid = marks.len();
+    for (x, label) in &t.events {
+        marks.push((*x, format!("{label} {x:.1} s"), EVENT));
+    }
     for (i, (x, label, color)) in marks.iter().enumerate() {
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(*x, 0.0), (*x, ymax)],
-                color.stroke_width(1),
-            )))
-            .map_err(|e| err(&e))?;
+        if i < solid {
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(*x, 0.0), (*x, ymax)],
+                    color.stroke_width(1),
+                )))
+                .map_err(|e| err(&e))?;
+        } else {
+            // A marked log line: dashed, so it reads apart from the target's own ends.
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(*x, 0.0), (*x, ymax)],
+                    4,
+                    3,
+                    color.stroke_width(1),
+                ))
+                .map_err(|e| err(&e))?;
+        }
         // Labels stagger downwards so neighbouring marks stay readable.
         let y = ymax * (0.55 - 0.07 * i as f64);
         let right_half = *x > x0 + (x1 - x0) * 0.6;

@@ -18,7 +18,7 @@ use crate::units::format_bytes;
 /// Rows per table.
 const ROWS: usize = 10;
 
-const STYLE: &str = r#"
+pub(super) const STYLE: &str = r#"
 :root { --fg: #1d2329; --muted: #5b6570; --line: #d9dee3; --bad: #b42318; --ok: #1a7f37; --bg2: #f5f7f9; }
 * { box-sizing: border-box; }
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); margin: 0 auto; max-width: 1040px; padding: 24px; }
@@ -79,6 +79,7 @@ pub fn html(m: &ReportModel) -> String {
     for (pos, c) in run.growth.cycles.iter().enumerate() {
         cycle(&mut out, m, pos, c);
     }
+    events(&mut out, m);
     collection(&mut out, m);
     let _ = writeln!(
         out,
@@ -509,6 +510,31 @@ fn flame(out: &mut String, f: &Flamegraph, i: usize) {
         escape(&f.caption),
         escape(&f.file)
     );
+}
+
+/// The marked log lines, when the run has any.
+fn events(out: &mut String, m: &ReportModel) {
+    let run = &m.run;
+    if run.events.is_empty() {
+        return;
+    }
+    let start = run.info.map(|i| i.started_ms);
+    out.push_str("<section id=\"events\">\n<h2>Events</h2>\n<table><tr><th>time</th><th>label</th><th>log</th><th>line</th></tr>\n");
+    for e in run.events {
+        let when = match start {
+            Some(s) => format!("{} into the run", seconds((e.t_ms - s) as f64 / 1000.0)),
+            None => super::utc(e.t_ms),
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            escape(&when),
+            escape(&e.label),
+            escape(&e.log),
+            escape(&e.line)
+        );
+    }
+    out.push_str("</table>\n</section>\n");
 }
 
 fn collection(out: &mut String, m: &ReportModel) {

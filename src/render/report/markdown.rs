@@ -12,7 +12,7 @@ use crate::units::format_bytes;
 const TOP: usize = 3;
 
 /// Markdown-escapes running text.
-fn text(s: &str) -> String {
+pub(super) fn text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -28,7 +28,7 @@ fn text(s: &str) -> String {
 }
 
 /// A name as an inline code span that survives backticks and table pipes.
-fn code(s: &str) -> String {
+pub(super) fn code(s: &str) -> String {
     let clean: String = s
         .chars()
         .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
@@ -293,6 +293,24 @@ pub fn markdown(m: &ReportModel) -> String {
         if let Some(i) = get("interval") {
             how.push_str(&format!(", interval {}", text(i)));
         }
+    }
+    if !run.events.is_empty() {
+        out.push_str("## Events\n\n| time | label | log | line |\n|---|---|---|---|\n");
+        for e in run.events {
+            let when = match run.info {
+                Some(i) => seconds((e.t_ms - i.started_ms) as f64 / 1000.0),
+                None => super::utc(e.t_ms),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                text(&when),
+                text(&e.label),
+                text(&e.log),
+                code(&e.line)
+            );
+        }
+        out.push('\n');
     }
     let _ = writeln!(
         out,

@@ -7,6 +7,8 @@
 
 pub mod breakdown;
 pub mod chart;
+pub mod cluster;
+pub mod cluster_chart;
 pub mod html;
 pub mod markdown;
 pub mod summary;
@@ -20,6 +22,7 @@ use crate::analyse::rules::{HeapRatio, Outcome};
 use crate::analyse::triage::{TriageReport, format_span};
 use crate::model::envoy::HeapDumpState;
 use crate::model::memory::MemorySample;
+use crate::store::cluster::Event;
 use crate::store::{CaptureRecord, RecordKind, RunInfo};
 use crate::units::format_bytes;
 
@@ -31,6 +34,8 @@ pub struct RunView<'a> {
     pub records: &'a [CaptureRecord],
     pub memory: &'a [MemorySample],
     pub growth: &'a GrowthReport,
+    /// Marked log lines (`events.jsonl`), oldest first.
+    pub events: &'a [Event],
     /// Profiles that could not be read, and similar things worth knowing.
     pub notes: Vec<String>,
 }

@@ -28,6 +28,9 @@ struct Summary<'a> {
     envoy: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     kubernetes: Option<serde_json::Value>,
+    /// Marked log lines (`events.jsonl`), when the run has any.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    events: &'a [crate::store::cluster::Event],
     files: Files,
 }
 
@@ -337,6 +340,7 @@ pub fn json(m: &ReportModel) -> String {
         failed: m.failed(),
         envoy: m.envoy.as_ref().map(envoy),
         kubernetes: m.kube.as_ref().map(kubernetes),
+        events: run.events,
         files: Files {
             html: "index.html",
             markdown: "report.md",

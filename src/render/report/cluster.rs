@@ -1,0 +1,317 @@
+//! The report of a cluster run: `index.html`, `report.md` and `summary.json` at the top of the
+//! report folder, with one section per node (its verdict and rules, linking to the node's own
+//! full report under `nodes/NAME/`), the shared timeline of every node, and the table of
+//! marked log lines. Pure, like the rest of `report`.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::cluster_chart::{self, SharedTimeline};
+use super::html::STYLE;
+use super::markdown::{code, text};
+use super::{ReportModel, escape, seconds, utc};
+use crate::analyse::rules::Status;
+use crate::store::cluster::{Event, TimeFrom};
+
+/// One node of the report: its name, its directory in the run, and its own report's model.
+pub struct NodeReport<'a> {
+    pub name: &'a str,
+    /// The node's run directory, relative to the cluster run (`targets/ctrl2`).
+    pub dir: &'a str,
+    /// The node's own report folder, relative to the cluster report (`nodes/ctrl2`).
+    pub folder: String,
+    pub model: &'a ReportModel<'a>,
+}
+
+/// Everything the cluster report shows.
+pub struct ClusterModel<'a> {
+    /// The run directory's own name.
+    pub name: String,
+    pub label: Option<&'a str>,
+    pub started_ms: i64,
+    pub nodes: Vec<NodeReport<'a>>,
+    /// Marked log lines, oldest first.
+    pub events: &'a [Event],
+}
+
+impl ClusterModel<'_> {
+    pub fn title(&self) -> &str {
+        self.label.unwrap_or(&self.name)
+    }
+
+    /// One sentence per node.
+    pub fn headline(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}: {}", n.name, n.model.headline()))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    /// True when a rule tripped on any node.
+    pub fn failed(&self) -> bool {
+        self.nodes.iter().any(|n| n.model.failed())
+    }
+
+    pub fn timeline(&self) -> SharedTimeline {
+        let runs: Vec<(&str, &super::RunView)> =
+            self.nodes.iter().map(|n| (n.name, &n.model.run)).collect();
+        SharedTimeline::of(self.started_ms, &runs, self.events)
+    }
+}
+
+fn time_from(e: &Event) -> &'static str {
+    match e.time_from {
+        TimeFrom::Line => "line",
+        TimeFrom::Read => "read",
+    }
+}
+
+/// Seconds of an event on the shared timeline.
+fn event_s(t: &SharedTimeline, e: &Event) -> f64 {
+    (e.t_ms - t.start_ms) as f64 / 1000.0
+}
+
+fn status_word(s: Status) -> (&'static str, &'static str) {
+    match s {
+        Status::Fail => ("fail", "fail"),
+        Status::Pass => ("pass", "pass"),
+        Status::Unknown => ("unknown", "not checked"),
+    }
+}
+
+pub fn html(m: &ClusterModel) -> String {
+    let title = m.title();
+    let timeline = m.timeline();
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>heapwatch cluster report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        escape(title)
+    );
+    let _ = writeln!(
+        out,
+        "<header>\n<h1>heapwatch cluster report <small>{} · {} nodes</small></h1>\n</header>",
+        escape(title),
+        m.nodes.len()
+    );
+    out.push_str("<nav>");
+    for n in &m.nodes {
+        let _ = write!(out, "<a href=\"#node-{0}\">{0}</a>", escape(n.name));
+    }
+    out.push_str("<a href=\"#timeline\">timeline</a><a href=\"#events\">events</a></nav>\n");
+
+    out.push_str("<section id=\"nodes\">\n<h2>Nodes</h2>\n<table><tr><th>node</th><th>verdict</th><th>rules</th><th>full report</th></tr>\n");
+    for n in &m.nodes {
+        let rules = if n.model.rules.is_empty() {
+            "<span class=\"unknown\">none given</span>".to_string()
+        } else if n.model.failed() {
+            "<span class=\"fail\">failed</span>".to_string()
+        } else {
+            "<span class=\"pass\">passed</span>".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td><a href=\"#node-{0}\">{0}</a></td><td>{1}</td><td>{rules}</td><td><a href=\"{2}/index.html\">{2}/index.html</a></td></tr>",
+            escape(n.name),
+            escape(&n.model.headline()),
+            escape(&n.folder)
+        );
+    }
+    out.push_str("</table>\n</section>\n");
+
+    let _ = writeln!(
+        out,
+        "<section id=\"timeline\">\n<h2>Timeline</h2>\n<figure class=\"chart\">\n{}\n<figcaption>Every node's memory on one time axis from {}: heap in use (thick) and cgroup or process memory (thin) in the node's colour, a vertical line where a node was OOM-killed or ended, dashed grey lines at the marked log lines.</figcaption>\n</figure>\n</section>",
+        cluster_chart::svg(&timeline, "Memory of every node"),
+        escape(&utc(timeline.start_ms))
+    );
+
+    out.push_str("<section id=\"events\">\n<h2>Events</h2>\n");
+    if m.events.is_empty() {
+        out.push_str("<p class=\"note\">No marked log line (collect with --log NAME=PATH --mark LABEL=REGEX).</p>\n");
+    } else {
+        out.push_str(
+            "<table><tr><th class=\"num\">time</th><th>label</th><th>log</th><th>line</th></tr>\n",
+        );
+        for e in m.events {
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"num\">{} <small class=\"note\">({} time)</small></td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                seconds(event_s(&timeline, e)),
+                time_from(e),
+                escape(&e.label),
+                escape(&e.log),
+                escape(&e.line)
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    out.push_str("</section>\n");
+
+    for n in &m.nodes {
+        let _ = writeln!(
+            out,
+            "<section class=\"node\" id=\"node-{0}\">\n<h2>Node {0} <small class=\"note\">{1}</small></h2>\n<p class=\"verdict\">{2}</p>",
+            escape(n.name),
+            escape(n.dir),
+            escape(&n.model.headline())
+        );
+        for c in &n.model.run.growth.cycles {
+            let _ = writeln!(
+                out,
+                "<p>Boot cycle {} ({}): {}</p>",
+                c.index,
+                escape(&c.build),
+                escape(&c.verdict)
+            );
+        }
+        if !n.model.rules.is_empty() {
+            out.push_str("<table><tr><th>rule</th><th class=\"num\">measured</th><th>result</th><th>why</th></tr>\n");
+            for o in n.model.rules {
+                let (class, word) = status_word(o.status);
+                let _ = writeln!(
+                    out,
+                    "<tr><td class=\"rule\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"{class}\">{word}</td><td>{}</td></tr>",
+                    escape(&o.rule),
+                    escape(&o.shown),
+                    escape(&o.reason)
+                );
+            }
+            out.push_str("</table>\n");
+        }
+        let _ = writeln!(
+            out,
+            "<p>The node's full report: <a href=\"{0}/index.html\">{0}/index.html</a></p>\n</section>",
+            escape(&n.folder)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "<footer>Written by heapwatch {} from <code>{}</code>. Beside this page: <code>report.md</code>, <code>summary.json</code>, and each node's own report under <code>nodes/</code>.</footer>\n</body>\n</html>",
+        env!("CARGO_PKG_VERSION"),
+        escape(&m.name)
+    );
+    out
+}
+
+pub fn markdown(m: &ClusterModel) -> String {
+    let timeline = m.timeline();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# heapwatch cluster report: {} ({} nodes)\n",
+        text(m.title()),
+        m.nodes.len()
+    );
+    out.push_str("| node | verdict | rules | full report |\n|---|---|---|---|\n");
+    for n in &m.nodes {
+        let rules = if n.model.rules.is_empty() {
+            "none given"
+        } else if n.model.failed() {
+            "**failed**"
+        } else {
+            "passed"
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {rules} | {}/index.html |",
+            code(n.name),
+            text(&n.model.headline()),
+            text(&n.folder)
+        );
+    }
+    if !m.events.is_empty() {
+        out.push_str("\n## Events\n\n| time | label | log | line |\n|---:|---|---|---|\n");
+        for e in m.events {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                seconds(event_s(&timeline, e)),
+                text(&e.label),
+                text(&e.log),
+                code(&e.line)
+            );
+        }
+    }
+    for n in &m.nodes {
+        let _ = writeln!(
+            out,
+            "\n## Node {}\n\n{}",
+            text(n.name),
+            text(&n.model.headline())
+        );
+        for o in n.model.rules {
+            let (_, word) = status_word(o.status);
+            let _ = writeln!(
+                out,
+                "- {} {word} ({}): {}",
+                code(&o.rule),
+                text(&o.shown),
+                text(&o.reason)
+            );
+        }
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct EventSummary<'a> {
+    t_ms: i64,
+    /// Seconds on the shared timeline.
+    t_s: f64,
+    label: &'a str,
+    log: &'a str,
+    line: &'a str,
+    time_from: &'static str,
+}
+
+/// `summary.json` of a cluster: `nodes` keyed by name, each holding the node's own summary
+/// (the document a single run's report writes) with its directory and report folder.
+pub fn json(m: &ClusterModel) -> String {
+    let timeline = m.timeline();
+    let mut nodes = serde_json::Map::new();
+    for n in &m.nodes {
+        let summary: serde_json::Value =
+            serde_json::from_str(&super::summary::json(n.model)).unwrap_or_default();
+        nodes.insert(
+            n.name.to_string(),
+            serde_json::json!({
+                "dir": n.dir,
+                "report": format!("{}/index.html", n.folder),
+                "failed": n.model.failed(),
+                "summary": summary,
+            }),
+        );
+    }
+    let events: Vec<EventSummary> = m
+        .events
+        .iter()
+        .map(|e| EventSummary {
+            t_ms: e.t_ms,
+            t_s: (event_s(&timeline, e) * 1000.0).round() / 1000.0,
+            label: &e.label,
+            log: &e.log,
+            line: &e.line,
+            time_from: time_from(e),
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "schema": crate::model::SCHEMA,
+        "kind": "cluster",
+        "run": {"name": m.name, "label": m.label, "started_ms": m.started_ms},
+        "headline": m.headline(),
+        "failed": m.failed(),
+        "node_order": m.nodes.iter().map(|n| n.name).collect::<Vec<_>>(),
+        "nodes": nodes,
+        "events": events,
+        "files": {"html": "index.html", "markdown": "report.md"},
+    });
+    let mut out = serde_json::to_string_pretty(&doc).expect("the summary is plain data");
+    out.push('\n');
+    out
+}

@@ -1,0 +1,302 @@
+//! The shared timeline of a cluster run as an SVG chart: every node's memory on one time axis
+//! (heap in use from its captures, and cgroup or process memory where it was sampled), each
+//! node's kills and exits marked in its colour, and the marked log lines (`events.jsonl`) as
+//! labelled vertical lines.
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::RunView;
+use crate::analyse::boundaries;
+use crate::store::RecordKind;
+use crate::store::cluster::Event;
+use crate::units::format_bytes;
+
+const WIDTH: u32 = 960;
+const HEIGHT: u32 = 400;
+const EVENT: RGBColor = RGBColor(90, 90, 90);
+
+/// One colour per node, in run.json order (repeating past ten nodes).
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// One node's series, in seconds since the timeline's start.
+#[derive(Debug, Default, Clone)]
+pub struct NodeSeries {
+    pub name: String,
+    pub heap: Vec<(f64, f64)>,
+    /// cgroup usage where sampled, else the process's RSS.
+    pub memory: Vec<(f64, f64)>,
+    /// Where a boot cycle ended: (seconds, "OOM kill" or how it ended).
+    pub ends: Vec<(f64, String)>,
+}
+
+/// What the shared chart draws.
+#[derive(Debug, Default, Clone)]
+pub struct SharedTimeline {
+    /// Unix ms of the time axis's zero.
+    pub start_ms: i64,
+    pub nodes: Vec<NodeSeries>,
+    /// (seconds, label, log name) of each marked log line.
+    pub events: Vec<(f64, String, String)>,
+}
+
+impl SharedTimeline {
+    /// Every node's series from its run, and the events, on one axis starting at the earliest
+    /// moment any of them knows (or `started_ms`, when earlier).
+    pub fn of(started_ms: i64, nodes: &[(&str, &RunView)], events: &[Event]) -> SharedTimeline {
+        let start_ms = nodes
+            .iter()
+            .flat_map(|(_, r)| {
+                r.records
+                    .iter()
+                    .map(|x| x.t_ms)
+                    .chain(r.memory.iter().map(|m| m.t_ms))
+            })
+            .chain(events.iter().map(|e| e.t_ms))
+            .chain(std::iter::once(started_ms))
+            .min()
+            .unwrap_or(started_ms);
+        let at = |t_ms: i64| (t_ms - start_ms) as f64 / 1000.0;
+        let nodes = nodes
+            .iter()
+            .map(|(name, run)| {
+                let mut heap: Vec<(i64, u64, f64)> = run
+                    .records
+                    .iter()
+                    .filter(|r| r.is_ok() && r.kind == RecordKind::Heap)
+                    .filter_map(|r| {
+                        r.totals
+                            .get("inuse_space")
+                            .map(|&v| (r.t_ms, r.seq, v as f64))
+                    })
+                    .collect();
+                heap.sort_by_key(|h| (h.0, h.1));
+                let cgroup = run.memory.iter().any(|m| m.usage.is_some());
+                let memory = run
+                    .memory
+                    .iter()
+                    .filter(|m| m.alive)
+                    .filter_map(|m| {
+                        if cgroup { m.usage } else { m.rss }.map(|v| (at(m.t_ms), v as f64))
+                    })
+                    .collect();
+                let ends = run
+                    .growth
+                    .cycles
+                    .iter()
+                    .filter_map(|c| {
+                        let died = c.died_after_s?;
+                        let words = if c.killed {
+                            "OOM kill".to_string()
+                        } else {
+                            c.end.words()
+                        };
+                        Some((at(c.start_ms) + died, words))
+                    })
+                    .collect();
+                NodeSeries {
+                    name: name.to_string(),
+                    heap: heap.iter().map(|&(t, _, v)| (at(t), v)).collect(),
+                    memory,
+                    ends,
+                }
+            })
+            .collect();
+        SharedTimeline {
+            start_ms,
+            nodes,
+            events: events
+                .iter()
+                .map(|e| (at(e.t_ms), e.label.clone(), e.log.clone()))
+                .collect(),
+        }
+    }
+
+    fn x_max(&self) -> f64 {
+        let xs = self.nodes.iter().flat_map(|n| {
+            n.heap
+                .iter()
+                .chain(n.memory.iter())
+                .map(|p| p.0)
+                .chain(n.ends.iter().map(|e| e.0))
+        });
+        xs.chain(self.events.iter().map(|e| e.0))
+            .fold(1.0f64, f64::max)
+            * 1.02
+    }
+
+    fn y_max(&self) -> f64 {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.heap.iter().chain(n.memory.iter()).map(|p| p.1))
+            .fold(1024.0 * 1024.0, f64::max)
+            * 1.12
+    }
+}
+
+/// The node's colour by its position.
+pub fn colour(pos: usize) -> RGBColor {
+    PALETTE[pos % PALETTE.len()]
+}
+
+/// The chart as SVG text; a note in its place when it cannot be drawn.
+pub fn svg(t: &SharedTimeline, caption: &str) -> String {
+    let mut out = String::new();
+    match draw(t, caption, &mut out) {
+        Ok(()) => out,
+        Err(e) => format!(
+            "<p class=\"note\">chart not drawn: {}</p>",
+            super::escape(&e)
+        ),
+    }
+}
+
+fn draw(t: &SharedTimeline, caption: &str, out: &mut String) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let root = SVGBackend::with_string(out, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (x1, ymax) = (t.x_max(), t.y_max());
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 17))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(72)
+        .build_cartesian_2d(0.0..x1, 0.0..ymax)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the run's first moment")
+        .y_desc("bytes")
+        .y_label_formatter(&|v| format_bytes(*v as i64))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .light_line_style(RGBColor(238, 238, 238))
+        .label_style(("sans-serif", 12))
+        .axis_desc_style(("sans-serif", 13))
+        .draw()
+        .map_err(|e| err(&e))?;
+
+    for (pos, n) in t.nodes.iter().enumerate() {
+        let c = colour(pos);
+        for (points, width, what) in [(&n.heap, 2, "heap in use"), (&n.memory, 1, "memory")] {
+            if points.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(
+                    boundaries::segments(points)
+                        .into_iter()
+                        .map(|s| PathElement::new(s.to_vec(), c.stroke_width(width))),
+                )
+                .map_err(|e| err(&e))?
+                .label(format!("{} {what}", n.name))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(width))
+                });
+        }
+    }
+
+    // Vertical marks: each node's ends in its colour, then the events in grey.
+    let mut marks: Vec<(f64, String, RGBColor)> = Vec::new();
+    for (pos, n) in t.nodes.iter().enumerate() {
+        for (x, words) in &n.ends {
+            marks.push((*x, format!("{} {words} {x:.1} s", n.name), colour(pos)));
+        }
+    }
+    for (x, label, log) in &t.events {
+        marks.push((*x, format!("{label} ({log}) {x:.1} s"), EVENT));
+    }
+    for (i, (x, label, color)) in marks.iter().enumerate() {
+        let event = *color == EVENT;
+        let line = PathElement::new(vec![(*x, 0.0), (*x, ymax)], color.stroke_width(1));
+        if event {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(*x, 0.0), (*x, ymax)],
+                    4,
+                    3,
+                    color.stroke_width(1),
+                ))
+                .map_err(|e| err(&e))?;
+        } else {
+            chart
+                .draw_series(std::iter::once(line))
+                .map_err(|e| err(&e))?;
+        }
+        // Labels stagger downwards so neighbouring marks stay readable.
+        let y = ymax * (0.95 - 0.06 * (i % 12) as f64);
+        let right_half = *x > x1 * 0.6;
+        let anchor = if right_half {
+            Pos::new(HPos::Right, VPos::Center)
+        } else {
+            Pos::new(HPos::Left, VPos::Center)
+        };
+        let dx = if right_half { -0.004 } else { 0.004 } * x1;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label.clone(),
+                (*x + dx, y),
+                ("sans-serif", 11).into_font().color(color).pos(anchor),
+            )))
+            .map_err(|e| err(&e))?;
+    }
+
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .label_font(("sans-serif", 12))
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    drop(chart);
+    drop(root);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_node_its_ends_and_the_events_are_drawn_with_their_labels() {
+        let t = SharedTimeline {
+            start_ms: 0,
+            nodes: vec![
+                NodeSeries {
+                    name: "ctrl1".into(),
+                    heap: vec![(0.0, 1e6), (5.0, 2e6)],
+                    ..NodeSeries::default()
+                },
+                NodeSeries {
+                    name: "ctrl2".into(),
+                    heap: vec![(1.0, 1e6), (4.0, 9e6)],
+                    memory: vec![(1.0, 2e6), (4.0, 10e6)],
+                    ends: vec![(4.5, "OOM kill".into())],
+                },
+            ],
+            events: vec![(2.0, "read-only".into(), "ctrl1".into())],
+        };
+        let svg = svg(&t, "cluster");
+        assert!(svg.starts_with("<svg"), "{svg}");
+        for text in [
+            "ctrl1 heap in use",
+            "ctrl2 memory",
+            "ctrl2 OOM kill 4.5 s",
+            "read-only (ctrl1) 2.0 s",
+        ] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+    }
+}
