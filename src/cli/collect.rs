@@ -390,7 +390,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         schema: heapwatch::render::SCHEMA,
         tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
         target: args.target.clone(),
-        source: source.kind().to_string(),
+        source: source.kind().as_str().to_string(),
         started_ms: clock.unix_ms(),
         resumed_ms: Vec::new(),
         options: serde_json::json!({

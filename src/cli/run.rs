@@ -274,7 +274,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         .map(|(i, (source, target))| {
             let out = args.out.join(format!("also-{}", i + 1));
             SubRun {
-                info: args.info(&out, target, source.kind(), mode, started_ms),
+                info: args.info(&out, target, source.kind().as_str(), mode, started_ms),
                 out,
                 source,
             }

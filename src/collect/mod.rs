@@ -26,7 +26,7 @@ pub use status::LiveStatus;
 use crate::decode::{self, DecodeLimits, stackdump};
 use crate::index::{CaptureIndexer, Content as IndexContent};
 use crate::source::procmem::MemoryProbe;
-use crate::source::{FailureKind, FetchError, Source, Want, memstats};
+use crate::source::{FailureKind, FetchError, Source, SourceKind, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
 use exits::ExitWatcher;
@@ -225,8 +225,8 @@ impl<'a> Collector<'a> {
             .map_or(1, |s| s + 1);
         let mut status = LiveStatus::default();
         status.limit = config.limit;
-        let cycles =
-            CycleTracker::resume(&existing.records).pid_is_process(source.kind() == "proc");
+        let cycles = CycleTracker::resume(&existing.records)
+            .pid_is_process(source.kind() == SourceKind::Proc);
         status.incarnation = cycles.incarnation();
         let retention = Retention::resume(&existing.records, config.max_disk);
         let cycle_noted = existing
@@ -466,7 +466,7 @@ impl<'a> Collector<'a> {
         }
         // Envoy is watched through /memory: it goes first, and heap dumps (a tcmalloc
         // snapshot on Envoy's main thread) come rarely, only while the build serves them.
-        let envoy = self.source.kind() == "envoy";
+        let envoy = self.source.kind() == SourceKind::Envoy;
         if envoy {
             tasks.retain(|t| t.want != Want::MemStats);
             tasks.insert(
@@ -566,7 +566,7 @@ impl<'a> Collector<'a> {
             // the next attempt keeps its normal time, the last live moments matter most.
             if matches!(want, Want::Heap | Want::Goroutine)
                 && self.failing_since.is_none()
-                && self.source.costs_target()
+                && self.source.kind().costs_target()
             {
                 // Rendering a profile costs the target CPU: keep the share of time it spends
                 // serving us under the duty cap (doubled near the limit).
@@ -770,7 +770,7 @@ impl<'a> Collector<'a> {
     }
 
     fn memstats(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
-        if self.source.kind() == "envoy" {
+        if self.source.kind() == SourceKind::Envoy {
             return self.envoy(record, bytes);
         }
         let text = String::from_utf8_lossy(bytes);

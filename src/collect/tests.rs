@@ -41,8 +41,8 @@ impl Source for ScriptedSource<'_> {
     fn target(&self) -> &str {
         "scripted"
     }
-    fn kind(&self) -> &'static str {
-        "http"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Http
     }
     fn supports(&self, want: Want) -> bool {
         want == Want::Heap
@@ -301,8 +301,8 @@ impl Source for AgentLike<'_> {
     fn target(&self) -> &str {
         "agent-like"
     }
-    fn kind(&self) -> &'static str {
-        "agent"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
     }
     fn supports(&self, want: Want) -> bool {
         self.wants.contains(&want)
@@ -494,8 +494,8 @@ impl Source for Versioned<'_> {
     fn target(&self) -> &str {
         "versioned"
     }
-    fn kind(&self) -> &'static str {
-        "agent"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
     }
     fn supports(&self, want: Want) -> bool {
         want == Want::Heap
@@ -734,8 +734,8 @@ fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat()
         fn target(&self) -> &str {
             "growing"
         }
-        fn kind(&self) -> &'static str {
-            "http"
+        fn kind(&self) -> SourceKind {
+            SourceKind::Http
         }
         fn supports(&self, want: Want) -> bool {
             want == Want::Heap
@@ -839,11 +839,8 @@ impl Source for EventDuringFetch<'_> {
     fn target(&self) -> &str {
         "scripted"
     }
-    fn kind(&self) -> &'static str {
-        "proc"
-    }
-    fn costs_target(&self) -> bool {
-        false
+    fn kind(&self) -> SourceKind {
+        SourceKind::Proc
     }
     fn supports(&self, want: Want) -> bool {
         want == Want::Heap

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::http::HttpOptions;
 use super::http::status_error;
-use super::{FailureKind, FetchError, Reply, Source, Want};
+use super::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
 
 /// The `/stats` counters heapwatch reads. `server.uptime` only grows within one process, so
 /// a drop marks a restart.
@@ -401,8 +401,8 @@ impl Source for EnvoySource {
         &self.target
     }
 
-    fn kind(&self) -> &'static str {
-        "envoy"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Envoy
     }
 
     /// Heap: `/heap_dump`, until it answered 501. MemStats: `/memory` with `/stats`.

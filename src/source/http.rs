@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
 
-use super::{FailureKind, FetchError, Reply, Source, Want};
+use super::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
 
 /// How to reach an HTTP target.
 #[derive(Debug, Clone, Default)]
@@ -138,8 +138,8 @@ impl Source for HttpSource {
         &self.target
     }
 
-    fn kind(&self) -> &'static str {
-        "http"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Http
     }
 
     fn supports(&self, want: Want) -> bool {

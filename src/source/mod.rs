@@ -36,6 +36,50 @@ impl Want {
     }
 }
 
+/// What kind of target a source talks to: how it is paced, and its name in `run.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    /// Go's net/http/pprof over HTTP(S).
+    Http,
+    /// The gops-style agent socket.
+    Agent,
+    /// Envoy's admin port.
+    Envoy,
+    /// A Go process's heap read from outside (`proc:`).
+    Proc,
+}
+
+impl SourceKind {
+    /// The name `run.json` keeps (`"source"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Http => "http",
+            SourceKind::Agent => "agent",
+            SourceKind::Envoy => "envoy",
+            SourceKind::Proc => "proc",
+        }
+    }
+
+    /// True when answering costs the target (it renders the profile), so the collector keeps
+    /// its share of time under `max_duty`. The proc source reads memory from outside: false.
+    pub fn costs_target(self) -> bool {
+        self != SourceKind::Proc
+    }
+}
+
+/// `kind == "envoy"`: the kind against its `run.json` name.
+impl PartialEq<&str> for SourceKind {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
+impl fmt::Display for SourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A reply as the target served it.
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -109,18 +153,12 @@ impl std::error::Error for FetchError {}
 pub trait Source: Send {
     /// The target as the user named it, for messages.
     fn target(&self) -> &str;
-    /// `http`, `agent` or `envoy`.
-    fn kind(&self) -> &'static str;
+    fn kind(&self) -> SourceKind;
     fn supports(&self, want: Want) -> bool;
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError>;
     /// The build of the process the source talks to now, asked once per boot cycle after its
     /// first answer. `None` when the source cannot tell (plain HTTP pprof).
     fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
         None
-    }
-    /// True when answering costs the target (it renders the profile), so the collector keeps
-    /// its share of time under `max_duty`. The proc source reads memory from outside: false.
-    fn costs_target(&self) -> bool {
-        true
     }
 }

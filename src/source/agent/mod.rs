@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use discover::{AppInfo, Discovery, pid_alive, pid_from_name};
 use wire::{Endpoint, Op};
 
-use super::{FailureKind, FetchError, Reply, Source, Want};
+use super::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
 use crate::model::build::BuildInfo;
 
 /// What follows `agent:` in a target.
@@ -206,8 +206,8 @@ impl Source for AgentSource {
         &self.target
     }
 
-    fn kind(&self) -> &'static str {
-        "agent"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
     }
 
     fn supports(&self, _want: Want) -> bool {
