@@ -5,7 +5,6 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -13,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use heapwatch::collect::Clock as _;
 use heapwatch::collect::sampler::Sampler;
 use heapwatch::collect::{
-    CollectConfig, Collector, LiveStatus, Observer, OutsideMemory, StopReason, SystemClock,
+    CollectConfig, Collector, LiveStatus, Observer, OutsideMemory, Stop, StopReason, SystemClock,
 };
 use heapwatch::source::Source;
 use heapwatch::source::agent::{AgentOptions, AgentSource};
@@ -328,7 +327,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             args.target
         )));
     }
-    let mut source: Box<dyn Source> = if args.target.starts_with("http://")
+    let source: Box<dyn Source> = if args.target.starts_with("http://")
         || args.target.starts_with("https://")
     {
         Box::new(
@@ -453,12 +452,13 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         None => None,
     };
 
-    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-    ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
+    let stop = Stop::new();
+    let on_interrupt = stop.clone();
+    ctrlc::set_handler(move || on_interrupt.set())
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
 
     let mut status_line = StatusLine::new(args.quiet, args.progress_every);
-    let mut collector = Collector::new(config, source.as_mut(), &clock, writer, &existing, stop)
+    let mut collector = Collector::new(config, source, Arc::new(clock), writer, &existing, stop)
         .with_outside_memory(outside);
     if let Some(probe) = pid_probe {
         collector = collector.with_pid_probe(probe);

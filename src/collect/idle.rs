@@ -38,7 +38,7 @@ pub(super) struct HeapMark {
     captures: u32,
 }
 
-impl Collector<'_> {
+impl Collector {
     /// After a heap capture: an idle target (in-use heap within 2 MiB or 2 %, memory from
     /// outside within 8 MiB or 5 %, of where they were when the heap last moved, for
     /// [`IDLE_AFTER`] intervals) is asked less and less often, up to `idle_backoff` times the
@@ -46,7 +46,7 @@ impl Collector<'_> {
     /// rule; a source that costs the target nothing (proc) keeps its interval, a stopped or
     /// frozen target included.
     pub(super) fn pace_idle(&mut self, record: &CaptureRecord) {
-        let kind = self.source.kind();
+        let kind = self.source().kind();
         if kind == SourceKind::Envoy || !kind.costs_target() || record.kind != RecordKind::Heap {
             return;
         }

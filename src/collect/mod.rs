@@ -12,21 +12,25 @@ pub mod sampler;
 mod status;
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
 use thiserror::Error;
+use tokio::task::JoinHandle;
 
-pub use clock::{Clock, FakeClock, SystemClock};
+pub use clock::{Clock, FakeClock, Sleep, Stop, SystemClock};
 pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
 
 use crate::decode::{self, DecodeLimits, stackdump};
 use crate::index::{CaptureIndexer, Content as IndexContent};
+use crate::model::build::BuildInfo;
 use crate::source::procmem::MemoryProbe;
-use crate::source::{FailureKind, FetchError, Source, SourceKind, Want, memstats};
+use crate::source::{FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
 use exits::ExitWatcher;
@@ -86,6 +90,9 @@ impl Default for CollectConfig {
 pub enum CollectError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The blocking `run` could not start its tokio runtime (no file descriptors left).
+    #[error("cannot start the collector's runtime: {0}; raise the open-file limit")]
+    Runtime(std::io::Error),
 }
 
 /// Why the collector stopped.
@@ -122,6 +129,12 @@ pub trait Observer {
 
 pub struct NoObserver;
 
+impl<O: Observer + ?Sized> Observer for &mut O {
+    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
+        (**self).attempt(record, status);
+    }
+}
+
 impl Observer for NoObserver {
     fn attempt(&mut self, _: &CaptureRecord, _: &LiveStatus) {}
 }
@@ -145,12 +158,18 @@ struct Task {
     due: Duration,
 }
 
-pub struct Collector<'a> {
+/// One target's collector. It owns everything it runs, so it can be moved into a task of its
+/// own ([`Collector::run_async`]).
+pub struct Collector {
     config: CollectConfig,
-    source: &'a mut dyn Source,
-    clock: &'a dyn Clock,
-    writer: RunWriter,
-    stop: &'a AtomicBool,
+    /// Away (`None`) only while a blocking fetch has it on tokio's blocking pool.
+    source: Option<Box<dyn Source>>,
+    clock: Arc<dyn Clock>,
+    /// Away (`None`) only while a write has it on tokio's blocking pool.
+    writer: Option<RunWriter>,
+    /// The run directory.
+    root: PathBuf,
+    stop: Stop,
     outside: Option<Arc<OutsideMemory>>,
     next_seq: u64,
     cycles: CycleTracker,
@@ -208,15 +227,15 @@ enum Inbox {
 /// How often a sleeping collector with an inbox looks into it.
 const EVENT_POLL: Duration = Duration::from_millis(20);
 
-impl<'a> Collector<'a> {
+impl Collector {
     pub fn new(
         config: CollectConfig,
-        source: &'a mut dyn Source,
-        clock: &'a dyn Clock,
+        source: Box<dyn Source>,
+        clock: Arc<dyn Clock>,
         writer: RunWriter,
         existing: &ManifestRead,
-        stop: &'a AtomicBool,
-    ) -> Collector<'a> {
+        stop: Stop,
+    ) -> Collector {
         let next_seq = existing
             .records
             .iter()
@@ -239,9 +258,10 @@ impl<'a> Collector<'a> {
         let indexer = CaptureIndexer::start(writer.root());
         Collector {
             config,
-            source,
+            source: Some(source),
             clock,
-            writer,
+            root: writer.root().to_path_buf(),
+            writer: Some(writer),
             stop,
             outside: None,
             next_seq,
@@ -294,7 +314,7 @@ impl<'a> Collector<'a> {
     }
 
     /// Writes the events received so far.
-    fn record_events(&mut self) -> Result<Inbox, StoreError> {
+    async fn record_events(&mut self) -> Result<Inbox, StoreError> {
         let Some(events) = &self.events else {
             return Ok(Inbox::Quiet);
         };
@@ -319,7 +339,7 @@ impl<'a> Collector<'a> {
             } else {
                 self.cycles.incarnation()
             };
-            self.writer.append(&record)?;
+            self.append(record).await?;
         }
         Ok(if closed {
             Inbox::Closed
@@ -332,17 +352,16 @@ impl<'a> Collector<'a> {
 
     /// Sleeps until `wake`, or until an event arrives: a death told by whoever started the
     /// target makes the next attempt at once, which then waits for its successor.
-    fn sleep_until(&mut self, wake: Duration) {
+    async fn sleep_until(&mut self, wake: Duration) {
         if self.events.is_none() {
-            return self.clock.sleep_until(wake, self.stop);
+            return self.sleep_or_stop(wake).await;
         }
         loop {
             let now = self.clock.now();
-            if now >= wake || self.stop.load(Ordering::Relaxed) {
+            if now >= wake || self.stop.is_set() {
                 return;
             }
-            self.clock
-                .sleep_until(wake.min(now + EVENT_POLL), self.stop);
+            self.sleep_or_stop(wake.min(now + EVENT_POLL)).await;
             match self.events.as_ref().map(|e| e.try_recv()) {
                 Some(Ok(record)) => {
                     self.pending_events.push(record);
@@ -354,6 +373,116 @@ impl<'a> Collector<'a> {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Sleeps until `wake` on the clock, or until the stop is set.
+    /// (The future holds no borrow of the collector, which is `Send` but not `Sync`.)
+    fn sleep_or_stop(&self, wake: Duration) -> impl Future<Output = ()> + Send + 'static {
+        let sleep = self.clock.sleep_until(wake);
+        let stop = self.stop.clone();
+        async move {
+            tokio::select! {
+                () = sleep => {}
+                () = stop.wait() => {}
+            }
+        }
+    }
+
+    fn source(&self) -> &dyn Source {
+        self.source
+            .as_deref()
+            .expect("the source is back between fetches")
+    }
+
+    fn writer(&mut self) -> &mut RunWriter {
+        self.writer
+            .as_mut()
+            .expect("the writer is back between writes")
+    }
+
+    /// Runs `work` with the run writer on tokio's blocking pool: every fsync, rename and
+    /// manifest append happens there, never on the thread that paces requests.
+    async fn on_disk<T: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&mut RunWriter) -> T + Send + 'static,
+    ) -> T {
+        let mut writer = self
+            .writer
+            .take()
+            .expect("the writer is back between writes");
+        let (writer, out) = joined(
+            tokio::task::spawn_blocking(move || {
+                let out = work(&mut writer);
+                (writer, out)
+            })
+            .await,
+        );
+        self.writer = Some(writer);
+        out
+    }
+
+    /// Appends a manifest record and fsyncs it, on the blocking pool.
+    async fn append(&mut self, record: CaptureRecord) -> Result<(), StoreError> {
+        self.on_disk(move |w| w.append(&record)).await
+    }
+
+    /// One request, raced against the stop. `None`: the stop came first, and the request was
+    /// dropped then and there (a native one is cancelled; a blocking one finishes on its
+    /// thread, and its source with it, since the collector ends).
+    async fn fetch(&mut self, want: Want, timeout: Duration) -> Option<Result<Reply, FetchError>> {
+        let stop = self.stop.clone();
+        let source = self
+            .source
+            .as_mut()
+            .expect("the source is back between fetches");
+        if let Some(fetching) = source.fetch_async(want, timeout) {
+            return tokio::select! {
+                biased;
+                reply = fetching => Some(reply),
+                () = stop.wait() => None,
+            };
+        }
+        let mut source = self.source.take().expect("the source is back");
+        let mut job = tokio::task::spawn_blocking(move || {
+            let reply = source.fetch(want, timeout);
+            (source, reply)
+        });
+        tokio::select! {
+            biased;
+            done = &mut job => {
+                let (source, reply) = joined(done);
+                self.source = Some(source);
+                Some(reply)
+            }
+            () = stop.wait() => None,
+        }
+    }
+
+    /// The build of the process answering now, like [`Collector::fetch`].
+    async fn build_info(&mut self, timeout: Duration) -> Option<BuildInfo> {
+        let stop = self.stop.clone();
+        let source = self.source.as_mut()?;
+        if let Some(asking) = source.build_info_async(timeout) {
+            return tokio::select! {
+                biased;
+                build = asking => build,
+                () = stop.wait() => None,
+            };
+        }
+        let mut source = self.source.take()?;
+        let mut job = tokio::task::spawn_blocking(move || {
+            let build = source.build_info(timeout);
+            (source, build)
+        });
+        tokio::select! {
+            biased;
+            done = &mut job => {
+                let (source, build) = joined(done);
+                self.source = Some(source);
+                build
+            }
+            () = stop.wait() => None,
         }
     }
 
@@ -433,9 +562,26 @@ impl<'a> Collector<'a> {
         }
     }
 
+    /// [`Collector::run_async`] on a runtime of its own, for a caller that is not async.
+    pub fn run(self, observer: &mut dyn Observer) -> Result<CollectSummary, CollectError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(CollectError::Runtime)?;
+        let result = runtime.block_on(self.run_async(observer));
+        // A blocking fetch cut short by the stop may still run on its thread: not waited for.
+        runtime.shutdown_background();
+        result
+    }
+
     /// Runs until interrupted, until `duration`, until the target is gone for good
-    /// (`until_exit`), or until the disk is full.
-    pub fn run(mut self, observer: &mut dyn Observer) -> Result<CollectSummary, CollectError> {
+    /// (`until_exit`), or until the disk is full. Requests are paced here; blocking work
+    /// (the proc source's walk, every fsync) goes to tokio's blocking pool. The future is
+    /// `Send` when the observer is, so each target can be a task of its own.
+    pub async fn run_async<O: Observer>(
+        mut self,
+        mut observer: O,
+    ) -> Result<CollectSummary, CollectError> {
         let start = self.clock.now();
         let mut tasks = Vec::new();
         if self.config.heap {
@@ -444,14 +590,14 @@ impl<'a> Collector<'a> {
                 due: start,
             });
         }
-        if self.config.goroutine && self.source.supports(Want::Goroutine) {
+        if self.config.goroutine && self.source().supports(Want::Goroutine) {
             tasks.push(Task {
                 want: Want::Goroutine,
                 due: start,
             });
         }
         for want in [Want::MemStats, Want::Stats] {
-            if !self.config.memstats_interval.is_zero() && self.source.supports(want) {
+            if !self.config.memstats_interval.is_zero() && self.source().supports(want) {
                 tasks.push(Task { want, due: start });
             }
         }
@@ -466,7 +612,7 @@ impl<'a> Collector<'a> {
         }
         // Envoy is watched through /memory: it goes first, and heap dumps (a tcmalloc
         // snapshot on Envoy's main thread) come rarely, only while the build serves them.
-        let envoy = self.source.kind() == SourceKind::Envoy;
+        let envoy = self.source().kind() == SourceKind::Envoy;
         if envoy {
             tasks.retain(|t| t.want != Want::MemStats);
             tasks.insert(
@@ -480,8 +626,8 @@ impl<'a> Collector<'a> {
         // While the target is not answering, only the first task (the main profile) probes.
         let probe = tasks[0].want;
         loop {
-            self.note_exits()?;
-            match self.record_events() {
+            self.note_exits().await?;
+            match self.record_events().await {
                 Ok(Inbox::Ended) => {
                     let now = self.clock.now();
                     for t in tasks.iter_mut().filter(|t| t.want == probe) {
@@ -500,16 +646,16 @@ impl<'a> Collector<'a> {
                 }
                 Err(e) => return Err(e.into()),
             }
-            if self.stop.load(Ordering::Relaxed) {
+            if self.stop.is_set() {
                 self.summary.reason = StopReason::Interrupted;
-                self.stopped()?;
+                self.stopped().await?;
                 break;
             }
             let now = self.clock.now();
             if let Some(d) = self.config.duration {
                 if now.saturating_sub(start) >= d {
                     self.summary.reason = StopReason::DurationReached;
-                    self.stopped()?;
+                    self.stopped().await?;
                     break;
                 }
             }
@@ -525,7 +671,7 @@ impl<'a> Collector<'a> {
                 }
             }
             let gone = self.failing_since.is_some();
-            let source = &*self.source;
+            let source = self.source();
             tasks.retain(|t| t.want == probe || source.supports(t.want));
             let next = tasks
                 .iter_mut()
@@ -537,12 +683,16 @@ impl<'a> Collector<'a> {
                 if let Some(d) = self.config.duration {
                     wake = wake.min(start + d);
                 }
-                self.sleep_until(wake);
+                self.sleep_until(wake).await;
                 continue;
             }
             let want = next.want;
             let began = now;
-            let result = self.attempt(want, observer);
+            let result = match self.attempt(want, &mut observer).await {
+                Some(result) => result,
+                // Stopped mid-request: the attempt is not recorded, the stop is.
+                None => continue,
+            };
             let period = match want {
                 Want::MemStats if envoy => self.heap_interval(),
                 Want::Heap if envoy => (self.config.interval * 20).max(Duration::from_secs(10)),
@@ -566,7 +716,7 @@ impl<'a> Collector<'a> {
             // the next attempt keeps its normal time, the last live moments matter most.
             if matches!(want, Want::Heap | Want::Goroutine)
                 && self.failing_since.is_none()
-                && self.source.kind().costs_target()
+                && self.source().kind().costs_target()
             {
                 // Rendering a profile costs the target CPU: keep the share of time it spends
                 // serving us under the duty cap (doubled near the limit).
@@ -590,16 +740,18 @@ impl<'a> Collector<'a> {
                 return Err(e.into());
             }
         }
-        self.note_exits()?;
-        self.record_events()?;
+        self.note_exits().await?;
+        self.record_events().await?;
         self.summary.incarnations = self.cycles.incarnation();
         Ok(self.summary)
     }
 
-    fn attempt(&mut self, want: Want, observer: &mut dyn Observer) -> Result<(), StoreError> {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.summary.attempts += 1;
+    /// One attempt, recorded. `None` when the stop came during the request.
+    async fn attempt(
+        &mut self,
+        want: Want,
+        observer: &mut impl Observer,
+    ) -> Option<Result<(), StoreError>> {
         let kind = match want {
             Want::Heap => RecordKind::Heap,
             Want::Goroutine => RecordKind::Goroutine,
@@ -610,12 +762,32 @@ impl<'a> Collector<'a> {
         let timeout = self.timeout();
         let t_ms = self.clock.unix_ms();
         let began = self.clock.now();
-        let fetched = self.source.fetch(want, timeout);
+        let fetched = self.fetch(want, timeout).await?;
         let received = self.clock.now();
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.summary.attempts += 1;
         self.last_latency = received - began;
         let mut record = CaptureRecord::new(seq, kind, self.cycles.incarnation(), t_ms);
         record.latency_ms = ms(received - began);
         record.interval_ms = Some(interval.as_millis() as u64);
+        Some(
+            self.record_reply(want, fetched, record, began, received, observer)
+                .await,
+        )
+    }
+
+    /// Checks a reply, makes it durable and appends its record.
+    async fn record_reply(
+        &mut self,
+        want: Want,
+        fetched: Result<Reply, FetchError>,
+        mut record: CaptureRecord,
+        began: Duration,
+        received: Duration,
+        observer: &mut impl Observer,
+    ) -> Result<(), StoreError> {
+        let (seq, kind) = (record.seq, record.kind);
         match fetched {
             Err(e) => self.failed(&mut record, &e, began),
             Ok(reply) => {
@@ -626,34 +798,35 @@ impl<'a> Collector<'a> {
                 if let (Some(exits), Some(pid)) = (&self.exits, record.pid) {
                     exits.watch(pid);
                 }
-                // A profile is written and fsynced under a temporary name on another thread
-                // while this one checks it; it gets its final name only if it is whole and new.
+                let bytes: Arc<[u8]> = reply.bytes.into();
+                // A profile is written and fsynced under a temporary name on the blocking pool
+                // while this task checks it; it gets its final name only if it is whole and new.
                 let temp = match want {
                     Want::Heap | Want::Goroutine => Some(
-                        self.writer
+                        self.writer()
                             .temp_path(&format!("{seq:06}-{}.partial", kind.as_str()))?,
                     ),
                     _ => None,
                 };
-                let (outcome, written) = std::thread::scope(|scope| {
-                    let writing = temp
-                        .as_deref()
-                        .map(|t| scope.spawn(|| store::write_synced(t, &reply.bytes)));
-                    let outcome = match want {
-                        Want::MemStats => self.memstats(&mut record, &reply.bytes),
-                        Want::Stats => self.stats(&mut record, &reply.bytes),
-                        Want::Goroutine if is_stack_dump(&reply.bytes) => {
-                            self.stack_dump(&mut record, &reply.bytes)
-                        }
-                        _ => {
-                            let pid = record.pid;
-                            self.profile(&mut record, &reply.bytes, pid)
-                        }
-                    };
-                    let written =
-                        writing.map(|w| w.join().expect("the writer thread does not panic"));
-                    (outcome, written)
+                let writing: Option<JoinHandle<Result<(), StoreError>>> = temp.clone().map(|t| {
+                    let bytes = bytes.clone();
+                    tokio::task::spawn_blocking(move || store::write_synced(&t, &bytes))
                 });
+                let outcome = match want {
+                    Want::MemStats => self.memstats(&mut record, &bytes),
+                    Want::Stats => self.stats(&mut record, &bytes),
+                    Want::Goroutine if is_stack_dump(&bytes) => {
+                        self.stack_dump(&mut record, &bytes)
+                    }
+                    _ => {
+                        let pid = record.pid;
+                        self.profile(&mut record, &bytes, pid)
+                    }
+                };
+                let written = match writing {
+                    Some(w) => Some(joined(w.await)),
+                    None => None,
+                };
                 match outcome {
                     Ok(()) => {}
                     Err(Invalid(message)) => {
@@ -667,44 +840,44 @@ impl<'a> Collector<'a> {
                     .clone()
                     .filter(|_| record.dup_of.is_none() && record.is_ok());
                 if publish.is_none() {
-                    if let Some(t) = &temp {
-                        self.writer.discard(t);
+                    if let Some(t) = temp.clone() {
+                        self.on_disk(move |w| w.discard(&t)).await;
                     }
                 }
                 if let Some(file) = publish {
-                    {
-                        let name = file.trim_start_matches("profiles/");
-                        let stored = match (&temp, written) {
-                            (Some(t), Some(Ok(()))) => self.writer.publish(t, name),
-                            (_, Some(Err(e))) => Err(e),
-                            _ => self.writer.store_profile(name, &reply.bytes),
-                        };
-                        if let Err(e) = stored {
-                            record.file = None;
-                            record.error = Some(e.to_string());
-                            record.error_kind = Some("disk".into());
-                            let _ = self.writer.append(&record);
-                            return Err(e);
+                    let name = file.trim_start_matches("profiles/").to_string();
+                    let stored = match (temp, written) {
+                        (Some(t), Some(Ok(()))) => {
+                            self.on_disk(move |w| w.publish(&t, &name)).await
                         }
-                        record.durable_ms = Some(ms(self.clock.now() - received));
-                        self.retention.stored(&record);
-                        self.last_stored
-                            .insert(kind, (record.hash.clone().unwrap_or_default(), seq, file));
-                        self.summary.stored += 1;
+                        (_, Some(Err(e))) => Err(e),
+                        _ => self.on_disk(move |w| w.store_profile(&name, &bytes)).await,
+                    };
+                    if let Err(e) = stored {
+                        record.file = None;
+                        record.error = Some(e.to_string());
+                        record.error_kind = Some("disk".into());
+                        let _ = self.append(record).await;
+                        return Err(e);
                     }
+                    record.durable_ms = Some(ms(self.clock.now() - received));
+                    self.retention.stored(&record);
+                    self.last_stored
+                        .insert(kind, (record.hash.clone().unwrap_or_default(), seq, file));
+                    self.summary.stored += 1;
                 }
             }
         }
-        self.writer.append(&record)?;
+        self.append(record.clone()).await?;
         if let Some(content) = self.to_index.take() {
             // Durable and recorded: only now is its index entry made, off this thread.
             if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
-                let path = self.writer.root().join(file);
+                let path = self.root.join(file);
                 self.indexer.add(&record, path, content);
             }
         }
         if record.is_ok() && record.incarnation > self.cycle_noted {
-            self.note_cycle(&record)?;
+            self.note_cycle(&record).await?;
         }
         self.pace_idle(&record);
         if record.is_ok() {
@@ -712,7 +885,7 @@ impl<'a> Collector<'a> {
         } else {
             self.summary.errors += 1;
         }
-        self.thin()?;
+        self.thin().await?;
         self.status.bursting = self.bursting();
         self.status.memory = self.memory_now();
         self.status.memory_total = self
@@ -770,7 +943,7 @@ impl<'a> Collector<'a> {
     }
 
     fn memstats(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
-        if self.source.kind() == SourceKind::Envoy {
+        if self.source().kind() == SourceKind::Envoy {
             return self.envoy(record, bytes);
         }
         let text = String::from_utf8_lossy(bytes);
@@ -879,7 +1052,7 @@ impl<'a> Collector<'a> {
     }
 
     /// Deletes captures chosen by the retention policy and records each deletion.
-    fn thin(&mut self) -> Result<(), StoreError> {
+    async fn thin(&mut self) -> Result<(), StoreError> {
         let current = self.cycles.incarnation();
         while let Some(victim) = self.retention.next_victim(current) {
             let mut record = CaptureRecord::new(
@@ -892,8 +1065,12 @@ impl<'a> Collector<'a> {
             record.file = Some(victim.file.clone());
             record.deleted_seq = Some(victim.seq);
             record.bytes = victim.bytes;
-            self.writer.append(&record)?;
-            self.writer.delete_profile(&victim.file)?;
+            let file = victim.file.clone();
+            self.on_disk(move |w| {
+                w.append(&record)?;
+                w.delete_profile(&file)
+            })
+            .await?;
             self.summary.deleted += 1;
         }
         Ok(())
@@ -908,6 +1085,14 @@ struct Invalid(String);
 /// A goroutine reply in text (op 0x01, or `?debug=2`) rather than a gzipped pprof profile.
 fn is_stack_dump(bytes: &[u8]) -> bool {
     !decode::is_gzip(bytes) && bytes.starts_with(b"goroutine ")
+}
+
+/// What a blocking-pool job returned; its panic, if it panicked, goes on here.
+fn joined<T>(done: Result<T, tokio::task::JoinError>) -> T {
+    match done {
+        Ok(out) => out,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -10,6 +10,8 @@ pub mod procfind;
 pub mod procmem;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use crate::model::build::BuildInfo;
@@ -149,16 +151,33 @@ impl fmt::Display for FetchError {
 
 impl std::error::Error for FetchError {}
 
+/// A fetch in progress that never blocks its thread; dropping it cancels the request.
+pub type Fetching<'a> = Pin<Box<dyn Future<Output = Result<Reply, FetchError>> + Send + 'a>>;
+
+/// A build lookup in progress (see [`Source::build_info`]).
+pub type AskingBuild<'a> = Pin<Box<dyn Future<Output = Option<BuildInfo>> + Send + 'a>>;
+
 /// A live target. One request at a time: the collector never calls `fetch` concurrently.
 pub trait Source: Send {
     /// The target as the user named it, for messages.
     fn target(&self) -> &str;
     fn kind(&self) -> SourceKind;
     fn supports(&self, want: Want) -> bool;
+    /// Fetches, blocking the thread until the answer or the timeout.
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError>;
+    /// The same fetch as a future that never blocks its thread, for a source that has one
+    /// (HTTP, Envoy, the agent). `None` for a source whose work blocks (proc reads the
+    /// target's memory): the collector runs its `fetch` on tokio's blocking pool instead.
+    fn fetch_async(&mut self, _want: Want, _timeout: Duration) -> Option<Fetching<'_>> {
+        None
+    }
     /// The build of the process the source talks to now, asked once per boot cycle after its
     /// first answer. `None` when the source cannot tell (plain HTTP pprof).
     fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
+        None
+    }
+    /// [`Source::build_info`] as a future, like [`Source::fetch_async`].
+    fn build_info_async(&mut self, _timeout: Duration) -> Option<AskingBuild<'_>> {
         None
     }
 }
