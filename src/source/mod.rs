@@ -8,6 +8,7 @@ pub mod memstats;
 pub mod proc;
 pub mod procfind;
 pub mod procmem;
+mod tls;
 
 use std::fmt;
 use std::future::Future;
