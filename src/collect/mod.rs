@@ -20,6 +20,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
 use thiserror::Error;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use clock::{Clock, FakeClock, Sleep, Stop, SystemClock};
@@ -800,7 +801,9 @@ impl Collector {
                 }
                 let bytes: Arc<[u8]> = reply.bytes.into();
                 // A profile is written and fsynced under a temporary name on the blocking pool
-                // while this task checks it; it gets its final name only if it is whole and new.
+                // while this task checks it. It gets its final name only if it is whole and
+                // new: told so, the job that wrote it names it as soon as its fsync is done,
+                // without waiting for this task to come back to it.
                 let temp = match want {
                     Want::Heap | Want::Goroutine => Some(
                         self.writer()
@@ -808,10 +811,27 @@ impl Collector {
                     ),
                     _ => None,
                 };
-                let writing: Option<JoinHandle<Result<(), StoreError>>> = temp.clone().map(|t| {
-                    let bytes = bytes.clone();
-                    tokio::task::spawn_blocking(move || store::write_synced(&t, &bytes))
-                });
+                let (verdict, told) = oneshot::channel::<Option<String>>();
+                let writing: Option<JoinHandle<Result<Option<Duration>, StoreError>>> =
+                    temp.map(|t| {
+                        let (bytes, clock) = (bytes.clone(), self.clock.clone());
+                        let publisher = self.writer().publisher();
+                        tokio::task::spawn_blocking(move || {
+                            let written = store::write_synced(&t, &bytes);
+                            // No verdict (the attempt was dropped): nothing is published.
+                            match told.blocking_recv() {
+                                Ok(Some(name)) => {
+                                    written?;
+                                    publisher.publish(&t, &name)?;
+                                    Ok(Some(clock.now()))
+                                }
+                                _ => {
+                                    publisher.discard(&t);
+                                    Ok(None)
+                                }
+                            }
+                        })
+                    });
                 let outcome = match want {
                     Want::MemStats => self.memstats(&mut record, &bytes),
                     Want::Stats => self.stats(&mut record, &bytes),
@@ -822,10 +842,6 @@ impl Collector {
                         let pid = record.pid;
                         self.profile(&mut record, &bytes, pid)
                     }
-                };
-                let written = match writing {
-                    Some(w) => Some(joined(w.await)),
-                    None => None,
                 };
                 match outcome {
                     Ok(()) => {}
@@ -839,28 +855,37 @@ impl Collector {
                     .file
                     .clone()
                     .filter(|_| record.dup_of.is_none() && record.is_ok());
-                if publish.is_none() {
-                    if let Some(t) = temp.clone() {
-                        self.on_disk(move |w| w.discard(&t)).await;
-                    }
-                }
-                if let Some(file) = publish {
-                    let name = file.trim_start_matches("profiles/").to_string();
-                    let stored = match (temp, written) {
-                        (Some(t), Some(Ok(()))) => {
-                            self.on_disk(move |w| w.publish(&t, &name)).await
+                let name = publish
+                    .as_deref()
+                    .map(|f| f.trim_start_matches("profiles/").to_string());
+                let _ = verdict.send(name.clone());
+                let written = match writing {
+                    Some(w) => Some(joined(w.await)),
+                    None => None,
+                };
+                if let (Some(file), Some(name)) = (publish, name) {
+                    let stored = match written {
+                        Some(Ok(Some(durable_at))) => Ok(durable_at),
+                        Some(Err(e)) => Err(e),
+                        _ => {
+                            let clock = self.clock.clone();
+                            self.on_disk(move |w| {
+                                w.store_profile(&name, &bytes).map(|_| clock.now())
+                            })
+                            .await
                         }
-                        (_, Some(Err(e))) => Err(e),
-                        _ => self.on_disk(move |w| w.store_profile(&name, &bytes)).await,
                     };
-                    if let Err(e) = stored {
-                        record.file = None;
-                        record.error = Some(e.to_string());
-                        record.error_kind = Some("disk".into());
-                        let _ = self.append(record).await;
-                        return Err(e);
-                    }
-                    record.durable_ms = Some(ms(self.clock.now() - received));
+                    let durable_at = match stored {
+                        Ok(at) => at,
+                        Err(e) => {
+                            record.file = None;
+                            record.error = Some(e.to_string());
+                            record.error_kind = Some("disk".into());
+                            let _ = self.append(record).await;
+                            return Err(e);
+                        }
+                    };
+                    record.durable_ms = Some(ms(durable_at.saturating_sub(received)));
                     self.retention.stored(&record);
                     self.last_stored
                         .insert(kind, (record.hash.clone().unwrap_or_default(), seq, file));
