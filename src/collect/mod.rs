@@ -168,9 +168,6 @@ pub struct Collector {
     clock: Arc<dyn Clock>,
     /// Away (`None`) only while a write has it on tokio's blocking pool.
     writer: Option<RunWriter>,
-    /// A capture's manifest line being appended and fsynced while the next request goes out;
-    /// whatever touches the disk next waits for it first ([`Collector::settle`]).
-    appending: Option<Appending>,
     /// The run directory.
     root: PathBuf,
     stop: Stop,
@@ -215,12 +212,6 @@ pub struct Collector {
     indexer: CaptureIndexer,
     /// The content the current attempt decoded, for the indexer once it is durable.
     to_index: Option<IndexContent>,
-}
-
-/// A manifest append in flight, and the index entry to make once it is durable.
-struct Appending {
-    job: JoinHandle<(RunWriter, Result<(), StoreError>)>,
-    then_index: Option<(CaptureRecord, PathBuf, IndexContent)>,
 }
 
 /// What the inbox held at the top of the loop.
@@ -272,7 +263,6 @@ impl Collector {
             clock,
             root: writer.root().to_path_buf(),
             writer: Some(writer),
-            appending: None,
             stop,
             outside: None,
             next_seq,
@@ -412,78 +402,12 @@ impl Collector {
             .expect("the writer is back between writes")
     }
 
-    /// Waits for the capture record in flight, if any: the writer comes back, its index entry
-    /// is made, and its error, if it failed, is this one's.
-    async fn settle(&mut self) -> Result<(), StoreError> {
-        let Some(appending) = self.appending.take() else {
-            return Ok(());
-        };
-        let (writer, appended) = joined(appending.job.await);
-        self.writer = Some(writer);
-        appended?;
-        if let Some((record, path, content)) = appending.then_index {
-            // Durable and recorded: only now is its index entry made, off this thread.
-            self.indexer.add(&record, path, content);
-        }
-        Ok(())
-    }
-
-    /// Finishes a capture behind the next request: waits for its profile's write job (which
-    /// names the file once fsynced) to take `durable_ms`, then appends and fsyncs its
-    /// manifest line on the blocking pool, all in a task of its own. Whatever touches the
-    /// disk next waits for it ([`Collector::settle`]), so the manifest keeps seq order. A
-    /// profile that could not be made durable is recorded as a `disk` error, and its error
-    /// is the collector's at that point. The index entry follows once the line is durable.
-    async fn append_behind(
-        &mut self,
-        mut record: CaptureRecord,
-        publishing: Option<JoinHandle<Result<Option<Duration>, StoreError>>>,
-        received: Duration,
-        then_index: Option<(CaptureRecord, PathBuf, IndexContent)>,
-    ) -> Result<(), StoreError> {
-        self.settle().await?;
-        let mut writer = self
-            .writer
-            .take()
-            .expect("the writer is back between writes");
-        let job = tokio::spawn(async move {
-            let mut failed = None;
-            if let Some(publishing) = publishing {
-                match joined(publishing.await) {
-                    Ok(Some(at)) => record.durable_ms = Some(ms(at.saturating_sub(received))),
-                    Ok(None) => {}
-                    Err(e) => {
-                        record.file = None;
-                        record.error = Some(e.to_string());
-                        record.error_kind = Some("disk".into());
-                        failed = Some(e);
-                    }
-                }
-            }
-            let (writer, appended) = joined(
-                tokio::task::spawn_blocking(move || {
-                    let appended = writer.append(&record);
-                    (writer, appended)
-                })
-                .await,
-            );
-            match failed {
-                Some(e) => (writer, Err(e)),
-                None => (writer, appended),
-            }
-        });
-        self.appending = Some(Appending { job, then_index });
-        Ok(())
-    }
-
     /// Runs `work` with the run writer on tokio's blocking pool: every fsync, rename and
-    /// manifest append happens there, never on the thread that paces requests. The capture
-    /// record in flight goes first.
+    /// manifest append happens there, never on the thread that paces requests.
     async fn on_disk<T: Send + 'static>(
         &mut self,
-        work: impl FnOnce(&mut RunWriter) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        self.settle().await?;
+        work: impl FnOnce(&mut RunWriter) -> T + Send + 'static,
+    ) -> T {
         let mut writer = self
             .writer
             .take()
@@ -725,16 +649,14 @@ impl Collector {
             }
             if self.stop.is_set() {
                 self.summary.reason = StopReason::Interrupted;
-                let stopped = self.stopped().await;
-                self.ended_on(stopped)?;
+                self.stopped().await?;
                 break;
             }
             let now = self.clock.now();
             if let Some(d) = self.config.duration {
                 if now.saturating_sub(start) >= d {
                     self.summary.reason = StopReason::DurationReached;
-                    let stopped = self.stopped().await;
-                    self.ended_on(stopped)?;
+                    self.stopped().await?;
                     break;
                 }
             }
@@ -821,24 +743,8 @@ impl Collector {
         }
         self.note_exits().await?;
         self.record_events().await?;
-        let settled = self.settle().await;
-        self.ended_on(settled)?;
         self.summary.incarnations = self.cycles.incarnation();
         Ok(self.summary)
-    }
-
-    /// The last write of a run: a full disk (the capture line still in flight may be what
-    /// found it) is a reason to have stopped, anything else an error.
-    fn ended_on(&mut self, written: Result<(), StoreError>) -> Result<(), CollectError> {
-        match written {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_disk_full() => {
-                self.summary.reason = StopReason::DiskFull;
-                self.summary.disk_error = Some(e.to_string());
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// One attempt, recorded. `None` when the stop came during the request.
@@ -883,8 +789,6 @@ impl Collector {
         observer: &mut impl Observer,
     ) -> Result<(), StoreError> {
         let (seq, kind) = (record.seq, record.kind);
-        // The profile's write, when it is to be published: awaited behind the next request.
-        let mut publishing: Option<JoinHandle<Result<Option<Duration>, StoreError>>> = None;
         match fetched {
             Err(e) => self.failed(&mut record, &e, began),
             Ok(reply) => {
@@ -900,8 +804,6 @@ impl Collector {
                 // while this task checks it. It gets its final name only if it is whole and
                 // new: told so, the job that wrote it names it as soon as its fsync is done,
                 // without waiting for this task to come back to it.
-                // The previous capture's line is durable by now, or its error is this one's.
-                self.settle().await?;
                 let temp = match want {
                     Want::Heap | Want::Goroutine => Some(
                         self.writer()
@@ -957,30 +859,33 @@ impl Collector {
                     .as_deref()
                     .map(|f| f.trim_start_matches("profiles/").to_string());
                 let _ = verdict.send(name.clone());
+                let written = match writing {
+                    Some(w) => Some(joined(w.await)),
+                    None => None,
+                };
                 if let (Some(file), Some(name)) = (publish, name) {
-                    match writing {
-                        // Counted as stored now; its write, name and manifest line finish
-                        // behind the next request (a failure there stops the collector).
-                        Some(job) => publishing = Some(job),
-                        None => {
+                    let stored = match written {
+                        Some(Ok(Some(durable_at))) => Ok(durable_at),
+                        Some(Err(e)) => Err(e),
+                        _ => {
                             let clock = self.clock.clone();
-                            let stored = self
-                                .on_disk(move |w| {
-                                    w.store_profile(&name, &bytes).map(|_| clock.now())
-                                })
-                                .await;
-                            match stored {
-                                Ok(at) => record.durable_ms = Some(ms(at.saturating_sub(received))),
-                                Err(e) => {
-                                    record.file = None;
-                                    record.error = Some(e.to_string());
-                                    record.error_kind = Some("disk".into());
-                                    let _ = self.append(record).await;
-                                    return Err(e);
-                                }
-                            }
+                            self.on_disk(move |w| {
+                                w.store_profile(&name, &bytes).map(|_| clock.now())
+                            })
+                            .await
                         }
-                    }
+                    };
+                    let durable_at = match stored {
+                        Ok(at) => at,
+                        Err(e) => {
+                            record.file = None;
+                            record.error = Some(e.to_string());
+                            record.error_kind = Some("disk".into());
+                            let _ = self.append(record).await;
+                            return Err(e);
+                        }
+                    };
+                    record.durable_ms = Some(ms(durable_at.saturating_sub(received)));
                     self.retention.stored(&record);
                     self.last_stored
                         .insert(kind, (record.hash.clone().unwrap_or_default(), seq, file));
@@ -988,15 +893,14 @@ impl Collector {
                 }
             }
         }
-        let published = record.durable_ms.is_some() || publishing.is_some();
-        let then_index = match (self.to_index.take(), published, &record.file) {
-            (Some(content), true, Some(file)) => {
-                Some((record.clone(), self.root.join(file), content))
+        self.append(record.clone()).await?;
+        if let Some(content) = self.to_index.take() {
+            // Durable and recorded: only now is its index entry made, off this thread.
+            if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
+                let path = self.root.join(file);
+                self.indexer.add(&record, path, content);
             }
-            _ => None,
-        };
-        self.append_behind(record.clone(), publishing, received, then_index)
-            .await?;
+        }
         if record.is_ok() && record.incarnation > self.cycle_noted {
             self.note_cycle(&record).await?;
         }
