@@ -10,9 +10,9 @@ mod idle;
 mod retention;
 pub mod sampler;
 mod status;
+mod tasks;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -29,7 +29,6 @@ pub use status::LiveStatus;
 
 use crate::decode::{self, DecodeLimits, stackdump};
 use crate::index::{CaptureIndexer, Content as IndexContent};
-use crate::model::build::BuildInfo;
 use crate::source::procmem::MemoryProbe;
 use crate::source::{FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
@@ -37,6 +36,7 @@ use cycles::CycleTracker;
 use exits::ExitWatcher;
 use idle::HeapMark;
 use retention::Retention;
+use tasks::joined;
 
 /// Everything the collector needs to know, already validated.
 #[derive(Debug, Clone)]
@@ -374,116 +374,6 @@ impl Collector {
                 }
                 _ => {}
             }
-        }
-    }
-
-    /// Sleeps until `wake` on the clock, or until the stop is set.
-    /// (The future holds no borrow of the collector, which is `Send` but not `Sync`.)
-    fn sleep_or_stop(&self, wake: Duration) -> impl Future<Output = ()> + Send + 'static {
-        let sleep = self.clock.sleep_until(wake);
-        let stop = self.stop.clone();
-        async move {
-            tokio::select! {
-                () = sleep => {}
-                () = stop.wait() => {}
-            }
-        }
-    }
-
-    fn source(&self) -> &dyn Source {
-        self.source
-            .as_deref()
-            .expect("the source is back between fetches")
-    }
-
-    fn writer(&mut self) -> &mut RunWriter {
-        self.writer
-            .as_mut()
-            .expect("the writer is back between writes")
-    }
-
-    /// Runs `work` with the run writer on tokio's blocking pool: every fsync, rename and
-    /// manifest append happens there, never on the thread that paces requests.
-    async fn on_disk<T: Send + 'static>(
-        &mut self,
-        work: impl FnOnce(&mut RunWriter) -> T + Send + 'static,
-    ) -> T {
-        let mut writer = self
-            .writer
-            .take()
-            .expect("the writer is back between writes");
-        let (writer, out) = joined(
-            tokio::task::spawn_blocking(move || {
-                let out = work(&mut writer);
-                (writer, out)
-            })
-            .await,
-        );
-        self.writer = Some(writer);
-        out
-    }
-
-    /// Appends a manifest record and fsyncs it, on the blocking pool.
-    async fn append(&mut self, record: CaptureRecord) -> Result<(), StoreError> {
-        self.on_disk(move |w| w.append(&record)).await
-    }
-
-    /// One request, raced against the stop. `None`: the stop came first, and the request was
-    /// dropped then and there (a native one is cancelled; a blocking one finishes on its
-    /// thread, and its source with it, since the collector ends).
-    async fn fetch(&mut self, want: Want, timeout: Duration) -> Option<Result<Reply, FetchError>> {
-        let stop = self.stop.clone();
-        let source = self
-            .source
-            .as_mut()
-            .expect("the source is back between fetches");
-        if let Some(fetching) = source.fetch_async(want, timeout) {
-            return tokio::select! {
-                biased;
-                reply = fetching => Some(reply),
-                () = stop.wait() => None,
-            };
-        }
-        let mut source = self.source.take().expect("the source is back");
-        let mut job = tokio::task::spawn_blocking(move || {
-            let reply = source.fetch(want, timeout);
-            (source, reply)
-        });
-        tokio::select! {
-            biased;
-            done = &mut job => {
-                let (source, reply) = joined(done);
-                self.source = Some(source);
-                Some(reply)
-            }
-            () = stop.wait() => None,
-        }
-    }
-
-    /// The build of the process answering now, like [`Collector::fetch`].
-    async fn build_info(&mut self, timeout: Duration) -> Option<BuildInfo> {
-        let stop = self.stop.clone();
-        let source = self.source.as_mut()?;
-        if let Some(asking) = source.build_info_async(timeout) {
-            return tokio::select! {
-                biased;
-                build = asking => build,
-                () = stop.wait() => None,
-            };
-        }
-        let mut source = self.source.take()?;
-        let mut job = tokio::task::spawn_blocking(move || {
-            let build = source.build_info(timeout);
-            (source, build)
-        });
-        tokio::select! {
-            biased;
-            done = &mut job => {
-                let (source, build) = joined(done);
-                self.source = Some(source);
-                build
-            }
-            () = stop.wait() => None,
         }
     }
 
@@ -1110,14 +1000,6 @@ struct Invalid(String);
 /// A goroutine reply in text (op 0x01, or `?debug=2`) rather than a gzipped pprof profile.
 fn is_stack_dump(bytes: &[u8]) -> bool {
     !decode::is_gzip(bytes) && bytes.starts_with(b"goroutine ")
-}
-
-/// What a blocking-pool job returned; its panic, if it panicked, goes on here.
-fn joined<T>(done: Result<T, tokio::task::JoinError>) -> T {
-    match done {
-        Ok(out) => out,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
 }
 
 fn ms(d: Duration) -> f64 {
