@@ -514,7 +514,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     }
 
     let stop = collection.stop_flag();
-    ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
+    ctrlc::set_handler(move || stop.set())
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
 
     let mut status = Status::new(args.quiet, args.progress_every, &names);

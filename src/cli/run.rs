@@ -5,10 +5,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use heapwatch::collect::{Clock as _, CollectConfig, LiveStatus, Observer, SystemClock};
+use heapwatch::collect::{Clock as _, CollectConfig, LiveStatus, Observer, Stop, SystemClock};
 use heapwatch::launch::{
     self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartPolicy, SubRun,
 };
@@ -280,15 +279,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         .map(|(i, (source, target))| {
             let out = args.out.join(format!("also-{}", i + 1));
             SubRun {
-                info: args.info(&out, target, source.kind(), mode, started_ms),
+                info: args.info(&out, target, source.kind().as_str(), mode, started_ms),
                 out,
                 source,
             }
         })
         .collect();
 
-    let interrupt: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-    ctrlc::set_handler(move || interrupt.store(true, Ordering::Relaxed))
+    let interrupt = Stop::new();
+    let on_interrupt = interrupt.clone();
+    ctrlc::set_handler(move || on_interrupt.set())
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
     let quiet = args.quiet;
     let notify = move |event: &LifeEvent| {
@@ -312,7 +312,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         memory_interval: args.memory_interval,
         main,
         also,
-        interrupt,
+        interrupt: &interrupt,
         pid: Arc::clone(&pid.0),
         notify: &notify,
     };

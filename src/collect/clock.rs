@@ -1,20 +1,31 @@
-//! Time, injected: the real clock sleeps, the fake one jumps, so pacing, burst and restart
-//! logic is tested without sleeping and without luck.
+//! Time, injected: the real clock sleeps on tokio's timer (so tests may pause it), the fake
+//! one jumps, so pacing, burst and restart logic is tested without sleeping and without luck.
+//! Beside it, [`Stop`]: the signal that ends a collector, set from any thread.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// A sleep in progress; dropping it cancels it.
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 pub trait Clock: Send + Sync {
     /// Monotonic time since the clock was made.
     fn now(&self) -> Duration;
     /// Wall-clock time, unix milliseconds.
     fn unix_ms(&self) -> i64;
-    /// Sleeps until `deadline` (monotonic) or until `stop` is set, whichever comes first.
-    fn sleep_until(&self, deadline: Duration, stop: &AtomicBool);
+    /// Resolves at `deadline` (monotonic). The collector races it against its [`Stop`].
+    fn sleep_until(&self, deadline: Duration) -> Sleep;
 }
 
 pub struct SystemClock {
+    /// tokio's instant: the same as std's, unless a test paused tokio's time.
     start: Instant,
     start_unix_ms: i64,
 }
@@ -47,18 +58,8 @@ impl Clock for SystemClock {
         self.start_unix_ms + self.start.elapsed().as_millis() as i64
     }
 
-    fn sleep_until(&self, deadline: Duration, stop: &AtomicBool) {
-        // Short slices so Ctrl-C is answered within 50 ms even during a long interval.
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return;
-            }
-            let now = self.now();
-            if now >= deadline {
-                return;
-            }
-            std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
-        }
+    fn sleep_until(&self, deadline: Duration) -> Sleep {
+        Box::pin(tokio::time::sleep_until(self.start + deadline))
     }
 }
 
@@ -90,10 +91,58 @@ impl Clock for FakeClock {
         self.start_unix_ms + self.now().as_millis() as i64
     }
 
-    fn sleep_until(&self, deadline: Duration, _stop: &AtomicBool) {
+    /// Jumps to the deadline at once.
+    fn sleep_until(&self, deadline: Duration) -> Sleep {
         let mut now = self.now.lock().expect("fake clock");
         if *now < deadline {
             *now = deadline;
+        }
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Tells collectors to stop (Ctrl-C, or a run that cannot go on). Cloned into every task
+/// and handler; [`Stop::set`] works from any thread, a signal handler's included, and wakes
+/// whatever awaits [`Stop::wait`] at once: a sleep, or a request in flight.
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<StopShared>);
+
+#[derive(Debug, Default)]
+struct StopShared {
+    set: AtomicBool,
+    wake: Notify,
+}
+
+impl Stop {
+    pub fn new() -> Stop {
+        Stop::default()
+    }
+
+    pub fn set(&self) {
+        self.0.set.store(true, Ordering::SeqCst);
+        self.0.wake.notify_waiters();
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.set.load(Ordering::SeqCst)
+    }
+
+    /// The flag itself, for code that polls it (the supervisor of `heapwatch run`).
+    pub fn flag(&self) -> &AtomicBool {
+        &self.0.set
+    }
+
+    /// Resolves once the stop is set.
+    pub async fn wait(&self) {
+        loop {
+            let woken = self.0.wake.notified();
+            tokio::pin!(woken);
+            // Registered before the flag is read, so a `set` in between is not missed.
+            woken.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            woken.await;
         }
     }
 }

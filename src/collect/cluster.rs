@@ -2,12 +2,11 @@
 //! its own collector (pacing, burst, memory sampler, boot cycles, manifest) in a run of its
 //! own; with two or more, the run directory is a cluster run (`RUN/run.json` lists the nodes,
 //! each in `RUN/targets/NAME/`). Marked log lines go to `RUN/events.jsonl` from a thread of
-//! their own. Nodes share nothing that can block: each runs on its own thread (one task each
-//! once the collector is async), and the stop flag is an atomic.
+//! their own. Nodes share nothing that can block: each is one task of a single tokio runtime,
+//! and the stop is an atomic with a wake-up.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -18,7 +17,7 @@ use super::sampler::{Sampler, SamplerTally};
 use super::targets::{self, OpenedTarget, TargetError, TargetOptions};
 use super::{
     Clock as _, CollectConfig, CollectError, CollectSummary, Collector, Observer, OutsideMemory,
-    SystemClock,
+    Stop, SystemClock,
 };
 use crate::source::procmem::MemoryProbe;
 use crate::store::cluster::{
@@ -135,7 +134,7 @@ pub struct Collection {
     logs: Vec<LogSpec>,
     marks: Vec<Mark>,
     events: Option<EventLog>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
 }
 
 /// How one node's collection ended.
@@ -214,7 +213,7 @@ pub fn start(targets: Vec<TargetSpec>, options: StartOptions) -> Result<Collecti
         logs: options.logs,
         marks,
         events,
-        stop: Arc::new(AtomicBool::new(false)),
+        stop: Stop::new(),
     })
 }
 
@@ -248,12 +247,16 @@ fn node_info(
 ) -> RunInfo {
     let mut run_options = options.run_options.clone();
     run_options.pid = spec.options.pid;
-    run_options.cgroup = spec.options.cgroup.as_ref().map(|p| p.display().to_string());
+    run_options.cgroup = spec
+        .options
+        .cgroup
+        .as_ref()
+        .map(|p| p.display().to_string());
     let mut info = RunInfo {
         schema: crate::model::SCHEMA,
         tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
         target: spec.target.clone(),
-        source: opened.source.kind().to_string(),
+        source: opened.source.kind().as_str().to_string(),
         started_ms,
         resumed_ms: Vec::new(),
         options: run_options,
@@ -307,7 +310,7 @@ fn write_cluster_info(
         let entry = ClusterTarget {
             name: node.name.clone(),
             target: node.target.clone(),
-            source: node.opened.source.kind().to_string(),
+            source: node.opened.source.kind().as_str().to_string(),
             dir: format!("{TARGETS_DIR}/{}", node.name),
         };
         match info.targets.iter_mut().find(|t| t.name == node.name) {
@@ -342,7 +345,7 @@ fn write_cluster_info(
 
 impl Collection {
     /// The flag that stops every node (Ctrl-C sets it).
-    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+    pub fn stop_flag(&self) -> Stop {
         self.stop.clone()
     }
 
@@ -360,28 +363,69 @@ impl Collection {
             ..
         } = self;
         let tailer = events.map(|events| Tailer::start(&logs, marks, events));
-        let stop = &*stop;
         let mut observers = observers.into_iter();
-        let outcomes = std::thread::scope(|scope| {
-            let running: Vec<_> = nodes
-                .into_iter()
-                .map(|node| {
-                    let mut observer = observers
-                        .next()
-                        .unwrap_or_else(|| Box::new(super::NoObserver));
-                    std::thread::Builder::new()
-                        .name(format!("heapwatch-{}", node.name))
-                        .spawn_scoped(scope, move || {
-                            collect_node(node, memory_interval, stop, observer.as_mut())
+        // One runtime, each node a task of it: a node waiting on a hung target holds no thread,
+        // and blocking work (fsync, the proc walk, gunzip) goes to the blocking pool.
+        let outcomes = match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("heapwatch-collect")
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => {
+                let running: Vec<_> = nodes
+                    .into_iter()
+                    .map(|node| {
+                        let observer = observers
+                            .next()
+                            .unwrap_or_else(|| Box::new(super::NoObserver));
+                        let name = (node.name.clone(), node.target.clone(), node.dir.clone());
+                        let handle = runtime.spawn(collect_node(
+                            node,
+                            memory_interval,
+                            stop.clone(),
+                            observer,
+                        ));
+                        (name, handle)
+                    })
+                    .collect();
+                let outcomes = running
+                    .into_iter()
+                    .map(|((name, target, dir), handle)| {
+                        runtime.block_on(handle).unwrap_or_else(|e| {
+                            if e.is_panic() {
+                                std::panic::resume_unwind(e.into_panic())
+                            }
+                            NodeOutcome {
+                                name,
+                                target,
+                                dir,
+                                result: Err(CollectError::Runtime(std::io::Error::other(
+                                    e.to_string(),
+                                ))),
+                                memory: None,
+                            }
                         })
-                        .expect("a thread per node starts")
-                })
-                .collect();
-            running
+                    })
+                    .collect();
+                // A blocking fetch cut short by the stop may still run on its thread.
+                runtime.shutdown_background();
+                outcomes
+            }
+            Err(e) => nodes
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        });
+                .map(|node| NodeOutcome {
+                    name: node.name,
+                    target: node.target,
+                    dir: node.dir,
+                    result: Err(CollectError::Runtime(std::io::Error::new(
+                        e.kind(),
+                        e.to_string(),
+                    ))),
+                    memory: None,
+                })
+                .collect(),
+        };
         CollectionOutcome {
             nodes: outcomes,
             events: tailer.map(Tailer::finish),
@@ -390,11 +434,11 @@ impl Collection {
 }
 
 /// One node, start to end: its exit watcher, memory sampler and collector.
-fn collect_node(
+async fn collect_node(
     node: Node,
     memory_interval: Duration,
-    stop: &AtomicBool,
-    observer: &mut dyn Observer,
+    stop: Stop,
+    mut observer: Box<dyn Observer + Send>,
 ) -> NodeOutcome {
     let Node {
         name,
@@ -409,7 +453,7 @@ fn collect_node(
     // probe sees, so a new pid opens a new boot cycle.
     let pid_probe = opened.pid_probe();
     let OpenedTarget {
-        source: mut boxed,
+        source: boxed,
         probe,
         ..
     } = opened;
@@ -439,7 +483,7 @@ fn collect_node(
         None => None,
     };
     let clock = SystemClock::new();
-    let mut collector = Collector::new(config, boxed.as_mut(), &clock, writer, &existing, stop)
+    let mut collector = Collector::new(config, boxed, Arc::new(clock), writer, &existing, stop)
         .with_outside_memory(outside);
     if let Some(probe) = pid_probe {
         collector = collector.with_pid_probe(probe);
@@ -447,11 +491,17 @@ fn collect_node(
     if let Some(exits) = &exits {
         collector = collector.with_exits(exits.clone());
     }
-    let result = collector.run(observer);
-    let memory = sampler.map(Sampler::finish);
-    if let Some(exits) = &exits {
-        exits.finish();
-    }
+    let result = collector.run_async(&mut *observer).await;
+    // Both join threads of their own: off the runtime's workers.
+    let memory = tokio::task::spawn_blocking(move || {
+        if let Some(exits) = &exits {
+            exits.finish();
+        }
+        sampler.map(Sampler::finish)
+    })
+    .await
+    .ok()
+    .flatten();
     NodeOutcome {
         name,
         target,

@@ -4,10 +4,10 @@
 
 use super::{CaptureRecord, Collector, RecordKind, StoreError};
 
-impl Collector<'_> {
+impl Collector {
     /// An `exit` record for each watched process the kernel saw end, filed under the boot
     /// cycle the process answered in (else the current one: compare the pid).
-    pub(super) fn note_exits(&mut self) -> Result<(), StoreError> {
+    pub(super) async fn note_exits(&mut self) -> Result<(), StoreError> {
         let Some(exits) = &self.exits else {
             return Ok(());
         };
@@ -23,7 +23,7 @@ impl Collector<'_> {
             record.pid = Some(exit.pid);
             record.exit_code = exit.exit_code;
             record.signal = exit.signal;
-            self.writer.append(&record)?;
+            self.append(record).await?;
         }
         Ok(())
     }
@@ -31,7 +31,7 @@ impl Collector<'_> {
     /// The collector stops on purpose: a `stop` record says the target was not seen to end
     /// here, with the process it last answered from (the attempts before it say whether that
     /// process still answered).
-    pub(super) fn stopped(&mut self) -> Result<(), StoreError> {
+    pub(super) async fn stopped(&mut self) -> Result<(), StoreError> {
         let mut record = CaptureRecord::new(
             self.next_seq,
             RecordKind::Stop,
@@ -40,12 +40,12 @@ impl Collector<'_> {
         );
         self.next_seq += 1;
         record.pid = self.cycles.pid();
-        self.writer.append(&record)
+        self.append(record).await
     }
 
     /// The first answer of a boot cycle: a `cycle` record with its process and build.
-    pub(super) fn note_cycle(&mut self, first: &CaptureRecord) -> Result<(), StoreError> {
-        let build = self.source.build_info(self.timeout());
+    pub(super) async fn note_cycle(&mut self, first: &CaptureRecord) -> Result<(), StoreError> {
+        let build = self.build_info(self.timeout()).await;
         let mut record = CaptureRecord::new(
             self.next_seq,
             RecordKind::Cycle,
@@ -59,6 +59,6 @@ impl Collector<'_> {
             self.cycle_of_pid.insert(pid, first.cycle);
         }
         self.cycle_noted = first.cycle;
-        self.writer.append(&record)
+        self.append(record).await
     }
 }

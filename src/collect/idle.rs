@@ -12,6 +12,7 @@
 //! longer stretches while it grows.
 
 use super::{CaptureRecord, Collector, RecordKind};
+use crate::source::SourceKind;
 
 /// The idle back-off `collect` uses unless told otherwise, as a multiple of the interval.
 pub const IDLE_BACKOFF: u32 = 4;
@@ -37,7 +38,7 @@ pub(super) struct HeapMark {
     captures: u32,
 }
 
-impl Collector<'_> {
+impl Collector {
     /// After a heap capture: an idle target (in-use heap within 2 MiB or 2 %, memory from
     /// outside within 8 MiB or 5 %, of where they were when the heap last moved, for
     /// [`IDLE_AFTER`] intervals) is asked less and less often, up to `idle_backoff` times the
@@ -45,10 +46,8 @@ impl Collector<'_> {
     /// rule; a source that costs the target nothing (proc) keeps its interval, a stopped or
     /// frozen target included.
     pub(super) fn pace_idle(&mut self, record: &CaptureRecord) {
-        if self.source.kind() == "envoy"
-            || !self.source.costs_target()
-            || record.kind != RecordKind::Heap
-        {
+        let kind = self.source().kind();
+        if kind == SourceKind::Envoy || !kind.costs_target() || record.kind != RecordKind::Heap {
             return;
         }
         // A target that fails is in trouble, not idle: its last live moments matter most.

@@ -13,16 +13,20 @@ mod retention;
 pub mod sampler;
 mod status;
 pub mod targets;
+mod tasks;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
 use thiserror::Error;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
-pub use clock::{Clock, FakeClock, SystemClock};
+pub use clock::{Clock, FakeClock, Sleep, Stop, SystemClock};
 pub use cluster::start;
 pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
@@ -30,12 +34,13 @@ pub use status::LiveStatus;
 use crate::decode::{self, DecodeLimits, stackdump};
 use crate::index::{CaptureIndexer, Content as IndexContent};
 use crate::source::procmem::MemoryProbe;
-use crate::source::{FailureKind, FetchError, Source, Want, memstats};
+use crate::source::{FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
 use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
 use exits::ExitWatcher;
 use idle::HeapMark;
 use retention::Retention;
+use tasks::joined;
 
 /// Everything the collector needs to know, already validated.
 #[derive(Debug, Clone)]
@@ -90,6 +95,9 @@ impl Default for CollectConfig {
 pub enum CollectError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The blocking `run` could not start its tokio runtime (no file descriptors left).
+    #[error("cannot start the collector's runtime: {0}; raise the open-file limit")]
+    Runtime(std::io::Error),
 }
 
 /// Why the collector stopped.
@@ -126,6 +134,12 @@ pub trait Observer {
 
 pub struct NoObserver;
 
+impl<O: Observer + ?Sized> Observer for &mut O {
+    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
+        (**self).attempt(record, status);
+    }
+}
+
 impl Observer for NoObserver {
     fn attempt(&mut self, _: &CaptureRecord, _: &LiveStatus) {}
 }
@@ -149,12 +163,18 @@ struct Task {
     due: Duration,
 }
 
-pub struct Collector<'a> {
+/// One target's collector. It owns everything it runs, so it can be moved into a task of its
+/// own ([`Collector::run_async`]).
+pub struct Collector {
     config: CollectConfig,
-    source: &'a mut dyn Source,
-    clock: &'a dyn Clock,
-    writer: RunWriter,
-    stop: &'a AtomicBool,
+    /// Away (`None`) only while a blocking fetch has it on tokio's blocking pool.
+    source: Option<Box<dyn Source>>,
+    clock: Arc<dyn Clock>,
+    /// Away (`None`) only while a write has it on tokio's blocking pool.
+    writer: Option<RunWriter>,
+    /// The run directory.
+    root: PathBuf,
+    stop: Stop,
     outside: Option<Arc<OutsideMemory>>,
     next_seq: u64,
     cycles: CycleTracker,
@@ -212,15 +232,15 @@ enum Inbox {
 /// How often a sleeping collector with an inbox looks into it.
 const EVENT_POLL: Duration = Duration::from_millis(20);
 
-impl<'a> Collector<'a> {
+impl Collector {
     pub fn new(
         config: CollectConfig,
-        source: &'a mut dyn Source,
-        clock: &'a dyn Clock,
+        source: Box<dyn Source>,
+        clock: Arc<dyn Clock>,
         writer: RunWriter,
         existing: &ManifestRead,
-        stop: &'a AtomicBool,
-    ) -> Collector<'a> {
+        stop: Stop,
+    ) -> Collector {
         let next_seq = existing
             .records
             .iter()
@@ -229,8 +249,8 @@ impl<'a> Collector<'a> {
             .map_or(1, |s| s + 1);
         let mut status = LiveStatus::default();
         status.limit = config.limit;
-        let cycles =
-            CycleTracker::resume(&existing.records).pid_is_process(source.kind() == "proc");
+        let cycles = CycleTracker::resume(&existing.records)
+            .pid_is_process(source.kind() == SourceKind::Proc);
         status.incarnation = cycles.incarnation();
         let retention = Retention::resume(&existing.records, config.max_disk);
         let cycle_noted = existing
@@ -243,9 +263,10 @@ impl<'a> Collector<'a> {
         let indexer = CaptureIndexer::start(writer.root());
         Collector {
             config,
-            source,
+            source: Some(source),
             clock,
-            writer,
+            root: writer.root().to_path_buf(),
+            writer: Some(writer),
             stop,
             outside: None,
             next_seq,
@@ -298,7 +319,7 @@ impl<'a> Collector<'a> {
     }
 
     /// Writes the events received so far.
-    fn record_events(&mut self) -> Result<Inbox, StoreError> {
+    async fn record_events(&mut self) -> Result<Inbox, StoreError> {
         let Some(events) = &self.events else {
             return Ok(Inbox::Quiet);
         };
@@ -323,7 +344,7 @@ impl<'a> Collector<'a> {
             } else {
                 self.cycles.incarnation()
             };
-            self.writer.append(&record)?;
+            self.append(record).await?;
         }
         Ok(if closed {
             Inbox::Closed
@@ -336,17 +357,16 @@ impl<'a> Collector<'a> {
 
     /// Sleeps until `wake`, or until an event arrives: a death told by whoever started the
     /// target makes the next attempt at once, which then waits for its successor.
-    fn sleep_until(&mut self, wake: Duration) {
+    async fn sleep_until(&mut self, wake: Duration) {
         if self.events.is_none() {
-            return self.clock.sleep_until(wake, self.stop);
+            return self.sleep_or_stop(wake).await;
         }
         loop {
             let now = self.clock.now();
-            if now >= wake || self.stop.load(Ordering::Relaxed) {
+            if now >= wake || self.stop.is_set() {
                 return;
             }
-            self.clock
-                .sleep_until(wake.min(now + EVENT_POLL), self.stop);
+            self.sleep_or_stop(wake.min(now + EVENT_POLL)).await;
             match self.events.as_ref().map(|e| e.try_recv()) {
                 Some(Ok(record)) => {
                     self.pending_events.push(record);
@@ -437,9 +457,26 @@ impl<'a> Collector<'a> {
         }
     }
 
+    /// [`Collector::run_async`] on a runtime of its own, for a caller that is not async.
+    pub fn run(self, observer: &mut dyn Observer) -> Result<CollectSummary, CollectError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(CollectError::Runtime)?;
+        let result = runtime.block_on(self.run_async(observer));
+        // A blocking fetch cut short by the stop may still run on its thread: not waited for.
+        runtime.shutdown_background();
+        result
+    }
+
     /// Runs until interrupted, until `duration`, until the target is gone for good
-    /// (`until_exit`), or until the disk is full.
-    pub fn run(mut self, observer: &mut dyn Observer) -> Result<CollectSummary, CollectError> {
+    /// (`until_exit`), or until the disk is full. Requests are paced here; blocking work
+    /// (the proc source's walk, every fsync) goes to tokio's blocking pool. The future is
+    /// `Send` when the observer is, so each target can be a task of its own.
+    pub async fn run_async<O: Observer>(
+        mut self,
+        mut observer: O,
+    ) -> Result<CollectSummary, CollectError> {
         let start = self.clock.now();
         let mut tasks = Vec::new();
         if self.config.heap {
@@ -448,14 +485,14 @@ impl<'a> Collector<'a> {
                 due: start,
             });
         }
-        if self.config.goroutine && self.source.supports(Want::Goroutine) {
+        if self.config.goroutine && self.source().supports(Want::Goroutine) {
             tasks.push(Task {
                 want: Want::Goroutine,
                 due: start,
             });
         }
         for want in [Want::MemStats, Want::Stats] {
-            if !self.config.memstats_interval.is_zero() && self.source.supports(want) {
+            if !self.config.memstats_interval.is_zero() && self.source().supports(want) {
                 tasks.push(Task { want, due: start });
             }
         }
@@ -470,7 +507,7 @@ impl<'a> Collector<'a> {
         }
         // Envoy is watched through /memory: it goes first, and heap dumps (a tcmalloc
         // snapshot on Envoy's main thread) come rarely, only while the build serves them.
-        let envoy = self.source.kind() == "envoy";
+        let envoy = self.source().kind() == SourceKind::Envoy;
         if envoy {
             tasks.retain(|t| t.want != Want::MemStats);
             tasks.insert(
@@ -484,8 +521,8 @@ impl<'a> Collector<'a> {
         // While the target is not answering, only the first task (the main profile) probes.
         let probe = tasks[0].want;
         loop {
-            self.note_exits()?;
-            match self.record_events() {
+            self.note_exits().await?;
+            match self.record_events().await {
                 Ok(Inbox::Ended) => {
                     let now = self.clock.now();
                     for t in tasks.iter_mut().filter(|t| t.want == probe) {
@@ -504,16 +541,16 @@ impl<'a> Collector<'a> {
                 }
                 Err(e) => return Err(e.into()),
             }
-            if self.stop.load(Ordering::Relaxed) {
+            if self.stop.is_set() {
                 self.summary.reason = StopReason::Interrupted;
-                self.stopped()?;
+                self.stopped().await?;
                 break;
             }
             let now = self.clock.now();
             if let Some(d) = self.config.duration {
                 if now.saturating_sub(start) >= d {
                     self.summary.reason = StopReason::DurationReached;
-                    self.stopped()?;
+                    self.stopped().await?;
                     break;
                 }
             }
@@ -529,7 +566,7 @@ impl<'a> Collector<'a> {
                 }
             }
             let gone = self.failing_since.is_some();
-            let source = &*self.source;
+            let source = self.source();
             tasks.retain(|t| t.want == probe || source.supports(t.want));
             let next = tasks
                 .iter_mut()
@@ -541,12 +578,16 @@ impl<'a> Collector<'a> {
                 if let Some(d) = self.config.duration {
                     wake = wake.min(start + d);
                 }
-                self.sleep_until(wake);
+                self.sleep_until(wake).await;
                 continue;
             }
             let want = next.want;
             let began = now;
-            let result = self.attempt(want, observer);
+            let result = match self.attempt(want, &mut observer).await {
+                Some(result) => result,
+                // Stopped mid-request: the attempt is not recorded, the stop is.
+                None => continue,
+            };
             let period = match want {
                 Want::MemStats if envoy => self.heap_interval(),
                 Want::Heap if envoy => (self.config.interval * 20).max(Duration::from_secs(10)),
@@ -570,7 +611,7 @@ impl<'a> Collector<'a> {
             // the next attempt keeps its normal time, the last live moments matter most.
             if matches!(want, Want::Heap | Want::Goroutine)
                 && self.failing_since.is_none()
-                && self.source.costs_target()
+                && self.source().kind().costs_target()
             {
                 // Rendering a profile costs the target CPU: keep the share of time it spends
                 // serving us under the duty cap (doubled near the limit).
@@ -594,16 +635,18 @@ impl<'a> Collector<'a> {
                 return Err(e.into());
             }
         }
-        self.note_exits()?;
-        self.record_events()?;
+        self.note_exits().await?;
+        self.record_events().await?;
         self.summary.incarnations = self.cycles.incarnation();
         Ok(self.summary)
     }
 
-    fn attempt(&mut self, want: Want, observer: &mut dyn Observer) -> Result<(), StoreError> {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.summary.attempts += 1;
+    /// One attempt, recorded. `None` when the stop came during the request.
+    async fn attempt(
+        &mut self,
+        want: Want,
+        observer: &mut impl Observer,
+    ) -> Option<Result<(), StoreError>> {
         let kind = match want {
             Want::Heap => RecordKind::Heap,
             Want::Goroutine => RecordKind::Goroutine,
@@ -614,12 +657,32 @@ impl<'a> Collector<'a> {
         let timeout = self.timeout();
         let t_ms = self.clock.unix_ms();
         let began = self.clock.now();
-        let fetched = self.source.fetch(want, timeout);
+        let fetched = self.fetch(want, timeout).await?;
         let received = self.clock.now();
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.summary.attempts += 1;
         self.last_latency = received - began;
         let mut record = CaptureRecord::new(seq, kind, self.cycles.incarnation(), t_ms);
         record.latency_ms = ms(received - began);
         record.interval_ms = Some(interval.as_millis() as u64);
+        Some(
+            self.record_reply(want, fetched, record, began, received, observer)
+                .await,
+        )
+    }
+
+    /// Checks a reply, makes it durable and appends its record.
+    async fn record_reply(
+        &mut self,
+        want: Want,
+        fetched: Result<Reply, FetchError>,
+        mut record: CaptureRecord,
+        began: Duration,
+        received: Duration,
+        observer: &mut impl Observer,
+    ) -> Result<(), StoreError> {
+        let (seq, kind) = (record.seq, record.kind);
         match fetched {
             Err(e) => self.failed(&mut record, &e, began),
             Ok(reply) => {
@@ -630,34 +693,50 @@ impl<'a> Collector<'a> {
                 if let (Some(exits), Some(pid)) = (&self.exits, record.pid) {
                     exits.watch(pid);
                 }
-                // A profile is written and fsynced under a temporary name on another thread
-                // while this one checks it; it gets its final name only if it is whole and new.
+                let bytes: Arc<[u8]> = reply.bytes.into();
+                // A profile is written and fsynced under a temporary name on the blocking pool
+                // while this task checks it. It gets its final name only if it is whole and
+                // new: told so, the job that wrote it names it as soon as its fsync is done,
+                // without waiting for this task to come back to it.
                 let temp = match want {
                     Want::Heap | Want::Goroutine => Some(
-                        self.writer
+                        self.writer()
                             .temp_path(&format!("{seq:06}-{}.partial", kind.as_str()))?,
                     ),
                     _ => None,
                 };
-                let (outcome, written) = std::thread::scope(|scope| {
-                    let writing = temp
-                        .as_deref()
-                        .map(|t| scope.spawn(|| store::write_synced(t, &reply.bytes)));
-                    let outcome = match want {
-                        Want::MemStats => self.memstats(&mut record, &reply.bytes),
-                        Want::Stats => self.stats(&mut record, &reply.bytes),
-                        Want::Goroutine if is_stack_dump(&reply.bytes) => {
-                            self.stack_dump(&mut record, &reply.bytes)
-                        }
-                        _ => {
-                            let pid = record.pid;
-                            self.profile(&mut record, &reply.bytes, pid)
-                        }
-                    };
-                    let written =
-                        writing.map(|w| w.join().expect("the writer thread does not panic"));
-                    (outcome, written)
-                });
+                let (verdict, told) = oneshot::channel::<Option<String>>();
+                let writing: Option<JoinHandle<Result<Option<Duration>, StoreError>>> =
+                    temp.map(|t| {
+                        let (bytes, clock) = (bytes.clone(), self.clock.clone());
+                        let publisher = self.writer().publisher();
+                        tokio::task::spawn_blocking(move || {
+                            let written = store::write_synced(&t, &bytes);
+                            // No verdict (the attempt was dropped): nothing is published.
+                            match told.blocking_recv() {
+                                Ok(Some(name)) => {
+                                    written?;
+                                    publisher.publish(&t, &name)?;
+                                    Ok(Some(clock.now()))
+                                }
+                                _ => {
+                                    publisher.discard(&t);
+                                    Ok(None)
+                                }
+                            }
+                        })
+                    });
+                let outcome = match want {
+                    Want::MemStats => self.memstats(&mut record, &bytes),
+                    Want::Stats => self.stats(&mut record, &bytes),
+                    Want::Goroutine if is_stack_dump(&bytes) => {
+                        self.stack_dump(&mut record, &bytes)
+                    }
+                    _ => {
+                        let pid = record.pid;
+                        self.profile(&mut record, bytes.clone(), pid).await
+                    }
+                };
                 match outcome {
                     Ok(()) => {}
                     Err(Invalid(message)) => {
@@ -670,45 +749,54 @@ impl<'a> Collector<'a> {
                     .file
                     .clone()
                     .filter(|_| record.dup_of.is_none() && record.is_ok());
-                if publish.is_none() {
-                    if let Some(t) = &temp {
-                        self.writer.discard(t);
-                    }
-                }
-                if let Some(file) = publish {
-                    {
-                        let name = file.trim_start_matches("profiles/");
-                        let stored = match (&temp, written) {
-                            (Some(t), Some(Ok(()))) => self.writer.publish(t, name),
-                            (_, Some(Err(e))) => Err(e),
-                            _ => self.writer.store_profile(name, &reply.bytes),
-                        };
-                        if let Err(e) = stored {
+                let name = publish
+                    .as_deref()
+                    .map(|f| f.trim_start_matches("profiles/").to_string());
+                let _ = verdict.send(name.clone());
+                let written = match writing {
+                    Some(w) => Some(joined(w.await)),
+                    None => None,
+                };
+                if let (Some(file), Some(name)) = (publish, name) {
+                    let stored = match written {
+                        Some(Ok(Some(durable_at))) => Ok(durable_at),
+                        Some(Err(e)) => Err(e),
+                        _ => {
+                            let clock = self.clock.clone();
+                            self.on_disk(move |w| {
+                                w.store_profile(&name, &bytes).map(|_| clock.now())
+                            })
+                            .await
+                        }
+                    };
+                    let durable_at = match stored {
+                        Ok(at) => at,
+                        Err(e) => {
                             record.file = None;
                             record.error = Some(e.to_string());
                             record.error_kind = Some("disk".into());
-                            let _ = self.writer.append(&record);
+                            let _ = self.append(record).await;
                             return Err(e);
                         }
-                        record.durable_ms = Some(ms(self.clock.now() - received));
-                        self.retention.stored(&record);
-                        self.last_stored
-                            .insert(kind, (record.hash.clone().unwrap_or_default(), seq, file));
-                        self.summary.stored += 1;
-                    }
+                    };
+                    record.durable_ms = Some(ms(durable_at.saturating_sub(received)));
+                    self.retention.stored(&record);
+                    self.last_stored
+                        .insert(kind, (record.hash.clone().unwrap_or_default(), seq, file));
+                    self.summary.stored += 1;
                 }
             }
         }
-        self.writer.append(&record)?;
+        self.append(record.clone()).await?;
         if let Some(content) = self.to_index.take() {
             // Durable and recorded: only now is its index entry made, off this thread.
             if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
-                let path = self.writer.root().join(file);
+                let path = self.root.join(file);
                 self.indexer.add(&record, path, content);
             }
         }
         if record.is_ok() && record.cycle > self.cycle_noted {
-            self.note_cycle(&record)?;
+            self.note_cycle(&record).await?;
         }
         self.pace_idle(&record);
         if record.is_ok() {
@@ -716,7 +804,7 @@ impl<'a> Collector<'a> {
         } else {
             self.summary.errors += 1;
         }
-        self.thin()?;
+        self.thin().await?;
         self.status.bursting = self.bursting();
         self.status.memory = self.memory_now();
         self.status.memory_total = self
@@ -774,7 +862,7 @@ impl<'a> Collector<'a> {
     }
 
     fn memstats(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
-        if self.source.kind() == "envoy" {
+        if self.source().kind() == SourceKind::Envoy {
             return self.envoy(record, bytes);
         }
         let text = String::from_utf8_lossy(bytes);
@@ -836,16 +924,23 @@ impl<'a> Collector<'a> {
         Ok(())
     }
 
-    fn profile(
+    /// A pprof profile: gunzipped and summed on the blocking pool (a few ms of CPU for a
+    /// large one, which would otherwise hold up every target sharing the runtime's thread).
+    async fn profile(
         &mut self,
         record: &mut CaptureRecord,
-        bytes: &[u8],
+        bytes: Arc<[u8]>,
         pid: Option<u32>,
     ) -> Result<(), Invalid> {
-        let raw =
-            decode::decompress(bytes, &self.config.decode).map_err(|e| Invalid(e.to_string()))?;
-        // Totals and hash in one pass; the model is built only when a run is analysed.
-        let summary = decode::summarize(&raw).map_err(|e| Invalid(e.to_string()))?;
+        let limits = self.config.decode;
+        let decoded = tokio::task::spawn_blocking(move || {
+            let raw = decode::decompress(&bytes, &limits).map_err(|e| Invalid(e.to_string()))?;
+            // Totals and hash in one pass; the model is built only when a run is analysed.
+            let summary = decode::summarize(&raw).map_err(|e| Invalid(e.to_string()))?;
+            Ok::<_, Invalid>((raw.into_owned(), summary))
+        })
+        .await;
+        let (raw, summary) = joined(decoded)?;
         let hash = summary.hash;
         let totals: BTreeMap<String, i64> = summary.totals.into_iter().collect();
         record.cycle = self.answered(&totals, pid);
@@ -859,7 +954,7 @@ impl<'a> Collector<'a> {
         }
         record.totals = totals;
         self.keep_or_dedup(record, hash, "pb.gz");
-        self.to_index = Some(IndexContent::Profile(raw.into_owned()));
+        self.to_index = Some(IndexContent::Profile(raw));
         Ok(())
     }
 
@@ -883,7 +978,7 @@ impl<'a> Collector<'a> {
     }
 
     /// Deletes captures chosen by the retention policy and records each deletion.
-    fn thin(&mut self) -> Result<(), StoreError> {
+    async fn thin(&mut self) -> Result<(), StoreError> {
         let current = self.cycles.incarnation();
         while let Some(victim) = self.retention.next_victim(current) {
             let mut record = CaptureRecord::new(
@@ -896,8 +991,12 @@ impl<'a> Collector<'a> {
             record.file = Some(victim.file.clone());
             record.deleted_seq = Some(victim.seq);
             record.bytes = victim.bytes;
-            self.writer.append(&record)?;
-            self.writer.delete_profile(&victim.file)?;
+            let file = victim.file.clone();
+            self.on_disk(move |w| {
+                w.append(&record)?;
+                w.delete_profile(&file)
+            })
+            .await?;
             self.summary.deleted += 1;
         }
         Ok(())

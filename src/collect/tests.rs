@@ -2,8 +2,8 @@
 //! no sleeping, no luck.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
@@ -19,15 +19,15 @@ enum Step {
 }
 
 /// Plays a script of replies, each taking its latency on the fake clock; repeats the last.
-struct ScriptedSource<'c> {
-    clock: &'c FakeClock,
+struct ScriptedSource {
+    clock: Arc<FakeClock>,
     script: VecDeque<Step>,
     last: Option<Step>,
     timeouts: Vec<Duration>,
 }
 
-impl<'c> ScriptedSource<'c> {
-    fn new(clock: &'c FakeClock, script: Vec<Step>) -> Self {
+impl ScriptedSource {
+    fn new(clock: Arc<FakeClock>, script: Vec<Step>) -> Self {
         ScriptedSource {
             clock,
             script: script.into(),
@@ -37,12 +37,12 @@ impl<'c> ScriptedSource<'c> {
     }
 }
 
-impl Source for ScriptedSource<'_> {
+impl Source for ScriptedSource {
     fn target(&self) -> &str {
         "scripted"
     }
-    fn kind(&self) -> &'static str {
-        "http"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Http
     }
     fn supports(&self, want: Want) -> bool {
         want == Want::Heap
@@ -71,6 +71,39 @@ impl Source for ScriptedSource<'_> {
     }
 }
 
+/// A test source the test keeps a hand on: the collector owns its box, the test reads what
+/// the source saw once the run is over.
+struct Shared<S> {
+    target: String,
+    inner: Arc<Mutex<S>>,
+}
+
+fn shared<S: Source + 'static>(source: &Arc<Mutex<S>>) -> Box<dyn Source> {
+    let target = source.lock().unwrap().target().to_string();
+    Box::new(Shared {
+        target,
+        inner: source.clone(),
+    })
+}
+
+impl<S: Source> Source for Shared<S> {
+    fn target(&self) -> &str {
+        &self.target
+    }
+    fn kind(&self) -> SourceKind {
+        self.inner.lock().unwrap().kind()
+    }
+    fn supports(&self, want: Want) -> bool {
+        self.inner.lock().unwrap().supports(want)
+    }
+    fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+        self.inner.lock().unwrap().fetch(want, timeout)
+    }
+    fn build_info(&mut self, timeout: Duration) -> Option<crate::model::build::BuildInfo> {
+        self.inner.lock().unwrap().build_info(timeout)
+    }
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -80,15 +113,16 @@ fn collect(
     script: Vec<Step>,
 ) -> (CollectSummary, Vec<CaptureRecord>, Vec<Duration>) {
     let dir = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new(1_000_000);
-    let mut source = ScriptedSource::new(&clock, script);
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let source = Arc::new(Mutex::new(ScriptedSource::new(clock.clone(), script)));
     let (writer, existing) = RunWriter::open(dir.path()).unwrap();
-    let stop = AtomicBool::new(false);
-    let summary = Collector::new(config, &mut source, &clock, writer, &existing, &stop)
+    let stop = Stop::new();
+    let summary = Collector::new(config, shared(&source), clock, writer, &existing, stop)
         .run(&mut NoObserver)
         .unwrap();
     let run = RunDir::open(dir.path()).unwrap();
-    (summary, attempts(run.manifest.records), source.timeouts)
+    let timeouts = source.lock().unwrap().timeouts.clone();
+    (summary, attempts(run.manifest.records), timeouts)
 }
 
 /// The capture attempts of a manifest, without the event records (`cycle`, `stop`).
@@ -275,8 +309,8 @@ const REAL_STATS: &str = include_str!("../../testdata/agent/stats.txt");
 const REAL_DUMP: &[u8] = include_bytes!("../../testdata/agent/goroutine-stack.txt");
 
 /// Answers like an agent: a reply per kind of request, each taking 2 ms.
-struct AgentLike<'c> {
-    clock: &'c FakeClock,
+struct AgentLike {
+    clock: Arc<FakeClock>,
     wants: Vec<Want>,
     heap: &'static [u8],
     goroutine: Vec<&'static [u8]>,
@@ -284,8 +318,8 @@ struct AgentLike<'c> {
     calls: Vec<Want>,
 }
 
-impl<'c> AgentLike<'c> {
-    fn new(clock: &'c FakeClock, wants: &[Want]) -> Self {
+impl AgentLike {
+    fn new(clock: Arc<FakeClock>, wants: &[Want]) -> Self {
         AgentLike {
             clock,
             wants: wants.to_vec(),
@@ -297,12 +331,12 @@ impl<'c> AgentLike<'c> {
     }
 }
 
-impl Source for AgentLike<'_> {
+impl Source for AgentLike {
     fn target(&self) -> &str {
         "agent-like"
     }
-    fn kind(&self) -> &'static str {
-        "agent"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
     }
     fn supports(&self, want: Want) -> bool {
         self.wants.contains(&want)
@@ -326,24 +360,31 @@ impl Source for AgentLike<'_> {
 
 fn collect_from(
     config: CollectConfig,
-    source: &mut AgentLike<'_>,
-    clock: &FakeClock,
+    source: AgentLike,
+    clock: &Arc<FakeClock>,
 ) -> (CollectSummary, Vec<CaptureRecord>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let (writer, existing) = RunWriter::open(dir.path()).unwrap();
-    let stop = AtomicBool::new(false);
-    let summary = Collector::new(config, source, clock, writer, &existing, &stop)
-        .run(&mut NoObserver)
-        .unwrap();
+    let stop = Stop::new();
+    let summary = Collector::new(
+        config,
+        Box::new(source),
+        clock.clone(),
+        writer,
+        &existing,
+        stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
     let run = RunDir::open(dir.path()).unwrap();
     (summary, attempts(run.manifest.records), dir)
 }
 
 #[test]
 fn stack_dumps_and_stats_are_captured_like_profiles_and_memstats() {
-    let clock = FakeClock::new(1_000_000);
+    let clock = Arc::new(FakeClock::new(1_000_000));
     let all = [Want::Heap, Want::Goroutine, Want::MemStats, Want::Stats];
-    let mut source = AgentLike::new(&clock, &all);
+    let mut source = AgentLike::new(clock.clone(), &all);
     let cut: &'static [u8] = &REAL_DUMP[..REAL_DUMP.len() / 2];
     source.goroutine = vec![REAL_DUMP, REAL_DUMP, cut, REAL_DUMP];
     let config = CollectConfig {
@@ -353,7 +394,7 @@ fn stack_dumps_and_stats_are_captured_like_profiles_and_memstats() {
         duration: Some(ms(2000)),
         ..CollectConfig::default()
     };
-    let (summary, records, dir) = collect_from(config, &mut source, &clock);
+    let (summary, records, dir) = collect_from(config, source, &clock);
     let dumps: Vec<&CaptureRecord> = records
         .iter()
         .filter(|r| r.kind == RecordKind::Goroutine)
@@ -402,8 +443,8 @@ fn stack_dumps_and_stats_are_captured_like_profiles_and_memstats() {
 #[test]
 fn memstats_alone_can_start_burst_mode() {
     // The heap capture is small; the MemStats say the process holds 120 MiB of a 128 MiB limit.
-    let clock = FakeClock::new(1_000_000);
-    let mut source = AgentLike::new(&clock, &[Want::Heap, Want::MemStats]);
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let mut source = AgentLike::new(clock.clone(), &[Want::Heap, Want::MemStats]);
     source.memstats =
         "heap-alloc: 5.00MB (5242880 bytes)\nsys: 120.00MB (125829120 bytes)\n".into();
     let config = CollectConfig {
@@ -412,7 +453,7 @@ fn memstats_alone_can_start_burst_mode() {
         duration: Some(ms(2000)),
         ..CollectConfig::default()
     };
-    let (_, records, _) = collect_from(config, &mut source, &clock);
+    let (_, records, _) = collect_from(config, source, &clock);
     let heap: Vec<Option<u64>> = records
         .iter()
         .filter(|r| r.kind == RecordKind::Heap)
@@ -430,8 +471,8 @@ fn memstats_alone_can_start_burst_mode() {
 
 #[test]
 fn goroutines_alone_still_probe_a_target_that_went_away() {
-    let clock = FakeClock::new(1_000_000);
-    let mut source = AgentLike::new(&clock, &[Want::Goroutine, Want::MemStats]);
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let mut source = AgentLike::new(clock.clone(), &[Want::Goroutine, Want::MemStats]);
     source.goroutine = vec![b"connection refused"];
     let config = CollectConfig {
         heap: false,
@@ -439,7 +480,7 @@ fn goroutines_alone_still_probe_a_target_that_went_away() {
         duration: Some(ms(3000)),
         ..CollectConfig::default()
     };
-    let (summary, records, _) = collect_from(config, &mut source, &clock);
+    let (summary, records, _) = collect_from(config, source, &clock);
     // One probe a second once the target looks gone, and nothing else asked meanwhile.
     assert_eq!(summary.attempts, 3, "{records:#?}");
     assert_eq!(records[1].kind, RecordKind::Goroutine);
@@ -483,19 +524,19 @@ fn a_target_frozen_at_its_limit_is_not_gone() {
 }
 
 /// Answers like an agent of a given build and process; the pid changes on request.
-struct Versioned<'c> {
-    clock: &'c FakeClock,
+struct Versioned {
+    clock: Arc<FakeClock>,
     pid: u32,
     version: &'static str,
     builds_asked: usize,
 }
 
-impl Source for Versioned<'_> {
+impl Source for Versioned {
     fn target(&self) -> &str {
         "versioned"
     }
-    fn kind(&self) -> &'static str {
-        "agent"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
     }
     fn supports(&self, want: Want) -> bool {
         want == Want::Heap
@@ -525,25 +566,26 @@ impl Source for Versioned<'_> {
 #[test]
 fn each_boot_cycle_gets_one_cycle_record_with_its_pid_and_build_and_a_stop_ends_the_run() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new(1_000_000);
-    let mut source = Versioned {
-        clock: &clock,
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let source = Arc::new(Mutex::new(Versioned {
+        clock: clock.clone(),
         pid: 10,
         version: "2.0.2",
         builds_asked: 0,
-    };
+    }));
     let (writer, existing) = RunWriter::open(dir.path()).unwrap();
-    let stop = AtomicBool::new(false);
+    let stop = Stop::new();
     let summary = Collector::new(
         heap_only(ms(2000)),
-        &mut source,
-        &clock,
+        shared(&source),
+        clock.clone(),
         writer,
         &existing,
-        &stop,
+        stop.clone(),
     )
     .run(&mut NoObserver)
     .unwrap();
+    let source = source.lock().unwrap();
     assert_eq!(summary.reason, StopReason::DurationReached);
     assert_eq!(source.builds_asked, 2, "asked once per boot cycle");
     let records = RunDir::open(dir.path()).unwrap().manifest.records;
@@ -579,23 +621,24 @@ fn each_boot_cycle_gets_one_cycle_record_with_its_pid_and_build_and_a_stop_ends_
     assert_eq!((last.cycle, last.pid), (2, Some(11)));
 
     // Resumed, the same run gets no second record for the cycle it is in.
-    let mut again = Versioned {
-        clock: &clock,
+    let again = Arc::new(Mutex::new(Versioned {
+        clock: clock.clone(),
         pid: 11,
         version: "2.1.0",
         builds_asked: 0,
-    };
+    }));
     let (writer, existing) = RunWriter::open(dir.path()).unwrap();
     Collector::new(
         heap_only(ms(3000)),
-        &mut again,
-        &clock,
+        shared(&again),
+        clock.clone(),
         writer,
         &existing,
-        &stop,
+        stop,
     )
     .run(&mut NoObserver)
     .unwrap();
+    let again = again.lock().unwrap();
     assert_eq!(again.builds_asked, 0);
 }
 
@@ -607,17 +650,24 @@ fn a_target_that_exits_by_itself_gets_no_stop_record() {
         ..CollectConfig::default()
     };
     let dir = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new(1_000_000);
+    let clock = Arc::new(FakeClock::new(1_000_000));
     let script = vec![
         Step::Ok(LATE, ms(5)),
         Step::Fail(FailureKind::Refused, ms(1)),
     ];
-    let mut source = ScriptedSource::new(&clock, script);
+    let source = ScriptedSource::new(clock.clone(), script);
     let (writer, existing) = RunWriter::open(dir.path()).unwrap();
-    let stop = AtomicBool::new(false);
-    Collector::new(config, &mut source, &clock, writer, &existing, &stop)
-        .run(&mut NoObserver)
-        .unwrap();
+    let stop = Stop::new();
+    Collector::new(
+        config,
+        Box::new(source),
+        clock.clone(),
+        writer,
+        &existing,
+        stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
     let records = RunDir::open(dir.path()).unwrap().manifest.records;
     assert!(records.iter().all(|r| r.kind != RecordKind::Stop));
     let cycle = records
@@ -724,18 +774,18 @@ fn burst_mode_never_backs_off() {
 #[test]
 fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat() {
     // The heap profile is as of the last GC; growth seen from outside counts as movement.
-    struct Growing<'c> {
-        clock: &'c FakeClock,
+    struct Growing {
+        clock: Arc<FakeClock>,
         outside: Arc<OutsideMemory>,
         /// Anonymous memory added before each capture.
         step: u64,
     }
-    impl Source for Growing<'_> {
+    impl Source for Growing {
         fn target(&self) -> &str {
             "growing"
         }
-        fn kind(&self) -> &'static str {
-            "http"
+        fn kind(&self) -> SourceKind {
+            SourceKind::Http
         }
         fn supports(&self, want: Want) -> bool {
             want == Want::Heap
@@ -751,24 +801,31 @@ fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat()
             })
         }
     }
-    let clock = FakeClock::new(1_000_000);
+    let clock = Arc::new(FakeClock::new(1_000_000));
     let run = |step: u64, duration: Duration| {
         let dir = tempfile::tempdir().unwrap();
         let outside = Arc::new(OutsideMemory::default());
-        let mut source = Growing {
-            clock: &clock,
+        let source = Growing {
+            clock: clock.clone(),
             outside: outside.clone(),
             step,
         };
         // Above the ~110 MiB the profile holds in use, so the outside figure is the one seen.
         outside.killable.store(120 << 20, Ordering::Relaxed);
         let (writer, existing) = RunWriter::open(dir.path()).unwrap();
-        let stop = AtomicBool::new(false);
+        let stop = Stop::new();
         let config = backing_off(duration);
-        Collector::new(config, &mut source, &clock, writer, &existing, &stop)
-            .with_outside_memory(outside)
-            .run(&mut NoObserver)
-            .unwrap();
+        Collector::new(
+            config,
+            Box::new(source),
+            clock.clone(),
+            writer,
+            &existing,
+            stop,
+        )
+        .with_outside_memory(outside)
+        .run(&mut NoObserver)
+        .unwrap();
         gaps(&attempts(
             RunDir::open(dir.path()).unwrap().manifest.records,
         ))
@@ -828,22 +885,19 @@ fn a_flat_heap_under_heavy_churn_is_busy_and_keeps_the_interval() {
 
 /// Sends an event record through the collector's inbox during its `at`-th fetch, as
 /// `heapwatch run` does when its child dies while the collector is busy.
-struct EventDuringFetch<'c> {
-    inner: ScriptedSource<'c>,
+struct EventDuringFetch {
+    inner: ScriptedSource,
     fetches: usize,
     at: usize,
     event: Option<(std::sync::mpsc::Sender<CaptureRecord>, CaptureRecord)>,
 }
 
-impl Source for EventDuringFetch<'_> {
+impl Source for EventDuringFetch {
     fn target(&self) -> &str {
         "scripted"
     }
-    fn kind(&self) -> &'static str {
-        "proc"
-    }
-    fn costs_target(&self) -> bool {
-        false
+    fn kind(&self) -> SourceKind {
+        SourceKind::Proc
     }
     fn supports(&self, want: Want) -> bool {
         want == Want::Heap
@@ -865,16 +919,16 @@ impl Source for EventDuringFetch<'_> {
 #[test]
 fn event_records_get_their_seq_and_the_boot_cycle_their_pid_answered_in() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new(1_000_000);
+    let clock = Arc::new(FakeClock::new(1_000_000));
     let (tx, rx) = std::sync::mpsc::channel();
     let mut exit = CaptureRecord::new(0, RecordKind::Exit, 0, 1_001_200);
     exit.pid = Some(100);
     exit.signal = Some(9);
     // pid 100 dies during the 4th fetch, which already reads its successor (pid 200): the
     // exit still belongs to cycle 1.
-    let mut source = EventDuringFetch {
+    let source = EventDuringFetch {
         inner: ScriptedSource::new(
-            &clock,
+            clock.clone(),
             vec![
                 Step::Ok(EARLY, ms(5)),
                 Step::Ok(EARLY, ms(5)),
@@ -888,15 +942,15 @@ fn event_records_get_their_seq_and_the_boot_cycle_their_pid_answered_in() {
     };
     let mut stop = CaptureRecord::new(0, RecordKind::Stop, 0, 1_004_000);
     stop.pid = Some(200);
-    let stop_flag = AtomicBool::new(false);
+    let stop_flag = Stop::new();
     let (writer, existing) = RunWriter::open(dir.path()).unwrap();
     let collector = Collector::new(
         heap_only(ms(3000)),
-        &mut source,
-        &clock,
+        Box::new(source),
+        clock.clone(),
         writer,
         &existing,
-        &stop_flag,
+        stop_flag,
     )
     .with_events(rx);
     // Sent before the end: written when the collector stops, after everything else.
@@ -933,25 +987,25 @@ fn event_records_get_their_seq_and_the_boot_cycle_their_pid_answered_in() {
 #[test]
 fn a_death_told_during_a_sleep_makes_the_next_attempt_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new(1_000_000);
+    let clock = Arc::new(FakeClock::new(1_000_000));
     let (tx, rx) = std::sync::mpsc::channel();
     let mut exit = CaptureRecord::new(0, RecordKind::Exit, 0, 1_000_010);
     exit.pid = Some(100);
-    let mut source = EventDuringFetch {
-        inner: ScriptedSource::new(&clock, vec![Step::Ok(EARLY, ms(5))]),
+    let source = EventDuringFetch {
+        inner: ScriptedSource::new(clock.clone(), vec![Step::Ok(EARLY, ms(5))]),
         fetches: 0,
         at: 2,
         event: Some((tx.clone(), exit)),
     };
-    let stop = AtomicBool::new(false);
+    let stop = Stop::new();
     let (writer, existing) = RunWriter::open(dir.path()).unwrap();
     Collector::new(
         heap_only(ms(2000)),
-        &mut source,
-        &clock,
+        Box::new(source),
+        clock.clone(),
         writer,
         &existing,
-        &stop,
+        stop,
     )
     .with_events(rx)
     .run(&mut NoObserver)
@@ -974,26 +1028,26 @@ fn a_death_told_during_a_sleep_makes_the_next_attempt_at_once() {
 #[test]
 fn when_the_inbox_closes_the_collector_ends_with_no_stop_record() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new(1_000_000);
+    let clock = Arc::new(FakeClock::new(1_000_000));
     let (tx, rx) = std::sync::mpsc::channel();
     let mut exit = CaptureRecord::new(0, RecordKind::Exit, 0, 1_000_010);
     exit.pid = Some(100);
     // The last death is told, then the teller is gone (heapwatch run's restarts are used).
-    let mut source = EventDuringFetch {
-        inner: ScriptedSource::new(&clock, vec![Step::Ok(EARLY, ms(5))]),
+    let source = EventDuringFetch {
+        inner: ScriptedSource::new(clock.clone(), vec![Step::Ok(EARLY, ms(5))]),
         fetches: 0,
         at: 3,
         event: Some((tx, exit)),
     };
-    let stop = AtomicBool::new(false);
+    let stop = Stop::new();
     let (writer, existing) = RunWriter::open(dir.path()).unwrap();
     let summary = Collector::new(
         heap_only(ms(60_000)),
-        &mut source,
-        &clock,
+        Box::new(source),
+        clock.clone(),
         writer,
         &existing,
-        &stop,
+        stop,
     )
     .with_events(rx)
     .run(&mut NoObserver)
@@ -1012,22 +1066,29 @@ fn when_the_inbox_closes_the_collector_ends_with_no_stop_record() {
 #[test]
 fn a_source_that_costs_the_target_nothing_never_backs_off_when_idle() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = FakeClock::new(1_000_000);
-    let mut source = EventDuringFetch {
-        inner: ScriptedSource::new(&clock, vec![Step::Ok(EARLY, ms(5))]),
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let source = EventDuringFetch {
+        inner: ScriptedSource::new(clock.clone(), vec![Step::Ok(EARLY, ms(5))]),
         fetches: 0,
         at: 0,
         event: None,
     };
-    let stop = AtomicBool::new(false);
+    let stop = Stop::new();
     let (writer, existing) = RunWriter::open(dir.path()).unwrap();
     let config = CollectConfig {
         idle_backoff: 4,
         ..heap_only(ms(5000))
     };
-    Collector::new(config, &mut source, &clock, writer, &existing, &stop)
-        .run(&mut NoObserver)
-        .unwrap();
+    Collector::new(
+        config,
+        Box::new(source),
+        clock.clone(),
+        writer,
+        &existing,
+        stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
     let records = RunDir::open(dir.path()).unwrap().manifest.records;
     let heaps: Vec<i64> = records
         .iter()
@@ -1044,8 +1105,8 @@ fn a_source_that_costs_the_target_nothing_never_backs_off_when_idle() {
 
 #[test]
 fn every_stored_capture_gets_its_site_index_entry_from_the_collector() {
-    let clock = FakeClock::new(1_000_000);
-    let mut source = AgentLike::new(&clock, &[Want::Heap, Want::Goroutine]);
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let source = AgentLike::new(clock.clone(), &[Want::Heap, Want::Goroutine]);
     let config = CollectConfig {
         goroutine: true,
         goroutine_interval: ms(500),
@@ -1053,7 +1114,7 @@ fn every_stored_capture_gets_its_site_index_entry_from_the_collector() {
         duration: Some(ms(2000)),
         ..CollectConfig::default()
     };
-    let (summary, records, dir) = collect_from(config, &mut source, &clock);
+    let (summary, records, dir) = collect_from(config, source, &clock);
     assert_eq!(summary.stored, 2, "{records:#?}");
     let run = RunDir::open(dir.path()).unwrap();
     // The collector has exited, so its indexer has written everything it was given.
@@ -1063,4 +1124,208 @@ fn every_stored_capture_gets_its_site_index_entry_from_the_collector() {
         (2, 2, 0),
         "{done:?}"
     );
+}
+
+/// Answers natively async (as HTTP and the agent do), each reply taking `latency` on tokio's
+/// clock; from the `hang_at`-th request on, it sets the stop and never answers, and says when
+/// the request was dropped.
+struct Native {
+    latency: Duration,
+    requests: usize,
+    hang_at: usize,
+    stop: Stop,
+    dropped: Arc<AtomicBool>,
+}
+
+/// Sets its flag when dropped: the request it sits in was cancelled.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Source for Native {
+    fn target(&self) -> &str {
+        "native"
+    }
+    fn kind(&self) -> SourceKind {
+        SourceKind::Http
+    }
+    fn supports(&self, want: Want) -> bool {
+        want == Want::Heap
+    }
+    fn fetch(&mut self, _: Want, _: Duration) -> Result<Reply, FetchError> {
+        unreachable!("the collector uses fetch_async when a source has it")
+    }
+    fn fetch_async(&mut self, _: Want, _: Duration) -> Option<crate::source::Fetching<'_>> {
+        self.requests += 1;
+        let hang = self.requests >= self.hang_at;
+        let (latency, stop) = (self.latency, self.stop.clone());
+        let guard = DropFlag(self.dropped.clone());
+        Some(Box::pin(async move {
+            if hang {
+                stop.set();
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(latency).await;
+            // Answered: the guard goes without a cancellation to report.
+            std::mem::forget(guard);
+            Ok(Reply {
+                bytes: LATE.to_vec(),
+                pid: None,
+            })
+        }))
+    }
+}
+
+use std::sync::atomic::AtomicBool;
+
+#[test]
+fn a_stop_during_a_hanging_request_cancels_it_and_the_run_stays_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = Stop::new();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let source = Native {
+        latency: ms(5),
+        requests: 0,
+        hang_at: 3,
+        stop: stop.clone(),
+        dropped: dropped.clone(),
+    };
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let clock = Arc::new(SystemClock::new());
+    let summary = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(
+            Collector::new(
+                heap_only(ms(60_000)),
+                Box::new(source),
+                clock,
+                writer,
+                &existing,
+                stop,
+            )
+            .run_async(NoObserver),
+        )
+        .unwrap();
+    assert_eq!(summary.reason, StopReason::Interrupted);
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the request in flight was dropped"
+    );
+    assert_eq!((summary.attempts, summary.captures), (2, 2));
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    let kinds: Vec<RecordKind> = records.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            RecordKind::Heap,
+            RecordKind::Cycle,
+            RecordKind::Heap,
+            RecordKind::Stop
+        ]
+    );
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4], "no seq taken by the cancelled request");
+    let stored = records[0].file.as_ref().unwrap();
+    assert_eq!(std::fs::read(dir.path().join(stored)).unwrap(), LATE);
+}
+
+/// A blocking source (as proc is) whose second fetch sets the stop and then blocks until the
+/// test lets it go.
+struct Stuck {
+    fetches: usize,
+    stop: Stop,
+    release: Option<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Source for Stuck {
+    fn target(&self) -> &str {
+        "stuck"
+    }
+    fn kind(&self) -> SourceKind {
+        SourceKind::Proc
+    }
+    fn supports(&self, want: Want) -> bool {
+        want == Want::Heap
+    }
+    fn fetch(&mut self, _: Want, _: Duration) -> Result<Reply, FetchError> {
+        self.fetches += 1;
+        if self.fetches == 2 {
+            self.stop.set();
+            if let Some(release) = self.release.take() {
+                let _ = release.recv();
+            }
+        }
+        Ok(Reply {
+            bytes: EARLY.to_vec(),
+            pid: Some(7),
+        })
+    }
+}
+
+#[test]
+fn a_stop_during_a_blocking_fetch_ends_the_run_without_waiting_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = Stop::new();
+    let (release, held) = std::sync::mpsc::channel();
+    let source = Stuck {
+        fetches: 0,
+        stop: stop.clone(),
+        release: Some(held),
+    };
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let summary = Collector::new(
+        heap_only(ms(60_000)),
+        Box::new(source),
+        clock,
+        writer,
+        &existing,
+        stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    // The fetch is still blocked on its thread: the run ended all the same.
+    assert_eq!(summary.reason, StopReason::Interrupted);
+    assert_eq!(summary.attempts, 1);
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    assert_eq!(records.last().unwrap().kind, RecordKind::Stop);
+    release.send(()).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_tokio_time_paused_captures_are_paced_at_the_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = Stop::new();
+    let source = Native {
+        latency: ms(20),
+        requests: 0,
+        hang_at: usize::MAX,
+        stop: stop.clone(),
+        dropped: Arc::new(AtomicBool::new(false)),
+    };
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let collector = Collector::new(
+        heap_only(ms(5000)),
+        Box::new(source),
+        Arc::new(SystemClock::new()),
+        writer,
+        &existing,
+        stop,
+    );
+    // Each target's collector can be a task of its own.
+    let summary = tokio::spawn(collector.run_async(NoObserver))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(summary.attempts, 10);
+    let records = attempts(RunDir::open(dir.path()).unwrap().manifest.records);
+    assert_eq!(gaps(&records), [500; 9]);
+    assert!(records.iter().all(|r| r.latency_ms == 20.0), "{records:#?}");
 }

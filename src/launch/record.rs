@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::time::Duration;
 
@@ -17,8 +17,8 @@ use super::cgroup::Confinement;
 use super::child::{self, Death, Ending, Launch, LifeEvent, RestartPolicy, Watch};
 use crate::collect::sampler::{Sampler, SamplerTally};
 use crate::collect::{
-    CollectConfig, CollectError, CollectSummary, Collector, NoObserver, Observer, OutsideMemory,
-    SystemClock,
+    Clock, CollectConfig, CollectError, CollectSummary, Collector, NoObserver, Observer,
+    OutsideMemory, Stop, SystemClock,
 };
 use crate::source::Source;
 use crate::source::procmem::MemoryProbe;
@@ -41,7 +41,7 @@ pub struct Recording<'a> {
     pub main: SubRun,
     pub also: Vec<SubRun>,
     /// Set by Ctrl-C.
-    pub interrupt: &'a AtomicBool,
+    pub interrupt: &'a Stop,
     /// The pid the supervisor runs now (0 between processes), shared with whoever follows it.
     pub pid: Arc<AtomicU32>,
     /// Told about every starting and ending process, e.g. to print it.
@@ -106,7 +106,7 @@ pub fn record(
         also_runs.push((sub.source, writer, existing, rx));
     }
 
-    let clock = SystemClock::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     // The senders go when the supervisor is done: that ends the collectors (no `stop`).
     let senders = Mutex::new(Some(senders));
     // Collectors still running: on Ctrl-C each writes its `stop` before the command is killed.
@@ -116,11 +116,11 @@ pub fn record(
         Confinement::Watchdog { limit, .. } => Some(*limit),
         _ => None,
     };
-    let mut main_source = main.source;
+    let main_source = main.source;
     let (supervised, main_result, also_results) = std::thread::scope(|s| {
         let supervisor = s.spawn(|| {
             let watch = Watch {
-                interrupt,
+                interrupt: interrupt.flag(),
                 pid: &pid,
                 watchdog,
                 oom_kills: &oom_kills,
@@ -146,21 +146,15 @@ pub fn record(
         });
         let also_handles: Vec<_> = also_runs
             .into_iter()
-            .map(|(mut source, writer, existing, rx)| {
+            .map(|(source, writer, existing, rx)| {
                 let (config, clock, outside, collecting) =
-                    (collect.clone(), &clock, outside.clone(), &collecting);
+                    (collect.clone(), clock.clone(), outside.clone(), &collecting);
                 s.spawn(move || {
-                    let result = Collector::new(
-                        config,
-                        source.as_mut(),
-                        clock,
-                        writer,
-                        &existing,
-                        interrupt,
-                    )
-                    .with_outside_memory(outside)
-                    .with_events(rx)
-                    .run(&mut NoObserver);
+                    let result =
+                        Collector::new(config, source, clock, writer, &existing, interrupt.clone())
+                            .with_outside_memory(outside)
+                            .with_events(rx)
+                            .run(&mut NoObserver);
                     collecting.fetch_sub(1, Ordering::Relaxed);
                     result
                 })
@@ -168,11 +162,11 @@ pub fn record(
             .collect();
         let main_result = Collector::new(
             collect.clone(),
-            main_source.as_mut(),
-            &clock,
+            main_source,
+            clock.clone(),
             main_writer,
             &main_existing,
-            interrupt,
+            interrupt.clone(),
         )
         .with_outside_memory(outside.clone())
         .with_events(main_rx)
@@ -180,7 +174,7 @@ pub fn record(
         collecting.fetch_sub(1, Ordering::Relaxed);
         if main_result.is_err() {
             // The run cannot be written: end the command rather than run it unrecorded.
-            interrupt.store(true, Ordering::Relaxed);
+            interrupt.set();
         }
         let supervised = supervisor
             .join()
@@ -196,6 +190,10 @@ pub fn record(
     let (ending, restarts) = result?;
     let main = main_result.map_err(|e| match e {
         CollectError::Store(s) => LaunchError::Store(s),
+        CollectError::Runtime(e) => LaunchError::Store(crate::store::StoreError::Io {
+            path: main.out.clone(),
+            source: e,
+        }),
     })?;
     Ok(RecordingOutcome {
         ending,

@@ -16,8 +16,8 @@ use crate::analyse::compare::Comparison;
 use crate::analyse::growth::GrowthReport;
 use crate::analyse::rules::{self, Findings, HeapRatio, Outcome, Rule};
 use crate::decode::DecodeLimits;
-use crate::scan::{self, ScanError, ScanNotes};
 use crate::model::memory::MemorySample;
+use crate::scan::{self, ScanError, ScanNotes};
 use crate::store::cluster::{self as store_cluster, Event};
 use crate::store::{RunDir, StoreError};
 

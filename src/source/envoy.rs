@@ -5,9 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::http::HttpOptions;
-use super::http::status_error;
-use super::{FailureKind, FetchError, Reply, Source, Want};
+use super::http::{HttpClient, HttpOptions, blocking, status_error};
+use super::{FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
 use crate::model::envoy::MEMORY_PREFIX;
 pub use crate::model::envoy::{EnvoyMemory, EnvoySnapshot, EnvoyStats, HeapDumpState, STATS};
 
@@ -37,8 +36,7 @@ pub enum HeapDump {
 pub struct EnvoySource {
     target: String,
     base: String,
-    agent: ureq::Agent,
-    headers: Vec<(String, String)>,
+    client: HttpClient,
     max_body: u64,
     heap_dump: HeapDumpState,
 }
@@ -71,20 +69,14 @@ impl EnvoySource {
                 ),
             ));
         }
-        let tls = ureq::tls::TlsConfig::builder()
-            .disable_verification(options.insecure)
-            .build();
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .tls_config(tls)
-            .user_agent(concat!("heapwatch/", env!("CARGO_PKG_VERSION")))
-            .max_idle_connections_per_host(1)
-            .build();
+        let tls = super::tls::client_config(&HttpOptions {
+            insecure: options.insecure,
+            ..HttpOptions::default()
+        })?;
         Ok(EnvoySource {
             target: target.to_string(),
             base: url.to_string(),
-            agent: config.into(),
-            headers: options.headers.clone(),
+            client: HttpClient::new(&options.headers, tls)?,
             max_body: if options.max_body == 0 {
                 512 << 20
             } else {
@@ -100,8 +92,28 @@ impl EnvoySource {
 
     /// `/memory`.
     pub fn memory(&self, timeout: Duration) -> Result<EnvoyMemory, FetchError> {
+        blocking(self.memory_async(timeout))
+    }
+
+    /// `/stats`, reduced to the counters of [`STATS`].
+    pub fn stats(&self, timeout: Duration) -> Result<EnvoyStats, FetchError> {
+        blocking(self.stats_async(timeout))
+    }
+
+    /// `/memory` and `/stats` at `t_ms` (the caller's clock). An Envoy without `/memory`
+    /// (HTTP 404) still gives a snapshot of its counters.
+    pub fn snapshot(&self, t_ms: i64, timeout: Duration) -> Result<EnvoySnapshot, FetchError> {
+        blocking(self.snapshot_async(t_ms, timeout))
+    }
+
+    /// `/heap_dump`. After one 501 the answer is remembered and Envoy is not asked again.
+    pub fn heap_dump(&mut self, timeout: Duration) -> Result<HeapDump, FetchError> {
+        blocking(self.heap_dump_async(timeout))
+    }
+
+    async fn memory_async(&self, timeout: Duration) -> Result<EnvoyMemory, FetchError> {
         let url = format!("{}/memory", self.base);
-        let bytes = self.ok(&url, timeout)?;
+        let bytes = self.ok(&url, timeout).await?;
         EnvoyMemory::parse(&bytes).map_err(|e| {
             FetchError::new(
                 FailureKind::Other,
@@ -110,22 +122,23 @@ impl EnvoySource {
         })
     }
 
-    /// `/stats`, reduced to the counters of [`STATS`].
-    pub fn stats(&self, timeout: Duration) -> Result<EnvoyStats, FetchError> {
+    async fn stats_async(&self, timeout: Duration) -> Result<EnvoyStats, FetchError> {
         let url = format!("{}{STATS_QUERY}", self.base);
-        let bytes = self.ok(&url, timeout)?;
+        let bytes = self.ok(&url, timeout).await?;
         Ok(EnvoyStats::parse(&String::from_utf8_lossy(&bytes)))
     }
 
-    /// `/memory` and `/stats` at `t_ms` (the caller's clock). An Envoy without `/memory`
-    /// (HTTP 404) still gives a snapshot of its counters.
-    pub fn snapshot(&self, t_ms: i64, timeout: Duration) -> Result<EnvoySnapshot, FetchError> {
-        let memory = match self.memory(timeout) {
+    async fn snapshot_async(
+        &self,
+        t_ms: i64,
+        timeout: Duration,
+    ) -> Result<EnvoySnapshot, FetchError> {
+        let memory = match self.memory_async(timeout).await {
             Ok(m) => Some(m),
             Err(e) if e.kind == FailureKind::Status && e.message.contains("HTTP 404") => None,
             Err(e) => return Err(e),
         };
-        let stats = self.stats(timeout)?;
+        let stats = self.stats_async(timeout).await?;
         Ok(EnvoySnapshot {
             t_ms,
             memory,
@@ -133,13 +146,12 @@ impl EnvoySource {
         })
     }
 
-    /// `/heap_dump`. After one 501 the answer is remembered and Envoy is not asked again.
-    pub fn heap_dump(&mut self, timeout: Duration) -> Result<HeapDump, FetchError> {
+    async fn heap_dump_async(&mut self, timeout: Duration) -> Result<HeapDump, FetchError> {
         if let HeapDumpState::NotAvailable(why) = &self.heap_dump {
             return Ok(HeapDump::NotAvailable(why.clone()));
         }
         let url = format!("{}/heap_dump", self.base);
-        let (status, bytes) = self.get(&url, timeout, self.max_body)?;
+        let (status, bytes) = self.client.get(&url, timeout, self.max_body).await?;
         match status {
             200 => {
                 self.heap_dump = HeapDumpState::Available;
@@ -160,17 +172,40 @@ impl EnvoySource {
         }
     }
 
-    fn ok(&self, url: &str, timeout: Duration) -> Result<Vec<u8>, FetchError> {
-        let (status, bytes) = self.get(url, timeout, self.max_body)?;
+    async fn ok(&self, url: &str, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+        let (status, bytes) = self.client.get(url, timeout, self.max_body).await?;
         if status != 200 {
             return Err(status_error(url, status, &bytes));
         }
         Ok(bytes)
     }
 
-    /// One GET: the status and the body (capped; error bodies at 2 KiB).
-    fn get(&self, url: &str, timeout: Duration, cap: u64) -> Result<(u16, Vec<u8>), FetchError> {
-        super::http::get(&self.agent, &self.headers, url, timeout, cap)
+    /// What the collector asks for: MemStats replies with the snapshot's totals as one JSON
+    /// object, which [`totals_from_reply`] reads back; Heap replies with the gzipped pprof as
+    /// served.
+    async fn answer(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+        match want {
+            Want::Heap => match self.heap_dump_async(timeout).await? {
+                HeapDump::Profile(bytes) => Ok(Reply { bytes, pid: None }),
+                HeapDump::NotAvailable(why) => Err(FetchError::new(
+                    FailureKind::Status,
+                    format!(
+                        "{}/heap_dump: not available ({why}); not asked again",
+                        self.base
+                    ),
+                )),
+            },
+            Want::MemStats => {
+                let snapshot = self.snapshot_async(0, timeout).await?;
+                let bytes =
+                    serde_json::to_vec(&snapshot.totals()).expect("a map of numbers serialises");
+                Ok(Reply { bytes, pid: None })
+            }
+            other => Err(FetchError::new(
+                FailureKind::Other,
+                format!("{}: Envoy serves no {} data", self.target, other.as_str()),
+            )),
+        }
     }
 }
 
@@ -179,8 +214,8 @@ impl Source for EnvoySource {
         &self.target
     }
 
-    fn kind(&self) -> &'static str {
-        "envoy"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Envoy
     }
 
     /// Heap: `/heap_dump`, until it answered 501. MemStats: `/memory` with `/stats`.
@@ -192,31 +227,12 @@ impl Source for EnvoySource {
         }
     }
 
-    /// MemStats replies with the snapshot's totals as one JSON object, which
-    /// [`totals_from_reply`] reads back; Heap replies with the gzipped pprof as served.
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
-        match want {
-            Want::Heap => match self.heap_dump(timeout)? {
-                HeapDump::Profile(bytes) => Ok(Reply { bytes, pid: None }),
-                HeapDump::NotAvailable(why) => Err(FetchError::new(
-                    FailureKind::Status,
-                    format!(
-                        "{}/heap_dump: not available ({why}); not asked again",
-                        self.base
-                    ),
-                )),
-            },
-            Want::MemStats => {
-                let snapshot = self.snapshot(0, timeout)?;
-                let bytes =
-                    serde_json::to_vec(&snapshot.totals()).expect("a map of numbers serialises");
-                Ok(Reply { bytes, pid: None })
-            }
-            other => Err(FetchError::new(
-                FailureKind::Other,
-                format!("{}: Envoy serves no {} data", self.target, other.as_str()),
-            )),
-        }
+        blocking(self.answer(want, timeout))
+    }
+
+    fn fetch_async(&mut self, want: Want, timeout: Duration) -> Option<Fetching<'_>> {
+        Some(Box::pin(self.answer(want, timeout)))
     }
 }
 

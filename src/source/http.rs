@@ -2,13 +2,14 @@
 //! `/debug/pprof/goroutine`, MemStats from `heap?debug=1`. A URL that already names a profile
 //! path is used as given for the heap.
 
+use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{FailureKind, FetchError, Reply, Source, Want};
+use super::{FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
 
 /// How to reach an HTTP target.
 #[derive(Debug, Clone, Default)]
@@ -34,8 +35,7 @@ pub struct HttpSource {
     heap_url: String,
     goroutine_url: String,
     memstats_url: String,
-    agent: ureq::Agent,
-    headers: Vec<(String, String)>,
+    client: HttpClient,
     max_body: u64,
 }
 
@@ -67,20 +67,13 @@ impl HttpSource {
         } else {
             heap_url
         };
-        let tls = tls_config(options)?;
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .tls_config(tls)
-            .user_agent(concat!("heapwatch/", env!("CARGO_PKG_VERSION")))
-            .max_idle_connections_per_host(1)
-            .build();
+        let tls = super::tls::client_config(options)?;
         Ok(HttpSource {
             target: target.to_string(),
             goroutine_url: format!("{base}/debug/pprof/goroutine"),
             memstats_url: format!("{base}/debug/pprof/heap?debug=1"),
             heap_url,
-            agent: config.into(),
-            headers: options.headers.clone(),
+            client: HttpClient::new(&options.headers, tls)?,
             max_body: if options.max_body == 0 {
                 512 << 20
             } else {
@@ -89,40 +82,128 @@ impl HttpSource {
         })
     }
 
-    fn get(&self, url: &str, timeout: Duration) -> Result<Vec<u8>, FetchError> {
-        let (status, bytes) = get(&self.agent, &self.headers, url, timeout, self.max_body)?;
+    async fn get(&self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+        let url = match want {
+            Want::Heap => &self.heap_url,
+            Want::Goroutine => &self.goroutine_url,
+            Want::MemStats => &self.memstats_url,
+            Want::Stats => {
+                return Err(FetchError::new(
+                    FailureKind::Other,
+                    "net/http/pprof has no runtime stats endpoint",
+                ));
+            }
+        };
+        let (status, bytes) = self.client.get(url, timeout, self.max_body).await?;
         if status != 200 {
             return Err(status_error(url, status, &bytes));
         }
-        Ok(bytes)
+        Ok(Reply { bytes, pid: None })
     }
 }
 
-/// One GET with a deadline and the extra headers: the status and the body, capped at `cap`
-/// for a 200 and at 2 KiB for anything else (a long error page is still an answer).
-pub(crate) fn get(
-    agent: &ureq::Agent,
-    headers: &[(String, String)],
-    url: &str,
-    timeout: Duration,
-    cap: u64,
-) -> Result<(u16, Vec<u8>), FetchError> {
-    let mut request = agent
-        .get(url)
-        .config()
-        .timeout_global(Some(timeout))
-        .build();
-    for (name, value) in headers {
-        request = request.header(name.as_str(), value.as_str());
+/// reqwest over rustls, HTTP/1.1, the extra headers on every request; the connection is kept
+/// between requests, as one target is asked over and over. HTTP and Envoy targets share it.
+pub(crate) struct HttpClient {
+    client: reqwest::Client,
+    headers: HeaderMap,
+}
+
+impl HttpClient {
+    pub(crate) fn new(
+        headers: &[(String, String)],
+        tls: rustls::ClientConfig,
+    ) -> Result<HttpClient, FetchError> {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            let bad = || {
+                FetchError::new(
+                    FailureKind::Other,
+                    format!("header {name:?}: not a valid HTTP header"),
+                )
+            };
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| bad())?;
+            value.set_sensitive(true);
+            map.append(name, value);
+        }
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .http1_only()
+            .pool_max_idle_per_host(1)
+            .user_agent(concat!("heapwatch/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| FetchError::new(FailureKind::Other, format!("the HTTP client: {e}")))?;
+        Ok(HttpClient {
+            client,
+            headers: map,
+        })
     }
-    let mut response = request.call().map_err(|e| classify(url, e))?;
-    let status = response.status().as_u16();
-    let limit = if status == 200 { cap } else { 2048 };
-    match response.body_mut().with_config().limit(limit).read_to_vec() {
-        Ok(bytes) => Ok((status, bytes)),
-        Err(_) if status != 200 => Ok((status, Vec::new())),
-        Err(e) => Err(classify(url, e)),
+
+    /// One GET within `timeout` overall: the status and the body, read as it streams in and
+    /// capped at `cap` for a 200 (past it the request is dropped, a too-large failure) and at
+    /// 2 KiB for anything else (a long error page is still an answer).
+    pub(crate) async fn get(
+        &self,
+        url: &str,
+        timeout: Duration,
+        cap: u64,
+    ) -> Result<(u16, Vec<u8>), FetchError> {
+        let too_large = || {
+            FetchError::new(
+                FailureKind::TooLarge,
+                format!("{url}: response body larger than {cap} bytes"),
+            )
+        };
+        let mut response = self
+            .client
+            .get(url)
+            .headers(self.headers.clone())
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| classify(url, &e))?;
+        let status = response.status().as_u16();
+        if status == 200 && response.content_length().is_some_and(|n| n > cap) {
+            return Err(too_large());
+        }
+        let limit = if status == 200 { cap } else { 2048 } as usize;
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > limit {
+                        if status != 200 {
+                            body.extend_from_slice(&chunk[..limit - body.len()]);
+                            return Ok((status, body));
+                        }
+                        return Err(too_large());
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => return Ok((status, body)),
+                Err(_) if status != 200 => return Ok((status, body)),
+                Err(e) => return Err(classify(url, &e)),
+            }
+        }
     }
+}
+
+/// Runs a request to its end on a runtime of its own, for a caller that is not async (the
+/// `envoy` command, tests). Never call it from inside a runtime.
+pub(crate) fn blocking<T>(
+    work: impl Future<Output = Result<T, FetchError>>,
+) -> Result<T, FetchError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            FetchError::new(
+                FailureKind::Other,
+                format!("cannot start a runtime for the request: {e}"),
+            )
+        })?
+        .block_on(work)
 }
 
 /// A non-200 answer as an error naming the URL, the status and the start of the body.
@@ -138,8 +219,8 @@ impl Source for HttpSource {
         &self.target
     }
 
-    fn kind(&self) -> &'static str {
-        "http"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Http
     }
 
     fn supports(&self, want: Want) -> bool {
@@ -147,67 +228,75 @@ impl Source for HttpSource {
     }
 
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
-        let url = match want {
-            Want::Heap => &self.heap_url,
-            Want::Goroutine => &self.goroutine_url,
-            Want::MemStats => &self.memstats_url,
-            Want::Stats => {
-                return Err(FetchError::new(
-                    FailureKind::Other,
-                    "net/http/pprof has no runtime stats endpoint",
-                ));
-            }
-        };
-        let bytes = self.get(&url.clone(), timeout)?;
-        Ok(Reply { bytes, pid: None })
+        blocking(self.get(want, timeout))
+    }
+
+    fn fetch_async(&mut self, want: Want, timeout: Duration) -> Option<Fetching<'_>> {
+        Some(Box::pin(self.get(want, timeout)))
     }
 }
 
-/// Classes a ureq error into the failure kinds the collector acts on (Envoy's source too).
-pub(crate) fn classify(url: &str, error: ureq::Error) -> FetchError {
-    use ureq::Error as E;
-    let kind = match &error {
-        // rustls reports a failed handshake (unknown issuer, an alert from the server) as an
-        // io::Error wrapping its own error: that is TLS, not a broken or refused connection.
-        E::Io(e) if wraps_rustls(e) => FailureKind::Tls,
-        E::Io(e) => io_kind(e),
-        E::Timeout(_) => FailureKind::Timeout,
-        E::HostNotFound | E::ConnectionFailed => FailureKind::Refused,
-        E::BodyExceedsLimit(_) => FailureKind::TooLarge,
-        E::Tls(_) | E::Rustls(_) | E::Pem(_) => FailureKind::Tls,
-        E::Protocol(_) => FailureKind::Reset,
-        _ => FailureKind::Other,
+/// Classes a reqwest error into the failure kinds the collector acts on (Envoy's source too).
+pub(crate) fn classify(url: &str, error: &reqwest::Error) -> FetchError {
+    let detail = innermost(error);
+    if let Some(tls) = rustls_error(error) {
+        return FetchError::new(FailureKind::Tls, format!("{url}: TLS: {tls}"));
+    }
+    let kind = if error.is_timeout() {
+        FailureKind::Timeout
+    } else if let Some(kind) = io_error_kind(error) {
+        kind
+    } else if error.is_connect() {
+        // A name that does not resolve: nothing there to ask.
+        FailureKind::Refused
+    } else if error.is_builder() {
+        FailureKind::Other
+    } else if error.is_request() || error.is_body() {
+        // The connection closed before a whole answer came (hyper's incomplete message).
+        FailureKind::Reset
+    } else {
+        FailureKind::Other
     };
-    let detail = match (&error, kind) {
-        (E::BodyExceedsLimit(n), _) => format!("response body larger than {n} bytes"),
-        (_, FailureKind::Refused) => format!("connection refused or unreachable ({error})"),
-        (_, FailureKind::Timeout) => format!("no complete answer in time ({error})"),
-        (_, FailureKind::Reset) => format!("connection broke mid-request ({error})"),
-        _ => error.to_string(),
+    let detail = match kind {
+        FailureKind::Refused => format!("connection refused or unreachable ({detail})"),
+        FailureKind::Timeout => format!("no complete answer in time ({detail})"),
+        FailureKind::Reset => format!("connection broke mid-request ({detail})"),
+        _ => detail,
     };
     FetchError::new(kind, format!("{url}: {detail}"))
 }
 
-/// Whether an io::Error carries a rustls error somewhere in its chain. The type is the one in
-/// `ureq::Error::Rustls`, named through that variant: rustls is not a direct dependency.
-fn wraps_rustls(e: &io::Error) -> bool {
-    fn is_payload_of<T: std::error::Error + 'static>(
-        _variant: fn(T) -> ureq::Error,
-        e: &(dyn std::error::Error + 'static),
-    ) -> bool {
-        e.is::<T>()
-    }
-    let mut next: Option<&(dyn std::error::Error + 'static)> = match e.get_ref() {
-        Some(inner) => Some(inner),
-        None => return false,
-    };
-    while let Some(inner) = next {
-        if is_payload_of(ureq::Error::Rustls, inner) {
-            return true;
-        }
-        next = inner.source();
-    }
-    false
+/// Each error of a chain, the payload of an io::Error included (`source()` skips over it).
+fn chain<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |err| match err.downcast_ref::<io::Error>() {
+        Some(io) => io
+            .get_ref()
+            .map(|inner| inner as &(dyn std::error::Error + 'static)),
+        None => err.source(),
+    })
+}
+
+/// The rustls error under a reqwest error, if the failure was a TLS one (a failed handshake,
+/// an alert from the server).
+fn rustls_error(e: &reqwest::Error) -> Option<String> {
+    chain(e).find_map(|err| err.downcast_ref::<rustls::Error>().map(|t| t.to_string()))
+}
+
+/// The class of the first io::Error in the chain that says something.
+fn io_error_kind(e: &reqwest::Error) -> Option<FailureKind> {
+    chain(e)
+        .filter_map(|err| err.downcast_ref::<io::Error>())
+        .map(io_kind)
+        .find(|&k| k != FailureKind::Other)
+}
+
+/// The deepest cause of an error: reqwest's own text ("error sending request") says little.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    chain(e)
+        .last()
+        .map_or_else(String::new, |err| err.to_string())
 }
 
 fn io_kind(e: &io::Error) -> FailureKind {
@@ -224,77 +313,6 @@ fn io_kind(e: &io::Error) -> FailureKind {
         }
         _ => FailureKind::Other,
     }
-}
-
-fn read_pem(path: &PathBuf, what: &str) -> Result<Vec<PemItem<'static>>, FetchError> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        FetchError::new(
-            FailureKind::Tls,
-            format!("{}: cannot read {what}: {e}", path.display()),
-        )
-    })?;
-    ureq::tls::parse_pem(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            FetchError::new(
-                FailureKind::Tls,
-                format!("{}: bad PEM {what}: {e}", path.display()),
-            )
-        })
-}
-
-fn certificates(path: &PathBuf, what: &str) -> Result<Vec<Certificate<'static>>, FetchError> {
-    let certs: Vec<Certificate<'static>> = read_pem(path, what)?
-        .into_iter()
-        .filter_map(|item| match item {
-            PemItem::Certificate(c) => Some(c),
-            _ => None,
-        })
-        .collect();
-    if certs.is_empty() {
-        return Err(FetchError::new(
-            FailureKind::Tls,
-            format!(
-                "{}: no certificate in this PEM file ({what})",
-                path.display()
-            ),
-        ));
-    }
-    Ok(certs)
-}
-
-fn tls_config(options: &HttpOptions) -> Result<TlsConfig, FetchError> {
-    let mut builder = TlsConfig::builder().disable_verification(options.insecure);
-    if let Some(ca) = &options.cacert {
-        let certs = certificates(ca, "CA certificate")?;
-        builder = builder.root_certs(RootCerts::new_with_certs(&certs));
-    }
-    match (&options.client_cert, &options.client_key) {
-        (Some(cert), Some(key)) => {
-            let chain = certificates(cert, "client certificate")?;
-            let key: PrivateKey<'static> = read_pem(key, "client key")?
-                .into_iter()
-                .find_map(|item| match item {
-                    PemItem::PrivateKey(k) => Some(k),
-                    _ => None,
-                })
-                .ok_or_else(|| {
-                    FetchError::new(
-                        FailureKind::Tls,
-                        format!("{}: no private key in this PEM file", key.display()),
-                    )
-                })?;
-            builder = builder.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
-        }
-        (None, None) => {}
-        _ => {
-            return Err(FetchError::new(
-                FailureKind::Tls,
-                "a client certificate needs both --cert and --key",
-            ));
-        }
-    }
-    Ok(builder.build())
 }
 
 #[cfg(test)]

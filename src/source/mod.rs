@@ -8,8 +8,11 @@ pub mod memstats;
 pub mod proc;
 pub mod procfind;
 pub mod procmem;
+mod tls;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use crate::model::build::BuildInfo;
@@ -33,6 +36,50 @@ impl Want {
             Want::MemStats => "memstats",
             Want::Stats => "stats",
         }
+    }
+}
+
+/// What kind of target a source talks to: how it is paced, and its name in `run.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    /// Go's net/http/pprof over HTTP(S).
+    Http,
+    /// The gops-style agent socket.
+    Agent,
+    /// Envoy's admin port.
+    Envoy,
+    /// A Go process's heap read from outside (`proc:`).
+    Proc,
+}
+
+impl SourceKind {
+    /// The name `run.json` keeps (`"source"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Http => "http",
+            SourceKind::Agent => "agent",
+            SourceKind::Envoy => "envoy",
+            SourceKind::Proc => "proc",
+        }
+    }
+
+    /// True when answering costs the target (it renders the profile), so the collector keeps
+    /// its share of time under `max_duty`. The proc source reads memory from outside: false.
+    pub fn costs_target(self) -> bool {
+        self != SourceKind::Proc
+    }
+}
+
+/// `kind == "envoy"`: the kind against its `run.json` name.
+impl PartialEq<&str> for SourceKind {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
+impl fmt::Display for SourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -105,22 +152,33 @@ impl fmt::Display for FetchError {
 
 impl std::error::Error for FetchError {}
 
+/// A fetch in progress that never blocks its thread; dropping it cancels the request.
+pub type Fetching<'a> = Pin<Box<dyn Future<Output = Result<Reply, FetchError>> + Send + 'a>>;
+
+/// A build lookup in progress (see [`Source::build_info`]).
+pub type AskingBuild<'a> = Pin<Box<dyn Future<Output = Option<BuildInfo>> + Send + 'a>>;
+
 /// A live target. One request at a time: the collector never calls `fetch` concurrently.
 pub trait Source: Send {
     /// The target as the user named it, for messages.
     fn target(&self) -> &str;
-    /// `http`, `agent` or `envoy`.
-    fn kind(&self) -> &'static str;
+    fn kind(&self) -> SourceKind;
     fn supports(&self, want: Want) -> bool;
+    /// Fetches, blocking the thread until the answer or the timeout.
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError>;
+    /// The same fetch as a future that never blocks its thread, for a source that has one
+    /// (HTTP, Envoy, the agent). `None` for a source whose work blocks (proc reads the
+    /// target's memory): the collector runs its `fetch` on tokio's blocking pool instead.
+    fn fetch_async(&mut self, _want: Want, _timeout: Duration) -> Option<Fetching<'_>> {
+        None
+    }
     /// The build of the process the source talks to now, asked once per boot cycle after its
     /// first answer. `None` when the source cannot tell (plain HTTP pprof).
     fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
         None
     }
-    /// True when answering costs the target (it renders the profile), so the collector keeps
-    /// its share of time under `max_duty`. The proc source reads memory from outside: false.
-    fn costs_target(&self) -> bool {
-        true
+    /// [`Source::build_info`] as a future, like [`Source::fetch_async`].
+    fn build_info_async(&mut self, _timeout: Duration) -> Option<AskingBuild<'_>> {
+        None
     }
 }

@@ -226,19 +226,20 @@ impl RunWriter {
     /// Gives a written and fsynced temporary file its final name and fsyncs the folder: from
     /// here on a reader sees it, whole.
     pub fn publish(&self, temp: &Path, name: &str) -> Result<String, StoreError> {
-        let target = self.profiles.join(name);
-        let result = fs::rename(temp, &target)
-            .map_err(|e| StoreError::io(&target, e))
-            .and_then(|()| sync_dir(&self.profiles));
-        if result.is_err() {
-            let _ = fs::remove_file(temp);
-        }
-        result.map(|()| format!("{PROFILES_DIR}/{name}"))
+        self.publisher().publish(temp, name)
     }
 
     /// Removes a temporary file that will not be published (a duplicate or an invalid reply).
     pub fn discard(&self, temp: &Path) {
-        let _ = fs::remove_file(temp);
+        self.publisher().discard(temp);
+    }
+
+    /// What publishes and discards temporary files, to hand to another thread: the one that
+    /// wrote a profile names it as soon as its fsync is done.
+    pub fn publisher(&self) -> Publisher {
+        Publisher {
+            profiles: self.profiles.clone(),
+        }
     }
 
     /// Removes a stored profile (retention); the caller records the deletion.
@@ -293,6 +294,31 @@ impl RunWriter {
             .open(&path)
             .map_err(|e| StoreError::io(&path, e))?;
         Ok(MemoryLog { file, path })
+    }
+}
+
+/// Publishes or discards the temporary files of one run's `profiles/` ([`RunWriter::temp_path`]).
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    profiles: PathBuf,
+}
+
+impl Publisher {
+    /// See [`RunWriter::publish`].
+    pub fn publish(&self, temp: &Path, name: &str) -> Result<String, StoreError> {
+        let target = self.profiles.join(name);
+        let result = fs::rename(temp, &target)
+            .map_err(|e| StoreError::io(&target, e))
+            .and_then(|()| sync_dir(&self.profiles));
+        if result.is_err() {
+            let _ = fs::remove_file(temp);
+        }
+        result.map(|()| format!("{PROFILES_DIR}/{name}"))
+    }
+
+    /// See [`RunWriter::discard`].
+    pub fn discard(&self, temp: &Path) {
+        let _ = fs::remove_file(temp);
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use discover::{AppInfo, Discovery, pid_alive, pid_from_name};
 use wire::{Endpoint, Op};
 
-use super::{FailureKind, FetchError, Reply, Source, Want};
+use super::{AskingBuild, FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
 use crate::model::build::BuildInfo;
 
 /// What follows `agent:` in a target.
@@ -154,7 +154,12 @@ impl AgentSource {
         if let Some(current) = &self.current {
             return Ok((current.endpoint.clone(), current.name_pid));
         }
-        let discovery = self.discovery.as_mut().expect("auto has a discovery");
+        let dir = self.dir.clone();
+        let discovery = match (&mut self.discovery, &self.how) {
+            (Some(d), _) => d,
+            (slot, AgentTarget::Auto(id)) => slot.insert(Discovery::new(dir, id.clone())),
+            (None, _) => unreachable!("only auto targets discover"),
+        };
         let socket = discovery.find(timeout)?;
         let endpoint = Endpoint::Unix(socket.path);
         self.current = Some(Settled {
@@ -165,6 +170,88 @@ impl AgentSource {
         Ok((endpoint, Some(socket.pid)))
     }
 
+    /// The endpoint as [`AgentSource::endpoint`] gives it, without blocking: looking through
+    /// the folder (which asks each agent there) runs on tokio's blocking pool.
+    async fn endpoint_async(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(Endpoint, Option<u32>), FetchError> {
+        if let Some(fixed) = self.fixed() {
+            return Ok(fixed);
+        }
+        if let Some(Settled {
+            peer_pid: Some(pid),
+            ..
+        }) = &self.current
+        {
+            if !pid_alive(*pid) {
+                self.current = None;
+            }
+        }
+        if let Some(current) = &self.current {
+            return Ok((current.endpoint.clone(), current.name_pid));
+        }
+        // Away while it looks; made anew should a stop drop this future meanwhile.
+        let mut discovery = match (self.discovery.take(), &self.how) {
+            (Some(d), _) => d,
+            (None, AgentTarget::Auto(id)) => Discovery::new(self.dir.clone(), id.clone()),
+            (None, _) => unreachable!("only auto targets discover"),
+        };
+        let looked = tokio::task::spawn_blocking(move || {
+            let found = discovery.find(timeout);
+            (discovery, found)
+        })
+        .await;
+        let (discovery, found) = match looked {
+            Ok(done) => done,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        self.discovery = Some(discovery);
+        let socket = found?;
+        let endpoint = Endpoint::Unix(socket.path);
+        self.current = Some(Settled {
+            endpoint: endpoint.clone(),
+            name_pid: Some(socket.pid),
+            peer_pid: None,
+        });
+        Ok((endpoint, Some(socket.pid)))
+    }
+
+    /// [`AgentSource::ask`] on tokio's sockets.
+    async fn ask_async(&mut self, op: Op, timeout: Duration) -> Result<Reply, FetchError> {
+        let deadline = Instant::now() + timeout;
+        let (endpoint, name_pid) = self.endpoint_async(timeout).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match wire::request_async(&endpoint, op, left, self.max_body).await {
+            Err(e) if e.kind == FailureKind::Refused && self.discovers() => {
+                self.current = None;
+                let (endpoint, name_pid) = self
+                    .endpoint_async(deadline.saturating_duration_since(Instant::now()))
+                    .await?;
+                let left = deadline.saturating_duration_since(Instant::now());
+                let answer = wire::request_async(&endpoint, op, left, self.max_body).await?;
+                Ok(self.answered(answer, name_pid))
+            }
+            Err(e) => Err(e),
+            Ok(answer) => Ok(self.answered(answer, name_pid)),
+        }
+    }
+
+    fn discovers(&self) -> bool {
+        matches!(self.how, AgentTarget::Auto(_))
+    }
+
+    async fn build_info_native(&mut self, timeout: Duration) -> Option<BuildInfo> {
+        let mut build = BuildInfo::default();
+        if let Ok(reply) = self.ask_async(Op::AppInfo, timeout).await {
+            build.read_app_info(&reply.bytes);
+        }
+        if let Ok(reply) = self.ask_async(Op::Version, timeout).await {
+            build.go_version = go_version(&reply.bytes);
+        }
+        (!build.is_empty()).then_some(build)
+    }
+
     fn ask(&mut self, op: Op, timeout: Duration) -> Result<Reply, FetchError> {
         let deadline = Instant::now() + timeout;
         let (endpoint, name_pid) = self.endpoint(timeout)?;
@@ -172,7 +259,7 @@ impl AgentSource {
         match wire::request(&endpoint, op, left, self.max_body) {
             // The process behind a remembered socket is gone: look for its successor now, so a
             // restart costs no interval.
-            Err(e) if e.kind == FailureKind::Refused && self.discovery.is_some() => {
+            Err(e) if e.kind == FailureKind::Refused && self.discovers() => {
                 self.current = None;
                 let (endpoint, name_pid) =
                     self.endpoint(deadline.saturating_duration_since(Instant::now()))?;
@@ -206,8 +293,8 @@ impl Source for AgentSource {
         &self.target
     }
 
-    fn kind(&self) -> &'static str {
-        "agent"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
     }
 
     fn supports(&self, _want: Want) -> bool {
@@ -215,13 +302,15 @@ impl Source for AgentSource {
     }
 
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
-        let op = match want {
-            Want::Heap => Op::HeapProfile,
-            Want::Goroutine => Op::StackTrace,
-            Want::MemStats => Op::MemStats,
-            Want::Stats => Op::Stats,
-        };
-        self.ask(op, timeout)
+        self.ask(op_for(want), timeout)
+    }
+
+    fn fetch_async(&mut self, want: Want, timeout: Duration) -> Option<Fetching<'_>> {
+        Some(Box::pin(self.ask_async(op_for(want), timeout)))
+    }
+
+    fn build_info_async(&mut self, timeout: Duration) -> Option<AskingBuild<'_>> {
+        Some(Box::pin(self.build_info_native(timeout)))
     }
 
     /// App info (op 0x0a: version and app id) and the Go version (op 0x04) of the process
@@ -229,15 +318,35 @@ impl Source for AgentSource {
     fn build_info(&mut self, timeout: Duration) -> Option<BuildInfo> {
         let mut build = BuildInfo::default();
         if let Ok(reply) = self.ask(Op::AppInfo, timeout) {
-            if let Ok(info) = AppInfo::parse(&reply.bytes) {
-                build.version = info.version.filter(|v| !v.trim().is_empty());
-                build.app_id = info.id.or(info.alias).filter(|v| !v.trim().is_empty());
-            }
+            build.read_app_info(&reply.bytes);
         }
         if let Ok(reply) = self.ask(Op::Version, timeout) {
             build.go_version = go_version(&reply.bytes);
         }
         (!build.is_empty()).then_some(build)
+    }
+}
+
+fn op_for(want: Want) -> Op {
+    match want {
+        Want::Heap => Op::HeapProfile,
+        Want::Goroutine => Op::StackTrace,
+        Want::MemStats => Op::MemStats,
+        Want::Stats => Op::Stats,
+    }
+}
+
+/// What the app info op's reply says of the build: its version and app id.
+trait ReadAppInfo {
+    fn read_app_info(&mut self, bytes: &[u8]);
+}
+
+impl ReadAppInfo for BuildInfo {
+    fn read_app_info(&mut self, bytes: &[u8]) {
+        if let Ok(info) = AppInfo::parse(bytes) {
+            self.version = info.version.filter(|v| !v.trim().is_empty());
+            self.app_id = info.id.or(info.alias).filter(|v| !v.trim().is_empty());
+        }
     }
 }
 

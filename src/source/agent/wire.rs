@@ -151,8 +151,7 @@ pub struct Answer {
 /// The pid of the process at the other end of a unix socket (SO_PEERCRED: the process that
 /// called `listen`), translated into this process's pid namespace.
 #[cfg(target_os = "linux")]
-fn peer_pid(stream: &UnixStream) -> Option<u32> {
-    use std::os::fd::AsRawFd as _;
+fn peer_pid(stream: &impl std::os::fd::AsRawFd) -> Option<u32> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -175,7 +174,7 @@ fn peer_pid(stream: &UnixStream) -> Option<u32> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn peer_pid(_stream: &UnixStream) -> Option<u32> {
+fn peer_pid(_stream: &impl std::os::fd::AsRawFd) -> Option<u32> {
     None
 }
 
@@ -259,6 +258,99 @@ pub fn request(
             }
         }
     }
+}
+
+/// [`request`] on tokio's sockets: the same exchange, limits and failure classes, without
+/// blocking a thread; dropping the future closes the connection.
+pub async fn request_async(
+    endpoint: &Endpoint,
+    op: Op,
+    timeout: Duration,
+    max_bytes: u64,
+) -> Result<Answer, FetchError> {
+    use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::time::timeout_at;
+
+    let fail = |kind: FailureKind, what: String| {
+        FetchError::new(
+            kind,
+            format!("{endpoint}: {} (op 0x{:02x}): {what}", op.name(), op.byte()),
+        )
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "connection timed out");
+    let connected = match endpoint {
+        Endpoint::Unix(path) => timeout_at(deadline, tokio::net::UnixStream::connect(path))
+            .await
+            .unwrap_or_else(|_| Err(timed_out()))
+            .map(|s| {
+                let pid = peer_pid(&s);
+                (AsyncStream::Unix(s), pid)
+            }),
+        Endpoint::Tcp(addr) => timeout_at(deadline, tokio::net::TcpStream::connect(addr.as_str()))
+            .await
+            .unwrap_or_else(|_| Err(timed_out()))
+            .map(|s| (AsyncStream::Tcp(s), None)),
+    };
+    let (mut stream, peer_pid) = connected.map_err(|e| {
+        let kind = io_kind(&e);
+        let what = match kind {
+            FailureKind::Refused => format!("no agent listens ({e})"),
+            _ => format!("cannot connect ({e})"),
+        };
+        fail(kind, what)
+    })?;
+    let sent = match &mut stream {
+        AsyncStream::Unix(s) => timeout_at(deadline, s.write_all(&op.request())).await,
+        AsyncStream::Tcp(s) => timeout_at(deadline, s.write_all(&op.request())).await,
+    };
+    sent.unwrap_or_else(|_| Err(timed_out()))
+        .map_err(|e| fail(io_kind(&e), format!("request not sent ({e})")))?;
+    let reader: &mut (dyn AsyncRead + Unpin + Send) = match &mut stream {
+        AsyncStream::Unix(s) => s,
+        AsyncStream::Tcp(s) => s,
+    };
+    let mut reply = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let read = timeout_at(deadline, reader.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| Err(timed_out()));
+        match read {
+            Ok(0) => {
+                return Ok(Answer {
+                    bytes: reply,
+                    peer_pid,
+                });
+            }
+            Ok(n) => {
+                reply.extend_from_slice(&buf[..n]);
+                if reply.len() as u64 > max_bytes {
+                    return Err(fail(
+                        FailureKind::TooLarge,
+                        format!("reply larger than {max_bytes} bytes"),
+                    ));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let kind = io_kind(&e);
+                let what = match kind {
+                    FailureKind::Timeout => format!(
+                        "no complete answer in {timeout:?} ({} bytes so far)",
+                        reply.len()
+                    ),
+                    _ => format!("connection broke after {} bytes ({e})", reply.len()),
+                };
+                return Err(fail(kind, what));
+            }
+        }
+    }
+}
+
+enum AsyncStream {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
 }
 
 fn io_kind(e: &io::Error) -> FailureKind {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::model::build::BuildInfo;
 use crate::source::procfind::{ProcFinder, ProcSelector, ProcessId};
-use crate::source::{FailureKind, FetchError, Reply, Source, Want};
+use crate::source::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
 
 /// How often a fetch looks for the next process while there is none.
 const POLL: Duration = Duration::from_millis(5);
@@ -125,8 +125,8 @@ impl Source for FollowSource {
         &self.target
     }
 
-    fn kind(&self) -> &'static str {
-        "proc"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Proc
     }
 
     fn supports(&self, want: Want) -> bool {
@@ -158,12 +158,6 @@ impl Source for FollowSource {
     fn build_info(&mut self, timeout: Duration) -> Option<BuildInfo> {
         self.current.as_mut()?.source.build_info(timeout)
     }
-
-    /// Like the proc source it attaches: reading from outside costs the process nothing, and a
-    /// fetch that waits for a process to appear is no work of the target's.
-    fn costs_target(&self) -> bool {
-        false
-    }
 }
 
 #[cfg(test)]
@@ -180,8 +174,8 @@ mod tests {
         fn target(&self) -> &str {
             "echo"
         }
-        fn kind(&self) -> &'static str {
-            "test"
+        fn kind(&self) -> SourceKind {
+            SourceKind::Proc
         }
         fn supports(&self, want: Want) -> bool {
             want == Want::Heap

@@ -23,7 +23,7 @@ use self::binary::{BinaryError, GoBinary};
 use self::encode::{Encoder, ExeMapping, Symbols};
 use self::memory::{ProcessMemory, ReadFault, TargetMemory as _};
 use self::walk::{Anchors, Layout, Limits, WalkError};
-use super::{FailureKind, FetchError, Reply, Source, Want};
+use super::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
 use crate::model::build::BuildInfo;
 
 /// What a user without ptrace rights over the target needs; said on every EPERM.
@@ -318,8 +318,8 @@ impl Source for ProcSource {
         &self.target
     }
 
-    fn kind(&self) -> &'static str {
-        "proc"
+    fn kind(&self) -> SourceKind {
+        SourceKind::Proc
     }
 
     fn supports(&self, want: Want) -> bool {
@@ -340,10 +340,6 @@ impl Source for ProcSource {
             bytes: self.capture_heap()?,
             pid: Some(self.pid),
         })
-    }
-
-    fn costs_target(&self) -> bool {
-        false
     }
 
     fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {

@@ -1,0 +1,137 @@
+//! What the collector hands to tokio: requests raced against the stop (a blocking source's on
+//! the blocking pool, moved there and back), sleeps on the clock, and every write of the run
+//! on the blocking pool with the `RunWriter` moved there and back.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{CaptureRecord, Collector, RunWriter, StoreError};
+use crate::model::build::BuildInfo;
+use crate::source::{FetchError, Reply, Source, Want};
+
+impl Collector {
+    /// Sleeps until `wake` on the clock, or until the stop is set.
+    /// (The future holds no borrow of the collector, which is `Send` but not `Sync`.)
+    pub(super) fn sleep_or_stop(
+        &self,
+        wake: Duration,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let sleep = self.clock.sleep_until(wake);
+        let stop = self.stop.clone();
+        async move {
+            tokio::select! {
+                () = sleep => {}
+                () = stop.wait() => {}
+            }
+        }
+    }
+
+    pub(super) fn source(&self) -> &dyn Source {
+        self.source
+            .as_deref()
+            .expect("the source is back between fetches")
+    }
+
+    pub(super) fn writer(&mut self) -> &mut RunWriter {
+        self.writer
+            .as_mut()
+            .expect("the writer is back between writes")
+    }
+
+    /// Runs `work` with the run writer on tokio's blocking pool: every fsync, rename and
+    /// manifest append happens there, never on the thread that paces requests.
+    pub(super) async fn on_disk<T: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&mut RunWriter) -> T + Send + 'static,
+    ) -> T {
+        let mut writer = self
+            .writer
+            .take()
+            .expect("the writer is back between writes");
+        let (writer, out) = joined(
+            tokio::task::spawn_blocking(move || {
+                let out = work(&mut writer);
+                (writer, out)
+            })
+            .await,
+        );
+        self.writer = Some(writer);
+        out
+    }
+
+    /// Appends a manifest record and fsyncs it, on the blocking pool.
+    pub(super) async fn append(&mut self, record: CaptureRecord) -> Result<(), StoreError> {
+        self.on_disk(move |w| w.append(&record)).await
+    }
+
+    /// One request, raced against the stop. `None`: the stop came first, and the request was
+    /// dropped then and there (a native one is cancelled; a blocking one finishes on its
+    /// thread, and its source with it, since the collector ends).
+    pub(super) async fn fetch(
+        &mut self,
+        want: Want,
+        timeout: Duration,
+    ) -> Option<Result<Reply, FetchError>> {
+        let stop = self.stop.clone();
+        let source = self
+            .source
+            .as_mut()
+            .expect("the source is back between fetches");
+        if let Some(fetching) = source.fetch_async(want, timeout) {
+            return tokio::select! {
+                biased;
+                reply = fetching => Some(reply),
+                () = stop.wait() => None,
+            };
+        }
+        let mut source = self.source.take().expect("the source is back");
+        let mut job = tokio::task::spawn_blocking(move || {
+            let reply = source.fetch(want, timeout);
+            (source, reply)
+        });
+        tokio::select! {
+            biased;
+            done = &mut job => {
+                let (source, reply) = joined(done);
+                self.source = Some(source);
+                Some(reply)
+            }
+            () = stop.wait() => None,
+        }
+    }
+
+    /// The build of the process answering now, like [`Collector::fetch`].
+    pub(super) async fn build_info(&mut self, timeout: Duration) -> Option<BuildInfo> {
+        let stop = self.stop.clone();
+        let source = self.source.as_mut()?;
+        if let Some(asking) = source.build_info_async(timeout) {
+            return tokio::select! {
+                biased;
+                build = asking => build,
+                () = stop.wait() => None,
+            };
+        }
+        let mut source = self.source.take()?;
+        let mut job = tokio::task::spawn_blocking(move || {
+            let build = source.build_info(timeout);
+            (source, build)
+        });
+        tokio::select! {
+            biased;
+            done = &mut job => {
+                let (source, build) = joined(done);
+                self.source = Some(source);
+                build
+            }
+            () = stop.wait() => None,
+        }
+    }
+}
+
+/// What a blocking-pool job returned; its panic, if it panicked, goes on here.
+pub(super) fn joined<T>(done: Result<T, tokio::task::JoinError>) -> T {
+    match done {
+        Ok(out) => out,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
