@@ -18,9 +18,10 @@ if [ -z "${HEAPWATCH:-}" ]; then cargo build --release --quiet; fi
 HW=${HEAPWATCH:-$PWD/target/release/heapwatch}
 command -v /usr/bin/time >/dev/null || { apt-get install -y -qq time >/dev/null; }
 
-stored() { grep -c '"kind":"heap"' "$RUN/manifest.jsonl" 2>/dev/null | tr -d ' ' || echo 0; }
 
-if [ ! -f "$RUN/manifest.jsonl" ] || [ "$(grep '"kind":"heap"' "$RUN/manifest.jsonl" | grep -c '"dup_of":null')" -lt "$CAPTURES" ]; then
+# Stored heap captures: a failed attempt (a loaded target missing its timeout) is no capture.
+stored() { grep '"kind":"heap"' "$RUN/manifest.jsonl" 2>/dev/null | grep '"error":null' | grep -c '"dup_of":null' || true; }
+if [ "$(stored)" -lt "$CAPTURES" ]; then
     # A run cut short (a loaded machine can make the target miss its timeouts) is resumed.
     (cd testdata/go && CGO_ENABLED=0 go build -trimpath -o "$PWD/../../$WORK/bigprofile" ./cmd/bigprofile)
     "$WORK/bigprofile" -listen 127.0.0.1:0 -stacks 25000 -churn 32MiB > "$WORK/target.out" &
@@ -29,7 +30,7 @@ if [ ! -f "$RUN/manifest.jsonl" ] || [ "$(grep '"kind":"heap"' "$RUN/manifest.js
     for _ in $(seq 100); do grep -q listening "$WORK/target.out" 2>/dev/null && break; sleep 0.1; done
     ADDR=$(sed -n 's/^listening on //p' "$WORK/target.out" | head -1)
     # --gc makes every capture a fresh publication, so consecutive captures differ.
-    while [ "$(grep '"kind":"heap"' "$RUN/manifest.jsonl" 2>/dev/null | grep -c '"dup_of":null' || true)" -lt "$CAPTURES" ]; do
+    while [ "$(stored)" -lt "$CAPTURES" ]; do
         "$HW" collect "http://$ADDR" --out "$RUN" --gc --interval 10ms --memstats-interval 0 --duration 20s --quiet || true
     done
     kill $TARGET; wait $TARGET 2>/dev/null || true
