@@ -5,8 +5,8 @@
 #   growth-first     `growth --json` with no index: every profile decoded, the index written
 #   growth-second    `growth --json` again: the index read, nothing decoded
 #   index-rebuild    `heapwatch index` with no index (what growth-first adds to the decode)
-#   quarter-*        the same two growth runs over the first quarter of the captures (memory
-#                    must follow the sites, not the captures)
+#   quarter-*, half-*  the same two growth runs over the first quarter and half of the
+#                    captures (memory must follow the sites, not the captures)
 #   report-baseline  `report RUN --baseline QUARTER` (index warm)
 #   growth+flames    growth of both runs + `flame --growth` + `flame --diff`: what the report
 #                    computes, as separate commands (index warm)
@@ -23,15 +23,16 @@ WORK=target/bench-growth
 HW=${HEAPWATCH:-$PWD/target/release/heapwatch}
 FULL=$WORK/full
 QUARTER=$WORK/quarter
+HALF=$WORK/half
 if [ -n "${CYCLE:-}" ]; then
     # CYCLE=1: make the CAPTURES from however many distinct captures target/bench-growth/run
     # holds, each used in turn under a new seq and time (a loaded machine can make recording
     # 1,000 take the better part of an hour). Same files, sizes and sites; the profiles repeat.
     [ -n "${HEAPWATCH:-}" ] || cargo build --release --quiet
-    rm -rf "$FULL" "$QUARTER"
-    python3 - "$WORK/run" "$FULL" "$QUARTER" "$CAPTURES" <<'PY'
+    rm -rf "$FULL" "$QUARTER" "$HALF"
+    python3 - "$WORK/run" "$FULL" "$QUARTER" "$HALF" "$CAPTURES" <<'PY'
 import json, os, sys
-run, full, quarter, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+run, full, quarter, half, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 recs = [json.loads(l) for l in open(os.path.join(run, "manifest.jsonl")) if l.strip()]
 heap = [r for r in recs if r["kind"] == "heap" and r.get("error") is None and r.get("dup_of") is None]
 t0 = heap[0]["t_ms"]
@@ -41,7 +42,7 @@ for i in range(n):
     src = os.path.abspath(os.path.join(run, r["file"]))
     r.update(seq=i + 1, incarnation=1, t_ms=t0 + 1000 * i, file=f"profiles/{i + 1:06}-heap.pb.gz")
     made.append((r, src))
-for dest, part in ((full, made), (quarter, made[: n // 4])):
+for dest, part in ((full, made), (quarter, made[: n // 4]), (half, made[: n // 2])):
     os.makedirs(os.path.join(dest, "profiles"), exist_ok=True)
     with open(os.path.join(dest, "manifest.jsonl"), "w") as m:
         for r, src in part:
@@ -64,7 +65,7 @@ measure() { # label, command... → appends 'label wall cpu rss_mib'
 
 echo "$(wc -l < "$FULL/manifest.jsonl") captures, $(du -shL "$FULL/profiles" | cut -f1) gzipped; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$ROUNDS"); do
-    echo "round $round"
+    echo "round $round; load $(cut -d' ' -f1-3 /proc/loadavg)"
     measure gzip-dc sh -c "gzip -dc $FULL/profiles/* > /dev/null"
     rm -f "$FULL/sites.idx"
     measure growth-first "$HW" growth "$FULL" --json
@@ -72,9 +73,11 @@ for round in $(seq "$ROUNDS"); do
     ls -la "$FULL/sites.idx" | awk '{print "sites.idx bytes", $5}'
     rm -f "$FULL/sites.idx"
     measure index-rebuild "$HW" index "$FULL"
-    rm -f "$QUARTER/sites.idx"
+    rm -f "$QUARTER/sites.idx" "$HALF/sites.idx"
     measure quarter-first "$HW" growth "$QUARTER" --json
     measure quarter-second "$HW" growth "$QUARTER" --json
+    measure half-first "$HW" growth "$HALF" --json
+    measure half-second "$HW" growth "$HALF" --json
     measure report-baseline "$HW" report "$FULL" --baseline "$QUARTER" -o "$WORK/report"
     measure growth+flames sh -c "'$HW' growth '$FULL' --json && '$HW' growth '$QUARTER' --json \
         && '$HW' flame '$FULL' --growth -o '$WORK/growth.svg' \
@@ -93,6 +96,7 @@ for label, r in rows.items():
 def ratio(a, b, i):
     return [x[i] / y[i] for x, y in zip(rows[a], rows[b]) if y[i] > 0]
 for a, b in (("growth-first", "growth-second"), ("growth-first", "gzip-dc"),
+             ("index-rebuild", "gzip-dc"),
              ("growth-second", "gzip-dc"), ("report-baseline", "growth+flames")):
     for i, what in ((0, "wall"), (1, "CPU")):
         r = ratio(a, b, i)

@@ -3,13 +3,14 @@
 //!
 //! ```text
 //! frame := head_len u32 | xxh3(head) u64 | head
-//! head  := seq | hash | file len | mtime ns | inode | kind u8
+//! head  := seq | hash | file len | mtime ns | inode | kind u8 | gunzipped len
 //!          | new names (count, then each as length + UTF-8)
 //!          | sample types (count, name ids) | default type
 //!          | sites (count, then name id + one zigzag value per sample type), by name
 //! ```
 //!
-//! Integers are LEB128 varints unless sized. Name ids count definitions in file order.
+//! Integers are LEB128 varints unless sized. Name ids count definitions in file order. The
+//! gunzipped length is what `--max-decompressed` is held against (0: a file not gzipped).
 //! Version 1 also kept per-stack rows after each head; nothing read them and building them
 //! was most of the collector's CPU, so version 2 keeps sites only.
 
@@ -19,7 +20,7 @@ use super::Built;
 use super::{EntryKey, QuickMap};
 use crate::store::RecordKind;
 
-const MAGIC: &[u8; 8] = b"HWSITES2";
+const MAGIC: &[u8; 8] = b"HWSITES3";
 pub const HEADER_LEN: u64 = 16;
 pub const FRAME_HEADER: u64 = 12;
 /// No head is larger than this; a length beyond it is damage, not data.
@@ -133,6 +134,7 @@ pub fn encode_frame(out: &mut Vec<u8>, b: &Built, names: &mut QuickMap<String, u
     put(&mut head, b.key.mtime_ns);
     put(&mut head, b.key.ino);
     head.push(u8::from(b.kind == RecordKind::Goroutine));
+    put(&mut head, b.gunzipped);
     put(&mut head, new_names.len() as u64);
     for n in &new_names {
         put_bytes(&mut head, n.as_bytes());
@@ -210,10 +212,13 @@ pub struct Head {
     pub seq: u64,
     pub key: EntryKey,
     pub kind: RecordKind,
+    pub gunzipped: u64,
     pub new_names: Vec<String>,
 }
 
-fn head_start<'a>(c: &mut Cursor<'a>) -> Result<(u64, EntryKey, RecordKind), Damaged> {
+type Start = (u64, EntryKey, RecordKind, u64);
+
+fn head_start(c: &mut Cursor) -> Result<Start, Damaged> {
     let seq = c.uint()?;
     let hash = c.text()?.to_string();
     let key = EntryKey {
@@ -227,13 +232,14 @@ fn head_start<'a>(c: &mut Cursor<'a>) -> Result<(u64, EntryKey, RecordKind), Dam
     } else {
         RecordKind::Heap
     };
-    Ok((seq, key, kind))
+    let gunzipped = c.uint()?;
+    Ok((seq, key, kind, gunzipped))
 }
 
 impl Head {
     pub fn parse(head: &[u8]) -> Result<Head, Damaged> {
         let mut c = Cursor(head);
-        let (seq, key, kind) = head_start(&mut c)?;
+        let (seq, key, kind, gunzipped) = head_start(&mut c)?;
         let n = c.count()?;
         let new_names = (0..n)
             .map(|_| c.text().map(str::to_string))
@@ -242,6 +248,7 @@ impl Head {
             seq,
             key,
             kind,
+            gunzipped,
             new_names,
         })
     }

@@ -53,7 +53,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::analyse::reduce::SiteFigures;
-use crate::decode::{self, DecodeLimits};
+use crate::decode::{self, DecodeError, DecodeLimits};
 use crate::store::{CaptureRecord, RecordKind, RunDir};
 pub use build::CaptureFigures;
 use format::{Entry, FRAME_HEADER, HEADER_LEN, Head};
@@ -100,6 +100,9 @@ pub struct Built {
     pub seq: u64,
     pub kind: RecordKind,
     pub key: EntryKey,
+    /// The gzipped file's decompressed length (0 when it is not gzipped): an analysis run with
+    /// a lower `--max-decompressed` refuses the capture as decoding it would.
+    pub gunzipped: u64,
     pub figures: CaptureFigures,
 }
 
@@ -110,6 +113,7 @@ struct Located {
     head_len: u32,
     key: EntryKey,
     kind: RecordKind,
+    gunzipped: u64,
 }
 
 /// The index of a run opened for reading: the names and where each capture's entry is. Holds
@@ -158,6 +162,7 @@ impl RunIndex {
                     head_len: frame.head_len,
                     key: parsed.key,
                     kind: parsed.kind,
+                    gunzipped: parsed.gunzipped,
                 },
             );
             offset += body_len;
@@ -176,11 +181,22 @@ impl RunIndex {
     }
 
     /// The site figures of `record` from its entry, when there is one built for the file as
-    /// it is now (`key`).
-    pub fn sites(&self, record: &CaptureRecord, key: &EntryKey) -> Option<Vec<SiteFigures>> {
+    /// it is now (`key`); the error decoding would give when the profile gunzips to more than
+    /// `limits` allow.
+    pub fn sites(
+        &self,
+        record: &CaptureRecord,
+        key: &EntryKey,
+        limits: &DecodeLimits,
+    ) -> Option<Result<Vec<SiteFigures>, DecodeError>> {
         let located = self.entries.get(&record.seq)?;
         if located.key != *key || located.kind != record.kind {
             return None;
+        }
+        if located.gunzipped > limits.max_decompressed {
+            return Some(Err(DecodeError::TooLarge {
+                max: limits.max_decompressed,
+            }));
         }
         let mut head = vec![0; located.head_len as usize];
         self.file
@@ -188,31 +204,49 @@ impl RunIndex {
             .read_exact_at(&mut head, located.offset)
             .ok()?;
         let entry = Entry::parse_sites(&head, &self.names).ok()?;
-        Some(build::site_figures(
+        Some(Ok(build::site_figures(
             record.kind,
             &entry.sample_types,
             entry.default_type,
             entry.sites.iter().map(|(n, v)| (*n, v.as_slice())),
-        ))
+        )))
     }
 }
 
 /// Decodes a capture's file into its figures: a gzipped pprof profile, or a goroutine text
-/// dump (the agent's op 0x01). The error names the file.
+/// dump (the agent's op 0x01); with them its decompressed length when it can be known without
+/// gunzipping again (see [`gunzipped_len`]). The error names the file.
 pub fn build_file(
     path: &Path,
     kind: RecordKind,
     limits: &DecodeLimits,
-) -> Result<CaptureFigures, String> {
+) -> Result<(CaptureFigures, Option<u64>), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if kind == RecordKind::Goroutine && !decode::is_gzip(&bytes) && bytes.starts_with(b"goroutine ")
     {
         let dump =
             decode::stackdump::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        return Ok(build::from_dump(&dump));
+        return Ok((build::from_dump(&dump), Some(0)));
     }
     let profile = decode::decode(&bytes, limits).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(build::from_profile(&profile, kind))
+    Ok((
+        build::from_profile(&profile, kind),
+        gunzipped_len(&bytes, limits),
+    ))
+}
+
+/// The decompressed length of a file that has just decoded under `limits`: 0 when it is not
+/// gzipped (the ceiling holds only for gzip), else its gzip trailer's ISIZE, the length mod
+/// 2^32, which the gunzip checked. Exact while the ceiling is under 4 GiB; None above it.
+fn gunzipped_len(bytes: &[u8], limits: &DecodeLimits) -> Option<u64> {
+    if !decode::is_gzip(bytes) {
+        return Some(0);
+    }
+    if limits.max_decompressed > u64::from(u32::MAX) {
+        return None;
+    }
+    let trailer: [u8; 4] = bytes.get(bytes.len().checked_sub(4)?..)?.try_into().ok()?;
+    Some(u64::from(u32::from_le_bytes(trailer)))
 }
 
 /// Where an analysis gets a capture's site figures: the index when its entry is fresh, else
@@ -244,17 +278,21 @@ impl<'r> SiteSource<'r> {
     pub fn sites(&self, record: &CaptureRecord) -> Result<Sites, String> {
         let path = self.run.file_path(record).ok_or_else(String::new)?;
         let key = EntryKey::of(record, &path).ok_or_else(String::new)?;
-        if let Some(sites) = self.index.sites(record, &key) {
-            return Ok((sites, None));
+        match self.index.sites(record, &key, self.limits) {
+            Some(Ok(sites)) => return Ok((sites, None)),
+            // Refused as decoding would refuse it, without reading the profile.
+            Some(Err(e)) => return Err(format!("{}: {e}", path.display())),
+            None => {}
         }
-        let figures = build_file(&path, record.kind, self.limits)?;
+        let (figures, gunzipped) = build_file(&path, record.kind, self.limits)?;
         let sites = figures.site_figures(record.kind);
         Ok((
             sites,
-            Some(Built {
+            gunzipped.map(|gunzipped| Built {
                 seq: record.seq,
                 kind: record.kind,
                 key,
+                gunzipped,
                 figures,
             }),
         ))
@@ -527,17 +565,25 @@ impl CaptureIndexer {
                     let Some(key) = EntryKey::of(&job.record, &job.path) else {
                         continue;
                     };
-                    let figures = match job.content {
+                    let (figures, gunzipped) = match job.content {
                         Content::Profile(raw) => match decode::decode_protobuf(&raw) {
-                            Ok(p) => build::from_profile(&p, job.record.kind),
+                            Ok(p) => (
+                                build::from_profile(&p, job.record.kind),
+                                if stored_gzipped(&job.path) {
+                                    raw.len() as u64
+                                } else {
+                                    0
+                                },
+                            ),
                             Err(_) => continue,
                         },
-                        Content::Dump(dump) => build::from_dump(&dump),
+                        Content::Dump(dump) => (build::from_dump(&dump), 0),
                     };
                     let built = Built {
                         seq: job.record.seq,
                         kind: job.record.kind,
                         key,
+                        gunzipped,
                         figures,
                     };
                     // The index is a cache: a failure here costs a decode later, nothing more.
@@ -561,6 +607,14 @@ impl CaptureIndexer {
             });
         }
     }
+}
+
+/// Whether the stored file is gzipped (what the ceiling on the decompressed size applies to).
+fn stored_gzipped(path: &Path) -> bool {
+    let mut magic = [0u8; 2];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| decode::is_gzip(&magic))
 }
 
 impl Drop for CaptureIndexer {

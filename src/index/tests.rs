@@ -29,26 +29,55 @@ fn all_sites(run: &RunDir, limits: &DecodeLimits) -> Vec<(u64, Vec<SiteFigures>,
         .collect()
 }
 
+/// What the growth analysis made of a capture before there was an index: the reduction of
+/// the decoded profile.
+fn reduced(run: &RunDir, r: &CaptureRecord) -> Vec<SiteFigures> {
+    use crate::analyse::reduce;
+    let bytes = std::fs::read(run.file_path(r).unwrap()).unwrap();
+    let profile = decode::decode(&bytes, &DecodeLimits::default()).unwrap();
+    match r.kind {
+        RecordKind::Goroutine => reduce::goroutine_sites(&profile),
+        _ => reduce::heap_sites(&profile),
+    }
+}
+
 #[test]
-fn entries_read_back_equal_what_decoding_gives() {
-    let (_dir, root) = copy_run("hiddenleak");
-    let run = RunDir::open(&root).unwrap();
-    let limits = DecodeLimits::default();
-    let decoded = all_sites(&run, &limits);
-    assert!(decoded.iter().all(|d| !d.2), "nothing indexed yet");
-    let done = rebuild(&run, &limits).unwrap();
-    assert_eq!(done.rebuilt, decoded.len());
-    let indexed = all_sites(&run, &limits);
-    assert!(
-        indexed.iter().all(|d| d.2),
-        "every capture read from the index"
-    );
-    let strip = |v: Vec<(u64, Vec<SiteFigures>, bool)>| -> Vec<_> {
-        v.into_iter().map(|(s, f, _)| (s, f)).collect()
-    };
-    assert_eq!(strip(indexed), strip(decoded));
-    let again = rebuild(&run, &limits).unwrap();
-    assert_eq!((again.fresh, again.rebuilt), (done.rebuilt, 0));
+fn entries_read_back_equal_what_decoding_gives_on_every_recorded_run() {
+    let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/runs");
+    let mut names: Vec<String> = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("manifest.jsonl").is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8, "{names:?}");
+    for name in names {
+        let (_dir, root) = copy_run(&name);
+        let run = RunDir::open(&root).unwrap();
+        let limits = DecodeLimits::default();
+        let decoded = all_sites(&run, &limits);
+        assert!(decoded.iter().all(|d| !d.2), "{name}: nothing indexed yet");
+        let done = rebuild(&run, &limits).unwrap();
+        assert_eq!(done.rebuilt, decoded.len(), "{name}");
+        assert!(done.unreadable.is_empty(), "{name}: {:?}", done.unreadable);
+        let indexed = all_sites(&run, &limits);
+        assert!(
+            indexed.iter().all(|d| d.2),
+            "{name}: every capture read from the index"
+        );
+        let oracle: Vec<_> = indexed_captures(&run)
+            .into_iter()
+            .map(|r| (r.seq, reduced(&run, r)))
+            .collect();
+        let strip = |v: Vec<(u64, Vec<SiteFigures>, bool)>| -> Vec<_> {
+            v.into_iter().map(|(s, f, _)| (s, f)).collect()
+        };
+        assert_eq!(strip(decoded), oracle, "{name}: decoded for the index");
+        assert_eq!(strip(indexed), oracle, "{name}: read from the index");
+        let again = rebuild(&run, &limits).unwrap();
+        assert_eq!((again.fresh, again.rebuilt), (done.rebuilt, 0), "{name}");
+    }
 }
 
 #[test]
@@ -79,7 +108,11 @@ fn names_are_shared_across_captures() {
         .into_iter()
         .map(|r| {
             let key = EntryKey::of(r, &run.file_path(r).unwrap()).unwrap();
-            index.sites(r, &key).unwrap().len()
+            index
+                .sites(r, &key, &DecodeLimits::default())
+                .unwrap()
+                .unwrap()
+                .len()
         })
         .sum();
     assert_eq!(index.names.len(), names.len());
@@ -88,4 +121,70 @@ fn names_are_shared_across_captures() {
         "{} names, {site_rows} site rows",
         names.len()
     );
+}
+
+#[test]
+fn an_entry_over_the_ceiling_on_decompressed_size_is_refused() {
+    let (_dir, root) = copy_run("hiddenleak");
+    let run = RunDir::open(&root).unwrap();
+    rebuild(&run, &DecodeLimits::default()).unwrap();
+    let index = RunIndex::open(&root);
+    let mut refused = 0;
+    for r in indexed_captures(&run) {
+        let path = run.file_path(r).unwrap();
+        let raw = decode::gunzip(&std::fs::read(&path).unwrap(), u64::MAX).unwrap();
+        let key = EntryKey::of(r, &path).unwrap();
+        let exact = DecodeLimits {
+            max_decompressed: raw.len() as u64,
+        };
+        assert!(index.sites(r, &key, &exact).unwrap().is_ok(), "{path:?}");
+        let below = DecodeLimits {
+            max_decompressed: raw.len() as u64 - 1,
+        };
+        let decoded = decode::decode(&std::fs::read(&path).unwrap(), &below).unwrap_err();
+        assert_eq!(index.sites(r, &key, &below).unwrap().unwrap_err(), decoded);
+        // Through the source, the error names the file as a decoding error does.
+        let source = SiteSource::open(&run, &below);
+        let why = source.sites(r).unwrap_err();
+        assert!(
+            why.contains(&path.display().to_string()) && why.contains("larger than"),
+            "{why}"
+        );
+        refused += 1;
+    }
+    assert!(refused > 3);
+}
+
+#[test]
+fn the_collector_keeps_the_decompressed_size_of_what_it_indexes() {
+    let (_dir, root) = copy_run("hiddenleak");
+    let run = RunDir::open(&root).unwrap();
+    // The queue holds 4: these are never left out.
+    let captures: Vec<&CaptureRecord> = indexed_captures(&run).into_iter().take(4).collect();
+    let mut sizes = Vec::new();
+    {
+        let indexer = CaptureIndexer::start(&root);
+        for r in &captures {
+            let path = run.file_path(r).unwrap();
+            let raw = decode::gunzip(&std::fs::read(&path).unwrap(), u64::MAX).unwrap();
+            sizes.push(raw.len() as u64);
+            indexer.add(r, path, Content::Profile(raw));
+        }
+    }
+    let index = RunIndex::open(&root);
+    assert_eq!(index.len(), captures.len());
+    for (r, size) in captures.iter().zip(sizes) {
+        let key = EntryKey::of(r, &run.file_path(r).unwrap()).unwrap();
+        let at = |max| DecodeLimits {
+            max_decompressed: max,
+        };
+        assert_eq!(
+            index.sites(r, &key, &at(size)).unwrap(),
+            Ok(reduced(&run, r))
+        );
+        assert!(matches!(
+            index.sites(r, &key, &at(size - 1)),
+            Some(Err(DecodeError::TooLarge { .. }))
+        ));
+    }
 }

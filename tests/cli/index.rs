@@ -183,3 +183,50 @@ fn a_run_that_cannot_be_written_is_analysed_without_an_index() {
     let err = util::stderr(&out);
     assert!(err.contains("sites.idx"), "{err}");
 }
+
+/// `growth RUN` with `--max-decompressed`, its stdout and its stderr with the run's path
+/// taken out.
+fn growth_limited(run: &Path, max: &str) -> (String, String) {
+    let out = util::run(&[
+        "growth",
+        run.to_str().unwrap(),
+        "--json",
+        "--max-decompressed",
+        max,
+    ]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let shown = run.to_str().unwrap();
+    (util::stdout(&out), util::stderr(&out).replace(shown, "RUN"))
+}
+
+#[test]
+fn an_indexed_capture_over_max_decompressed_is_reported_not_read() {
+    let (_dir, run) = fresh_copy("hiddenleak");
+    growth_json(&run);
+    let built = index(&run);
+    assert_eq!(count(&built, "fresh"), count(&built, "captures"), "{built}");
+    // Every capture indexed; now a ceiling that some of them gunzip past (they decompress to
+    // 0.9-5.6 KB). The index must refuse those as decoding does, not answer for them.
+    let (_other, unindexed) = fresh_copy("hiddenleak");
+    let expected = growth_limited(&unindexed, "3000");
+    let skipped = expected.1.lines().filter(|l| l.contains("skipped")).count();
+    assert!(
+        skipped > 0 && (skipped as u64) < count(&built, "captures"),
+        "{}",
+        expected.1
+    );
+    assert!(
+        expected.1.contains("larger than 3000 bytes"),
+        "{}",
+        expected.1
+    );
+    let size = fs::metadata(run.join(INDEX)).unwrap().len();
+    assert_eq!(growth_limited(&run, "3000"), expected);
+    assert_eq!(
+        fs::metadata(run.join(INDEX)).unwrap().len(),
+        size,
+        "answered from the index, nothing decoded"
+    );
+    // The index does not keep the refusal: with the ceiling back, the figures are there.
+    assert_eq!(growth_json(&run), growth_json(&unindexed));
+}
