@@ -14,6 +14,7 @@ use crate::analyse::select::{self, CycleBuild, SelectError, Selection};
 use crate::decode::DecodeLimits;
 use crate::index::{SiteSource, Sites};
 use crate::source::procmem::MemorySample;
+use crate::store::cluster::{TARGETS_DIR, read_cluster};
 use crate::store::{CaptureRecord, RecordKind, RunDir, StoreError};
 
 const BATCH: usize = 16;
@@ -248,17 +249,30 @@ pub fn cycle_sites(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Vec<AgedS
         .collect()
 }
 
-/// The run's `--label`, else its directory's name.
+/// The run's `--label`, else its directory's name. A node of a cluster run
+/// (`RUN/targets/NAME`) takes the cluster's label or the cluster directory's name: the node's
+/// own directory names the node, not its build.
 pub fn run_label(run: &RunDir) -> String {
+    let dir_name = |p: &std::path::Path| {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
     run.info
         .as_ref()
         .and_then(|i| i.label.clone())
         .unwrap_or_else(|| {
             let root = std::fs::canonicalize(&run.root).unwrap_or_else(|_| run.root.clone());
-            root.file_name().map_or_else(
-                || run.root.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            )
+            let cluster = root
+                .parent()
+                .filter(|p| p.file_name() == Some(std::ffi::OsStr::new(TARGETS_DIR)))
+                .and_then(|p| p.parent())
+                .and_then(|c| Some((c, read_cluster(c).ok()??)));
+            match cluster {
+                Some((dir, info)) => info.label.unwrap_or_else(|| dir_name(dir)),
+                None => dir_name(&root),
+            }
         })
 }
 
@@ -356,4 +370,57 @@ pub fn compare(
         .collect();
     crate::analyse::compare::compare(&pairs, &selection)
         .ok_or_else(|| ScanError::Empty(b.root.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::cluster::{CLUSTER_KIND, ClusterInfo, ClusterTarget};
+
+    fn cluster_with_node(label: Option<&str>) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("run-2.1.0");
+        let node = root.join(TARGETS_DIR).join("ctrl1");
+        std::fs::create_dir_all(&node).unwrap();
+        std::fs::write(node.join(crate::store::MANIFEST_FILE), b"").unwrap();
+        let info = ClusterInfo {
+            schema: crate::model::SCHEMA,
+            tool: "heapwatch test".into(),
+            kind: CLUSTER_KIND.into(),
+            started_ms: 1,
+            resumed_ms: vec![],
+            label: label.map(str::to_string),
+            targets: vec![ClusterTarget {
+                name: "ctrl1".into(),
+                target: "agent:auto:ctrl1".into(),
+                source: "agent".into(),
+                dir: "targets/ctrl1".into(),
+            }],
+            logs: vec![],
+            marks: vec![],
+        };
+        std::fs::write(
+            root.join(crate::store::RUN_FILE),
+            serde_json::to_vec(&info).unwrap(),
+        )
+        .unwrap();
+        (dir, node)
+    }
+
+    #[test]
+    fn a_cluster_node_without_a_label_is_named_after_the_cluster_not_the_node() {
+        let (_dir, node) = cluster_with_node(None);
+        assert_eq!(run_label(&RunDir::open(&node).unwrap()), "run-2.1.0");
+        let (_dir, node) = cluster_with_node(Some("2.1.0-rc1"));
+        assert_eq!(run_label(&RunDir::open(&node).unwrap()), "2.1.0-rc1");
+    }
+
+    #[test]
+    fn a_plain_run_without_a_label_is_named_after_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("targets").join("run-2.0.2");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join(crate::store::MANIFEST_FILE), b"").unwrap();
+        assert_eq!(run_label(&RunDir::open(&root).unwrap()), "run-2.0.2");
+    }
 }
