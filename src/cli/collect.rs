@@ -379,7 +379,7 @@ fn describe(status: &LiveStatus) -> String {
     if let Some(g) = status.goroutines {
         parts.push(format!("{g} goroutines"));
     }
-    parts.push(format!("cycle {}", status.incarnation));
+    parts.push(format!("cycle {}", status.cycle));
     if status.bursting {
         parts.push("BURST".into());
     }
@@ -585,7 +585,7 @@ fn summary_line(node: &NodeOutcome, summary: &CollectSummary, cluster: bool) -> 
         summary.stored,
         summary.duplicates,
         summary.errors,
-        summary.incarnations,
+        summary.cycles,
         node.dir.display()
     );
     if summary.deleted > 0 {

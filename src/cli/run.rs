@@ -187,7 +187,7 @@ impl Observer for Progress {
         self.last = Some(std::time::Instant::now());
         let mut line = format!(
             "heapwatch run: {} captures, cycle {}",
-            status.captures, status.incarnation
+            status.captures, status.cycle
         );
         if let Some(h) = status.heap_inuse {
             line.push_str(&format!(", heap {}", format_bytes(h)));
@@ -342,7 +342,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             outcome.main.stored,
             outcome.main.duplicates,
             outcome.main.errors,
-            outcome.main.incarnations,
+            outcome.main.cycles,
             format_bytes(outcome.memory.peak as i64),
             args.out.display()
         );

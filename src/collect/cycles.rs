@@ -17,7 +17,7 @@ const CUMULATIVE: &[&str] = &[
 
 #[derive(Debug, Default)]
 pub struct CycleTracker {
-    incarnation: u32,
+    current: u32,
     last: BTreeMap<&'static str, i64>,
     last_pid: Option<u32>,
     gone_seen: bool,
@@ -36,21 +36,21 @@ impl CycleTracker {
     pub fn resume(records: &[CaptureRecord]) -> CycleTracker {
         let mut tracker = CycleTracker::default();
         for r in records.iter().filter(|r| r.is_ok() && !r.totals.is_empty()) {
-            tracker.incarnation = tracker.incarnation.max(r.cycle);
+            tracker.current = tracker.current.max(r.cycle);
             tracker.remember(&r.totals, r.pid);
         }
-        tracker.incarnation = records
+        tracker.current = records
             .iter()
             .map(|r| r.cycle)
             .max()
             .unwrap_or(0)
-            .max(tracker.incarnation);
+            .max(tracker.current);
         tracker
     }
 
     /// The current boot cycle; 0 before the target first answered.
-    pub fn incarnation(&self) -> u32 {
-        self.incarnation.max(1)
+    pub fn current(&self) -> u32 {
+        self.current.max(1)
     }
 
     /// The process of the latest answer that named one.
@@ -66,15 +66,15 @@ impl CycleTracker {
 
     /// The target answered with these totals; returns the boot cycle the answer belongs to.
     pub fn answered(&mut self, totals: &BTreeMap<String, i64>, pid: Option<u32>) -> u32 {
-        if self.incarnation == 0 {
-            self.incarnation = 1;
+        if self.current == 0 {
+            self.current = 1;
         } else if self.restarted(totals, pid) {
-            self.incarnation += 1;
+            self.current += 1;
             self.last.clear();
         }
         self.gone_seen = false;
         self.remember(totals, pid);
-        self.incarnation
+        self.current
     }
 
     /// A process the target's owner saw end (`heapwatch run`): returns the boot cycle its end
@@ -82,21 +82,21 @@ impl CycleTracker {
     /// cycle of its own, counted so the next answer opens the one after.
     pub fn ended(&mut self, pid: Option<u32>) -> u32 {
         let cycle = match pid {
-            None => (self.incarnation > 0).then_some(self.incarnation),
+            None => (self.current > 0).then_some(self.current),
             Some(p) => self.pid_cycles.get(&p).copied(),
         };
         match cycle {
             // A successor that already answered keeps its cycle.
-            Some(c) if c < self.incarnation => c,
+            Some(c) if c < self.current => c,
             Some(c) => {
                 self.gone_seen = true;
                 c
             }
             None => {
-                self.incarnation += 1;
+                self.current += 1;
                 self.last.clear();
                 self.gone_seen = true;
-                self.incarnation
+                self.current
             }
         }
     }
@@ -148,7 +148,7 @@ impl CycleTracker {
                     self.pid_cycles.remove(&o);
                 }
             }
-            self.pid_cycles.insert(p, self.incarnation);
+            self.pid_cycles.insert(p, self.current);
         }
     }
 }

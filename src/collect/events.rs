@@ -12,13 +12,12 @@ impl Collector {
             return Ok(());
         };
         for exit in exits.take() {
-            let incarnation = self
+            let cycle = self
                 .cycle_of_pid
                 .get(&exit.pid)
                 .copied()
-                .unwrap_or_else(|| self.cycles.incarnation());
-            let mut record =
-                CaptureRecord::new(self.next_seq, RecordKind::Exit, incarnation, exit.t_ms);
+                .unwrap_or_else(|| self.cycles.current());
+            let mut record = CaptureRecord::new(self.next_seq, RecordKind::Exit, cycle, exit.t_ms);
             self.next_seq += 1;
             record.pid = Some(exit.pid);
             record.exit_code = exit.exit_code;
@@ -35,7 +34,7 @@ impl Collector {
         let mut record = CaptureRecord::new(
             self.next_seq,
             RecordKind::Stop,
-            self.cycles.incarnation(),
+            self.cycles.current(),
             self.clock.unix_ms(),
         );
         self.next_seq += 1;

@@ -117,7 +117,7 @@ pub struct CollectSummary {
     pub stored: u64,
     pub duplicates: u64,
     pub errors: u64,
-    pub incarnations: u32,
+    pub cycles: u32,
     pub deleted: u64,
     /// Whether the target answered at least once.
     pub reached: bool,
@@ -251,7 +251,7 @@ impl Collector {
         status.limit = config.limit;
         let cycles = CycleTracker::resume(&existing.records)
             .pid_is_process(source.kind() == SourceKind::Proc);
-        status.incarnation = cycles.incarnation();
+        status.cycle = cycles.current();
         let retention = Retention::resume(&existing.records, config.max_disk);
         let cycle_noted = existing
             .records
@@ -280,7 +280,7 @@ impl Collector {
                 stored: 0,
                 duplicates: 0,
                 errors: 0,
-                incarnations: 0,
+                cycles: 0,
                 deleted: 0,
                 reached: false,
                 responded: false,
@@ -342,7 +342,7 @@ impl Collector {
             record.cycle = if record.kind == RecordKind::Exit {
                 self.cycles.ended(record.pid)
             } else {
-                self.cycles.incarnation()
+                self.cycles.current()
             };
             self.append(record).await?;
         }
@@ -637,7 +637,7 @@ impl Collector {
         }
         self.note_exits().await?;
         self.record_events().await?;
-        self.summary.incarnations = self.cycles.incarnation();
+        self.summary.cycles = self.cycles.current();
         Ok(self.summary)
     }
 
@@ -663,7 +663,7 @@ impl Collector {
         self.next_seq += 1;
         self.summary.attempts += 1;
         self.last_latency = received - began;
-        let mut record = CaptureRecord::new(seq, kind, self.cycles.incarnation(), t_ms);
+        let mut record = CaptureRecord::new(seq, kind, self.cycles.current(), t_ms);
         record.latency_ms = ms(received - began);
         record.interval_ms = Some(interval.as_millis() as u64);
         Some(
@@ -844,12 +844,12 @@ impl Collector {
         }
     }
 
-    /// The target answered: bookkeeping common to every good reply. Returns the incarnation.
+    /// The target answered: bookkeeping common to every good reply. Returns the boot cycle.
     fn answered(&mut self, totals: &BTreeMap<String, i64>, pid: Option<u32>) -> u32 {
         self.failing_since = None;
         self.gone_since = None;
         self.summary.reached = true;
-        let before = self.cycles.incarnation();
+        let before = self.cycles.current();
         let now = self.cycles.answered(totals, pid);
         if now != before {
             self.last_stored.clear();
@@ -979,12 +979,12 @@ impl Collector {
 
     /// Deletes captures chosen by the retention policy and records each deletion.
     async fn thin(&mut self) -> Result<(), StoreError> {
-        let current = self.cycles.incarnation();
+        let current = self.cycles.current();
         while let Some(victim) = self.retention.next_victim(current) {
             let mut record = CaptureRecord::new(
                 self.next_seq,
                 RecordKind::Delete,
-                victim.incarnation,
+                victim.cycle,
                 self.clock.unix_ms(),
             );
             self.next_seq += 1;

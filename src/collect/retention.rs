@@ -12,7 +12,7 @@ const KEEP_NEWEST: usize = 8;
 #[derive(Debug, Clone)]
 pub struct Kept {
     pub seq: u64,
-    pub incarnation: u32,
+    pub cycle: u32,
     pub t_ms: i64,
     pub file: String,
     pub bytes: u64,
@@ -52,7 +52,7 @@ impl Retention {
         self.used += record.bytes;
         self.kept.push(Kept {
             seq: record.seq,
-            incarnation: record.cycle,
+            cycle: record.cycle,
             t_ms: record.t_ms,
             file: file.clone(),
             bytes: record.bytes,
@@ -66,10 +66,10 @@ impl Retention {
             return None;
         }
         let mut best: Option<(u32, i64, usize)> = None;
-        let cycles: BTreeSet<u32> = self.kept.iter().map(|k| k.incarnation).collect();
+        let cycles: BTreeSet<u32> = self.kept.iter().map(|k| k.cycle).collect();
         for cycle in cycles {
             let members: Vec<usize> = (0..self.kept.len())
-                .filter(|&i| self.kept[i].incarnation == cycle)
+                .filter(|&i| self.kept[i].cycle == cycle)
                 .collect();
             let protected_tail = if cycle == current { KEEP_NEWEST } else { 1 };
             if members.len() <= 1 + protected_tail {
@@ -106,8 +106,8 @@ mod tests {
     use super::*;
     use crate::store::RecordKind;
 
-    fn rec(seq: u64, incarnation: u32, bytes: u64) -> CaptureRecord {
-        let mut r = CaptureRecord::new(seq, RecordKind::Heap, incarnation, seq as i64 * 100);
+    fn rec(seq: u64, cycle: u32, bytes: u64) -> CaptureRecord {
+        let mut r = CaptureRecord::new(seq, RecordKind::Heap, cycle, seq as i64 * 100);
         r.file = Some(format!("profiles/{seq:06}-heap.pb.gz"));
         r.bytes = bytes;
         r

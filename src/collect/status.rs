@@ -11,7 +11,7 @@ pub struct LiveStatus {
     pub attempts: u64,
     pub captures: u64,
     pub errors: u64,
-    pub incarnation: u32,
+    pub cycle: u32,
     pub heap_inuse: Option<i64>,
     pub goroutines: Option<i64>,
     /// Bytes per second of in-use heap over the recent captures of this boot cycle.
@@ -34,8 +34,8 @@ pub struct LiveStatus {
 }
 
 impl LiveStatus {
-    pub fn new_cycle(&mut self, incarnation: u32) {
-        self.incarnation = incarnation;
+    pub fn new_cycle(&mut self, cycle: u32) {
+        self.cycle = cycle;
         self.recent.clear();
         self.published = None;
         self.growth_bps = None;

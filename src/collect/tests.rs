@@ -205,7 +205,7 @@ fn refused_then_back_is_a_new_boot_cycle() {
         Step::Ok(LATE, ms(5)),
     ];
     let (summary, records, _) = collect(heap_only(ms(3000)), script);
-    assert_eq!(summary.incarnations, 2);
+    assert_eq!(summary.cycles, 2);
     let cycles: Vec<u32> = records.iter().map(|r| r.cycle).collect();
     assert_eq!(&cycles[..5], &[1, 1, 1, 1, 2]);
     // A new cycle stores its first capture even if it equals the last one of the old cycle.
@@ -217,7 +217,7 @@ fn refused_then_back_is_a_new_boot_cycle() {
 fn a_drop_in_cumulative_allocation_is_a_new_boot_cycle_without_any_error() {
     let script = vec![Step::Ok(LATE, ms(5)), Step::Ok(EARLY, ms(5))];
     let (summary, records, _) = collect(heap_only(ms(1000)), script);
-    assert_eq!(summary.incarnations, 2);
+    assert_eq!(summary.cycles, 2);
     assert_eq!(records[1].cycle, 2);
 }
 
@@ -437,7 +437,7 @@ fn stack_dumps_and_stats_are_captured_like_profiles_and_memstats() {
         .find(|r| r.kind == RecordKind::Memstats)
         .unwrap();
     assert_eq!(mem.totals["HeapAlloc"], 50496024);
-    assert_eq!(summary.incarnations, 1);
+    assert_eq!(summary.cycles, 1);
 }
 
 #[test]
