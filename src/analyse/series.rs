@@ -121,16 +121,32 @@ pub struct LineFit {
 /// of Go's default MemProfileRate).
 pub(crate) const MIN_GROWTH_BYTES: f64 = 1024.0 * 1024.0;
 
+/// Most points whose pairwise slopes Theil–Sen takes: 400 points are 79,800 slopes (0.6 MiB).
+/// A longer series is thinned to this many points, evenly spread over its indices, so memory
+/// and time stay bounded however many captures a cycle holds (10,000 captures would otherwise
+/// be 50 million slopes, 400 MB).
+const SLOPE_POINTS: usize = 400;
+
 /// Theil–Sen: the median of pairwise slopes, robust to a stray capture. The R² is that of
-/// the robust line over all points.
+/// the robust line over all points, and so is the intercept; the slopes come from at most
+/// [`SLOPE_POINTS`] of them.
 pub fn theil_sen(t: &[f64], v: &[f64]) -> Option<LineFit> {
     let n = t.len().min(v.len());
     if n < 2 {
         return None;
     }
-    let mut slopes = Vec::with_capacity(n * (n - 1) / 2);
-    for i in 0..n {
-        for j in i + 1..n {
+    let picked: Vec<usize> = if n <= SLOPE_POINTS {
+        (0..n).collect()
+    } else {
+        // First and last kept; the rest at even steps of index, never twice the same.
+        (0..SLOPE_POINTS)
+            .map(|k| k * (n - 1) / (SLOPE_POINTS - 1))
+            .collect()
+    };
+    let m = picked.len();
+    let mut slopes = Vec::with_capacity(m * (m - 1) / 2);
+    for (a, &i) in picked.iter().enumerate() {
+        for &j in &picked[a + 1..] {
             let dt = t[j] - t[i];
             if dt > 1e-9 {
                 slopes.push((v[j] - v[i]) / dt);
@@ -207,6 +223,34 @@ mod tests {
         v[7] = 10_000.0;
         let fit = theil_sen(&t, &v).unwrap();
         assert!((fit.slope - 10.0).abs() < 1e-9, "{fit:?}");
+    }
+
+    #[test]
+    fn a_long_series_is_thinned_for_its_slopes_and_still_ignores_stray_points() {
+        let n = 10_000;
+        let t: Vec<f64> = (0..n).map(|i| i as f64 * 0.1).collect();
+        let mut v: Vec<f64> = t.iter().map(|t| 5e7 + 2e5 * t).collect();
+        // A stray capture every 50th, far above the line: 2 % of the points.
+        for i in (0..n).step_by(50) {
+            v[i] = 9e9;
+        }
+        let fit = theil_sen(&t, &v).unwrap();
+        assert!((fit.slope - 2e5).abs() < 1.0, "{fit:?}");
+        assert!((fit.intercept - 5e7).abs() < 10.0, "{fit:?}");
+    }
+
+    #[test]
+    fn a_series_just_over_the_bound_gives_the_same_line_as_one_at_it() {
+        // One point over the bound is thinned; the line must be the one every pair gives.
+        let line = |n: usize| -> (Vec<f64>, Vec<f64>) {
+            let t: Vec<f64> = (0..n).map(|i| i as f64).collect();
+            let v = t.iter().map(|t| 3.0 * t + 7.0).collect();
+            (t, v)
+        };
+        let (t, v) = line(SLOPE_POINTS);
+        let (t2, v2) = line(SLOPE_POINTS + 1);
+        assert_eq!(theil_sen(&t, &v).unwrap().slope, 3.0);
+        assert_eq!(theil_sen(&t2, &v2).unwrap().slope, 3.0);
     }
 
     #[test]
