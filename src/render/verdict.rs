@@ -37,7 +37,7 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
         parts.push(s);
     } else if let Some(top) = c.sites.first() {
         parts.push(format!(
-            "{} grew {} under a stable heap",
+            "{} grew {} while the heap as a whole did not grow steadily",
             top.name,
             rate(top.bytes_per_sec)
         ));
