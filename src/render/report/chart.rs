@@ -5,9 +5,9 @@
 //! `heap_size` and `total_physical_bytes` instead of the heap in use.
 
 use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::RunView;
+use super::marks::{Mark, Stagger};
 use crate::analyse::boundaries::{self, CycleSpan};
 use crate::analyse::growth::CycleGrowth;
 use crate::store::RecordKind;
@@ -389,51 +389,23 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
     for (x, label) in &t.events {
         marks.push((*x, format!("{label} {x:.1} s"), EVENT));
     }
-    for (i, (x, label, color)) in marks.iter().enumerate() {
-        if i < solid {
-            chart
-                .draw_series(std::iter::once(PathElement::new(
-                    vec![(*x, 0.0), (*x, ymax)],
-                    color.stroke_width(1),
-                )))
-                .map_err(|e| err(&e))?;
-        } else {
-            // A marked log line: dashed, so it reads apart from the target's own ends.
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(*x, 0.0), (*x, ymax)],
-                    4,
-                    3,
-                    color.stroke_width(1),
-                ))
-                .map_err(|e| err(&e))?;
-        }
-        // Labels stagger downwards so neighbouring marks stay readable.
-        let y = ymax * (0.55 - 0.07 * i as f64);
-        let right_half = *x > x0 + (x1 - x0) * 0.6;
-        let anchor = if right_half {
-            Pos::new(HPos::Right, VPos::Center)
-        } else {
-            Pos::new(HPos::Left, VPos::Center)
-        };
-        let dx = if right_half { -0.004 } else { 0.004 } * (x1 - x0);
-        chart
-            .draw_series(std::iter::once(Text::new(
-                label.clone(),
-                (*x + dx, y),
-                ("sans-serif", 11).into_font().color(color).pos(anchor),
-            )))
-            .map_err(|e| err(&e))?;
-    }
-
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .label_font(("sans-serif", 12))
-        .draw()
-        .map_err(|e| err(&e))?;
+    let marks: Vec<Mark> = marks
+        .into_iter()
+        .enumerate()
+        .map(|(i, (x, label, color))| Mark {
+            x,
+            label,
+            color,
+            dashed: i >= solid,
+        })
+        .collect();
+    let stagger = Stagger {
+        top: 0.55,
+        step: 0.07,
+        cycle: usize::MAX,
+    };
+    super::marks::draw(&mut chart, &marks, (x0, x1), ymax, &stagger)?;
+    super::marks::legend(&mut chart)?;
     root.present().map_err(|e| err(&e))?;
     drop(chart);
     drop(root);

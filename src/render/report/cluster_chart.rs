@@ -4,9 +4,9 @@
 //! labelled vertical lines.
 
 use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::RunView;
+use super::marks::{Mark, Stagger};
 use crate::analyse::boundaries;
 use crate::store::RecordKind;
 use crate::store::cluster::Event;
@@ -216,49 +216,22 @@ fn draw(t: &SharedTimeline, caption: &str, out: &mut String) -> Result<(), Strin
     for (x, label, log) in &t.events {
         marks.push((*x, format!("{label} ({log}) {x:.1} s"), EVENT));
     }
-    for (i, (x, label, color)) in marks.iter().enumerate() {
-        let event = *color == EVENT;
-        let line = PathElement::new(vec![(*x, 0.0), (*x, ymax)], color.stroke_width(1));
-        if event {
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(*x, 0.0), (*x, ymax)],
-                    4,
-                    3,
-                    color.stroke_width(1),
-                ))
-                .map_err(|e| err(&e))?;
-        } else {
-            chart
-                .draw_series(std::iter::once(line))
-                .map_err(|e| err(&e))?;
-        }
-        // Labels stagger downwards so neighbouring marks stay readable.
-        let y = ymax * (0.95 - 0.06 * (i % 12) as f64);
-        let right_half = *x > x1 * 0.6;
-        let anchor = if right_half {
-            Pos::new(HPos::Right, VPos::Center)
-        } else {
-            Pos::new(HPos::Left, VPos::Center)
-        };
-        let dx = if right_half { -0.004 } else { 0.004 } * x1;
-        chart
-            .draw_series(std::iter::once(Text::new(
-                label.clone(),
-                (*x + dx, y),
-                ("sans-serif", 11).into_font().color(color).pos(anchor),
-            )))
-            .map_err(|e| err(&e))?;
-    }
-
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .label_font(("sans-serif", 12))
-        .draw()
-        .map_err(|e| err(&e))?;
+    let marks: Vec<Mark> = marks
+        .into_iter()
+        .map(|(x, label, color)| Mark {
+            x,
+            label,
+            color,
+            dashed: color == EVENT,
+        })
+        .collect();
+    let stagger = Stagger {
+        top: 0.95,
+        step: 0.06,
+        cycle: 12,
+    };
+    super::marks::draw(&mut chart, &marks, (0.0, x1), ymax, &stagger)?;
+    super::marks::legend(&mut chart)?;
     root.present().map_err(|e| err(&e))?;
     drop(chart);
     drop(root);

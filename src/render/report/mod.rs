@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod cluster_chart;
 pub mod html;
 pub mod markdown;
+mod marks;
 pub mod summary;
 
 use std::collections::BTreeMap;
