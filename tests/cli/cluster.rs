@@ -28,11 +28,7 @@ const HANG: Duration = Duration::from_secs(5);
 const OOM_SITE: &str = "main.(*routerDataModel).buildEventList";
 
 fn records(run: &Path) -> Vec<Value> {
-    fs::read_to_string(run.join("manifest.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    util::manifest_so_far(run)
 }
 
 fn ok_heap(r: &Value) -> bool {

@@ -18,11 +18,7 @@ use crate::util;
 const CYCLE_DEADLINE: Duration = Duration::from_secs(120);
 
 fn records(run: &Path) -> Vec<Value> {
-    fs::read_to_string(run.join("manifest.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    util::manifest_so_far(run)
 }
 
 fn run_info(run: &Path) -> Value {

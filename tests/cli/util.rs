@@ -532,3 +532,13 @@ pub fn golden(path: &Path, actual: &str) {
         );
     }
 }
+
+/// The manifest records of a run as far as they are written: a run still being collected may
+/// have a torn last line, which is skipped; a run with no manifest yet has none.
+pub fn manifest_so_far(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("manifest.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
