@@ -136,11 +136,11 @@ impl AgentSource {
         }
     }
 
-    /// The endpoint to ask and the pid its name gives: fixed targets as given; `auto` keeps its
-    /// socket while its process lives and looks again otherwise.
-    fn endpoint(&mut self, timeout: Duration) -> Result<(Endpoint, Option<u32>), FetchError> {
+    /// The endpoint without looking: a fixed target's, or the socket `auto` settled on while
+    /// its process lives (forgotten once it is gone).
+    fn known_endpoint(&mut self) -> Option<(Endpoint, Option<u32>)> {
         if let Some(fixed) = self.fixed() {
-            return Ok(fixed);
+            return Some(fixed);
         }
         if let Some(Settled {
             peer_pid: Some(pid),
@@ -151,8 +151,16 @@ impl AgentSource {
                 self.current = None;
             }
         }
-        if let Some(current) = &self.current {
-            return Ok((current.endpoint.clone(), current.name_pid));
+        self.current
+            .as_ref()
+            .map(|current| (current.endpoint.clone(), current.name_pid))
+    }
+
+    /// The endpoint to ask and the pid its name gives: fixed targets as given; `auto` keeps its
+    /// socket while its process lives and looks again otherwise.
+    fn endpoint(&mut self, timeout: Duration) -> Result<(Endpoint, Option<u32>), FetchError> {
+        if let Some(known) = self.known_endpoint() {
+            return Ok(known);
         }
         let dir = self.dir.clone();
         let discovery = match (&mut self.discovery, &self.how) {
@@ -176,20 +184,8 @@ impl AgentSource {
         &mut self,
         timeout: Duration,
     ) -> Result<(Endpoint, Option<u32>), FetchError> {
-        if let Some(fixed) = self.fixed() {
-            return Ok(fixed);
-        }
-        if let Some(Settled {
-            peer_pid: Some(pid),
-            ..
-        }) = &self.current
-        {
-            if !pid_alive(*pid) {
-                self.current = None;
-            }
-        }
-        if let Some(current) = &self.current {
-            return Ok((current.endpoint.clone(), current.name_pid));
+        if let Some(known) = self.known_endpoint() {
+            return Ok(known);
         }
         // Away while it looks; made anew should a stop drop this future meanwhile.
         let mut discovery = match (self.discovery.take(), &self.how) {

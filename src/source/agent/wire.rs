@@ -228,34 +228,16 @@ pub fn request(
         stream
             .set_timeouts(left)
             .map_err(|e| fail(FailureKind::Other, e.to_string()))?;
-        match stream.io().read(&mut buf) {
-            Ok(0) => {
+        let read = stream.io().read(&mut buf);
+        match take_read(&mut reply, &buf, read, max_bytes, timeout) {
+            Ok(true) => {
                 return Ok(Answer {
                     bytes: reply,
                     peer_pid,
                 });
             }
-            Ok(n) => {
-                reply.extend_from_slice(&buf[..n]);
-                if reply.len() as u64 > max_bytes {
-                    return Err(fail(
-                        FailureKind::TooLarge,
-                        format!("reply larger than {max_bytes} bytes"),
-                    ));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                let kind = io_kind(&e);
-                let what = match kind {
-                    FailureKind::Timeout => format!(
-                        "no complete answer in {timeout:?} ({} bytes so far)",
-                        reply.len()
-                    ),
-                    _ => format!("connection broke after {} bytes ({e})", reply.len()),
-                };
-                return Err(fail(kind, what));
-            }
+            Ok(false) => {}
+            Err((kind, what)) => return Err(fail(kind, what)),
         }
     }
 }
@@ -316,34 +298,15 @@ pub async fn request_async(
         let read = timeout_at(deadline, reader.read(&mut buf))
             .await
             .unwrap_or_else(|_| Err(timed_out()));
-        match read {
-            Ok(0) => {
+        match take_read(&mut reply, &buf, read, max_bytes, timeout) {
+            Ok(true) => {
                 return Ok(Answer {
                     bytes: reply,
                     peer_pid,
                 });
             }
-            Ok(n) => {
-                reply.extend_from_slice(&buf[..n]);
-                if reply.len() as u64 > max_bytes {
-                    return Err(fail(
-                        FailureKind::TooLarge,
-                        format!("reply larger than {max_bytes} bytes"),
-                    ));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                let kind = io_kind(&e);
-                let what = match kind {
-                    FailureKind::Timeout => format!(
-                        "no complete answer in {timeout:?} ({} bytes so far)",
-                        reply.len()
-                    ),
-                    _ => format!("connection broke after {} bytes ({e})", reply.len()),
-                };
-                return Err(fail(kind, what));
-            }
+            Ok(false) => {}
+            Err((kind, what)) => return Err(fail(kind, what)),
         }
     }
 }
@@ -351,6 +314,42 @@ pub async fn request_async(
 enum AsyncStream {
     Unix(tokio::net::UnixStream),
     Tcp(tokio::net::TcpStream),
+}
+
+/// One read of a reply, sync or async alike: `Ok(true)` at its end (the agent closes the
+/// connection after answering), `Ok(false)` to read on, or the failure with its words.
+fn take_read(
+    reply: &mut Vec<u8>,
+    buf: &[u8],
+    read: io::Result<usize>,
+    max_bytes: u64,
+    timeout: Duration,
+) -> Result<bool, (FailureKind, String)> {
+    match read {
+        Ok(0) => Ok(true),
+        Ok(n) => {
+            reply.extend_from_slice(&buf[..n]);
+            if reply.len() as u64 > max_bytes {
+                return Err((
+                    FailureKind::TooLarge,
+                    format!("reply larger than {max_bytes} bytes"),
+                ));
+            }
+            Ok(false)
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => {
+            let kind = io_kind(&e);
+            let what = match kind {
+                FailureKind::Timeout => format!(
+                    "no complete answer in {timeout:?} ({} bytes so far)",
+                    reply.len()
+                ),
+                _ => format!("connection broke after {} bytes ({e})", reply.len()),
+            };
+            Err((kind, what))
+        }
+    }
 }
 
 fn io_kind(e: &io::Error) -> FailureKind {
