@@ -283,6 +283,8 @@ struct StatusLine {
     bar: Option<ProgressBar>,
     /// Off the terminal: how often, and when the last plain line was printed.
     plain: Option<(Duration, Option<std::time::Instant>)>,
+    /// The `--log` files not there yet, said with the plain line (by the first row only).
+    awaited: Option<marks::AwaitedLogs>,
 }
 
 /// The status rows of every node.
@@ -304,6 +306,7 @@ impl Status {
                     name: name(n),
                     bar: None,
                     plain,
+                    awaited: None,
                 })
                 .collect();
             return Status {
@@ -331,9 +334,16 @@ impl Status {
                 name: name(n),
                 bar: Some(bar),
                 plain: None,
+                awaited: None,
             });
         }
         Status { rows, bars }
+    }
+
+    fn await_logs(&mut self, logs: marks::AwaitedLogs) {
+        if let Some(row) = self.rows.first_mut().filter(|r| r.plain.is_some()) {
+            row.awaited = Some(logs);
+        }
     }
 
     fn observers(&mut self) -> Vec<Box<dyn Observer + Send>> {
@@ -405,6 +415,9 @@ impl Observer for StatusLine {
                 match &self.name {
                     Some(name) => eprintln!("heapwatch: {name}: {}", describe(status)),
                     None => eprintln!("heapwatch: {}", describe(status)),
+                }
+                for missing in self.awaited.iter_mut().flat_map(|a| a.missing_now()) {
+                    eprintln!("heapwatch: {missing}");
                 }
             }
         }
@@ -501,6 +514,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         marks: mark_specs,
     };
     let logged = !options.logs.is_empty();
+    let awaited = marks::AwaitedLogs::new(&options.logs);
     let mut collection = heapwatch::collect::start(specs, options).map_err(start_error)?;
     let mut live_push = None;
     if push.is_some() {
@@ -518,6 +532,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
 
     let mut status = Status::new(args.quiet, args.progress_every, &names);
+    status.await_logs(awaited);
     let outcome = collection.run(status.observers());
     status.finish();
     let pushed = live_push.and_then(|p| p.finish(args.quiet));
@@ -551,6 +566,9 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
                 tally.events,
                 args.out.join(EVENTS_FILE).display()
             );
+        }
+        for log in tally.never_appeared.iter().filter(|_| !args.quiet) {
+            eprintln!("heapwatch: {}", marks::never_appeared(log));
         }
     }
     // The worst node decides: the store first, then a target that answered garbage, then

@@ -111,6 +111,8 @@ pub struct LogTail {
     inode: u64,
     offset: u64,
     partial: Vec<u8>,
+    /// Whether the file has been there at any look so far.
+    appeared: bool,
 }
 
 impl LogTail {
@@ -123,15 +125,22 @@ impl LogTail {
             inode: 0,
             offset: 0,
             partial: Vec::new(),
+            appeared: false,
         };
         if let Ok(file) = File::open(path) {
             if let Ok(meta) = file.metadata() {
                 tail.inode = meta.ino();
                 tail.offset = meta.len();
                 tail.file = Some(file);
+                tail.appeared = true;
             }
         }
         tail
+    }
+
+    /// Whether the file was there at the start or at any poll since.
+    pub fn appeared(&self) -> bool {
+        self.appeared
     }
 
     /// The complete lines written since the last call.
@@ -156,6 +165,7 @@ impl LogTail {
                     self.inode = meta.ino();
                     self.offset = 0;
                     self.file = Some(file);
+                    self.appeared = true;
                 }
             }
         }
@@ -258,6 +268,38 @@ impl EventLog {
     }
 }
 
+/// The `--log` files not seen yet, for the progress lines: a log that is never there gives
+/// no event and no error, so the user is told while it is missing, not only at the end.
+pub struct AwaitedLogs(Vec<LogSpec>);
+
+impl AwaitedLogs {
+    pub fn new(logs: &[LogSpec]) -> AwaitedLogs {
+        AwaitedLogs(logs.to_vec())
+    }
+
+    /// What to say of each log still not there after a look at it now (once seen, a log is
+    /// no longer awaited).
+    pub fn missing_now(&mut self) -> Vec<String> {
+        self.0.retain(|l| fs::metadata(&l.path).is_err());
+        self.0
+            .iter()
+            .map(|l| format!("{}: not there yet", log_flag(l)))
+            .collect()
+    }
+}
+
+/// The summary's line for a log whose file was never there while the collector ran.
+pub fn never_appeared(log: &LogSpec) -> String {
+    format!(
+        "{}: the file never appeared, so no event came from it (check the path)",
+        log_flag(log)
+    )
+}
+
+fn log_flag(log: &LogSpec) -> String {
+    format!("--log {}={}", log.name, log.path.display())
+}
+
 /// The thread tailing the logs: it owns the event log, so no collector ever waits on it.
 pub struct Tailer {
     stop: Arc<AtomicBool>,
@@ -268,6 +310,9 @@ pub struct Tailer {
 #[derive(Debug, Clone, Default)]
 pub struct TailTally {
     pub events: u64,
+    /// The logs whose file was never there while the collector ran: no event could come from
+    /// them (a wrong path, or a service that never started logging).
+    pub never_appeared: Vec<LogSpec>,
     /// The first write that failed (the tailer stops writing then).
     pub error: Option<String>,
 }
@@ -303,6 +348,14 @@ impl Tailer {
                         }
                     }
                     if last {
+                        tally.never_appeared = tails
+                            .iter()
+                            .filter(|t| !t.appeared())
+                            .map(|t| LogSpec {
+                                name: t.name.clone(),
+                                path: t.path.clone(),
+                            })
+                            .collect();
                         return tally;
                     }
                     std::thread::sleep(POLL);
@@ -316,12 +369,12 @@ impl Tailer {
         self.stop.store(true, Ordering::Relaxed);
         match self.handle {
             Ok(h) => h.join().unwrap_or_else(|_| TailTally {
-                events: 0,
                 error: Some("the thread that reads the logs failed".into()),
+                ..TailTally::default()
             }),
             Err(e) => TailTally {
-                events: 0,
                 error: Some(e),
+                ..TailTally::default()
             },
         }
     }
@@ -619,5 +672,35 @@ mod tests {
                 .iter()
                 .all(|e| e.log == "ctrl2" && e.label == "read-only")
         );
+    }
+
+    #[test]
+    fn the_tally_names_each_log_that_never_appeared_and_only_those() {
+        let dir = tempfile::tempdir().unwrap();
+        let late = parse_log(&format!("late={}", dir.path().join("late.log").display())).unwrap();
+        let gone = parse_log(&format!("gone={}", dir.path().join("gone.log").display())).unwrap();
+        let never = parse_log(&format!("typo={}", dir.path().join("nope.log").display())).unwrap();
+        let logs = [late.clone(), gone.clone(), never.clone()];
+        let marks = compile(&logs, &[parse_mark("x=x").unwrap()]).unwrap();
+        append(&gone.path, "there at the start\n");
+        let mut awaited = AwaitedLogs::new(&logs);
+        let tailer = Tailer::start(&logs, marks, EventLog::open(dir.path()).unwrap());
+        assert_eq!(awaited.missing_now().len(), 2);
+        fs::remove_file(&gone.path).unwrap();
+        append(&late.path, "here now\n");
+        assert_eq!(
+            awaited.missing_now(),
+            [format!(
+                "--log typo={}: not there yet",
+                never.path.display()
+            )]
+        );
+        std::thread::sleep(POLL * 3);
+        // Seen once is enough: a log rotated away since is not "never there".
+        fs::remove_file(&late.path).unwrap();
+        assert_eq!(awaited.missing_now().len(), 1);
+        let tally = tailer.finish();
+        assert_eq!(tally.never_appeared, [never.clone()]);
+        assert!(never_appeared(&never).contains("never appeared"));
     }
 }

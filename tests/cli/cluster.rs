@@ -681,3 +681,45 @@ fn a_single_target_collect_writes_marked_lines_to_events_jsonl() {
     let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
     assert_eq!(info["target"], format!("http://{addr}"));
 }
+
+#[test]
+fn a_log_whose_file_never_appears_is_named_in_progress_and_summary() {
+    let Some(_) = util::go_fixture("steady") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let (_steady, addr) = start_steady(dir.path(), "steady");
+    let run = dir.path().join("run");
+    let there = dir.path().join("there.log");
+    fs::write(&there, "").unwrap();
+    let typo = dir.path().join("typo.log");
+    let o = util::heapwatch()
+        .args(["collect", &format!("http://{addr}"), "--interval", "100ms"])
+        .args(["--duration", "1s"])
+        .arg("--out")
+        .arg(&run)
+        .arg("--log")
+        .arg(format!("app={}", there.display()))
+        .arg("--log")
+        .arg(format!("ctrl={}", typo.display()))
+        .args(["--mark", "ready=server ready"])
+        .output()
+        .expect("collect runs");
+    let err = util::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    // stderr is not a terminal here: the plain progress line says it while it is missing.
+    assert!(
+        err.contains(&format!("--log ctrl={}: not there yet", typo.display())),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "--log ctrl={}: the file never appeared",
+            typo.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("0 event(s) marked"), "{err}");
+    // The log that was there is not named.
+    assert!(!err.contains("--log app="), "{err}");
+}
