@@ -165,6 +165,38 @@ impl Timeline {
         t
     }
 
+    /// The caption of a Go heap chart, naming only the series and marks it draws.
+    pub fn caption(&self) -> String {
+        let mut drawn = Vec::new();
+        if !self.heap.is_empty() {
+            drawn.push(
+                "Heap in use as each capture reported it (Go publishes it at each GC, so it lags)",
+            );
+        }
+        match (self.rss.is_empty(), self.cgroup.is_empty()) {
+            (false, false) => drawn.push("process and cgroup memory sampled from outside"),
+            (false, true) => drawn.push("process memory (RSS) sampled from outside"),
+            (true, false) => drawn.push("cgroup memory sampled from outside"),
+            (true, true) => {}
+        }
+        if !self.goroutines.is_empty() {
+            drawn.push("goroutines on the right axis");
+        }
+        let mut marks = Vec::new();
+        if !self.bursts.is_empty() {
+            marks.push("shaded: burst captures");
+        }
+        if !self.failures.is_empty() {
+            marks.push("crosses: failed captures");
+        }
+        [drawn.join(", "), marks.join("; ")]
+            .iter()
+            .filter(|s| !s.is_empty())
+            .map(|s| format!("{}.", upper_first(s)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// True when the chart draws Envoy's figures rather than a Go heap.
     pub fn is_envoy(&self) -> bool {
         !(self.envoy_allocated.is_empty()
@@ -412,9 +444,46 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
     Ok(())
 }
 
+fn upper_first(s: &str) -> String {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_caption_names_only_what_is_drawn() {
+        const HEAP: &str =
+            "Heap in use as each capture reported it (Go publishes it at each GC, so it lags)";
+        let points = vec![(0.0, 1e6), (1.0, 2e6)];
+        let mut t = Timeline {
+            heap: points.clone(),
+            ..Timeline::default()
+        };
+        assert_eq!(t.caption(), format!("{HEAP}."));
+        t.failures = vec![0.5];
+        assert_eq!(t.caption(), format!("{HEAP}. Crosses: failed captures."));
+        t.rss = points.clone();
+        assert_eq!(
+            t.caption(),
+            format!("{HEAP}, process memory (RSS) sampled from outside. Crosses: failed captures.")
+        );
+        t.cgroup = points.clone();
+        t.goroutines = points;
+        t.bursts = vec![(0.2, 0.8)];
+        assert_eq!(
+            t.caption(),
+            format!(
+                "{HEAP}, process and cgroup memory sampled from outside, goroutines on the right \
+                 axis. Shaded: burst captures; crosses: failed captures."
+            )
+        );
+    }
 
     #[test]
     fn no_line_is_drawn_across_a_gap_with_no_data() {

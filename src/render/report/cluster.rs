@@ -126,9 +126,9 @@ pub fn html(m: &ClusterModel) -> String {
 
     let _ = writeln!(
         out,
-        "<section id=\"timeline\">\n<h2>Timeline</h2>\n<figure class=\"chart\">\n{}\n<figcaption>Every node's memory on one time axis from {}: heap in use (thick) and cgroup or process memory (thin) in the node's colour, a vertical line where a node was OOM-killed or ended, dashed grey lines at the marked log lines.</figcaption>\n</figure>\n</section>",
+        "<section id=\"timeline\">\n<h2>Timeline</h2>\n<figure class=\"chart\">\n{}\n<figcaption>{}</figcaption>\n</figure>\n</section>",
         cluster_chart::svg(&timeline, "Memory of every node"),
-        escape(&utc(timeline.start_ms))
+        timeline.caption(&escape(&utc(timeline.start_ms)))
     );
 
     out.push_str("<section id=\"events\">\n<h2>Events</h2>\n");

@@ -150,6 +150,39 @@ pub fn colour(pos: usize) -> RGBColor {
     PALETTE[pos % PALETTE.len()]
 }
 
+impl SharedTimeline {
+    /// What the chart draws, in words (HTML, `from` escaped already), naming only what is
+    /// there: the thin memory line where it was sampled (for which nodes, when not all), the
+    /// ends, the events.
+    pub fn caption(&self, from: &str) -> String {
+        let mut text =
+            format!("Every node's memory on one time axis from {from}: heap in use (thick)");
+        let sampled: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|n| !n.memory.is_empty())
+            .map(|n| super::escape(&n.name))
+            .collect();
+        if sampled.len() == self.nodes.len() && !sampled.is_empty() {
+            text.push_str(" and cgroup or process memory (thin)");
+        } else if !sampled.is_empty() {
+            text.push_str(&format!(
+                " and cgroup or process memory (thin; sampled for {} only)",
+                sampled.join(", ")
+            ));
+        }
+        text.push_str(" in the node's colour");
+        if self.nodes.iter().any(|n| !n.ends.is_empty()) {
+            text.push_str(", a vertical line where a node was OOM-killed or ended");
+        }
+        if !self.events.is_empty() {
+            text.push_str(", dashed grey lines at the marked log lines");
+        }
+        text.push('.');
+        text
+    }
+}
+
 /// The chart as SVG text; a note in its place when it cannot be drawn.
 pub fn svg(t: &SharedTimeline, caption: &str) -> String {
     let mut out = String::new();
@@ -271,5 +304,41 @@ mod tests {
         ] {
             assert!(svg.contains(text), "{text} missing");
         }
+    }
+
+    #[test]
+    fn the_caption_names_only_what_is_drawn() {
+        let node = |name: &str, memory: bool| NodeSeries {
+            name: name.into(),
+            heap: vec![(0.0, 1e6), (5.0, 2e6)],
+            memory: if memory { vec![(0.0, 2e6)] } else { Vec::new() },
+            ..NodeSeries::default()
+        };
+        let mut t = SharedTimeline {
+            start_ms: 0,
+            nodes: vec![node("ctrl1", false), node("ctrl2", false)],
+            events: Vec::new(),
+        };
+        let from = "Every node's memory on one time axis from T: heap in use (thick)";
+        assert_eq!(t.caption("T"), format!("{from} in the node's colour."));
+        t.nodes[1] = node("<ctrl2>", true);
+        assert_eq!(
+            t.caption("T"),
+            format!(
+                "{from} and cgroup or process memory (thin; sampled for &lt;ctrl2&gt; only) in \
+                 the node's colour."
+            )
+        );
+        t.nodes[0] = node("ctrl1", true);
+        t.nodes[0].ends = vec![(4.5, "OOM kill".into())];
+        t.events = vec![(2.0, "read-only".into(), "ctrl1".into())];
+        assert_eq!(
+            t.caption("T"),
+            format!(
+                "{from} and cgroup or process memory (thin) in the node's colour, a vertical \
+                 line where a node was OOM-killed or ended, dashed grey lines at the marked log \
+                 lines."
+            )
+        );
     }
 }

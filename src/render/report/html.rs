@@ -240,9 +240,9 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     let timeline = Timeline::of_cycle(&m.run, pos);
     let caption = format!("{}: boot cycle {}", m.run.label(), c.index);
     let explained = if timeline.is_envoy() {
-        "Envoy's figures at each snapshot: allocated (live data), heap_size (reserved by tcmalloc, pages already returned to the OS included) and total_physical_bytes; process / cgroup memory sampled from outside when collected. Crosses: failed snapshots."
+        "Envoy's figures at each snapshot: allocated (live data), heap_size (reserved by tcmalloc, pages already returned to the OS included) and total_physical_bytes; process / cgroup memory sampled from outside when collected. Crosses: failed snapshots.".to_string()
     } else {
-        "Heap in use as each capture reported it (Go publishes it at each GC, so it lags), process / cgroup memory sampled from outside, goroutines on the right axis. Shaded: burst captures; crosses: failed captures."
+        timeline.caption()
     };
     let _ = writeln!(
         out,
