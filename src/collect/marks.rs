@@ -700,7 +700,7 @@ mod tests {
         fs::remove_file(&late.path).unwrap();
         assert_eq!(awaited.missing_now().len(), 1);
         let tally = tailer.finish();
-        assert_eq!(tally.never_appeared, [never.clone()]);
+        assert_eq!(tally.never_appeared, std::slice::from_ref(&never));
         assert!(never_appeared(&never).contains("never appeared"));
     }
 }
