@@ -5,6 +5,7 @@
 
 mod builder;
 mod error;
+mod fold;
 mod input;
 mod samples;
 pub mod stackdump;
@@ -18,6 +19,7 @@ pub use summary::{Summary, summarize};
 use prost::Message;
 
 use crate::model::Profile;
+use crate::model::aggregate::{self, Granularity, SiteTable};
 
 /// Generated from `proto/profile.proto` by `build.rs`.
 pub mod pb {
@@ -70,6 +72,84 @@ pub fn decode_on_one_thread(bytes: &[u8], limits: &DecodeLimits) -> Result<Profi
     }
 }
 
+/// A profile's header with its site tables: what `top` needs, without the stacks.
+pub struct ProfileSites {
+    /// The profile without its samples when they were folded on the way in; the whole
+    /// profile when they could not be (see [`decode_sites`]).
+    pub profile: Profile,
+    granularity: Granularity,
+    /// One per sample type, when folded.
+    folded: Option<Vec<SiteTable>>,
+}
+
+impl ProfileSites {
+    /// The sites of one sample type: `aggregate::sites` of the whole profile.
+    pub fn sites(&self, sample_index: usize) -> SiteTable {
+        match &self.folded {
+            Some(tables) => tables.get(sample_index).cloned().unwrap_or(SiteTable {
+                total: 0,
+                sites: Vec::new(),
+            }),
+            None => aggregate::sites(&self.profile, sample_index, self.granularity),
+        }
+    }
+}
+
+/// Decodes a profile as [`decode`] does, folding each stack into the sites of every sample
+/// type as it arrives instead of keeping it: for a heap profile that is most of the model's
+/// memory, and the pass over it. A profile in an order the fold cannot follow (a sample
+/// before its locations) or whose sites it cannot tell apart is decoded whole instead, as is
+/// a broken one, so the tables and every error are those of [`decode`] and
+/// [`aggregate::sites`].
+pub fn decode_sites(
+    bytes: &[u8],
+    limits: &DecodeLimits,
+    granularity: Granularity,
+) -> Result<ProfileSites, DecodeError> {
+    let folded = if is_gzip(bytes) {
+        let max = limits.max_decompressed;
+        let piped = (bytes.len() >= GUNZIP_THREAD_MIN && second_core())
+            .then(|| input::with_gunzip_thread(bytes, max, |i| fold_from(i, granularity)))
+            .flatten();
+        piped.unwrap_or_else(|| fold_from(&mut input::Gunzip::new(bytes, max), granularity))
+    } else {
+        match decompress(bytes, limits) {
+            Ok(raw) => fold_from(&mut &raw[..], granularity),
+            Err(e) => Err(e),
+        }
+    };
+    if let Ok(Some(sites)) = folded {
+        return Ok(sites);
+    }
+    Ok(ProfileSites {
+        profile: decode(bytes, limits)?,
+        granularity,
+        folded: None,
+    })
+}
+
+fn fold_from(
+    input: &mut impl input::Input,
+    granularity: Granularity,
+) -> Result<Option<ProfileSites>, DecodeError> {
+    let mut b = builder::read(input, Some(fold::Fold::new(granularity)))?;
+    let fold = b.fold.take();
+    let mut profile = validate::finish(b)?;
+    let Some(folded) = fold.and_then(|f| f.tables(&profile)) else {
+        return Ok(None);
+    };
+    // The samples' stacks were not kept: none of them is left to misread.
+    profile.samples = Vec::new();
+    profile.stacks = Vec::new();
+    profile.values = Vec::new();
+    profile.labels = Vec::new();
+    Ok(Some(ProfileSites {
+        profile,
+        granularity,
+        folded: Some(folded),
+    }))
+}
+
 /// Gzipped profiles smaller than this are gunzipped on the decoding thread: starting a thread
 /// and passing chunks would cost more than it overlaps.
 const GUNZIP_THREAD_MIN: usize = 128 << 10;
@@ -87,7 +167,7 @@ pub fn decode_protobuf(raw: &[u8]) -> Result<Profile, DecodeError> {
 }
 
 fn decode_from(input: &mut impl input::Input) -> Result<Profile, DecodeError> {
-    match builder::read(input) {
+    match builder::read(input, None) {
         Ok(profile) => validate::finish(profile),
         Err(e) => {
             // A gzip stream broken further on is reported as such, not as the protobuf error

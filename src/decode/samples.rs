@@ -234,6 +234,11 @@ impl Builder {
             labels_start: labels_start as u32,
             labels_len: (self.labels.len() - labels_start) as u32,
         });
+        if let Some(fold) = &mut self.fold {
+            let values = &self.values[values_start..];
+            fold.sample(&self.stacks[stack_start..], values, &self.locations);
+            self.stacks.truncate(stack_start);
+        }
     }
 
     fn sample_fields(&mut self, body: &[u8]) -> Result<(), DecodeError> {

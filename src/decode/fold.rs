@@ -1,0 +1,375 @@
+//! `top`'s shortcut: each sample's stack folded into flat and cum per site while it streams
+//! in, so the stacks (most of a heap profile's model) are never kept. It relies on the order
+//! Go writes, each location before the first sample naming it; any other order, or two frame
+//! keys that turn out to share a site's name, gives up and leaves the work to the full model.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::model::aggregate::{self, Granularity, SiteTable, SiteTotal};
+use crate::model::{LocId, Location, Profile};
+
+/// What makes two frames the same site before the names are known (the string table comes
+/// last): the function's id and, by granularity, the line; the address of an unsymbolized
+/// frame. The same as `aggregate`'s key, with the function's id in place of its position.
+type FrameKey = (Option<u64>, i64, u64);
+
+/// Sample types folded at once, one lane each: Go's heap and allocs profiles have 4, its
+/// others fewer. A profile with more is not folded.
+const LANES: usize = 4;
+
+/// The `location_key` of a location with several frames (inlined calls).
+const INLINED: u32 = u32::MAX;
+type Lanes = [i64; LANES];
+
+/// Lane by lane; sums wrap rather than panic: the end checks refuse a profile whose values
+/// do not fit, and when they fit the wrapped sums are the true ones.
+#[inline(always)]
+fn add(sum: &mut Lanes, values: &Lanes) {
+    for (s, v) in sum.iter_mut().zip(values) {
+        *s = s.wrapping_add(*v);
+    }
+}
+
+/// Flat and cum per frame key and sample type, as the samples stream in.
+pub(super) struct Fold {
+    granularity: Granularity,
+    keys: HashMap<FrameKey, u32>,
+    /// Per frame of the builder, its key.
+    frame_key: Vec<u32>,
+    /// Per location, the key of its one frame, or [`INLINED`]: most locations have one frame,
+    /// and a stack entry then costs a single lookup.
+    location_key: Vec<u32>,
+    /// The distinct keys of the sample being folded (one slot more than there are keys).
+    distinct: Vec<u32>,
+    /// A frame of each key, to name the key once the profile is complete.
+    key_frame: Vec<u32>,
+    /// Values per sample; known from the first sample.
+    types: Option<usize>,
+    /// Per key, flat and cum of every sample type, one lane each.
+    flat: Vec<Lanes>,
+    cum: Vec<Lanes>,
+    /// Per key, the number of the last sample that counted it into cum.
+    seen: Vec<u32>,
+    totals: Lanes,
+    samples: u32,
+    /// Stack entries folded: the full model refuses more than 2^32.
+    entries: u64,
+    /// Set when a sample names a location that has not arrived: the stacks already folded
+    /// cannot be unfolded, so the full model is built instead.
+    pub gave_up: bool,
+}
+
+impl Fold {
+    pub(super) fn new(granularity: Granularity) -> Fold {
+        Fold {
+            granularity,
+            keys: HashMap::new(),
+            frame_key: Vec::new(),
+            location_key: Vec::new(),
+            distinct: vec![0],
+            key_frame: Vec::new(),
+            types: None,
+            flat: Vec::new(),
+            cum: Vec::new(),
+            seen: Vec::new(),
+            totals: [0; LANES],
+            samples: 0,
+            entries: 0,
+            gave_up: false,
+        }
+    }
+
+    /// Keys the frames of a location that just arrived: per frame, its function's id (None
+    /// when the location has no lines) and line.
+    pub(super) fn location(
+        &mut self,
+        address: u64,
+        frames: impl Iterator<Item = (Option<u64>, i64)>,
+    ) {
+        let first = self.frame_key.len();
+        for (function, line) in frames {
+            let key = match (self.granularity, function) {
+                (_, None) => (None, 0, address),
+                (Granularity::Line, _) => (function, line, 0),
+                (_, Some(_)) => (function, 0, 0),
+            };
+            let next = self.key_frame.len() as u32;
+            let k = *self.keys.entry(key).or_insert(next);
+            if k == next {
+                self.key_frame.push(self.frame_key.len() as u32);
+                self.seen.push(u32::MAX);
+                self.flat.push([0; LANES]);
+                self.cum.push([0; LANES]);
+                self.distinct.push(0);
+            }
+            self.frame_key.push(k);
+        }
+        self.location_key.push(match self.frame_key[first..] {
+            [k] => k,
+            _ => INLINED,
+        });
+    }
+
+    /// Folds one accepted sample: its stack, leaf first, and its values.
+    pub(super) fn sample(&mut self, stack: &[LocId], values: &[i64], locations: &[Location]) {
+        if self.gave_up {
+            return;
+        }
+        let types = *self.types.get_or_insert(values.len());
+        self.entries += stack.len() as u64;
+        // An accepted sample has the first sample's count of values (a later check refuses
+        // the profile otherwise, and then nothing folded is used).
+        if values.len() != types
+            || types > LANES
+            || self.samples == u32::MAX
+            || self.entries > u64::from(u32::MAX)
+        {
+            self.gave_up = true;
+            return;
+        }
+        let mut v: Lanes = [0; LANES];
+        v[..types].copy_from_slice(values);
+        add(&mut self.totals, &v);
+        let stamp = self.samples;
+        self.samples += 1;
+        // Each key once into `distinct`, then cum: most entries of a deep stack repeat a key
+        // (recursion, and few functions), so the sums are done per key, not per entry.
+        let (seen, distinct) = (&mut self.seen[..], &mut self.distinct[..]);
+        let mut n = 0;
+        let mut mark = |k: u32| {
+            let fresh = seen[k as usize] != stamp;
+            seen[k as usize] = stamp;
+            // Branch-free: whether a key repeats within a stack is not predictable.
+            distinct[n] = k;
+            n += usize::from(fresh);
+        };
+        for &loc in stack {
+            // A placeholder (a location not arrived yet) is past the end.
+            let Some(&k) = self.location_key.get(loc.0 as usize) else {
+                self.gave_up = true;
+                return;
+            };
+            if k != INLINED {
+                mark(k);
+            } else {
+                let l = &locations[loc.0 as usize];
+                let start = l.frames_start as usize;
+                for &k in &self.frame_key[start..start + l.frames_len as usize] {
+                    mark(k);
+                }
+            }
+        }
+        for &k in &self.distinct[..n] {
+            add(&mut self.cum[k as usize], &v);
+        }
+        // The leaf: the first frame of the first location.
+        if let Some(&loc) = stack.first() {
+            let start = locations[loc.0 as usize].frames_start as usize;
+            add(&mut self.flat[self.frame_key[start] as usize], &v);
+        }
+    }
+
+    /// The site table of every sample type, named from the complete profile; None when two
+    /// frame keys have the same name, since a stack through both counts once in cum.
+    pub(super) fn tables(self, profile: &Profile) -> Option<Vec<SiteTable>> {
+        if self.gave_up {
+            return None;
+        }
+        let mut names = Vec::with_capacity(self.key_frame.len());
+        let mut distinct = HashSet::with_capacity(self.key_frame.len());
+        for &frame in &self.key_frame {
+            let frame = profile.frames.get(frame as usize)?;
+            let name = aggregate::site_name(profile, frame, self.granularity);
+            if !distinct.insert(name.clone()) {
+                return None;
+            }
+            names.push(name);
+        }
+        let types = profile.sample_types.len();
+        if self.samples == 0 {
+            let empty = SiteTable {
+                total: 0,
+                sites: Vec::new(),
+            };
+            return Some(vec![empty; types]);
+        }
+        if self.types != Some(types) {
+            return None;
+        }
+        let tables = (0..types)
+            .map(|t| {
+                let mut table = SiteTable {
+                    total: self.totals[t],
+                    sites: names
+                        .iter()
+                        .enumerate()
+                        .filter(|&(k, _)| self.flat[k][t] != 0 || self.cum[k][t] != 0)
+                        .map(|(k, name)| SiteTotal {
+                            name: name.clone(),
+                            flat: self.flat[k][t],
+                            cum: self.cum[k][t],
+                        })
+                        .collect(),
+                };
+                table.sort_by_flat();
+                table
+            })
+            .collect();
+        Some(tables)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::super::{DecodeLimits, decode, decode_message, decode_sites, gunzip, pb};
+    use crate::model::aggregate::{self, Granularity};
+
+    const ALL: [Granularity; 3] = [Granularity::Function, Granularity::File, Granularity::Line];
+
+    fn profiles() -> Vec<(String, Vec<u8>)> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/profiles");
+        let mut all: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+            .collect();
+        all.sort();
+        assert!(all.len() > 3);
+        all
+    }
+
+    /// The tables of `decode_sites` against `aggregate::sites` of the whole model, for every
+    /// sample type; whether they were folded.
+    fn same_tables(name: &str, bytes: &[u8], granularity: Granularity) -> bool {
+        let limits = DecodeLimits::default();
+        let whole = decode(bytes, &limits).unwrap();
+        let sites = decode_sites(bytes, &limits, granularity).unwrap();
+        assert_eq!(sites.profile.sample_types, whole.sample_types, "{name}");
+        assert_eq!(sites.profile.strings, whole.strings, "{name}");
+        for t in 0..whole.sample_types.len() {
+            let want = aggregate::sites(&whole, t, granularity);
+            assert_eq!(sites.sites(t), want, "{name} {granularity:?} type {t}");
+        }
+        sites.folded.is_some()
+    }
+
+    #[test]
+    fn folded_sites_are_the_sites_of_the_whole_model() {
+        let mut folded = 0;
+        for (name, gz) in profiles() {
+            for granularity in ALL {
+                folded += usize::from(same_tables(&name, &gz, granularity));
+            }
+            let raw = gunzip(&gz, 1 << 30).unwrap();
+            folded += usize::from(same_tables(&name, &raw, Granularity::Function));
+        }
+        // Go's own profiles fold at function granularity; whether file and line do depends on
+        // their names.
+        assert!(folded >= profiles().len() * 2, "{folded}");
+    }
+
+    #[test]
+    fn samples_before_their_locations_are_not_folded_but_give_the_same_sites() {
+        for (name, gz) in profiles() {
+            let raw = gunzip(&gz, 1 << 30).unwrap();
+            // prost writes every sample before the locations.
+            let prost_order = decode_message(&raw).unwrap().encode_to_vec();
+            if decode_message(&prost_order).unwrap().sample.is_empty() {
+                continue;
+            }
+            assert!(
+                !same_tables(&name, &prost_order, Granularity::Function),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn two_functions_of_one_name_are_not_folded_and_count_once_in_cum() {
+        // Functions 1 and 2 are both "main.f"; a stack through both counts once in its cum.
+        let profile = pb::Profile {
+            sample_type: vec![pb::ValueType { r#type: 1, unit: 2 }],
+            location: (1..=2)
+                .map(|id| pb::Location {
+                    id,
+                    line: vec![pb::Line {
+                        function_id: id,
+                        line: 1,
+                        column: 0,
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+            function: (1..=2)
+                .map(|id| pb::Function {
+                    id,
+                    name: 3,
+                    ..Default::default()
+                })
+                .collect(),
+            sample: vec![pb::Sample {
+                location_id: vec![1, 2],
+                value: vec![5],
+                label: vec![],
+            }],
+            string_table: ["", "space", "bytes", "main.f"].map(String::from).to_vec(),
+            ..Default::default()
+        };
+        let mut go_order = Vec::new();
+        for part in [
+            pb::Profile {
+                sample_type: profile.sample_type.clone(),
+                ..Default::default()
+            },
+            pb::Profile {
+                location: profile.location.clone(),
+                function: profile.function.clone(),
+                ..Default::default()
+            },
+            pb::Profile {
+                sample: profile.sample.clone(),
+                string_table: profile.string_table.clone(),
+                ..Default::default()
+            },
+        ] {
+            go_order.extend(part.encode_to_vec());
+        }
+        assert!(!same_tables("same name", &go_order, Granularity::Function));
+        let sites = decode_sites(&go_order, &DecodeLimits::default(), Granularity::Function)
+            .unwrap()
+            .sites(0);
+        assert_eq!((sites.sites[0].flat, sites.sites[0].cum), (5, 5));
+    }
+
+    #[test]
+    fn a_broken_profile_is_refused_with_the_error_of_decode() {
+        let limits = DecodeLimits::default();
+        for (name, gz) in profiles() {
+            let raw = gunzip(&gz, 1 << 30).unwrap();
+            let mut broken: Vec<Vec<u8>> = vec![
+                gz[..gz.len() / 2].to_vec(),
+                raw[..raw.len() * 2 / 3].to_vec(),
+            ];
+            for at in [raw.len() / 3, raw.len() / 2, raw.len() - 5] {
+                let mut flipped = raw.clone();
+                flipped[at] ^= 0x40;
+                broken.push(flipped);
+            }
+            for bytes in broken {
+                let want = decode(&bytes, &limits).err();
+                let got = decode_sites(&bytes, &limits, Granularity::Function).err();
+                assert_eq!(got, want, "{name}");
+            }
+            let small = DecodeLimits {
+                max_decompressed: raw.len() as u64 - 1,
+            };
+            assert_eq!(
+                decode_sites(&gz, &small, Granularity::Function).err(),
+                decode(&gz, &small).err()
+            );
+        }
+    }
+}
