@@ -253,7 +253,7 @@ impl Builder {
         if let Some(fold) = &mut self.fold {
             let frames = self.frames[frames_start..].iter().map(|f| f.line);
             let functions = self.frame_function_ids[frames_start..].iter().copied();
-            fold.location(address, functions.zip(frames));
+            fold.location(id, position, address, functions.zip(frames));
         }
         Ok(())
     }

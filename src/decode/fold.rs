@@ -5,8 +5,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::DecodeError;
+use super::samples::next_varint;
+use crate::model::Profile;
 use crate::model::aggregate::{self, Granularity, SiteTable, SiteTotal};
-use crate::model::{LocId, Location, Profile};
 
 /// What makes two frames the same site before the names are known (the string table comes
 /// last): the function's id and, by granularity, the line; the address of an unsymbolized
@@ -17,8 +19,10 @@ type FrameKey = (Option<u64>, i64, u64);
 /// others fewer. A profile with more is not folded.
 const LANES: usize = 4;
 
-/// The `location_key` of a location with several frames (inlined calls).
-const INLINED: u32 = u32::MAX;
+/// The `key_by_id` of a location with several frames (inlined calls).
+const INLINED: u32 = u32::MAX - 1;
+/// The `key_by_id` of an id no location has.
+const UNKNOWN: u32 = u32::MAX;
 type Lanes = [i64; LANES];
 
 /// Lane by lane; sums wrap rather than panic: the end checks refuse a profile whose values
@@ -36,11 +40,15 @@ pub(super) struct Fold {
     keys: HashMap<FrameKey, u32>,
     /// Per frame of the builder, its key.
     frame_key: Vec<u32>,
-    /// Per location, the key of its one frame, or [`INLINED`]: most locations have one frame,
-    /// and a stack entry then costs a single lookup.
-    location_key: Vec<u32>,
+    /// Per location id, the key of the location's one frame, [`INLINED`] for a location of
+    /// several frames, [`UNKNOWN`] for an id no location has (yet): most locations have one
+    /// frame, and a stack entry then costs one lookup from its id to its key.
+    key_by_id: Vec<u32>,
     /// The distinct keys of the sample being folded (one slot more than there are keys).
     distinct: Vec<u32>,
+    /// How many of them so far. The first is the leaf's: a sample's first key is always new
+    /// to it.
+    distinct_len: usize,
     /// A frame of each key, to name the key once the profile is complete.
     key_frame: Vec<u32>,
     /// Values per sample; known from the first sample.
@@ -52,6 +60,8 @@ pub(super) struct Fold {
     seen: Vec<u32>,
     totals: Lanes,
     samples: u32,
+    /// Per location id of several frames, its frames (first, count).
+    inlined: HashMap<u64, (u32, u32)>,
     /// Stack entries folded: the full model refuses more than 2^32.
     entries: u64,
     /// Set when a sample names a location that has not arrived: the stacks already folded
@@ -65,8 +75,9 @@ impl Fold {
             granularity,
             keys: HashMap::new(),
             frame_key: Vec::new(),
-            location_key: Vec::new(),
+            key_by_id: Vec::new(),
             distinct: vec![0],
+            distinct_len: 0,
             key_frame: Vec::new(),
             types: None,
             flat: Vec::new(),
@@ -74,6 +85,7 @@ impl Fold {
             seen: Vec::new(),
             totals: [0; LANES],
             samples: 0,
+            inlined: HashMap::new(),
             entries: 0,
             gave_up: false,
         }
@@ -81,8 +93,11 @@ impl Fold {
 
     /// Keys the frames of a location that just arrived: per frame, its function's id (None
     /// when the location has no lines) and line.
+    /// `position`: the location's place among the builder's locations.
     pub(super) fn location(
         &mut self,
+        id: u64,
+        position: u32,
         address: u64,
         frames: impl Iterator<Item = (Option<u64>, i64)>,
     ) {
@@ -104,19 +119,109 @@ impl Fold {
             }
             self.frame_key.push(k);
         }
-        self.location_key.push(match self.frame_key[first..] {
+        let key = match self.frame_key[first..] {
             [k] => k,
             _ => INLINED,
-        });
+        };
+        // Dense while the ids are (Go numbers them 1, 2, 3, ...); any other numbering, or an
+        // id used twice (refused at the end), is left to the full model.
+        let dense_limit = (u64::from(position) + 1).saturating_mul(4) + 64;
+        match usize::try_from(id) {
+            Ok(at) if id <= dense_limit && self.key_by_id.get(at).is_none_or(|&k| k == UNKNOWN) => {
+                if self.key_by_id.len() <= at {
+                    self.key_by_id.resize(at + 1, UNKNOWN);
+                }
+                self.key_by_id[at] = key;
+                if key == INLINED {
+                    let len = self.frame_key.len() - first;
+                    self.inlined.insert(id, (first as u32, len as u32));
+                }
+            }
+            _ => self.gave_up = true,
+        }
     }
 
-    /// Folds one accepted sample: its stack, leaf first, and its values.
-    pub(super) fn sample(&mut self, stack: &[LocId], values: &[i64], locations: &[Location]) {
+    pub(super) fn begin_sample(&mut self) {
+        self.distinct_len = 0;
+    }
+
+    /// A packed run of location ids of the sample, each folded as it is read.
+    pub(super) fn stack(&mut self, mut ids: &[u8]) -> Result<(), DecodeError> {
+        // Bytes, not ids: a bound on the entries, enough to know the model's limit is far.
+        self.entries += ids.len() as u64;
+        while let Some(id) = self.one_frame_ids(&mut ids)? {
+            self.rare_id(id);
+            if self.gave_up {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds ids from the front of `rest` while they name locations of one frame; the first
+    /// that does not, if any.
+    #[inline]
+    fn one_frame_ids(&mut self, rest: &mut &[u8]) -> Result<Option<u64>, DecodeError> {
+        let stamp = self.samples;
+        // Locals, so the loop keeps them in registers.
+        let (seen, distinct, key_by_id) = (
+            &mut self.seen[..],
+            &mut self.distinct[..],
+            &self.key_by_id[..],
+        );
+        let mut n = self.distinct_len;
+        let mut rare = None;
+        while !rest.is_empty() {
+            let id = next_varint(rest)?;
+            let k = key_by_id.get(id as usize).copied().unwrap_or(UNKNOWN);
+            if k >= INLINED {
+                rare = Some(id);
+                break;
+            }
+            // Branch-free: whether a key repeats within a stack is not predictable.
+            let fresh = seen[k as usize] != stamp;
+            seen[k as usize] = stamp;
+            distinct[n] = k;
+            n += usize::from(fresh);
+        }
+        self.distinct_len = n;
+        Ok(rare)
+    }
+
+    /// One location id of the sample, given on its own (unpacked) or of several frames, or
+    /// one no location has yet (then the fold gives up).
+    pub(super) fn id(&mut self, id: u64) {
+        self.entries += 1;
+        match self.key_by_id.get(id as usize).copied().unwrap_or(UNKNOWN) {
+            k if k < INLINED => self.mark(k),
+            _ => self.rare_id(id),
+        }
+    }
+
+    fn rare_id(&mut self, id: u64) {
+        let Some(&(start, len)) = self.inlined.get(&id) else {
+            self.gave_up = true;
+            return;
+        };
+        for at in start..start + len {
+            self.mark(self.frame_key[at as usize]);
+        }
+    }
+
+    #[inline]
+    fn mark(&mut self, k: u32) {
+        let fresh = self.seen[k as usize] != self.samples;
+        self.seen[k as usize] = self.samples;
+        self.distinct[self.distinct_len] = k;
+        self.distinct_len += usize::from(fresh);
+    }
+
+    /// Adds the sample's values to its leaf's flat and to the cum of each of its keys.
+    pub(super) fn end_sample(&mut self, values: &[i64]) {
         if self.gave_up {
             return;
         }
         let types = *self.types.get_or_insert(values.len());
-        self.entries += stack.len() as u64;
         // An accepted sample has the first sample's count of values (a later check refuses
         // the profile otherwise, and then nothing folded is used).
         if values.len() != types
@@ -130,43 +235,14 @@ impl Fold {
         let mut v: Lanes = [0; LANES];
         v[..types].copy_from_slice(values);
         add(&mut self.totals, &v);
-        let stamp = self.samples;
-        self.samples += 1;
-        // Each key once into `distinct`, then cum: most entries of a deep stack repeat a key
-        // (recursion, and few functions), so the sums are done per key, not per entry.
-        let (seen, distinct) = (&mut self.seen[..], &mut self.distinct[..]);
-        let mut n = 0;
-        let mut mark = |k: u32| {
-            let fresh = seen[k as usize] != stamp;
-            seen[k as usize] = stamp;
-            // Branch-free: whether a key repeats within a stack is not predictable.
-            distinct[n] = k;
-            n += usize::from(fresh);
-        };
-        for &loc in stack {
-            // A placeholder (a location not arrived yet) is past the end.
-            let Some(&k) = self.location_key.get(loc.0 as usize) else {
-                self.gave_up = true;
-                return;
-            };
-            if k != INLINED {
-                mark(k);
-            } else {
-                let l = &locations[loc.0 as usize];
-                let start = l.frames_start as usize;
-                for &k in &self.frame_key[start..start + l.frames_len as usize] {
-                    mark(k);
-                }
-            }
-        }
-        for &k in &self.distinct[..n] {
+        let distinct = &self.distinct[..self.distinct_len];
+        for &k in distinct {
             add(&mut self.cum[k as usize], &v);
         }
-        // The leaf: the first frame of the first location.
-        if let Some(&loc) = stack.first() {
-            let start = locations[loc.0 as usize].frames_start as usize;
-            add(&mut self.flat[self.frame_key[start] as usize], &v);
+        if let Some(&leaf) = distinct.first() {
+            add(&mut self.flat[leaf as usize], &v);
         }
+        self.samples += 1;
     }
 
     /// The site table of every sample type, named from the complete profile; None when two
@@ -259,7 +335,10 @@ mod tests {
     #[test]
     fn folded_sites_are_the_sites_of_the_whole_model() {
         let mut folded = 0;
+        let mut inlined = 0;
         for (name, gz) in profiles() {
+            let whole = decode(&gz, &DecodeLimits::default()).unwrap();
+            inlined += usize::from(whole.locations.iter().any(|l| l.frames_len > 1));
             for granularity in ALL {
                 folded += usize::from(same_tables(&name, &gz, granularity));
             }
@@ -269,6 +348,8 @@ mod tests {
         // Go's own profiles fold at function granularity; whether file and line do depends on
         // their names.
         assert!(folded >= profiles().len() * 2, "{folded}");
+        // Locations of several frames (inlined calls) take the fold's slower path.
+        assert!(inlined > 0);
     }
 
     #[test]
