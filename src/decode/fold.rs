@@ -59,6 +59,8 @@ pub(super) struct Fold {
     /// Per key, the number of the last sample that counted it into cum.
     seen: Vec<u32>,
     totals: Lanes,
+    /// Per sample type, the sum of |value|: when it fits in i64, so does every sum here.
+    magnitude: [u64; LANES],
     samples: u32,
     /// Per location id of several frames, its frames (first, count).
     inlined: HashMap<u64, (u32, u32)>,
@@ -84,6 +86,7 @@ impl Fold {
             cum: Vec::new(),
             seen: Vec::new(),
             totals: [0; LANES],
+            magnitude: [0; LANES],
             samples: 0,
             inlined: HashMap::new(),
             entries: 0,
@@ -235,6 +238,9 @@ impl Fold {
         let mut v: Lanes = [0; LANES];
         v[..types].copy_from_slice(values);
         add(&mut self.totals, &v);
+        for (m, x) in self.magnitude.iter_mut().zip(v) {
+            *m = m.saturating_add(x.unsigned_abs());
+        }
         let distinct = &self.distinct[..self.distinct_len];
         for &k in distinct {
             add(&mut self.cum[k as usize], &v);
@@ -248,7 +254,8 @@ impl Fold {
     /// The site table of every sample type, named from the complete profile; None when two
     /// frame keys have the same name, since a stack through both counts once in cum.
     pub(super) fn tables(self, profile: &Profile) -> Option<Vec<SiteTable>> {
-        if self.gave_up {
+        // Values that do not fit are refused by the full model's own check, with its message.
+        if self.gave_up || self.magnitude.iter().any(|&m| m > i64::MAX as u64) {
             return None;
         }
         let mut names = Vec::with_capacity(self.key_frame.len());
@@ -368,6 +375,86 @@ mod tests {
         }
     }
 
+    /// The message in the order Go writes: sample types, then locations and functions, then
+    /// samples, then the string table.
+    fn in_go_order(profile: &pb::Profile) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for part in [
+            pb::Profile {
+                sample_type: profile.sample_type.clone(),
+                ..Default::default()
+            },
+            pb::Profile {
+                location: profile.location.clone(),
+                function: profile.function.clone(),
+                ..Default::default()
+            },
+            pb::Profile {
+                sample: profile.sample.clone(),
+                string_table: profile.string_table.clone(),
+                ..Default::default()
+            },
+        ] {
+            bytes.extend(part.encode_to_vec());
+        }
+        bytes
+    }
+
+    /// One location of function "main.f", and one sample on it per entry of `values`.
+    fn one_site(values: &[i64]) -> pb::Profile {
+        pb::Profile {
+            sample_type: vec![pb::ValueType { r#type: 1, unit: 2 }],
+            location: vec![pb::Location {
+                id: 1,
+                line: vec![pb::Line {
+                    function_id: 1,
+                    line: 1,
+                    column: 0,
+                }],
+                ..Default::default()
+            }],
+            function: vec![pb::Function {
+                id: 1,
+                name: 3,
+                ..Default::default()
+            }],
+            sample: values
+                .iter()
+                .map(|&v| pb::Sample {
+                    location_id: vec![1],
+                    value: vec![v],
+                    label: vec![],
+                })
+                .collect(),
+            string_table: ["", "space", "bytes", "main.f"].map(String::from).to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn what_the_fold_does_not_keep_is_still_checked() {
+        let limits = DecodeLimits::default();
+        let ok = in_go_order(&one_site(&[3, 4]));
+        assert!(same_tables("one site", &ok, Granularity::Function));
+        // Values whose sum does not fit, and a label naming a string past the table: the
+        // fold keeps neither, and the error is decode's.
+        let overflow = in_go_order(&one_site(&[i64::MAX, 1]));
+        let mut bad_label = one_site(&[3]);
+        bad_label.sample[0].label.push(pb::Label {
+            key: 99,
+            ..Default::default()
+        });
+        for bytes in [overflow, in_go_order(&bad_label)] {
+            let want = decode(&bytes, &limits).unwrap_err();
+            assert!(
+                matches!(want, super::super::DecodeError::Invalid(_)),
+                "{want}"
+            );
+            let got = decode_sites(&bytes, &limits, Granularity::Function).err();
+            assert_eq!(got, Some(want));
+        }
+    }
+
     #[test]
     fn two_functions_of_one_name_are_not_folded_and_count_once_in_cum() {
         // Functions 1 and 2 are both "main.f"; a stack through both counts once in its cum.
@@ -399,25 +486,7 @@ mod tests {
             string_table: ["", "space", "bytes", "main.f"].map(String::from).to_vec(),
             ..Default::default()
         };
-        let mut go_order = Vec::new();
-        for part in [
-            pb::Profile {
-                sample_type: profile.sample_type.clone(),
-                ..Default::default()
-            },
-            pb::Profile {
-                location: profile.location.clone(),
-                function: profile.function.clone(),
-                ..Default::default()
-            },
-            pb::Profile {
-                sample: profile.sample.clone(),
-                string_table: profile.string_table.clone(),
-                ..Default::default()
-            },
-        ] {
-            go_order.extend(part.encode_to_vec());
-        }
+        let go_order = in_go_order(&profile);
         assert!(!same_tables("same name", &go_order, Granularity::Function));
         let sites = decode_sites(&go_order, &DecodeLimits::default(), Granularity::Function)
             .unwrap()

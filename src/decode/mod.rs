@@ -133,6 +133,11 @@ fn fold_from(
     granularity: Granularity,
 ) -> Result<Option<ProfileSites>, DecodeError> {
     let mut b = builder::read(input, Some(fold::Fold::new(granularity)))?;
+    if b.label_strings.max as usize >= b.strings.len() {
+        // A label names a string past the table: an error, whose message needs the labels
+        // the fold did not keep.
+        return Ok(None);
+    }
     let fold = b.fold.take();
     let mut profile = validate::finish(b)?;
     let Some(folded) = fold.and_then(|f| f.tables(&profile)) else {

@@ -239,6 +239,11 @@ impl Builder {
         });
         if let Some(fold) = &mut self.fold {
             fold.end_sample(&self.values[values_start..]);
+            // Folded, the values and labels are not kept either: the fold checks the values'
+            // magnitude itself, and a label naming a string past the table is left to the
+            // full model (see `decode::fold_from`).
+            self.values.truncate(values_start);
+            self.labels.truncate(labels_start);
         }
     }
 
