@@ -106,7 +106,11 @@ pub fn decode_sites(
     limits: &DecodeLimits,
     granularity: Granularity,
 ) -> Result<ProfileSites, DecodeError> {
-    let folded = if is_gzip(bytes) {
+    // Files nearly always hold several functions, whose keys then share a name: the fold
+    // would only find that at the end, and the profile be decoded twice.
+    let folded = if granularity == Granularity::File {
+        Ok(None)
+    } else if is_gzip(bytes) {
         let max = limits.max_decompressed;
         let piped = (bytes.len() >= GUNZIP_THREAD_MIN && second_core())
             .then(|| input::with_gunzip_thread(bytes, max, |i| fold_from(i, granularity)))
