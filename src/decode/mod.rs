@@ -580,7 +580,7 @@ mod tests {
     fn a_decoder_that_stops_early_does_not_leave_the_gunzip_thread_blocked() {
         // Megabytes still to gunzip, a channel of a few chunks: the thread is blocked sending
         // when the reader returns, and must end for the scope to end.
-        let gz = gzip_bytes(&vec![7u8; 32 << 20]);
+        let gz = gzip_bytes(&vec![7u8; 4 << 20]);
         let first = input::with_gunzip_thread(&gz, DEFAULT_MAX_DECOMPRESSED, |input| {
             std::thread::sleep(std::time::Duration::from_millis(50));
             use input::Input as _;
