@@ -7,7 +7,8 @@
 #   PROFILE  a gzipped heap profile; default /tmp/big.pb.gz, made by
 #            testdata/go/cmd/bigprofile when missing (STACKS distinct stacks, default 150000).
 # Environment: STACKS (stacks of a generated profile), RUNS (hyperfine runs, default 20),
-#   PPROF_RUNS (runs for the two pprof commands, default 5), OUT (result folder,
+#   PPROF_RUNS (runs for the two pprof commands, default 5), ROUNDS (interleaved rounds,
+#   default 40), PPROF_ROUNDS (of which with pprof, default 5), OUT (result folder,
 #   default target/bench), NO_HYPERFINE=1 (use the plain bash loop even if hyperfine is here),
 #   BASELINE (another heapwatch binary, e.g. one built from an earlier commit, timed in the
 #   same run so a before/after comparison shares the machine's load).
@@ -18,6 +19,8 @@ profile=${1:-/tmp/big.pb.gz}
 stacks=${STACKS:-150000}
 runs=${RUNS:-20}
 pprof_runs=${PPROF_RUNS:-5}
+rounds=${ROUNDS:-40}
+pprof_rounds=${PPROF_ROUNDS:-5}
 out=${OUT:-$root/target/bench}
 baseline=${BASELINE:-}
 mkdir -p "$out"
@@ -131,6 +134,54 @@ if [[ -n $baseline ]]; then
     ratio "baseline / heapwatch:" "${mean[baseline]}" "${mean[heapwatch]}" "${cpu[baseline]}" "${cpu[heapwatch]}"
     ratio "pprof binary / baseline:" "${mean[pprof]}" "${mean[baseline]}" "${cpu[pprof]}" "${cpu[baseline]}"
     ratio "baseline / gzip -dc floor:" "${mean[baseline]}" "${mean[gzip]}" "${cpu[baseline]}" "${cpu[gzip]}"
+fi
+
+# Interleaved rounds: every command once per round, in turn, so all of them see the same
+# load; on a shared machine the medians of these are the figures to compare. CPU is the
+# child's user+system time from wait4 (all its threads).
+if need python3; then
+    echo
+    echo "## Interleaved (ROUNDS=$rounds rounds; pprof in the first $pprof_rounds): median and min"
+    python3 - "$rounds" "$pprof_rounds" "$heapwatch" "$profile" "$pprof_bin" "$baseline" <<'EOF_PY'
+import os, statistics, sys, time
+rounds, pprof_rounds = int(sys.argv[1]), int(sys.argv[2])
+heapwatch, profile, pprof, baseline = sys.argv[3:7]
+cmds = [("heapwatch top", [heapwatch, "top", profile]),
+        ("gzip -dc", ["gzip", "-dc", profile])]
+if baseline:
+    cmds.append(("heapwatch top (baseline)", [baseline, "top", profile]))
+cmds.append(("pprof -top (cached binary)", [pprof, "-top", profile]))
+null = [(os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)]
+wall = {n: [] for n, _ in cmds}
+cpu = {n: [] for n, _ in cmds}
+print("load at start:", open("/proc/loadavg").read().split()[:3])
+for r in range(rounds):
+    for name, argv in cmds:
+        if name.startswith("pprof") and r >= pprof_rounds:
+            continue
+        t0 = time.perf_counter()
+        pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=null)
+        _, status, ru = os.wait4(pid, 0)
+        wall[name].append(time.perf_counter() - t0)
+        cpu[name].append(ru.ru_utime + ru.ru_stime)
+        if status != 0:
+            sys.exit(f"{name} failed: status {status}")
+print("load at end:  ", open("/proc/loadavg").read().split()[:3])
+med = lambda xs: statistics.median(xs)
+for name, _ in cmds:
+    print(f"{name:28s} wall {med(wall[name])*1e3:8.1f} ms (min {min(wall[name])*1e3:7.1f})"
+          f"   cpu {med(cpu[name])*1e3:8.1f} ms (min {min(cpu[name])*1e3:7.1f})   n={len(wall[name])}")
+def ratio(label, a, b):
+    print(f"{label:32s} wall {med(wall[a])/med(wall[b]):6.2f}x (min/min {min(wall[a])/min(wall[b]):5.2f}x)"
+          f"   cpu {med(cpu[a])/med(cpu[b]):6.2f}x")
+ratio("heapwatch / gzip -dc:", "heapwatch top", "gzip -dc")
+ratio("pprof binary / heapwatch:", "pprof -top (cached binary)", "heapwatch top")
+if baseline:
+    ratio("baseline / gzip -dc:", "heapwatch top (baseline)", "gzip -dc")
+    ratio("baseline / heapwatch:", "heapwatch top (baseline)", "heapwatch top")
+    ratio("pprof binary / baseline:", "pprof -top (cached binary)", "heapwatch top (baseline)")
+EOF_PY
 fi
 
 echo

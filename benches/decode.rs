@@ -50,14 +50,26 @@ fn bench_profile(c: &mut Criterion, label: &str, path: &Path, large: bool) {
     group.bench_function("protobuf+validate", |b| {
         b.iter(|| decode::decode_protobuf(black_box(&raw)))
     });
-    // gunzip streamed into the decoder: what `decode` does with a gzipped profile.
+    // gunzip streamed into the decoder on the same thread.
+    group.bench_function("gunzip+protobuf+validate (streamed, one thread)", |b| {
+        b.iter(|| decode::decode_on_one_thread(black_box(&gz), &limits))
+    });
+    // What `decode` does with a gzipped profile: a large one is gunzipped on its own thread.
     group.bench_function("gunzip+protobuf+validate (streamed)", |b| {
         b.iter(|| decode::decode(black_box(&gz), &limits))
+    });
+    // What `top` does: the stacks folded into sites as they are decoded.
+    group.bench_function("top (decode_sites, folded)", |b| {
+        b.iter(|| {
+            let d = decode::decode_sites(black_box(&gz), &limits, Granularity::Function)
+                .expect("decodes");
+            d.sites(d.profile.default_sample_index())
+        })
     });
     group.bench_function("sites", |b| {
         b.iter(|| aggregate::sites(black_box(&profile), index, Granularity::Function))
     });
-    group.bench_function("top (gunzip..sites)", |b| {
+    group.bench_function("top (gunzip..sites, whole model)", |b| {
         b.iter(|| {
             let p = decode::decode(black_box(&gz), &limits).expect("decodes");
             aggregate::sites(&p, p.default_sample_index(), Granularity::Function)

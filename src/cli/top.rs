@@ -3,10 +3,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use heapwatch::model::aggregate::{self, Granularity};
+use heapwatch::decode;
+use heapwatch::model::aggregate::Granularity;
 use heapwatch::render::top::{self as render_top, TopView};
 
-use super::{CliError, DecodeFlags, emit, load_profile};
+use super::{CliError, DecodeFlags, emit};
 
 #[derive(clap::Args)]
 pub struct TopArgs {
@@ -36,8 +37,19 @@ fn parse_granularity(text: &str) -> Result<Granularity, String> {
 }
 
 pub fn run(args: TopArgs) -> Result<ExitCode, CliError> {
-    let profile = load_profile(&args.profile, &args.decode.limits())?;
     let shown = args.profile.display().to_string();
+    let bytes = std::fs::read(&args.profile).map_err(|source| CliError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    // Only the sites are shown: the stacks are folded into them as they are decoded.
+    let decoded = decode::decode_sites(&bytes, &args.decode.limits(), args.granularity).map_err(
+        |source| CliError::Profile {
+            path: shown.clone(),
+            source,
+        },
+    )?;
+    let profile = &decoded.profile;
     if profile.sample_types.is_empty() {
         return Err(CliError::Usage(format!(
             "{shown}: the profile declares no sample types"
@@ -55,7 +67,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode, CliError> {
             ))
         })?,
     };
-    let mut table = aggregate::sites(&profile, index, args.granularity);
+    let mut table = decoded.sites(index);
     if args.cum {
         table.sort_by_cum();
     }

@@ -56,13 +56,22 @@ pub(super) struct Builder {
     /// Set once a sample is known to be refused: later samples cannot change which error is
     /// reported, so they are framed but not decoded.
     pub samples_stopped: bool,
+    /// For `top`: each stack folded into sites as it arrives, and not kept (see fold.rs).
+    pub fold: Option<super::fold::Fold>,
 }
 
 /// Reads every top-level field of the input into a [`Builder`]. Errors in the framing or in a
 /// field other than a sample stop at once; errors inside a sample are kept for
 /// [`super::validate::finish`], which orders them after the header's.
-pub(super) fn read(input: &mut impl Input) -> Result<Builder, DecodeError> {
-    let mut b = Builder::default();
+/// With `fold`, stacks are folded into it and not kept.
+pub(super) fn read(
+    input: &mut impl Input,
+    fold: Option<super::fold::Fold>,
+) -> Result<Builder, DecodeError> {
+    let mut b = Builder {
+        fold,
+        ..Builder::default()
+    };
     loop {
         let window = input.fill(FIELD_HEAD)?;
         if window.is_empty() {
@@ -241,6 +250,11 @@ impl Builder {
         });
         self.location_ids.push(id);
         self.location_mapping_ids.push(mapping_id);
+        if let Some(fold) = &mut self.fold {
+            let frames = self.frames[frames_start..].iter().map(|f| f.line);
+            let functions = self.frame_function_ids[frames_start..].iter().copied();
+            fold.location(id, position, address, functions.zip(frames));
+        }
         Ok(())
     }
 }

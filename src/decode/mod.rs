@@ -5,6 +5,7 @@
 
 mod builder;
 mod error;
+mod fold;
 mod input;
 mod samples;
 pub mod stackdump;
@@ -18,6 +19,7 @@ pub use summary::{Summary, summarize};
 use prost::Message;
 
 use crate::model::Profile;
+use crate::model::aggregate::{self, Granularity, SiteTable};
 
 /// Generated from `proto/profile.proto` by `build.rs`.
 pub mod pb {
@@ -48,13 +50,124 @@ pub fn is_gzip(bytes: &[u8]) -> bool {
 }
 
 /// Decodes a pprof profile, gzipped or not, and checks every reference in it. A gzipped
-/// profile is gunzipped as it is decoded, never whole in memory.
+/// profile is gunzipped as it is decoded, never whole in memory; a large one on a thread of
+/// its own while this one decodes, where a second core is there to run it.
 pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<Profile, DecodeError> {
+    if is_gzip(bytes) && bytes.len() >= GUNZIP_THREAD_MIN && second_core() {
+        let piped = input::with_gunzip_thread(bytes, limits.max_decompressed, decode_from);
+        if let Some(decoded) = piped {
+            return decoded;
+        }
+    }
+    decode_on_one_thread(bytes, limits)
+}
+
+/// What [`decode`] does without a gunzip thread: the same result, gunzip and decode taking
+/// turns on one core.
+pub fn decode_on_one_thread(bytes: &[u8], limits: &DecodeLimits) -> Result<Profile, DecodeError> {
     if is_gzip(bytes) {
         decode_from(&mut input::Gunzip::new(bytes, limits.max_decompressed))
     } else {
         decode_protobuf(&decompress(bytes, limits)?)
     }
+}
+
+/// A profile's header with its site tables: what `top` needs, without the stacks.
+pub struct ProfileSites {
+    /// The profile without its samples when they were folded on the way in; the whole
+    /// profile when they could not be (see [`decode_sites`]).
+    pub profile: Profile,
+    granularity: Granularity,
+    /// One per sample type, when folded.
+    folded: Option<Vec<SiteTable>>,
+}
+
+impl ProfileSites {
+    /// The sites of one sample type: `aggregate::sites` of the whole profile.
+    pub fn sites(&self, sample_index: usize) -> SiteTable {
+        match &self.folded {
+            Some(tables) => tables.get(sample_index).cloned().unwrap_or(SiteTable {
+                total: 0,
+                sites: Vec::new(),
+            }),
+            None => aggregate::sites(&self.profile, sample_index, self.granularity),
+        }
+    }
+}
+
+/// Decodes a profile as [`decode`] does, folding each stack into the sites of every sample
+/// type as it arrives instead of keeping it: for a heap profile that is most of the model's
+/// memory, and the pass over it. A profile in an order the fold cannot follow (a sample
+/// before its locations) or whose sites it cannot tell apart is decoded whole instead, as is
+/// a broken one, so the tables and every error are those of [`decode`] and
+/// [`aggregate::sites`].
+pub fn decode_sites(
+    bytes: &[u8],
+    limits: &DecodeLimits,
+    granularity: Granularity,
+) -> Result<ProfileSites, DecodeError> {
+    // Files nearly always hold several functions, whose keys then share a name: the fold
+    // would only find that at the end, and the profile be decoded twice.
+    let folded = if granularity == Granularity::File {
+        Ok(None)
+    } else if is_gzip(bytes) {
+        let max = limits.max_decompressed;
+        let piped = (bytes.len() >= GUNZIP_THREAD_MIN && second_core())
+            .then(|| input::with_gunzip_thread(bytes, max, |i| fold_from(i, granularity)))
+            .flatten();
+        piped.unwrap_or_else(|| fold_from(&mut input::Gunzip::new(bytes, max), granularity))
+    } else {
+        match decompress(bytes, limits) {
+            Ok(raw) => fold_from(&mut &raw[..], granularity),
+            Err(e) => Err(e),
+        }
+    };
+    if let Ok(Some(sites)) = folded {
+        return Ok(sites);
+    }
+    Ok(ProfileSites {
+        profile: decode(bytes, limits)?,
+        granularity,
+        folded: None,
+    })
+}
+
+fn fold_from(
+    input: &mut impl input::Input,
+    granularity: Granularity,
+) -> Result<Option<ProfileSites>, DecodeError> {
+    let mut b = builder::read(input, Some(fold::Fold::new(granularity)))?;
+    if b.label_strings.max as usize >= b.strings.len() {
+        // A label names a string past the table: an error, whose message needs the labels
+        // the fold did not keep.
+        return Ok(None);
+    }
+    let fold = b.fold.take();
+    let mut profile = validate::finish(b)?;
+    let Some(folded) = fold.and_then(|f| f.tables(&profile)) else {
+        return Ok(None);
+    };
+    // The samples' stacks were not kept: none of them is left to misread.
+    profile.samples = Vec::new();
+    profile.stacks = Vec::new();
+    profile.values = Vec::new();
+    profile.labels = Vec::new();
+    Ok(Some(ProfileSites {
+        profile,
+        granularity,
+        folded: Some(folded),
+    }))
+}
+
+/// Gzipped profiles smaller than this are gunzipped on the decoding thread: starting a thread
+/// and passing chunks would cost more than it overlaps.
+const GUNZIP_THREAD_MIN: usize = 128 << 10;
+
+/// Whether this process may run on more than one core (asked once: it reads the cgroup's
+/// CPU quota).
+fn second_core() -> bool {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get())) > 1
 }
 
 /// Decodes and checks an already decompressed profile.
@@ -63,7 +176,7 @@ pub fn decode_protobuf(raw: &[u8]) -> Result<Profile, DecodeError> {
 }
 
 fn decode_from(input: &mut impl input::Input) -> Result<Profile, DecodeError> {
-    match builder::read(input) {
+    match builder::read(input, None) {
         Ok(profile) => validate::finish(profile),
         Err(e) => {
             // A gzip stream broken further on is reported as such, not as the protobuf error
@@ -379,5 +492,100 @@ mod tests {
             ),
             Err(DecodeError::TooLarge { max: 1000 })
         );
+    }
+    /// A valid profile of 2 MiB, many chunks of the gunzip thread: the fixture's samples again
+    /// and again after it (concatenated messages merge).
+    fn many_chunks() -> Vec<u8> {
+        let raw = gunzip(
+            &fixture("hiddenleak-heap-rate4k.pb.gz"),
+            DEFAULT_MAX_DECOMPRESSED,
+        )
+        .unwrap();
+        let samples = pb::Profile {
+            sample: decode_message(&raw).unwrap().sample,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut big = raw;
+        while big.len() < 2 << 20 {
+            big.extend_from_slice(&samples);
+        }
+        big
+    }
+
+    /// `decode` with the gunzip thread whatever the size of the input.
+    fn decode_piped(gz: &[u8], limits: &DecodeLimits) -> Result<Profile, DecodeError> {
+        input::with_gunzip_thread(gz, limits.max_decompressed, decode_from)
+            .expect("a thread starts")
+    }
+
+    #[test]
+    fn the_gunzip_thread_gives_what_one_thread_gives() {
+        let limits = DecodeLimits::default();
+        let mut inputs = Vec::new();
+        for entry in
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/profiles")).unwrap()
+        {
+            let path = entry.unwrap().path();
+            if path.to_string_lossy().ends_with(".pb.gz") {
+                inputs.push(std::fs::read(&path).unwrap());
+            }
+        }
+        inputs.push(gzip_bytes(&many_chunks()));
+        assert!(inputs.len() > 3);
+        for gz in &inputs {
+            let one = decode_on_one_thread(gz, &limits);
+            assert!(one.is_ok());
+            assert_eq!(decode_piped(gz, &limits), one);
+            assert_eq!(decode(gz, &limits), one);
+        }
+    }
+
+    #[test]
+    fn the_gunzip_thread_reports_every_broken_stream_as_one_thread_does() {
+        let big = gzip_bytes(&many_chunks());
+        let noise: Vec<u8> = (0..600_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let garbage = gzip_bytes(&noise);
+        let mut bad_crc = big.clone();
+        let at = bad_crc.len() - 8;
+        bad_crc[at] ^= 1;
+        let mut trailing = big.clone();
+        trailing.extend_from_slice(b"junk");
+        let cases: [(&str, &[u8], u64); 7] = [
+            ("whole", &big, DEFAULT_MAX_DECOMPRESSED),
+            ("truncated", &big[..big.len() / 2], DEFAULT_MAX_DECOMPRESSED),
+            (
+                "truncated trailer",
+                &big[..big.len() - 3],
+                DEFAULT_MAX_DECOMPRESSED,
+            ),
+            ("bomb", &big, 100_000),
+            ("bad checksum", &bad_crc, DEFAULT_MAX_DECOMPRESSED),
+            ("trailing data", &trailing, DEFAULT_MAX_DECOMPRESSED),
+            ("garbage protobuf", &garbage, DEFAULT_MAX_DECOMPRESSED),
+        ];
+        for (name, gz, max) in cases {
+            let limits = DecodeLimits {
+                max_decompressed: max,
+            };
+            let one = decode_on_one_thread(gz, &limits);
+            assert_eq!(decode_piped(gz, &limits), one, "{name}");
+            assert_eq!(name == "whole", one.is_ok(), "{name}: {one:?}");
+        }
+    }
+
+    #[test]
+    fn a_decoder_that_stops_early_does_not_leave_the_gunzip_thread_blocked() {
+        // Megabytes still to gunzip, a channel of a few chunks: the thread is blocked sending
+        // when the reader returns, and must end for the scope to end.
+        let gz = gzip_bytes(&vec![7u8; 4 << 20]);
+        let first = input::with_gunzip_thread(&gz, DEFAULT_MAX_DECOMPRESSED, |input| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            use input::Input as _;
+            input.fill(10).map(|w| w[..10].to_vec())
+        });
+        assert_eq!(first, Some(Ok(vec![7u8; 10])));
     }
 }

@@ -153,7 +153,7 @@ fn map_ids(
 
 /// The varint at the front of `rest`, which then starts after it.
 #[inline(always)]
-fn next_varint(rest: &mut &[u8]) -> Result<u64, DecodeError> {
+pub(super) fn next_varint(rest: &mut &[u8]) -> Result<u64, DecodeError> {
     let bytes: &[u8] = rest;
     match bytes {
         [b, tail @ ..] if *b < 0x80 => {
@@ -189,6 +189,9 @@ impl Builder {
             return;
         }
         let number = self.samples.len();
+        if let Some(fold) = &mut self.fold {
+            fold.begin_sample();
+        }
         let (stack_start, values_start, labels_start) =
             (self.stacks.len(), self.values.len(), self.labels.len());
         let decoded = self.sample_fields(body);
@@ -234,13 +237,30 @@ impl Builder {
             labels_start: labels_start as u32,
             labels_len: (self.labels.len() - labels_start) as u32,
         });
+        if let Some(fold) = &mut self.fold {
+            fold.end_sample(&self.values[values_start..]);
+            // Folded, the values and labels are not kept either: the fold checks the values'
+            // magnitude itself, and a label naming a string past the table is left to the
+            // full model (see `decode::fold_from`).
+            self.values.truncate(values_start);
+            self.labels.truncate(labels_start);
+        }
     }
 
     fn sample_fields(&mut self, body: &[u8]) -> Result<(), DecodeError> {
         let mut w = Wire::new(body);
         while !w.at_end() {
             match w.tag()? {
-                (1, LEN) => self.stack(w.bytes()?)?,
+                (1, LEN) => match &mut self.fold {
+                    Some(fold) => fold.stack(w.bytes()?)?,
+                    None => self.stack(w.bytes()?)?,
+                },
+                (1, VARINT) if self.fold.is_some() => {
+                    let id = w.varint()?;
+                    if let Some(fold) = &mut self.fold {
+                        fold.id(id);
+                    }
+                }
                 (1, VARINT) => {
                     let id = w.varint()?;
                     let position = match self.location_index.get(id) {

@@ -46,6 +46,16 @@ pub struct SiteTable {
 }
 
 impl SiteTable {
+    /// The table's own order: flat, then cum (both descending), then name.
+    pub fn sort_by_flat(&mut self) {
+        self.sites.sort_by(|a, b| {
+            b.flat
+                .cmp(&a.flat)
+                .then(b.cum.cmp(&a.cum))
+                .then(a.name.cmp(&b.name))
+        });
+    }
+
     pub fn sort_by_cum(&mut self) {
         self.sites.sort_by(|a, b| {
             b.cum
@@ -161,7 +171,7 @@ pub fn sites(profile: &Profile, sample_index: usize, granularity: Granularity) -
             }
         }
     }
-    let mut sites: Vec<SiteTotal> = keys
+    let sites: Vec<SiteTotal> = keys
         .names
         .into_iter()
         .enumerate()
@@ -172,13 +182,9 @@ pub fn sites(profile: &Profile, sample_index: usize, granularity: Granularity) -
             cum: cum[k],
         })
         .collect();
-    sites.sort_by(|a, b| {
-        b.flat
-            .cmp(&a.flat)
-            .then(b.cum.cmp(&a.cum))
-            .then(a.name.cmp(&b.name))
-    });
-    SiteTable { total, sites }
+    let mut table = SiteTable { total, sites };
+    table.sort_by_flat();
+    table
 }
 
 /// One whole stack (site names, leaf first) with its value.
