@@ -506,6 +506,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_partial_file_is_its_pieces_once_synced_and_nothing_once_discarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        let mut file = PartialFile::new(path.clone());
+        for piece in [&b"pro"[..], b"", b"file"] {
+            file.write(piece);
+        }
+        file.sync().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"profile");
+        let mut file = PartialFile::new(dir.path().join("b"));
+        file.write(b"torn");
+        file.discard();
+        PartialFile::new(dir.path().join("c")).discard();
+        // A failure to make the file is reported at the sync, naming it.
+        let mut file = PartialFile::new(dir.path().join("no-such-dir/d"));
+        file.write(b"x");
+        let err = file.sync().unwrap_err().to_string();
+        assert!(err.contains("no-such-dir/d"), "{err}");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["a"]);
+    }
+
+    #[test]
     fn a_resumed_run_cuts_the_torn_line_and_removes_partial_files() {
         let dir = tempfile::tempdir().unwrap();
         {
