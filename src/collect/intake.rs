@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::Clock;
+use super::summing::RunningSummary;
 use super::tasks::joined;
 use crate::decode::{self, DecodeError, Summary};
 use crate::source::BodyTap;
@@ -20,6 +21,11 @@ use crate::store::{PartialFile, Publisher, StoreError};
 
 /// How much is gunzipped at a time, as the decoder does.
 const WINDOW: usize = 64 << 10;
+
+/// Pieces are passed on to the jobs in batches of about this much: a body comes in chunks of
+/// a few KiB, and waking two threads for each costs more than the work. The last batch is
+/// what is left to do when the last byte comes.
+const BATCH: usize = 32 << 10;
 
 /// What the gunzip beside the request made of the body.
 #[derive(Debug)]
@@ -47,6 +53,8 @@ enum Piece {
 pub(super) struct Intake {
     plan: Option<Plan>,
     jobs: Option<Jobs>,
+    /// Told, not passed on yet.
+    batch: Vec<u8>,
     told: u64,
     ended: bool,
 }
@@ -85,6 +93,7 @@ impl Intake {
                 max_decompressed,
             }),
             jobs: None,
+            batch: Vec::new(),
             told: 0,
             ended: false,
         }
@@ -99,12 +108,12 @@ impl Intake {
     /// tells nothing) is taken now. `body` must start with what was told.
     pub(super) fn end(&mut self, body: &Arc<[u8]>) {
         debug_assert!(self.told == 0 || self.told == body.len() as u64);
-        let untold = self.told == 0 && !body.is_empty();
-        let jobs = self.jobs();
-        if untold {
-            let _ = jobs.to_file.send(Piece::Bytes(body.clone()));
-            let _ = jobs.to_gunzip.send(Piece::Bytes(body.clone()));
+        if self.told == 0 && !body.is_empty() {
+            self.pass_on(body.clone());
+        } else {
+            self.pass_on_batch();
         }
+        let jobs = self.jobs();
         let _ = jobs.to_file.send(Piece::End);
         let _ = jobs.to_gunzip.send(Piece::End);
         self.told = body.len() as u64;
@@ -149,6 +158,20 @@ impl Intake {
             let _ = verdict.send(name);
         }
         joined(jobs.writing.await)
+    }
+
+    fn pass_on_batch(&mut self) {
+        if !self.batch.is_empty() {
+            let batch = Arc::from(std::mem::take(&mut self.batch));
+            self.pass_on(batch);
+        }
+    }
+
+    fn pass_on(&mut self, piece: Arc<[u8]>) {
+        let jobs = self.jobs();
+        let _ = jobs.to_file.send(Piece::Bytes(piece.clone()));
+        // Gone once the gunzip refused the body: the file is still written, to be removed.
+        let _ = jobs.to_gunzip.send(Piece::Bytes(piece));
     }
 
     /// The two jobs on the blocking pool, started on first use: the writer of the temporary
@@ -213,12 +236,14 @@ impl BodyTap for Intake {
         if bytes.is_empty() || self.ended {
             return;
         }
-        let piece: Arc<[u8]> = bytes.into();
-        let jobs = self.jobs();
-        let _ = jobs.to_file.send(Piece::Bytes(piece.clone()));
-        // Gone once the gunzip refused the body: the file is still written, to be removed.
-        let _ = jobs.to_gunzip.send(Piece::Bytes(piece));
+        if self.batch.capacity() == 0 {
+            self.batch.reserve(BATCH + bytes.len());
+        }
+        self.batch.extend_from_slice(bytes);
         self.told += bytes.len() as u64;
+        if self.batch.len() >= BATCH {
+            self.pass_on_batch();
+        }
     }
 }
 
@@ -236,13 +261,14 @@ fn write_pieces(pieces: &Receiver<Piece>, file: &mut PartialFile) -> bool {
 
 /// Gunzips the pieces as they come, under the ceiling, with the checks of
 /// [`decode::decompress`]: the CRC and length at the end, and no data after the gzip member.
-/// Then sums the protobuf with [`decode::summarize`].
+/// The protobuf is summed as it is gunzipped, as [`decode::summarize`] would sum it.
 fn gunzip(pieces: Pieces, max: u64) -> Streamed {
     // The bufread decoder takes from the pieces only what the gzip member spans, so what is
     // left after its end is exactly the trailing data.
     let mut decoder = flate2::bufread::GzDecoder::new(pieces);
     let mut raw: Vec<u8> = Vec::new();
     let mut len = 0usize;
+    let mut summary = RunningSummary::new();
     loop {
         if raw.len() - len < WINDOW / 4 {
             // Memory follows the bytes that arrive, never a length the data claims.
@@ -259,6 +285,7 @@ fn gunzip(pieces: Pieces, max: u64) -> Streamed {
                 if len as u64 > max {
                     return Streamed::Invalid(DecodeError::TooLarge { max }.to_string());
                 }
+                summary.advance(&raw[..len]);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return Streamed::Recheck,
@@ -269,6 +296,10 @@ fn gunzip(pieces: Pieces, max: u64) -> Streamed {
         return Streamed::Recheck;
     }
     raw.truncate(len);
+    if let Some(summary) = summary.finish(&raw) {
+        return Streamed::Profile(raw, summary);
+    }
+    // Not readable as it came: the summary of the whole says why.
     match decode::summarize(&raw) {
         Ok(summary) => Streamed::Profile(raw, summary),
         Err(e) => Streamed::Invalid(e.to_string()),

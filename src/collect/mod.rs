@@ -13,6 +13,7 @@ pub mod marks;
 mod retention;
 pub mod sampler;
 mod status;
+mod summing;
 pub mod targets;
 mod tasks;
 
