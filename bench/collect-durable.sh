@@ -170,13 +170,15 @@ def pooled(case):
 def pct(v, p):
     return v[max(1, -(-len(v) * p // 100)) - 1] if v else None
 print("\nEvery stored capture of a case, pooled over its rounds:\n")
-print("| case | captures | durable p50 | durable p99 | durable max | load avg (min-max) |")
-print("|---|---:|---:|---:|---:|---|")
+print("| case | captures | durable p50 | durable p90 | durable p99 | durable max | over 20 ms | load avg (min-max) |")
+print("|---|---:|---:|---:|---:|---:|---:|---|")
 for c in sorted(cases):
     v = pooled(c)
     loads = [r["load"] for r in cases[c]]
     if v:
-        print("| %s | %d | %.2f | %.2f | %.2f | %.2f-%.2f |" % (c, len(v), pct(v, 50), pct(v, 99), v[-1], min(loads), max(loads)))
+        print("| %s | %d | %.2f | %.2f | %.2f | %.2f | %d | %.2f-%.2f |" % (
+            c, len(v), pct(v, 50), pct(v, 90), pct(v, 99), v[-1], sum(x > 20 for x in v),
+            min(loads), max(loads)))
 for prefix in sorted({c.rsplit("-", 1)[0] for c in cases}):
     b, a = pooled(prefix + "-before"), pooled(prefix + "-after")
     if b and a:
