@@ -8,10 +8,12 @@ mod cycles;
 mod events;
 pub mod exits;
 mod idle;
+mod intake;
 pub mod marks;
 mod retention;
 pub mod sampler;
 mod status;
+mod summing;
 pub mod targets;
 mod tasks;
 
@@ -23,8 +25,6 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
 use thiserror::Error;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 pub use clock::{Clock, FakeClock, Sleep, Stop, SystemClock};
 pub use cluster::start;
@@ -34,11 +34,12 @@ pub use status::LiveStatus;
 use crate::decode::{self, DecodeLimits, stackdump};
 use crate::index::{CaptureIndexer, Content as IndexContent};
 use crate::source::procmem::MemoryProbe;
-use crate::source::{FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
-use crate::store::{self, CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
+use crate::source::{BodyTap, FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
+use crate::store::{CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
 use exits::ExitWatcher;
 use idle::HeapMark;
+use intake::{Intake, Streamed};
 use retention::Retention;
 use tasks::joined;
 
@@ -655,9 +656,23 @@ impl Collector {
         };
         let interval = self.heap_interval();
         let timeout = self.timeout();
+        // A profile's body is written and gunzipped as it arrives.
+        let mut intake = match want {
+            Want::Heap | Want::Goroutine => match self.intake(self.next_seq, kind) {
+                Ok(intake) => Some(intake),
+                Err(e) => return Some(Err(e)),
+            },
+            Want::MemStats | Want::Stats => None,
+        };
         let t_ms = self.clock.unix_ms();
         let began = self.clock.now();
-        let fetched = self.fetch(want, timeout).await?;
+        let tap = intake.as_mut().map(|i| i as &mut dyn BodyTap);
+        let Some(fetched) = self.fetch(want, timeout, tap).await else {
+            if let Some(intake) = intake {
+                intake.abandon().await;
+            }
+            return None;
+        };
         let received = self.clock.now();
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -667,16 +682,33 @@ impl Collector {
         record.latency_ms = ms(received - began);
         record.interval_ms = Some(interval.as_millis() as u64);
         Some(
-            self.record_reply(want, fetched, record, began, received, observer)
+            self.record_reply(want, fetched, intake, record, began, received, observer)
                 .await,
         )
     }
 
-    /// Checks a reply, makes it durable and appends its record.
+    /// Takes in a profile's body as it arrives: its temporary file, named for `seq`, and its
+    /// gunzip.
+    fn intake(&mut self, seq: u64, kind: RecordKind) -> Result<Intake, StoreError> {
+        let temp = self
+            .writer()
+            .temp_path(&format!("{seq:06}-{}.partial", kind.as_str()))?;
+        Ok(Intake::new(
+            temp,
+            self.writer().publisher(),
+            self.clock.clone(),
+            self.config.decode.max_decompressed,
+        ))
+    }
+
+    /// Checks a reply, makes it durable and appends its record. A profile's body went to
+    /// `intake` as it arrived.
+    #[allow(clippy::too_many_arguments)]
     async fn record_reply(
         &mut self,
         want: Want,
         fetched: Result<Reply, FetchError>,
+        mut intake: Option<Intake>,
         mut record: CaptureRecord,
         began: Duration,
         received: Duration,
@@ -684,7 +716,12 @@ impl Collector {
     ) -> Result<(), StoreError> {
         let (seq, kind) = (record.seq, record.kind);
         match fetched {
-            Err(e) => self.failed(&mut record, &e, began),
+            Err(e) => {
+                if let Some(intake) = intake {
+                    intake.abandon().await;
+                }
+                self.failed(&mut record, &e, began);
+            }
             Ok(reply) => {
                 record.bytes = reply.bytes.len() as u64;
                 record.pid = reply
@@ -694,38 +731,21 @@ impl Collector {
                     exits.watch(pid);
                 }
                 let bytes: Arc<[u8]> = reply.bytes.into();
-                // A profile is written and fsynced under a temporary name on the blocking pool
-                // while this task checks it. It gets its final name only if it is whole and
-                // new: told so, the job that wrote it names it as soon as its fsync is done,
-                // without waiting for this task to come back to it.
-                let temp = match want {
-                    Want::Heap | Want::Goroutine => Some(
-                        self.writer()
-                            .temp_path(&format!("{seq:06}-{}.partial", kind.as_str()))?,
-                    ),
-                    _ => None,
-                };
-                let (verdict, told) = oneshot::channel::<Option<String>>();
-                let writing: Option<JoinHandle<Result<Option<Duration>, StoreError>>> =
-                    temp.map(|t| {
-                        let (bytes, clock) = (bytes.clone(), self.clock.clone());
-                        let publisher = self.writer().publisher();
-                        tokio::task::spawn_blocking(move || {
-                            let written = store::write_synced(&t, &bytes);
-                            // No verdict (the attempt was dropped): nothing is published.
-                            match told.blocking_recv() {
-                                Ok(Some(name)) => {
-                                    written?;
-                                    publisher.publish(&t, &name)?;
-                                    Ok(Some(clock.now()))
-                                }
-                                _ => {
-                                    publisher.discard(&t);
-                                    Ok(None)
-                                }
-                            }
-                        })
-                    });
+                // A profile was written under a temporary name and gunzipped on the blocking
+                // pool as it arrived; its fsync runs now, while this task checks it. It gets its
+                // final name only if it is whole and new: told so, the job that wrote it names
+                // it as soon as its fsync is done, without waiting for this task to come back.
+                if intake
+                    .as_ref()
+                    .is_some_and(|i| i.told() != 0 && i.told() != bytes.len() as u64)
+                {
+                    // The source told pieces of something other than this body: start over
+                    // with the body as it is.
+                    intake = Some(self.intake(seq, kind)?);
+                }
+                if let Some(intake) = &mut intake {
+                    intake.end(&bytes);
+                }
                 let outcome = match want {
                     Want::MemStats => self.memstats(&mut record, &bytes),
                     Want::Stats => self.stats(&mut record, &bytes),
@@ -734,7 +754,12 @@ impl Collector {
                     }
                     _ => {
                         let pid = record.pid;
-                        self.profile(&mut record, bytes.clone(), pid).await
+                        let streamed = match &mut intake {
+                            Some(intake) => intake.gunzipped().await,
+                            None => Streamed::Recheck,
+                        };
+                        self.profile(&mut record, bytes.clone(), pid, streamed)
+                            .await
                     }
                 };
                 match outcome {
@@ -752,9 +777,8 @@ impl Collector {
                 let name = publish
                     .as_deref()
                     .map(|f| f.trim_start_matches("profiles/").to_string());
-                let _ = verdict.send(name.clone());
-                let written = match writing {
-                    Some(w) => Some(joined(w.await)),
+                let written = match intake {
+                    Some(intake) => Some(intake.publish(name.clone()).await),
                     None => None,
                 };
                 if let (Some(file), Some(name)) = (publish, name) {
@@ -924,23 +948,33 @@ impl Collector {
         Ok(())
     }
 
-    /// A pprof profile: gunzipped and summed on the blocking pool (a few ms of CPU for a
-    /// large one, which would otherwise hold up every target sharing the runtime's thread).
+    /// A pprof profile, gunzipped and summed as it streamed in, or else now, on the blocking
+    /// pool (a few ms of CPU for a large one, which would otherwise hold up every target
+    /// sharing the runtime's thread).
     async fn profile(
         &mut self,
         record: &mut CaptureRecord,
         bytes: Arc<[u8]>,
         pid: Option<u32>,
+        streamed: Streamed,
     ) -> Result<(), Invalid> {
         let limits = self.config.decode;
-        let decoded = tokio::task::spawn_blocking(move || {
-            let raw = decode::decompress(&bytes, &limits).map_err(|e| Invalid(e.to_string()))?;
-            // Totals and hash in one pass; the model is built only when a run is analysed.
-            let summary = decode::summarize(&raw).map_err(|e| Invalid(e.to_string()))?;
-            Ok::<_, Invalid>((raw.into_owned(), summary))
-        })
-        .await;
-        let (raw, summary) = joined(decoded)?;
+        let (raw, summary) = match streamed {
+            Streamed::Profile(raw, summary) => (raw, summary),
+            Streamed::Invalid(message) => return Err(Invalid(message)),
+            Streamed::Recheck => {
+                let decoded = tokio::task::spawn_blocking(move || {
+                    let raw =
+                        decode::decompress(&bytes, &limits).map_err(|e| Invalid(e.to_string()))?;
+                    // Totals and hash in one pass; the model is built only when a run is
+                    // analysed.
+                    let summary = decode::summarize(&raw).map_err(|e| Invalid(e.to_string()))?;
+                    Ok::<_, Invalid>((raw.into_owned(), summary))
+                })
+                .await;
+                joined(decoded)?
+            }
+        };
         let hash = summary.hash;
         let totals: BTreeMap<String, i64> = summary.totals.into_iter().collect();
         record.cycle = self.answered(&totals, pid);
@@ -1003,6 +1037,8 @@ impl Collector {
     }
 }
 
+#[cfg(test)]
+mod streaming_tests;
 #[cfg(test)]
 mod tests;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{CaptureRecord, Collector, RunWriter, StoreError};
 use crate::model::build::BuildInfo;
-use crate::source::{FetchError, Reply, Source, Want};
+use crate::source::{BodyTap, FetchError, Reply, Source, Want};
 
 impl Collector {
     /// Sleeps until `wake` on the clock, or until the stop is set.
@@ -67,17 +67,22 @@ impl Collector {
     /// One request, raced against the stop. `None`: the stop came first, and the request was
     /// dropped then and there (a native one is cancelled; a blocking one finishes on its
     /// thread, and its source with it, since the collector ends).
+    /// `tap`, if any, is told the body's pieces as they arrive, when the source can tell them.
     pub(super) async fn fetch(
         &mut self,
         want: Want,
         timeout: Duration,
+        tap: Option<&mut (dyn BodyTap + '_)>,
     ) -> Option<Result<Reply, FetchError>> {
         let stop = self.stop.clone();
         let source = self
             .source
             .as_mut()
             .expect("the source is back between fetches");
-        if let Some(fetching) = source.fetch_async(want, timeout) {
+        if let Some(fetching) = match tap {
+            Some(tap) => source.fetch_tapped(want, timeout, tap),
+            None => source.fetch_async(want, timeout),
+        } {
             return tokio::select! {
                 biased;
                 reply = fetching => Some(reply),

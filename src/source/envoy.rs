@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::http::{HttpClient, HttpOptions, blocking, status_error};
-use super::{FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
+use super::{BodyTap, FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
 use crate::model::envoy::MEMORY_PREFIX;
 pub use crate::model::envoy::{EnvoyMemory, EnvoySnapshot, EnvoyStats, HeapDumpState, STATS};
 
@@ -108,7 +108,7 @@ impl EnvoySource {
 
     /// `/heap_dump`. After one 501 the answer is remembered and Envoy is not asked again.
     pub fn heap_dump(&mut self, timeout: Duration) -> Result<HeapDump, FetchError> {
-        blocking(self.heap_dump_async(timeout))
+        blocking(self.heap_dump_async(timeout, None))
     }
 
     async fn memory_async(&self, timeout: Duration) -> Result<EnvoyMemory, FetchError> {
@@ -146,12 +146,16 @@ impl EnvoySource {
         })
     }
 
-    async fn heap_dump_async(&mut self, timeout: Duration) -> Result<HeapDump, FetchError> {
+    async fn heap_dump_async(
+        &mut self,
+        timeout: Duration,
+        tap: Option<&mut (dyn BodyTap + '_)>,
+    ) -> Result<HeapDump, FetchError> {
         if let HeapDumpState::NotAvailable(why) = &self.heap_dump {
             return Ok(HeapDump::NotAvailable(why.clone()));
         }
         let url = format!("{}/heap_dump", self.base);
-        let (status, bytes) = self.client.get(&url, timeout, self.max_body).await?;
+        let (status, bytes) = self.client.get(&url, timeout, self.max_body, tap).await?;
         match status {
             200 => {
                 self.heap_dump = HeapDumpState::Available;
@@ -173,7 +177,7 @@ impl EnvoySource {
     }
 
     async fn ok(&self, url: &str, timeout: Duration) -> Result<Vec<u8>, FetchError> {
-        let (status, bytes) = self.client.get(url, timeout, self.max_body).await?;
+        let (status, bytes) = self.client.get(url, timeout, self.max_body, None).await?;
         if status != 200 {
             return Err(status_error(url, status, &bytes));
         }
@@ -183,9 +187,14 @@ impl EnvoySource {
     /// What the collector asks for: MemStats replies with the snapshot's totals as one JSON
     /// object, which [`totals_from_reply`] reads back; Heap replies with the gzipped pprof as
     /// served.
-    async fn answer(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+    async fn answer(
+        &mut self,
+        want: Want,
+        timeout: Duration,
+        tap: Option<&mut (dyn BodyTap + '_)>,
+    ) -> Result<Reply, FetchError> {
         match want {
-            Want::Heap => match self.heap_dump_async(timeout).await? {
+            Want::Heap => match self.heap_dump_async(timeout, tap).await? {
                 HeapDump::Profile(bytes) => Ok(Reply { bytes, pid: None }),
                 HeapDump::NotAvailable(why) => Err(FetchError::new(
                     FailureKind::Status,
@@ -228,11 +237,20 @@ impl Source for EnvoySource {
     }
 
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
-        blocking(self.answer(want, timeout))
+        blocking(self.answer(want, timeout, None))
     }
 
     fn fetch_async(&mut self, want: Want, timeout: Duration) -> Option<Fetching<'_>> {
-        Some(Box::pin(self.answer(want, timeout)))
+        Some(Box::pin(self.answer(want, timeout, None)))
+    }
+
+    fn fetch_tapped<'a>(
+        &'a mut self,
+        want: Want,
+        timeout: Duration,
+        tap: &'a mut dyn BodyTap,
+    ) -> Option<Fetching<'a>> {
+        Some(Box::pin(self.answer(want, timeout, Some(tap))))
     }
 }
 

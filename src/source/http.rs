@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
+use super::{BodyTap, FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
 
 /// How to reach an HTTP target.
 #[derive(Debug, Clone, Default)]
@@ -82,7 +82,12 @@ impl HttpSource {
         })
     }
 
-    async fn get(&self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+    async fn get(
+        &self,
+        want: Want,
+        timeout: Duration,
+        tap: Option<&mut (dyn BodyTap + '_)>,
+    ) -> Result<Reply, FetchError> {
         let url = match want {
             Want::Heap => &self.heap_url,
             Want::Goroutine => &self.goroutine_url,
@@ -94,7 +99,7 @@ impl HttpSource {
                 ));
             }
         };
-        let (status, bytes) = self.client.get(url, timeout, self.max_body).await?;
+        let (status, bytes) = self.client.get(url, timeout, self.max_body, tap).await?;
         if status != 200 {
             return Err(status_error(url, status, &bytes));
         }
@@ -142,12 +147,14 @@ impl HttpClient {
 
     /// One GET within `timeout` overall: the status and the body, read as it streams in and
     /// capped at `cap` for a 200 (past it the request is dropped, a too-large failure) and at
-    /// 2 KiB for anything else (a long error page is still an answer).
+    /// 2 KiB for anything else (a long error page is still an answer). `tap` is told each
+    /// piece of a 200 body within the cap as it arrives.
     pub(crate) async fn get(
         &self,
         url: &str,
         timeout: Duration,
         cap: u64,
+        mut tap: Option<&mut (dyn BodyTap + '_)>,
     ) -> Result<(u16, Vec<u8>), FetchError> {
         let too_large = || {
             FetchError::new(
@@ -178,6 +185,11 @@ impl HttpClient {
                             return Ok((status, body));
                         }
                         return Err(too_large());
+                    }
+                    if status == 200 {
+                        if let Some(tap) = tap.as_deref_mut() {
+                            tap.piece(&chunk);
+                        }
                     }
                     body.extend_from_slice(&chunk);
                 }
@@ -228,11 +240,20 @@ impl Source for HttpSource {
     }
 
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
-        blocking(self.get(want, timeout))
+        blocking(self.get(want, timeout, None))
     }
 
     fn fetch_async(&mut self, want: Want, timeout: Duration) -> Option<Fetching<'_>> {
-        Some(Box::pin(self.get(want, timeout)))
+        Some(Box::pin(self.get(want, timeout, None)))
+    }
+
+    fn fetch_tapped<'a>(
+        &'a mut self,
+        want: Want,
+        timeout: Duration,
+        tap: &'a mut dyn BodyTap,
+    ) -> Option<Fetching<'a>> {
+        Some(Box::pin(self.get(want, timeout, Some(tap))))
     }
 }
 

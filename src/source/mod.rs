@@ -152,6 +152,14 @@ impl fmt::Display for FetchError {
 
 impl std::error::Error for FetchError {}
 
+/// Told the pieces of a reply's body in order as they arrive, so the collector can store and
+/// check a profile while the rest is still on its way. A source tells only the body of a
+/// good answer (an HTTP 200 within the size cap); a request that then fails may have told
+/// part of one, and the collector drops it with the error.
+pub trait BodyTap: Send {
+    fn piece(&mut self, bytes: &[u8]);
+}
+
 /// A fetch in progress that never blocks its thread; dropping it cancels the request.
 pub type Fetching<'a> = Pin<Box<dyn Future<Output = Result<Reply, FetchError>> + Send + 'a>>;
 
@@ -171,6 +179,16 @@ pub trait Source: Send {
     /// target's memory): the collector runs its `fetch` on tokio's blocking pool instead.
     fn fetch_async(&mut self, _want: Want, _timeout: Duration) -> Option<Fetching<'_>> {
         None
+    }
+    /// [`Source::fetch_async`], telling `tap` the body's pieces as they arrive. A source that
+    /// cannot tell them leaves `tap` untold, and the collector takes the body once it is whole.
+    fn fetch_tapped<'a>(
+        &'a mut self,
+        want: Want,
+        timeout: Duration,
+        _tap: &'a mut dyn BodyTap,
+    ) -> Option<Fetching<'a>> {
+        self.fetch_async(want, timeout)
     }
     /// The build of the process the source talks to now, asked once per boot cycle after its
     /// first answer. `None` when the source cannot tell (plain HTTP pprof).

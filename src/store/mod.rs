@@ -357,6 +357,68 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     result
 }
 
+/// A temporary file written piece by piece as a body arrives, then fsynced: what
+/// [`write_synced`] does for bytes already whole. The file is made at the first piece, so a
+/// request that brings nothing leaves nothing; the first failure is kept and reported by
+/// [`PartialFile::sync`], and the file is removed then.
+pub struct PartialFile {
+    path: PathBuf,
+    file: Option<File>,
+    failed: Option<io::Error>,
+}
+
+impl PartialFile {
+    pub fn new(path: PathBuf) -> PartialFile {
+        PartialFile {
+            path,
+            file: None,
+            failed: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn write(&mut self, bytes: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        let written = match &mut self.file {
+            Some(f) => f.write_all(bytes),
+            None => File::create(&self.path).and_then(|mut f| {
+                let written = f.write_all(bytes);
+                self.file = Some(f);
+                written
+            }),
+        };
+        if let Err(e) = written {
+            self.failed = Some(e);
+        }
+    }
+
+    /// Fsyncs what was written (an empty file when nothing was); on any failure so far the
+    /// file is removed and the failure returned.
+    pub fn sync(mut self) -> Result<(), StoreError> {
+        let synced = match (self.failed.take(), self.file.take()) {
+            (Some(e), _) => Err(e),
+            (None, Some(f)) => f.sync_all(),
+            (None, None) => File::create(&self.path).and_then(|f| f.sync_all()),
+        };
+        synced.map_err(|e| {
+            let _ = fs::remove_file(&self.path);
+            StoreError::io(&self.path, e)
+        })
+    }
+
+    /// Removes the file, if it was made.
+    pub fn discard(mut self) {
+        if self.file.take().is_some() || self.failed.is_some() {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// Temporary name in the same folder, write, fsync, rename, fsync the folder.
 fn write_durable(
     dir: &Path,
@@ -442,6 +504,32 @@ impl RunDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partial_file_is_its_pieces_once_synced_and_nothing_once_discarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        let mut file = PartialFile::new(path.clone());
+        for piece in [&b"pro"[..], b"", b"file"] {
+            file.write(piece);
+        }
+        file.sync().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"profile");
+        let mut file = PartialFile::new(dir.path().join("b"));
+        file.write(b"torn");
+        file.discard();
+        PartialFile::new(dir.path().join("c")).discard();
+        // A failure to make the file is reported at the sync, naming it.
+        let mut file = PartialFile::new(dir.path().join("no-such-dir/d"));
+        file.write(b"x");
+        let err = file.sync().unwrap_err().to_string();
+        assert!(err.contains("no-such-dir/d"), "{err}");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["a"]);
+    }
 
     #[test]
     fn a_resumed_run_cuts_the_torn_line_and_removes_partial_files() {

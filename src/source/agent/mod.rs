@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use discover::{AppInfo, Discovery, pid_alive, pid_from_name};
 use wire::{Endpoint, Op};
 
-use super::{AskingBuild, FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
+use super::{
+    AskingBuild, BodyTap, FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want,
+};
 use crate::model::build::BuildInfo;
 
 /// What follows `agent:` in a target.
@@ -214,18 +216,26 @@ impl AgentSource {
     }
 
     /// [`AgentSource::ask`] on tokio's sockets.
-    async fn ask_async(&mut self, op: Op, timeout: Duration) -> Result<Reply, FetchError> {
+    /// `tap` is told the pieces of the reply as they are read.
+    async fn ask_async(
+        &mut self,
+        op: Op,
+        timeout: Duration,
+        mut tap: Option<&mut (dyn BodyTap + '_)>,
+    ) -> Result<Reply, FetchError> {
         let deadline = Instant::now() + timeout;
         let (endpoint, name_pid) = self.endpoint_async(timeout).await?;
         let left = deadline.saturating_duration_since(Instant::now());
-        match wire::request_async(&endpoint, op, left, self.max_body).await {
+        let first =
+            wire::request_async(&endpoint, op, left, self.max_body, tap.as_deref_mut()).await;
+        match first {
             Err(e) if e.kind == FailureKind::Refused && self.discovers() => {
                 self.current = None;
                 let (endpoint, name_pid) = self
                     .endpoint_async(deadline.saturating_duration_since(Instant::now()))
                     .await?;
                 let left = deadline.saturating_duration_since(Instant::now());
-                let answer = wire::request_async(&endpoint, op, left, self.max_body).await?;
+                let answer = wire::request_async(&endpoint, op, left, self.max_body, tap).await?;
                 Ok(self.answered(answer, name_pid))
             }
             Err(e) => Err(e),
@@ -239,10 +249,10 @@ impl AgentSource {
 
     async fn build_info_native(&mut self, timeout: Duration) -> Option<BuildInfo> {
         let mut build = BuildInfo::default();
-        if let Ok(reply) = self.ask_async(Op::AppInfo, timeout).await {
+        if let Ok(reply) = self.ask_async(Op::AppInfo, timeout, None).await {
             build.read_app_info(&reply.bytes);
         }
-        if let Ok(reply) = self.ask_async(Op::Version, timeout).await {
+        if let Ok(reply) = self.ask_async(Op::Version, timeout, None).await {
             build.go_version = go_version(&reply.bytes);
         }
         (!build.is_empty()).then_some(build)
@@ -302,7 +312,16 @@ impl Source for AgentSource {
     }
 
     fn fetch_async(&mut self, want: Want, timeout: Duration) -> Option<Fetching<'_>> {
-        Some(Box::pin(self.ask_async(op_for(want), timeout)))
+        Some(Box::pin(self.ask_async(op_for(want), timeout, None)))
+    }
+
+    fn fetch_tapped<'a>(
+        &'a mut self,
+        want: Want,
+        timeout: Duration,
+        tap: &'a mut dyn BodyTap,
+    ) -> Option<Fetching<'a>> {
+        Some(Box::pin(self.ask_async(op_for(want), timeout, Some(tap))))
     }
 
     fn build_info_async(&mut self, timeout: Duration) -> Option<AskingBuild<'_>> {

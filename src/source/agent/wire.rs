@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::source::{FailureKind, FetchError};
+use crate::source::{BodyTap, FailureKind, FetchError};
 
 /// Written before the op byte of every request.
 pub const MAGIC: [u8; 13] = [
@@ -244,11 +244,13 @@ pub fn request(
 
 /// [`request`] on tokio's sockets: the same exchange, limits and failure classes, without
 /// blocking a thread; dropping the future closes the connection.
+/// `tap` is told each piece of the reply as it is read.
 pub async fn request_async(
     endpoint: &Endpoint,
     op: Op,
     timeout: Duration,
     max_bytes: u64,
+    mut tap: Option<&mut (dyn BodyTap + '_)>,
 ) -> Result<Answer, FetchError> {
     use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::time::timeout_at;
@@ -298,6 +300,7 @@ pub async fn request_async(
         let read = timeout_at(deadline, reader.read(&mut buf))
             .await
             .unwrap_or_else(|_| Err(timed_out()));
+        let before = reply.len();
         match take_read(&mut reply, &buf, read, max_bytes, timeout) {
             Ok(true) => {
                 return Ok(Answer {
@@ -305,7 +308,13 @@ pub async fn request_async(
                     peer_pid,
                 });
             }
-            Ok(false) => {}
+            Ok(false) => {
+                if let Some(tap) = tap.as_deref_mut() {
+                    if reply.len() > before {
+                        tap.piece(&reply[before..]);
+                    }
+                }
+            }
             Err((kind, what)) => return Err(fail(kind, what)),
         }
     }
