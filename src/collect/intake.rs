@@ -13,7 +13,6 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::Clock;
-use super::summing::RunningSummary;
 use super::tasks::joined;
 use crate::decode::{self, DecodeError, Summary};
 use crate::source::BodyTap;
@@ -268,7 +267,9 @@ fn gunzip(pieces: Pieces, max: u64) -> Streamed {
     let mut decoder = flate2::bufread::GzDecoder::new(pieces);
     let mut raw: Vec<u8> = Vec::new();
     let mut len = 0usize;
-    let mut summary = RunningSummary::new();
+    let mut summary = decode::Summarizer::new();
+    // A protobuf error is reported only once the gzip is known whole, as for a whole body.
+    let mut summed = Ok(());
     loop {
         if raw.len() - len < WINDOW / 4 {
             // Memory follows the bytes that arrive, never a length the data claims.
@@ -285,7 +286,9 @@ fn gunzip(pieces: Pieces, max: u64) -> Streamed {
                 if len as u64 > max {
                     return Streamed::Invalid(DecodeError::TooLarge { max }.to_string());
                 }
-                summary.advance(&raw[..len]);
+                if summed.is_ok() {
+                    summed = summary.advance(&raw[..len]);
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return Streamed::Recheck,
@@ -296,11 +299,7 @@ fn gunzip(pieces: Pieces, max: u64) -> Streamed {
         return Streamed::Recheck;
     }
     raw.truncate(len);
-    if let Some(summary) = summary.finish(&raw) {
-        return Streamed::Profile(raw, summary);
-    }
-    // Not readable as it came: the summary of the whole says why.
-    match decode::summarize(&raw) {
+    match summed.and_then(|()| summary.finish(&raw)) {
         Ok(summary) => Streamed::Profile(raw, summary),
         Err(e) => Streamed::Invalid(e.to_string()),
     }

@@ -13,7 +13,6 @@ pub mod marks;
 mod retention;
 pub mod sampler;
 mod status;
-mod summing;
 pub mod targets;
 mod tasks;
 

@@ -14,7 +14,7 @@ mod validate;
 mod wire;
 
 pub use error::DecodeError;
-pub use summary::{Summary, summarize};
+pub use summary::{Summarizer, Summary, summarize};
 
 use prost::Message;
 
