@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod compare;
 pub mod diff;
+pub mod ends;
 pub mod envoy;
 pub mod flame;
 pub mod growth;
