@@ -8,6 +8,7 @@ pub mod ends;
 pub mod envoy;
 pub mod flame;
 pub mod growth;
+pub mod memory;
 pub mod pprof;
 pub mod report;
 pub mod top;

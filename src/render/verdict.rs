@@ -6,14 +6,22 @@ use crate::analyse::ends::CycleEnd;
 use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
 use crate::analyse::spikes::{Episode, Peak};
 use crate::render::ends::end_words;
+use crate::render::memory::{at_limit_words, breakdown_words};
 use crate::units::format_bytes;
 
 /// A spike that reached this share of the limit is never called "no growth".
 const LARGE_SHARE: f64 = 0.5;
 
-/// Writes every cycle's verdict and the summary across cycles into a finished report.
+/// Writes every cycle's verdict (and the memory words it quotes) and the summary across cycles
+/// into a finished report.
 pub fn word_growth(report: &mut GrowthReport) {
     for c in &mut report.cycles {
+        if let Some(b) = c.breakdown.as_mut() {
+            b.summary = breakdown_words(b);
+        }
+        if let Some(a) = c.at_limit.as_mut() {
+            a.summary = at_limit_words(a);
+        }
         c.verdict = cycle_verdict(c, report.limit_bytes);
     }
     report.across.summary = across_summary(&report.cycles, &report.across);
