@@ -368,8 +368,10 @@ pub fn compare(
             ))
         })
         .collect();
-    crate::analyse::compare::compare(&pairs, &selection)
-        .ok_or_else(|| ScanError::Empty(b.root.clone()))
+    let mut comparison = crate::analyse::compare::compare(&pairs, &selection)
+        .ok_or_else(|| ScanError::Empty(b.root.clone()))?;
+    crate::render::compare::word_comparison(&mut comparison);
+    Ok(comparison)
 }
 
 #[cfg(test)]

@@ -69,6 +69,10 @@ pub struct AfterBaseline {
     pub sites: Vec<LaterSite>,
     /// How B's cycle ended, in the words of the growth report, when it ended after A's data.
     pub b_end: Option<String>,
+    /// B's in-use heap after A's last capture went above its peak before it.
+    #[serde(skip)]
+    pub heap_rose: bool,
+    /// All of the above in words, written by `render::compare` before any output.
     pub summary: String,
 }
 
@@ -79,7 +83,10 @@ pub struct PairVerdict {
     pub b_cycle: u32,
     pub worst_site: Option<String>,
     pub score: f64,
+    /// The pair's own verdict, written by `render::compare` from `pair` before any output.
     pub verdict: String,
+    #[serde(skip)]
+    pub pair: Box<Comparison>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -109,7 +116,13 @@ pub struct Comparison {
     pub after_a: Option<AfterBaseline>,
     /// The other pairs of cycles compared, worst first.
     pub other_pairs: Vec<PairVerdict>,
-    /// Which cycles and builds were compared, in words.
+    /// B's build as the selection named it, and whether both sides ran it.
+    #[serde(skip)]
+    pub selection_b_build: String,
+    #[serde(skip)]
+    pub selection_same_build: bool,
+    /// Which cycles and builds were compared, and the verdict: words written by
+    /// `render::compare` before any output.
     pub compared: String,
     pub verdict: String,
 }
@@ -210,41 +223,15 @@ fn after_baseline(
         };
         format!("{how} at {d:.1} s")
     });
-    let mut parts = Vec::new();
-    if let Some((v, t)) = peak.filter(|p| before_peak.is_none_or(|b| p.0 > b)) {
-        parts.push(format!(
-            "B's in-use heap went on to {} at {t:.1} s",
-            format_bytes(v)
-        ));
-    }
-    if let Some(s) = sites.first() {
-        parts.push(format!(
-            "{} rose to {} at {:.1} s (from {})",
-            s.name,
-            format_bytes(s.inuse_after),
-            s.after_at_s,
-            format_bytes(s.inuse_before)
-        ));
-    }
-    if let Some(e) = &b_end {
-        parts.push(format!("B was {e}"));
-    }
-    let summary = if parts.is_empty() {
-        format!("after A's last capture at {a_last:.1} s, B ran to {b_last:.1} s with nothing new")
-    } else {
-        format!(
-            "after A's last capture at {a_last:.1} s: {}",
-            parts.join("; ")
-        )
-    };
     Some(AfterBaseline {
         a_last_s: a_last,
         b_last_s: b_last,
         b_heap_peak: peak.map(|p| p.0),
         b_heap_peak_at_s: peak.map(|p| p.1),
+        heap_rose: peak.is_some_and(|p| before_peak.is_none_or(|b| p.0 > b)),
         sites,
         b_end,
-        summary,
+        summary: String::new(),
     })
 }
 
@@ -264,7 +251,6 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         .copied()
         .collect();
     let age = span.max(1.0);
-    let over = format!("over the first {span:.1} s");
     let mut worse = Vec::new();
     let mut better = Vec::new();
     for name in names {
@@ -332,21 +318,6 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
     better.sort_by(|x, y| x.score.total_cmp(&y.score).then(x.name.cmp(&y.name)));
     let after_a = after_baseline(span, b, &pb).filter(|_| a.last_age() < b.last_age());
     let (ia, ib) = (a.growth.index, b.growth.index);
-    let compared = format!(
-        "cycle {ib} of {} against cycle {ia} of {}, {over}",
-        b.build, a.build
-    );
-    let mut verdict = match worse.first() {
-        Some(r) => format!("{} regressed in {}: {}", r.name, b.build, r.why),
-        None => format!("no site regressed in {} against {}", b.build, a.build),
-    };
-    verdict.push_str(&format!(" ({compared})"));
-    if let Some(after) = after_a
-        .as_ref()
-        .filter(|x| x.b_heap_peak.is_some() || !x.sites.is_empty() || x.b_end.is_some())
-    {
-        verdict.push_str(&format!("; {}", after.summary));
-    }
     let a_peak = heap_peak(a.heap, 0.0, span);
     let b_peak = heap_peak(b.heap, 0.0, span);
     Comparison {
@@ -367,8 +338,10 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         improvements: better,
         after_a,
         other_pairs: Vec::new(),
-        compared,
-        verdict,
+        selection_b_build: String::new(),
+        selection_same_build: false,
+        compared: String::new(),
+        verdict: String::new(),
     }
 }
 
@@ -394,7 +367,8 @@ pub fn compare(pairs: &[(CycleSide, CycleSide)], selection: &Selection) -> Optio
             b_cycle: c.b_cycle,
             worst_site: c.regressions.first().map(|r| r.name.clone()),
             score: badness(&c),
-            verdict: c.verdict,
+            verdict: String::new(),
+            pair: Box::new(c),
         })
         .collect();
     others.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.b_cycle.cmp(&y.b_cycle)));
@@ -403,22 +377,9 @@ pub fn compare(pairs: &[(CycleSide, CycleSide)], selection: &Selection) -> Optio
             o.score = 0.0;
         }
     }
-    if selection.same_build {
-        lead.verdict.push_str(&format!(
-            "; both sides ran build {}: there was no other build to compare with",
-            selection.b_build
-        ));
-    }
-    if !others.is_empty() {
-        let list: Vec<String> = others.iter().map(|o| o.b_cycle.to_string()).collect();
-        lead.verdict.push_str(&format!(
-            "; the worst of {} cycles of {} (also compared: cycle {})",
-            others.len() + 1,
-            selection.b_build,
-            list.join(", ")
-        ));
-    }
     lead.chosen = selection.how.clone();
+    lead.selection_b_build = selection.b_build.clone();
+    lead.selection_same_build = selection.same_build;
     lead.other_pairs = others;
     Some(lead)
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analyse::compare::Comparison;
+use crate::analyse::compare::{AfterBaseline, Comparison};
 use crate::units::format_bytes;
 
 pub fn json(c: &Comparison) -> String {
@@ -59,4 +59,89 @@ pub fn text(c: &Comparison, limit: usize) -> String {
         );
     }
     out
+}
+
+/// Writes the words of a finished comparison into it: what B did after A's data, which cycles
+/// were compared, each pair's verdict and the leading verdict.
+pub fn word_comparison(c: &mut Comparison) {
+    for o in &mut c.other_pairs {
+        word_pair(&mut o.pair);
+        o.verdict = o.pair.verdict.clone();
+    }
+    word_pair(c);
+    if c.selection_same_build {
+        c.verdict.push_str(&format!(
+            "; both sides ran build {}: there was no other build to compare with",
+            c.selection_b_build
+        ));
+    }
+    if !c.other_pairs.is_empty() {
+        let list: Vec<String> = c
+            .other_pairs
+            .iter()
+            .map(|o| o.b_cycle.to_string())
+            .collect();
+        c.verdict.push_str(&format!(
+            "; the worst of {} cycles of {} (also compared: cycle {})",
+            c.other_pairs.len() + 1,
+            c.selection_b_build,
+            list.join(", ")
+        ));
+    }
+}
+
+/// One pair's words: "SITE regressed in B: WHY (cycle 3 of B against cycle 1 of A, over the
+/// first 7.4 s); after A's last capture at …".
+fn word_pair(c: &mut Comparison) {
+    if let Some(after) = c.after_a.as_mut() {
+        after.summary = after_words(after);
+    }
+    c.compared = format!(
+        "cycle {} of {} against cycle {} of {}, over the first {:.1} s",
+        c.b_cycle, c.b, c.a_cycle, c.a, c.age_s
+    );
+    let mut verdict = match c.regressions.first() {
+        Some(r) => format!("{} regressed in {}: {}", r.name, c.b, r.why),
+        None => format!("no site regressed in {} against {}", c.b, c.a),
+    };
+    verdict.push_str(&format!(" ({})", c.compared));
+    if let Some(after) = c
+        .after_a
+        .as_ref()
+        .filter(|x| x.b_heap_peak.is_some() || !x.sites.is_empty() || x.b_end.is_some())
+    {
+        verdict.push_str(&format!("; {}", after.summary));
+    }
+    c.verdict = verdict;
+}
+
+fn after_words(after: &AfterBaseline) -> String {
+    let (a_last, b_last) = (after.a_last_s, after.b_last_s);
+    let mut parts = Vec::new();
+    if let (true, Some(v), Some(t)) = (after.heap_rose, after.b_heap_peak, after.b_heap_peak_at_s) {
+        parts.push(format!(
+            "B's in-use heap went on to {} at {t:.1} s",
+            format_bytes(v)
+        ));
+    }
+    if let Some(s) = after.sites.first() {
+        parts.push(format!(
+            "{} rose to {} at {:.1} s (from {})",
+            s.name,
+            format_bytes(s.inuse_after),
+            s.after_at_s,
+            format_bytes(s.inuse_before)
+        ));
+    }
+    if let Some(e) = &after.b_end {
+        parts.push(format!("B was {e}"));
+    }
+    if parts.is_empty() {
+        format!("after A's last capture at {a_last:.1} s, B ran to {b_last:.1} s with nothing new")
+    } else {
+        format!(
+            "after A's last capture at {a_last:.1} s: {}",
+            parts.join("; ")
+        )
+    }
 }
