@@ -21,8 +21,8 @@ use heapwatch::store::{CaptureRecord, RunInfo};
 use heapwatch::units::{self, format_bytes};
 
 use super::CliError;
-use super::record_flags::{RecordFlags, help_order};
 use super::collect::proc_attacher;
+use super::record_flags::{RecordFlags, help_order};
 
 /// Run's flags in the order its help shows them.
 const HELP_ORDER: &[&str] = &[
@@ -267,7 +267,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         .zip(&args.also)
         .enumerate()
         .map(|(i, (source, target))| {
-            let out = args.record.out.join(format!("also-{}", i + 1));
+            let out = heapwatch::scan::also_dir(&args.record.out, i + 1);
             SubRun {
                 info: args.info(&out, target, source.kind().as_str(), mode, started_ms),
                 out,
@@ -343,7 +343,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
                     args.also[i],
                     s.captures,
                     s.errors,
-                    args.record.out.join(format!("also-{}", i + 1)).display()
+                    heapwatch::scan::also_dir(&args.record.out, i + 1).display()
                 ),
                 Err(e) => eprintln!("heapwatch run: --also {}: {e}", args.also[i]),
             }
