@@ -6,6 +6,7 @@ pub mod compare;
 pub mod diff;
 pub mod ends;
 pub mod envoy;
+pub mod envoy_words;
 pub mod flame;
 pub mod growth;
 pub mod memory;
