@@ -8,6 +8,8 @@ mod probes;
 mod replicas;
 mod resources;
 
+pub use resources::trim_ratio;
+
 use serde::Serialize;
 
 use kube::{Event, KubeError, Pod, Terminated, parse_time};
@@ -15,9 +17,9 @@ use kube::{Event, KubeError, Pod, Terminated, parse_time};
 /// Sibling replicas whose last deaths lie further apart than this died independently.
 const TOGETHER_WITHIN_S: f64 = 120.0;
 /// Limits this many times the requests leave scheduling blind to the real use.
-const BLIND_RATIO: f64 = 2.0;
+pub const BLIND_RATIO: f64 = 2.0;
 /// Usage at this share of the limit is one growth spurt from the OOM kill.
-const NEAR_LIMIT: f64 = 0.9;
+pub const NEAR_LIMIT: f64 = 0.9;
 
 /// A container's memory use from outside the pod JSON (`kubectl top pod --containers`).
 #[derive(Debug, Clone, PartialEq)]
@@ -465,142 +467,33 @@ fn liveness_explains_death(c: &mut ContainerTriage) {
     };
 }
 
+/// The verdict's code; `render::triage_words` writes its summary.
 fn verdict(c: &ContainerTriage) -> Verdict {
-    let probes = c.probes.as_ref();
-    let liveness = probes.is_some_and(|p| p.pattern == ProbePattern::LivenessKills);
+    let liveness = c
+        .probes
+        .as_ref()
+        .is_some_and(|p| p.pattern == ProbePattern::LivenessKills);
     let class = c.termination.as_ref().map(|t| t.class);
-    let limit = c.memory.limit.as_deref();
-    let (code, mut parts): (&'static str, Vec<String>) = if c.restarts == 0 && class.is_none() {
-        ("no-restarts", vec!["no restarts".to_string()])
+    let code = if c.restarts == 0 && class.is_none() {
+        "no-restarts"
     } else if liveness && class != Some(TerminationClass::OomKilled) {
-        (
-            "liveness-kill",
-            vec![
-                "restarted by the kubelet after failed liveness probes: a probe or latency \
-                 problem first, memory only if the process stalls near its limit"
-                    .to_string(),
-            ],
-        )
+        "liveness-kill"
     } else {
         match class {
-            Some(TerminationClass::OomKilled) => (
-                "oom",
-                vec![match limit {
-                    Some(l) => format!("OOM-killed at its {l} memory limit"),
-                    None => "OOM-killed".to_string(),
-                }],
-            ),
-            Some(TerminationClass::OomUnflagged) => (
-                "oom",
-                vec![match c.replicas.as_ref().map_or(0, |r| r.oom_killed) {
-                    0 => "killed with exit 137 (reason Error): treated as an OOM kill under node \
-                          pressure"
-                        .to_string(),
-                    n => format!(
-                        "killed with exit 137 (reason Error) while {n} sibling replica{} \
-                         OOMKilled: the same OOM, without the flag",
-                        if n == 1 { " was" } else { "s were" }
-                    ),
-                }],
-            ),
-            Some(TerminationClass::Killed) => (
-                "killed",
-                vec!["killed with SIGKILL, not flagged as an OOM kill".to_string()],
-            ),
-            Some(TerminationClass::Segfault) => (
-                "crash",
-                vec!["crashed with SIGSEGV (exit 139): a bug, not memory".to_string()],
-            ),
-            Some(TerminationClass::Abort) => (
-                "crash",
-                vec!["aborted with SIGABRT (exit 134): a fatal error, not memory".to_string()],
-            ),
-            Some(TerminationClass::Signal) => (
-                "crash",
-                vec![format!(
-                    "ended by signal {}",
-                    c.termination.as_ref().map_or(0, |t| t.exit_code - 128)
-                )],
-            ),
-            Some(TerminationClass::Sigterm) => (
-                "sigterm",
-                vec!["stopped with SIGTERM (exit 143): a controlled stop, not a death".into()],
-            ),
-            Some(TerminationClass::Completed) => {
-                ("exited", vec!["exited on its own with code 0".to_string()])
-            }
-            Some(TerminationClass::Exit) => (
-                "exit-code",
-                vec![format!(
-                    "exited with code {}: the application gave up",
-                    c.termination.as_ref().map_or(0, |t| t.exit_code)
-                )],
-            ),
-            None => (
-                "unknown",
-                vec![format!(
-                    "{} restarts but no termination recorded",
-                    c.restarts
-                )],
-            ),
+            Some(TerminationClass::OomKilled | TerminationClass::OomUnflagged) => "oom",
+            Some(TerminationClass::Killed) => "killed",
+            Some(
+                TerminationClass::Segfault | TerminationClass::Abort | TerminationClass::Signal,
+            ) => "crash",
+            Some(TerminationClass::Sigterm) => "sigterm",
+            Some(TerminationClass::Completed) => "exited",
+            Some(TerminationClass::Exit) => "exit-code",
+            None => "unknown",
         }
     };
-    if c.restarts > 0 {
-        if let Some(r) = &c.replicas {
-            match r.pattern {
-                ReplicaPattern::Staggered => parts.push(format!(
-                    "{} of {} replicas die on their own, staggered: internal, not a rollout",
-                    r.restarted, r.replicas
-                )),
-                ReplicaPattern::Together => parts.push(format!(
-                    "{} of {} replicas died together: look for a shared trigger",
-                    r.restarted, r.replicas
-                )),
-                _ => {}
-            }
-        }
-        if probes.is_some_and(|p| p.pattern == ProbePattern::ReadinessOnly) {
-            parts.push("readiness failures are the aftermath, not the cause".to_string());
-        }
-        if probes.is_none() && class == Some(TerminationClass::OomUnflagged) {
-            parts.push(
-                "without events a liveness kill, which also ends in 137, is not ruled out"
-                    .to_string(),
-            );
-        }
-    }
-    let oomish = code == "oom" || code == "no-restarts";
-    if oomish {
-        if let (Some(r), Some(req), Some(l)) = (c.memory.ratio, &c.memory.request, limit) {
-            if r >= BLIND_RATIO {
-                parts.push(format!(
-                    "requests {req} against limits {l} ({}x): scheduling is blind to its real use",
-                    resources::trim_ratio(r)
-                ));
-            }
-        }
-        if c.memory.usage_of_limit.is_some_and(|u| u >= NEAR_LIMIT) {
-            parts.push("its usage is at the limit".to_string());
-        }
-        let fitted = c.memory.growth_basis == Some("replicas");
-        if let Some(t) = c.memory.limit_in_s.filter(|_| fitted) {
-            parts.push(format!(
-                "at its growth rate the limit is {} away",
-                format_span(t)
-            ));
-        }
-    }
-    if c.cpu.multiplied {
-        if let (Some(w), Some(l)) = (c.cpu.workers, c.cpu.limit_cores) {
-            parts.push(format!(
-                "{w} workers on a {} CPU limit multiply its per-worker memory",
-                resources::trim_ratio(l)
-            ));
-        }
-    }
     Verdict {
         code,
-        summary: parts.join("; "),
+        summary: String::new(),
     }
 }
 

@@ -14,4 +14,5 @@ pub mod pprof;
 pub mod report;
 pub mod top;
 pub mod triage;
+pub mod triage_words;
 pub mod verdict;

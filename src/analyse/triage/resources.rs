@@ -179,7 +179,7 @@ pub(super) fn memory_meaning(m: &MemoryFinding, qos: &str) -> String {
     s
 }
 
-pub(super) fn trim_ratio(r: f64) -> String {
+pub fn trim_ratio(r: f64) -> String {
     if (r - r.round()).abs() < 0.05 {
         format!("{}", r.round() as i64)
     } else {
