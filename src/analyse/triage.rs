@@ -272,7 +272,6 @@ pub fn triage(input: &TriageInput) -> Result<TriageReport, KubeError> {
                     window.0,
                     c.termination.as_ref(),
                 ));
-                liveness_explains_death(c);
             }
             c.memory.meaning = resources::memory_meaning(&c.memory, &triage.qos_class);
             c.verdict = verdict(c);
@@ -380,53 +379,6 @@ fn classify(t: &Terminated) -> Termination {
         (code, _) if code > 128 => TerminationClass::Signal,
         _ => TerminationClass::Exit,
     };
-    let meaning = match class {
-        TerminationClass::OomKilled => {
-            "OOM kill: the container passed its memory limit and the kernel sent SIGKILL (a \
-             `kubectl logs --previous` that ends without an error is consistent with it)"
-                .to_string()
-        }
-        TerminationClass::OomUnflagged => {
-            "exit 137 with reason Error: SIGKILL without the OOMKilled flag, which the kubelet \
-             does not always set under node pressure; treated as an OOM kill"
-                .to_string()
-        }
-        TerminationClass::Killed if reason == "ContainerStatusUnknown" => {
-            "exit 137, ContainerStatusUnknown: the container's state was lost (its node or pod \
-             went away); no evidence of what ended it"
-                .to_string()
-        }
-        TerminationClass::Killed => format!(
-            "exit 137 ({}): killed with SIGKILL, not flagged as an OOM kill",
-            if reason.is_empty() {
-                "no reason"
-            } else {
-                reason
-            }
-        ),
-        TerminationClass::Segfault => {
-            "exit 139: SIGSEGV, the process crashed (a bug, not memory)".to_string()
-        }
-        TerminationClass::Abort => {
-            "exit 134: SIGABRT, the process aborted on a fatal error or assertion".to_string()
-        }
-        TerminationClass::Sigterm => {
-            "exit 143: SIGTERM, a controlled stop (kubelet, deploy, preemption), not a death"
-                .to_string()
-        }
-        TerminationClass::Signal => format!(
-            "exit {}: ended by signal {}",
-            t.exit_code,
-            t.exit_code - 128
-        ),
-        TerminationClass::Completed => {
-            "exit 0: the process ended on its own without an error".to_string()
-        }
-        TerminationClass::Exit => format!(
-            "exit {}: the process gave up with an error (read `kubectl logs --previous`)",
-            t.exit_code
-        ),
-    };
     let started = t.started_at.as_deref().and_then(parse_time);
     let finished = t.finished_at.as_deref().and_then(parse_time);
     Termination {
@@ -437,34 +389,9 @@ fn classify(t: &Terminated) -> Termination {
         started_at: t.started_at.clone(),
         finished_at: t.finished_at.clone(),
         lived_s: started.zip(finished).map(|(a, b)| seconds(b - a)),
-        meaning,
+        meaning: String::new(),
         finished_ms: finished,
     }
-}
-
-/// A kubelet that kills for failed liveness probes sends SIGTERM, then SIGKILL after the grace
-/// period: exit 143 or 137 (reason Error), which alone would read as a stop or an OOM kill.
-fn liveness_explains_death(c: &mut ContainerTriage) {
-    let kills = c
-        .probes
-        .as_ref()
-        .is_some_and(|p| p.pattern == ProbePattern::LivenessKills);
-    let Some(t) = c.termination.as_mut().filter(|_| kills) else {
-        return;
-    };
-    t.meaning = match t.class {
-        TerminationClass::OomUnflagged | TerminationClass::Killed => format!(
-            "exit 137 ({}) after Killing for failed liveness probes: the kubelet's SIGKILL \
-             once the grace period ran out, not an OOM kill",
-            t.reason.as_deref().unwrap_or("no reason")
-        ),
-        TerminationClass::Sigterm => {
-            "exit 143 after Killing for failed liveness probes: the process stopped on the \
-             kubelet's SIGTERM"
-                .to_string()
-        }
-        _ => return,
-    };
 }
 
 /// The verdict's code; `render::triage_words` writes its summary.

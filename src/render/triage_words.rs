@@ -1,14 +1,22 @@
-//! The words of a Kubernetes triage: each container's verdict summary, from the code and the
-//! figures the triage found. Written into its report before any output.
+//! The words of a Kubernetes triage: each container's last termination and verdict summary,
+//! from the classes, codes and figures the triage found; written into its report before any
+//! output.
 
 use crate::analyse::triage::{
-    BLIND_RATIO, ContainerTriage, NEAR_LIMIT, ProbePattern, ReplicaPattern, TerminationClass,
-    TriageReport, format_span, trim_ratio,
+    BLIND_RATIO, ContainerTriage, NEAR_LIMIT, ProbePattern, ReplicaPattern, Termination,
+    TerminationClass, TriageReport, format_span, trim_ratio,
 };
 
-/// Writes every container's verdict summary into a finished triage.
+/// Writes every container's termination meaning and verdict summary into a finished triage.
 pub fn word_triage(report: &mut TriageReport) {
     for c in report.pods.iter_mut().flat_map(|p| p.containers.iter_mut()) {
+        let liveness_kills = c
+            .probes
+            .as_ref()
+            .is_some_and(|p| p.pattern == ProbePattern::LivenessKills);
+        if let Some(t) = c.termination.as_mut() {
+            t.meaning = termination_meaning(t, liveness_kills);
+        }
         c.verdict.summary = verdict_summary(c);
     }
 }
@@ -120,4 +128,74 @@ fn verdict_summary(c: &ContainerTriage) -> String {
         }
     }
     parts.join("; ")
+}
+
+/// How the last termination reads; after Killing for failed liveness probes, the kubelet's
+/// kill is named as such, not as an OOM kill or a stop.
+fn termination_meaning(t: &Termination, liveness_kills: bool) -> String {
+    let reason = t.reason.as_deref().unwrap_or("");
+    if liveness_kills {
+        match t.class {
+            TerminationClass::OomUnflagged | TerminationClass::Killed => {
+                return format!(
+                    "exit 137 ({}) after Killing for failed liveness probes: the kubelet's \
+                     SIGKILL once the grace period ran out, not an OOM kill",
+                    t.reason.as_deref().unwrap_or("no reason")
+                );
+            }
+            TerminationClass::Sigterm => {
+                return "exit 143 after Killing for failed liveness probes: the process stopped \
+                        on the kubelet's SIGTERM"
+                    .to_string();
+            }
+            _ => {}
+        }
+    }
+    match t.class {
+        TerminationClass::OomKilled => {
+            "OOM kill: the container passed its memory limit and the kernel sent SIGKILL (a \
+             `kubectl logs --previous` that ends without an error is consistent with it)"
+                .to_string()
+        }
+        TerminationClass::OomUnflagged => {
+            "exit 137 with reason Error: SIGKILL without the OOMKilled flag, which the kubelet \
+             does not always set under node pressure; treated as an OOM kill"
+                .to_string()
+        }
+        TerminationClass::Killed if reason == "ContainerStatusUnknown" => {
+            "exit 137, ContainerStatusUnknown: the container's state was lost (its node or pod \
+             went away); no evidence of what ended it"
+                .to_string()
+        }
+        TerminationClass::Killed => format!(
+            "exit 137 ({}): killed with SIGKILL, not flagged as an OOM kill",
+            if reason.is_empty() {
+                "no reason"
+            } else {
+                reason
+            }
+        ),
+        TerminationClass::Segfault => {
+            "exit 139: SIGSEGV, the process crashed (a bug, not memory)".to_string()
+        }
+        TerminationClass::Abort => {
+            "exit 134: SIGABRT, the process aborted on a fatal error or assertion".to_string()
+        }
+        TerminationClass::Sigterm => {
+            "exit 143: SIGTERM, a controlled stop (kubelet, deploy, preemption), not a death"
+                .to_string()
+        }
+        TerminationClass::Signal => format!(
+            "exit {}: ended by signal {}",
+            t.exit_code,
+            t.exit_code - 128
+        ),
+        TerminationClass::Completed => {
+            "exit 0: the process ended on its own without an error".to_string()
+        }
+        TerminationClass::Exit => format!(
+            "exit {}: the process gave up with an error (read `kubectl logs --previous`)",
+            t.exit_code
+        ),
+    }
 }
