@@ -22,7 +22,7 @@ use super::{CliError, DecodeFlags};
 
 /// Collect's own and shared flags in the order its help shows them (the decoding and pushing
 /// flags follow).
-const HELP_ORDER: &[&str] = &[
+pub(super) const HELP_ORDER: &[&str] = &[
     "out",
     "names",
     "interval",

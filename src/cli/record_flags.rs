@@ -67,3 +67,47 @@ pub fn help_order(ids: &'static [&'static str]) -> impl FnMut(clap::Arg) -> clap
         None => arg,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{Args, CommandFactory};
+
+    #[test]
+    fn run_and_collect_show_every_flag_in_its_place() {
+        let cli = super::super::Cli::command();
+        cli.clone().debug_assert();
+        for (name, order) in [
+            ("run", super::super::run::HELP_ORDER),
+            ("collect", super::super::collect::HELP_ORDER),
+        ] {
+            let command = cli.find_subcommand(name).expect("the command exists");
+            let flags: Vec<&str> = command
+                .get_arguments()
+                .filter(|a| !a.is_positional())
+                .map(|a| a.get_id().as_str())
+                .collect();
+            for id in order {
+                assert!(flags.contains(id), "{name}: --{id} is not a flag of it");
+            }
+            // Every flag has its place, but the decoding and pushing flags that follow in
+            // collect, in the order they are declared.
+            let following = clap::Command::new("following");
+            let following = super::super::DecodeFlags::augment_args(following);
+            let following = super::super::collect_push::CollectPushFlags::augment_args(following);
+            for id in &flags {
+                assert!(
+                    order.contains(id) || following.get_arguments().any(|a| a.get_id() == id),
+                    "{name}: --{id} has no place in its help"
+                );
+            }
+            let mut shown: Vec<(usize, &str)> = command
+                .get_arguments()
+                .filter(|a| order.contains(&a.get_id().as_str()))
+                .map(|a| (a.get_display_order(), a.get_id().as_str()))
+                .collect();
+            shown.sort();
+            let shown: Vec<&str> = shown.into_iter().map(|s| s.1).collect();
+            assert_eq!(shown, order, "{name}");
+        }
+    }
+}

@@ -25,7 +25,7 @@ use super::collect::proc_attacher;
 use super::record_flags::{RecordFlags, help_order};
 
 /// Run's flags in the order its help shows them.
-const HELP_ORDER: &[&str] = &[
+pub(super) const HELP_ORDER: &[&str] = &[
     "out",
     "limit",
     "restarts",
