@@ -11,7 +11,6 @@ use serde::Serialize;
 use super::growth::CycleGrowth;
 use super::reduce::{PROFILING_SITE, SiteFigures};
 use super::select::Selection;
-use crate::units::format_bytes;
 
 /// Below this, in-use differences are sampling noise (Go samples one allocation per 512 KiB).
 const NOISE_BYTES: f64 = 1024.0 * 1024.0;
@@ -44,6 +43,16 @@ pub struct Regression {
     /// How much worse B is, in bytes per second of extra growth plus extra in-use bytes
     /// spread over the aligned span: the ranking key.
     pub score: f64,
+    /// Why it is worse: only B holds it (more than noise), B's rate is above A's by more than
+    /// noise, B's peak above A's by more than noise.
+    #[serde(skip)]
+    pub only_in_b: bool,
+    #[serde(skip)]
+    pub grows_faster: bool,
+    #[serde(skip)]
+    pub holds_more: bool,
+    /// What made it worse, in words (from the figures and flags above): written by
+    /// `render::compare` before any output; empty for improvements.
     pub why: String,
 }
 
@@ -265,7 +274,10 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         let (va, vb) = (ua.map_or(0, |p| p.0), ub.map_or(0, |p| p.0));
         let new_in_b = !ra.contains_key(name) && ua.is_none_or(|p| p.0 == 0);
         let score = (grb - gra) + (vb - va) as f64 / age;
-        let row = |why: String| Regression {
+        let grows_faster = grb > gra * 1.2 && (grb - gra) * age >= NOISE_BYTES;
+        let holds_more = (vb - va) as f64 >= PEAK_NOISE_BYTES && vb as f64 >= va as f64 * 1.5;
+        let only_in_b = new_in_b && vb as f64 >= PEAK_NOISE_BYTES;
+        let row = || Regression {
             name: name.to_string(),
             a_bytes_per_sec: gra,
             b_bytes_per_sec: grb,
@@ -276,41 +288,19 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
             inuse_ratio: (va > 0).then(|| vb as f64 / va as f64),
             new_in_b,
             score,
-            why,
+            only_in_b,
+            grows_faster,
+            holds_more,
+            why: String::new(),
         };
-        let at = |p: Option<(i64, f64)>| p.map_or(String::new(), |p| format!(" (at {:.1} s)", p.1));
-        let grows_faster = grb > gra * 1.2 && (grb - gra) * age >= NOISE_BYTES;
-        let holds_more = (vb - va) as f64 >= PEAK_NOISE_BYTES && vb as f64 >= va as f64 * 1.5;
-        if new_in_b && vb as f64 >= PEAK_NOISE_BYTES {
-            worse.push(row(format!(
-                "only in B: {} in use at its peak{}",
-                format_bytes(vb),
-                at(ub)
-            )));
-        } else if grows_faster || holds_more {
-            let mut why = Vec::new();
-            if grows_faster {
-                why.push(format!(
-                    "grows {}/s in B against {}/s in A",
-                    format_bytes(grb as i64),
-                    format_bytes(gra as i64)
-                ));
-            }
-            if holds_more {
-                why.push(format!(
-                    "peaks at {}{} in B against {} in A",
-                    format_bytes(vb),
-                    at(ub),
-                    format_bytes(va)
-                ));
-            }
-            worse.push(row(why.join("; ")));
+        if only_in_b || grows_faster || holds_more {
+            worse.push(row());
         } else {
             // The same bars the other way round: sampling noise is no improvement either.
             let slows = gra > grb * 1.2 && (gra - grb) * age >= NOISE_BYTES;
             let holds_less = (va - vb) as f64 >= PEAK_NOISE_BYTES && va as f64 >= vb as f64 * 1.5;
             if slows || holds_less {
-                better.push(row(String::new()));
+                better.push(row());
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analyse::compare::{AfterBaseline, Comparison};
+use crate::analyse::compare::{AfterBaseline, Comparison, Regression};
 use crate::units::format_bytes;
 
 pub fn json(c: &Comparison) -> String {
@@ -93,6 +93,9 @@ pub fn word_comparison(c: &mut Comparison) {
 /// One pair's words: "SITE regressed in B: WHY (cycle 3 of B against cycle 1 of A, over the
 /// first 7.4 s); after A's last capture at …".
 fn word_pair(c: &mut Comparison) {
+    for r in &mut c.regressions {
+        r.why = why_worse(r);
+    }
     if let Some(after) = c.after_a.as_mut() {
         after.summary = after_words(after);
     }
@@ -113,6 +116,36 @@ fn word_pair(c: &mut Comparison) {
         verdict.push_str(&format!("; {}", after.summary));
     }
     c.verdict = verdict;
+}
+
+/// "only in B: 12 MiB in use at its peak (at 7.0 s)", or "grows 2 MiB/s in B against 0 B/s
+/// in A; peaks at 90 MiB (at 7.0 s) in B against 4 MiB in A".
+fn why_worse(r: &Regression) -> String {
+    let at = r
+        .b_peak_at_s
+        .map_or(String::new(), |t| format!(" (at {t:.1} s)"));
+    if r.only_in_b {
+        return format!(
+            "only in B: {} in use at its peak{at}",
+            format_bytes(r.b_inuse)
+        );
+    }
+    let mut why = Vec::new();
+    if r.grows_faster {
+        why.push(format!(
+            "grows {}/s in B against {}/s in A",
+            format_bytes(r.b_bytes_per_sec as i64),
+            format_bytes(r.a_bytes_per_sec as i64)
+        ));
+    }
+    if r.holds_more {
+        why.push(format!(
+            "peaks at {}{at} in B against {} in A",
+            format_bytes(r.b_inuse),
+            format_bytes(r.a_inuse)
+        ));
+    }
+    why.join("; ")
 }
 
 fn after_words(after: &AfterBaseline) -> String {
