@@ -273,7 +273,6 @@ pub fn triage(input: &TriageInput) -> Result<TriageReport, KubeError> {
                     c.termination.as_ref(),
                 ));
             }
-            c.memory.meaning = resources::memory_meaning(&c.memory, &triage.qos_class);
             c.verdict = verdict(c);
         }
     }
