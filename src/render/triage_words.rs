@@ -3,8 +3,8 @@
 //! output.
 
 use crate::analyse::triage::{
-    BLIND_RATIO, ContainerTriage, MemoryFinding, NEAR_LIMIT, ProbePattern, ReplicaPattern,
-    Termination, TerminationClass, TriageReport, format_span, trim_ratio,
+    BLIND_RATIO, ContainerTriage, MemoryFinding, NEAR_LIMIT, ProbeFinding, ProbePattern,
+    ReplicaPattern, Termination, TerminationClass, TriageReport, format_span, trim_ratio,
 };
 use crate::units::format_bytes;
 
@@ -22,6 +22,9 @@ pub fn word_triage(report: &mut TriageReport) {
             .is_some_and(|p| p.pattern == ProbePattern::LivenessKills);
         if let Some(t) = c.termination.as_mut() {
             t.meaning = termination_meaning(t, liveness_kills);
+        }
+        if let Some(p) = c.probes.as_mut() {
+            p.meaning = probes_meaning(p);
         }
         c.verdict.summary = verdict_summary(c);
     }
@@ -275,6 +278,59 @@ fn memory_meaning(m: &MemoryFinding, qos: &str) -> String {
         }
     }
     s
+}
+
+/// What the probe and kill events say about the deaths.
+fn probes_meaning(f: &ProbeFinding) -> String {
+    let kill_probe_failures = f.liveness_failures + f.startup_failures;
+    let mut meaning = match f.pattern {
+        ProbePattern::LivenessKills => format!(
+            "{} failed liveness/startup probes and {} Killing{}: the kubelet restarts it; \
+             look at the probe (timeout, threshold) and the container's latency",
+            kill_probe_failures,
+            f.killing,
+            if f.readiness_failures > 0 {
+                format!(" (and {} failed readiness probes)", f.readiness_failures)
+            } else {
+                String::new()
+            }
+        ),
+        ProbePattern::LivenessFailing => format!(
+            "{kill_probe_failures} failed liveness/startup probes, no Killing yet: the \
+             kubelet will restart it once the failure threshold is reached"
+        ),
+        ProbePattern::ReadinessOnly => format!(
+            "only readiness failures ({}), no Liveness probe failed, no Killing: the kubelet \
+             is not killing it, it dies by itself; readiness fails while it starts again, a \
+             consequence, not the cause",
+            f.readiness_failures
+        ),
+        ProbePattern::KillingOnly => format!(
+            "{} Killing without failed probes: stopped by the kubelet for a deletion, an \
+             eviction or a preemption",
+            f.killing
+        ),
+        ProbePattern::None => "no probe events for this container".to_string(),
+    };
+    if f.back_off > 0 {
+        meaning.push_str(&format!(
+            "; {} BackOff (restarting in a crash loop)",
+            f.back_off
+        ));
+    }
+    if f.node_oom_events > 0 {
+        meaning.push_str(&format!(
+            "; its node logged {} OOMKilling events",
+            f.node_oom_events
+        ));
+    }
+    if f.cover_last_death == Some(false) {
+        meaning.push_str(
+            "; the events begin after its last death, so they cannot show what killed it \
+             (Kubernetes keeps events for one hour by default)",
+        );
+    }
+    meaning
 }
 
 #[cfg(test)]
