@@ -174,6 +174,10 @@ pub struct ReplicaFinding {
     /// From the first to the last of the replicas' last deaths.
     pub spread_s: Option<f64>,
     pub nodes: usize,
+    /// The node, when the replicas that restarted all ran on one.
+    #[serde(skip)]
+    pub only_node: Option<String>,
+    /// The pattern in words, written by `render::triage_words` before any output.
     pub meaning: String,
 }
 

@@ -1,14 +1,15 @@
-//! The words of a Kubernetes triage: each container's last termination and verdict summary,
-//! from the classes, codes and figures the triage found; written into its report before any
-//! output.
+//! The words of a Kubernetes triage: each container's last termination, probe events,
+//! replicas, memory and verdict, from the classes, patterns, codes and figures the triage
+//! found; written into its report before any output.
 
 use crate::analyse::triage::{
     BLIND_RATIO, ContainerTriage, MemoryFinding, NEAR_LIMIT, ProbeFinding, ProbePattern,
-    ReplicaPattern, Termination, TerminationClass, TriageReport, format_span, trim_ratio,
+    ReplicaFinding, ReplicaPattern, Termination, TerminationClass, TriageReport, format_span,
+    trim_ratio,
 };
 use crate::units::format_bytes;
 
-/// Writes every container's termination meaning and verdict summary into a finished triage.
+/// Writes every sentence of a finished triage into it.
 pub fn word_triage(report: &mut TriageReport) {
     for pod in &mut report.pods {
         for c in &mut pod.containers {
@@ -25,6 +26,9 @@ pub fn word_triage(report: &mut TriageReport) {
         }
         if let Some(p) = c.probes.as_mut() {
             p.meaning = probes_meaning(p);
+        }
+        if let Some(r) = c.replicas.as_mut() {
+            r.meaning = replicas_meaning(r);
         }
         c.verdict.summary = verdict_summary(c);
     }
@@ -331,6 +335,41 @@ fn probes_meaning(f: &ProbeFinding) -> String {
         );
     }
     meaning
+}
+
+/// How the replicas of one owner restart: none, one, together, staggered.
+fn replicas_meaning(f: &ReplicaFinding) -> String {
+    let (owner, n, r) = (&f.owner, f.replicas, f.restarted);
+    match (f.pattern, f.spread_s) {
+        (ReplicaPattern::None, _) => format!("none of the {n} replicas of {owner} restarts"),
+        (ReplicaPattern::OnlyOne, _) => format!(
+            "only 1 of {n} replicas of {owner} restarts: look at what is particular to it (its \
+             node, its share of the traffic)"
+        ),
+        (ReplicaPattern::Together, Some(s)) => format!(
+            "{r} of {n} replicas of {owner} last died within {} of each other{}: a shared \
+             trigger (node pressure, a config push, a dependency), not each on its own",
+            format_span(s),
+            match &f.only_node {
+                Some(node) => format!(", all on node {node}"),
+                None => String::new(),
+            }
+        ),
+        (ReplicaPattern::Staggered, Some(s)) => format!(
+            "{r} of {n} replicas of {owner} restart, their last deaths spread over {}{}: each \
+             dies on its own, so the death is internal (OOM or crash), not a rollout or one node",
+            format_span(s),
+            if f.nodes > 1 {
+                format!(" on {} nodes", f.nodes)
+            } else {
+                String::new()
+            }
+        ),
+        _ => format!(
+            "{r} of {n} replicas of {owner} restart (no termination times to tell whether \
+             together or staggered)"
+        ),
+    }
 }
 
 #[cfg(test)]
