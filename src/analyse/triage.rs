@@ -242,6 +242,10 @@ pub struct CpuFinding {
     pub workers_per_cpu: Option<f64>,
     /// True when the workers outnumber the CPUs of the limit (the hidden multiplier).
     pub multiplied: bool,
+    /// The container is an Envoy (Istio's proxy or an Envoy image).
+    #[serde(skip)]
+    pub envoy: bool,
+    /// The worker count against the limit in words, written by `render::triage_words`.
     pub meaning: Option<String>,
 }
 

@@ -3,9 +3,9 @@
 //! found; written into its report before any output.
 
 use crate::analyse::triage::{
-    BLIND_RATIO, ContainerTriage, MemoryFinding, NEAR_LIMIT, ProbeFinding, ProbePattern,
-    ReplicaFinding, ReplicaPattern, Termination, TerminationClass, TriageReport, format_span,
-    trim_ratio,
+    BLIND_RATIO, ContainerTriage, CpuFinding, MemoryFinding, NEAR_LIMIT, ProbeFinding,
+    ProbePattern, ReplicaFinding, ReplicaPattern, Termination, TerminationClass, TriageReport,
+    format_span, trim_ratio,
 };
 use crate::units::format_bytes;
 
@@ -30,6 +30,7 @@ pub fn word_triage(report: &mut TriageReport) {
         if let Some(r) = c.replicas.as_mut() {
             r.meaning = replicas_meaning(r);
         }
+        c.cpu.meaning = cpu_meaning(&c.cpu);
         c.verdict.summary = verdict_summary(c);
     }
 }
@@ -369,6 +370,34 @@ fn replicas_meaning(f: &ReplicaFinding) -> String {
             "{r} of {n} replicas of {owner} restart (no termination times to tell whether \
              together or staggered)"
         ),
+    }
+}
+
+/// The worker count against the CPU limit, when either is known (or the container is an Envoy,
+/// whose unknown worker count matters).
+fn cpu_meaning(c: &CpuFinding) -> Option<String> {
+    match (c.workers, c.limit_cores) {
+        (Some(w), Some(l)) if c.multiplied => Some(format!(
+            "{w} workers on a {} CPU limit ({}x): the worker count follows the node's cores, \
+             not the limit, and each worker keeps its own copy of per-worker state{}; align it \
+             with the limit",
+            trim_ratio(l),
+            trim_ratio(f64::from(w) / l),
+            if c.envoy {
+                " (Envoy replicates cluster state per worker)"
+            } else {
+                ""
+            }
+        )),
+        (Some(w), Some(l)) => Some(format!("{w} workers within a {} CPU limit", trim_ratio(l))),
+        (Some(w), None) => Some(format!("{w} workers, no CPU limit")),
+        (None, _) if c.envoy => Some(
+            "worker count unknown: an Envoy with concurrency 0 or unset may run one worker per \
+             core of the node, whatever its CPU limit; read server.concurrency from its admin \
+             port and pass --concurrency N"
+                .to_string(),
+        ),
+        (None, _) => None,
     }
 }
 

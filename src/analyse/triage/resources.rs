@@ -151,29 +151,6 @@ pub(super) fn cpu_facts(
     let cores = limit.map(|l| l.ceil().max(1.0));
     let multiplied = matches!((workers, cores), (Some(w), Some(c)) if f64::from(w) > c);
     let per_cpu = workers.zip(limit).map(|(w, l)| f64::from(w) / l.max(1e-3));
-    let meaning = match (workers, limit) {
-        (Some(w), Some(l)) if multiplied => Some(format!(
-            "{w} workers on a {} CPU limit ({}x): the worker count follows the node's cores, \
-             not the limit, and each worker keeps its own copy of per-worker state{}; align it \
-             with the limit",
-            trim_ratio(l),
-            trim_ratio(f64::from(w) / l),
-            if envoy {
-                " (Envoy replicates cluster state per worker)"
-            } else {
-                ""
-            }
-        )),
-        (Some(w), Some(l)) => Some(format!("{w} workers within a {} CPU limit", trim_ratio(l))),
-        (Some(w), None) => Some(format!("{w} workers, no CPU limit")),
-        (None, _) if envoy => Some(
-            "worker count unknown: an Envoy with concurrency 0 or unset may run one worker per \
-             core of the node, whatever its CPU limit; read server.concurrency from its admin \
-             port and pass --concurrency N"
-                .to_string(),
-        ),
-        (None, _) => None,
-    };
     Ok(CpuFinding {
         request_cores: request,
         limit_cores: limit,
@@ -181,7 +158,8 @@ pub(super) fn cpu_facts(
         workers_source: source,
         workers_per_cpu: per_cpu,
         multiplied,
-        meaning,
+        envoy,
+        meaning: None,
     })
 }
 
