@@ -2,7 +2,7 @@
 //! and hands each one, reduced to per-site figures, to the analysis. Memory stays bounded by
 //! the batch, never by the number of captures.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
@@ -15,7 +15,7 @@ use crate::decode::DecodeLimits;
 use crate::index::{SiteSource, Sites};
 use crate::source::procmem::MemorySample;
 use crate::store::cluster::{TARGETS_DIR, read_cluster};
-use crate::store::{CaptureRecord, RecordKind, RunDir, StoreError};
+use crate::store::{CaptureRecord, RUN_FILE, RecordKind, RunDir, RunInfo, StoreError};
 
 const BATCH: usize = 16;
 
@@ -249,9 +249,31 @@ pub fn cycle_sites(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Vec<AgedS
         .collect()
 }
 
+/// Where `heapwatch run --also` records its N-th other target: a run of its own inside the run.
+pub fn also_dir(run: &Path, n: usize) -> PathBuf {
+    run.join(format!("{ALSO_DIR_PREFIX}{n}"))
+}
+
+const ALSO_DIR_PREFIX: &str = "also-";
+
+/// The run that recorded `root` as one of its `--also` targets, with that run's run.json.
+fn also_parent(root: &Path) -> Option<(&Path, RunInfo)> {
+    let name = root.file_name()?.to_str()?;
+    name.strip_prefix(ALSO_DIR_PREFIX)?.parse::<usize>().ok()?;
+    let parent = root.parent()?;
+    let bytes = std::fs::read(parent.join(RUN_FILE)).ok()?;
+    let info: RunInfo = serde_json::from_slice(&bytes).ok()?;
+    info.options
+        .also
+        .as_ref()
+        .is_some_and(|a| !a.is_empty())
+        .then_some((parent, info))
+}
+
 /// The run's `--label`, else its directory's name. A node of a cluster run
-/// (`RUN/targets/NAME`) takes the cluster's label or the cluster directory's name: the node's
-/// own directory names the node, not its build.
+/// (`RUN/targets/NAME`) takes the cluster's label or the cluster directory's name, and an
+/// `--also` sub-run of `heapwatch run` (`RUN/also-N`) the run's label or name: their own
+/// directories name the target, not its build.
 pub fn run_label(run: &RunDir) -> String {
     let dir_name = |p: &std::path::Path| {
         p.file_name().map_or_else(
@@ -269,7 +291,10 @@ pub fn run_label(run: &RunDir) -> String {
                 .filter(|p| p.file_name() == Some(std::ffi::OsStr::new(TARGETS_DIR)))
                 .and_then(|p| p.parent())
                 .and_then(|c| Some((c, read_cluster(c).ok()??)));
-            match cluster {
+            if let Some((dir, info)) = cluster {
+                return info.label.unwrap_or_else(|| dir_name(dir));
+            }
+            match also_parent(&root) {
                 Some((dir, info)) => info.label.unwrap_or_else(|| dir_name(dir)),
                 None => dir_name(&root),
             }
@@ -368,8 +393,10 @@ pub fn compare(
             ))
         })
         .collect();
-    crate::analyse::compare::compare(&pairs, &selection)
-        .ok_or_else(|| ScanError::Empty(b.root.clone()))
+    let mut comparison = crate::analyse::compare::compare(&pairs, &selection)
+        .ok_or_else(|| ScanError::Empty(b.root.clone()))?;
+    crate::render::compare::word_comparison(&mut comparison);
+    Ok(comparison)
 }
 
 #[cfg(test)]
@@ -413,6 +440,32 @@ mod tests {
         assert_eq!(run_label(&RunDir::open(&node).unwrap()), "run-2.1.0");
         let (_dir, node) = cluster_with_node(Some("2.1.0-rc1"));
         assert_eq!(run_label(&RunDir::open(&node).unwrap()), "2.1.0-rc1");
+    }
+
+    #[test]
+    fn an_also_sub_run_is_named_after_the_run_that_recorded_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("run-2.1.0");
+        let also = super::also_dir(&root, 1);
+        std::fs::create_dir_all(&also).unwrap();
+        std::fs::write(also.join(crate::store::MANIFEST_FILE), b"").unwrap();
+        let mut info: RunInfo = serde_json::from_value(serde_json::json!({
+            "schema": 1, "tool": "heapwatch", "target": "proc:launched", "source": "proc",
+            "started_ms": 0, "options": {"also": ["http://127.0.0.1:1"]}
+        }))
+        .unwrap();
+        let write = |info: &RunInfo| {
+            std::fs::write(root.join(RUN_FILE), serde_json::to_vec(info).unwrap()).unwrap()
+        };
+        write(&info);
+        assert_eq!(run_label(&RunDir::open(&also).unwrap()), "run-2.1.0");
+        info.label = Some("2.1.0-rc1".into());
+        write(&info);
+        assert_eq!(run_label(&RunDir::open(&also).unwrap()), "2.1.0-rc1");
+        // A folder named also-N in a run that recorded no --also target is a run of its own.
+        info.options.also = Some(Vec::new());
+        write(&info);
+        assert_eq!(run_label(&RunDir::open(&also).unwrap()), "also-1");
     }
 
     #[test]

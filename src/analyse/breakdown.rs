@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use crate::model::capture::{CaptureRecord, RecordKind};
 use crate::model::memory::MemorySample;
-use crate::units::format_bytes;
 
 /// Usage within this share of the limit counts as "at the limit" (v1 reclaims to just under).
 const AT_LIMIT_SHARE: f64 = 0.98;
@@ -44,6 +43,7 @@ pub struct MemoryBreakdown {
     /// they are more than [`MEMSTATS_SKEW_MS`] away from the peak (they are read every few
     /// seconds, the memory every few milliseconds).
     pub memstats_at_s: Option<f64>,
+    /// The breakdown in words, written by `render::memory` before any output.
     pub summary: String,
 }
 
@@ -63,6 +63,7 @@ pub struct AtLimit {
     /// Page cache at the limit: most of it reclaimable.
     pub file: Option<u64>,
     pub anon: Option<u64>,
+    /// The stretch in words, written by `render::memory` before any output.
     pub summary: String,
 }
 
@@ -114,7 +115,7 @@ pub fn at_peak(
         _ => None,
     };
     let mapped_files = cg.and_then(|c| c.file_mapped);
-    let mut b = MemoryBreakdown {
+    let b = MemoryBreakdown {
         at_s: (m.t_ms - start_ms) as f64 / 1000.0,
         total,
         limit: limit.or(m.limit),
@@ -130,7 +131,6 @@ pub fn at_peak(
         memstats_at_s,
         summary: String::new(),
     };
-    b.summary = words(&b);
     Some(b)
 }
 
@@ -142,69 +142,6 @@ pub fn mark_inherited(b: &mut MemoryBreakdown, memory: &[&MemorySample], follows
         .iter()
         .find_map(|s| s.cgroup.as_ref().and_then(|c| c.file));
     b.cache_inherited = follows_another && first_cache.is_some_and(|f| f >= INHERITED_CACHE_BYTES);
-    b.summary = words(b);
-}
-
-/// "of 1 GiB: Go heap live X, held free Y, runtime Z, other anonymous W, mapped files M,
-/// other page cache C (dirty D)", naming only what is known.
-fn words(b: &MemoryBreakdown) -> String {
-    let f = |v: u64| format_bytes(v as i64);
-    let mut parts = Vec::new();
-    for (name, v) in [
-        ("Go heap live", b.go_heap_live),
-        ("held free", b.go_held_free),
-        ("runtime", b.go_runtime),
-        ("other anonymous", b.other_anon),
-        ("mapped files", b.mapped_files),
-    ] {
-        if let Some(v) = v {
-            parts.push(format!("{name} {}", f(v)));
-        }
-    }
-    if b.go_heap_live.is_none() {
-        if let Some(a) = b.anon {
-            parts.insert(0, format!("anonymous {}", f(a)));
-        }
-    }
-    if let Some(c) = b.other_cache {
-        let mut s = format!("other page cache {}", f(c));
-        if let Some(d) = b.dirty {
-            s.push_str(&format!(" (dirty {})", f(d)));
-        }
-        parts.push(s);
-    }
-    let of = match b.limit {
-        Some(l) => format!("{} of {}", f(b.total), f(l)),
-        None => f(b.total),
-    };
-    let mut s = format!("at {:.1} s, {of}", b.at_s);
-    if !parts.is_empty() {
-        s.push_str(&format!(": {}", parts.join(", ")));
-    }
-    if let Some(t) = b.memstats_at_s {
-        s.push_str(&format!(" (Go figures from MemStats read at {t:.1} s)"));
-    }
-    // Without memory.stat or smaps (runs recorded before they were sampled, a bare --pid), the
-    // Go figures are all there is: say how much of the total they leave unexplained.
-    if b.anon.is_none() && b.other_cache.is_none() {
-        let go = [b.go_heap_live, b.go_held_free, b.go_runtime]
-            .into_iter()
-            .flatten()
-            .sum::<u64>();
-        if go > 0 && b.total > go {
-            s.push_str(&format!(
-                "; {} not split (no memory.stat or smaps_rollup samples in this run)",
-                f(b.total - go)
-            ));
-        }
-    }
-    if b.cache_inherited {
-        s.push_str(
-            "; page cache was already charged when the cycle began (a reused cgroup): \
-             cache figures are not comparable with another run's",
-        );
-    }
-    s
 }
 
 /// The longest stretch during which the cgroup's usage sat at its limit, when it did.
@@ -248,7 +185,7 @@ pub fn at_limit(
     let charge_failures = fails(e).zip(before).map(|(a, b)| a.saturating_sub(b));
     let last = memory[e];
     let cg = last.cgroup.as_ref();
-    let mut a = AtLimit {
+    let a = AtLimit {
         since_s: secs(memory[s].t_ms),
         for_s: (memory[e].t_ms - memory[s].t_ms) as f64 / 1000.0,
         charge_failures,
@@ -257,172 +194,7 @@ pub fn at_limit(
         anon: cg.and_then(|c| c.anon),
         summary: String::new(),
     };
-    a.summary = at_limit_words(&a);
     Some(a)
 }
 
-/// "at its limit from 20.0 s for 69.0 s, 12420 charge failures, 660 MiB of it page cache and
-/// 360 MiB anonymous, not killed".
-pub fn at_limit_words(a: &AtLimit) -> String {
-    let mut words = format!("at its limit from {:.1} s for {:.1} s", a.since_s, a.for_s);
-    if let Some(n) = a.charge_failures {
-        words.push_str(&format!(", {n} charge failures"));
-    }
-    if let (Some(file), Some(anon)) = (a.file, a.anon) {
-        words.push_str(&format!(
-            ", {} of it page cache and {} anonymous",
-            format_bytes(file as i64),
-            format_bytes(anon as i64)
-        ));
-    }
-    words.push_str(if a.killed {
-        ", then OOM-killed"
-    } else {
-        ", not killed"
-    });
-    words
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::memory::CgroupBreakdown;
-
-    const MIB: u64 = 1 << 20;
-
-    fn sample(t_ms: i64, usage: u64, file: u64, failcnt: u64) -> MemorySample {
-        MemorySample {
-            t_ms,
-            source: "cgroup".into(),
-            usage: Some(usage),
-            limit: Some(1024 * MIB),
-            alive: true,
-            cgroup: Some(CgroupBreakdown {
-                anon: Some(usage - file),
-                file: Some(file),
-                file_mapped: Some(file / 2),
-                file_dirty: Some(3 * MIB),
-                failcnt: Some(failcnt),
-                ..CgroupBreakdown::default()
-            }),
-            ..MemorySample::default()
-        }
-    }
-
-    #[test]
-    fn a_controller_at_its_limit_on_page_cache_is_measured_not_forecast() {
-        // The field case: 1 GiB cgroup, ~660 MiB of page cache, at the limit for over a minute.
-        let mut memory = vec![
-            sample(0, 300 * MIB, 10 * MIB, 0),
-            sample(10_000, 900 * MIB, 500 * MIB, 0),
-        ];
-        for k in 0..70 {
-            memory.push(sample(
-                20_000 + k * 1000,
-                1020 * MIB,
-                660 * MIB,
-                180 * k as u64,
-            ));
-        }
-        memory.push(sample(95_000, 700 * MIB, 400 * MIB, 12_600));
-        let refs: Vec<&MemorySample> = memory.iter().collect();
-        let a = at_limit(&refs, 0, None, false).expect("at the limit");
-        assert_eq!((a.since_s, a.for_s), (20.0, 69.0));
-        assert_eq!(a.charge_failures, Some(180 * 69));
-        assert!(!a.killed);
-        assert!(
-            a.summary.contains("660 MiB of it page cache"),
-            "{}",
-            a.summary
-        );
-        assert!(a.summary.ends_with("not killed"), "{}", a.summary);
-
-        let mut ms = CaptureRecord::new(1, RecordKind::Memstats, 1, 20_000);
-        for (k, v) in [
-            ("HeapAlloc", 200 * MIB),
-            ("HeapInuse", 220 * MIB),
-            ("HeapIdle", 40 * MIB),
-            ("HeapReleased", 10 * MIB),
-            ("HeapSys", 260 * MIB),
-            ("Sys", 290 * MIB),
-        ] {
-            ms.totals.insert(k.into(), v as i64);
-        }
-        let b = at_peak(&refs, &[&ms], 0, None).unwrap();
-        assert_eq!(b.go_heap_live, Some(200 * MIB));
-        assert_eq!(b.go_held_free, Some(50 * MIB));
-        assert_eq!(b.go_runtime, Some(30 * MIB));
-        assert_eq!(b.other_anon, Some(360 * MIB - 280 * MIB));
-        assert_eq!(b.mapped_files, Some(330 * MIB));
-        assert_eq!(b.other_cache, Some(330 * MIB));
-        assert!(!b.cache_inherited);
-        assert!(
-            b.summary.contains("1020 MiB of 1.00 GiB: Go heap live 200 MiB, held free 50.0 MiB, runtime 30.0 MiB, other anonymous 80.0 MiB, mapped files 330 MiB, other page cache 330 MiB (dirty 3.00 MiB)"),
-            "{}",
-            b.summary
-        );
-    }
-
-    #[test]
-    fn cache_charged_before_the_cycle_began_is_flagged_and_nothing_at_limit_is_none() {
-        let memory = [
-            sample(0, 200 * MIB, 150 * MIB, 0),
-            sample(500, 210 * MIB, 150 * MIB, 0),
-        ];
-        let refs: Vec<&MemorySample> = memory.iter().collect();
-        let mut b = at_peak(&refs, &[], 0, None).unwrap();
-        mark_inherited(&mut b, &refs, false);
-        assert!(
-            !b.cache_inherited,
-            "a run's first cycle may have read its own files"
-        );
-        mark_inherited(&mut b, &refs, true);
-        assert!(b.cache_inherited);
-        assert!(b.summary.contains("reused cgroup"), "{}", b.summary);
-        assert!(at_limit(&refs, 0, None, false).is_none());
-        // Runs recorded before the split existed: no breakdown fields, still a total.
-        let plain = MemorySample {
-            t_ms: 0,
-            rss: Some(50 * MIB),
-            alive: true,
-            ..MemorySample::default()
-        };
-        let b = at_peak(&[&plain], &[], 0, None).unwrap();
-        assert_eq!((b.total, b.anon, b.other_cache), (50 * MIB, None, None));
-    }
-
-    #[test]
-    fn old_memstats_say_when_they_were_read_and_an_unsplit_total_says_what_is_unexplained() {
-        // The demo's case: RSS only, MemStats read every 5 s, the peak 2 s after the last.
-        let peak = MemorySample {
-            t_ms: 7_400,
-            rss: Some(254 * MIB),
-            alive: true,
-            ..MemorySample::default()
-        };
-        let mut ms = CaptureRecord::new(1, RecordKind::Memstats, 1, 5_400);
-        for (k, v) in [
-            ("HeapAlloc", 26 * MIB),
-            ("HeapInuse", 27 * MIB),
-            ("HeapIdle", 0),
-            ("HeapReleased", 0),
-            ("HeapSys", 27 * MIB),
-            ("Sys", 32 * MIB),
-        ] {
-            ms.totals.insert(k.into(), v as i64);
-        }
-        let b = at_peak(&[&peak], &[&ms], 0, None).unwrap();
-        assert_eq!(b.memstats_at_s, Some(5.4));
-        assert!(
-            b.summary
-                .contains("(Go figures from MemStats read at 5.4 s); 222 MiB not split"),
-            "{}",
-            b.summary
-        );
-        // MemStats read beside the peak need no time.
-        ms.t_ms = 7_000;
-        let b = at_peak(&[&peak], &[&ms], 0, None).unwrap();
-        assert_eq!(b.memstats_at_s, None);
-        assert!(!b.summary.contains("MemStats read at"), "{}", b.summary);
-    }
-}
+// Measured and worded together in the tests of `render::memory`.

@@ -11,7 +11,6 @@ use serde::Serialize;
 use super::growth::CycleGrowth;
 use super::reduce::{PROFILING_SITE, SiteFigures};
 use super::select::Selection;
-use crate::units::format_bytes;
 
 /// Below this, in-use differences are sampling noise (Go samples one allocation per 512 KiB).
 const NOISE_BYTES: f64 = 1024.0 * 1024.0;
@@ -44,6 +43,16 @@ pub struct Regression {
     /// How much worse B is, in bytes per second of extra growth plus extra in-use bytes
     /// spread over the aligned span: the ranking key.
     pub score: f64,
+    /// Why it is worse: only B holds it (more than noise), B's rate is above A's by more than
+    /// noise, B's peak above A's by more than noise.
+    #[serde(skip)]
+    pub only_in_b: bool,
+    #[serde(skip)]
+    pub grows_faster: bool,
+    #[serde(skip)]
+    pub holds_more: bool,
+    /// What made it worse, in words (from the figures and flags above): written by
+    /// `render::compare` before any output; empty for improvements.
     pub why: String,
 }
 
@@ -69,6 +78,10 @@ pub struct AfterBaseline {
     pub sites: Vec<LaterSite>,
     /// How B's cycle ended, in the words of the growth report, when it ended after A's data.
     pub b_end: Option<String>,
+    /// B's in-use heap after A's last capture went above its peak before it.
+    #[serde(skip)]
+    pub heap_rose: bool,
+    /// All of the above in words, written by `render::compare` before any output.
     pub summary: String,
 }
 
@@ -79,7 +92,10 @@ pub struct PairVerdict {
     pub b_cycle: u32,
     pub worst_site: Option<String>,
     pub score: f64,
+    /// The pair's own verdict, written by `render::compare` from `pair` before any output.
     pub verdict: String,
+    #[serde(skip)]
+    pub pair: Box<Comparison>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -109,7 +125,13 @@ pub struct Comparison {
     pub after_a: Option<AfterBaseline>,
     /// The other pairs of cycles compared, worst first.
     pub other_pairs: Vec<PairVerdict>,
-    /// Which cycles and builds were compared, in words.
+    /// B's build as the selection named it, and whether both sides ran it.
+    #[serde(skip)]
+    pub selection_b_build: String,
+    #[serde(skip)]
+    pub selection_same_build: bool,
+    /// Which cycles and builds were compared, and the verdict: words written by
+    /// `render::compare` before any output.
     pub compared: String,
     pub verdict: String,
 }
@@ -210,41 +232,15 @@ fn after_baseline(
         };
         format!("{how} at {d:.1} s")
     });
-    let mut parts = Vec::new();
-    if let Some((v, t)) = peak.filter(|p| before_peak.is_none_or(|b| p.0 > b)) {
-        parts.push(format!(
-            "B's in-use heap went on to {} at {t:.1} s",
-            format_bytes(v)
-        ));
-    }
-    if let Some(s) = sites.first() {
-        parts.push(format!(
-            "{} rose to {} at {:.1} s (from {})",
-            s.name,
-            format_bytes(s.inuse_after),
-            s.after_at_s,
-            format_bytes(s.inuse_before)
-        ));
-    }
-    if let Some(e) = &b_end {
-        parts.push(format!("B was {e}"));
-    }
-    let summary = if parts.is_empty() {
-        format!("after A's last capture at {a_last:.1} s, B ran to {b_last:.1} s with nothing new")
-    } else {
-        format!(
-            "after A's last capture at {a_last:.1} s: {}",
-            parts.join("; ")
-        )
-    };
     Some(AfterBaseline {
         a_last_s: a_last,
         b_last_s: b_last,
         b_heap_peak: peak.map(|p| p.0),
         b_heap_peak_at_s: peak.map(|p| p.1),
+        heap_rose: peak.is_some_and(|p| before_peak.is_none_or(|b| p.0 > b)),
         sites,
         b_end,
-        summary,
+        summary: String::new(),
     })
 }
 
@@ -264,7 +260,6 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         .copied()
         .collect();
     let age = span.max(1.0);
-    let over = format!("over the first {span:.1} s");
     let mut worse = Vec::new();
     let mut better = Vec::new();
     for name in names {
@@ -279,7 +274,10 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         let (va, vb) = (ua.map_or(0, |p| p.0), ub.map_or(0, |p| p.0));
         let new_in_b = !ra.contains_key(name) && ua.is_none_or(|p| p.0 == 0);
         let score = (grb - gra) + (vb - va) as f64 / age;
-        let row = |why: String| Regression {
+        let grows_faster = grb > gra * 1.2 && (grb - gra) * age >= NOISE_BYTES;
+        let holds_more = (vb - va) as f64 >= PEAK_NOISE_BYTES && vb as f64 >= va as f64 * 1.5;
+        let only_in_b = new_in_b && vb as f64 >= PEAK_NOISE_BYTES;
+        let row = || Regression {
             name: name.to_string(),
             a_bytes_per_sec: gra,
             b_bytes_per_sec: grb,
@@ -290,41 +288,19 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
             inuse_ratio: (va > 0).then(|| vb as f64 / va as f64),
             new_in_b,
             score,
-            why,
+            only_in_b,
+            grows_faster,
+            holds_more,
+            why: String::new(),
         };
-        let at = |p: Option<(i64, f64)>| p.map_or(String::new(), |p| format!(" (at {:.1} s)", p.1));
-        let grows_faster = grb > gra * 1.2 && (grb - gra) * age >= NOISE_BYTES;
-        let holds_more = (vb - va) as f64 >= PEAK_NOISE_BYTES && vb as f64 >= va as f64 * 1.5;
-        if new_in_b && vb as f64 >= PEAK_NOISE_BYTES {
-            worse.push(row(format!(
-                "only in B: {} in use at its peak{}",
-                format_bytes(vb),
-                at(ub)
-            )));
-        } else if grows_faster || holds_more {
-            let mut why = Vec::new();
-            if grows_faster {
-                why.push(format!(
-                    "grows {}/s in B against {}/s in A",
-                    format_bytes(grb as i64),
-                    format_bytes(gra as i64)
-                ));
-            }
-            if holds_more {
-                why.push(format!(
-                    "peaks at {}{} in B against {} in A",
-                    format_bytes(vb),
-                    at(ub),
-                    format_bytes(va)
-                ));
-            }
-            worse.push(row(why.join("; ")));
+        if only_in_b || grows_faster || holds_more {
+            worse.push(row());
         } else {
             // The same bars the other way round: sampling noise is no improvement either.
             let slows = gra > grb * 1.2 && (gra - grb) * age >= NOISE_BYTES;
             let holds_less = (va - vb) as f64 >= PEAK_NOISE_BYTES && va as f64 >= vb as f64 * 1.5;
             if slows || holds_less {
-                better.push(row(String::new()));
+                better.push(row());
             }
         }
     }
@@ -332,21 +308,6 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
     better.sort_by(|x, y| x.score.total_cmp(&y.score).then(x.name.cmp(&y.name)));
     let after_a = after_baseline(span, b, &pb).filter(|_| a.last_age() < b.last_age());
     let (ia, ib) = (a.growth.index, b.growth.index);
-    let compared = format!(
-        "cycle {ib} of {} against cycle {ia} of {}, {over}",
-        b.build, a.build
-    );
-    let mut verdict = match worse.first() {
-        Some(r) => format!("{} regressed in {}: {}", r.name, b.build, r.why),
-        None => format!("no site regressed in {} against {}", b.build, a.build),
-    };
-    verdict.push_str(&format!(" ({compared})"));
-    if let Some(after) = after_a
-        .as_ref()
-        .filter(|x| x.b_heap_peak.is_some() || !x.sites.is_empty() || x.b_end.is_some())
-    {
-        verdict.push_str(&format!("; {}", after.summary));
-    }
     let a_peak = heap_peak(a.heap, 0.0, span);
     let b_peak = heap_peak(b.heap, 0.0, span);
     Comparison {
@@ -367,8 +328,10 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         improvements: better,
         after_a,
         other_pairs: Vec::new(),
-        compared,
-        verdict,
+        selection_b_build: String::new(),
+        selection_same_build: false,
+        compared: String::new(),
+        verdict: String::new(),
     }
 }
 
@@ -394,7 +357,8 @@ pub fn compare(pairs: &[(CycleSide, CycleSide)], selection: &Selection) -> Optio
             b_cycle: c.b_cycle,
             worst_site: c.regressions.first().map(|r| r.name.clone()),
             score: badness(&c),
-            verdict: c.verdict,
+            verdict: String::new(),
+            pair: Box::new(c),
         })
         .collect();
     others.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.b_cycle.cmp(&y.b_cycle)));
@@ -403,22 +367,9 @@ pub fn compare(pairs: &[(CycleSide, CycleSide)], selection: &Selection) -> Optio
             o.score = 0.0;
         }
     }
-    if selection.same_build {
-        lead.verdict.push_str(&format!(
-            "; both sides ran build {}: there was no other build to compare with",
-            selection.b_build
-        ));
-    }
-    if !others.is_empty() {
-        let list: Vec<String> = others.iter().map(|o| o.b_cycle.to_string()).collect();
-        lead.verdict.push_str(&format!(
-            "; the worst of {} cycles of {} (also compared: cycle {})",
-            others.len() + 1,
-            selection.b_build,
-            list.join(", ")
-        ));
-    }
     lead.chosen = selection.how.clone();
+    lead.selection_b_build = selection.b_build.clone();
+    lead.selection_same_build = selection.same_build;
     lead.other_pairs = others;
     Some(lead)
 }

@@ -1,4 +1,4 @@
-//! How each boot cycle ended, from evidence only, in fixed words that reports and rules share:
+//! How each boot cycle ended, from evidence only (`render::ends` words it):
 //! "OOM-killed" (the cgroup's oom_kill counter rose, or `heapwatch run` saw SIGKILL), another
 //! signal or exit code where known, "restarted itself" (a new process came with no kill),
 //! "collector stopped" (not an end at all), else "stopped answering, cause unknown".
@@ -28,39 +28,7 @@ pub enum CycleEnd {
     StillAnswering,
 }
 
-fn signal_name(signal: i32) -> Option<&'static str> {
-    Some(match signal {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        6 => "SIGABRT",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        15 => "SIGTERM",
-        _ => return None,
-    })
-}
-
 impl CycleEnd {
-    /// The words reports and rules use.
-    pub fn words(&self) -> String {
-        match self {
-            CycleEnd::OomKilled => "OOM-killed".into(),
-            CycleEnd::Signal { signal } => match signal_name(*signal) {
-                Some(name) => format!("ended by signal {signal} ({name})"),
-                None => format!("ended by signal {signal}"),
-            },
-            CycleEnd::Exited { code } => format!("exited with code {code}"),
-            CycleEnd::RestartedItself { exit_code: None } => "restarted itself".into(),
-            CycleEnd::RestartedItself {
-                exit_code: Some(code),
-            } => format!("restarted itself (exited with code {code})"),
-            CycleEnd::CollectorStopped => "collector stopped".into(),
-            CycleEnd::StoppedAnswering => "stopped answering, cause unknown".into(),
-            CycleEnd::StillAnswering => "still answering at the end of the run".into(),
-        }
-    }
-
     /// True for the ends of a process (not the collector's, not a live one).
     pub fn is_death(&self) -> bool {
         !matches!(self, CycleEnd::CollectorStopped | CycleEnd::StillAnswering)
@@ -175,29 +143,32 @@ mod tests {
             ..MemorySample::default()
         };
         let end = |records: &[CaptureRecord], memory: &[&MemorySample], stopped, next| {
-            cycle_end(&evidence(records, memory, stopped, next)).words()
+            cycle_end(&evidence(records, memory, stopped, next))
         };
-        assert_eq!(end(&[], &[&killed], true, None), "OOM-killed");
-        assert_eq!(end(&[exit(Some(9), None)], &[], true, None), "OOM-killed");
+        assert_eq!(end(&[], &[&killed], true, None), CycleEnd::OomKilled);
+        assert_eq!(
+            end(&[exit(Some(9), None)], &[], true, None),
+            CycleEnd::OomKilled
+        );
         assert_eq!(
             end(&[exit(Some(2), None)], &[], true, None),
-            "ended by signal 2 (SIGINT)"
+            CycleEnd::Signal { signal: 2 }
         );
         assert_eq!(
             end(&[exit(None, Some(3))], &[], true, None),
-            "exited with code 3"
+            CycleEnd::Exited { code: 3 }
         );
-        assert_eq!(end(&[], &[], true, Some(Some(11))), "restarted itself");
-        assert_eq!(end(&[], &[&cgroup], true, Some(None)), "restarted itself");
+        assert_eq!(
+            end(&[], &[], true, Some(Some(11))),
+            CycleEnd::RestartedItself { exit_code: None }
+        );
+        assert_eq!(
+            end(&[], &[&cgroup], true, Some(None)),
+            CycleEnd::RestartedItself { exit_code: None }
+        );
         let stop = CaptureRecord::new(5, RecordKind::Stop, 1, 2000);
-        assert_eq!(end(&[stop], &[], false, None), "collector stopped");
-        assert_eq!(
-            end(&[], &[], true, None),
-            "stopped answering, cause unknown"
-        );
-        assert_eq!(
-            end(&[], &[], false, None),
-            "still answering at the end of the run"
-        );
+        assert_eq!(end(&[stop], &[], false, None), CycleEnd::CollectorStopped);
+        assert_eq!(end(&[], &[], true, None), CycleEnd::StoppedAnswering);
+        assert_eq!(end(&[], &[], false, None), CycleEnd::StillAnswering);
     }
 }

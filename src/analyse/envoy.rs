@@ -6,9 +6,7 @@
 use serde::Serialize;
 
 use super::series::theil_sen;
-use super::triage::format_span;
 use crate::model::envoy::{EnvoyMemory, EnvoySnapshot, HeapDumpState};
-use crate::units::format_bytes;
 
 /// At least this share of the mapped heap is live data: the heap is what Envoy uses.
 const LIVE: f64 = 0.8;
@@ -128,12 +126,18 @@ pub fn analyse(
     let config = newest(|s| s.stats.active_clusters())
         .map(|clusters| config(clusters, newest(|s| s.stats.listeners_active())));
     let connections = newest(|s| s.stats.total_connections());
-    let verdict = verdict(
-        heap.as_ref(),
-        growth.as_ref(),
-        workers.as_ref(),
-        config.as_ref(),
-    );
+    let share = heap.as_ref().map(|h| h.live_share.unwrap_or(h.naive_share));
+    let code = match (heap.as_ref(), share) {
+        (Some(_), Some(s)) if s >= LIVE => "live-data",
+        (Some(h), Some(s)) if s < HELD && h.live_share.is_some() => "held-not-returned",
+        (Some(_), Some(_)) => "mixed",
+        _ => "no-data",
+    };
+    let verdict = EnvoyVerdict {
+        code,
+        growing: growth.as_ref().is_some_and(|g| g.growing),
+        summary: String::new(),
+    };
     EnvoyReport {
         snapshots: snapshots.len(),
         restarts,
@@ -178,20 +182,6 @@ fn heap_share(s: &EnvoySnapshot) -> Option<HeapShare> {
             (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
         };
         let naive = allocated as f64 / heap_size as f64;
-        let explanation = match (m.pageheap_unmapped, live_share) {
-            (Some(u), Some(live)) if u > 0 => format!(
-                "heap_size counts {} of pages tcmalloc already returned to the OS \
-                 (pageheap_unmapped); set aside, live data is {:.1} % of the mapped heap, not \
-                 the naive {:.1} %",
-                format_bytes(clamp(u)),
-                live * 100.0,
-                naive * 100.0
-            ),
-            _ => format!(
-                "nothing is unmapped, so the live share equals the naive {:.1} %",
-                naive * 100.0
-            ),
-        };
         return Some(HeapShare {
             source: "/memory",
             allocated,
@@ -205,7 +195,7 @@ fn heap_share(s: &EnvoySnapshot) -> Option<HeapShare> {
             naive_share: naive,
             live_share,
             held_not_returned: held,
-            explanation,
+            explanation: String::new(),
         });
     }
     let allocated = s.stats.get("server.memory_allocated")?;
@@ -222,11 +212,7 @@ fn heap_share(s: &EnvoySnapshot) -> Option<HeapShare> {
         naive_share: naive,
         live_share: None,
         held_not_returned: None,
-        explanation: format!(
-            "/stats carries no pageheap_unmapped, so only the naive share ({:.1} %) is known; \
-             the live share is at least that",
-            naive * 100.0
-        ),
+        explanation: String::new(),
     })
 }
 
@@ -235,7 +221,8 @@ fn mapped(m: &EnvoyMemory) -> Option<u64> {
     Some(heap.saturating_sub(m.pageheap_unmapped.unwrap_or(0)))
 }
 
-fn clamp(v: u64) -> i64 {
+/// Bytes as the signed figure `format_bytes` takes, saturating.
+pub fn clamp(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -321,26 +308,12 @@ fn workers(concurrency: u64, cpu: Option<f64>) -> WorkerMultiplier {
     let cores = cpu.map(|c| c.ceil().max(1.0));
     let multiplier = cores.map(|c| concurrency as f64 / c);
     let multiplied = multiplier.is_some_and(|m| m > 1.0);
-    let meaning = match (cpu, multiplier) {
-        (Some(c), Some(m)) if multiplied => format!(
-            "{concurrency} workers on a {} CPU limit ({}x): Envoy sizes its workers on the \
-             node's cores, not the container's limit, and keeps per-worker copies of much of \
-             the cluster state; set concurrency to the limit ({})",
-            ratio(c),
-            ratio(m),
-            cores.map_or(1, |c| c as u64)
-        ),
-        (Some(c), _) => format!("{concurrency} workers within a {} CPU limit", ratio(c)),
-        (None, _) => format!(
-            "{concurrency} workers; no CPU limit given to compare (pass the container's limit)"
-        ),
-    };
     WorkerMultiplier {
         concurrency,
         cpu_limit_cores: cpu,
         multiplier,
         multiplied,
-        meaning,
+        meaning: String::new(),
     }
 }
 
@@ -349,132 +322,12 @@ fn config(clusters: u64, listeners: Option<u64>) -> ConfigVolume {
         .filter(|&l| l > 0)
         .map(|l| clusters as f64 / l as f64);
     let whole_mesh = clusters >= MIN_CLUSTERS && per.is_none_or(|p| p >= CLUSTERS_PER_LISTENER);
-    let meaning = match (listeners, per) {
-        (Some(l), Some(p)) if whole_mesh => format!(
-            "{clusters} clusters for {l} active listeners ({p:.0} per listener): the proxy \
-             receives the configuration of the whole mesh, not only of what it serves; scope \
-             it (PILOT_FILTER_GATEWAY_CLUSTER_CONFIG, Sidecar, exportTo), outside the incident"
-        ),
-        (Some(l), Some(p)) => {
-            format!("{clusters} clusters for {l} active listeners ({p:.0} per listener)")
-        }
-        _ if whole_mesh => format!(
-            "{clusters} clusters and no active listener count: a large share of the mesh's \
-             configuration"
-        ),
-        _ => format!("{clusters} clusters"),
-    };
     ConfigVolume {
         active_clusters: clusters,
         listeners_active: listeners,
         clusters_per_listener: per,
         whole_mesh,
-        meaning,
-    }
-}
-
-fn ratio(r: f64) -> String {
-    if (r - r.round()).abs() < 0.05 {
-        format!("{}", r.round() as i64)
-    } else {
-        format!("{r:.1}")
-    }
-}
-
-fn verdict(
-    heap: Option<&HeapShare>,
-    growth: Option<&EnvoyGrowth>,
-    workers: Option<&WorkerMultiplier>,
-    config: Option<&ConfigVolume>,
-) -> EnvoyVerdict {
-    let share = heap.map(|h| h.live_share.unwrap_or(h.naive_share));
-    let (code, mut parts) = match (heap, share) {
-        (Some(h), Some(s)) if s >= LIVE => (
-            "live-data",
-            vec![format!(
-                "mostly live data ({:.0} % of the {}heap): Envoy really holds this state, \
-                 fragmentation is not the problem",
-                s * 100.0,
-                if h.live_share.is_some() {
-                    "mapped "
-                } else {
-                    ""
-                }
-            )],
-        ),
-        (Some(h), Some(s)) if s < HELD && h.live_share.is_some() => (
-            "held-not-returned",
-            vec![format!(
-                "memory held, not returned: only {:.1} % of the mapped heap is live data and \
-                 tcmalloc keeps {} of free pages and thread caches; the problem is releasing \
-                 memory, not the volume of data (Envoy's overload manager can shrink the heap)",
-                s * 100.0,
-                format_bytes(clamp(h.held_not_returned.unwrap_or(0)))
-            )],
-        ),
-        (Some(_), Some(s)) => (
-            "mixed",
-            vec![format!(
-                "{:.0} % of the heap is live data: part state, part memory held by tcmalloc",
-                s * 100.0
-            )],
-        ),
-        _ => (
-            "no-data",
-            vec![
-                "no tcmalloc figures (heap_size 0 or absent): this build reports no heap data; \
-                 judge by the process memory"
-                    .to_string(),
-            ],
-        ),
-    };
-    let growing = growth.is_some_and(|g| g.growing);
-    if let Some(g) = growth.filter(|g| g.growing) {
-        let mut s = format!(
-            "growing {}/min",
-            format_bytes((g.bytes_per_sec * 60.0) as i64)
-        );
-        match (g.limit, g.limit_in_s) {
-            (Some(l), Some(t)) if t <= 0.0 => s.push_str(&format!(
-                ", already at the {} limit",
-                format_bytes(clamp(l))
-            )),
-            (Some(l), Some(t)) => s.push_str(&format!(
-                ", the {} limit in about {}",
-                format_bytes(clamp(l)),
-                format_span(t)
-            )),
-            _ => {}
-        }
-        parts.push(s);
-    }
-    let multiplied = workers.filter(|w| w.multiplied);
-    let mesh = config.filter(|c| c.whole_mesh);
-    match (multiplied, mesh) {
-        (Some(w), Some(c)) => parts.push(format!(
-            "{} workers on {} CPUs and {} clusters for {} listeners point at replicated xDS \
-             state: align concurrency with the CPU limit first, then scope the configuration",
-            w.concurrency,
-            w.cpu_limit_cores.map_or("?".into(), ratio),
-            c.active_clusters,
-            c.listeners_active.map_or("?".into(), |l| l.to_string())
-        )),
-        (Some(w), None) => parts.push(format!(
-            "{} workers on {} CPUs multiply per-worker state: align concurrency with the limit",
-            w.concurrency,
-            w.cpu_limit_cores.map_or("?".into(), ratio)
-        )),
-        (None, Some(c)) => parts.push(format!(
-            "{} clusters for {} listeners: the proxy carries the whole mesh's configuration",
-            c.active_clusters,
-            c.listeners_active.map_or("?".into(), |l| l.to_string())
-        )),
-        (None, None) => {}
-    }
-    EnvoyVerdict {
-        code,
-        growing,
-        summary: parts.join("; "),
+        meaning: String::new(),
     }
 }
 

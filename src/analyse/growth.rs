@@ -284,7 +284,6 @@ impl GrowthBuilder {
                 c.killed = c.end == CycleEnd::OomKilled;
                 if let Some(a) = c.at_limit.as_mut() {
                     a.killed = c.killed;
-                    a.summary = breakdown::at_limit_words(a);
                 }
                 let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
                 c.runtime = runtime_view(&good, self.cpu_limit);

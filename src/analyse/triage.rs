@@ -8,6 +8,8 @@ mod probes;
 mod replicas;
 mod resources;
 
+pub use resources::trim_ratio;
+
 use serde::Serialize;
 
 use kube::{Event, KubeError, Pod, Terminated, parse_time};
@@ -15,9 +17,9 @@ use kube::{Event, KubeError, Pod, Terminated, parse_time};
 /// Sibling replicas whose last deaths lie further apart than this died independently.
 const TOGETHER_WITHIN_S: f64 = 120.0;
 /// Limits this many times the requests leave scheduling blind to the real use.
-const BLIND_RATIO: f64 = 2.0;
+pub const BLIND_RATIO: f64 = 2.0;
 /// Usage at this share of the limit is one growth spurt from the OOM kill.
-const NEAR_LIMIT: f64 = 0.9;
+pub const NEAR_LIMIT: f64 = 0.9;
 
 /// A container's memory use from outside the pod JSON (`kubectl top pod --containers`).
 #[derive(Debug, Clone, PartialEq)]
@@ -172,6 +174,10 @@ pub struct ReplicaFinding {
     /// From the first to the last of the replicas' last deaths.
     pub spread_s: Option<f64>,
     pub nodes: usize,
+    /// The node, when the replicas that restarted all ran on one.
+    #[serde(skip)]
+    pub only_node: Option<String>,
+    /// The pattern in words, written by `render::triage_words` before any output.
     pub meaning: String,
 }
 
@@ -236,6 +242,10 @@ pub struct CpuFinding {
     pub workers_per_cpu: Option<f64>,
     /// True when the workers outnumber the CPUs of the limit (the hidden multiplier).
     pub multiplied: bool,
+    /// The container is an Envoy (Istio's proxy or an Envoy image).
+    #[serde(skip)]
+    pub envoy: bool,
+    /// The worker count against the limit in words, written by `render::triage_words`.
     pub meaning: Option<String>,
 }
 
@@ -270,9 +280,7 @@ pub fn triage(input: &TriageInput) -> Result<TriageReport, KubeError> {
                     window.0,
                     c.termination.as_ref(),
                 ));
-                liveness_explains_death(c);
             }
-            c.memory.meaning = resources::memory_meaning(&c.memory, &triage.qos_class);
             c.verdict = verdict(c);
         }
     }
@@ -378,53 +386,6 @@ fn classify(t: &Terminated) -> Termination {
         (code, _) if code > 128 => TerminationClass::Signal,
         _ => TerminationClass::Exit,
     };
-    let meaning = match class {
-        TerminationClass::OomKilled => {
-            "OOM kill: the container passed its memory limit and the kernel sent SIGKILL (a \
-             `kubectl logs --previous` that ends without an error is consistent with it)"
-                .to_string()
-        }
-        TerminationClass::OomUnflagged => {
-            "exit 137 with reason Error: SIGKILL without the OOMKilled flag, which the kubelet \
-             does not always set under node pressure; treated as an OOM kill"
-                .to_string()
-        }
-        TerminationClass::Killed if reason == "ContainerStatusUnknown" => {
-            "exit 137, ContainerStatusUnknown: the container's state was lost (its node or pod \
-             went away); no evidence of what ended it"
-                .to_string()
-        }
-        TerminationClass::Killed => format!(
-            "exit 137 ({}): killed with SIGKILL, not flagged as an OOM kill",
-            if reason.is_empty() {
-                "no reason"
-            } else {
-                reason
-            }
-        ),
-        TerminationClass::Segfault => {
-            "exit 139: SIGSEGV, the process crashed (a bug, not memory)".to_string()
-        }
-        TerminationClass::Abort => {
-            "exit 134: SIGABRT, the process aborted on a fatal error or assertion".to_string()
-        }
-        TerminationClass::Sigterm => {
-            "exit 143: SIGTERM, a controlled stop (kubelet, deploy, preemption), not a death"
-                .to_string()
-        }
-        TerminationClass::Signal => format!(
-            "exit {}: ended by signal {}",
-            t.exit_code,
-            t.exit_code - 128
-        ),
-        TerminationClass::Completed => {
-            "exit 0: the process ended on its own without an error".to_string()
-        }
-        TerminationClass::Exit => format!(
-            "exit {}: the process gave up with an error (read `kubectl logs --previous`)",
-            t.exit_code
-        ),
-    };
     let started = t.started_at.as_deref().and_then(parse_time);
     let finished = t.finished_at.as_deref().and_then(parse_time);
     Termination {
@@ -435,172 +396,38 @@ fn classify(t: &Terminated) -> Termination {
         started_at: t.started_at.clone(),
         finished_at: t.finished_at.clone(),
         lived_s: started.zip(finished).map(|(a, b)| seconds(b - a)),
-        meaning,
+        meaning: String::new(),
         finished_ms: finished,
     }
 }
 
-/// A kubelet that kills for failed liveness probes sends SIGTERM, then SIGKILL after the grace
-/// period: exit 143 or 137 (reason Error), which alone would read as a stop or an OOM kill.
-fn liveness_explains_death(c: &mut ContainerTriage) {
-    let kills = c
+/// The verdict's code; `render::triage_words` writes its summary.
+fn verdict(c: &ContainerTriage) -> Verdict {
+    let liveness = c
         .probes
         .as_ref()
         .is_some_and(|p| p.pattern == ProbePattern::LivenessKills);
-    let Some(t) = c.termination.as_mut().filter(|_| kills) else {
-        return;
-    };
-    t.meaning = match t.class {
-        TerminationClass::OomUnflagged | TerminationClass::Killed => format!(
-            "exit 137 ({}) after Killing for failed liveness probes: the kubelet's SIGKILL \
-             once the grace period ran out, not an OOM kill",
-            t.reason.as_deref().unwrap_or("no reason")
-        ),
-        TerminationClass::Sigterm => {
-            "exit 143 after Killing for failed liveness probes: the process stopped on the \
-             kubelet's SIGTERM"
-                .to_string()
-        }
-        _ => return,
-    };
-}
-
-fn verdict(c: &ContainerTriage) -> Verdict {
-    let probes = c.probes.as_ref();
-    let liveness = probes.is_some_and(|p| p.pattern == ProbePattern::LivenessKills);
     let class = c.termination.as_ref().map(|t| t.class);
-    let limit = c.memory.limit.as_deref();
-    let (code, mut parts): (&'static str, Vec<String>) = if c.restarts == 0 && class.is_none() {
-        ("no-restarts", vec!["no restarts".to_string()])
+    let code = if c.restarts == 0 && class.is_none() {
+        "no-restarts"
     } else if liveness && class != Some(TerminationClass::OomKilled) {
-        (
-            "liveness-kill",
-            vec![
-                "restarted by the kubelet after failed liveness probes: a probe or latency \
-                 problem first, memory only if the process stalls near its limit"
-                    .to_string(),
-            ],
-        )
+        "liveness-kill"
     } else {
         match class {
-            Some(TerminationClass::OomKilled) => (
-                "oom",
-                vec![match limit {
-                    Some(l) => format!("OOM-killed at its {l} memory limit"),
-                    None => "OOM-killed".to_string(),
-                }],
-            ),
-            Some(TerminationClass::OomUnflagged) => (
-                "oom",
-                vec![match c.replicas.as_ref().map_or(0, |r| r.oom_killed) {
-                    0 => "killed with exit 137 (reason Error): treated as an OOM kill under node \
-                          pressure"
-                        .to_string(),
-                    n => format!(
-                        "killed with exit 137 (reason Error) while {n} sibling replica{} \
-                         OOMKilled: the same OOM, without the flag",
-                        if n == 1 { " was" } else { "s were" }
-                    ),
-                }],
-            ),
-            Some(TerminationClass::Killed) => (
-                "killed",
-                vec!["killed with SIGKILL, not flagged as an OOM kill".to_string()],
-            ),
-            Some(TerminationClass::Segfault) => (
-                "crash",
-                vec!["crashed with SIGSEGV (exit 139): a bug, not memory".to_string()],
-            ),
-            Some(TerminationClass::Abort) => (
-                "crash",
-                vec!["aborted with SIGABRT (exit 134): a fatal error, not memory".to_string()],
-            ),
-            Some(TerminationClass::Signal) => (
-                "crash",
-                vec![format!(
-                    "ended by signal {}",
-                    c.termination.as_ref().map_or(0, |t| t.exit_code - 128)
-                )],
-            ),
-            Some(TerminationClass::Sigterm) => (
-                "sigterm",
-                vec!["stopped with SIGTERM (exit 143): a controlled stop, not a death".into()],
-            ),
-            Some(TerminationClass::Completed) => {
-                ("exited", vec!["exited on its own with code 0".to_string()])
-            }
-            Some(TerminationClass::Exit) => (
-                "exit-code",
-                vec![format!(
-                    "exited with code {}: the application gave up",
-                    c.termination.as_ref().map_or(0, |t| t.exit_code)
-                )],
-            ),
-            None => (
-                "unknown",
-                vec![format!(
-                    "{} restarts but no termination recorded",
-                    c.restarts
-                )],
-            ),
+            Some(TerminationClass::OomKilled | TerminationClass::OomUnflagged) => "oom",
+            Some(TerminationClass::Killed) => "killed",
+            Some(
+                TerminationClass::Segfault | TerminationClass::Abort | TerminationClass::Signal,
+            ) => "crash",
+            Some(TerminationClass::Sigterm) => "sigterm",
+            Some(TerminationClass::Completed) => "exited",
+            Some(TerminationClass::Exit) => "exit-code",
+            None => "unknown",
         }
     };
-    if c.restarts > 0 {
-        if let Some(r) = &c.replicas {
-            match r.pattern {
-                ReplicaPattern::Staggered => parts.push(format!(
-                    "{} of {} replicas die on their own, staggered: internal, not a rollout",
-                    r.restarted, r.replicas
-                )),
-                ReplicaPattern::Together => parts.push(format!(
-                    "{} of {} replicas died together: look for a shared trigger",
-                    r.restarted, r.replicas
-                )),
-                _ => {}
-            }
-        }
-        if probes.is_some_and(|p| p.pattern == ProbePattern::ReadinessOnly) {
-            parts.push("readiness failures are the aftermath, not the cause".to_string());
-        }
-        if probes.is_none() && class == Some(TerminationClass::OomUnflagged) {
-            parts.push(
-                "without events a liveness kill, which also ends in 137, is not ruled out"
-                    .to_string(),
-            );
-        }
-    }
-    let oomish = code == "oom" || code == "no-restarts";
-    if oomish {
-        if let (Some(r), Some(req), Some(l)) = (c.memory.ratio, &c.memory.request, limit) {
-            if r >= BLIND_RATIO {
-                parts.push(format!(
-                    "requests {req} against limits {l} ({}x): scheduling is blind to its real use",
-                    resources::trim_ratio(r)
-                ));
-            }
-        }
-        if c.memory.usage_of_limit.is_some_and(|u| u >= NEAR_LIMIT) {
-            parts.push("its usage is at the limit".to_string());
-        }
-        let fitted = c.memory.growth_basis == Some("replicas");
-        if let Some(t) = c.memory.limit_in_s.filter(|_| fitted) {
-            parts.push(format!(
-                "at its growth rate the limit is {} away",
-                format_span(t)
-            ));
-        }
-    }
-    if c.cpu.multiplied {
-        if let (Some(w), Some(l)) = (c.cpu.workers, c.cpu.limit_cores) {
-            parts.push(format!(
-                "{w} workers on a {} CPU limit multiply its per-worker memory",
-                resources::trim_ratio(l)
-            ));
-        }
-    }
     Verdict {
         code,
-        summary: parts.join("; "),
+        summary: String::new(),
     }
 }
 

@@ -17,10 +17,50 @@ use heapwatch::store::CaptureRecord;
 use heapwatch::store::cluster::EVENTS_FILE;
 use heapwatch::units::{self, format_bytes};
 
+use super::record_flags::{RecordFlags, help_order};
 use super::{CliError, DecodeFlags};
+
+/// Collect's own and shared flags in the order its help shows them (the decoding and pushing
+/// flags follow).
+pub(super) const HELP_ORDER: &[&str] = &[
+    "out",
+    "names",
+    "interval",
+    "limit",
+    "burst_interval",
+    "burst_at",
+    "profiles",
+    "goroutine_interval",
+    "memstats_interval",
+    "agent_dir",
+    "pid",
+    "cgroup",
+    "memory_interval",
+    "timeout",
+    "duration",
+    "until_exit",
+    "grace",
+    "max_disk",
+    "cpu_limit",
+    "max_duty",
+    "idle_backoff",
+    "max_body",
+    "headers",
+    "cacert",
+    "cert",
+    "key",
+    "insecure",
+    "gc",
+    "label",
+    "logs",
+    "marks",
+    "quiet",
+    "progress_every",
+];
 
 #[derive(clap::Args)]
 #[command(
+    mut_args(help_order(HELP_ORDER)),
     after_help = "Several targets: one collector each, into RUN/targets/NAME/, named by \
 --name (in order), else by the agent's app id, the proc:exe: name, the proc:cgroup: folder or \
 host-port. Per-target flags take NAME=VALUE: --cgroup ctrl3=/sys/fs/cgroup/memory/ctrl3, \
@@ -35,25 +75,15 @@ pub struct CollectArgs {
     /// targets make a cluster run, one node each.
     #[arg(value_name = "TARGET", required = true, num_args = 1..)]
     targets: Vec<String>,
-    /// The run directory (created, or resumed when it exists).
-    #[arg(long, short = 'o')]
-    out: PathBuf,
+    #[command(flatten)]
+    record: RecordFlags,
     /// A node's name, for each target in order (repeatable; default: from the target).
     #[arg(long = "name", value_name = "NAME")]
     names: Vec<String>,
-    /// Time between heap captures.
-    #[arg(long, default_value = "500ms", value_parser = units::parse_duration)]
-    interval: Duration,
     /// The target's memory limit: enables time-to-limit and burst mode. With several
     /// targets, NAME=SIZE for one node (repeatable); a plain SIZE applies to all.
     #[arg(long, value_name = "[NAME=]SIZE")]
     limit: Vec<String>,
-    /// Interval once memory passes --burst-at of the limit.
-    #[arg(long, default_value = "100ms", value_parser = units::parse_duration)]
-    burst_interval: Duration,
-    /// Fraction of the limit at which burst mode starts.
-    #[arg(long, default_value_t = 0.6)]
-    burst_at: f64,
     /// Profiles to capture: heap, goroutine (comma-separated).
     #[arg(long, default_value = "heap", value_delimiter = ',')]
     profiles: Vec<String>,
@@ -76,9 +106,6 @@ pub struct CollectArgs {
     /// targets: NAME=PATH (repeatable).
     #[arg(long, value_name = "[NAME=]PATH")]
     cgroup: Vec<String>,
-    /// Time between process / cgroup memory samples.
-    #[arg(long, default_value = "50ms", value_parser = units::parse_duration)]
-    memory_interval: Duration,
     /// Per-request timeout (shortened in burst mode).
     #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
     timeout: Duration,
@@ -90,9 +117,6 @@ pub struct CollectArgs {
     until_exit: bool,
     #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
     grace: Duration,
-    /// Disk budget for stored profiles; older boot cycles are thinned first.
-    #[arg(long, value_parser = units::parse_size)]
-    max_disk: Option<u64>,
     /// The target's CPU limit in cores (e.g. the container's limits.cpu): growth compares
     /// GOMAXPROCS with it (a hidden multiplier of per-P memory).
     #[arg(long)]
@@ -126,9 +150,6 @@ pub struct CollectArgs {
     /// Force a GC before each heap profile (?gc=1): fresher in-use figures, perturbs the target.
     #[arg(long)]
     gc: bool,
-    /// A label for this build (e.g. 2.1.0), kept in run.json for reports and comparisons.
-    #[arg(long)]
-    label: Option<String>,
     /// Tail this log file (NAME=PATH, repeatable) for lines that --mark picks; NAME is a
     /// node's name when the log is that node's. Followed across rotation and truncation.
     #[arg(long = "log", value_name = "NAME=PATH")]
@@ -137,9 +158,6 @@ pub struct CollectArgs {
     /// timestamp it starts with, else when it was read (LABEL=REGEX, repeatable).
     #[arg(long = "mark", value_name = "LABEL=REGEX")]
     marks: Vec<String>,
-    /// No status line, no progress lines and no summary.
-    #[arg(long, short = 'q')]
-    quiet: bool,
     /// With stderr not a terminal, a plain progress line this often.
     #[arg(long, default_value = "10s", value_parser = units::parse_duration, hide = true)]
     progress_every: Duration,
@@ -155,23 +173,14 @@ fn usage(message: String) -> CliError {
 
 impl CollectArgs {
     fn config(&self) -> Result<CollectConfig, CliError> {
-        if self.interval.is_zero() || self.burst_interval.is_zero() {
-            return Err(usage(
-                "--interval and --burst-interval must be above zero".into(),
-            ));
-        }
+        self.record.check_intervals()?;
         if !(self.max_duty > 0.0 && self.max_duty <= 1.0) {
             return Err(usage(format!(
                 "--max-duty {} must be in (0, 1]",
                 self.max_duty
             )));
         }
-        if !(self.burst_at > 0.0 && self.burst_at <= 1.0) {
-            return Err(usage(format!(
-                "--burst-at {} must be in (0, 1]",
-                self.burst_at
-            )));
-        }
+        self.record.check_burst_at()?;
         let mut heap = false;
         let mut goroutine = false;
         for p in &self.profiles {
@@ -186,9 +195,9 @@ impl CollectArgs {
             }
         }
         Ok(CollectConfig {
-            interval: self.interval,
-            burst_interval: self.burst_interval,
-            burst_at: self.burst_at,
+            interval: self.record.interval,
+            burst_interval: self.record.burst_interval,
+            burst_at: self.record.burst_at,
             // Each target's own, from --limit [NAME=]SIZE.
             limit: None,
             timeout: self.timeout,
@@ -198,7 +207,7 @@ impl CollectArgs {
             memstats_interval: self.memstats_interval,
             duration: self.duration,
             until_exit: self.until_exit.then_some(self.grace),
-            max_disk: self.max_disk,
+            max_disk: self.record.max_disk,
             max_duty: self.max_duty,
             idle_backoff: self.idle_backoff.max(1),
             decode: self.decode.limits(),
@@ -489,7 +498,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| usage(e.to_string()))?;
     let options = StartOptions {
-        out: args.out.clone(),
+        out: args.record.out.clone(),
         run_options: heapwatch::model::run_options::RunOptions {
             interval_ms: Some(config.interval.as_millis() as u64),
             burst_interval_ms: Some(config.burst_interval.as_millis() as u64),
@@ -508,8 +517,8 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             ..Default::default()
         },
         config,
-        memory_interval: args.memory_interval,
-        label: args.label.clone(),
+        memory_interval: args.record.memory_interval,
+        label: args.record.label.clone(),
         logs,
         marks: mark_specs,
     };
@@ -520,7 +529,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     if push.is_some() {
         let node = collection.nodes.remove(0);
         let node = node.wrap_writer(|writer| {
-            let (writer, pushing) = super::collect_push::attach(push, &args.out, writer)?;
+            let (writer, pushing) = super::collect_push::attach(push, &args.record.out, writer)?;
             live_push = pushing;
             Ok::<_, CliError>(writer)
         })?;
@@ -531,11 +540,11 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     ctrlc::set_handler(move || stop.set())
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
 
-    let mut status = Status::new(args.quiet, args.progress_every, &names);
+    let mut status = Status::new(args.record.quiet, args.progress_every, &names);
     status.await_logs(awaited);
     let outcome = collection.run(status.observers());
     status.finish();
-    let pushed = live_push.and_then(|p| p.finish(args.quiet));
+    let pushed = live_push.and_then(|p| p.finish(args.record.quiet));
 
     let mut failures = Vec::new();
     for node in outcome.nodes {
@@ -547,7 +556,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
                 continue;
             }
         };
-        if !args.quiet {
+        if !args.record.quiet {
             eprintln!("{}", summary_line(&node, &summary, cluster));
         }
         if let Err(e) = verdict(&node, summary) {
@@ -560,14 +569,14 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     if let Some(tally) = outcome.events.filter(|_| logged) {
         if let Some(e) = &tally.error {
             eprintln!("heapwatch: events: {e}");
-        } else if !args.quiet {
+        } else if !args.record.quiet {
             eprintln!(
                 "heapwatch: {} event(s) marked in {}",
                 tally.events,
-                args.out.join(EVENTS_FILE).display()
+                args.record.out.join(EVENTS_FILE).display()
             );
         }
-        for log in tally.never_appeared.iter().filter(|_| !args.quiet) {
+        for log in tally.never_appeared.iter().filter(|_| !args.record.quiet) {
             eprintln!("heapwatch: {}", marks::never_appeared(log));
         }
     }

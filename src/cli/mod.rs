@@ -12,6 +12,7 @@ mod growth;
 mod index;
 mod push;
 mod push_flags;
+mod record_flags;
 mod replay;
 mod report;
 mod run;

@@ -2,7 +2,7 @@
 //! `launch::Recording`; the launcher starts, records and restarts the command.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,12 +22,30 @@ use heapwatch::units::{self, format_bytes};
 
 use super::CliError;
 use super::collect::proc_attacher;
+use super::record_flags::{RecordFlags, help_order};
+
+/// Run's flags in the order its help shows them.
+pub(super) const HELP_ORDER: &[&str] = &[
+    "out",
+    "limit",
+    "restarts",
+    "backoff",
+    "also",
+    "interval",
+    "burst_interval",
+    "burst_at",
+    "memory_interval",
+    "timeout",
+    "max_disk",
+    "label",
+    "quiet",
+];
 
 #[derive(clap::Args)]
+#[command(mut_args(help_order(HELP_ORDER)))]
 pub struct RunArgs {
-    /// The run directory (created, or resumed when it exists).
-    #[arg(long, short = 'o')]
-    out: PathBuf,
+    #[command(flatten)]
+    record: RecordFlags,
     /// Memory limit: a fresh memory cgroup with this limit (as root), else a watchdog that
     /// SIGKILLs the command once its RSS passes it.
     #[arg(long, value_parser = units::parse_size)]
@@ -42,29 +60,9 @@ pub struct RunArgs {
     /// http://… pprof port), into RUN/also-N/, a run of its own (repeatable).
     #[arg(long)]
     also: Vec<String>,
-    /// Time between heap captures.
-    #[arg(long, default_value = "500ms", value_parser = units::parse_duration)]
-    interval: Duration,
-    /// Interval once memory passes --burst-at of the limit.
-    #[arg(long, default_value = "100ms", value_parser = units::parse_duration)]
-    burst_interval: Duration,
-    #[arg(long, default_value_t = 0.6)]
-    burst_at: f64,
-    /// Time between cgroup (or process) memory samples.
-    #[arg(long, default_value = "50ms", value_parser = units::parse_duration)]
-    memory_interval: Duration,
     /// Per-request timeout of the --also targets.
     #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
     timeout: Duration,
-    /// Disk budget for stored profiles; older boot cycles are thinned first.
-    #[arg(long, value_parser = units::parse_size)]
-    max_disk: Option<u64>,
-    /// A label for this build (e.g. 2.1.0), kept in run.json.
-    #[arg(long)]
-    label: Option<String>,
-    /// No status line and no summary (for CI).
-    #[arg(long, short = 'q')]
-    quiet: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -76,24 +74,16 @@ fn usage(message: String) -> CliError {
 
 impl RunArgs {
     fn config(&self) -> Result<CollectConfig, CliError> {
-        if self.interval.is_zero() || self.burst_interval.is_zero() {
-            return Err(usage(
-                "--interval and --burst-interval must be above zero".into(),
-            ));
-        }
-        if !(self.burst_at > 0.0 && self.burst_at <= 1.0) {
-            return Err(usage(format!(
-                "--burst-at {} must be in (0, 1]",
-                self.burst_at
-            )));
-        }
+        self.record.check_intervals()?;
+        self.record.check_burst_at()?;
+        let r = &self.record;
         Ok(CollectConfig {
-            interval: self.interval,
-            burst_interval: self.burst_interval,
-            burst_at: self.burst_at,
+            interval: r.interval,
+            burst_interval: r.burst_interval,
+            burst_at: r.burst_at,
             limit: self.limit,
             timeout: self.timeout,
-            max_disk: self.max_disk,
+            max_disk: r.max_disk,
             ..CollectConfig::default()
         })
     }
@@ -120,16 +110,16 @@ impl RunArgs {
                 confinement: Some(mode.to_string()),
                 restarts: self.restarts,
                 backoff_ms: Some(self.backoff.as_millis() as u64),
-                interval_ms: Some(self.interval.as_millis() as u64),
-                burst_interval_ms: Some(self.burst_interval.as_millis() as u64),
-                burst_at: Some(self.burst_at),
-                memory_interval_ms: Some(self.memory_interval.as_millis() as u64),
+                interval_ms: Some(self.record.interval.as_millis() as u64),
+                burst_interval_ms: Some(self.record.burst_interval.as_millis() as u64),
+                burst_at: Some(self.record.burst_at),
+                memory_interval_ms: Some(self.record.memory_interval.as_millis() as u64),
                 also: Some(self.also.clone()),
-                max_disk: self.max_disk,
+                max_disk: self.record.max_disk,
                 ..Default::default()
             },
             limit_bytes: self.limit,
-            label: self.label.clone(),
+            label: self.record.label.clone(),
         };
         // A new cgroup each time, so the target is this start's; the first start is kept.
         if let Some(old) = previous {
@@ -237,7 +227,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
 
     let name = format!("heapwatch-run-{}", std::process::id());
     let confinement = Confinement::for_limit(&CgroupRoots::default(), &name, args.limit);
-    if !args.quiet {
+    if !args.record.quiet {
         let limit = args.limit.map(|l| format_bytes(l as i64));
         match &confinement {
             Confinement::Cgroup(cg) => eprintln!(
@@ -268,16 +258,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let started_ms = SystemClock::new().unix_ms();
     let mode = confinement.mode();
     let main = SubRun {
-        out: args.out.clone(),
+        out: args.record.out.clone(),
         source: Box::new(source),
-        info: args.info(&args.out, &target, "proc", mode, started_ms),
+        info: args.info(&args.record.out, &target, "proc", mode, started_ms),
     };
     let also = also
         .into_iter()
         .zip(&args.also)
         .enumerate()
         .map(|(i, (source, target))| {
-            let out = args.out.join(format!("also-{}", i + 1));
+            let out = heapwatch::scan::also_dir(&args.record.out, i + 1);
             SubRun {
                 info: args.info(&out, target, source.kind().as_str(), mode, started_ms),
                 out,
@@ -290,7 +280,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let on_interrupt = interrupt.clone();
     ctrlc::set_handler(move || on_interrupt.set())
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
-    let quiet = args.quiet;
+    let quiet = args.record.quiet;
     let notify = move |event: &LifeEvent| {
         if !quiet {
             eprintln!("{}", describe(event));
@@ -309,7 +299,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         },
         confinement: &confinement,
         collect: config,
-        memory_interval: args.memory_interval,
+        memory_interval: args.record.memory_interval,
         main,
         also,
         interrupt: &interrupt,
@@ -344,7 +334,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             outcome.main.errors,
             outcome.main.cycles,
             format_bytes(outcome.memory.peak as i64),
-            args.out.display()
+            args.record.out.display()
         );
         for (i, result) in outcome.also.iter().enumerate() {
             match result {
@@ -353,7 +343,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
                     args.also[i],
                     s.captures,
                     s.errors,
-                    args.out.join(format!("also-{}", i + 1)).display()
+                    heapwatch::scan::also_dir(&args.record.out, i + 1).display()
                 ),
                 Err(e) => eprintln!("heapwatch run: --also {}: {e}", args.also[i]),
             }
@@ -365,7 +355,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             Path::new(program).display(),
             outcome.main.attempts,
             outcome.main.last_error.as_deref().unwrap_or("?"),
-            args.out.display()
+            args.record.out.display()
         )));
     }
     Ok(ExitCode::SUCCESS)

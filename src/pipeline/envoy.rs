@@ -82,7 +82,8 @@ pub fn envoy_findings(
         memory_bytes: memory.as_ref().map(|m| m.0),
         cpu_cores: cpu.as_ref().map(|c| c.0),
     };
-    let report = envoy::analyse(&envoy_snapshots(run), &limits, heap_dump_state(run));
+    let mut report = envoy::analyse(&envoy_snapshots(run), &limits, heap_dump_state(run));
+    crate::render::envoy_words::word_envoy(&mut report);
     Some(EnvoyFindings {
         target: run
             .info

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analyse::compare::Comparison;
+use crate::analyse::compare::{AfterBaseline, Comparison, Regression};
 use crate::units::format_bytes;
 
 pub fn json(c: &Comparison) -> String {
@@ -59,4 +59,122 @@ pub fn text(c: &Comparison, limit: usize) -> String {
         );
     }
     out
+}
+
+/// Writes the words of a finished comparison into it: what B did after A's data, which cycles
+/// were compared, each pair's verdict and the leading verdict.
+pub fn word_comparison(c: &mut Comparison) {
+    for o in &mut c.other_pairs {
+        word_pair(&mut o.pair);
+        o.verdict = o.pair.verdict.clone();
+    }
+    word_pair(c);
+    if c.selection_same_build {
+        c.verdict.push_str(&format!(
+            "; both sides ran build {}: there was no other build to compare with",
+            c.selection_b_build
+        ));
+    }
+    if !c.other_pairs.is_empty() {
+        let list: Vec<String> = c
+            .other_pairs
+            .iter()
+            .map(|o| o.b_cycle.to_string())
+            .collect();
+        c.verdict.push_str(&format!(
+            "; the worst of {} cycles of {} (also compared: cycle {})",
+            c.other_pairs.len() + 1,
+            c.selection_b_build,
+            list.join(", ")
+        ));
+    }
+}
+
+/// One pair's words: "SITE regressed in B: WHY (cycle 3 of B against cycle 1 of A, over the
+/// first 7.4 s); after A's last capture at …".
+fn word_pair(c: &mut Comparison) {
+    for r in &mut c.regressions {
+        r.why = why_worse(r);
+    }
+    if let Some(after) = c.after_a.as_mut() {
+        after.summary = after_words(after);
+    }
+    c.compared = format!(
+        "cycle {} of {} against cycle {} of {}, over the first {:.1} s",
+        c.b_cycle, c.b, c.a_cycle, c.a, c.age_s
+    );
+    let mut verdict = match c.regressions.first() {
+        Some(r) => format!("{} regressed in {}: {}", r.name, c.b, r.why),
+        None => format!("no site regressed in {} against {}", c.b, c.a),
+    };
+    verdict.push_str(&format!(" ({})", c.compared));
+    if let Some(after) = c
+        .after_a
+        .as_ref()
+        .filter(|x| x.b_heap_peak.is_some() || !x.sites.is_empty() || x.b_end.is_some())
+    {
+        verdict.push_str(&format!("; {}", after.summary));
+    }
+    c.verdict = verdict;
+}
+
+/// "only in B: 12 MiB in use at its peak (at 7.0 s)", or "grows 2 MiB/s in B against 0 B/s
+/// in A; peaks at 90 MiB (at 7.0 s) in B against 4 MiB in A".
+fn why_worse(r: &Regression) -> String {
+    let at = r
+        .b_peak_at_s
+        .map_or(String::new(), |t| format!(" (at {t:.1} s)"));
+    if r.only_in_b {
+        return format!(
+            "only in B: {} in use at its peak{at}",
+            format_bytes(r.b_inuse)
+        );
+    }
+    let mut why = Vec::new();
+    if r.grows_faster {
+        why.push(format!(
+            "grows {}/s in B against {}/s in A",
+            format_bytes(r.b_bytes_per_sec as i64),
+            format_bytes(r.a_bytes_per_sec as i64)
+        ));
+    }
+    if r.holds_more {
+        why.push(format!(
+            "peaks at {}{at} in B against {} in A",
+            format_bytes(r.b_inuse),
+            format_bytes(r.a_inuse)
+        ));
+    }
+    why.join("; ")
+}
+
+fn after_words(after: &AfterBaseline) -> String {
+    let (a_last, b_last) = (after.a_last_s, after.b_last_s);
+    let mut parts = Vec::new();
+    if let (true, Some(v), Some(t)) = (after.heap_rose, after.b_heap_peak, after.b_heap_peak_at_s) {
+        parts.push(format!(
+            "B's in-use heap went on to {} at {t:.1} s",
+            format_bytes(v)
+        ));
+    }
+    if let Some(s) = after.sites.first() {
+        parts.push(format!(
+            "{} rose to {} at {:.1} s (from {})",
+            s.name,
+            format_bytes(s.inuse_after),
+            s.after_at_s,
+            format_bytes(s.inuse_before)
+        ));
+    }
+    if let Some(e) = &after.b_end {
+        parts.push(format!("B was {e}"));
+    }
+    if parts.is_empty() {
+        format!("after A's last capture at {a_last:.1} s, B ran to {b_last:.1} s with nothing new")
+    } else {
+        format!(
+            "after A's last capture at {a_last:.1} s: {}",
+            parts.join("; ")
+        )
+    }
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::growth::{CycleGrowth, GrowthReport};
+use crate::render::ends::end_words;
 use crate::render::verdict::spike_words;
 use crate::units::format_bytes;
 
@@ -113,7 +114,7 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
         c.span_s
     );
     let _ = writeln!(out, "  verdict: {}", c.verdict);
-    let _ = writeln!(out, "  end: {}", c.end.words());
+    let _ = writeln!(out, "  end: {}", end_words(&c.end));
     if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {
         let mut line = format!("  heap in use {} → {}", format_bytes(a), format_bytes(b));
         if let (Some(r), Some(q)) = (c.total_bytes_per_sec, c.total_fit_r2) {

@@ -4,11 +4,15 @@
 pub mod cluster;
 pub mod compare;
 pub mod diff;
+pub mod ends;
 pub mod envoy;
+pub mod envoy_words;
 pub mod flame;
 pub mod growth;
+pub mod memory;
 pub mod pprof;
 pub mod report;
 pub mod top;
 pub mod triage;
+pub mod triage_words;
 pub mod verdict;

@@ -5,14 +5,23 @@
 use crate::analyse::ends::CycleEnd;
 use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
 use crate::analyse::spikes::{Episode, Peak};
+use crate::render::ends::end_words;
+use crate::render::memory::{at_limit_words, breakdown_words};
 use crate::units::format_bytes;
 
 /// A spike that reached this share of the limit is never called "no growth".
 const LARGE_SHARE: f64 = 0.5;
 
-/// Writes every cycle's verdict and the summary across cycles into a finished report.
+/// Writes every cycle's verdict (and the memory words it quotes) and the summary across cycles
+/// into a finished report.
 pub fn word_growth(report: &mut GrowthReport) {
     for c in &mut report.cycles {
+        if let Some(b) = c.breakdown.as_mut() {
+            b.summary = breakdown_words(b);
+        }
+        if let Some(a) = c.at_limit.as_mut() {
+            a.summary = at_limit_words(a);
+        }
         c.verdict = cycle_verdict(c, report.limit_bytes);
     }
     report.across.summary = across_summary(&report.cycles, &report.across);
@@ -92,9 +101,9 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
         (CycleEnd::StillAnswering, _) => {}
         (end, Some(died)) if end.is_death() => parts.push(format!(
             "{} {died:.1} s after the first capture",
-            end.words()
+            end_words(&end)
         )),
-        (end, _) => parts.push(end.words()),
+        (end, _) => parts.push(end_words(&end)),
     }
     if let Some(rt) = &c.runtime {
         if let (Some(m), Some(p), Some(l)) = (rt.multiplier, rt.gomaxprocs, rt.cpu_limit) {
@@ -158,7 +167,7 @@ pub fn across_summary(cycles: &[CycleGrowth], across: &AcrossCycles) -> String {
         // "3 boot cycles: 2 OOM-killed, 1 restarted itself".
         let mut ends: Vec<(String, usize)> = Vec::new();
         for c in cycles {
-            let w = c.end.words();
+            let w = end_words(&c.end);
             match ends.iter_mut().find(|(e, _)| *e == w) {
                 Some((_, n)) => *n += 1,
                 None => ends.push((w, 1)),

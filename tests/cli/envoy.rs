@@ -20,6 +20,17 @@ use heapwatch::source::{FailureKind, Source, Want};
 use crate::util;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The analysis with its words, as the report and `growth` show it.
+fn analysed(
+    snapshots: &[EnvoySnapshot],
+    limits: &EnvoyLimits,
+    heap_dump: HeapDumpState,
+) -> EnvoyReport {
+    let mut report = envoy::analyse(snapshots, limits, heap_dump);
+    heapwatch::render::envoy_words::word_envoy(&mut report);
+    report
+}
 const NOT_IMPLEMENTED: &str = "Heap profile is not implemented in current build";
 
 fn fixture(name: &str) -> String {
@@ -162,7 +173,7 @@ fn one_case(memory_file: &str, limits: EnvoyLimits) -> (EnvoyReport, String) {
     let snapshot = source
         .snapshot(1_714_651_200_000, TIMEOUT)
         .expect("snapshot");
-    let report = envoy::analyse(&[snapshot], &limits, HeapDumpState::NotAsked);
+    let report = analysed(&[snapshot], &limits, HeapDumpState::NotAsked);
     let text = render::text(&double.target(), &report);
     (report, text)
 }
@@ -277,7 +288,7 @@ fn the_stats_alone_give_the_field_reports_ratio() {
             .expect("a /memory reply")
             .has_data()
     );
-    let report = envoy::analyse(&[snapshot], &gateway_limits(), HeapDumpState::NotAsked);
+    let report = analysed(&[snapshot], &gateway_limits(), HeapDumpState::NotAsked);
     let heap = report.heap.expect("stats figures");
     assert_eq!(heap.source, "stats");
     assert!(
@@ -296,7 +307,7 @@ fn no_figures_at_all_is_no_data() {
         vec![gateway_counters()],
     );
     let snapshot = double.source().snapshot(0, TIMEOUT).expect("snapshot");
-    let report = envoy::analyse(&[snapshot], &gateway_limits(), HeapDumpState::NotAsked);
+    let report = analysed(&[snapshot], &gateway_limits(), HeapDumpState::NotAsked);
     assert!(report.heap.is_none());
     assert_eq!(report.verdict.code, "no-data", "{}", report.verdict.summary);
 }
@@ -340,7 +351,7 @@ fn a_growing_series_gives_a_rate_and_the_time_to_the_limit() {
         memory_bytes: Some(1 << 30),
         cpu_cores: Some(2.0),
     };
-    let report = envoy::analyse(&snapshots, &limits, HeapDumpState::NotAsked);
+    let report = analysed(&snapshots, &limits, HeapDumpState::NotAsked);
     assert_eq!(report.snapshots, 12);
     assert_eq!(report.restarts, 0);
     let growth = report.growth.as_ref().expect("a fit");
@@ -397,7 +408,7 @@ fn a_restart_in_the_series_starts_the_fit_again() {
     let snapshots: Vec<EnvoySnapshot> = (0..7i64)
         .map(|i| source.snapshot(i * 10_000, TIMEOUT).expect("snapshot"))
         .collect();
-    let report = envoy::analyse(&snapshots, &EnvoyLimits::default(), HeapDumpState::NotAsked);
+    let report = analysed(&snapshots, &EnvoyLimits::default(), HeapDumpState::NotAsked);
     assert_eq!(report.restarts, 1);
     let growth = report.growth.expect("fit over the last boot cycle");
     assert_eq!(growth.first, 100 << 20);
@@ -436,7 +447,7 @@ fn heap_dump_answering_501_is_not_available_and_not_asked_again() {
     assert_eq!(double.served().heap_dump_hits, 1);
     // The rest of the source keeps working.
     assert!(source.snapshot(0, TIMEOUT).is_ok());
-    let report = envoy::analyse(
+    let report = analysed(
         &[],
         &EnvoyLimits::default(),
         source.heap_dump_state().clone(),

@@ -518,6 +518,14 @@ fn also_targets_are_recorded_into_sub_runs_of_their_own() {
         pids.windows(2).all(|w| w[0] == w[1]),
         "one process, never restarted"
     );
+    // Without --label both name the build after the run directory, as `collect` into it would;
+    // the sub-run's own folder names the target, not the build.
+    for r in [&run, &also] {
+        let growth = util::run(&["growth", "--json", r.to_str().unwrap()]);
+        assert!(growth.status.success(), "{}", util::stderr(&growth));
+        let doc: Value = serde_json::from_slice(&growth.stdout).unwrap();
+        assert_eq!(doc["cycles"][0]["build"], "run", "{}", r.display());
+    }
 }
 
 #[test]

@@ -72,73 +72,16 @@ pub(super) fn probes(
     let died = termination.and_then(|t| t.finished_ms);
     f.cover_last_death = died.zip(events_from).map(|(d, from)| from <= d);
     let kill_probe_failures = f.liveness_failures + f.startup_failures;
-    let (pattern, mut meaning) = if probe_kills > 0 || (kill_probe_failures > 0 && f.killing > 0) {
-        (
-            ProbePattern::LivenessKills,
-            format!(
-                "{} failed liveness/startup probes and {} Killing{}: the kubelet restarts it; \
-                 look at the probe (timeout, threshold) and the container's latency",
-                kill_probe_failures,
-                f.killing,
-                if f.readiness_failures > 0 {
-                    format!(" (and {} failed readiness probes)", f.readiness_failures)
-                } else {
-                    String::new()
-                }
-            ),
-        )
+    f.pattern = if probe_kills > 0 || (kill_probe_failures > 0 && f.killing > 0) {
+        ProbePattern::LivenessKills
     } else if kill_probe_failures > 0 {
-        (
-            ProbePattern::LivenessFailing,
-            format!(
-                "{kill_probe_failures} failed liveness/startup probes, no Killing yet: the \
-                 kubelet will restart it once the failure threshold is reached"
-            ),
-        )
+        ProbePattern::LivenessFailing
     } else if f.readiness_failures > 0 && f.killing == 0 {
-        (
-            ProbePattern::ReadinessOnly,
-            format!(
-                "only readiness failures ({}), no Liveness probe failed, no Killing: the kubelet \
-                 is not killing it, it dies by itself; readiness fails while it starts again, a \
-                 consequence, not the cause",
-                f.readiness_failures
-            ),
-        )
+        ProbePattern::ReadinessOnly
     } else if f.killing > 0 {
-        (
-            ProbePattern::KillingOnly,
-            format!(
-                "{} Killing without failed probes: stopped by the kubelet for a deletion, an \
-                 eviction or a preemption",
-                f.killing
-            ),
-        )
+        ProbePattern::KillingOnly
     } else {
-        (
-            ProbePattern::None,
-            "no probe events for this container".to_string(),
-        )
+        ProbePattern::None
     };
-    if f.back_off > 0 {
-        meaning.push_str(&format!(
-            "; {} BackOff (restarting in a crash loop)",
-            f.back_off
-        ));
-    }
-    if f.node_oom_events > 0 {
-        meaning.push_str(&format!(
-            "; its node logged {} OOMKilling events",
-            f.node_oom_events
-        ));
-    }
-    if f.cover_last_death == Some(false) {
-        meaning.push_str(
-            "; the events begin after its last death, so they cannot show what killed it \
-             (Kubernetes keeps events for one hour by default)",
-        );
-    }
-    f.pattern = pattern;
-    f.meaning = meaning;
     f
 }

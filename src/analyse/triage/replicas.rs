@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 
 use super::kube::Pod;
 use super::{
-    PodTriage, ReplicaFinding, ReplicaPattern, TOGETHER_WITHIN_S, TerminationClass, format_span,
-    seconds,
+    PodTriage, ReplicaFinding, ReplicaPattern, TOGETHER_WITHIN_S, TerminationClass, seconds,
 };
 use crate::analyse::series::theil_sen;
 
@@ -49,53 +48,12 @@ pub(super) fn replicas(raw: &[Pod], pods: &mut [PodTriage]) {
         nodes.dedup();
         let owner = format!("{kind} {name}");
         let (n, r) = (members.len(), restarted.len());
-        let (pattern, meaning) = match (r, spread_s) {
-            (0, _) => (
-                ReplicaPattern::None,
-                format!("none of the {n} replicas of {owner} restarts"),
-            ),
-            (1, _) => (
-                ReplicaPattern::OnlyOne,
-                format!(
-                    "only 1 of {n} replicas of {owner} restarts: look at what is particular to \
-                     it (its node, its share of the traffic)"
-                ),
-            ),
-            (_, Some(s)) if s <= TOGETHER_WITHIN_S => (
-                ReplicaPattern::Together,
-                format!(
-                    "{r} of {n} replicas of {owner} last died within {} of each other{}: a \
-                     shared trigger (node pressure, a config push, a dependency), not each on \
-                     its own",
-                    format_span(s),
-                    if nodes.len() == 1 {
-                        format!(", all on node {}", nodes[0])
-                    } else {
-                        String::new()
-                    }
-                ),
-            ),
-            (_, Some(s)) => (
-                ReplicaPattern::Staggered,
-                format!(
-                    "{r} of {n} replicas of {owner} restart, their last deaths spread over {}{}: \
-                     each dies on its own, so the death is internal (OOM or crash), not a \
-                     rollout or one node",
-                    format_span(s),
-                    if nodes.len() > 1 {
-                        format!(" on {} nodes", nodes.len())
-                    } else {
-                        String::new()
-                    }
-                ),
-            ),
-            (_, None) => (
-                ReplicaPattern::Several,
-                format!(
-                    "{r} of {n} replicas of {owner} restart (no termination times to tell \
-                     whether together or staggered)"
-                ),
-            ),
+        let pattern = match (r, spread_s) {
+            (0, _) => ReplicaPattern::None,
+            (1, _) => ReplicaPattern::OnlyOne,
+            (_, Some(s)) if s <= TOGETHER_WITHIN_S => ReplicaPattern::Together,
+            (_, Some(_)) => ReplicaPattern::Staggered,
+            (_, None) => ReplicaPattern::Several,
         };
         let finding = ReplicaFinding {
             pattern,
@@ -114,7 +72,8 @@ pub(super) fn replicas(raw: &[Pod], pods: &mut [PodTriage]) {
                 .count(),
             spread_s,
             nodes: nodes.len(),
-            meaning,
+            only_node: (nodes.len() == 1).then(|| nodes[0].to_string()),
+            meaning: String::new(),
         };
         for &(p, c) in &members {
             pods[p].containers[c].replicas = Some(finding.clone());
@@ -219,10 +178,5 @@ mod tests {
         let per_min = m.growth_bytes_per_min.unwrap() / (1 << 20) as f64;
         assert!((per_min - 12.52).abs() < 0.01, "{per_min}");
         assert_eq!(m.growth_basis, Some("replicas"));
-        assert!(
-            m.meaning.contains("uses 737Mi (72 % of its 1Gi limit)"),
-            "{}",
-            m.meaning
-        );
     }
 }

@@ -2,10 +2,7 @@
 //! scheduler reserves, what the container may use, and the hidden worker multiplier.
 
 use super::kube::{Container, KubeError, Pod, quantity_value};
-use super::{
-    BLIND_RATIO, CpuFinding, MemoryFinding, NEAR_LIMIT, UsageFigure, WorkerFigure, format_span,
-};
-use crate::units::format_bytes;
+use super::{CpuFinding, MemoryFinding, UsageFigure, WorkerFigure};
 
 /// Kubernetes' rule: BestEffort without any request or limit, Guaranteed when every container
 /// has cpu and memory limits and its requests (defaulting to the limits) equal them.
@@ -109,77 +106,7 @@ pub(super) fn memory_facts(
     })
 }
 
-pub(super) fn memory_meaning(m: &MemoryFinding, qos: &str) -> String {
-    let Some(limit) = &m.limit else {
-        return match &m.usage {
-            Some(u) => format!(
-                "no memory limit: it uses {u} and can take the node's memory, so the node's \
-                 OOM killer or eviction decides when it dies"
-            ),
-            None => "no memory limit: it can take the node's memory, so the node's OOM killer \
-                     or eviction decides when it dies"
-                .to_string(),
-        };
-    };
-    let request = m.request.as_deref().unwrap_or(limit);
-    let mut s = match m.ratio {
-        Some(r) if r >= BLIND_RATIO => {
-            let use_part = match (&m.usage, m.usage_of_limit) {
-                (Some(u), Some(share)) => format!(
-                    "a container that uses {u} ({:.0} % of its {limit} limit)",
-                    share * 100.0
-                ),
-                _ => format!(
-                    "a container allowed {limit}; its real use is not in the pod JSON (take it \
-                     from `kubectl top pod --containers` and pass --usage CONTAINER=SIZE)"
-                ),
-            };
-            format!(
-                "{}x: the scheduler reserves {request} for {use_part}; QoS {qos}: scheduling \
-                 is blind to the real use",
-                trim_ratio(r)
-            )
-        }
-        Some(r) if r > 1.0 + 1e-9 => {
-            format!("requests {request}, limits {limit} ({}x)", trim_ratio(r))
-        }
-        _ if m.request_from_limit => {
-            format!("limit {limit}, no request: Kubernetes reserves the limit")
-        }
-        _ => format!("requests = limits = {limit}: the scheduler reserves what it may use"),
-    };
-    if m.ratio.is_some_and(|r| r < BLIND_RATIO) {
-        if let (Some(u), Some(share)) = (&m.usage, m.usage_of_limit) {
-            s.push_str(&format!("; uses {u} ({:.0} % of the limit)", share * 100.0));
-        }
-    }
-    if m.usage_of_limit.is_some_and(|u| u >= NEAR_LIMIT) {
-        s.push_str("; at the limit: the next growth is an OOM kill");
-    }
-    if let Some(rate) = m.growth_bytes_per_min {
-        let rate = format_bytes(rate as i64);
-        if m.growth_basis == Some("replicas") {
-            s.push_str(&format!(
-                "; grows about {rate}/min (fitted over the replicas' usage against their uptime)"
-            ));
-            if let Some(t) = m.limit_in_s {
-                s.push_str(&format!(", the limit in about {}", format_span(t)));
-            }
-        } else {
-            // From one pod the start-up footprint is unknown: an upper bound only.
-            s.push_str(&format!(
-                "; grows at most {rate}/min (its usage over its uptime, as if it started from \
-                 nothing)"
-            ));
-            if let Some(t) = m.limit_in_s {
-                s.push_str(&format!(", the limit no sooner than in {}", format_span(t)));
-            }
-        }
-    }
-    s
-}
-
-pub(super) fn trim_ratio(r: f64) -> String {
+pub fn trim_ratio(r: f64) -> String {
     if (r - r.round()).abs() < 0.05 {
         format!("{}", r.round() as i64)
     } else {
@@ -224,29 +151,6 @@ pub(super) fn cpu_facts(
     let cores = limit.map(|l| l.ceil().max(1.0));
     let multiplied = matches!((workers, cores), (Some(w), Some(c)) if f64::from(w) > c);
     let per_cpu = workers.zip(limit).map(|(w, l)| f64::from(w) / l.max(1e-3));
-    let meaning = match (workers, limit) {
-        (Some(w), Some(l)) if multiplied => Some(format!(
-            "{w} workers on a {} CPU limit ({}x): the worker count follows the node's cores, \
-             not the limit, and each worker keeps its own copy of per-worker state{}; align it \
-             with the limit",
-            trim_ratio(l),
-            trim_ratio(f64::from(w) / l),
-            if envoy {
-                " (Envoy replicates cluster state per worker)"
-            } else {
-                ""
-            }
-        )),
-        (Some(w), Some(l)) => Some(format!("{w} workers within a {} CPU limit", trim_ratio(l))),
-        (Some(w), None) => Some(format!("{w} workers, no CPU limit")),
-        (None, _) if envoy => Some(
-            "worker count unknown: an Envoy with concurrency 0 or unset may run one worker per \
-             core of the node, whatever its CPU limit; read server.concurrency from its admin \
-             port and pass --concurrency N"
-                .to_string(),
-        ),
-        (None, _) => None,
-    };
     Ok(CpuFinding {
         request_cores: request,
         limit_cores: limit,
@@ -254,7 +158,8 @@ pub(super) fn cpu_facts(
         workers_source: source,
         workers_per_cpu: per_cpu,
         multiplied,
-        meaning,
+        envoy,
+        meaning: None,
     })
 }
 
@@ -325,11 +230,6 @@ mod tests {
         let report = run(&[burstable], None, &[]);
         let m = &report.pods[0].containers[0].memory;
         assert_eq!(m.ratio, Some(8.0));
-        assert!(
-            m.meaning.starts_with("8x: the scheduler reserves 128Mi"),
-            "{}",
-            m.meaning
-        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use super::RunView;
 use super::marks::{Mark, Stagger};
 use crate::analyse::boundaries::{self, CycleSpan};
 use crate::analyse::growth::CycleGrowth;
+use crate::render::ends::end_words;
 use crate::store::RecordKind;
 use crate::units::format_bytes;
 
@@ -152,7 +153,7 @@ impl Timeline {
         }
         if t.kills.is_empty() {
             t.stopped = c.died_after_s;
-            t.end_words = c.end.words();
+            t.end_words = end_words(&c.end);
         }
         // The marked log lines from the cycle's start to the next cycle's.
         let next_ms = cycles.get(pos + 1).map_or(i64::MAX, |n| n.start_ms);

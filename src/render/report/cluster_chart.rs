@@ -8,6 +8,7 @@ use plotters::prelude::*;
 use super::RunView;
 use super::marks::{Mark, Stagger};
 use crate::analyse::boundaries;
+use crate::render::ends::end_words;
 use crate::store::RecordKind;
 use crate::store::cluster::Event;
 use crate::units::format_bytes;
@@ -100,7 +101,7 @@ impl SharedTimeline {
                         let words = if c.killed {
                             "OOM kill".to_string()
                         } else {
-                            c.end.words()
+                            end_words(&c.end)
                         };
                         Some((at(c.start_ms) + died, words))
                     })

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::analyse::growth::CycleGrowth;
 use crate::analyse::rules::{self, Status};
+use crate::render::ends::end_words;
 use crate::units::format_bytes;
 
 /// Rows per table.
@@ -314,9 +315,13 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     match (c.died_after_s, c.end.is_death()) {
         (Some(d), true) => facts.push((
             "end".into(),
-            format!("{} {} after the first capture", c.end.words(), seconds(d)),
+            format!(
+                "{} {} after the first capture",
+                end_words(&c.end),
+                seconds(d)
+            ),
         )),
-        _ => facts.push(("end".into(), c.end.words())),
+        _ => facts.push(("end".into(), end_words(&c.end))),
     }
     if let Some(p) = &c.profiling {
         facts.push((

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use super::{ReportModel, collection_facts, envoy_facts, rate, seconds, tally, usual_interval_ms};
 use crate::analyse::rules::{self, Status};
+use crate::render::ends::end_words;
 use crate::units::format_bytes;
 
 /// Sites listed per cycle and regressions listed against the baseline.
@@ -104,8 +105,8 @@ pub fn markdown(m: &ReportModel) -> String {
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
     for c in &g.cycles {
         let end = match (c.died_after_s, c.end.is_death()) {
-            (Some(d), true) => format!("{} at {}", c.end.words(), seconds(d)),
-            (Some(_), false) => c.end.words(),
+            (Some(d), true) => format!("{} at {}", end_words(&c.end), seconds(d)),
+            (Some(_), false) => end_words(&c.end),
             (None, _) if c.end == crate::analyse::ends::CycleEnd::CollectorStopped => {
                 format!("collector stopped after {}", seconds(c.span_s))
             }
