@@ -38,14 +38,15 @@ impl Source for Streaming {
         want == Want::Heap
     }
     fn fetch(&mut self, _: Want, _: Duration) -> Result<Reply, FetchError> {
-        unreachable!("the collector uses fetch_tapped when a source has it")
+        unreachable!("the collector uses fetch_async when a source has it")
     }
-    fn fetch_tapped<'a>(
+    fn fetch_async<'a>(
         &'a mut self,
         _: Want,
         _: Duration,
-        tap: &'a mut dyn BodyTap,
+        tap: Option<&'a mut dyn BodyTap>,
     ) -> Option<Fetching<'a>> {
+        let tap = tap.expect("the collector taps a profile's body");
         let told = self.script.pop_front().expect("a step per request");
         self.clock.advance(Duration::from_millis(5));
         let counted = self.pieces_told.clone();

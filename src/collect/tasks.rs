@@ -79,10 +79,9 @@ impl Collector {
             .source
             .as_mut()
             .expect("the source is back between fetches");
-        if let Some(fetching) = match tap {
-            Some(tap) => source.fetch_tapped(want, timeout, tap),
-            None => source.fetch_async(want, timeout),
-        } {
+        // Reborrowed for this fetch only: the source is handed back below.
+        let tap = tap.map(|t| t as &mut dyn BodyTap);
+        if let Some(fetching) = source.fetch_async(want, timeout, tap) {
             return tokio::select! {
                 biased;
                 reply = fetching => Some(reply),

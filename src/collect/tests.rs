@@ -1159,7 +1159,12 @@ impl Source for Native {
     fn fetch(&mut self, _: Want, _: Duration) -> Result<Reply, FetchError> {
         unreachable!("the collector uses fetch_async when a source has it")
     }
-    fn fetch_async(&mut self, _: Want, _: Duration) -> Option<crate::source::Fetching<'_>> {
+    fn fetch_async<'a>(
+        &'a mut self,
+        _: Want,
+        _: Duration,
+        _: Option<&'a mut dyn crate::source::BodyTap>,
+    ) -> Option<crate::source::Fetching<'a>> {
         self.requests += 1;
         let hang = self.requests >= self.hang_at;
         let (latency, stop) = (self.latency, self.stop.clone());

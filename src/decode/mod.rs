@@ -389,22 +389,8 @@ mod tests {
 
     #[test]
     fn streaming_the_gzip_gives_the_model_of_the_whole_buffer() {
-        // The fixture's samples again and again after it (concatenated messages merge), so
-        // the profile spans many of the gunzip windows and its fields cross their edges.
-        let raw = gunzip(
-            &fixture("hiddenleak-heap-rate4k.pb.gz"),
-            DEFAULT_MAX_DECOMPRESSED,
-        )
-        .unwrap();
-        let samples = pb::Profile {
-            sample: decode_message(&raw).unwrap().sample,
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let mut big = raw.clone();
-        while big.len() < 1 << 20 {
-            big.extend_from_slice(&samples);
-        }
+        // The profile spans many of the gunzip windows, and its fields cross their edges.
+        let big = many_chunks();
         let whole = decode_protobuf(&big).unwrap();
         assert!(whole.samples.len() > 10_000, "{}", whole.samples.len());
         let limits = DecodeLimits::default();

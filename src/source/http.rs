@@ -243,17 +243,13 @@ impl Source for HttpSource {
         blocking(self.get(want, timeout, None))
     }
 
-    fn fetch_async(&mut self, want: Want, timeout: Duration) -> Option<Fetching<'_>> {
-        Some(Box::pin(self.get(want, timeout, None)))
-    }
-
-    fn fetch_tapped<'a>(
+    fn fetch_async<'a>(
         &'a mut self,
         want: Want,
         timeout: Duration,
-        tap: &'a mut dyn BodyTap,
+        tap: Option<&'a mut dyn BodyTap>,
     ) -> Option<Fetching<'a>> {
-        Some(Box::pin(self.get(want, timeout, Some(tap))))
+        Some(Box::pin(self.get(want, timeout, tap)))
     }
 }
 

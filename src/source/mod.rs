@@ -175,20 +175,17 @@ pub trait Source: Send {
     /// Fetches, blocking the thread until the answer or the timeout.
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError>;
     /// The same fetch as a future that never blocks its thread, for a source that has one
-    /// (HTTP, Envoy, the agent). `None` for a source whose work blocks (proc reads the
-    /// target's memory): the collector runs its `fetch` on tokio's blocking pool instead.
-    fn fetch_async(&mut self, _want: Want, _timeout: Duration) -> Option<Fetching<'_>> {
-        None
-    }
-    /// [`Source::fetch_async`], telling `tap` the body's pieces as they arrive. A source that
-    /// cannot tell them leaves `tap` untold, and the collector takes the body once it is whole.
-    fn fetch_tapped<'a>(
+    /// (HTTP, Envoy, the agent), telling `tap`, if given, the body's pieces as they arrive (a
+    /// source that cannot tell them leaves it untold, and the collector takes the body once it
+    /// is whole). `None` for a source whose work blocks (proc reads the target's memory): the
+    /// collector runs its `fetch` on tokio's blocking pool instead.
+    fn fetch_async<'a>(
         &'a mut self,
-        want: Want,
-        timeout: Duration,
-        _tap: &'a mut dyn BodyTap,
+        _want: Want,
+        _timeout: Duration,
+        _tap: Option<&'a mut dyn BodyTap>,
     ) -> Option<Fetching<'a>> {
-        self.fetch_async(want, timeout)
+        None
     }
     /// The build of the process the source talks to now, asked once per boot cycle after its
     /// first answer. `None` when the source cannot tell (plain HTTP pprof).

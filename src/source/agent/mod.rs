@@ -311,17 +311,13 @@ impl Source for AgentSource {
         self.ask(op_for(want), timeout)
     }
 
-    fn fetch_async(&mut self, want: Want, timeout: Duration) -> Option<Fetching<'_>> {
-        Some(Box::pin(self.ask_async(op_for(want), timeout, None)))
-    }
-
-    fn fetch_tapped<'a>(
+    fn fetch_async<'a>(
         &'a mut self,
         want: Want,
         timeout: Duration,
-        tap: &'a mut dyn BodyTap,
+        tap: Option<&'a mut dyn BodyTap>,
     ) -> Option<Fetching<'a>> {
-        Some(Box::pin(self.ask_async(op_for(want), timeout, Some(tap))))
+        Some(Box::pin(self.ask_async(op_for(want), timeout, tap)))
     }
 
     fn build_info_async(&mut self, timeout: Duration) -> Option<AskingBuild<'_>> {
