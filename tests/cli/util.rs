@@ -227,8 +227,11 @@ pub fn wait_for_line(
             return rest.to_string();
         }
         if let Ok(Some(status)) = child.try_wait() {
+            // What it said on the way out (its stderr, when kept beside as NAME.err).
+            let said = std::fs::read_to_string(file.with_extension("err")).unwrap_or_default();
             panic!(
-                "{} exited ({status}) before printing {prefix:?}",
+                "{} exited ({status}) before printing {prefix:?}; it printed {text:?}, \
+                 and on stderr {said:?}",
                 file.display()
             );
         }
