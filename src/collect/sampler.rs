@@ -124,13 +124,15 @@ impl Sampler {
     }
 }
 
-/// The memory that can get the target killed, between two detailed samples: the total less
-/// the reclaimable part the last detailed sample found. Page cache that grows since is
-/// counted as killable until the next detailed sample (burst mode a moment early, never late);
-/// anonymous memory that grows is counted at once.
+/// The memory that can get the target killed, between two detailed samples: what the last
+/// detailed sample found unreclaimable, plus whatever the total grew by since. Page cache that
+/// grows since is counted as killable until the next detailed sample (burst mode a moment
+/// early, never late); a total that shrinks is taken as reclaimed cache (the kernel reclaims
+/// cache first), so killable never drops below the last figure but for the total itself.
 #[derive(Debug, Default)]
 struct Split {
-    reclaimable: Option<u64>,
+    /// The unreclaimable part at the last detailed sample.
+    unreclaimable: Option<u64>,
     /// The total at the last detailed sample.
     total: Option<u64>,
 }
@@ -155,11 +157,12 @@ impl Split {
             _ => None,
         };
         if let Some(u) = unreclaimable {
-            self.reclaimable = Some(total.saturating_sub(u));
+            self.unreclaimable = Some(u);
             self.total = Some(total);
             return Some(u.min(total));
         }
-        Some(total.saturating_sub(self.reclaimable?))
+        let grown = total.saturating_sub(self.total?);
+        Some(self.unreclaimable?.saturating_add(grown).min(total))
     }
 }
 
@@ -194,6 +197,11 @@ mod tests {
         assert_eq!(split.killable(&sample(350, None)), Some(300));
         // The detailed sample says it was cache.
         assert_eq!(split.killable(&sample(350, Some(200))), Some(200));
+        // At the limit the kernel reclaims cache and the total falls below what the last
+        // detailed sample called killable plus cache: still the 200 anonymous, never 0
+        // (which reads as "unknown", and burst mode would go by the total with its cache).
+        assert_eq!(split.killable(&sample(210, None)), Some(200));
+        assert_eq!(split.killable(&sample(120, None)), Some(120));
         // A jump of more than 16 MiB asks for a detailed sample at once.
         assert!(!split.jumped(&sample(350 + (16 << 20), None)));
         assert!(split.jumped(&sample(351 + (16 << 20), None)));
