@@ -175,11 +175,12 @@ pub fn across_summary(cycles: &[CycleGrowth], across: &AcrossCycles) -> String {
         }
         let ends: Vec<String> = ends.iter().map(|(w, n)| format!("{n} {w}")).collect();
         let mut s = format!("{} boot cycles: {}", cycles.len(), ends.join(", "));
-        if let Some(site) = &across.same_top_site {
-            s.push_str(&format!("; every cycle grows fastest in {site}"));
-        } else {
-            s.push_str("; the fastest-growing site differs between cycles");
-        }
+        let growing = cycles.iter().filter(|c| !c.sites.is_empty()).count();
+        s.push_str(&top_sites_words(
+            across.same_top_site.as_deref(),
+            growing,
+            cycles.len(),
+        ));
         if ages.len() >= 2 {
             let min = ages.iter().copied().fold(f64::INFINITY, f64::min);
             let max = ages.iter().copied().fold(0.0, f64::max);
@@ -188,6 +189,17 @@ pub fn across_summary(cycles: &[CycleGrowth], across: &AcrossCycles) -> String {
             ));
         }
         s
+    }
+}
+
+/// What the cycles' fastest-growing sites have in common, when `growing` of `cycles` have
+/// one: a cycle without a growing site is not a different site.
+fn top_sites_words(same: Option<&str>, growing: usize, cycles: usize) -> String {
+    match same {
+        Some(site) => format!("; every cycle grows fastest in {site}"),
+        None if growing == 0 => "; no cycle has a growing site".to_string(),
+        None if growing < cycles => format!("; {growing} of {cycles} cycles have a growing site"),
+        None => "; the fastest-growing site differs between cycles".to_string(),
     }
 }
 
@@ -201,6 +213,23 @@ mod tests {
     fn worded(mut report: GrowthReport) -> GrowthReport {
         word_growth(&mut report);
         report
+    }
+
+    #[test]
+    fn a_cycle_without_a_growing_site_is_not_called_a_different_site() {
+        assert_eq!(
+            top_sites_words(None, 1, 2),
+            "; 1 of 2 cycles have a growing site"
+        );
+        assert_eq!(top_sites_words(None, 0, 3), "; no cycle has a growing site");
+        assert_eq!(
+            top_sites_words(None, 2, 2),
+            "; the fastest-growing site differs between cycles"
+        );
+        assert_eq!(
+            top_sites_words(Some("main.f"), 2, 2),
+            "; every cycle grows fastest in main.f"
+        );
     }
 
     #[test]
