@@ -23,4 +23,5 @@ mod push;
 mod replay;
 mod report;
 mod run;
+mod secrets;
 mod triage;
