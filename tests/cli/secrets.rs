@@ -439,3 +439,50 @@ fn run_also_keeps_no_password() {
     seen.tree(&run);
     seen.assert_free_of(&[PASSWORD, BASIC]);
 }
+
+/// A cluster run (the credentialed target twice, as two nodes) collected, then resumed: the
+/// cluster's `run.json`, each node's, the messages of both collectors hold no password.
+#[test]
+fn a_cluster_run_and_its_resumption_keep_no_password() {
+    let listen = format!("127.0.0.1:{}", util::free_port());
+    let Some(_fixture) = authpprof(&listen, &["-user", "alice", "-password", PASSWORD]) else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let target = format!("http://alice:{PASSWORD}@{listen}");
+    let mut seen = Seen::default();
+    for round in ["first", "resumed"] {
+        let out = util::run(&[
+            "collect",
+            &target,
+            &target,
+            "--name",
+            "a",
+            "--name",
+            "b",
+            "--out",
+            run.to_str().unwrap(),
+            "--interval",
+            "100ms",
+            "--duration",
+            "1500ms",
+            "--progress-every",
+            "200ms",
+        ]);
+        assert!(out.status.success(), "{round}: {}", util::stderr(&out));
+        seen.output(round, &out);
+    }
+    let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(
+        info["resumed_ms"].as_array().map(Vec::len),
+        Some(1),
+        "{info}"
+    );
+    for node in info["targets"].as_array().unwrap() {
+        assert_eq!(node["target"], format!("http://alice:***@{listen}"));
+        assert!(ok_heaps(&run.join(node["dir"].as_str().unwrap())) > 0);
+    }
+    seen.tree(&run);
+    seen.assert_free_of(&[PASSWORD, BASIC]);
+}
