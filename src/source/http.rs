@@ -107,8 +107,8 @@ impl HttpSource {
 
 /// reqwest over rustls, HTTP/1.1, the extra headers on every request; the connection is kept
 /// between requests, as one target is asked over and over. HTTP and Envoy targets share it.
-/// It alone holds the target's secrets (headers, a URL's credentials and tokens), and every
-/// text it passes on is cleared of them, an error page that echoes a request included.
+/// It knows every secret of its target (headers, a URL's credentials and tokens) and clears
+/// each from any text it passes on, an error page that echoes the request included.
 pub(crate) struct HttpClient {
     client: reqwest::Client,
     headers: HeaderMap,
