@@ -18,3 +18,9 @@ pub mod scan;
 pub mod source;
 pub mod store;
 pub mod units;
+
+/// What a test needs from the machine (Go, root, …) and what it says without it: the same
+/// file the integration tests use.
+#[cfg(test)]
+#[path = "../tests/support/prerequisite.rs"]
+pub(crate) mod prerequisite;

@@ -12,6 +12,7 @@ use heapwatch::collect::cluster::{NodeOutcome, StartError, StartOptions, TargetS
 use heapwatch::collect::marks::{self, MarkError};
 use heapwatch::collect::targets::{TargetError, TargetOptions};
 use heapwatch::collect::{CollectConfig, CollectSummary, LiveStatus, Observer, StopReason};
+use heapwatch::source::Target;
 use heapwatch::source::http::HttpOptions;
 use heapwatch::store::CaptureRecord;
 use heapwatch::store::cluster::EVENTS_FILE;
@@ -73,8 +74,10 @@ pub struct CollectArgs {
     /// Go process read from outside through its memory: proc:PID (needs ptrace rights), or
     /// proc:exe:NAME / proc:cgroup:PATH, which follow the process across restarts. Several
     /// targets make a cluster run, one node each.
+    /// Credentials in a URL (http://USER:PASSWORD@HOST:PORT) are sent as Basic auth and never
+    /// kept: the run and every message show the password as ***.
     #[arg(value_name = "TARGET", required = true, num_args = 1..)]
-    targets: Vec<String>,
+    targets: Vec<Target>,
     #[command(flatten)]
     record: RecordFlags,
     /// A node's name, for each target in order (repeatable; default: from the target).
@@ -132,8 +135,10 @@ pub struct CollectArgs {
     /// Largest response body accepted.
     #[arg(long, default_value = "512MiB", value_parser = units::parse_size)]
     max_body: u64,
-    /// Extra request header, e.g. "Authorization: Bearer TOKEN" (repeatable).
-    #[arg(long = "header", short = 'H')]
+    /// Extra request header, e.g. "Authorization: Bearer TOKEN" (repeatable). @FILE reads
+    /// such lines from FILE, which keeps a token out of the process list and shell history.
+    /// Sent, never written to the run or printed.
+    #[arg(long = "header", short = 'H', value_name = "HEADER")]
     headers: Vec<String>,
     /// PEM CA certificate for an https target.
     #[arg(long)]
@@ -215,15 +220,8 @@ impl CollectArgs {
     }
 
     fn http_options(&self) -> Result<HttpOptions, CliError> {
-        let mut headers = Vec::new();
-        for h in &self.headers {
-            let (name, value) = h
-                .split_once(':')
-                .ok_or_else(|| usage(format!("--header {h:?}: expected \"Name: value\"")))?;
-            headers.push((name.trim().to_string(), value.trim().to_string()));
-        }
         Ok(HttpOptions {
-            headers,
+            headers: super::headers::read_headers("--header", &self.headers)?,
             cacert: self.cacert.clone(),
             client_cert: self.cert.clone(),
             client_key: self.key.clone(),
@@ -477,7 +475,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
                 agent_dir: args
                     .agent_dir
                     .clone()
-                    .filter(|_| !cluster || target.starts_with("agent:")),
+                    .filter(|_| !cluster || target.as_str().starts_with("agent:")),
                 pid: pids[i],
                 cgroup: cgroups[i].as_ref().map(PathBuf::from),
                 interval: config.interval,

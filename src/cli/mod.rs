@@ -9,6 +9,7 @@ mod demo;
 mod diff;
 mod flame;
 mod growth;
+mod headers;
 mod index;
 mod push;
 mod push_flags;

@@ -56,23 +56,10 @@ const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(10);
 impl PushFlags {
     /// The server, its headers (`@FILE`s read) and TLS roots.
     pub fn destination(&self, url: &str) -> Result<Destination, CliError> {
-        let mut headers = Vec::new();
-        for given in &self.headers {
-            let lines = match given.strip_prefix('@') {
-                Some(file) => std::fs::read_to_string(file).map_err(|source| CliError::Read {
-                    path: file.to_string(),
-                    source,
-                })?,
-                None => given.clone(),
-            };
-            for line in lines.lines().filter(|l| !l.trim().is_empty()) {
-                let (name, value) = line.split_once(':').ok_or_else(|| {
-                    let shown = if given.starts_with('@') { given } else { line };
-                    CliError::Usage(format!("--push-header {shown:?}: expected \"Name: value\""))
-                })?;
-                headers.push((name.trim().to_string(), value.trim().to_string()));
-            }
-        }
+        let headers = super::headers::read_headers("--push-header", &self.headers)?
+            .into_iter()
+            .map(|(name, value)| (name, value.expose().to_string()))
+            .collect();
         Ok(Destination {
             url: url.to_string(),
             tenant: self.tenant.clone(),

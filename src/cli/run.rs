@@ -11,12 +11,12 @@ use heapwatch::collect::{Clock as _, CollectConfig, LiveStatus, Observer, Stop, 
 use heapwatch::launch::{
     self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartPolicy, SubRun,
 };
-use heapwatch::source::Source;
 use heapwatch::source::agent::{AgentOptions, AgentSource};
 use heapwatch::source::envoy::EnvoySource;
 use heapwatch::source::http::{HttpOptions, HttpSource};
 use heapwatch::source::proc::follow::FollowSource;
 use heapwatch::source::procfind::{ProcSelector, SharedPid};
+use heapwatch::source::{Source, Target};
 use heapwatch::store::{CaptureRecord, RunInfo};
 use heapwatch::units::{self, format_bytes};
 
@@ -57,9 +57,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "250ms", value_parser = units::parse_duration)]
     backoff: Duration,
     /// Another target to record beside the proc source (e.g. the command's agent or its
-    /// http://… pprof port), into RUN/also-N/, a run of its own (repeatable).
-    #[arg(long)]
-    also: Vec<String>,
+    /// http://… pprof port), into RUN/also-N/, a run of its own (repeatable). A URL's
+    /// password is sent as Basic auth and never kept.
+    #[arg(long, value_name = "TARGET")]
+    also: Vec<Target>,
     /// Per-request timeout of the --also targets.
     #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
     timeout: Duration,
@@ -114,7 +115,7 @@ impl RunArgs {
                 burst_interval_ms: Some(self.record.burst_interval.as_millis() as u64),
                 burst_at: Some(self.record.burst_at),
                 memory_interval_ms: Some(self.record.memory_interval.as_millis() as u64),
-                also: Some(self.also.clone()),
+                also: Some(self.also.iter().map(Target::to_string).collect()),
                 max_disk: self.record.max_disk,
                 ..Default::default()
             },
@@ -134,16 +135,17 @@ impl RunArgs {
 }
 
 /// An `--also` target with the collector's default options.
-fn also_source(target: &str) -> Result<Box<dyn Source>, CliError> {
+fn also_source(given: &Target) -> Result<Box<dyn Source>, CliError> {
     let http = HttpOptions {
         max_body: 512 << 20,
         ..HttpOptions::default()
     };
+    let target = given.as_str();
     let source: Box<dyn Source> = if target.starts_with("http://") || target.starts_with("https://")
     {
-        Box::new(HttpSource::new(target, &http).map_err(|e| usage(e.message))?)
+        Box::new(HttpSource::new(given, &http).map_err(|e| usage(e.message))?)
     } else if target.starts_with("envoy:") {
-        Box::new(EnvoySource::new(target, &http).map_err(|e| usage(e.message))?)
+        Box::new(EnvoySource::new(given, &http).map_err(|e| usage(e.message))?)
     } else if target.starts_with("agent:") {
         let options = AgentOptions {
             dir: None,
@@ -269,7 +271,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         .map(|(i, (source, target))| {
             let out = heapwatch::scan::also_dir(&args.record.out, i + 1);
             SubRun {
-                info: args.info(&out, target, source.kind().as_str(), mode, started_ms),
+                info: args.info(
+                    &out,
+                    target.as_str(),
+                    source.kind().as_str(),
+                    mode,
+                    started_ms,
+                ),
                 out,
                 source,
             }

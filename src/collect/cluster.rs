@@ -19,6 +19,7 @@ use super::{
     Clock as _, CollectConfig, CollectError, CollectSummary, Collector, Observer, OutsideMemory,
     Stop, SystemClock,
 };
+use crate::source::Target;
 use crate::source::procmem::MemoryProbe;
 use crate::store::cluster::{
     self, CLUSTER_KIND, ClusterInfo, ClusterTarget, LogSpec, MarkSpec, TARGETS_DIR,
@@ -43,7 +44,7 @@ pub enum StartError {
 pub struct TargetSpec {
     /// The node's name; in a single-target run it names nothing on disk.
     pub name: String,
-    pub target: String,
+    pub target: Target,
     pub options: TargetOptions,
     /// The node's memory limit (`--limit`); else its cgroup's.
     pub limit: Option<u64>,
@@ -67,7 +68,7 @@ pub struct StartOptions {
 
 /// The names of the targets' nodes: `--name` by position, else one from the target itself
 /// ([`targets::node_name`]). Two nodes of one name are refused.
-pub fn node_names(targets: &[String], names: &[String]) -> Result<Vec<String>, StartError> {
+pub fn node_names(targets: &[Target], names: &[String]) -> Result<Vec<String>, StartError> {
     if names.len() > targets.len() {
         return Err(StartError::Layout(format!(
             "{} --name for {} target(s): give at most one --name per target, in order",
@@ -87,7 +88,7 @@ pub fn node_names(targets: &[String], names: &[String]) -> Result<Vec<String>, S
                 }
                 given.clone()
             }
-            None => targets::node_name(target),
+            None => targets::node_name(target.as_str()),
         };
         if let Some(j) = out.iter().position(|n| *n == name) {
             return Err(StartError::Layout(format!(
@@ -161,7 +162,7 @@ pub fn start(targets: Vec<TargetSpec>, options: StartOptions) -> Result<Collecti
         return Err(StartError::Layout("no target given".into()));
     }
     let marks = marks::compile(&options.logs, &options.marks)?;
-    let given: Vec<String> = targets.iter().map(|t| t.target.clone()).collect();
+    let given: Vec<Target> = targets.iter().map(|t| t.target.clone()).collect();
     let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
     node_names(&given, &names)?;
     let cluster = targets.len() > 1;
@@ -189,7 +190,7 @@ pub fn start(targets: Vec<TargetSpec>, options: StartOptions) -> Result<Collecti
         writer.write_info(&info)?;
         nodes.push(Node {
             name: spec.name,
-            target: spec.target,
+            target: spec.target.to_string(),
             dir,
             opened,
             writer,
@@ -255,7 +256,7 @@ fn node_info(
     let mut info = RunInfo {
         schema: crate::model::SCHEMA,
         tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
-        target: spec.target.clone(),
+        target: spec.target.to_string(),
         source: opened.source.kind().as_str().to_string(),
         started_ms,
         resumed_ms: Vec::new(),

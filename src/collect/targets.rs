@@ -14,7 +14,7 @@ use crate::source::proc::follow::{Attacher, FollowSource};
 use crate::source::proc::{ProcError, ProcSource};
 use crate::source::procfind::ProcSelector;
 use crate::source::procmem::{CgroupMemory, MemoryProbe};
-use crate::source::{FailureKind, FetchError, Source};
+use crate::source::{FailureKind, FetchError, Source, Target};
 
 #[derive(Debug, Error)]
 pub enum TargetError {
@@ -42,7 +42,7 @@ pub struct TargetOptions {
 
 /// A target ready to be collected.
 pub struct OpenedTarget {
-    /// The target as the user gave it.
+    /// The target as the user gave it, its secrets hidden.
     pub target: String,
     pub source: Box<dyn Source>,
     /// Where its memory is sampled from outside, when anywhere.
@@ -63,8 +63,10 @@ const KNOWN_TARGETS: &str = "expected http://HOST:PORT, https://…, envoy:http:
      agent:unix:/path.sock, agent:tcp:HOST:PORT, agent:PID, agent:auto[:APP_ID], proc:PID, \
      proc:exe:NAME or proc:cgroup:PATH";
 
-/// Opens the source a target string names, and the memory probe that goes with it.
-pub fn open_target(spec: &str, options: &TargetOptions) -> Result<OpenedTarget, TargetError> {
+/// Opens the source a target names, and the memory probe that goes with it. Only the HTTP
+/// and Envoy sources see a target's secrets; everything else gets its shown form.
+pub fn open_target(target: &Target, options: &TargetOptions) -> Result<OpenedTarget, TargetError> {
+    let spec = target.as_str();
     let usage = TargetError::Usage;
     let mut probe = match (&options.cgroup, options.pid) {
         (Some(path), _) => Some(MemoryProbe::Cgroup(
@@ -79,9 +81,9 @@ pub fn open_target(spec: &str, options: &TargetOptions) -> Result<OpenedTarget, 
         )));
     }
     let source: Box<dyn Source> = if spec.starts_with("http://") || spec.starts_with("https://") {
-        Box::new(HttpSource::new(spec, &options.http).map_err(|e| usage(e.message))?)
+        Box::new(HttpSource::new(target, &options.http).map_err(|e| usage(e.message))?)
     } else if spec.starts_with("envoy:") {
-        Box::new(EnvoySource::new(spec, &options.http).map_err(|e| usage(e.message))?)
+        Box::new(EnvoySource::new(target, &options.http).map_err(|e| usage(e.message))?)
     } else if spec.starts_with("agent:") {
         let agent = AgentSource::new(
             spec,
@@ -237,7 +239,7 @@ mod tests {
 
     #[test]
     fn an_unknown_target_is_a_usage_error_listing_the_forms() {
-        let err = open_target("ftp://x", &TargetOptions::default())
+        let err = open_target(&"ftp://x".into(), &TargetOptions::default())
             .err()
             .expect("refused");
         assert!(matches!(err, TargetError::Usage(_)));

@@ -5,14 +5,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::http::{HttpClient, HttpOptions, blocking, status_error};
+use super::http::{HttpClient, HttpOptions, blocking};
+use super::target::{Endpoint, Target, TargetUrl};
 use super::{BodyTap, FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
 use crate::model::envoy::MEMORY_PREFIX;
 pub use crate::model::envoy::{EnvoyMemory, EnvoySnapshot, EnvoyStats, HeapDumpState, STATS};
 
-/// Asks Envoy for only the counters of [`STATS`] (Envoy matches `filter` as a regex; an Envoy that
-/// ignores it still works, as the reply is filtered again here).
-const STATS_QUERY: &str = "/stats?filter=%5E%28server%5C.%28concurrency%7Ctotal_connections%7Cmemory_allocated%7Cmemory_heap_size%7Cmemory_physical_size%7Cuptime%29%7Ccluster_manager%5C.active_clusters%7Clistener_manager%5C.total_listeners_active%29%24";
+/// Asks Envoy's `/stats` for only the counters of [`STATS`] (Envoy matches `filter` as a regex;
+/// an Envoy that ignores it still works, as the reply is filtered again here).
+const STATS_FILTER: &str = "filter=%5E%28server%5C.%28concurrency%7Ctotal_connections%7Cmemory_allocated%7Cmemory_heap_size%7Cmemory_physical_size%7Cuptime%29%7Ccluster_manager%5C.active_clusters%7Clistener_manager%5C.total_listeners_active%29%24";
 
 /// Reads the reply of `fetch(Want::MemStats)` on an [`EnvoySource`] back into manifest
 /// totals. `None` when the bytes are not such a reply.
@@ -34,8 +35,8 @@ pub enum HeapDump {
 }
 
 pub struct EnvoySource {
-    target: String,
-    base: String,
+    target: Target,
+    url: TargetUrl,
     client: HttpClient,
     max_body: u64,
     heap_dump: HeapDumpState,
@@ -45,21 +46,19 @@ impl EnvoySource {
     /// `target` is `envoy:http://HOST:PORT` (or the bare URL). Of `options`, the headers, the
     /// body cap and `insecure` apply; the admin port speaks plain HTTP, so CA and client
     /// certificates are refused rather than ignored.
-    pub fn new(target: &str, options: &HttpOptions) -> Result<EnvoySource, FetchError> {
-        let url = target.strip_prefix("envoy:").unwrap_or(target);
-        let url = url.trim_end_matches('/');
-        let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
-        let has_path = url
-            .split_once("://")
-            .is_some_and(|(_, rest)| rest.contains('/'));
-        if !scheme_ok || has_path {
-            return Err(FetchError::new(
+    pub fn new(
+        target: impl Into<Target>,
+        options: &HttpOptions,
+    ) -> Result<EnvoySource, FetchError> {
+        let target: Target = target.into();
+        let url = target.url().filter(|u| u.path.is_empty()).ok_or_else(|| {
+            FetchError::new(
                 FailureKind::Other,
                 format!(
                     "{target}: not an Envoy admin address (example: envoy:http://127.0.0.1:15000)"
                 ),
-            ));
-        }
+            )
+        })?;
         if options.cacert.is_some() || options.client_cert.is_some() || options.client_key.is_some()
         {
             return Err(FetchError::new(
@@ -74,9 +73,9 @@ impl EnvoySource {
             ..HttpOptions::default()
         })?;
         Ok(EnvoySource {
-            target: target.to_string(),
-            base: url.to_string(),
-            client: HttpClient::new(&options.headers, tls)?,
+            client: HttpClient::new(&url, &options.headers, tls)?,
+            target,
+            url,
             max_body: if options.max_body == 0 {
                 512 << 20
             } else {
@@ -84,6 +83,11 @@ impl EnvoySource {
             },
             heap_dump: HeapDumpState::NotAsked,
         })
+    }
+
+    /// One of the admin port's endpoints (`/memory`), with any parameters of the target.
+    fn endpoint(&self, path: &str, own: &[&str]) -> Endpoint {
+        self.url.endpoint(path, own, true)
     }
 
     pub fn heap_dump_state(&self) -> &HeapDumpState {
@@ -112,7 +116,7 @@ impl EnvoySource {
     }
 
     async fn memory_async(&self, timeout: Duration) -> Result<EnvoyMemory, FetchError> {
-        let url = format!("{}/memory", self.base);
+        let url = self.endpoint("/memory", &[]);
         let bytes = self.ok(&url, timeout).await?;
         EnvoyMemory::parse(&bytes).map_err(|e| {
             FetchError::new(
@@ -123,7 +127,7 @@ impl EnvoySource {
     }
 
     async fn stats_async(&self, timeout: Duration) -> Result<EnvoyStats, FetchError> {
-        let url = format!("{}{STATS_QUERY}", self.base);
+        let url = self.endpoint("/stats", &[STATS_FILTER]);
         let bytes = self.ok(&url, timeout).await?;
         Ok(EnvoyStats::parse(&String::from_utf8_lossy(&bytes)))
     }
@@ -154,7 +158,7 @@ impl EnvoySource {
         if let HeapDumpState::NotAvailable(why) = &self.heap_dump {
             return Ok(HeapDump::NotAvailable(why.clone()));
         }
-        let url = format!("{}/heap_dump", self.base);
+        let url = self.endpoint("/heap_dump", &[]);
         let (status, bytes) = self.client.get(&url, timeout, self.max_body, tap).await?;
         match status {
             200 => {
@@ -163,23 +167,18 @@ impl EnvoySource {
             }
             // 404: an Envoy older than the endpoint; the same answer for good.
             501 | 404 => {
-                let text = String::from_utf8_lossy(&bytes);
-                let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                let why = format!(
-                    "HTTP {status}: {}",
-                    text.chars().take(160).collect::<String>()
-                );
+                let why = format!("HTTP {status}: {}", self.client.answer_text(&bytes));
                 self.heap_dump = HeapDumpState::NotAvailable(why.clone());
                 Ok(HeapDump::NotAvailable(why))
             }
-            _ => Err(status_error(&url, status, &bytes)),
+            _ => Err(self.client.status_error(&url, status, &bytes)),
         }
     }
 
-    async fn ok(&self, url: &str, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+    async fn ok(&self, url: &Endpoint, timeout: Duration) -> Result<Vec<u8>, FetchError> {
         let (status, bytes) = self.client.get(url, timeout, self.max_body, None).await?;
         if status != 200 {
-            return Err(status_error(url, status, &bytes));
+            return Err(self.client.status_error(url, status, &bytes));
         }
         Ok(bytes)
     }
@@ -199,8 +198,8 @@ impl EnvoySource {
                 HeapDump::NotAvailable(why) => Err(FetchError::new(
                     FailureKind::Status,
                     format!(
-                        "{}/heap_dump: not available ({why}); not asked again",
-                        self.base
+                        "{}: not available ({why}); not asked again",
+                        self.endpoint("/heap_dump", &[])
                     ),
                 )),
             },
@@ -220,7 +219,7 @@ impl EnvoySource {
 
 impl Source for EnvoySource {
     fn target(&self) -> &str {
-        &self.target
+        self.target.as_str()
     }
 
     fn kind(&self) -> SourceKind {
@@ -315,15 +314,29 @@ mod tests {
     fn targets_name_the_admin_port() {
         let o = HttpOptions::default();
         let s = EnvoySource::new("envoy:http://127.0.0.1:15000/", &o).unwrap();
-        assert_eq!(s.base, "http://127.0.0.1:15000");
+        assert_eq!(
+            s.endpoint("/memory", &[]).url.expose(),
+            "http://127.0.0.1:15000/memory"
+        );
+        let s = EnvoySource::new("envoy:http://admin:pw@h:1?token=abc", &o).unwrap();
+        let stats = s.endpoint("/stats", &[STATS_FILTER]);
+        assert_eq!(
+            stats.url.expose(),
+            format!("http://h:1/stats?{STATS_FILTER}&token=abc")
+        );
+        assert_eq!(
+            stats.shown,
+            format!("http://h:1/stats?{STATS_FILTER}&token=***")
+        );
+        assert_eq!(s.target(), "envoy:http://admin:***@h:1?token=***");
         assert!(EnvoySource::new("envoy:127.0.0.1:15000", &o).is_err());
         assert!(EnvoySource::new("envoy:http://h:1/stats", &o).is_err());
     }
 
     #[test]
     fn the_stats_filter_is_the_counter_list() {
-        let decoded = STATS_QUERY
-            .trim_start_matches("/stats?filter=")
+        let decoded = STATS_FILTER
+            .trim_start_matches("filter=")
             .replace("%5E", "^")
             .replace("%28", "(")
             .replace("%29", ")")

@@ -7,15 +7,16 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
+use super::target::{Endpoint, Secret, Target, TargetUrl, scrub, scrub_order};
 use super::{BodyTap, FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
 
 /// How to reach an HTTP target.
 #[derive(Debug, Clone, Default)]
 pub struct HttpOptions {
-    /// Extra request headers (`Authorization: Bearer …`).
-    pub headers: Vec<(String, String)>,
+    /// Extra request headers (`Authorization: Bearer …`): sent, never shown.
+    pub headers: Vec<(String, Secret)>,
     /// PEM file of the CA that signed the target's certificate.
     pub cacert: Option<PathBuf>,
     /// PEM client certificate and key, for mutual TLS.
@@ -31,49 +32,43 @@ pub struct HttpOptions {
 }
 
 pub struct HttpSource {
-    target: String,
-    heap_url: String,
-    goroutine_url: String,
-    memstats_url: String,
+    target: Target,
+    heap: Endpoint,
+    goroutine: Endpoint,
+    memstats: Endpoint,
     client: HttpClient,
     max_body: u64,
 }
 
 impl HttpSource {
-    pub fn new(target: &str, options: &HttpOptions) -> Result<HttpSource, FetchError> {
-        let url = target.trim_end_matches('/');
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(FetchError::new(
-                FailureKind::Other,
-                format!("{target}: not an http(s) URL"),
-            ));
-        }
-        let after_scheme = url.split_once("://").map_or("", |(_, rest)| rest);
-        let (heap_url, base) = match after_scheme.find('/') {
-            // A URL with a path names the profile; the other endpoints sit beside it.
-            Some(slash) => {
-                let base_end = url.len() - after_scheme.len() + slash;
-                let base = match url.find("/debug/pprof/") {
-                    Some(i) => url[..i].to_string(),
-                    None => url[..base_end].to_string(),
-                };
-                (url.to_string(), base)
-            }
-            None => (format!("{url}/debug/pprof/heap"), url.to_string()),
-        };
-        let heap_url = if options.force_gc {
-            let sep = if heap_url.contains('?') { '&' } else { '?' };
-            format!("{heap_url}{sep}gc=1")
+    /// `target` as the user gave it; credentials in it become Basic auth and are never shown
+    /// (see [`Target`]).
+    pub fn new(target: impl Into<Target>, options: &HttpOptions) -> Result<HttpSource, FetchError> {
+        let target: Target = target.into();
+        let url = target.url().ok_or_else(|| {
+            FetchError::new(FailureKind::Other, format!("{target}: not an http(s) URL"))
+        })?;
+        // A URL with a path names the profile; the other endpoints sit beside it.
+        let (heap_path, base) = if url.path.is_empty() {
+            ("/debug/pprof/heap".to_string(), "")
         } else {
-            heap_url
+            let base = url
+                .path
+                .find("/debug/pprof/")
+                .map_or("", |i| &url.path[..i]);
+            (url.path.clone(), base)
         };
+        let gc: &[&str] = if options.force_gc { &["gc=1"] } else { &[] };
+        let heap = url.endpoint(&heap_path, gc, true);
+        let goroutine = url.endpoint(&format!("{base}/debug/pprof/goroutine"), &[], false);
+        let memstats = url.endpoint(&format!("{base}/debug/pprof/heap"), &["debug=1"], false);
         let tls = super::tls::client_config(options)?;
         Ok(HttpSource {
-            target: target.to_string(),
-            goroutine_url: format!("{base}/debug/pprof/goroutine"),
-            memstats_url: format!("{base}/debug/pprof/heap?debug=1"),
-            heap_url,
-            client: HttpClient::new(&options.headers, tls)?,
+            client: HttpClient::new(&url, &options.headers, tls)?,
+            target,
+            heap,
+            goroutine,
+            memstats,
             max_body: if options.max_body == 0 {
                 512 << 20
             } else {
@@ -88,10 +83,10 @@ impl HttpSource {
         timeout: Duration,
         tap: Option<&mut (dyn BodyTap + '_)>,
     ) -> Result<Reply, FetchError> {
-        let url = match want {
-            Want::Heap => &self.heap_url,
-            Want::Goroutine => &self.goroutine_url,
-            Want::MemStats => &self.memstats_url,
+        let endpoint = match want {
+            Want::Heap => &self.heap,
+            Want::Goroutine => &self.goroutine,
+            Want::MemStats => &self.memstats,
             Want::Stats => {
                 return Err(FetchError::new(
                     FailureKind::Other,
@@ -99,9 +94,12 @@ impl HttpSource {
                 ));
             }
         };
-        let (status, bytes) = self.client.get(url, timeout, self.max_body, tap).await?;
+        let (status, bytes) = self
+            .client
+            .get(endpoint, timeout, self.max_body, tap)
+            .await?;
         if status != 200 {
-            return Err(status_error(url, status, &bytes));
+            return Err(self.client.status_error(endpoint, status, &bytes));
         }
         Ok(Reply { bytes, pid: None })
     }
@@ -109,17 +107,24 @@ impl HttpSource {
 
 /// reqwest over rustls, HTTP/1.1, the extra headers on every request; the connection is kept
 /// between requests, as one target is asked over and over. HTTP and Envoy targets share it.
+/// It knows every secret of its target (headers, a URL's credentials and tokens) and clears
+/// each from any text it passes on, an error page that echoes the request included.
 pub(crate) struct HttpClient {
     client: reqwest::Client,
     headers: HeaderMap,
+    secrets: Vec<String>,
 }
 
 impl HttpClient {
+    /// `url`'s user info becomes `Authorization: Basic`, unless a header of `headers` is an
+    /// `Authorization` (it wins, as it did when reqwest read the user info itself).
     pub(crate) fn new(
-        headers: &[(String, String)],
+        url: &TargetUrl,
+        headers: &[(String, Secret)],
         tls: rustls::ClientConfig,
     ) -> Result<HttpClient, FetchError> {
         let mut map = HeaderMap::new();
+        let mut secrets = url.secrets.clone();
         for (name, value) in headers {
             let bad = || {
                 FetchError::new(
@@ -128,9 +133,25 @@ impl HttpClient {
                 )
             };
             let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
-            let mut value = HeaderValue::from_str(value).map_err(|_| bad())?;
+            let sent = value.expose();
+            let mut value = HeaderValue::from_str(sent).map_err(|_| bad())?;
             value.set_sensitive(true);
             map.append(name, value);
+            secrets.extend(header_secrets(sent));
+        }
+        if let Some(basic) = url
+            .basic
+            .as_ref()
+            .filter(|_| !map.contains_key(AUTHORIZATION))
+        {
+            let mut value = HeaderValue::from_str(basic.expose()).map_err(|_| {
+                FetchError::new(
+                    FailureKind::Other,
+                    "the URL's user info is not a valid header",
+                )
+            })?;
+            value.set_sensitive(true);
+            map.insert(AUTHORIZATION, value);
         }
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
@@ -142,6 +163,7 @@ impl HttpClient {
         Ok(HttpClient {
             client,
             headers: map,
+            secrets: scrub_order(secrets),
         })
     }
 
@@ -151,7 +173,19 @@ impl HttpClient {
     /// piece of a 200 body within the cap as it arrives.
     pub(crate) async fn get(
         &self,
-        url: &str,
+        endpoint: &Endpoint,
+        timeout: Duration,
+        cap: u64,
+        tap: Option<&mut (dyn BodyTap + '_)>,
+    ) -> Result<(u16, Vec<u8>), FetchError> {
+        self.get_unscrubbed(endpoint, timeout, cap, tap)
+            .await
+            .map_err(|e| FetchError::new(e.kind, scrub(&e.message, &self.secrets)))
+    }
+
+    async fn get_unscrubbed(
+        &self,
+        endpoint: &Endpoint,
         timeout: Duration,
         cap: u64,
         mut tap: Option<&mut (dyn BodyTap + '_)>,
@@ -159,17 +193,17 @@ impl HttpClient {
         let too_large = || {
             FetchError::new(
                 FailureKind::TooLarge,
-                format!("{url}: response body larger than {cap} bytes"),
+                format!("{endpoint}: response body larger than {cap} bytes"),
             )
         };
         let mut response = self
             .client
-            .get(url)
+            .get(endpoint.url.expose())
             .headers(self.headers.clone())
             .timeout(timeout)
             .send()
             .await
-            .map_err(|e| classify(url, &e))?;
+            .map_err(|e| classify(endpoint, e))?;
         let status = response.status().as_u16();
         if status == 200 && response.content_length().is_some_and(|n| n > cap) {
             return Err(too_large());
@@ -195,10 +229,47 @@ impl HttpClient {
                 }
                 Ok(None) => return Ok((status, body)),
                 Err(_) if status != 200 => return Ok((status, body)),
-                Err(e) => return Err(classify(url, &e)),
+                Err(e) => return Err(classify(endpoint, e)),
             }
         }
     }
+
+    /// The start of an answer's body as one line for a message, cleared of secrets (a server
+    /// may echo the request it refused).
+    pub(crate) fn answer_text(&self, body: &[u8]) -> String {
+        let text = String::from_utf8_lossy(body);
+        let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        scrub(&text, &self.secrets).chars().take(160).collect()
+    }
+
+    /// A non-200 answer as an error naming the URL, the status and the start of the body;
+    /// a refusal of the credentials says where they come from.
+    pub(crate) fn status_error(&self, endpoint: &Endpoint, status: u16, body: &[u8]) -> FetchError {
+        let hint = match status {
+            401 | 403 => {
+                " (the target refused the credentials: check the URL's user and password, \
+                 --header, or its token)"
+            }
+            _ => "",
+        };
+        FetchError::new(
+            FailureKind::Status,
+            format!(
+                "{endpoint}: HTTP {status}: {}{hint}",
+                self.answer_text(body)
+            ),
+        )
+    }
+}
+
+/// What of a header value must never appear in a message: the value, and the credential of
+/// an `Authorization: SCHEME CREDENTIAL`.
+fn header_secrets(value: &str) -> Vec<String> {
+    let mut secrets = vec![value.trim().to_string()];
+    if let Some((_, credential)) = value.trim().rsplit_once(char::is_whitespace) {
+        secrets.push(credential.to_string());
+    }
+    secrets
 }
 
 /// Runs a request to its end on a runtime of its own, for a caller that is not async (the
@@ -218,17 +289,9 @@ pub(crate) fn blocking<T>(
         .block_on(work)
 }
 
-/// A non-200 answer as an error naming the URL, the status and the start of the body.
-pub(crate) fn status_error(url: &str, status: u16, body: &[u8]) -> FetchError {
-    let text = String::from_utf8_lossy(body);
-    let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let text: String = text.chars().take(160).collect();
-    FetchError::new(FailureKind::Status, format!("{url}: HTTP {status}: {text}"))
-}
-
 impl Source for HttpSource {
     fn target(&self) -> &str {
-        &self.target
+        self.target.as_str()
     }
 
     fn kind(&self) -> SourceKind {
@@ -253,8 +316,11 @@ impl Source for HttpSource {
     }
 }
 
-/// Classes a reqwest error into the failure kinds the collector acts on (Envoy's source too).
-pub(crate) fn classify(url: &str, error: &reqwest::Error) -> FetchError {
+/// Classes a reqwest error into the failure kinds the collector acts on, in words naming
+/// the endpoint as shown (reqwest's own text would name the URL as sent).
+fn classify(endpoint: &Endpoint, error: reqwest::Error) -> FetchError {
+    let error = &error.without_url();
+    let url = &endpoint.shown;
     let detail = innermost(error);
     if let Some(tls) = rustls_error(error) {
         return FetchError::new(FailureKind::Tls, format!("{url}: TLS: {tls}"));
@@ -336,17 +402,20 @@ fn io_kind(e: &io::Error) -> FailureKind {
 mod tests {
     use super::*;
 
+    fn urls(s: &HttpSource) -> [&str; 3] {
+        [&s.heap, &s.goroutine, &s.memstats].map(|e| e.url.expose())
+    }
+
     #[test]
     fn endpoints_follow_from_the_base_url() {
         let s = HttpSource::new("http://127.0.0.1:6060/", &HttpOptions::default()).unwrap();
-        assert_eq!(s.heap_url, "http://127.0.0.1:6060/debug/pprof/heap");
         assert_eq!(
-            s.goroutine_url,
-            "http://127.0.0.1:6060/debug/pprof/goroutine"
-        );
-        assert_eq!(
-            s.memstats_url,
-            "http://127.0.0.1:6060/debug/pprof/heap?debug=1"
+            urls(&s),
+            [
+                "http://127.0.0.1:6060/debug/pprof/heap",
+                "http://127.0.0.1:6060/debug/pprof/goroutine",
+                "http://127.0.0.1:6060/debug/pprof/heap?debug=1",
+            ]
         );
     }
 
@@ -354,13 +423,58 @@ mod tests {
     fn a_url_naming_a_profile_is_used_as_given() {
         let s =
             HttpSource::new("http://h:1/admin/debug/pprof/heap", &HttpOptions::default()).unwrap();
-        assert_eq!(s.heap_url, "http://h:1/admin/debug/pprof/heap");
-        assert_eq!(s.goroutine_url, "http://h:1/admin/debug/pprof/goroutine");
+        assert_eq!(urls(&s)[0], "http://h:1/admin/debug/pprof/heap");
+        assert_eq!(urls(&s)[1], "http://h:1/admin/debug/pprof/goroutine");
         let gc = HttpOptions {
             force_gc: true,
             ..HttpOptions::default()
         };
         let s = HttpSource::new("http://h:1", &gc).unwrap();
-        assert_eq!(s.heap_url, "http://h:1/debug/pprof/heap?gc=1");
+        assert_eq!(urls(&s)[0], "http://h:1/debug/pprof/heap?gc=1");
+    }
+
+    /// A token in the query reaches every endpoint and shows in none; credentials leave the
+    /// URL for a header.
+    #[test]
+    fn a_token_reaches_every_endpoint_and_credentials_none() {
+        let s = HttpSource::new(
+            "http://bob:pw1234@h:1/debug/pprof/heap?debug=0&token=t0ken",
+            &HttpOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            urls(&s),
+            [
+                "http://h:1/debug/pprof/heap?debug=0&token=t0ken",
+                "http://h:1/debug/pprof/goroutine?token=t0ken",
+                "http://h:1/debug/pprof/heap?debug=1&token=t0ken",
+            ]
+        );
+        assert_eq!(
+            s.memstats.shown,
+            "http://h:1/debug/pprof/heap?debug=1&token=***"
+        );
+        assert_eq!(
+            s.target(),
+            "http://bob:***@h:1/debug/pprof/heap?debug=0&token=***"
+        );
+        assert!(s.client.headers.contains_key(AUTHORIZATION));
+        let text = s.client.answer_text(b"denied: bob/pw1234 with t0ken");
+        assert_eq!(text, "denied: bob/*** with ***");
+    }
+
+    #[test]
+    fn a_header_of_its_own_wins_over_the_urls_user_info() {
+        let options = HttpOptions {
+            headers: vec![("Authorization".into(), Secret::new("Bearer abcdef"))],
+            ..HttpOptions::default()
+        };
+        let s = HttpSource::new("http://bob:pw1234@h:1", &options).unwrap();
+        let sent: Vec<_> = s.client.headers.get_all(AUTHORIZATION).iter().collect();
+        assert_eq!(sent, ["Bearer abcdef"]);
+        assert_eq!(
+            s.client.answer_text(b"got Bearer abcdef; abcdef is bad"),
+            "got ***; *** is bad"
+        );
     }
 }

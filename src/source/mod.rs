@@ -8,7 +8,10 @@ pub mod memstats;
 pub mod proc;
 pub mod procfind;
 pub mod procmem;
+pub mod target;
 mod tls;
+
+pub use target::{Secret, Target};
 
 use std::fmt;
 use std::future::Future;

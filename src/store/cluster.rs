@@ -43,7 +43,8 @@ pub struct ClusterInfo {
 pub struct ClusterTarget {
     /// The node's name: `--name`, the agent's app id, or host and port.
     pub name: String,
-    /// The target as the user gave it.
+    /// The target as the user gave it, its secrets hidden (a password as `***`).
+    #[serde(with = "crate::source::target::shown")]
     pub target: String,
     /// `http`, `agent`, `envoy` or `proc`.
     pub source: String,

@@ -62,6 +62,8 @@ impl StoreError {
 pub struct RunInfo {
     pub schema: u32,
     pub tool: String,
+    /// The target as the user gave it, its secrets hidden (a password as `***`).
+    #[serde(with = "crate::source::target::shown")]
     pub target: String,
     /// `http`, `agent` or `envoy`.
     pub source: String,
@@ -562,6 +564,24 @@ mod tests {
         assert_eq!(
             fs::read(run.file_path(&run.manifest.records[0]).unwrap()).unwrap(),
             b"abc"
+        );
+    }
+
+    /// A run recorded by a version that kept a target's password gives it up on read, and
+    /// none is ever written.
+    #[test]
+    fn run_json_holds_a_target_only_in_its_shown_form() {
+        let old = br#"{"schema":1,"tool":"x","target":"http://alice:pw123@h:1/x?token=t0k","source":"http","started_ms":1}"#;
+        let info: RunInfo = serde_json::from_slice(old).unwrap();
+        assert_eq!(info.target, "http://alice:***@h:1/x?token=***");
+        let written = RunInfo {
+            target: "envoy:http://admin:pw123@h:1".into(),
+            ..info
+        };
+        let text = serde_json::to_string(&written).unwrap();
+        assert!(
+            text.contains(r#""target":"envoy:http://admin:***@h:1""#),
+            "{text}"
         );
     }
 }

@@ -188,7 +188,11 @@ fn three_oom_kills_in_a_row_make_three_boot_cycles_with_fresh_durable_captures()
     let cgroup = match Cgroup::create() {
         Ok(c) => Some(c),
         Err(e) => {
-            eprintln!("no writable memory cgroup ({e})");
+            crate::prerequisite::reduced(
+                crate::prerequisite::Need::Root,
+                &format!("no writable v1 memory cgroup ({e})"),
+                "a watchdog plays the kernel",
+            );
             None
         }
     };
@@ -470,7 +474,11 @@ fn three_oom_kills_in_a_row_make_three_boot_cycles_with_fresh_durable_captures()
                 "one sample marked killed per OOM kill"
             );
         } else {
-            eprintln!("memory.oom_control has no oom_kill counter on this kernel: not asserted");
+            crate::prerequisite::reduced(
+                crate::prerequisite::Need::OomKillCounter,
+                "memory.oom_control has no oom_kill counter",
+                "the OOM kill in memory.jsonl is not asserted",
+            );
         }
     }
     eprintln!(

@@ -1,6 +1,8 @@
 //! Integration tests of the `heapwatch` command, all in one test binary. Each test works in its
 //! own temporary directory and runs the real binary.
 
+#[path = "../support/prerequisite.rs"]
+mod prerequisite;
 mod util;
 
 mod agent;
@@ -23,4 +25,5 @@ mod push;
 mod replay;
 mod report;
 mod run;
+mod secrets;
 mod triage;

@@ -6,7 +6,7 @@
 mod faults;
 mod live;
 mod proto_check;
-mod receiver;
+pub(crate) mod receiver;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;

@@ -14,6 +14,8 @@ use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use crate::prerequisite::{self, Need};
+
 /// The heapwatch binary built for these tests.
 pub fn heapwatch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_heapwatch"))
@@ -57,8 +59,8 @@ pub fn fixtures_matching(part: &str) -> Vec<PathBuf> {
     files
 }
 
-/// The Go toolchain, when installed. With HEAPWATCH_REQUIRE_GO set (as .ci/run does) a
-/// missing toolchain fails the test instead of skipping it.
+/// The Go toolchain, when installed; else the test is skipped, saying so (a failure under CI
+/// or HEAPWATCH_REQUIRE_GO: see [`prerequisite`]).
 pub fn go() -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
@@ -66,10 +68,7 @@ pub fn go() -> Option<PathBuf> {
             .find(|p| p.is_file())
     });
     if found.is_none() {
-        if std::env::var_os("HEAPWATCH_REQUIRE_GO").is_some() {
-            panic!("HEAPWATCH_REQUIRE_GO is set but no `go` is on PATH");
-        }
-        eprintln!("SKIPPED: this test needs the Go toolchain (`go` not on PATH)");
+        prerequisite::skip(Need::Go, "`go` is not on PATH");
     }
     found
 }
@@ -321,19 +320,22 @@ impl Drop for MemoryCgroup {
 }
 
 /// A memory cgroup for a test that kills a process, or `None` (the caller falls back to a
-/// watchdog) when this machine cannot make one. With HEAPWATCH_REQUIRE_ROOT set (as CI does)
-/// that is a failure instead.
+/// watchdog, saying so) when this machine cannot make one; a failure under CI.
 pub fn memory_cgroup_or_watchdog(tag: &str, limit: u64) -> Option<MemoryCgroup> {
-    match MemoryCgroup::create(tag, limit) {
-        Ok(c) => Some(c),
-        Err(e) if std::env::var_os("HEAPWATCH_REQUIRE_ROOT").is_some() => {
-            panic!("HEAPWATCH_REQUIRE_ROOT is set but no v1 memory cgroup could be made: {e}")
-        }
-        Err(e) => {
-            eprintln!("no writable memory cgroup ({e}): a watchdog plays the kernel");
-            None
-        }
-    }
+    MemoryCgroup::create(tag, limit)
+        .map_err(|e| {
+            let why = format!("no writable v1 memory cgroup ({e})");
+            prerequisite::reduced(Need::Root, &why, "a watchdog plays the kernel");
+        })
+        .ok()
+}
+
+/// A memory cgroup for a test that cannot run without one, or `None` (the test is skipped,
+/// saying so); a failure under CI.
+pub fn memory_cgroup_or_skip(tag: &str, limit: u64) -> Option<MemoryCgroup> {
+    MemoryCgroup::create(tag, limit)
+        .map_err(|e| prerequisite::skip(Need::Root, &format!("no writable v1 memory cgroup ({e})")))
+        .ok()
 }
 
 /// A manifest line that notes an event (a deletion, a boot cycle's start, a process's end, the

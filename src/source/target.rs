@@ -1,0 +1,400 @@
+//! A target as the user named it, with its secrets held apart. A URL's password (or a lone
+//! user name, often a token), and the values of query parameters that are not pprof's own
+//! (`?token=…`), are used to reach the target and never shown: a [`Target`] displays,
+//! debugs and hands out only its redacted form, and only the HTTP client gets the rest.
+
+use std::fmt;
+use std::str::FromStr;
+
+use base64::Engine as _;
+
+/// What stands in for a secret wherever a target or URL is shown.
+pub const REDACTED: &str = "***";
+
+/// Query parameters whose values are shown: pprof's own (`debug`, `gc`, `seconds`) and the
+/// `filter` heapwatch asks Envoy's `/stats` with. Any other value may be a token.
+const SHOWN_PARAMETERS: [&str; 4] = ["debug", "gc", "seconds", "filter"];
+
+/// pprof's own parameters: they belong to the heap URL as given and are not carried to the
+/// other endpoints (a token is).
+const PPROF_PARAMETERS: [&str; 3] = ["debug", "gc", "seconds"];
+
+/// A value that must never be shown: `Debug` prints `***`, and there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+/// A target string (`http://alice:pw@host:6060`, `envoy:http://…`, `agent:…`, `proc:…`):
+/// shown as [`redact`] makes it, kept whole only for the source that connects to it.
+#[derive(Clone)]
+pub struct Target {
+    shown: String,
+    given: Secret,
+}
+
+impl Target {
+    pub fn new(given: &str) -> Target {
+        Target {
+            shown: redact(given),
+            given: Secret::new(given),
+        }
+    }
+
+    /// The target as it may be shown and kept (`run.json`, messages, labels).
+    pub fn as_str(&self) -> &str {
+        &self.shown
+    }
+
+    /// The URL of an `http(s)://` target, or of an `envoy:http(s)://` one without its prefix,
+    /// split for requests; `None` when the target is not such a URL.
+    pub(crate) fn url(&self) -> Option<TargetUrl> {
+        let given = self.given.expose();
+        TargetUrl::parse(given.strip_prefix("envoy:").unwrap_or(given))
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.shown, f)
+    }
+}
+
+impl From<&str> for Target {
+    fn from(given: &str) -> Target {
+        Target::new(given)
+    }
+}
+
+impl From<&String> for Target {
+    fn from(given: &String) -> Target {
+        Target::new(given)
+    }
+}
+
+impl From<&Target> for Target {
+    fn from(target: &Target) -> Target {
+        target.clone()
+    }
+}
+
+/// For clap: every target is a `Target` from the moment it is read.
+impl FromStr for Target {
+    type Err = std::convert::Infallible;
+
+    fn from_str(given: &str) -> Result<Target, Self::Err> {
+        Ok(Target::new(given))
+    }
+}
+
+/// The shown form of a target or URL: a password becomes `***` (`http://alice:***@host`), a
+/// user name without a password (often a token) becomes `***`, and so does the value of every
+/// query parameter but pprof's own. Text that is not a URL is returned as it is.
+pub fn redact(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_string();
+    };
+    let parts = UrlParts::split(rest);
+    let mut shown = format!("{scheme}://");
+    if let Some(info) = parts.userinfo {
+        match info.split_once(':') {
+            Some((user, _)) => shown.push_str(&format!("{user}:{REDACTED}@")),
+            None => shown.push_str(&format!("{REDACTED}@")),
+        }
+    }
+    shown.push_str(parts.host);
+    shown.push_str(parts.path);
+    if let Some(query) = parts.query {
+        let params: Vec<String> = query.split('&').map(shown_parameter).collect();
+        shown.push('?');
+        shown.push_str(&params.join("&"));
+    }
+    if let Some(fragment) = parts.fragment {
+        shown.push('#');
+        shown.push_str(fragment);
+    }
+    shown
+}
+
+/// A target field of `run.json` (`#[serde(with = "crate::source::target::shown")]`): written
+/// and read back only in its shown form, so a run never holds a target's secrets, even one
+/// recorded by a version that kept them.
+pub mod shown {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(target: &str, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::redact(target))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        String::deserialize(d).map(|t| super::redact(&t))
+    }
+}
+
+fn shown_parameter(param: &str) -> String {
+    let name = param.split_once('=').map_or(param, |(name, _)| name);
+    if param.is_empty() || SHOWN_PARAMETERS.contains(&name) {
+        param.to_string()
+    } else if param.contains('=') {
+        format!("{name}={REDACTED}")
+    } else {
+        REDACTED.to_string()
+    }
+}
+
+/// The pieces of what follows `scheme://`, as written.
+struct UrlParts<'a> {
+    userinfo: Option<&'a str>,
+    host: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    fragment: Option<&'a str>,
+}
+
+impl<'a> UrlParts<'a> {
+    fn split(rest: &'a str) -> UrlParts<'a> {
+        let (rest, fragment) = match rest.split_once('#') {
+            Some((r, f)) => (r, Some(f)),
+            None => (rest, None),
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        // The last '@' ends the user info, as browsers and reqwest read it.
+        let (userinfo, host) = match authority.rsplit_once('@') {
+            Some((info, host)) => (Some(info), host),
+            None => (None, authority),
+        };
+        UrlParts {
+            userinfo,
+            host,
+            path,
+            query,
+            fragment,
+        }
+    }
+}
+
+/// An `http(s)://` URL split for requests: the origin without user info (its credentials
+/// become an `Authorization: Basic` header), the path, and the query parameters as written.
+pub(crate) struct TargetUrl {
+    /// `scheme://host:port`.
+    origin: String,
+    /// The path as written, without a trailing `/`.
+    pub(crate) path: String,
+    params: Vec<String>,
+    /// `Authorization: Basic …` for the user info, when there is one.
+    pub(crate) basic: Option<Secret>,
+    /// Every secret the URL holds (password, lone user, query values), as written and
+    /// decoded, for the client to keep out of any text it passes on.
+    pub(crate) secrets: Vec<String>,
+}
+
+impl TargetUrl {
+    fn parse(url: &str) -> Option<TargetUrl> {
+        let (scheme, rest) = url.split_once("://")?;
+        if scheme != "http" && scheme != "https" {
+            return None;
+        }
+        let parts = UrlParts::split(rest);
+        let mut secrets = Vec::new();
+        let basic = parts.userinfo.map(|info| {
+            let (user, password) = match info.split_once(':') {
+                Some((user, password)) => {
+                    secrets.push(password.to_string());
+                    (user, password)
+                }
+                None => {
+                    secrets.push(info.to_string());
+                    (info, "")
+                }
+            };
+            let (user, password) = (percent_decode(user), percent_decode(password));
+            secrets.push(password.clone());
+            if !info.contains(':') {
+                secrets.push(user.clone());
+            }
+            let encoded =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            secrets.push(encoded.clone());
+            Secret::new(format!("Basic {encoded}"))
+        });
+        let params: Vec<String> = parts
+            .query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        for param in &params {
+            if shown_parameter(param) != *param {
+                let value = param.split_once('=').map_or(param.as_str(), |(_, v)| v);
+                secrets.push(value.to_string());
+                secrets.push(percent_decode(value));
+            }
+        }
+        Some(TargetUrl {
+            origin: format!("{scheme}://{}", parts.host),
+            path: parts.path.trim_end_matches('/').to_string(),
+            params,
+            basic,
+            secrets,
+        })
+    }
+
+    /// The URL of `path` on this origin. `own` are the endpoint's own parameters; after them
+    /// come the target's: all of them with `all_params` (the heap URL as given), else those
+    /// that are not pprof's own (a token reaches every endpoint).
+    pub(crate) fn endpoint(&self, path: &str, own: &[&str], all_params: bool) -> Endpoint {
+        let carried = self.params.iter().filter(|p| {
+            let name = p.split_once('=').map_or(p.as_str(), |(name, _)| name);
+            all_params || !PPROF_PARAMETERS.contains(&name)
+        });
+        let params: Vec<&str> = own
+            .iter()
+            .copied()
+            .chain(carried.map(String::as_str))
+            .collect();
+        let mut url = format!("{}{path}", self.origin);
+        if !params.is_empty() {
+            url.push('?');
+            url.push_str(&params.join("&"));
+        }
+        Endpoint {
+            shown: redact(&url),
+            url: Secret::new(url),
+        }
+    }
+}
+
+/// A URL a source requests: `url` as sent (it may hold a token), `shown` for every message.
+#[derive(Clone, Debug)]
+pub(crate) struct Endpoint {
+    pub(crate) url: Secret,
+    pub(crate) shown: String,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+/// `%XX` escapes decoded, as reqwest decodes the user info of a URL for Basic auth.
+fn percent_decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Secrets in the order [`scrub`] replaces them: longest first (a header value before the
+/// token inside it), each once, none empty.
+pub(crate) fn scrub_order(mut secrets: Vec<String>) -> Vec<String> {
+    secrets.retain(|s| !s.is_empty());
+    secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    secrets.dedup();
+    secrets
+}
+
+/// `text` with every one of `secrets` (in [`scrub_order`]) replaced by `***`: for text that
+/// comes from outside (an error page, a library's error) and may echo what was sent.
+pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_string();
+    for secret in secrets {
+        if text.contains(secret.as_str()) {
+            text = text.replace(secret.as_str(), REDACTED);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_is_never_shown_and_the_user_may_stay() {
+        let t = Target::new("http://alice:s3cretpw@127.0.0.1:6060");
+        assert_eq!(t.as_str(), "http://alice:***@127.0.0.1:6060");
+        assert_eq!(t.to_string(), t.as_str());
+        assert_eq!(format!("{t:?}"), "\"http://alice:***@127.0.0.1:6060\"");
+        let envoy = Target::new("envoy:https://admin:pw%40x@10.0.0.2:15000/");
+        assert_eq!(envoy.as_str(), "envoy:https://admin:***@10.0.0.2:15000/");
+        // A user name alone is most often a token.
+        assert_eq!(redact("https://ghp_abc@host/x"), "https://***@host/x");
+        // An '@' in the password: the last one ends the user info.
+        assert_eq!(redact("http://a:p@ss@h:1"), "http://a:***@h:1");
+    }
+
+    #[test]
+    fn query_values_are_hidden_but_pprofs_own() {
+        assert_eq!(
+            redact("http://h:1/debug/pprof/heap?debug=1&token=abc&gc=1&k"),
+            "http://h:1/debug/pprof/heap?debug=1&token=***&gc=1&***"
+        );
+        assert_eq!(redact("agent:tcp:127.0.0.1:1"), "agent:tcp:127.0.0.1:1");
+        assert_eq!(redact("proc:exe:ctrl"), "proc:exe:ctrl");
+        assert_eq!(redact("http://127.0.0.1:6060"), "http://127.0.0.1:6060");
+    }
+
+    #[test]
+    fn credentials_become_basic_auth_and_leave_the_url() {
+        let url = Target::new("http://alice:s3cret%2Fpw@h:1/x/?token=t0k&debug=1")
+            .url()
+            .unwrap();
+        assert_eq!(url.origin, "http://h:1");
+        assert_eq!(url.path, "/x");
+        // base64("alice:s3cret/pw")
+        assert_eq!(
+            url.basic.as_ref().unwrap().expose(),
+            "Basic YWxpY2U6czNjcmV0L3B3"
+        );
+        let heap = url.endpoint("/x", &[], true);
+        assert_eq!(heap.url.expose(), "http://h:1/x?token=t0k&debug=1");
+        assert_eq!(heap.shown, "http://h:1/x?token=***&debug=1");
+        let other = url.endpoint("/debug/pprof/heap", &["debug=1"], false);
+        assert_eq!(
+            other.url.expose(),
+            "http://h:1/debug/pprof/heap?debug=1&token=t0k"
+        );
+        for secret in ["s3cret%2Fpw", "s3cret/pw", "t0k", "YWxpY2U6czNjcmV0L3B3"] {
+            assert!(url.secrets.iter().any(|s| s == secret), "{secret}");
+        }
+        assert!(!url.secrets.iter().any(|s| s == "alice"));
+        assert!(Target::new("ftp://h").url().is_none());
+        assert!(Target::new("agent:4242").url().is_none());
+    }
+
+    #[test]
+    fn scrubbing_replaces_the_longest_secret_first() {
+        let secrets = vec!["Bearer tok3n".to_string(), "tok3n".to_string()];
+        assert_eq!(
+            scrub("got Bearer tok3n, and tok3n again", &secrets),
+            "got ***, and *** again"
+        );
+        assert_eq!(format!("{:?}", Secret::new("x")), "***");
+    }
+}
