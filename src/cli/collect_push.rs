@@ -64,9 +64,9 @@ impl CollectPushFlags {
             }
             return Ok(None);
         };
-        let (destination, client) = self.flags.client(url)?;
+        let (destination, client) = self.flags.client("--push", url)?;
         let server = destination.server();
-        let options = self.flags.options(&server.to, None, limits);
+        let options = self.flags.options(&server.to, None, limits)?;
         Ok(Some(PushSetup {
             server,
             client,
@@ -201,20 +201,7 @@ impl LivePush {
                  --push-tenant)"
             ));
         } else if stats.unsent > 0 {
-            let waited = match stats.last_failure.as_deref() {
-                Some(why) => format!(" (last failure: {why})"),
-                None => String::new(),
-            };
-            line.push_str(&format!(
-                "; not sent within --push-drain {}{waited}",
-                shown_duration(self.drain)
-            ));
-        }
-        if let Some((first, _)) = stats.refusals.first() {
-            line.push_str(&format!(
-                "; refused: {first}, recorded in {}",
-                self.run.join(push::PUSHES_FILE).display()
-            ));
+            line.push_str(&format!("; {}", self.why_unsent(stats)));
         }
         if let Some(first) = stats.unreadable.first() {
             line.push_str(&format!("; unreadable: {first}"));
@@ -227,14 +214,48 @@ impl LivePush {
                 self.url
             ));
         }
+        if stats.unanswered > 0 {
+            line.push_str(&format!(
+                "\nheapwatch: {}",
+                super::push::unanswered_advice(stats.unanswered, &self.run, &self.url)
+            ));
+        }
+        if stats.refused > 0 {
+            let message = super::push::refusal_message(&self.run, &self.url, stats, false);
+            line.push_str(&format!("\nheapwatch: {message}"));
+        }
         line
     }
-}
 
-fn shown_duration(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
+    /// Why the drain did not send everything: the server failing, or slower than the backlog.
+    fn why_unsent(&self, stats: &PushStats) -> String {
+        let bound = units::format_duration(self.drain);
+        let drain = stats.drain.clone().unwrap_or_default();
+        let mut why = format!(
+            "not sent within --push-drain {bound}: {} were unsent when the collector stopped",
+            drain.queued
+        );
+        if drain.delivered > 0 && !drain.took.is_zero() {
+            why.push_str(&format!(
+                ", {} delivered in the drain ({:.1}/s)",
+                drain.delivered,
+                drain.delivered as f64 / drain.took.as_secs_f64()
+            ));
+        }
+        if let Some(mean) = stats.mean_answer() {
+            why.push_str(&format!(
+                "; the server took {} per request on average",
+                units::format_duration(Duration::from_millis(mean.as_millis() as u64))
+            ));
+        }
+        match stats.last_failure.as_deref() {
+            Some(failure) => why.push_str(&format!("; last failure: {failure}")),
+            None if drain.delivered > 0 => why.push_str(
+                "; the server kept answering, but the backlog (from a slow or down period \
+                 earlier) was larger than the drain could send: a longer --push-drain sends it",
+            ),
+            None => {}
+        }
+        why
     }
 }
