@@ -1,11 +1,12 @@
-//! `collect … --push URL`: the live push. The pusher runs on a tokio runtime on its own
-//! thread; the collector's manifest writer hands it each record right after the record's
-//! line is fsynced (a send on an unbounded channel: the collector never waits for the
+//! `collect … --push URL`: the live push, one per node of the run. Each pusher runs on a
+//! tokio runtime on its own thread; the node's manifest writer hands it each record right
+//! after the record's line is fsynced (a send on an unbounded channel: the collector never waits for the
 //! network, and only the small record crosses, the profile stays on disk). At exit the
 //! collector gives the push up to `--push-drain` and reports in one line what it left unsent,
 //! which stays in the spool for the next `collect --push` of the run or `heapwatch push`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -69,39 +70,36 @@ impl CollectPushFlags {
         let options = self.flags.options(&server.to, None, limits)?;
         Ok(Some(PushSetup {
             server,
-            client,
+            client: Arc::new(client),
             options,
             drain: self.push_drain.unwrap_or(DEFAULT_DRAIN),
         }))
     }
 }
 
-/// A push checked and ready to start.
+/// A push checked and ready to start, once per node of the run.
+#[derive(Clone)]
 pub struct PushSetup {
     server: Server,
-    client: ConnectClient,
+    client: Arc<ConnectClient>,
     options: PushOptions,
     drain: Duration,
 }
 
-/// Starts the pusher over what the run already holds (a resumed run's captures not yet sent
-/// go first) and has `writer` tell it about every record it makes durable from now on. Call
-/// after `run.json` is written (the labels read it). Without a push, the writer comes back
-/// as it was.
+/// Starts the pusher over what the run (one node's, in a cluster) already holds (a resumed
+/// run's captures not yet sent go first) and has `writer` tell it about every record it makes
+/// durable from now on. Call after `run.json` is written (the labels read it).
 pub fn attach(
-    setup: Option<PushSetup>,
+    setup: PushSetup,
     run: &Path,
     writer: RunWriter,
-) -> Result<(RunWriter, Option<LivePush>), CliError> {
-    let Some(PushSetup {
+) -> Result<(RunWriter, LivePush), CliError> {
+    let PushSetup {
         server,
         client,
         options,
         drain,
-    }) = setup
-    else {
-        return Ok((writer, None));
-    };
+    } = setup;
     let shown = server.to.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = oneshot::channel::<()>();
@@ -150,17 +148,32 @@ pub fn attach(
         done: Some(done_tx),
         thread: Some(thread),
     };
-    Ok((writer, Some(live)))
+    Ok((writer, live))
+}
+
+/// Starts the drains of every node's push at once, then waits for each: the line of each that
+/// has one to say.
+pub fn finish_all(pushes: Vec<LivePush>, quiet: bool) -> Vec<String> {
+    let mut pushes = pushes;
+    for push in &mut pushes {
+        push.begin_drain();
+    }
+    pushes.into_iter().filter_map(|p| p.finish(quiet)).collect()
 }
 
 impl LivePush {
+    /// Tells the push thread the collector is done: its drain starts.
+    fn begin_drain(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(());
+        }
+    }
+
     /// Waits up to `--push-drain` for what is queued, then the one line for stderr: always
     /// when something was left unsent, refused or unreadable, or the server rejected the
     /// push; else only when `quiet` is off.
     pub fn finish(mut self, quiet: bool) -> Option<String> {
-        if let Some(done) = self.done.take() {
-            let _ = done.send(());
-        }
+        self.begin_drain();
         let joined = self.thread.take().map(JoinHandle::join);
         let stats = match joined {
             Some(Ok(Ok(stats))) => stats,

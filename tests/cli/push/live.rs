@@ -924,3 +924,69 @@ fn live_drain_that_expires_with_requests_in_flight_stores_no_capture_twice() {
         assert_eq!(unanswered > 0, !answered, "{outcomes:?}");
     }
 }
+
+/// A cluster collect (two targets) pushes each node's run live, each capture with its node's
+/// name, and one line per node at exit.
+#[test]
+fn live_cluster_collect_pushes_every_node_with_its_name() {
+    let (Some(first), Some(second)) = (Target::start(), Target::start()) else {
+        return;
+    };
+    let receiver = Receiver::start(&["-delay", "500ms"]).unwrap();
+    let dir = util::tempdir();
+    let run = dir.path().join("cluster");
+    let stderr_file = dir.path().join("stderr");
+    let mut child = util::heapwatch()
+        .args(["collect", &first.url, &second.url, "--out"])
+        .arg(&run)
+        .args(["--name", "ctrl1", "--name", "ctrl2", "--interval", "100ms"])
+        .args([
+            "--duration",
+            "2s",
+            "--label",
+            "9.9.9",
+            "--push",
+            &receiver.url,
+        ])
+        .args(["--push-label", "cluster=eu-1"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_file).unwrap())
+        .spawn()
+        .unwrap();
+    let (status, _) = util::wait_for_exit(&mut child, Duration::from_secs(120));
+    let stderr = std::fs::read_to_string(&stderr_file).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("heapwatch: push ") && l.contains(" → "))
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per node: {stderr}");
+    for (node, target) in [("ctrl1", &first.url), ("ctrl2", &second.url)] {
+        let node_run = run.join("targets").join(node);
+        let ids: std::collections::HashSet<String> = lines_of_ids(&node_run);
+        let mine: Vec<Value> = receiver
+            .accepted()
+            .into_iter()
+            .filter(|e| ids.contains(e["id"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            mine.len(),
+            pushable(&node_run).len(),
+            "{node}: every capture once"
+        );
+        for event in &mine {
+            assert_eq!(event["labels"]["heapwatch_node"], node);
+            assert_eq!(event["labels"]["heapwatch_target"], target.as_str());
+            assert_eq!(event["labels"]["cluster"], "eu-1");
+            assert_eq!(event["labels"]["service_name"], "steady");
+        }
+    }
+}
+
+fn lines_of_ids(run: &Path) -> std::collections::HashSet<String> {
+    lines(&run.join("pushes.jsonl"))
+        .iter()
+        .filter(|r| r["outcome"] == "delivered")
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
