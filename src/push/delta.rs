@@ -6,7 +6,6 @@
 //! Pure data: a decoded profile in, the profile to send and the cumulative figures the next
 //! capture of the cycle subtracts out. No I/O.
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use xxhash_rust::xxh3::Xxh3;
@@ -16,13 +15,17 @@ use crate::decode::pb;
 /// The sample types a Go heap profile counts since the process started.
 const CUMULATIVE: [&str; 2] = ["alloc_objects", "alloc_space"];
 
+/// One sample's cumulative figures: room for both of [`CUMULATIVE`], no allocation per sample.
+type Figures = [i64; CUMULATIVE.len()];
+
 /// A capture's cumulative figures per sample (its stack and labels): what the next capture
 /// of the same boot cycle subtracts.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Cumulative {
     /// The cumulative sample types, by name, in the order of `values`.
     types: Vec<String>,
-    values: HashMap<u128, Vec<i64>>,
+    /// Per sample key, the figures in the order of `types` (the rest zero).
+    values: HashMap<u128, Figures>,
 }
 
 impl Cumulative {
@@ -45,18 +48,11 @@ impl Cumulative {
         indices: Vec<(usize, String)>,
         keys: &[u128],
     ) -> Cumulative {
-        let mut values: HashMap<u128, Vec<i64>> = HashMap::with_capacity(profile.sample.len());
+        let mut values: HashMap<u128, Figures> = HashMap::with_capacity(profile.sample.len());
         for (sample, &key) in profile.sample.iter().zip(keys) {
-            let figures = indices.iter().map(|&(i, _)| value(sample, i));
-            match values.entry(key) {
-                Entry::Occupied(mut e) => {
-                    for (sum, v) in e.get_mut().iter_mut().zip(figures) {
-                        *sum = sum.saturating_add(v);
-                    }
-                }
-                Entry::Vacant(e) => {
-                    e.insert(figures.collect());
-                }
+            let sums = values.entry(key).or_default();
+            for (sum, &(i, _)) in sums.iter_mut().zip(&indices) {
+                *sum = sum.saturating_add(value(sample, i));
             }
         }
         Cumulative {
@@ -144,17 +140,16 @@ fn covers(now: &Cumulative, before: &Cumulative) -> bool {
     })
 }
 
-/// Indices and names of the cumulative sample types.
+/// Indices and names of the cumulative sample types (each name once, the first of a repeat).
 fn cumulative_indices(profile: &pb::Profile) -> Vec<(usize, String)> {
-    profile
-        .sample_type
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| {
-            let name = string(profile, t.r#type);
-            CUMULATIVE.contains(&name).then(|| (i, name.to_string()))
-        })
-        .collect()
+    let mut found: Vec<(usize, String)> = Vec::with_capacity(CUMULATIVE.len());
+    for (i, t) in profile.sample_type.iter().enumerate() {
+        let name = string(profile, t.r#type);
+        if CUMULATIVE.contains(&name) && !found.iter().any(|(_, n)| n == name) {
+            found.push((i, name.to_string()));
+        }
+    }
+    found
 }
 
 fn value(sample: &pb::Sample, i: usize) -> i64 {
@@ -176,58 +171,93 @@ fn sample_keys(profile: &pb::Profile) -> Vec<u128> {
 
 /// A sample's identity across two profiles of one process: its stack (each location's
 /// address and its lines by function name, file and line) and its labels, by content, since
-/// ids are numbered afresh in every profile.
+/// ids are numbered afresh in every profile. Each location is hashed once; a sample's key is
+/// the hash of its locations' hashes and its labels.
 struct SampleKeys<'a> {
     profile: &'a pb::Profile,
-    locations: HashMap<u64, &'a pb::Location>,
-    functions: HashMap<u64, &'a pb::Function>,
+    locations: LocationHashes,
+}
+
+/// Location id → content hash: a table when the ids are dense (Go numbers them from 1), a map
+/// otherwise.
+enum LocationHashes {
+    Dense(Vec<Option<u64>>),
+    Sparse(HashMap<u64, u64>),
+}
+
+impl LocationHashes {
+    fn get(&self, id: u64) -> Option<u64> {
+        match self {
+            LocationHashes::Dense(table) => usize::try_from(id)
+                .ok()
+                .and_then(|i| table.get(i).copied().flatten()),
+            LocationHashes::Sparse(map) => map.get(&id).copied(),
+        }
+    }
 }
 
 impl<'a> SampleKeys<'a> {
     fn new(profile: &'a pb::Profile) -> SampleKeys<'a> {
-        SampleKeys {
-            profile,
-            locations: profile.location.iter().map(|l| (l.id, l)).collect(),
-            functions: profile.function.iter().map(|f| (f.id, f)).collect(),
-        }
+        let functions: HashMap<u64, &pb::Function> =
+            profile.function.iter().map(|f| (f.id, f)).collect();
+        let hash = |location: &pb::Location| {
+            let mut h = Xxh3::new();
+            h.update(&location.address.to_le_bytes());
+            for line in &location.line {
+                let (name, file) = functions.get(&line.function_id).map_or(("", ""), |f| {
+                    (string(profile, f.name), string(profile, f.filename))
+                });
+                text(&mut h, name);
+                text(&mut h, file);
+                h.update(&line.line.to_le_bytes());
+            }
+            h.digest()
+        };
+        let most = profile.location.iter().map(|l| l.id).max().unwrap_or(0);
+        let dense = usize::try_from(most)
+            .ok()
+            .filter(|&m| m <= profile.location.len().saturating_mul(4) + 64);
+        let locations = match dense {
+            Some(most) => {
+                let mut table = vec![None; most + 1];
+                for l in &profile.location {
+                    table[l.id as usize] = Some(hash(l));
+                }
+                LocationHashes::Dense(table)
+            }
+            None => {
+                LocationHashes::Sparse(profile.location.iter().map(|l| (l.id, hash(l))).collect())
+            }
+        };
+        SampleKeys { profile, locations }
     }
 
     fn key(&self, sample: &pb::Sample) -> u128 {
         let mut h = Xxh3::new();
-        for id in &sample.location_id {
-            let Some(location) = self.locations.get(id) else {
-                h.update(b"?");
-                h.update(&id.to_le_bytes());
-                continue;
-            };
-            h.update(b"L");
-            h.update(&location.address.to_le_bytes());
-            for line in &location.line {
-                let (name, file) = self.functions.get(&line.function_id).map_or(("", ""), |f| {
-                    (
-                        string(self.profile, f.name),
-                        string(self.profile, f.filename),
-                    )
-                });
-                self.text(&mut h, name);
-                self.text(&mut h, file);
-                h.update(&line.line.to_le_bytes());
+        for &id in &sample.location_id {
+            match self.locations.get(id) {
+                Some(location) => h.update(&location.to_le_bytes()),
+                // A dangling id (the decoder's checks did not run here): keep it distinct.
+                None => {
+                    h.update(b"?");
+                    h.update(&id.to_le_bytes());
+                }
             }
         }
         for label in &sample.label {
             h.update(b"#");
-            self.text(&mut h, string(self.profile, label.key));
-            self.text(&mut h, string(self.profile, label.str));
+            text(&mut h, string(self.profile, label.key));
+            text(&mut h, string(self.profile, label.str));
             h.update(&label.num.to_le_bytes());
-            self.text(&mut h, string(self.profile, label.num_unit));
+            text(&mut h, string(self.profile, label.num_unit));
         }
         h.digest128()
     }
+}
 
-    fn text(&self, h: &mut Xxh3, s: &str) {
-        h.update(&(s.len() as u64).to_le_bytes());
-        h.update(s.as_bytes());
-    }
+fn text(h: &mut Xxh3, s: &str) {
+    h.update(&(s.len() as u64).to_le_bytes());
+    h.update(s.as_bytes());
 }
 
 #[cfg(test)]
