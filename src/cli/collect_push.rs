@@ -170,8 +170,8 @@ impl LivePush {
     }
 
     /// Waits up to `--push-drain` for what is queued, then the one line for stderr: always
-    /// when something was left unsent, refused or unreadable, or the server rejected the
-    /// push; else only when `quiet` is off.
+    /// when something was left unsent, unanswered, refused or unreadable, or the server
+    /// rejected the push; else only when `quiet` is off.
     pub fn finish(mut self, quiet: bool) -> Option<String> {
         self.begin_drain();
         let joined = self.thread.take().map(JoinHandle::join);
@@ -197,6 +197,7 @@ impl LivePush {
             }
         };
         let troubled = stats.unsent > 0
+            || stats.unanswered > 0
             || stats.refused > 0
             || stats.rejected.is_some()
             || !stats.unreadable.is_empty();
