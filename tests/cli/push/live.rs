@@ -711,7 +711,9 @@ fn push_flags_without_push_and_a_bad_push_url_are_usage_errors_before_the_run_is
 
 /// `--max-disk` thins captures while the push is held: one deleted before it was sent is
 /// skipped (its `delete` record reaches the pusher through the same manifest hook), never
-/// reported unreadable; every other stored capture arrives once.
+/// reported unreadable; every other stored capture arrives once. While the server fails the
+/// pusher reads nothing new from disk, so a capture stored after the first request timed out
+/// stays in the spool until then: the test waits until retention has thinned one of those.
 #[test]
 fn live_push_skips_captures_thinned_for_max_disk_before_they_were_sent() {
     let Some(target) = Target::start() else {
@@ -724,7 +726,7 @@ fn live_push_skips_captures_thinned_for_max_disk_before_they_were_sent() {
         &url,
         &[
             "--duration",
-            "4s",
+            "8s",
             "--label",
             "9.9.9",
             "--max-disk",
@@ -735,9 +737,30 @@ fn live_push_skips_captures_thinned_for_max_disk_before_they_were_sent() {
     );
     let mut collect = Collect::spawn(&run, &target.url, &args);
     let manifest = run.join("manifest.jsonl");
-    wait_until("a push held and a capture thinned", &mut collect, || {
-        !receiver.faults().is_empty() && lines(&manifest).iter().any(|r| r["kind"] == "delete")
-    });
+    wait_until(
+        "a capture stored while the push failed, thinned",
+        &mut collect,
+        || {
+            let Some(held) = receiver
+                .faults()
+                .first()
+                .and_then(|f| f["unix_ms"].as_i64())
+            else {
+                return false;
+            };
+            // The first request held, its timeout passed, a margin for a loaded machine.
+            let failing_from = held + 300 + 500;
+            let records = lines(&manifest);
+            let stored_at: std::collections::HashMap<u64, i64> = records
+                .iter()
+                .map(|r| (r["seq"].as_u64().unwrap(), r["t_ms"].as_i64().unwrap()))
+                .collect();
+            records
+                .iter()
+                .filter_map(|r| r["deleted_seq"].as_u64())
+                .any(|seq| stored_at.get(&seq).is_some_and(|&t| t > failing_from))
+        },
+    );
     receiver.command("ok");
     let stderr = collect.finish();
     let line = push_line(&stderr);
