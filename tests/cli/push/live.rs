@@ -1,9 +1,9 @@
 //! `collect … --push URL` against a live Go target (testdata/go/cmd/steady over HTTP pprof on
 //! loopback) and the real push receiver, through each of the receiver's faults: down at the
-//! start, 500s for a while, hanging, restarted mid-run, and the collector itself SIGKILLed and
-//! resumed. Each ends with every stored capture delivered exactly once, with its labels and
-//! the manifest's totals; each checks that the fault really happened. The capture-to-durable
-//! time is printed with and without the push (no timed assertion: see docs/benchmarks.md).
+//! start, 500s for a while, restarted mid-run, and the collector itself SIGKILLed and resumed;
+//! then credentials, usage errors and `--max-disk`. Each ends with every stored capture
+//! delivered exactly once, with its labels and figures; each checks that the fault really
+//! happened. The drain and what it leaves are in `live_drain.rs`; helpers for both are here.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,13 +21,13 @@ const FAST: &[&str] = &["--retry-max", "300ms"];
 
 /// testdata/go/cmd/steady serving net/http/pprof on loopback. A small working set and fast
 /// churn: the GC (and so the heap profile) moves every ~100 ms, so most captures are new.
-struct Target {
-    url: String,
+pub(super) struct Target {
+    pub(super) url: String,
     _process: Reaped,
 }
 
 impl Target {
-    fn start() -> Option<Target> {
+    pub(super) fn start() -> Option<Target> {
         let steady = util::go_fixture("steady")?;
         let (process, addr) = util::start_listening(
             &steady,
@@ -48,13 +48,13 @@ impl Target {
 }
 
 /// A `heapwatch collect` running in the background, its stderr in a file.
-struct Collect {
+pub(super) struct Collect {
     child: Reaped,
     stderr: PathBuf,
 }
 
 impl Collect {
-    fn spawn(run: &Path, target: &str, extra: &[&str]) -> Collect {
+    pub(super) fn spawn(run: &Path, target: &str, extra: &[&str]) -> Collect {
         let stderr = run.with_extension(format!("stderr.{}", util::unix_ms()));
         let child = util::heapwatch()
             .args(["collect", target, "--out"])
@@ -76,7 +76,7 @@ impl Collect {
     }
 
     /// Waits for a clean exit; returns stderr.
-    fn finish(mut self) -> String {
+    pub(super) fn finish(mut self) -> String {
         let (status, _) = util::wait_for_exit(&mut self.child.0, Duration::from_secs(120));
         let text = self.stderr();
         assert_eq!(status.code(), Some(0), "heapwatch collect: {text}");
@@ -94,7 +94,7 @@ impl Collect {
 }
 
 /// Polls until `done`, failing after 60 s or if the collector exits first.
-fn wait_until(what: &str, collect: &mut Collect, mut done: impl FnMut() -> bool) {
+pub(super) fn wait_until(what: &str, collect: &mut Collect, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
         if let Some(status) = collect.child().try_wait().unwrap() {
@@ -108,7 +108,7 @@ fn wait_until(what: &str, collect: &mut Collect, mut done: impl FnMut() -> bool)
     }
 }
 
-fn push_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+pub(super) fn push_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["--push", url];
     args.extend_from_slice(FAST);
     args.extend_from_slice(extra);
@@ -118,17 +118,22 @@ fn push_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 /// Everything the run stored arrived once, each at its own time with its figures (see
 /// `assert_all_delivered_once`), and the labels of a live `collect` of `target` with `--label
 /// 9.9.9`: `service_name` the executable's name, `steady`.
-fn assert_live_delivery(run: &Path, receiver: &Receiver, target: &str) -> usize {
+pub(super) fn assert_live_delivery(run: &Path, receiver: &Receiver, target: &str) -> usize {
     assert_live_delivery_as(run, receiver, target, "steady")
 }
 
 /// [`assert_live_delivery`] with `service` as `service_name`.
-fn assert_live_delivery_as(run: &Path, receiver: &Receiver, target: &str, service: &str) -> usize {
+pub(super) fn assert_live_delivery_as(
+    run: &Path,
+    receiver: &Receiver,
+    target: &str,
+    service: &str,
+) -> usize {
     assert_live_delivery_with(run, receiver, target, service, &[])
 }
 
 /// [`assert_live_delivery_as`] with more labels.
-fn assert_live_delivery_with(
+pub(super) fn assert_live_delivery_with(
     run: &Path,
     receiver: &Receiver,
     target: &str,
@@ -164,7 +169,7 @@ fn assert_live_delivery_with(
 
 /// The one line a collect prints about its push at exit ("heapwatch: push RUN → URL: …", not
 /// the "heapwatch: push: URL: why; retrying" notices).
-fn push_line(stderr: &str) -> &str {
+pub(super) fn push_line(stderr: &str) -> &str {
     let found: Vec<&str> = stderr
         .lines()
         .filter(|l| l.starts_with("heapwatch: push ") && l.contains(" → "))
@@ -173,7 +178,7 @@ fn push_line(stderr: &str) -> &str {
     found[0]
 }
 
-fn new_run() -> (tempfile::TempDir, PathBuf) {
+pub(super) fn new_run() -> (tempfile::TempDir, PathBuf) {
     let dir = util::tempdir();
     let run = dir.path().join("run");
     (dir, run)
@@ -378,211 +383,6 @@ fn plant_unrecorded_profile(run: &Path) -> String {
     let name = format!("{:06}-heap.pb.gz", manifest_max.max(files_max) + 1);
     std::fs::copy(profiles.join(&names[0]), profiles.join(&name)).unwrap();
     format!("profiles/{name}")
-}
-
-/// Manifest figures of the stored captures of `run` with a seq in `seqs`: per-capture
-/// request latency and time from the last byte to durable (fsynced and named), in ms.
-fn timings(run: &Path, seqs: std::ops::RangeInclusive<u64>) -> (Vec<f64>, Vec<f64>) {
-    let mut latency = Vec::new();
-    let mut durable = Vec::new();
-    for r in lines(&run.join("manifest.jsonl")) {
-        if !seqs.contains(&r["seq"].as_u64().unwrap()) {
-            continue;
-        }
-        if let Some(d) = r["durable_ms"].as_f64() {
-            durable.push(d);
-            latency.push(r["latency_ms"].as_f64().unwrap());
-        }
-    }
-    (latency, durable)
-}
-
-fn percentiles(mut ms: Vec<f64>) -> String {
-    assert!(!ms.is_empty());
-    ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
-    format!(
-        "n={:3} p50 {:6.2} p90 {:6.2} p99 {:6.2} max {:6.2}",
-        ms.len(),
-        at(0.5),
-        at(0.9),
-        at(0.99),
-        ms[ms.len() - 1]
-    )
-}
-
-/// A receiver that holds every push: the collector stores at its own pace, the drain at exit
-/// is bounded and says in one line what it left, and `heapwatch push` sends it all once the
-/// receiver answers again. Prints the capture-to-durable time with and without the push.
-#[test]
-fn live_hanging_receiver_delays_no_capture_and_what_is_left_is_sent_later() {
-    let Some(target) = Target::start() else {
-        return;
-    };
-    let mut receiver = Receiver::start(&["-fault", "hang all"]).unwrap();
-    // Segments without the push and with it, alternating on the same run and target, so a
-    // change in the machine's load falls on both.
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let (seconds, rounds) = (
-        env("HEAPWATCH_PUSH_LATENCY_SECS", 2),
-        env("HEAPWATCH_PUSH_LATENCY_ROUNDS", 2),
-    );
-    let duration = format!("{seconds}s");
-    let (_dir, run) = new_run();
-    let url = receiver.url.clone();
-    let plain = ["--duration", duration.as_str(), "--label", "9.9.9"];
-    let pushing = push_args(
-        &url,
-        &[
-            "--duration",
-            duration.as_str(),
-            "--label",
-            "9.9.9",
-            "--push-timeout",
-            "1s",
-            "--push-drain",
-            "1500ms",
-        ],
-    );
-    let last_seq = |run: &Path| {
-        lines(&run.join("manifest.jsonl"))
-            .iter()
-            .map(|r| r["seq"].as_u64().unwrap())
-            .max()
-            .unwrap_or(0)
-    };
-    let (mut lat_plain, mut dur_plain, mut lat_push, mut dur_push) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut took = Vec::new();
-    let mut stderr = String::new();
-    for _ in 0..rounds {
-        let from = last_seq(&run) + 1;
-        Collect::spawn(&run, &target.url, &plain).finish();
-        let (latency, durable) = timings(&run, from..=u64::MAX);
-        lat_plain.extend(latency);
-        dur_plain.extend(durable);
-
-        let from = last_seq(&run) + 1;
-        let started = Instant::now();
-        stderr = Collect::spawn(&run, &target.url, &pushing).finish();
-        took.push(format!("{:.2}s", started.elapsed().as_secs_f64()));
-        let (latency, durable) = timings(&run, from..=u64::MAX);
-        lat_push.extend(latency);
-        dur_push.extend(durable);
-    }
-    assert!(!receiver.faults().is_empty(), "pushes were held");
-    assert!(receiver.accepted().is_empty());
-    let line = push_line(&stderr);
-    // What was in flight at the drain's end was waited for, went unanswered, and is recorded
-    // as maybe delivered; the rest is unsent.
-    let unanswered = lines(&run.join("pushes.jsonl"))
-        .iter()
-        .filter(|r| r["outcome"] == "unanswered")
-        .count();
-    assert!(unanswered > 0, "{line}");
-    assert!(line.contains("sent without an answer"), "{line}");
-    assert!(
-        stderr.contains("may be in the store") && stderr.contains("--retry-unanswered"),
-        "{stderr}"
-    );
-    eprintln!(
-        "capture to durable, {rounds} × ({duration} without, {duration} with --push) at \
-         --interval 100ms, the receiver hanging every push (ms):"
-    );
-    eprintln!("  durable_ms without --push: {}", percentiles(dur_plain));
-    eprintln!("  durable_ms with --push:    {}", percentiles(dur_push));
-    eprintln!("  latency_ms without --push: {}", percentiles(lat_plain));
-    eprintln!("  latency_ms with --push:    {}", percentiles(lat_push));
-    eprintln!(
-        "  each collect --push {duration} took {} in all (drain bound 1.5s)",
-        took.join(", ")
-    );
-
-    // Back: what the drain left is sent by `heapwatch push`, the captures before the push
-    // included, each once; it says the unanswered ones wait to be asked for (exit 2), and
-    // --retry-unanswered sends them (the hanging receiver stored none of them).
-    receiver.command("ok");
-    let out = util::run(&["push", run.to_str().unwrap(), "--to", &receiver.url]);
-    let stderr = util::stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--retry-unanswered"), "{stderr}");
-    let out = util::run(&[
-        "push",
-        run.to_str().unwrap(),
-        "--to",
-        &receiver.url,
-        "--retry-unanswered",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
-    assert_live_delivery(&run, &receiver, &target.url);
-}
-
-/// `--service`, `--push-label` and the build label are kept in the run: after a drain cut
-/// short by a server that holds every request, a later `heapwatch push` without them sends
-/// the rest under the same labels, and a push that names another value changes the kept one.
-#[test]
-fn live_labels_survive_a_drain_cut_and_a_later_push() {
-    let Some(target) = Target::start() else {
-        return;
-    };
-    let mut receiver = Receiver::start(&["-fault", "hang all"]).unwrap();
-    let (_dir, run) = new_run();
-    let url = receiver.url.clone();
-    let args = push_args(
-        &url,
-        &[
-            "--duration",
-            "2s",
-            "--label",
-            "9.9.9",
-            "--service",
-            "gateway",
-            "--push-label",
-            "cluster=eu-1",
-            "--push-label",
-            "pod=gateway-0",
-            "--push-timeout",
-            "500ms",
-            "--push-drain",
-            "300ms",
-        ],
-    );
-    let stderr = Collect::spawn(&run, &target.url, &args).finish();
-    let line = push_line(&stderr);
-    assert!(
-        line.contains("sent without an answer"),
-        "the drain was cut: {line}"
-    );
-    let info: Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
-    assert_eq!(info["options"]["push"]["service"], "gateway", "{info}");
-
-    receiver.command("ok");
-    let out = util::run(&[
-        "push",
-        run.to_str().unwrap(),
-        "--to",
-        &receiver.url,
-        "--retry-unanswered",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
-    assert!(
-        util::stdout(&out).contains("\"gateway\" (as chosen with --service)"),
-        "{}",
-        util::stdout(&out)
-    );
-    assert_live_delivery_with(
-        &run,
-        &receiver,
-        &target.url,
-        "gateway",
-        &[("cluster", "eu-1"), ("pod", "gateway-0")],
-    );
 }
 
 /// The auth and TLS flags of `heapwatch push` work the same on `collect --push`: a wrong
@@ -811,205 +611,33 @@ fn live_push_skips_captures_thinned_for_max_disk_before_they_were_sent() {
     );
 }
 
-/// The collector's rate against a server that answers as Pyroscope v2 does, once its segment
-/// is flushed (500 ms a request): `collect --push` at `--interval 100ms` with a GC per
-/// capture, heap and goroutine profiles, for 60 s (HEAPWATCH_PUSH_KEEPUP_SECS), leaves nothing
-/// unsent after a 10 s drain. One request at a time, one capture each, took 2 a second.
-#[test]
-fn live_push_keeps_up_with_the_collector_against_a_server_that_answers_in_500ms() {
-    let Some(target) = Target::start() else {
-        return;
-    };
-    let receiver = Receiver::start(&["-delay", "500ms"]).unwrap();
-    let seconds: u64 = std::env::var("HEAPWATCH_PUSH_KEEPUP_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(60);
-    let duration = format!("{seconds}s");
-    let (_dir, run) = new_run();
-    let args = push_args(
-        &receiver.url,
-        &[
-            "--duration",
-            &duration,
-            "--gc",
-            "--profiles",
-            "heap,goroutine",
-            "--goroutine-interval",
-            "100ms",
-            "--push-drain",
-            "10s",
-            "--label",
-            "9.9.9",
-        ],
-    );
-    let started = Instant::now();
-    let stderr = Collect::spawn(&run, &target.url, &args).finish();
-    let took = started.elapsed();
-    let line = push_line(&stderr);
-    assert!(!line.contains("unsent"), "{line}");
-    assert!(!line.contains("without an answer"), "{line}");
-    let events = assert_all_delivered_once(&run, &receiver, &[]);
-    assert!(super::assert_allocations_add_up(&run, &events) >= 1);
-    let stored = pushable(&run).len();
-    let rate = stored as f64 / seconds as f64;
-    assert!(
-        rate > 3.0,
-        "the collector stored {stored} captures in {seconds}s: not the load this is about"
-    );
-    let arrived = receiver.arrived();
-    let most = arrived
-        .iter()
-        .map(|e| e["in_flight"].as_i64().unwrap_or(0))
-        .max()
-        .unwrap_or(0);
-    eprintln!(
-        "{stored} captures in {seconds}s ({rate:.1}/s) delivered in {} requests (at most {most} \
-         in flight, 500 ms each); collect with its drain took {:.1}s: {line}",
-        arrived.len(),
-        took.as_secs_f64()
-    );
-}
-
-/// A drain that runs out with requests in flight, against a receiver that stores each push at
-/// once and answers late (as a server flushing a segment may, after the client gave up): the
-/// requests are waited for within `--push-timeout`, never cancelled and sent again. Answered
-/// in time, they are delivered; not answered, they are recorded as maybe delivered and a later
-/// `heapwatch push` does not send them again. Either way no capture is stored twice.
-#[test]
-fn live_drain_that_expires_with_requests_in_flight_stores_no_capture_twice() {
-    let Some(target) = Target::start() else {
-        return;
-    };
-    // The request timeout is longer than the collection, so no request times out (and is sent
-    // again, as any push does with a timeout) before the drain: this is about the drain.
-    for (answer_after, timeout, answered) in [("2s", "10s", true), ("6s", "3s", false)] {
-        let receiver = Receiver::start(&["-answer-after", answer_after]).unwrap();
-        let (_dir, run) = new_run();
-        let args = push_args(
-            &receiver.url,
-            &[
-                "--duration",
-                "1500ms",
-                "--label",
-                "9.9.9",
-                "--push-timeout",
-                timeout,
-                "--push-drain",
-                "200ms",
-            ],
-        );
-        let stderr = Collect::spawn(&run, &target.url, &args).finish();
-        let line = push_line(&stderr);
-        assert_eq!(line.contains("sent without an answer"), !answered, "{line}");
-        // A later push sends what is left, never what may be in the store already.
-        let out = util::run(&["push", run.to_str().unwrap(), "--to", &receiver.url]);
-        let later = util::stderr(&out);
-        assert_eq!(
-            out.status.code(),
-            Some(if answered { 0 } else { 2 }),
-            "{later}"
-        );
-        let outcomes = lines(&run.join("pushes.jsonl"));
-        let ids: std::collections::HashMap<u64, String> = outcomes
-            .iter()
-            .map(|r| {
-                (
-                    r["seq"].as_u64().unwrap(),
-                    r["id"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
-        let mut stored: std::collections::HashMap<String, usize> = Default::default();
-        for e in receiver.accepted() {
-            *stored
-                .entry(e["id"].as_str().unwrap().to_string())
-                .or_default() += 1;
+/// Manifest figures of the stored captures of `run` with a seq in `seqs`: per-capture
+/// request latency and time from the last byte to durable (fsynced and named), in ms.
+pub(super) fn timings(run: &Path, seqs: std::ops::RangeInclusive<u64>) -> (Vec<f64>, Vec<f64>) {
+    let mut latency = Vec::new();
+    let mut durable = Vec::new();
+    for r in lines(&run.join("manifest.jsonl")) {
+        if !seqs.contains(&r["seq"].as_u64().unwrap()) {
+            continue;
         }
-        let captures = pushable(&run);
-        for record in &captures {
-            let seq = record["seq"].as_u64().unwrap();
-            let id = ids
-                .get(&seq)
-                .unwrap_or_else(|| panic!("seq {seq}: no outcome"));
-            assert_eq!(
-                stored.get(id),
-                Some(&1),
-                "seq {seq} stored {:?} times",
-                stored.get(id)
-            );
-        }
-        assert_eq!(stored.len(), captures.len());
-        let unanswered = outcomes
-            .iter()
-            .filter(|r| r["outcome"] == "unanswered")
-            .count();
-        assert_eq!(unanswered > 0, !answered, "{outcomes:?}");
-    }
-}
-
-/// A cluster collect (two targets) pushes each node's run live, each capture with its node's
-/// name, and one line per node at exit.
-#[test]
-fn live_cluster_collect_pushes_every_node_with_its_name() {
-    let (Some(first), Some(second)) = (Target::start(), Target::start()) else {
-        return;
-    };
-    let receiver = Receiver::start(&["-delay", "500ms"]).unwrap();
-    let dir = util::tempdir();
-    let run = dir.path().join("cluster");
-    let stderr_file = dir.path().join("stderr");
-    let mut child = util::heapwatch()
-        .args(["collect", &first.url, &second.url, "--out"])
-        .arg(&run)
-        .args(["--name", "ctrl1", "--name", "ctrl2", "--interval", "100ms"])
-        .args([
-            "--duration",
-            "2s",
-            "--label",
-            "9.9.9",
-            "--push",
-            &receiver.url,
-        ])
-        .args(["--push-label", "cluster=eu-1"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr_file).unwrap())
-        .spawn()
-        .unwrap();
-    let (status, _) = util::wait_for_exit(&mut child, Duration::from_secs(120));
-    let stderr = std::fs::read_to_string(&stderr_file).unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    let lines: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("heapwatch: push ") && l.contains(" → "))
-        .collect();
-    assert_eq!(lines.len(), 2, "one line per node: {stderr}");
-    for (node, target) in [("ctrl1", &first.url), ("ctrl2", &second.url)] {
-        let node_run = run.join("targets").join(node);
-        let ids: std::collections::HashSet<String> = lines_of_ids(&node_run);
-        let mine: Vec<Value> = receiver
-            .accepted()
-            .into_iter()
-            .filter(|e| ids.contains(e["id"].as_str().unwrap()))
-            .collect();
-        assert_eq!(
-            mine.len(),
-            pushable(&node_run).len(),
-            "{node}: every capture once"
-        );
-        for event in &mine {
-            assert_eq!(event["labels"]["heapwatch_node"], node);
-            assert_eq!(event["labels"]["heapwatch_target"], target.as_str());
-            assert_eq!(event["labels"]["cluster"], "eu-1");
-            assert_eq!(event["labels"]["service_name"], "steady");
+        if let Some(d) = r["durable_ms"].as_f64() {
+            durable.push(d);
+            latency.push(r["latency_ms"].as_f64().unwrap());
         }
     }
+    (latency, durable)
 }
 
-fn lines_of_ids(run: &Path) -> std::collections::HashSet<String> {
-    lines(&run.join("pushes.jsonl"))
-        .iter()
-        .filter(|r| r["outcome"] == "delivered")
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect()
+pub(super) fn percentiles(mut ms: Vec<f64>) -> String {
+    assert!(!ms.is_empty());
+    ms.sort_by(f64::total_cmp);
+    let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
+    format!(
+        "n={:3} p50 {:6.2} p90 {:6.2} p99 {:6.2} max {:6.2}",
+        ms.len(),
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        ms[ms.len() - 1]
+    )
 }
