@@ -62,6 +62,21 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
 }
 
+/// A duration as a flag takes it: `10s`, `1500ms`, `2m` (whole minutes), `250µs` below a ms.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 && !d.is_zero() {
+        return format!("{}µs", d.as_micros());
+    }
+    if ms % 60_000 == 0 && ms >= 120_000 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
 /// Bytes in binary units with three significant figures: `512 B`, `1.50 KiB`, `96.0 MiB`.
 pub fn format_bytes(bytes: i64) -> String {
     let sign = if bytes < 0 { "-" } else { "" };
@@ -196,6 +211,20 @@ mod tests {
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("3m").unwrap(), Duration::from_secs(180));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn durations_are_shown_as_a_flag_takes_them_back() {
+        for (d, shown) in [
+            (Duration::from_secs(10), "10s"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_secs(180), "3m"),
+            (Duration::from_secs(60), "60s"),
+            (Duration::from_micros(250), "250µs"),
+        ] {
+            assert_eq!(format_duration(d), shown);
+            assert_eq!(parse_duration(shown).unwrap(), d);
+        }
     }
 
     #[test]

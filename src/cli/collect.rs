@@ -436,13 +436,6 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let push = args.push.prepare(args.decode.limits())?;
     let names = node_names(&args.targets, &args.names).map_err(start_error)?;
     let cluster = names.len() > 1;
-    if cluster && push.is_some() {
-        return Err(usage(
-            "--push takes a single target; push each node afterwards with \
-             `heapwatch push RUN/targets/NAME --to URL`"
-                .into(),
-        ));
-    }
     let limits = per_node("--limit", &args.limit, &names, true)?
         .into_iter()
         .map(|v| {
@@ -523,15 +516,18 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     let logged = !options.logs.is_empty();
     let awaited = marks::AwaitedLogs::new(&options.logs);
     let mut collection = heapwatch::collect::start(specs, options).map_err(start_error)?;
-    let mut live_push = None;
-    if push.is_some() {
-        let node = collection.nodes.remove(0);
-        let node = node.wrap_writer(|writer| {
-            let (writer, pushing) = super::collect_push::attach(push, &args.record.out, writer)?;
-            live_push = pushing;
-            Ok::<_, CliError>(writer)
-        })?;
-        collection.nodes.insert(0, node);
+    let mut live_pushes = Vec::new();
+    if let Some(push) = push {
+        // Each node's run pushes on its own, labelled with its node's name.
+        for node in std::mem::take(&mut collection.nodes) {
+            let dir = node.dir.clone();
+            let node = node.wrap_writer(|writer| {
+                let (writer, pushing) = super::collect_push::attach(push.clone(), &dir, writer)?;
+                live_pushes.push(pushing);
+                Ok::<_, CliError>(writer)
+            })?;
+            collection.nodes.push(node);
+        }
     }
 
     let stop = collection.stop_flag();
@@ -542,7 +538,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     status.await_logs(awaited);
     let outcome = collection.run(status.observers());
     status.finish();
-    let pushed = live_push.and_then(|p| p.finish(args.record.quiet));
+    let pushed = super::collect_push::finish_all(live_pushes, args.record.quiet);
 
     let mut failures = Vec::new();
     for node in outcome.nodes {
@@ -561,7 +557,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
             failures.push(e);
         }
     }
-    if let Some(line) = pushed {
+    for line in pushed {
         eprintln!("{line}");
     }
     if let Some(tally) = outcome.events.filter(|_| logged) {

@@ -1,11 +1,12 @@
-//! `collect … --push URL`: the live push. The pusher runs on a tokio runtime on its own
-//! thread; the collector's manifest writer hands it each record right after the record's
-//! line is fsynced (a send on an unbounded channel: the collector never waits for the
+//! `collect … --push URL`: the live push, one per node of the run. Each pusher runs on a
+//! tokio runtime on its own thread; the node's manifest writer hands it each record right
+//! after the record's line is fsynced (a send on an unbounded channel: the collector never waits for the
 //! network, and only the small record crosses, the profile stays on disk). At exit the
 //! collector gives the push up to `--push-drain` and reports in one line what it left unsent,
 //! which stays in the spool for the next `collect --push` of the run or `heapwatch push`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -64,44 +65,41 @@ impl CollectPushFlags {
             }
             return Ok(None);
         };
-        let (destination, client) = self.flags.client(url)?;
+        let (destination, client) = self.flags.client("--push", url)?;
         let server = destination.server();
-        let options = self.flags.options(&server.to, None, limits);
+        let options = self.flags.options(&server.to, None, limits)?;
         Ok(Some(PushSetup {
             server,
-            client,
+            client: Arc::new(client),
             options,
             drain: self.push_drain.unwrap_or(DEFAULT_DRAIN),
         }))
     }
 }
 
-/// A push checked and ready to start.
+/// A push checked and ready to start, once per node of the run.
+#[derive(Clone)]
 pub struct PushSetup {
     server: Server,
-    client: ConnectClient,
+    client: Arc<ConnectClient>,
     options: PushOptions,
     drain: Duration,
 }
 
-/// Starts the pusher over what the run already holds (a resumed run's captures not yet sent
-/// go first) and has `writer` tell it about every record it makes durable from now on. Call
-/// after `run.json` is written (the labels read it). Without a push, the writer comes back
-/// as it was.
+/// Starts the pusher over what the run (one node's, in a cluster) already holds (a resumed
+/// run's captures not yet sent go first) and has `writer` tell it about every record it makes
+/// durable from now on. Call after `run.json` is written (the labels read it).
 pub fn attach(
-    setup: Option<PushSetup>,
+    setup: PushSetup,
     run: &Path,
     writer: RunWriter,
-) -> Result<(RunWriter, Option<LivePush>), CliError> {
-    let Some(PushSetup {
+) -> Result<(RunWriter, LivePush), CliError> {
+    let PushSetup {
         server,
         client,
         options,
         drain,
-    }) = setup
-    else {
-        return Ok((writer, None));
-    };
+    } = setup;
     let shown = server.to.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = oneshot::channel::<()>();
@@ -150,17 +148,32 @@ pub fn attach(
         done: Some(done_tx),
         thread: Some(thread),
     };
-    Ok((writer, Some(live)))
+    Ok((writer, live))
+}
+
+/// Starts the drains of every node's push at once, then waits for each: the line of each that
+/// has one to say.
+pub fn finish_all(pushes: Vec<LivePush>, quiet: bool) -> Vec<String> {
+    let mut pushes = pushes;
+    for push in &mut pushes {
+        push.begin_drain();
+    }
+    pushes.into_iter().filter_map(|p| p.finish(quiet)).collect()
 }
 
 impl LivePush {
-    /// Waits up to `--push-drain` for what is queued, then the one line for stderr: always
-    /// when something was left unsent, refused or unreadable, or the server rejected the
-    /// push; else only when `quiet` is off.
-    pub fn finish(mut self, quiet: bool) -> Option<String> {
+    /// Tells the push thread the collector is done: its drain starts.
+    fn begin_drain(&mut self) {
         if let Some(done) = self.done.take() {
             let _ = done.send(());
         }
+    }
+
+    /// Waits up to `--push-drain` for what is queued, then the one line for stderr: always
+    /// when something was left unsent, unanswered, refused or unreadable, or the server
+    /// rejected the push; else only when `quiet` is off.
+    pub fn finish(mut self, quiet: bool) -> Option<String> {
+        self.begin_drain();
         let joined = self.thread.take().map(JoinHandle::join);
         let stats = match joined {
             Some(Ok(Ok(stats))) => stats,
@@ -184,6 +197,7 @@ impl LivePush {
             }
         };
         let troubled = stats.unsent > 0
+            || stats.unanswered > 0
             || stats.refused > 0
             || stats.rejected.is_some()
             || !stats.unreadable.is_empty();
@@ -201,20 +215,7 @@ impl LivePush {
                  --push-tenant)"
             ));
         } else if stats.unsent > 0 {
-            let waited = match stats.last_failure.as_deref() {
-                Some(why) => format!(" (last failure: {why})"),
-                None => String::new(),
-            };
-            line.push_str(&format!(
-                "; not sent within --push-drain {}{waited}",
-                shown_duration(self.drain)
-            ));
-        }
-        if let Some((first, _)) = stats.refusals.first() {
-            line.push_str(&format!(
-                "; refused: {first}, recorded in {}",
-                self.run.join(push::PUSHES_FILE).display()
-            ));
+            line.push_str(&format!("; {}", self.why_unsent(stats)));
         }
         if let Some(first) = stats.unreadable.first() {
             line.push_str(&format!("; unreadable: {first}"));
@@ -227,14 +228,48 @@ impl LivePush {
                 self.url
             ));
         }
+        if stats.unanswered > 0 {
+            line.push_str(&format!(
+                "\nheapwatch: {}",
+                super::push::unanswered_advice(stats.unanswered, &self.run, &self.url)
+            ));
+        }
+        if stats.refused > 0 {
+            let message = super::push::refusal_message(&self.run, &self.url, stats, false);
+            line.push_str(&format!("\nheapwatch: {message}"));
+        }
         line
     }
-}
 
-fn shown_duration(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
+    /// Why the drain did not send everything: the server failing, or slower than the backlog.
+    fn why_unsent(&self, stats: &PushStats) -> String {
+        let bound = units::format_duration(self.drain);
+        let drain = stats.drain.clone().unwrap_or_default();
+        let mut why = format!(
+            "not sent within --push-drain {bound}: {} were unsent when the collector stopped",
+            drain.queued
+        );
+        if drain.delivered > 0 && !drain.took.is_zero() {
+            why.push_str(&format!(
+                ", {} delivered in the drain ({:.1}/s)",
+                drain.delivered,
+                drain.delivered as f64 / drain.took.as_secs_f64()
+            ));
+        }
+        if let Some(mean) = stats.mean_answer() {
+            why.push_str(&format!(
+                "; the server took {} per request on average",
+                units::format_duration(Duration::from_millis(mean.as_millis() as u64))
+            ));
+        }
+        match stats.last_failure.as_deref() {
+            Some(failure) => why.push_str(&format!("; last failure: {failure}")),
+            None if drain.delivered > 0 => why.push_str(
+                "; the server kept answering, but the backlog (from a slow or down period \
+                 earlier) was larger than the drain could send: a longer --push-drain sends it",
+            ),
+            None => {}
+        }
+        why
     }
 }

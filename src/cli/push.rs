@@ -4,8 +4,9 @@
 //!
 //! Exit codes: 0 when every capture to send was delivered (or had been before); 2 when the
 //! server refused some, in this push or an earlier one (each recorded in RUN/pushes.jsonl:
-//! sending them again as they are would be refused again), a profile file could not be read,
-//! or the server rejected the credentials or the URL; 3 when it kept failing (5xx, timeouts, no connection) for
+//! sending them again as they are would be refused again), some were sent and never answered
+//! (they may be in the store), a profile file could not be read, or the server rejected the
+//! credentials or the URL; 3 when it kept failing (5xx, timeouts, no connection) for
 //! `--retry-for` without progress, with what is left unsent sent by the next run of the
 //! same command.
 
@@ -14,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use heapwatch::push::{self, PushOptions, PushStats};
+use heapwatch::push::{self, PushOptions, PushStats, Retry};
 use heapwatch::store::MANIFEST_FILE;
 use heapwatch::units;
 
@@ -34,6 +35,14 @@ pub struct Args {
     /// Send again the captures the server refused in an earlier push.
     #[arg(long)]
     retry_refused: bool,
+    /// Send again the captures an earlier push sent without getting an answer (a drain that
+    /// ran out): do it once you know the server did not store them.
+    #[arg(long)]
+    retry_unanswered: bool,
+    /// Send the whole run again to this server, whatever RUN/pushes.jsonl says was delivered
+    /// (a wiped server, new labels); a resend cut short is resumed by the next push.
+    #[arg(long)]
+    resend: bool,
     /// Give up after this long without a capture delivered or refused (the server down or
     /// failing); what is left goes with the next run of the same command.
     #[arg(long, default_value = "60s", value_parser = units::parse_duration)]
@@ -43,14 +52,19 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
-    let (destination, client) = args.push.client(&args.to)?;
+    let (destination, client) = args.push.client("--to", &args.to)?;
     let server = destination.server();
     let runs = runs_of(&args.run)?;
     let options = PushOptions {
-        retry_refused: args.retry_refused,
+        retry: Retry {
+            refused: args.retry_refused,
+            unanswered: args.retry_unanswered,
+            everything: args.resend,
+            restamping: false,
+        },
         ..args
             .push
-            .options(&server.to, Some(args.retry_for), args.decode.limits())
+            .options(&server.to, Some(args.retry_for), args.decode.limits())?
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -111,8 +125,8 @@ fn runs_of(run: &Path) -> Result<Vec<PathBuf>, CliError> {
     Ok(found)
 }
 
-/// `RUN → URL: 120 delivered, 3 refused; skipped 35 already sent, 12 duplicates`. The line
-/// `collect --push` will print at exit too.
+/// `RUN → URL: 120 delivered, 3 refused as service_name "ctrl1" (the app id …); skipped 35
+/// already sent`. The line `collect --push` will print at exit too.
 pub fn summary(run: &Path, s: &PushStats) -> String {
     let mut line = format!(
         "{} → {}: {} delivered, {} refused",
@@ -121,8 +135,19 @@ pub fn summary(run: &Path, s: &PushStats) -> String {
         s.delivered,
         s.refused
     );
+    if s.unanswered > 0 {
+        line.push_str(&format!(", {} sent without an answer", s.unanswered));
+    }
     if s.unsent > 0 {
         line.push_str(&format!(", {} left unsent", s.unsent));
+    }
+    if !s.services.is_empty() {
+        let named: Vec<String> = s
+            .services
+            .iter()
+            .map(|(name, from)| format!("{name:?} ({})", from.words()))
+            .collect();
+        line.push_str(&format!(" as service_name {}", named.join(", ")));
     }
     let t = &s.tally;
     let mut skipped = Vec::new();
@@ -132,8 +157,17 @@ pub fn summary(run: &Path, s: &PushStats) -> String {
     if t.already_refused > 0 {
         skipped.push(format!("{} refused before", t.already_refused));
     }
+    if t.already_unanswered > 0 {
+        skipped.push(format!(
+            "{} sent before without an answer",
+            t.already_unanswered
+        ));
+    }
     if t.duplicates > 0 {
-        skipped.push(format!("{} duplicates of an earlier capture", t.duplicates));
+        skipped.push(format!(
+            "{} duplicates of an earlier capture (--skip-duplicates)",
+            t.duplicates
+        ));
     }
     if t.not_pprof > 0 {
         skipped.push(format!("{} stack dumps (text, not pprof)", t.not_pprof));
@@ -144,8 +178,62 @@ pub fn summary(run: &Path, s: &PushStats) -> String {
     if !skipped.is_empty() {
         line.push_str(&format!("; skipped {}", skipped.join(", ")));
     }
+    if s.counter_resets > 0 {
+        line.push_str(&format!(
+            "; {} captures sent whole: their allocation counters fell within a boot cycle (a \
+             new process)",
+            s.counter_resets
+        ));
+    }
     if s.retries > 0 {
         line.push_str(&format!(" ({} retries)", s.retries));
+    }
+    line
+}
+
+/// What to do about captures sent without an answer, for the push summary and `collect`.
+pub fn unanswered_advice(n: u64, run: &Path, to: &str) -> String {
+    format!(
+        "{n} captures of {} were sent to {to} and never answered before the push ended: they \
+         may be in the store. Look for them there (their times are in {}); if they are not, \
+         `heapwatch push {} --to {to} --retry-unanswered` sends them",
+        run.display(),
+        run.join(push::PUSHES_FILE).display(),
+        run.display()
+    )
+}
+
+/// The refusal of some captures, first what happened and what to do, then the server's words.
+pub fn refusal_message(run: &Path, to: &str, s: &PushStats, restamping: bool) -> String {
+    let pushes = run.join(push::PUSHES_FILE);
+    let (first, n) = &s.refusals[0];
+    let window = s
+        .refusals
+        .iter()
+        .any(|(r, _)| r.message.contains("ingestion window"));
+    let mut line = if window && !restamping {
+        format!(
+            "{} captures of {} refused by {to}: older than its ingestion window; \
+             --restamp sends them stamped with the push time (each refusal is recorded in {})",
+            s.refused,
+            run.display(),
+            pushes.display()
+        )
+    } else {
+        format!(
+            "{} captures of {} refused by {to}; sending them as they are would be refused \
+             again (each refusal is recorded in {}; --retry-refused sends them once changed)",
+            s.refused,
+            run.display(),
+            pushes.display()
+        )
+    };
+    line.push_str(&format!("\n  the server said: {first}"));
+    if s.refusals.len() > 1 {
+        line.push_str(&format!(
+            " ({n} of them; {} other kinds of refusal)",
+            s.refusals.len() - 1
+        ));
     }
     line
 }
@@ -172,34 +260,26 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
         problems.push(CliError::Unreachable(format!(
             "{to}: no capture delivered for {} (last: {}); {} captures of {} left unsent, \
              sent by the next `heapwatch push` of the run",
-            units_duration(args.retry_for),
+            units::format_duration(args.retry_for),
             s.last_failure.as_deref().unwrap_or("no answer"),
             s.unsent,
             run.display()
         )));
     }
     if s.refused > 0 {
-        let (first, n) = &s.refusals[0];
-        let mut line = format!(
-            "{} captures of {} refused by {to}: {first}",
-            s.refused,
-            run.display()
-        );
-        if s.refusals.len() > 1 {
-            line.push_str(&format!(
-                " ({n} of them; {} other kinds of refusal)",
-                s.refusals.len() - 1
-            ));
-        }
-        line.push_str(&format!("; each is recorded in {}", pushes.display()));
-        if !args.push.restamp
-            && s.refusals
-                .iter()
-                .any(|(r, _)| r.message.contains("ingestion window"))
-        {
-            line.push_str("; --restamp sends old captures stamped with the push time");
-        }
-        problems.push(CliError::Store(line));
+        problems.push(CliError::Store(refusal_message(
+            run,
+            to,
+            s,
+            args.push.restamp,
+        )));
+    }
+    if s.unanswered > 0 || s.tally.already_unanswered > 0 {
+        problems.push(CliError::Store(unanswered_advice(
+            s.unanswered + s.tally.already_unanswered,
+            run,
+            to,
+        )));
     }
     if s.refused == 0 && s.tally.already_refused > 0 {
         // Not sent again, but the run is still not whole in the store: say so every time.
@@ -219,13 +299,4 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
         problems.push(CliError::Store(format!("{first}{more}")));
     }
     problems
-}
-
-fn units_duration(d: Duration) -> String {
-    let secs = d.as_secs_f64();
-    if secs >= 1.0 {
-        format!("{secs:.0}s")
-    } else {
-        format!("{}ms", d.as_millis())
-    }
 }

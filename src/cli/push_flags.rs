@@ -7,17 +7,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use heapwatch::decode::DecodeLimits;
-use heapwatch::push::{Backoff, ConnectClient, Destination, LabelOptions, PushOptions};
+use heapwatch::push::settings::parse_label;
+use heapwatch::push::{Backoff, ConnectClient, Destination, LabelFlags, PushOptions};
 use heapwatch::units;
 
 use super::CliError;
 
 #[derive(clap::Args, Clone)]
 pub struct PushFlags {
-    /// `service_name` of every capture (default: the app id the target reported, else the
-    /// target).
+    /// `service_name` of every capture (default: the app id the agent reported, else the
+    /// executable's name). Kept in the run: later pushes of it use it unless given another.
     #[arg(long)]
     pub service: Option<String>,
+    /// A label for every capture, NAME=VALUE, as Alloy's external labels (cluster, namespace,
+    /// pod, env; repeatable). Kept in the run like --service; NAME= takes a kept one away.
+    #[arg(id = "push_label", long = "push-label", value_name = "NAME=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Do not send a capture equal to the one before it (same data between the same two
+    /// GCs): fewer points; see docs/pyroscope.md for what an in-use query then shows.
+    #[arg(long)]
+    pub skip_duplicates: bool,
     /// Header sent with every push, "Name: value", e.g. "Authorization: Bearer TOKEN" or
     /// "Authorization: Basic BASE64" (repeatable). @FILE reads such lines from FILE, which
     /// keeps a token out of the process list.
@@ -39,7 +48,9 @@ pub struct PushFlags {
     pub timeout: Option<Duration>,
     /// Send each capture stamped with the push time, its own time kept in the
     /// `heapwatch_captured_at` label: for captures older than the server's ingestion window
-    /// (an hour by default in Pyroscope). Also retries captures refused without it.
+    /// (an hour by default in Pyroscope). Also retries captures refused without it. (A server
+    /// whose window is opened instead stores old profiles, but a query over their own time
+    /// finds them only if they were pushed within about a day: see docs/pyroscope.md.)
     #[arg(long)]
     pub restamp: bool,
     /// Longest wait between two attempts (the backoff doubles from 250ms up to it)
@@ -70,18 +81,33 @@ impl PushFlags {
     }
 
     /// The destination and a client for it: a bad URL, header or CA file is a usage error
-    /// before anything is sent (or collected).
-    pub fn client(&self, url: &str) -> Result<(Destination, ConnectClient), CliError> {
+    /// before anything is sent (or collected). `flag` names the URL's flag in the message.
+    pub fn client(&self, flag: &str, url: &str) -> Result<(Destination, ConnectClient), CliError> {
         let destination = self.destination(url)?;
         let client =
-            ConnectClient::new(&destination).map_err(|e| CliError::Usage(e.to_string()))?;
+            ConnectClient::new(&destination).map_err(|e| CliError::Usage(format!("{flag} {e}")))?;
         Ok((destination, client))
     }
 
-    pub fn labels(&self) -> LabelOptions {
-        LabelOptions {
-            service: self.service.clone(),
+    /// `--service` and `--push-label`; both name the service once at most.
+    pub fn labels(&self) -> Result<LabelFlags, CliError> {
+        let named: Vec<&str> = self
+            .labels
+            .iter()
+            .filter(|(k, _)| k == "service_name")
+            .map(|(_, v)| v.as_str())
+            .chain(self.service.as_deref())
+            .collect();
+        if named.windows(2).any(|w| w[0] != w[1]) {
+            return Err(CliError::Usage(format!(
+                "--service and --push-label service_name=… name two services ({}): give one",
+                named.join(", ")
+            )));
         }
+        Ok(LabelFlags {
+            service: self.service.clone(),
+            labels: self.labels.clone(),
+        })
     }
 
     /// How the push behaves; `give_up_after: None` keeps trying (a live push, bounded by
@@ -92,23 +118,25 @@ impl PushFlags {
         shown_to: &str,
         give_up_after: Option<Duration>,
         limits: DecodeLimits,
-    ) -> PushOptions {
+    ) -> Result<PushOptions, CliError> {
         let shown_to = shown_to.to_string();
         let retry_max = self.retry_max.unwrap_or(DEFAULT_RETRY_MAX);
-        PushOptions {
-            labels: self.labels(),
+        Ok(PushOptions {
+            labels: self.labels()?,
             restamp: self.restamp,
-            retry_refused: false,
+            retry: Default::default(),
+            skip_duplicates: self.skip_duplicates,
             backoff: Backoff {
                 first: Duration::from_millis(250).min(retry_max),
                 max: retry_max,
             },
             give_up_after,
+            request_timeout: self.timeout.unwrap_or(DEFAULT_TIMEOUT),
             limits,
             on_failing: Some(Arc::new(move |why: &str| {
                 eprintln!("heapwatch: push: {shown_to}: {why}; retrying");
             })),
-        }
+        })
     }
 
     /// Flags given that only mean something with a URL to push to.
@@ -116,6 +144,12 @@ impl PushFlags {
         let mut given = Vec::new();
         if self.service.is_some() {
             given.push("--service");
+        }
+        if !self.labels.is_empty() {
+            given.push("--push-label");
+        }
+        if self.skip_duplicates {
+            given.push("--skip-duplicates");
         }
         if !self.headers.is_empty() {
             given.push("--push-header");

@@ -145,9 +145,26 @@ pub struct RunOptions {
         skip_serializing_if = "Option::is_none"
     )]
     pub memory_source: Option<String>,
+    /// The labels the run is pushed to Pyroscope with (`--service`, `--push-label`), kept so a
+    /// later push of the run uses them.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub push: Option<PushSettings>,
     /// Options this version does not know, kept so a rewrite of run.json loses nothing.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+/// The push labels chosen for a run: `service_name` and the extra labels (`--push-label`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PushSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// `cpu_limit` as it was written: cores as a number (`--cpu-limit 2`) or a Kubernetes quantity

@@ -96,6 +96,10 @@ pub enum Answer {
         why: String,
         /// From a `Retry-After` header, when the server named a wait.
         retry_after: Option<Duration>,
+        /// The request may have reached the server and been stored: it went out and no
+        /// answer came back (a timeout, a connection closed before the answer). Never for a
+        /// refused connection or an HTTP answer.
+        maybe_arrived: bool,
     },
 }
 
@@ -122,13 +126,20 @@ pub struct ConnectClient {
 }
 
 impl ConnectClient {
+    /// A client for `destination`; its errors name the URL, for the caller to put its flag
+    /// before.
     pub fn new(destination: &Destination) -> Result<ConnectClient, PushError> {
+        let shown = destination.shown();
+        if !destination.url.contains("://") {
+            return Err(PushError::Config(format!(
+                "{shown}: no scheme: write http://{shown} (or https://…), the server's base URL"
+            )));
+        }
         let mut url = reqwest::Url::parse(&destination.url)
-            .map_err(|e| PushError::Config(format!("--to {}: {e}", destination.shown())))?;
+            .map_err(|e| PushError::Config(format!("{shown}: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(PushError::Config(format!(
-                "--to {}: expected an http:// or https:// URL",
-                destination.shown()
+                "{shown}: expected an http:// or https:// URL"
             )));
         }
         // Credentials in the URL become basic auth, and never reach a record or a message.
@@ -142,7 +153,7 @@ impl ConnectClient {
         let _ = url.set_password(None);
         let base = url.as_str().trim_end_matches('/').to_string();
         let endpoint = reqwest::Url::parse(&format!("{base}{PUSH_PATH}"))
-            .map_err(|e| PushError::Config(format!("--to {base}: {e}")))?;
+            .map_err(|e| PushError::Config(format!("{base}: {e}")))?;
 
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -227,7 +238,10 @@ impl ConnectClient {
             });
         }
         let why = if e.is_timeout() {
-            format!("no answer within {:?}", self.timeout)
+            format!(
+                "no answer within {}",
+                crate::units::format_duration(self.timeout)
+            )
         } else if e.is_connect() {
             format!("cannot connect: {}", innermost(e))
         } else {
@@ -236,6 +250,7 @@ impl ConnectClient {
         Answer::Failed {
             why,
             retry_after: None,
+            maybe_arrived: !e.is_connect(),
         }
     }
 }
@@ -282,6 +297,7 @@ pub fn classify(
     let retry = |refusal: Refusal| Answer::Failed {
         why: refusal.to_string(),
         retry_after,
+        maybe_arrived: false,
     };
     match code.as_deref() {
         Some(

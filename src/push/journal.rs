@@ -1,7 +1,8 @@
-//! `pushes.jsonl`, beside the manifest: one JSON line per capture whose push reached a final
-//! outcome on one server (delivered, or refused by it). Appended, never rewritten; a torn last
-//! line is cut on open. What has no line here is still to send: that is what makes a push
-//! resumable and idempotent.
+//! `pushes.jsonl`, beside the manifest: one JSON line per capture whose push reached an
+//! outcome on one server (delivered, refused by it, or sent without an answer before a drain
+//! ended), and a line where `heapwatch push --resend` began sending a run again. Appended,
+//! never rewritten; a torn last line is cut on open. What has no line here (since the last
+//! resend mark) is still to send: that is what makes a push resumable and idempotent.
 //!
 //! Each line is one `write` before the next push starts, so killing heapwatch loses none;
 //! fsync comes at most once a second and at the end ([`Journal::sync`]), so a crash of the
@@ -27,6 +28,10 @@ pub enum Outcome {
     /// The server refused this capture (a 4xx such as Pyroscope's 400 "outside of ingestion
     /// window"): sending the same request again would be refused again.
     Refused,
+    /// Sent, and the push ended (a drain ran out) with no answer within `--push-timeout`: the
+    /// server may have stored it. Not sent again blindly (a store does not deduplicate);
+    /// `--retry-unanswered` does.
+    Unanswered,
 }
 
 /// One line of `pushes.jsonl`.
@@ -59,6 +64,27 @@ pub struct PushRecord {
     pub restamped: bool,
 }
 
+/// A line saying every outcome before it for this server is forgotten: `heapwatch push
+/// --resend` sends the run there again (a wiped server, new labels), and a push cut short
+/// after it resumes the resend rather than finding everything delivered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResendMark {
+    pub resend: bool,
+    pub to: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Unix ms when the resend began.
+    pub t_ms: i64,
+}
+
+/// One line of `pushes.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum JournalLine {
+    Outcome(PushRecord),
+    Resend(ResendMark),
+}
+
 /// `pushes.jsonl` opened for appending.
 pub struct Journal {
     file: File,
@@ -70,7 +96,8 @@ pub struct Journal {
 /// What an existing `pushes.jsonl` held.
 #[derive(Debug, Default)]
 pub struct JournalRead {
-    pub records: Vec<PushRecord>,
+    /// Every line, in order.
+    pub lines: Vec<JournalLine>,
     /// Complete lines that are not records, with their line numbers.
     pub bad_lines: Vec<(usize, String)>,
 }
@@ -105,15 +132,18 @@ impl Journal {
         ))
     }
 
-    /// Appends one record in one `write`.
-    pub fn append(&mut self, record: &PushRecord) -> Result<(), PushError> {
-        let mut line = serde_json::to_vec(record).expect("push records are plain data");
-        line.push(b'\n');
-        if let Err(e) = self.file.write_all(&line) {
+    /// Appends lines in one `write`.
+    pub fn append(&mut self, lines: &[JournalLine]) -> Result<(), PushError> {
+        let mut text = Vec::new();
+        for line in lines {
+            serde_json::to_writer(&mut text, line).expect("push records are plain data");
+            text.push(b'\n');
+        }
+        if let Err(e) = self.file.write_all(&text) {
             let _ = self.file.set_len(self.len);
             return Err(PushError::io(&self.path, e));
         }
-        self.len += line.len() as u64;
+        self.len += text.len() as u64;
         Ok(())
     }
 
@@ -139,6 +169,16 @@ pub fn read(run: &Path) -> Result<JournalRead, PushError> {
     }
 }
 
+impl JournalRead {
+    /// The capture outcomes, in order.
+    pub fn records(&self) -> impl Iterator<Item = &PushRecord> {
+        self.lines.iter().filter_map(|l| match l {
+            JournalLine::Outcome(r) => Some(r),
+            JournalLine::Resend(_) => None,
+        })
+    }
+}
+
 /// Parses journal text; returns the records and the length of the complete lines.
 fn parse(text: &[u8]) -> (JournalRead, u64) {
     let mut read = JournalRead::default();
@@ -152,8 +192,8 @@ fn parse(text: &[u8]) -> (JournalRead, u64) {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<PushRecord>(line) {
-            Ok(record) => read.records.push(record),
+        match serde_json::from_slice::<JournalLine>(line) {
+            Ok(entry) => read.lines.push(entry),
             Err(e) => read.bad_lines.push((number + 1, e.to_string())),
         }
     }
@@ -186,17 +226,31 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let (mut j, read) = Journal::open(dir.path()).unwrap();
-            assert!(read.records.is_empty());
-            j.append(&record(1)).unwrap();
+            assert!(read.lines.is_empty());
+            j.append(&[JournalLine::Outcome(record(1))]).unwrap();
         }
         let path = dir.path().join(PUSHES_FILE);
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"{\"seq\":2,\"fi").unwrap();
         let (mut j, read) = Journal::open(dir.path()).unwrap();
-        assert_eq!(read.records, vec![record(1)]);
-        j.append(&record(3)).unwrap();
+        assert_eq!(read.records().cloned().collect::<Vec<_>>(), vec![record(1)]);
+        let mark = JournalLine::Resend(ResendMark {
+            resend: true,
+            to: "http://127.0.0.1:4040".into(),
+            tenant: None,
+            t_ms: 9,
+        });
+        j.append(&[JournalLine::Outcome(record(3)), mark.clone()])
+            .unwrap();
         let again = read_all(dir.path());
-        assert_eq!(again.records, vec![record(1), record(3)]);
+        assert_eq!(
+            again.lines,
+            vec![
+                JournalLine::Outcome(record(1)),
+                JournalLine::Outcome(record(3)),
+                mark
+            ]
+        );
         assert!(again.bad_lines.is_empty());
     }
 

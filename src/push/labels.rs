@@ -1,6 +1,7 @@
 //! The labels a capture is pushed with, and its stable id. Pyroscope keys a series by its
-//! label set, so these are chosen to stay few per run: the profile name, the service and its
-//! build, the boot cycle and the target. Everything here is plain data, no I/O.
+//! label set, so these are chosen to stay few per run and the same from run to run: the
+//! profile name, a stable service name and its build, the boot cycle, the target, the cluster
+//! node, and the user's own labels (`--push-label`). Everything here is plain data, no I/O.
 
 use std::collections::BTreeMap;
 
@@ -10,11 +11,44 @@ use super::wire::LabelPair;
 use crate::model::build::BuildInfo;
 use crate::store::{CaptureRecord, RecordKind, RunInfo};
 
-/// The label settings from the command line.
-#[derive(Debug, Clone, Default)]
+/// The label settings in force: the run's own (run.json) with the command line's over them.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LabelOptions {
-    /// `--service`: the `service_name` for every capture, over the app id and the target.
+    /// `--service`: the `service_name` for every capture, over every default.
     pub service: Option<String>,
+    /// `--push-label K=V`: added to every capture, as Alloy's external labels.
+    pub extra: BTreeMap<String, String>,
+    /// The node's name in a cluster run (`--name`), sent as `heapwatch_node`.
+    pub node: Option<String>,
+}
+
+/// Where a capture's `service_name` came from: said in the push's summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ServiceSource {
+    /// `--service` or `--push-label service_name=…`, given now or kept in the run.
+    Chosen,
+    /// The app id the target's agent reported.
+    AppId,
+    /// The file name of the executable the profile names (its main mapping).
+    Executable,
+    /// The command `heapwatch run` started.
+    Command,
+    /// Nothing better was known: the run directory's name.
+    RunDirectory,
+}
+
+impl ServiceSource {
+    pub fn words(self) -> &'static str {
+        match self {
+            ServiceSource::Chosen => "as chosen with --service",
+            ServiceSource::AppId => "the app id the agent reported",
+            ServiceSource::Executable => "the executable's name, from the profile",
+            ServiceSource::Command => "the command `heapwatch run` started",
+            ServiceSource::RunDirectory => {
+                "the run directory's name: nothing else named the service"
+            }
+        }
+    }
 }
 
 /// What kind of profile a capture is, as Pyroscope names it (`__name__`): Go heap profiles
@@ -53,31 +87,49 @@ impl ProfileName {
     }
 }
 
-/// Chooses labels from what the run says about itself: `run.json` and the `cycle` records.
+/// Chooses labels from what the run says about itself: `run.json`, the `cycle` records and
+/// the executable each profile names.
 #[derive(Debug, Clone)]
 pub struct Labeler {
-    service: Option<String>,
+    options: LabelOptions,
+    /// `heapwatch_target`: the target as given, credentials and query taken out.
     target: String,
     run_label: Option<String>,
+    /// The file name of the command `heapwatch run` started.
+    command: Option<String>,
+    run_directory: String,
     /// The identity of the run the ids are derived from.
     run_key: String,
     /// Per boot cycle, the build its `cycle` record named.
     builds: BTreeMap<u32, BuildInfo>,
+    /// Per boot cycle, the executable its profiles named.
+    executables: BTreeMap<u32, String>,
 }
 
 impl Labeler {
-    /// `fallback_target` names the target when there is no `run.json` (the run's folder).
-    pub fn new(info: Option<&RunInfo>, fallback_target: &str, options: &LabelOptions) -> Labeler {
-        let target = info
-            .map_or(fallback_target, |i| i.target.as_str())
-            .to_string();
+    /// `run_directory` names the run when nothing else does (and the target when there is no
+    /// `run.json`).
+    pub fn new(info: Option<&RunInfo>, run_directory: &str, options: &LabelOptions) -> Labeler {
+        let target = info.map_or(run_directory, |i| i.target.as_str());
         let started = info.map_or(0, |i| i.started_ms);
+        let command = info
+            .and_then(|i| i.options.command.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|program| file_name(program));
+        let mut options = options.clone();
+        options.service = options.service.filter(|s| !s.is_empty());
+        options.node = options.node.filter(|s| !s.is_empty());
+        // The ids are made from the redacted target too: a hash of a password is not kept.
+        let target = redacted_target(target);
         Labeler {
-            service: options.service.clone().filter(|s| !s.is_empty()),
+            options,
             run_key: format!("{target}\n{started}"),
             target,
             run_label: info.and_then(|i| i.label.clone()).filter(|l| !l.is_empty()),
+            command,
+            run_directory: run_directory.to_string(),
             builds: BTreeMap::new(),
+            executables: BTreeMap::new(),
         }
     }
 
@@ -91,27 +143,55 @@ impl Labeler {
         }
     }
 
+    /// Takes note of the executable a profile of `cycle` names (its main mapping's file).
+    pub fn observe_executable(&mut self, cycle: u32, path: &str) {
+        if let Some(name) = file_name(path) {
+            self.executables.entry(cycle).or_insert(name);
+        }
+    }
+
     /// Whether the boot cycle's `cycle` record has been seen.
     pub fn knows_cycle(&self, cycle: u32) -> bool {
         self.builds.contains_key(&cycle)
     }
 
-    /// `service_name`: `--service`, else the app id (this cycle's, else any cycle's), else
-    /// the target.
-    pub fn service_name(&self, cycle: u32) -> String {
-        if let Some(service) = &self.service {
-            return service.clone();
+    /// `service_name` and where it came from: `--service`, else the app id (this cycle's,
+    /// else any cycle's), else the executable's name (this cycle's, else any's), else the
+    /// command `heapwatch run` started, else the run directory's name. Never the target: a
+    /// pprof URL's port and `heapwatch run`'s cgroup change from run to run, and one service
+    /// must stay one series across runs and builds.
+    pub fn service_name(&self, cycle: u32) -> (String, ServiceSource) {
+        if let Some(service) = &self.options.service {
+            return (service.clone(), ServiceSource::Chosen);
         }
         let app_id = |b: &BuildInfo| b.app_id.clone().filter(|a| !a.is_empty());
-        self.builds
+        if let Some(id) = self
+            .builds
             .get(&cycle)
             .and_then(app_id)
             .or_else(|| self.builds.values().find_map(app_id))
-            .unwrap_or_else(|| self.target.clone())
+        {
+            return (id, ServiceSource::AppId);
+        }
+        if let Some(exe) = self
+            .executables
+            .get(&cycle)
+            .or_else(|| self.executables.values().next())
+        {
+            return (exe.clone(), ServiceSource::Executable);
+        }
+        if let Some(command) = &self.command {
+            return (command.clone(), ServiceSource::Command);
+        }
+        (self.run_directory.clone(), ServiceSource::RunDirectory)
     }
 
-    /// `service_version`: the cycle's build version, else the run's `--label`.
+    /// `service_version`: `--push-label service_version=…`, else the cycle's build version,
+    /// else the run's `--label`.
     pub fn service_version(&self, cycle: u32) -> Option<String> {
+        if let Some(v) = self.options.extra.get("service_version") {
+            return Some(v.clone());
+        }
         self.builds
             .get(&cycle)
             .and_then(|b| b.version.clone())
@@ -128,13 +208,25 @@ impl Labeler {
         captured_at: Option<i64>,
     ) -> Vec<LabelPair> {
         let mut labels: BTreeMap<&str, String> = BTreeMap::new();
+        // The user's labels first: heapwatch's own, set after, cannot be overwritten by them.
+        for (k, v) in &self.options.extra {
+            labels.insert(k, v.clone());
+        }
         labels.insert("__name__", name.as_str().to_string());
-        labels.insert("service_name", self.service_name(cycle));
+        if name == ProfileName::Memory {
+            // The allocation figures are deltas already: Pyroscope v1 would otherwise make
+            // deltas of them again (v2 stores every profile as sent, and drops the label).
+            labels.insert("__delta__", "false".to_string());
+        }
+        labels.insert("service_name", self.service_name(cycle).0);
         if let Some(version) = self.service_version(cycle) {
             labels.insert("service_version", version);
         }
         labels.insert("heapwatch_boot_cycle", cycle.to_string());
         labels.insert("heapwatch_target", self.target.clone());
+        if let Some(node) = &self.options.node {
+            labels.insert("heapwatch_node", node.clone());
+        }
         if let Some(ns) = captured_at {
             labels.insert("heapwatch_captured_at", rfc3339_ms(ns));
         }
@@ -165,6 +257,39 @@ impl Labeler {
             &hex[20..32]
         )
     }
+}
+
+/// The last part of a path (`/usr/local/bin/ziti` → `ziti`), if it has one.
+fn file_name(path: &str) -> Option<String> {
+    let name = path.rsplit('/').next()?.trim();
+    (!name.is_empty() && !name.starts_with('[')).then(|| name.to_string())
+}
+
+/// A target as the label shows it: any URL in it without user, password, query or fragment,
+/// so no credential given with the target reaches the store.
+pub fn redacted_target(target: &str) -> String {
+    let target = if target.contains("://") {
+        target.split(['?', '#']).next().unwrap_or_default()
+    } else {
+        target
+    };
+    let mut shown = String::with_capacity(target.len());
+    let mut rest = target;
+    // Each URL in it (`envoy:http://…` holds one after a prefix).
+    while let Some(at) = rest.find("://") {
+        shown.push_str(&rest[..at + 3]);
+        let tail = &rest[at + 3..];
+        let end = tail.find('/').unwrap_or(tail.len());
+        let authority = &tail[..end];
+        shown.push_str(
+            authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host),
+        );
+        rest = &tail[end..];
+    }
+    shown.push_str(rest);
+    shown
 }
 
 /// Unix nanoseconds as RFC 3339 UTC with milliseconds: `2026-12-02T12:27:00.626Z`.
@@ -213,23 +338,108 @@ mod tests {
     }
 
     #[test]
-    fn service_name_is_the_flag_else_the_app_id_else_the_target() {
+    fn service_name_is_the_flag_else_the_app_id_else_the_executable_never_the_target() {
         let run = info(Some("2.1.0"));
-        let mut plain = Labeler::new(Some(&run), "x", &LabelOptions::default());
-        assert_eq!(plain.service_name(1), "agent:auto:ctrl");
+        let mut plain = Labeler::new(Some(&run), "run-2.1.0", &LabelOptions::default());
+        assert_eq!(
+            plain.service_name(1),
+            ("run-2.1.0".to_string(), ServiceSource::RunDirectory)
+        );
+        plain.observe_executable(1, "/tmp/heapwatch-capture.AxBIR8/bin/steady");
+        assert_eq!(
+            plain.service_name(1),
+            ("steady".to_string(), ServiceSource::Executable)
+        );
         plain.observe(&cycle(2, Some("ctrl1"), Some("v2.0.2")));
-        assert_eq!(plain.service_name(2), "ctrl1");
+        assert_eq!(plain.service_name(2).0, "ctrl1");
         // A cycle whose source told no app id takes the run's.
         plain.observe(&cycle(3, None, None));
-        assert_eq!(plain.service_name(3), "ctrl1");
+        assert_eq!(
+            plain.service_name(3),
+            ("ctrl1".to_string(), ServiceSource::AppId)
+        );
         let flagged = Labeler::new(
             Some(&run),
             "x",
             &LabelOptions {
                 service: Some("ziti-controller".into()),
+                ..LabelOptions::default()
             },
         );
-        assert_eq!(flagged.service_name(2), "ziti-controller");
+        assert_eq!(
+            flagged.service_name(2),
+            ("ziti-controller".to_string(), ServiceSource::Chosen)
+        );
+    }
+
+    #[test]
+    fn heapwatch_run_is_named_by_its_command_not_its_cgroup() {
+        let mut run = info(None);
+        run.target = "proc:cgroup:/sys/fs/cgroup/memory/heapwatch-run-4242".into();
+        run.options.command = Some(vec!["./bin/oomgrow".into(), "-rate".into(), "1MiB".into()]);
+        let l = Labeler::new(Some(&run), "run", &LabelOptions::default());
+        assert_eq!(
+            l.service_name(1),
+            ("oomgrow".to_string(), ServiceSource::Command)
+        );
+    }
+
+    #[test]
+    fn the_users_labels_and_the_node_go_with_every_capture_and_cannot_replace_heapwatchs() {
+        let options = LabelOptions {
+            service: None,
+            extra: [
+                ("cluster", "eu-1"),
+                ("heapwatch_target", "forged"),
+                ("__name__", "cpu"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            node: Some("ctrl2".into()),
+        };
+        let l = Labeler::new(Some(&info(None)), "x", &options);
+        let labels = l.labels(ProfileName::Memory, 1, None);
+        assert_eq!(get(&labels, "cluster").as_deref(), Some("eu-1"));
+        assert_eq!(get(&labels, "heapwatch_node").as_deref(), Some("ctrl2"));
+        assert_eq!(
+            get(&labels, "heapwatch_target").as_deref(),
+            Some("agent:auto:ctrl")
+        );
+        assert_eq!(get(&labels, "__name__").as_deref(), Some("memory"));
+        assert_eq!(get(&labels, "__delta__").as_deref(), Some("false"));
+        let goroutines = l.labels(ProfileName::Goroutine, 1, None);
+        assert_eq!(
+            get(&goroutines, "__delta__"),
+            None,
+            "a gauge: nothing to say"
+        );
+    }
+
+    #[test]
+    fn the_target_label_carries_no_credentials() {
+        for (given, shown) in [
+            ("http://10.0.0.5:6060", "http://10.0.0.5:6060"),
+            (
+                "https://user:s3cret@10.0.0.5:6060/debug/pprof?token=abc",
+                "https://10.0.0.5:6060/debug/pprof",
+            ),
+            (
+                "envoy:http://admin:pw@127.0.0.1:9901",
+                "envoy:http://127.0.0.1:9901",
+            ),
+            ("agent:auto:ctrl", "agent:auto:ctrl"),
+        ] {
+            assert_eq!(redacted_target(given), shown);
+        }
+        let mut run = info(None);
+        run.target = "https://user:s3cret@10.0.0.5:6060".into();
+        let l = Labeler::new(Some(&run), "x", &LabelOptions::default());
+        let labels = l.labels(ProfileName::Memory, 1, None);
+        assert!(
+            labels.iter().all(|l| !l.value.contains("s3cret")),
+            "{labels:?}"
+        );
     }
 
     #[test]
@@ -242,7 +452,6 @@ mod tests {
             "plain HTTP cycles have no build to wait for"
         );
         assert_eq!(l.service_version(1).as_deref(), Some("2.1.0"));
-        assert_eq!(l.service_name(1), "agent:auto:ctrl");
     }
 
     #[test]

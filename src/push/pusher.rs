@@ -1,7 +1,8 @@
-//! The push loop: takes the spool's oldest capture, sends it until the server gives a final
-//! answer, records that answer, and goes on. Failures wait with exponential backoff and
-//! jitter; refusals are recorded once and never retried in the same push; a rejection of the
-//! credentials or the URL stops everything. One capture is in flight at a time.
+//! The push: captures go in batches, several requests in flight, until each is settled —
+//! delivered, refused, or (when the push must end with a request unanswered) recorded as
+//! maybe delivered. Failures wait with exponential backoff and jitter, one request probing at
+//! a time; refusals are recorded once and never retried in the same push; a rejection of the
+//! credentials or the URL stops everything. The loop itself is in `driver.rs`.
 //!
 //! [`push_run`] drives it over a finished run; [`start`] spawns it beside a live collector,
 //! which then only [`PushHandle::enqueue`]s each record once it is durable and, at exit,
@@ -13,24 +14,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc::{
-    UnboundedReceiver, UnboundedSender, WeakUnboundedSender, unbounded_channel,
-};
+use tokio::sync::mpsc::{UnboundedSender, WeakUnboundedSender, unbounded_channel};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::PushError;
-use super::connect::{Answer, Refusal, Transport};
-use super::journal::{Outcome, PushRecord};
-use super::labels::{LabelOptions, Labeler};
-use super::restamp;
-use super::spool::{Pending, Retry, Server, Spool, Tally};
-use super::wire;
+use super::connect::{Refusal, Transport};
+use super::driver::Pusher;
+use super::labels::ServiceSource;
+use super::settings::LabelFlags;
+use super::spool::{Retry, Server, Spool, Tally};
 use crate::decode::DecodeLimits;
 use crate::store::{CaptureRecord, RunDir};
-
-/// How long a live capture waits for its boot cycle's `cycle` record (its labels need the
-/// build) before it goes with the run's fallbacks.
-const CYCLE_WAIT: Duration = Duration::from_secs(2);
 
 /// Exponential backoff with equal jitter: attempt n waits between d/2 and d, where
 /// d = first · 2ⁿ⁻¹ capped at `max`. Never zero, so a dead server is not hammered; never in
@@ -51,7 +46,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    fn wait(&self, attempt: u32, jitter: &mut Jitter) -> Duration {
+    pub(super) fn wait(&self, attempt: u32, jitter: &mut Jitter) -> Duration {
         let doubled = self
             .first
             .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
@@ -61,10 +56,10 @@ impl Backoff {
 }
 
 /// splitmix64 seeded per process: jitter needs spread, not secrecy.
-struct Jitter(u64);
+pub(super) struct Jitter(u64);
 
 impl Jitter {
-    fn new() -> Jitter {
+    pub(super) fn new() -> Jitter {
         Jitter(RandomState::new().hash_one(std::process::id()))
     }
 
@@ -85,15 +80,22 @@ pub type FailingNotice = Arc<dyn Fn(&str) + Send + Sync>;
 /// How a push behaves: the plain configuration the CLI builds.
 #[derive(Clone)]
 pub struct PushOptions {
-    pub labels: LabelOptions,
-    /// Send every capture stamped with the time of its push (its own in a label).
+    /// `--service` and `--push-label`, over the labels the run keeps (see `settings.rs`).
+    pub labels: LabelFlags,
+    /// Send every capture stamped with the time it is prepared for sending (its own in a
+    /// label).
     pub restamp: bool,
-    /// Send again what the server refused before.
-    pub retry_refused: bool,
+    /// Which earlier outcomes to send again (`--retry-refused`, `--retry-unanswered`,
+    /// `--resend`); a restamping push also sends what was refused unrestamped.
+    pub retry: Retry,
+    /// `--skip-duplicates`: a capture equal to the one before is not sent.
+    pub skip_duplicates: bool,
     pub backoff: Backoff,
-    /// Stop once this long passes without a capture settled; `None` keeps trying (a live
-    /// collector, whose bound is the drain at exit).
+    /// Stop once this long passes without a capture settled while the server fails; `None`
+    /// keeps trying (a live collector, whose bound is the drain at exit).
     pub give_up_after: Option<Duration>,
+    /// `--push-timeout`: what a request in flight at the end is given to answer.
+    pub request_timeout: Duration,
     pub limits: DecodeLimits,
     /// Told once at the start of each run of failures: "why; retrying".
     pub on_failing: Option<FailingNotice>,
@@ -102,13 +104,24 @@ pub struct PushOptions {
 impl Default for PushOptions {
     fn default() -> Self {
         PushOptions {
-            labels: LabelOptions::default(),
+            labels: LabelFlags::default(),
             restamp: false,
-            retry_refused: false,
+            retry: Retry::default(),
+            skip_duplicates: false,
             backoff: Backoff::default(),
             give_up_after: Some(Duration::from_secs(60)),
+            request_timeout: Duration::from_secs(10),
             limits: DecodeLimits::default(),
             on_failing: None,
+        }
+    }
+}
+
+impl PushOptions {
+    pub(super) fn spool_retry(&self) -> Retry {
+        Retry {
+            restamping: self.restamp,
+            ..self.retry
         }
     }
 }
@@ -119,12 +132,17 @@ pub struct PushStats {
     pub to: String,
     pub delivered: u64,
     pub refused: u64,
+    /// Sent when the push had to end and never answered: recorded as maybe delivered.
+    pub unanswered: u64,
     /// Requests that failed and were tried again.
     pub retries: u64,
+    /// Requests answered (any answer), and their total time, for the mean answer time.
+    pub requests: u64,
+    pub answer_time: Duration,
     /// Still in the spool at the end (the push gave up, was rejected, or the drain ran out).
     pub unsent: u64,
     pub tally: Tally,
-    /// Captures whose file could not be read or restamped: "path: why".
+    /// Captures whose file could not be read: "path: why".
     pub unreadable: Vec<String>,
     /// Each distinct kind of refusal (status and code) with a first example and a count.
     pub refusals: Vec<(Refusal, u64)>,
@@ -133,10 +151,29 @@ pub struct PushStats {
     pub last_failure: Option<String>,
     /// Stopped after `give_up_after` without progress.
     pub gave_up: bool,
+    /// Each `service_name` sent and where it came from.
+    pub services: Vec<(String, ServiceSource)>,
+    /// Heap captures whose allocation counters fell within a boot cycle (a new process the
+    /// cycle did not tell apart): sent whole.
+    pub counter_resets: u64,
+    /// How the drain of a live push went.
+    pub drain: Option<DrainFigures>,
+}
+
+/// A live push's drain: how much it had to send, what it sent, and whether time ran out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DrainFigures {
+    /// Captures unsent when the drain began (those still on their way from the collector
+    /// included).
+    pub queued: u64,
+    pub delivered: u64,
+    pub took: Duration,
+    /// The bound ran out with captures unsent.
+    pub ran_out: bool,
 }
 
 impl PushStats {
-    fn refused_one(&mut self, refusal: &Refusal) {
+    pub(super) fn refused_one(&mut self, refusal: &Refusal) {
         self.refused += 1;
         match self
             .refusals
@@ -147,11 +184,15 @@ impl PushStats {
             None => self.refusals.push((refusal.clone(), 1)),
         }
     }
+
+    /// The mean time the server took to answer a request.
+    pub fn mean_answer(&self) -> Option<Duration> {
+        (self.requests > 0).then(|| self.answer_time / self.requests as u32)
+    }
 }
 
-/// Sends a finished run: every stored capture not yet settled with this server, in order.
-/// Returns when all are settled, the server rejects us, or `give_up_after` passes without
-/// progress.
+/// Sends a finished run: every stored capture not yet settled with this server. Returns when
+/// all are settled, the server rejects us, or `give_up_after` passes without progress.
 pub async fn push_run<T: Transport>(
     run: &Path,
     server: Server,
@@ -166,8 +207,8 @@ pub async fn push_run<T: Transport>(
         options,
         Arc::clone(&stats),
     )?;
-    pusher.sealed = true;
-    pusher.drive(&mut None).await?;
+    pusher.seal();
+    pusher.drive(&mut None, None).await?;
     Ok(snapshot(&stats))
 }
 
@@ -176,7 +217,10 @@ pub struct PushHandle {
     run: PathBuf,
     server: Server,
     retry: Retry,
+    skip_duplicates: bool,
+    request_timeout: Duration,
     inbox: Option<UnboundedSender<CaptureRecord>>,
+    deadline: Option<oneshot::Sender<Instant>>,
     task: tokio::task::JoinHandle<Result<(), PushError>>,
     stats: Arc<Mutex<PushStats>>,
 }
@@ -191,9 +235,11 @@ pub fn start<T: Transport>(
 ) -> Result<PushHandle, PushError> {
     let stats = Arc::new(Mutex::new(PushStats::default()));
     let retry = Retry {
-        refused: options.retry_refused,
-        restamping: options.restamp,
+        // A recount must not write a second resend mark.
+        everything: false,
+        ..options.spool_retry()
     };
+    let (skip_duplicates, request_timeout) = (options.skip_duplicates, options.request_timeout);
     let mut pusher = Pusher::open(
         run,
         server.clone(),
@@ -202,12 +248,16 @@ pub fn start<T: Transport>(
         Arc::clone(&stats),
     )?;
     let (tx, rx) = unbounded_channel();
-    let task = tokio::spawn(async move { pusher.drive(&mut Some(rx)).await });
+    let (deadline_tx, deadline_rx) = oneshot::channel();
+    let task = tokio::spawn(async move { pusher.drive(&mut Some(rx), Some(deadline_rx)).await });
     Ok(PushHandle {
         run: run.to_path_buf(),
         server,
         retry,
+        skip_duplicates,
+        request_timeout,
         inbox: Some(tx),
+        deadline: Some(deadline_tx),
         task,
         stats,
     })
@@ -234,11 +284,18 @@ impl PushHandle {
         snapshot(&self.stats)
     }
 
-    /// No more records: waits up to `within` for the queue to empty, then stops the push,
-    /// a request in flight included. What is left stays in the spool for the next start.
+    /// No more records: sends what is queued for up to `within`, then stops sending and
+    /// waits for the requests in flight to be answered (each within the request timeout); one
+    /// left unanswered is recorded as maybe delivered, never abandoned to be sent twice.
+    /// What is left unsent stays in the spool for the next start.
     pub async fn drain(mut self, within: Duration) -> Result<PushStats, PushError> {
         self.inbox = None;
-        match tokio::time::timeout(within, &mut self.task).await {
+        if let Some(deadline) = self.deadline.take() {
+            let _ = deadline.send(Instant::now() + within);
+        }
+        // The loop keeps its own bound; this one only guards against a loop that hangs.
+        let guard = within + self.request_timeout + Duration::from_secs(5);
+        match tokio::time::timeout(guard, &mut self.task).await {
             Ok(Ok(result)) => result?,
             Ok(Err(join)) => {
                 return Err(PushError::Config(format!("the push task failed: {join}")));
@@ -246,24 +303,34 @@ impl PushHandle {
             Err(_) => {
                 self.task.abort();
                 let _ = (&mut self.task).await;
-                // Records still in the queue were never counted: what is unsent is what
-                // the next start will find in the spool.
-                let unsent = self.spool_left().await?;
-                self.stats.lock().unwrap_or_else(|p| p.into_inner()).unsent = unsent;
             }
         }
-        Ok(snapshot(&self.stats))
+        // Records the collector sent after the drain began never reached the loop: what is
+        // unsent is what the next start will find in the spool.
+        let unsent = self.spool_left().await?;
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.unsent = unsent;
+        if let Some(drain) = &mut stats.drain {
+            drain.queued = drain.queued.max(drain.delivered + unsent);
+            drain.ran_out = unsent > 0;
+        }
+        Ok(stats.clone())
     }
 
     /// The length of the spool as a fresh start derives it from the run.
     async fn spool_left(&self) -> Result<u64, PushError> {
-        let (run, server, retry) = (self.run.clone(), self.server.clone(), self.retry);
+        let (run, server, retry, skip) = (
+            self.run.clone(),
+            self.server.clone(),
+            self.retry,
+            self.skip_duplicates,
+        );
         let counted = tokio::task::spawn_blocking(move || {
             let dir = RunDir::open(&run).map_err(|e| PushError::Run {
                 path: run.clone(),
                 why: e.to_string(),
             })?;
-            let mut spool = Spool::open(&run, server, retry)?;
+            let mut spool = Spool::open(&run, server, retry, skip)?;
             for record in &dir.manifest.records {
                 spool.offer(record);
             }
@@ -286,291 +353,11 @@ impl Enqueuer {
     }
 }
 
-fn snapshot(stats: &Mutex<PushStats>) -> PushStats {
+pub(super) fn snapshot(stats: &Mutex<PushStats>) -> PushStats {
     stats
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .clone()
-}
-
-struct Pusher<T> {
-    transport: Arc<T>,
-    spool: Spool,
-    labeler: Labeler,
-    options: PushOptions,
-    jitter: Jitter,
-    stats: Arc<Mutex<PushStats>>,
-    /// No more records will come.
-    sealed: bool,
-    last_progress: Instant,
-}
-
-enum Flow {
-    Next,
-    Stop,
-}
-
-impl<T: Transport> Pusher<T> {
-    fn open(
-        run: &Path,
-        server: Server,
-        transport: Arc<T>,
-        options: PushOptions,
-        stats: Arc<Mutex<PushStats>>,
-    ) -> Result<Pusher<T>, PushError> {
-        let dir = RunDir::open(run).map_err(|e| PushError::Run {
-            path: run.to_path_buf(),
-            why: e.to_string(),
-        })?;
-        let retry = Retry {
-            refused: options.retry_refused,
-            restamping: options.restamp,
-        };
-        let fallback = run.file_name().map_or_else(
-            || run.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        let mut labeler = Labeler::new(dir.info.as_ref(), &fallback, &options.labels);
-        stats.lock().unwrap_or_else(|p| p.into_inner()).to = server.to.clone();
-        let mut spool = Spool::open(run, server, retry)?;
-        for record in &dir.manifest.records {
-            labeler.observe(record);
-            spool.offer(record);
-        }
-        let pusher = Pusher {
-            transport,
-            spool,
-            labeler,
-            options,
-            jitter: Jitter::new(),
-            stats,
-            sealed: false,
-            last_progress: Instant::now(),
-        };
-        pusher.publish();
-        Ok(pusher)
-    }
-
-    fn offer(&mut self, record: &CaptureRecord) {
-        self.labeler.observe(record);
-        self.spool.offer(record);
-    }
-
-    fn publish(&self) {
-        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        stats.unsent = self.spool.len() as u64;
-        stats.tally = self.spool.tally.clone();
-    }
-
-    fn update(&self, change: impl FnOnce(&mut PushStats)) {
-        change(&mut self.stats.lock().unwrap_or_else(|p| p.into_inner()));
-    }
-
-    /// A live capture is ready once its cycle's labels are known: the `cycle` record seen,
-    /// a later boot cycle begun, the run sealed, or [`CYCLE_WAIT`] passed.
-    fn ready(&self, pending: &Pending) -> bool {
-        self.sealed
-            || self.labeler.knows_cycle(pending.cycle)
-            || self.spool.saw_later_cycle(pending.cycle)
-            || pending.offered.elapsed() >= CYCLE_WAIT
-    }
-
-    async fn drive(
-        &mut self,
-        inbox: &mut Option<UnboundedReceiver<CaptureRecord>>,
-    ) -> Result<(), PushError> {
-        loop {
-            self.absorb(inbox);
-            let next = self.spool.front().cloned();
-            match next {
-                Some(pending) if self.ready(&pending) => {
-                    let flow = self.deliver(pending, inbox).await?;
-                    self.publish();
-                    if let Flow::Stop = flow {
-                        return self.spool.sync().await;
-                    }
-                }
-                None if self.sealed => return self.spool.sync().await,
-                Some(pending) => {
-                    let until = pending.offered + CYCLE_WAIT;
-                    self.wait(until, inbox).await;
-                }
-                None => match self.spool.sync_due() {
-                    // Idle: the last lines get their fsync on time even if no more come.
-                    Some(due) if due <= Instant::now() => self.spool.sync().await?,
-                    Some(due) => self.wait(due, inbox).await,
-                    None => {
-                        self.wait(Instant::now() + Duration::from_secs(3600), inbox)
-                            .await
-                    }
-                },
-            }
-        }
-    }
-
-    /// Takes every record already queued, without waiting.
-    fn absorb(&mut self, inbox: &mut Option<UnboundedReceiver<CaptureRecord>>) {
-        use tokio::sync::mpsc::error::TryRecvError;
-        while let Some(rx) = inbox.as_mut() {
-            match rx.try_recv() {
-                Ok(record) => self.offer(&record),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    *inbox = None;
-                    self.sealed = true;
-                }
-            }
-        }
-        self.publish();
-    }
-
-    /// Sleeps until `until`, taking records as they come; returns early on the first one.
-    async fn wait(&mut self, until: Instant, inbox: &mut Option<UnboundedReceiver<CaptureRecord>>) {
-        let Some(rx) = inbox.as_mut() else {
-            tokio::time::sleep_until(until).await;
-            return;
-        };
-        tokio::select! {
-            () = tokio::time::sleep_until(until) => {}
-            record = rx.recv() => match record {
-                Some(record) => self.offer(&record),
-                None => {
-                    *inbox = None;
-                    self.sealed = true;
-                }
-            },
-        }
-        self.publish();
-    }
-
-    /// Sends one capture until the server settles it. `Stop` when the push must end.
-    async fn deliver(
-        &mut self,
-        pending: Pending,
-        inbox: &mut Option<UnboundedReceiver<CaptureRecord>>,
-    ) -> Result<Flow, PushError> {
-        let path = self.spool.root().join(&pending.file);
-        let read = {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || std::fs::read(path)).await
-        };
-        let raw = match read {
-            Ok(Ok(raw)) => raw,
-            Ok(Err(e)) => {
-                // Retention may have deleted it a moment ago: its `delete` record says so.
-                self.absorb(inbox);
-                if !self.spool.contains(pending.seq) {
-                    return Ok(Flow::Next);
-                }
-                return Ok(self.unreadable(&pending, &path, &e.to_string()));
-            }
-            Err(e) => return Ok(self.unreadable(&pending, &path, &e.to_string())),
-        };
-        let id = self.labeler.capture_id(pending.seq, &pending.file);
-        let mut attempts = 0u32;
-        let mut failing = false;
-        loop {
-            // Built for each attempt: a restamped capture carries the time of the attempt.
-            let (labels, profile) = if self.options.restamp {
-                match restamp::restamp(&raw, unix_ns(), &self.options.limits) {
-                    Ok(copy) => {
-                        let own = if copy.captured_ns != 0 {
-                            copy.captured_ns
-                        } else {
-                            pending.t_ms.saturating_mul(1_000_000)
-                        };
-                        let labels = self.labeler.labels(pending.name, pending.cycle, Some(own));
-                        (labels, copy.bytes)
-                    }
-                    Err(e) => {
-                        let why = format!("cannot restamp: {e}");
-                        return Ok(self.unreadable(&pending, &path, &why));
-                    }
-                }
-            } else {
-                let labels = self.labeler.labels(pending.name, pending.cycle, None);
-                (labels, raw.clone())
-            };
-            let body = wire::encode_push(labels, profile, id.clone());
-            attempts += 1;
-            let answer = self.transport.send(body).await;
-            let settled = |outcome, status, refusal: Option<&Refusal>| PushRecord {
-                seq: pending.seq,
-                file: pending.file.clone(),
-                to: self.spool.server().to.clone(),
-                tenant: self.spool.server().tenant.clone(),
-                id: id.clone(),
-                outcome,
-                status,
-                code: refusal.and_then(|r| r.code.clone()),
-                message: refusal.map(|r| r.message.clone()),
-                attempts,
-                t_ms: unix_ns() / 1_000_000,
-                restamped: self.options.restamp,
-            };
-            match answer {
-                Answer::Delivered { status } => {
-                    let record = settled(Outcome::Delivered, status, None);
-                    self.spool.settle(record).await?;
-                    self.last_progress = Instant::now();
-                    self.update(|s| s.delivered += 1);
-                    return Ok(Flow::Next);
-                }
-                Answer::Refused(refusal) => {
-                    let record = settled(Outcome::Refused, refusal.status, Some(&refusal));
-                    self.spool.settle(record).await?;
-                    self.last_progress = Instant::now();
-                    self.update(|s| s.refused_one(&refusal));
-                    return Ok(Flow::Next);
-                }
-                Answer::Rejected(refusal) => {
-                    self.update(|s| s.rejected = Some(refusal));
-                    return Ok(Flow::Stop);
-                }
-                Answer::Failed { why, retry_after } => {
-                    if !failing {
-                        failing = true;
-                        if let Some(tell) = &self.options.on_failing {
-                            tell(&why);
-                        }
-                    }
-                    self.update(|s| {
-                        s.retries += 1;
-                        s.last_failure = Some(why);
-                    });
-                    let mut wait = self.options.backoff.wait(attempts, &mut self.jitter);
-                    if let Some(asked) = retry_after {
-                        wait = wait.max(asked.min(Duration::from_secs(300)));
-                    }
-                    if let Some(limit) = self.options.give_up_after {
-                        let left = limit.saturating_sub(self.last_progress.elapsed());
-                        if left.is_zero() {
-                            self.update(|s| s.gave_up = true);
-                            return Ok(Flow::Stop);
-                        }
-                        wait = wait.min(left);
-                    }
-                    let until = Instant::now() + wait;
-                    while Instant::now() < until {
-                        self.wait(until, inbox).await;
-                    }
-                }
-            }
-        }
-    }
-
-    fn unreadable(&mut self, pending: &Pending, path: &Path, why: &str) -> Flow {
-        self.spool.forget(pending.seq);
-        let line = format!("{}: {why}", path.display());
-        self.update(|s| s.unreadable.push(line));
-        Flow::Next
-    }
-}
-
-fn unix_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 #[cfg(test)]

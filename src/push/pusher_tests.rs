@@ -1,44 +1,87 @@
-//! The push loop against a scripted transport, on tokio's paused clock: retries, refusals,
-//! rejections, giving up and the live drain, without a network and without sleeping.
+//! The push loop against a scripted transport, on tokio's paused clock: batches and requests in
+//! flight against a slow server, retries, refusals, rejections, giving up, and the live drain
+//! with a request in flight, without a network and without sleeping.
 
 use std::collections::VecDeque;
 
 use prost::Message;
 
 use super::*;
-use crate::push::journal;
+use crate::decode::{self, pb};
+use crate::push::connect::Answer;
+use crate::push::driver::{self, CYCLE_WAIT};
+use crate::push::journal::{self, Outcome};
 use crate::push::wire::PushRequest;
+use crate::push::{BATCH_CAPTURES, IN_FLIGHT};
 use crate::store::{RecordKind, RunWriter};
 
-/// Answers from a script (then `Delivered`), keeping every body and when it came.
+/// Answers from a script (then `Delivered`) after `delay`, keeping every body, when it came,
+/// and the most requests it ever had in flight at once.
 #[derive(Clone, Default)]
 struct Scripted(Arc<Mutex<Script>>);
 
-/// What is left to answer, and what was sent when.
-type Script = (VecDeque<Answer>, Vec<(Instant, PushRequest)>);
+#[derive(Default)]
+struct Script {
+    answers: VecDeque<Answer>,
+    sent: Vec<(Instant, PushRequest)>,
+    delay: Duration,
+    in_flight: usize,
+    most_in_flight: usize,
+}
 
 impl Scripted {
     fn new(script: Vec<Answer>) -> Scripted {
-        Scripted(Arc::new(Mutex::new((script.into(), Vec::new()))))
+        Scripted::slow(script, Duration::ZERO)
+    }
+
+    fn slow(script: Vec<Answer>, delay: Duration) -> Scripted {
+        Scripted(Arc::new(Mutex::new(Script {
+            answers: script.into(),
+            delay,
+            ..Script::default()
+        })))
     }
 
     fn sent(&self) -> Vec<(Instant, PushRequest)> {
-        self.0.lock().unwrap().1.clone()
+        self.0.lock().unwrap().sent.clone()
+    }
+
+    fn most_in_flight(&self) -> usize {
+        self.0.lock().unwrap().most_in_flight
+    }
+
+    /// Every capture id sent, in the order sent.
+    fn ids(&self) -> Vec<String> {
+        self.sent()
+            .iter()
+            .flat_map(|(_, r)| r.series.iter().flat_map(|s| s.samples.iter()))
+            .map(|s| s.id.clone())
+            .collect()
     }
 }
 
 impl Transport for Scripted {
     fn send(&self, body: Vec<u8>) -> impl std::future::Future<Output = Answer> + Send {
-        let mut state = self.0.lock().unwrap();
-        state.1.push((
-            Instant::now(),
-            PushRequest::decode(body.as_slice()).unwrap(),
-        ));
-        let answer = state
-            .0
-            .pop_front()
-            .unwrap_or(Answer::Delivered { status: 200 });
-        async move { answer }
+        let state = Arc::clone(&self.0);
+        let (answer, delay) = {
+            let mut s = state.lock().unwrap();
+            s.sent.push((
+                Instant::now(),
+                PushRequest::decode(body.as_slice()).unwrap(),
+            ));
+            s.in_flight += 1;
+            s.most_in_flight = s.most_in_flight.max(s.in_flight);
+            let answer = s
+                .answers
+                .pop_front()
+                .unwrap_or(Answer::Delivered { status: 200 });
+            (answer, s.delay)
+        };
+        async move {
+            tokio::time::sleep(delay).await;
+            state.lock().unwrap().in_flight -= 1;
+            answer
+        }
     }
 }
 
@@ -46,6 +89,16 @@ fn failed() -> Answer {
     Answer::Failed {
         why: "HTTP 503".into(),
         retry_after: None,
+        maybe_arrived: false,
+    }
+}
+
+/// What a real transport answers when its request timeout passes.
+fn timed_out() -> Answer {
+    Answer::Failed {
+        why: "no answer within 10s".into(),
+        retry_after: None,
+        maybe_arrived: true,
     }
 }
 
@@ -64,7 +117,7 @@ fn server() -> Server {
     }
 }
 
-/// A run of `n` heap captures, each a copy of a real profile.
+/// A run of `n` heap captures in boot cycle 1, each a copy of a real profile.
 fn run(n: u64) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let bytes = std::fs::read(
@@ -94,6 +147,95 @@ fn fast() -> PushOptions {
     }
 }
 
+fn records(dir: &Path) -> Vec<journal::PushRecord> {
+    journal::read(dir).unwrap().records().cloned().collect()
+}
+
+fn totals(raw: &[u8]) -> Vec<(String, i64)> {
+    let bytes = decode::decompress(raw, &DecodeLimits::default()).unwrap();
+    let p: pb::Profile = decode::decode_message(&bytes).unwrap();
+    p.sample_type
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let sum = p.sample.iter().map(|s| s.value[i]).sum();
+            (p.string_table[t.r#type as usize].clone(), sum)
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_server_gets_batches_several_at_a_time_and_keeps_up() {
+    let n = 400;
+    let dir = run(n);
+    let transport = Scripted::slow(vec![], Duration::from_millis(500));
+    let started = Instant::now();
+    let stats = push_run(dir.path(), server(), transport.clone(), fast())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!((stats.delivered, stats.unsent), (n, 0));
+    let sent = transport.sent();
+    assert!(transport.most_in_flight() > 1, "requests overlap");
+    assert!(transport.most_in_flight() <= IN_FLIGHT);
+    assert!(
+        sent.len() < n as usize / 4,
+        "{} requests for {n} captures",
+        sent.len()
+    );
+    // One request at a time, one capture each, would take n × 500 ms.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // Within a request, captures keep their order; each goes once.
+    let mut ids = transport.ids();
+    let order: Vec<u64> = records(dir.path()).iter().map(|r| r.seq).collect();
+    assert_eq!(order.len(), n as usize);
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n as usize, "each capture once");
+    for (_, request) in &sent {
+        let samples: usize = request.series.iter().map(|s| s.samples.len()).sum();
+        assert!(samples <= BATCH_CAPTURES);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_capture_goes_with_in_use_as_captured_and_allocations_as_the_change() {
+    // Four copies of one profile: the first whole, the others an empty allocation delta with
+    // the same in-use figures, each at its own time.
+    let dir = run(4);
+    let transport = Scripted::new(vec![]);
+    push_run(dir.path(), server(), transport.clone(), fast())
+        .await
+        .unwrap();
+    let stored = std::fs::read(dir.path().join("profiles/000001-heap.pb.gz")).unwrap();
+    let captured = totals(&stored);
+    let sent = transport.sent();
+    let samples: Vec<&[u8]> = sent
+        .iter()
+        .flat_map(|(_, r)| r.series.iter().flat_map(|s| s.samples.iter()))
+        .map(|s| s.raw_profile.as_slice())
+        .collect();
+    assert_eq!(samples.len(), 4);
+    assert_eq!(
+        samples[0],
+        stored.as_slice(),
+        "the first of a cycle goes as stored"
+    );
+    for later in &samples[1..] {
+        for ((name, sum), (_, whole)) in totals(later).into_iter().zip(&captured) {
+            let want = if name.starts_with("alloc_") {
+                0
+            } else {
+                *whole
+            };
+            assert_eq!(sum, want, "{name}");
+        }
+    }
+    let labels = &sent[0].1.series[0].labels;
+    let delta = labels.iter().find(|l| l.name == "__delta__").unwrap();
+    assert_eq!(delta.value, "false");
+}
+
 #[tokio::test(start_paused = true)]
 async fn failures_are_retried_with_growing_waits_then_delivered() {
     let dir = run(2);
@@ -105,46 +247,46 @@ async fn failures_are_retried_with_growing_waits_then_delivered() {
     assert_eq!(stats.retries, 3);
     assert_eq!(stats.unsent, 0);
     let sent = transport.sent();
-    assert_eq!(sent.len(), 5);
+    assert_eq!(sent.len(), 4, "both captures in each request");
     let gaps: Vec<Duration> = sent.windows(2).map(|w| w[1].0 - w[0].0).collect();
     // Attempt n waits between d/2 and d, d = 100 ms · 2ⁿ⁻¹.
-    for (n, gap) in gaps.iter().take(3).enumerate() {
+    for (n, gap) in gaps.iter().enumerate() {
         let d = Duration::from_millis(100 << n);
         assert!(
             *gap >= d / 2 && *gap <= d,
             "wait {n}: {gap:?} for d = {d:?}"
         );
     }
-    // The same id on every attempt; one series with one sample each time.
-    let ids: Vec<&str> = sent[..4]
-        .iter()
-        .map(|(_, r)| r.series[0].samples[0].id.as_str())
-        .collect();
-    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
-    assert!(sent.iter().all(|(_, r)| r.series.len() == 1));
-    let records = journal::read(dir.path()).unwrap().records;
+    // The same ids on every attempt.
+    let ids = |r: &PushRequest| -> Vec<String> {
+        r.series
+            .iter()
+            .flat_map(|s| s.samples.iter().map(|x| x.id.clone()))
+            .collect()
+    };
+    assert!(sent.iter().all(|(_, r)| ids(r) == ids(&sent[0].1)));
+    let records = records(dir.path());
     assert_eq!(records.len(), 2);
-    assert_eq!(records[0].attempts, 4);
-    assert_eq!(records[1].attempts, 1);
+    assert!(records.iter().all(|r| r.attempts == 4));
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_refusal_is_recorded_once_and_the_push_goes_on() {
+async fn a_refused_batch_is_sent_again_one_by_one_and_only_the_refused_are_recorded_so() {
     let dir = run(3);
-    let transport = Scripted::new(vec![Answer::Refused(refusal(400))]);
+    // The batch of three refused, then seq 1 alone is refused and the others taken.
+    let transport = Scripted::new(vec![
+        Answer::Refused(refusal(400)),
+        Answer::Refused(refusal(400)),
+    ]);
     let stats = push_run(dir.path(), server(), transport.clone(), fast())
         .await
         .unwrap();
     assert_eq!((stats.delivered, stats.refused, stats.retries), (2, 1, 0));
     assert_eq!(stats.refusals, vec![(refusal(400), 1)]);
-    assert_eq!(
-        transport.sent().len(),
-        3,
-        "the refused capture is not sent again"
-    );
-    let records = journal::read(dir.path()).unwrap().records;
+    assert_eq!(transport.sent().len(), 4, "the batch, then each alone");
+    let records = records(dir.path());
     assert_eq!(records[0].outcome, Outcome::Refused);
-    assert_eq!(records[0].status, 400);
+    assert_eq!(records[0].seq, 1);
     assert!(
         records[0]
             .message
@@ -162,7 +304,10 @@ async fn a_refusal_is_recorded_once_and_the_push_goes_on() {
     assert_eq!(stats.tally.already_delivered, 2);
     assert_eq!(stats.tally.already_refused, 1);
     let retry = PushOptions {
-        retry_refused: true,
+        retry: Retry {
+            refused: true,
+            ..Retry::default()
+        },
         ..fast()
     };
     let stats = push_run(dir.path(), server(), again.clone(), retry)
@@ -179,17 +324,14 @@ async fn a_rejection_stops_the_push_and_records_nothing() {
         code: Some("unauthenticated".into()),
         message: "invalid token".into(),
     };
-    let transport = Scripted::new(vec![
-        Answer::Delivered { status: 200 },
-        Answer::Rejected(rejected.clone()),
-    ]);
+    let transport = Scripted::new(vec![Answer::Rejected(rejected.clone())]);
     let stats = push_run(dir.path(), server(), transport.clone(), fast())
         .await
         .unwrap();
     assert_eq!(stats.rejected, Some(rejected));
-    assert_eq!((stats.delivered, stats.unsent), (1, 2));
-    assert_eq!(transport.sent().len(), 2);
-    assert_eq!(journal::read(dir.path()).unwrap().records.len(), 1);
+    assert_eq!((stats.delivered, stats.unsent), (0, 3));
+    assert_eq!(transport.sent().len(), 1);
+    assert!(records(dir.path()).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -211,7 +353,7 @@ async fn a_server_that_keeps_failing_is_given_up_on_in_bounded_time() {
         took >= Duration::from_secs(5) && took < Duration::from_secs(7),
         "gave up after {took:?}"
     );
-    assert!(journal::read(dir.path()).unwrap().records.is_empty());
+    assert!(records(dir.path()).is_empty(), "nothing went unanswered");
 }
 
 #[tokio::test(start_paused = true)]
@@ -222,25 +364,28 @@ async fn restamped_captures_carry_the_push_time_and_their_own_as_a_label() {
         restamp: true,
         ..fast()
     };
-    let before = unix_ns();
+    let before = driver::unix_ns();
     push_run(dir.path(), server(), transport.clone(), options)
         .await
         .unwrap();
     let sent = transport.sent();
     let series = &sent[0].1.series[0];
-    let limits = DecodeLimits::default();
-    let sent_time = restamp::time_nanos(&series.samples[0].raw_profile, &limits).unwrap();
-    assert!(sent_time >= before, "stamped with the push time");
+    let time = |raw: &[u8]| {
+        let bytes = decode::decompress(raw, &DecodeLimits::default()).unwrap();
+        decode::decode_message(&bytes).unwrap().time_nanos
+    };
+    assert!(
+        time(&series.samples[0].raw_profile) >= before,
+        "stamped with the push time"
+    );
     let stored = std::fs::read(dir.path().join("profiles/000001-heap.pb.gz")).unwrap();
-    let own = restamp::time_nanos(&stored, &limits).unwrap();
     let label = series
         .labels
         .iter()
         .find(|l| l.name == "heapwatch_captured_at")
         .unwrap();
-    assert_eq!(label.value, crate::push::labels::rfc3339_ms(own));
-    let records = journal::read(dir.path()).unwrap().records;
-    assert!(records[0].restamped);
+    assert_eq!(label.value, crate::push::labels::rfc3339_ms(time(&stored)));
+    assert!(records(dir.path())[0].restamped);
 }
 
 #[tokio::test(start_paused = true)]
@@ -262,7 +407,7 @@ async fn a_live_push_sends_what_is_enqueued_and_the_drain_is_bounded() {
     assert_eq!((stats.delivered, stats.unsent), (1, 0));
     assert_eq!(transport.sent().len(), 1);
 
-    // A server that keeps failing: the drain returns at its bound, the capture unsent.
+    // A server that keeps failing: the drain returns at its bound, the captures unsent.
     let dir = run(2);
     let transport = Scripted::new(vec![failed(); 1000]);
     let options = PushOptions {
@@ -273,33 +418,87 @@ async fn a_live_push_sends_what_is_enqueued_and_the_drain_is_bounded() {
     let started = Instant::now();
     let stats = handle.drain(Duration::from_secs(3)).await.unwrap();
     assert!(started.elapsed() <= Duration::from_millis(3100));
-    assert_eq!((stats.delivered, stats.unsent), (0, 2));
+    assert_eq!((stats.delivered, stats.unsent, stats.unanswered), (0, 2, 0));
     assert!(stats.retries > 2);
-}
-
-/// A server that never answers.
-struct Hanging;
-
-impl Transport for Hanging {
-    fn send(&self, _: Vec<u8>) -> impl std::future::Future<Output = Answer> + Send {
-        std::future::pending()
-    }
+    assert!(stats.drain.unwrap().ran_out);
 }
 
 #[tokio::test(start_paused = true)]
-async fn captures_stored_while_a_push_hangs_are_counted_unsent_and_left_to_the_spool() {
+async fn a_request_in_flight_at_the_drain_bound_is_waited_for_not_abandoned() {
+    // The server answers after 3 s; the drain's bound is 1 s: the answer is still taken.
+    let dir = run(3);
+    let transport = Scripted::slow(vec![], Duration::from_secs(3));
+    let handle = start(dir.path(), server(), transport.clone(), fast()).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let started = Instant::now();
+    let stats = handle.drain(Duration::from_secs(1)).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(2900));
+    assert_eq!((stats.delivered, stats.unsent, stats.unanswered), (3, 0, 0));
+    assert_eq!(records(dir.path()).len(), 3);
+    assert_eq!(transport.sent().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_never_answered_is_recorded_as_maybe_delivered_and_not_sent_again_blindly() {
+    let dir = run(3);
+    // The request times out (10 s) after the drain's 1 s bound.
+    let transport = Scripted::slow(vec![timed_out()], Duration::from_secs(10));
+    let handle = start(dir.path(), server(), transport.clone(), fast()).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let stats = handle.drain(Duration::from_secs(1)).await.unwrap();
+    assert_eq!((stats.delivered, stats.unsent, stats.unanswered), (0, 0, 3));
+    let lines = records(dir.path());
+    assert!(
+        lines.iter().all(|r| r.outcome == Outcome::Unanswered),
+        "{lines:?}"
+    );
+    assert!(lines[0].message.as_deref().unwrap().contains("no answer"));
+
+    // A later push leaves them; asked to, it sends them.
+    let later = Scripted::new(vec![]);
+    let stats = push_run(dir.path(), server(), later.clone(), fast())
+        .await
+        .unwrap();
+    assert_eq!(later.sent().len(), 0);
+    assert_eq!(stats.tally.already_unanswered, 3);
+    let asked = PushOptions {
+        retry: Retry {
+            unanswered: true,
+            ..Retry::default()
+        },
+        ..fast()
+    };
+    let stats = push_run(dir.path(), server(), later.clone(), asked)
+        .await
+        .unwrap();
+    assert_eq!(stats.delivered, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_in_the_middle_of_a_push_is_retried_and_only_the_end_records_it_unanswered() {
+    let dir = run(2);
+    let transport = Scripted::new(vec![timed_out(), timed_out()]);
+    let stats = push_run(dir.path(), server(), transport.clone(), fast())
+        .await
+        .unwrap();
+    assert_eq!((stats.delivered, stats.unanswered), (2, 0));
+    assert_eq!(transport.sent().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn captures_stored_while_the_server_fails_are_counted_unsent_and_left_to_the_spool() {
     let dir = run(1);
     let options = PushOptions {
         give_up_after: None,
         ..fast()
     };
-    let handle = start(dir.path(), server(), Hanging, options).unwrap();
+    let transport = Scripted::new(vec![failed(); 1000]);
+    let handle = start(dir.path(), server(), transport, options).unwrap();
     // The manifest writer of a live collector, feeding the push after each fsync.
     let (writer, _) = RunWriter::open(dir.path()).unwrap();
     let enqueuer = handle.enqueuer();
     let mut writer = writer.on_append(Box::new(move |r: &CaptureRecord| enqueuer.enqueue(r)));
     let bytes = std::fs::read(dir.path().join("profiles/000001-heap.pb.gz")).unwrap();
-    // Past the wait for a cycle record: seq 1 is in flight, and hangs.
     tokio::time::sleep(CYCLE_WAIT + Duration::from_millis(100)).await;
     for seq in 2..=3u64 {
         let mut record = CaptureRecord::new(seq, RecordKind::Heap, 1, seq as i64 * 250);
@@ -307,7 +506,6 @@ async fn captures_stored_while_a_push_hangs_are_counted_unsent_and_left_to_the_s
         record.file = Some(writer.store_profile(&name, &bytes).unwrap());
         writer.append(&record).unwrap();
     }
-    // Seq 1 hangs in flight; 2 and 3 were never taken from the queue.
     let stats = handle.drain(Duration::from_secs(1)).await.unwrap();
     assert_eq!((stats.delivered, stats.unsent), (0, 3));
     // After the drain, the writer's sends go nowhere and cost nothing.
@@ -315,17 +513,9 @@ async fn captures_stored_while_a_push_hangs_are_counted_unsent_and_left_to_the_s
     record.file = Some(writer.store_profile("000004-heap.pb.gz", &bytes).unwrap());
     writer.append(&record).unwrap();
     assert!(
-        lines_of(dir.path()).is_empty(),
+        records(dir.path()).is_empty(),
         "nothing was recorded as sent"
     );
-}
-
-fn lines_of(run: &Path) -> Vec<String> {
-    std::fs::read_to_string(run.join(journal::PUSHES_FILE))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 #[test]

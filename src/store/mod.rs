@@ -195,9 +195,7 @@ impl RunWriter {
 
     /// Writes `run.json` atomically.
     pub fn write_info(&self, info: &RunInfo) -> Result<(), StoreError> {
-        let mut text = serde_json::to_vec_pretty(info).expect("run info is plain data");
-        text.push(b'\n');
-        write_durable(&self.root, RUN_FILE, &text, &mut 0)
+        write_info(&self.root, info)
     }
 
     /// Makes a profile durable under `profiles/NAME` and returns its relative path.
@@ -422,6 +420,13 @@ impl PartialFile {
 }
 
 /// Temporary name in the same folder, write, fsync, rename, fsync the folder.
+/// Writes `RUN/run.json` atomically (a run's push labels are changed after it began).
+pub fn write_info(root: &Path, info: &RunInfo) -> Result<(), StoreError> {
+    let mut text = serde_json::to_vec_pretty(info).expect("run info is plain data");
+    text.push(b'\n');
+    write_durable(root, RUN_FILE, &text, &mut 0)
+}
+
 fn write_durable(
     dir: &Path,
     name: &str,

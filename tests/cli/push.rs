@@ -3,8 +3,10 @@
 //! with github.com/google/pprof/profile). Recorded runs of testdata/runs are pushed from a copy
 //! (a push writes RUN/pushes.jsonl); what arrived is checked against the run's own manifest.
 
+mod check;
 mod faults;
 mod live;
+mod live_drain;
 mod proto_check;
 pub(crate) mod receiver;
 
@@ -15,6 +17,9 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::util;
+pub use check::{
+    assert_all_delivered_once, assert_all_delivered_once_among, assert_allocations_add_up, pushable,
+};
 use receiver::Receiver;
 
 /// A copy of testdata/runs/NAME in a fresh temp dir.
@@ -47,103 +52,12 @@ pub fn lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// The manifest records a push must send: stored pprof files that are not duplicates,
-/// including the `recovered` ones a collector killed between storing a profile and writing
-/// its line leaves for the next to record (they carry no totals).
-pub fn pushable(run: &Path) -> Vec<Value> {
-    lines(&run.join("manifest.jsonl"))
-        .into_iter()
-        .filter(|r| {
-            let file = r["file"].as_str().unwrap_or("");
-            let profile = match r["kind"].as_str() {
-                Some("heap" | "goroutine") => file.ends_with(".pb.gz"),
-                Some("recovered") => {
-                    file.ends_with("-heap.pb.gz") || file.ends_with("-goroutine.pb.gz")
-                }
-                _ => false,
-            };
-            profile && r["error"].is_null() && r["dup_of"].is_null()
-        })
-        .collect()
-}
-
-/// Checks that every pushable capture of `run` arrived exactly once, with its bytes as
-/// stored (those in `restamped` with only their time changed, so their pprof totals are
-/// still the manifest's); returns the accepted events by seq.
-pub fn assert_all_delivered_once(
-    run: &Path,
-    receiver: &Receiver,
-    restamped: &[u64],
-) -> BTreeMap<u64, Value> {
-    assert_delivered(run, receiver, receiver.accepted(), restamped)
-}
-
-/// [`assert_all_delivered_once`] over `accepted`, some of the receiver's events.
-fn assert_delivered(
-    run: &Path,
-    receiver: &Receiver,
-    accepted: Vec<Value>,
-    restamped: &[u64],
-) -> BTreeMap<u64, Value> {
-    let expected = pushable(run);
-    let outcomes: HashMap<u64, Value> = lines(&run.join("pushes.jsonl"))
-        .into_iter()
-        .filter(|r| r["outcome"] == "delivered")
-        .map(|r| (r["seq"].as_u64().unwrap(), r))
-        .collect();
-    let mut by_id: HashMap<String, Vec<Value>> = HashMap::new();
-    for event in accepted {
-        by_id
-            .entry(event["id"].as_str().unwrap().to_string())
-            .or_default()
-            .push(event);
-    }
-    assert_eq!(
-        by_id.len(),
-        expected.len(),
-        "distinct captures received, of {} to send",
-        expected.len()
-    );
-    let mut found = BTreeMap::new();
-    for record in &expected {
-        let seq = record["seq"].as_u64().unwrap();
-        let outcome = outcomes
-            .get(&seq)
-            .unwrap_or_else(|| panic!("seq {seq}: no delivered record in pushes.jsonl"));
-        let id = outcome["id"].as_str().unwrap();
-        let events = by_id
-            .get(id)
-            .unwrap_or_else(|| panic!("seq {seq}: id {id} never reached the receiver"));
-        assert_eq!(events.len(), 1, "seq {seq} arrived {} times", events.len());
-        let event = &events[0];
-        let file = record["file"].as_str().unwrap();
-        let stored = fs::read(run.join(file)).unwrap();
-        if restamped.contains(&seq) {
-            assert_ne!(receiver.kept(event), stored, "seq {seq}: restamped");
-        } else {
-            assert_eq!(
-                receiver.kept(event),
-                stored,
-                "seq {seq}: the bytes pushed are not the bytes stored in {file}"
-            );
-        }
-        if record["kind"] != "recovered" {
-            assert_eq!(
-                event["totals"], record["totals"],
-                "seq {seq}: per-type totals (pprof's, at the receiver) against the manifest's"
-            );
-        }
-        found.insert(seq, event.clone());
-    }
-    found
-}
-
 fn label<'a>(event: &'a Value, name: &str) -> Option<&'a str> {
     event["labels"][name].as_str()
 }
 
 #[test]
-fn every_capture_of_a_recorded_run_arrives_once_with_its_labels_and_totals() {
+fn every_capture_of_a_recorded_run_arrives_once_as_a_point_with_its_labels_and_figures() {
     let Some(receiver) = Receiver::start(&["-reject-older-than", "0"]) else {
         return;
     };
@@ -153,16 +67,26 @@ fn every_capture_of_a_recorded_run_arrives_once_with_its_labels_and_totals() {
     assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
     let stdout = util::stdout(&out);
     let sent = pushable(&run).len();
+    let duplicates = pushable(&run)
+        .iter()
+        .filter(|r| !r["dup_of"].is_null())
+        .count();
+    assert!(duplicates > 0, "the run has duplicates, and they are sent");
     assert!(
         stdout.contains(&format!("{sent} delivered, 0 refused")),
         "{stdout}"
     );
     assert!(
-        stdout.contains("duplicates of an earlier capture"),
+        stdout.contains("as service_name \"oomgrow\" (the executable's name"),
         "{stdout}"
     );
 
     let events = assert_all_delivered_once(&run, &receiver, &[]);
+    assert_eq!(
+        assert_allocations_add_up(&run, &events),
+        3,
+        "all three cycles add up"
+    );
     let info: Value =
         serde_json::from_str(&fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
     let target = info["target"].as_str().unwrap().to_string();
@@ -173,22 +97,22 @@ fn every_capture_of_a_recorded_run_arrives_once_with_its_labels_and_totals() {
     let mut cycles = std::collections::BTreeSet::new();
     for (seq, event) in &events {
         let record = &manifest[seq];
-        let name = match record["kind"].as_str() {
-            Some("heap") => "memory",
-            _ => "goroutine",
-        };
+        let heap = record["kind"] == "heap";
         let labels: BTreeMap<String, String> =
             serde_json::from_value(event["labels"].clone()).unwrap();
         let cycle = record["incarnation"].to_string();
-        let want: BTreeMap<String, String> = [
-            ("__name__", name),
-            ("service_name", &target),
+        let mut want: BTreeMap<String, String> = [
+            ("__name__", if heap { "memory" } else { "goroutine" }),
+            ("service_name", "oomgrow"),
             ("heapwatch_target", &target),
             ("heapwatch_boot_cycle", &cycle),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+        if heap {
+            want.insert("__delta__".into(), "false".into());
+        }
         assert_eq!(
             labels, want,
             "seq {seq}: no build known, so no service_version"
@@ -198,9 +122,20 @@ fn every_capture_of_a_recorded_run_arrives_once_with_its_labels_and_totals() {
         assert_eq!(event["headers"]["Connect-Protocol-Version"], "1");
     }
     assert_eq!(cycles.len(), 3, "all three boot cycles: {cycles:?}");
+    let requests: std::collections::BTreeSet<i64> = receiver
+        .accepted()
+        .iter()
+        .map(|e| e["request"].as_i64().unwrap())
+        .collect();
+    assert!(
+        requests.len() * 4 < sent,
+        "{sent} captures in {} requests: batched",
+        requests.len()
+    );
 
     // A second push sends nothing.
     let before = receiver.accepted().len();
+    let events_before = receiver.requests();
     let again = util::run(&["push", run.to_str().unwrap(), "--to", &receiver.url]);
     assert_eq!(again.status.code(), Some(0), "{}", util::stderr(&again));
     assert!(
@@ -211,7 +146,23 @@ fn every_capture_of_a_recorded_run_arrives_once_with_its_labels_and_totals() {
         util::stdout(&again)
     );
     assert_eq!(receiver.accepted().len(), before, "nothing sent twice");
-    assert_eq!(receiver.requests(), before, "not even a request");
+    assert_eq!(receiver.requests(), events_before, "not even a request");
+
+    // --skip-duplicates: fewer points, allocations the same over each cycle.
+    let (_dir2, thin) = copy_run("oomgrow");
+    let out = util::run(&[
+        "push",
+        thin.to_str().unwrap(),
+        "--to",
+        &receiver.url,
+        "--skip-duplicates",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    assert!(
+        util::stdout(&out).contains(&format!("{} delivered, 0 refused", sent - duplicates)),
+        "{}",
+        util::stdout(&out)
+    );
 }
 
 /// Appends a `cycle` record as the collector writes one, naming the boot cycle's build.
@@ -310,24 +261,77 @@ fn tls_credentials_tenant_and_the_build_labels_reach_the_server() {
 }
 
 #[test]
-fn the_run_label_is_the_version_and_service_overrides_the_name() {
+fn the_run_label_is_the_version_and_the_labels_given_are_kept_for_every_later_push() {
     let Some(receiver) = Receiver::start(&["-reject-older-than", "0"]) else {
         return;
     };
     let (_dir, run) = copy_run("controller-2.0.2");
+    let run_arg = run.to_str().unwrap();
     let out = util::run(&[
         "push",
-        run.to_str().unwrap(),
+        run_arg,
         "--to",
         &receiver.url,
         "--service",
         "ziti-controller",
+        "--push-label",
+        "cluster=eu-1",
+        "--push-label",
+        "env=staging",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
-    for event in assert_all_delivered_once(&run, &receiver, &[]).values() {
-        assert_eq!(label(event, "service_name"), Some("ziti-controller"));
-        assert_eq!(label(event, "service_version"), Some("2.0.2"));
-    }
+    assert!(util::stdout(&out).contains("as chosen with --service"));
+    let check = |events: &BTreeMap<u64, Value>, env: &str| {
+        for event in events.values() {
+            assert_eq!(label(event, "service_name"), Some("ziti-controller"));
+            assert_eq!(label(event, "service_version"), Some("2.0.2"));
+            assert_eq!(label(event, "cluster"), Some("eu-1"));
+            assert_eq!(label(event, "env"), Some(env));
+        }
+    };
+    check(&assert_all_delivered_once(&run, &receiver, &[]), "staging");
+    let info: Value =
+        serde_json::from_str(&fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["options"]["push"]["service"], "ziti-controller");
+    assert_eq!(info["options"]["push"]["labels"]["cluster"], "eu-1");
+
+    // The server wiped (restarted empty at the same URL): pushes.jsonl says everything was
+    // delivered, so a plain push sends nothing; --resend sends the run again with the labels
+    // it keeps, one changed by the flag, without touching pushes.jsonl by hand.
+    let mut receiver = receiver;
+    receiver.restart(std::time::Duration::from_millis(100));
+    let before = receiver.accepted().len();
+    let out = util::run(&["push", run_arg, "--to", &receiver.url]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    assert_eq!(
+        receiver.accepted().len(),
+        before,
+        "nothing without --resend"
+    );
+    let resent = util::run(&[
+        "push",
+        run_arg,
+        "--to",
+        &receiver.url,
+        "--resend",
+        "--push-label",
+        "env=prod",
+    ]);
+    assert_eq!(resent.status.code(), Some(0), "{}", util::stderr(&resent));
+    let again: Vec<Value> = receiver.accepted().split_off(before);
+    assert_eq!(again.len(), pushable(&run).len(), "the whole run again");
+    let by_seq: BTreeMap<u64, Value> = again
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| (i as u64, e))
+        .collect();
+    check(&by_seq, "prod");
+    let after = util::run(&["push", run_arg, "--to", &receiver.url]);
+    assert!(
+        util::stdout(&after).contains("0 delivered"),
+        "the resend is complete: {}",
+        util::stdout(&after)
+    );
 }
 
 #[test]
@@ -354,32 +358,51 @@ fn old_captures_are_refused_once_reported_in_one_line_and_restamp_sends_them() {
         Some(2),
         "partly refused is exit 2: {stderr}"
     );
-    let refusal_lines: Vec<&str> = stderr.lines().filter(|l| l.contains("refused")).collect();
-    assert_eq!(refusal_lines.len(), 1, "one line: {stderr}");
-    let line = refusal_lines[0];
+    // First what happened and what to do, then the server's words.
+    let at = stderr
+        .lines()
+        .position(|l| l.contains("refused by"))
+        .unwrap_or_else(|| panic!("no refusal line: {stderr}"));
+    let all: Vec<&str> = stderr.lines().collect();
+    let (line, words) = (all[at], all[at + 1]);
     let count = format!("{} captures of", old.len());
     for part in [
         count.as_str(),
-        "HTTP 400 invalid_argument",
-        "outside of ingestion window",
-        "pushes.jsonl",
+        "older than its ingestion window",
         "--restamp",
+        "pushes.jsonl",
     ] {
         assert!(line.contains(part), "{part:?} not in {line}");
     }
-    assert_eq!(
-        receiver.refused().len(),
-        old.len(),
-        "each refused capture sent once"
+    assert!(line.len() < 300, "a line to read: {line}");
+    for part in [
+        "the server said: HTTP 400 invalid_argument",
+        "outside of ingestion window",
+    ] {
+        assert!(words.contains(part), "{part:?} not in {words}");
+    }
+    // Each refused capture was refused alone once (after its batch was refused).
+    let refused_alone = receiver.refused().len();
+    assert!(
+        refused_alone >= old.len(),
+        "{refused_alone} refusals for {}",
+        old.len()
     );
     let outcomes = lines(&run.join("pushes.jsonl"));
-    let refused: Vec<u64> = outcomes
+    let mut refused: Vec<u64> = outcomes
         .iter()
         .filter(|r| r["outcome"] == "refused")
         .map(|r| r["seq"].as_u64().unwrap())
         .collect();
+    refused.sort();
     assert_eq!(refused, old);
-    assert!(outcomes.iter().all(|r| r["attempts"] == 1), "never retried");
+    assert!(
+        outcomes
+            .iter()
+            .filter(|r| r["outcome"] == "refused")
+            .all(|r| r["attempts"].as_u64().unwrap() <= 2),
+        "never retried: once in a batch, once alone"
+    );
     assert_eq!(
         receiver.accepted().len(),
         captures.len() - old.len(),
@@ -453,6 +476,27 @@ fn bad_input_names_what_is_wrong() {
     assert!(util::stderr(&out).contains("not a heapwatch run"));
 
     let (_dir, run) = copy_run("steady");
+    let out = util::run(&["push", run.to_str().unwrap(), "--to", "127.0.0.1:4040"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        util::stderr(&out).contains("--to 127.0.0.1:4040: no scheme: write http://127.0.0.1:4040"),
+        "{}",
+        util::stderr(&out)
+    );
+    let out = util::run(&[
+        "push",
+        run.to_str().unwrap(),
+        "--to",
+        "http://127.0.0.1:9",
+        "--push-label",
+        "heapwatch_node=x",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        util::stderr(&out).contains("set by heapwatch or Pyroscope itself"),
+        "{}",
+        util::stderr(&out)
+    );
     let out = util::run(&["push", run.to_str().unwrap(), "--to", "ftp://127.0.0.1:9"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -495,6 +539,11 @@ fn bad_input_names_what_is_wrong() {
         return;
     };
     let victim = pushable(&run)[3]["file"].as_str().unwrap().to_string();
+    // Duplicates name the same file: they go with it.
+    let with_it = pushable(&run)
+        .iter()
+        .filter(|r| r["file"] == victim.as_str())
+        .count();
     fs::remove_file(run.join(&victim)).unwrap();
     let out = util::run(&["push", run.to_str().unwrap(), "--to", &receiver.url]);
     assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
@@ -503,22 +552,33 @@ fn bad_input_names_what_is_wrong() {
         "{}",
         util::stderr(&out)
     );
-    assert_eq!(receiver.accepted().len(), pushable(&run).len() - 1);
+    assert_eq!(receiver.accepted().len(), pushable(&run).len() - with_it);
 }
 
 #[test]
-fn a_cluster_run_pushes_every_target_with_its_own_target_label() {
+fn a_cluster_run_pushes_every_target_with_its_node_name_and_target_label() {
     let Some(receiver) = Receiver::start(&["-reject-older-than", "0"]) else {
         return;
     };
     let dir = util::tempdir();
     let cluster = dir.path().join("cluster");
+    let mut nodes = Vec::new();
     for (node, run) in [("ctrl1", "steady"), ("ctrl2", "storm")] {
         copy_dir(
             &util::repo().join("testdata/runs").join(run),
             &cluster.join("targets").join(node),
         );
+        nodes.push(serde_json::json!({
+            "name": node, "target": format!("http://{node}:6060"), "source": "http",
+            "dir": format!("targets/{node}"),
+        }));
     }
+    // The cluster's run.json names its nodes, as `collect A B --name …` writes it.
+    let info = serde_json::json!({
+        "schema": 1, "tool": "heapwatch", "kind": "cluster", "started_ms": 1,
+        "targets": nodes,
+    });
+    fs::write(cluster.join("run.json"), info.to_string()).unwrap();
     let out = util::run(&["push", cluster.to_str().unwrap(), "--to", &receiver.url]);
     assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
     assert_eq!(
@@ -535,22 +595,14 @@ fn a_cluster_run_pushes_every_target_with_its_own_target_label() {
                 .values()
                 .map(|e| label(e, "heapwatch_target").unwrap().to_string()),
         );
+        assert!(
+            events
+                .values()
+                .all(|e| label(e, "heapwatch_node") == Some(node)),
+            "{node}: each capture carries its node's name"
+        );
     }
     assert_eq!(targets.len(), 2, "{targets:?}");
-}
-
-/// [`assert_all_delivered_once`] for one run among several pushed to the same receiver.
-fn assert_all_delivered_once_among(run: &Path, receiver: &Receiver) -> BTreeMap<u64, Value> {
-    let ids: std::collections::HashSet<String> = lines(&run.join("pushes.jsonl"))
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect();
-    let mine = receiver
-        .accepted()
-        .into_iter()
-        .filter(|e| ids.contains(e["id"].as_str().unwrap_or("")))
-        .collect();
-    assert_delivered(run, receiver, mine, &[])
 }
 
 #[test]

@@ -10,6 +10,14 @@
 // the start of that window at a fixed time instead, so a test can refuse part of a recorded
 // run whatever the day it runs on.
 //
+// Like Pyroscope v2, which answers a push once the segment holding it is flushed (every 500 ms
+// by default), it can take its time: -delay D judges a push, waits D, then stores it and
+// answers, storing it even if the client has given up by then; -answer-after D stores it at
+// once and answers D later, whether or not the client still waits (a server that stores and
+// then answers late). An "arrived" event is written as each push reaches the handler (with
+// its number of profiles); every event names its request (a count from 1) and how many
+// requests were being handled when it arrived.
+//
 // Faults on command, from the -fault flag at start or a line on stdin at any time:
 //
 //	ok               answer normally
@@ -41,6 +49,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,7 +70,8 @@ var (
 	initialFault    = flag.String("fault", "ok", "the fault in force at start, as a stdin command")
 	readBodyTimeout = flag.Duration("read-timeout", 30*time.Second, "http.Server ReadTimeout")
 	keep            = flag.String("keep", "", "write each accepted profile's raw bytes to DIR/SHA256")
-	delay           = flag.Duration("delay", 0, "take this long over each accepted push, as a loaded server would")
+	delay           = flag.Duration("delay", 0, "wait this long before storing and answering each accepted push (Pyroscope v2: 500ms), storing it even if the client has gone")
+	answerAfter     = flag.Duration("answer-after", 0, "store each accepted push at once and answer this long after")
 )
 
 // fault is the behaviour in force for the next pushes.
@@ -72,15 +82,17 @@ type fault struct {
 }
 
 type receiver struct {
-	mu      sync.Mutex
-	current fault
-	log     *os.File
-	logMu   sync.Mutex
+	mu       sync.Mutex
+	current  fault
+	log      *os.File
+	logMu    sync.Mutex
+	requests atomic.Int64
+	inFlight atomic.Int64
 }
 
 // event is one line of -out.
 type event struct {
-	Event      string            `json:"event"` // accepted, refused, fault
+	Event      string            `json:"event"` // arrived, accepted, refused, fault
 	UnixMs     int64             `json:"unix_ms"`
 	Fault      string            `json:"fault,omitempty"`
 	Status     int               `json:"status,omitempty"`
@@ -94,6 +106,9 @@ type event struct {
 	Totals     map[string]int64  `json:"totals,omitempty"`
 	Message    string            `json:"message,omitempty"`
 	SampleType []string          `json:"sample_types,omitempty"`
+	Request    int64             `json:"request,omitempty"`
+	InFlight   int64             `json:"in_flight,omitempty"`
+	Profiles   int               `json:"profiles,omitempty"`
 }
 
 func (r *receiver) write(e event) {
@@ -204,6 +219,14 @@ func (r *receiver) faults(next http.Handler) http.Handler {
 
 // Push implements pushv1connect.PusherServiceHandler.
 func (r *receiver) Push(ctx context.Context, req *connect.Request[pushv1.PushRequest]) (*connect.Response[pushv1.PushResponse], error) {
+	request := r.requests.Add(1)
+	inFlight := r.inFlight.Add(1)
+	defer r.inFlight.Add(-1)
+	profiles := 0
+	for _, series := range req.Msg.GetSeries() {
+		profiles += len(series.GetSamples())
+	}
+	r.write(event{Event: "arrived", Request: request, InFlight: inFlight, Profiles: profiles})
 	headers := map[string]string{}
 	for _, name := range []string{"Authorization", "User-Agent", "Content-Type", "Connect-Protocol-Version"} {
 		if v := req.Header().Get(name); v != "" {
@@ -218,7 +241,7 @@ func (r *receiver) Push(ctx context.Context, req *connect.Request[pushv1.PushReq
 		names := []string{}
 		for _, l := range series.GetLabels() {
 			if _, dup := labels[l.GetName()]; dup {
-				return nil, r.refuse(fmt.Sprintf("duplicate label name %q", l.GetName()))
+				return nil, r.refuse(request, fmt.Sprintf("duplicate label name %q", l.GetName()))
 			}
 			labels[l.GetName()] = l.GetValue()
 			names = append(names, l.GetName()+"=\""+l.GetValue()+"\"")
@@ -229,10 +252,10 @@ func (r *receiver) Push(ctx context.Context, req *connect.Request[pushv1.PushReq
 			raw := sample.GetRawProfile()
 			p, err := profile.ParseData(raw)
 			if err != nil {
-				return nil, r.refuse(fmt.Sprintf("failed to parse profile: %v", err))
+				return nil, r.refuse(request, fmt.Sprintf("failed to parse profile: %v", err))
 			}
 			if msg := outsideWindow(p.TimeNanos, shown); msg != "" {
-				return nil, r.refuse(msg)
+				return nil, r.refuse(request, msg)
 			}
 			totals := map[string]int64{}
 			types := []string{}
@@ -257,30 +280,43 @@ func (r *receiver) Push(ctx context.Context, req *connect.Request[pushv1.PushReq
 				TimeNanos:  p.TimeNanos,
 				Totals:     totals,
 				SampleType: types,
+				Request:    request,
+				InFlight:   inFlight,
 			})
 		}
 	}
 	if *delay > 0 {
 		time.Sleep(*delay)
 	}
+	if err := r.store(accepted, keptRaw); err != nil {
+		return nil, err
+	}
+	if *answerAfter > 0 {
+		time.Sleep(*answerAfter)
+	}
+	return connect.NewResponse(&pushv1.PushResponse{}), nil
+}
+
+// store keeps each accepted profile and writes its event: from then on it counts as received.
+func (r *receiver) store(accepted []event, keptRaw [][]byte) error {
 	for i, e := range accepted {
 		if *keep != "" {
 			raw := keptRaw[i]
 			tmp := filepath.Join(*keep, "."+e.SHA256)
 			if err := os.WriteFile(tmp, raw, 0o644); err != nil {
-				return nil, connect.NewError(connect.CodeInternal, err)
+				return connect.NewError(connect.CodeInternal, err)
 			}
 			if err := os.Rename(tmp, filepath.Join(*keep, e.SHA256)); err != nil {
-				return nil, connect.NewError(connect.CodeInternal, err)
+				return connect.NewError(connect.CodeInternal, err)
 			}
 		}
 		r.write(e)
 	}
-	return connect.NewResponse(&pushv1.PushResponse{}), nil
+	return nil
 }
 
-func (r *receiver) refuse(msg string) error {
-	r.write(event{Event: "refused", Status: 400, Message: msg})
+func (r *receiver) refuse(request int64, msg string) error {
+	r.write(event{Event: "refused", Status: 400, Message: msg, Request: request})
 	return connect.NewError(connect.CodeInvalidArgument, errors.New(msg))
 }
 

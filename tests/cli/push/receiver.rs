@@ -196,7 +196,13 @@ impl Receiver {
         self.of("fault")
     }
 
-    /// Pushes that reached the handler (one profile each, as heapwatch sends them).
+    /// Pushes that reached the push handler, as they arrived.
+    pub fn arrived(&self) -> Vec<Value> {
+        self.of("arrived")
+    }
+
+    /// Every event: a push that arrived, each profile accepted or refused, each fault. Zero
+    /// new events means not even a request was made.
     pub fn requests(&self) -> usize {
         self.events().len()
     }
