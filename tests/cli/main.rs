@@ -13,6 +13,7 @@ mod collect_faults;
 mod collect_oom;
 mod collect_tls;
 mod collect_truth;
+mod deploy;
 mod diff;
 mod discovery;
 mod envoy;
