@@ -4,7 +4,8 @@
 //! finds it gone says so instead of failing the walk.
 
 use std::fs;
-use std::io;
+use std::io::{self, Read as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -132,15 +133,23 @@ fn vanished_note(dir: &Path) -> Note {
 
 /// Every cgroup under `root` (itself included) that holds processes, with their pids as this
 /// PID namespace sees them (0 for a process it cannot see, which cgroup v2 lists).
+///
+/// A cgroup directory's link count is 2 plus its subdirectories (kernfs, like most file
+/// systems), so a leaf (every container) is not listed, only its `cgroup.procs` read: the
+/// walk costs about one read per cgroup.
 pub fn walk(root: &Path, notes: &mut Vec<Note>) -> Vec<Listed> {
     let mut listed = Vec::new();
-    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    let mut buf = Vec::with_capacity(4096);
+    let mut stack = vec![(root.to_path_buf(), 0usize, true)];
     let mut seen = 0;
-    while let Some((dir, depth)) = stack.pop() {
+    while let Some((dir, depth, has_subdirs)) = stack.pop() {
         seen += 1;
-        match fs::read_to_string(dir.join("cgroup.procs")) {
-            Ok(text) => {
-                let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        match read_into(&dir.join("cgroup.procs"), &mut buf) {
+            Ok(()) => {
+                let pids: Vec<u32> = String::from_utf8_lossy(&buf)
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
                 if !pids.is_empty() {
                     listed.push(Listed {
                         dir: dir.clone(),
@@ -154,7 +163,7 @@ pub fn walk(root: &Path, notes: &mut Vec<Note>) -> Vec<Listed> {
             }
             Err(_) => {}
         }
-        if depth >= MAX_DEPTH {
+        if depth >= MAX_DEPTH || !has_subdirs {
             continue;
         }
         let entries = match fs::read_dir(&dir) {
@@ -170,11 +179,41 @@ pub fn walk(root: &Path, notes: &mut Vec<Note>) -> Vec<Listed> {
                 break;
             }
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push((entry.path(), depth + 1));
+                let path = entry.path();
+                // Gone already: its read says so. A count of 1 means "not counted".
+                let has_subdirs = fs::symlink_metadata(&path).map_or(true, |m| m.nlink() != 2);
+                stack.push((path, depth + 1, has_subdirs));
             }
         }
     }
     listed
+}
+
+/// Reads a small kernel file (cgroup, /proc) into `buf` without asking its size first (these
+/// files say 0 or 4096): one read for the whole file, and one that finds the end.
+pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
+    let mut file = fs::File::open(path)?;
+    buf.clear();
+    loop {
+        if buf.len() == buf.capacity() {
+            buf.reserve(4096);
+        }
+        let len = buf.len();
+        let cap = buf.capacity();
+        buf.resize(cap, 0);
+        match file.read(&mut buf[len..]) {
+            Ok(0) => {
+                buf.truncate(len);
+                return Ok(());
+            }
+            Ok(n) => buf.truncate(len + n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => buf.truncate(len),
+            Err(e) => {
+                buf.truncate(len);
+                return Err(e);
+            }
+        }
+    }
 }
 
 /// A container's memory now.
@@ -194,8 +233,9 @@ pub struct ContainerMemory {
 }
 
 fn read_file(dir: &Path, name: &str) -> Result<Option<String>, NodeError> {
-    match fs::read_to_string(dir.join(name)) {
-        Ok(text) => Ok(Some(text)),
+    let mut buf = Vec::with_capacity(1024);
+    match read_into(&dir.join(name), &mut buf) {
+        Ok(()) => Ok(Some(String::from_utf8_lossy(&buf).into_owned())),
         Err(e) if vanished(&e) && !dir.is_dir() => Err(NodeError::Vanished {
             path: dir.to_path_buf(),
         }),

@@ -66,6 +66,8 @@ pub struct Discovery {
     containers: HashMap<PathBuf, Arc<Container>>,
     me: u32,
     rescans: u64,
+    /// Reused for every small read.
+    buf: Vec<u8>,
 }
 
 impl Discovery {
@@ -83,6 +85,7 @@ impl Discovery {
             containers: HashMap::new(),
             me: std::process::id(),
             rescans: 0,
+            buf: Vec::with_capacity(4096),
         })
     }
 
@@ -135,7 +138,7 @@ impl Discovery {
                     any_alive = true;
                     continue;
                 }
-                let Some(id) = ProcessId::of(pid) else {
+                let Some(id) = procs::process_id(pid, &mut self.buf) else {
                     continue;
                 };
                 any_alive = true;

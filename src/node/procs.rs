@@ -4,6 +4,10 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+
+use super::cgroups::read_into;
+use crate::source::procfind::ProcessId;
 
 /// The file a process runs, by identity rather than path: the same binary in two containers
 /// is judged once, and a process that execs into another binary is seen to change.
@@ -54,8 +58,30 @@ pub fn own_ns_pid(pid: u32) -> Option<u32> {
     (pids.len() > 1).then(|| pids.last().copied()).flatten()
 }
 
-/// The kernel's per-task flag for a kernel thread (include/linux/sched.h).
+/// The kernel's per-task flags (include/linux/sched.h): a task being torn down, a kernel thread.
+const PF_EXITING: u64 = 0x4;
 const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The live process with this pid (a zombie, or one being torn down, is gone), as
+/// `source::procfind::ProcessId::of` judges it, with `buf` reused from call to call.
+pub fn process_id(pid: u32, buf: &mut Vec<u8>) -> Option<ProcessId> {
+    read_into(Path::new(&format!("/proc/{pid}/stat")), buf).ok()?;
+    let (state, flags, start_ticks) = parse_stat(&String::from_utf8_lossy(buf))?;
+    let alive = !matches!(state, 'Z' | 'X' | 'x') && flags & PF_EXITING == 0;
+    alive.then_some(ProcessId { pid, start_ticks })
+}
+
+/// State, flags and start time of `/proc/PID/stat`, counted after the command name's last
+/// `)` (the name may hold spaces and brackets).
+fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Fields 4 to 8, then flags (field 9), then 10 to 21, then starttime (field 22).
+    let flags = fields.nth(5)?.parse().ok()?;
+    let start = fields.nth(12)?.parse().ok()?;
+    Some((state, flags, start))
+}
 
 /// Whether this pid is a kernel thread (flags, field 9 of `/proc/PID/stat`).
 pub fn is_kernel_thread(pid: u32) -> bool {
@@ -75,6 +101,17 @@ pub fn is_kernel_thread(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_is_its_pid_and_start_time_as_procfind_says() {
+        let mut buf = Vec::new();
+        let me = std::process::id();
+        assert_eq!(process_id(me, &mut buf), ProcessId::of(me));
+        assert!(process_id(me, &mut buf).is_some());
+        let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000";
+        assert_eq!(parse_stat(stat), Some(('S', 4194560, 987654)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
 
     #[test]
     fn nspid_lists_one_pid_per_namespace() {
