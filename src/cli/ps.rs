@@ -80,9 +80,10 @@ fn table(listing: &Listing) -> String {
         rows.push([
             p.pid.to_string(),
             p.go_version.clone().unwrap_or_else(|| "go?".into()),
-            row.heap
-                .as_ref()
-                .map_or_else(|_| "-".into(), |&h| format_bytes(h as i64)),
+            match &row.heap {
+                Some(Ok(h)) => format_bytes(*h as i64),
+                _ => "-".into(),
+            },
             memory_words(row),
             row.memory
                 .as_ref()
@@ -115,7 +116,7 @@ fn table(listing: &Listing) -> String {
     let unread: Vec<String> = listing
         .rows
         .iter()
-        .filter_map(|r| r.heap.as_ref().err().filter(|e| *e != "not read"))
+        .filter_map(|r| r.heap.as_ref()?.as_ref().err())
         .cloned()
         .collect();
     for why in &unread {
@@ -154,8 +155,8 @@ fn json(listing: &Listing) -> Value {
                 "qos": c.qos.map(|q| q.as_str()),
                 "cgroup": c.path,
                 "cgroup_dir": c.cgroup,
-                "heap_inuse": row.heap.as_ref().ok(),
-                "heap_error": row.heap.as_ref().err(),
+                "heap_inuse": row.heap.as_ref().and_then(|h| h.as_ref().ok()),
+                "heap_error": row.heap.as_ref().and_then(|h| h.as_ref().err()),
                 "memory": row.memory.as_ref().ok(),
                 "memory_error": row.memory.as_ref().err(),
             })

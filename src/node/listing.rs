@@ -17,8 +17,8 @@ pub struct Row {
     pub process: GoProcess,
     /// The container's memory, or why it could not be read.
     pub memory: Result<ContainerMemory, String>,
-    /// Heap in use, or why it could not be read.
-    pub heap: Result<u64, String>,
+    /// Heap in use, or why it could not be read; `None` when not asked for.
+    pub heap: Option<Result<u64, String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -54,10 +54,7 @@ pub fn list(options: &Options, heap: bool) -> Result<Listing, NodeError> {
         .into_iter()
         .map(|process| Row {
             memory: memory[&process.container.cgroup].clone(),
-            heap: heaps
-                .get(&process.pid)
-                .cloned()
-                .unwrap_or_else(|| Err("not read".into())),
+            heap: heaps.get(&process.pid).cloned(),
             process,
         })
         .collect();

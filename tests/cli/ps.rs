@@ -540,3 +540,23 @@ fn a_container_restarted_as_a_kubelet_does_keeps_its_name_under_a_new_id() {
     assert_eq!(p["memory"]["oom_kills"], 0);
     assert_eq!(sup.lives().len(), 2);
 }
+
+#[test]
+fn a_cgroup_root_that_is_not_one_is_refused_naming_where_it_looked() {
+    let out = util::heapwatch()
+        .args(["ps", "--cgroup-root", "no-such-kubepods-hw"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
+    let err = util::stderr(&out);
+    assert!(err.starts_with("heapwatch: "), "{err}");
+    assert!(err.contains("no-such-kubepods-hw"), "{err}");
+    let dir = util::tempdir();
+    let out = util::heapwatch()
+        .args(["ps", "--cgroup-root"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
+    assert!(util::stderr(&out).contains(&dir.path().display().to_string()));
+}
