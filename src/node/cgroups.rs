@@ -51,6 +51,16 @@ impl Hierarchy {
         if named.is_absolute() && is_cgroup(named) {
             return Hierarchy::at(mount_of(named), named.to_path_buf());
         }
+        if named.is_absolute() && named.is_dir() && !named.starts_with(&mount) {
+            return Err(NodeError::Root {
+                path: named.to_path_buf(),
+                why: format!(
+                    "not a cgroup directory (no cgroup.procs); give one, such as {}, or a \
+                     path inside the memory hierarchy, such as kubepods",
+                    mount.join("kubepods").display()
+                ),
+            });
+        }
         let inside = named.strip_prefix("/").unwrap_or(named);
         let mut candidates = vec![mount.join(inside)];
         if inside.extension().is_none() {
