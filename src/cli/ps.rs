@@ -49,27 +49,34 @@ pub fn run(args: PsArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `12.0 MiB / 64.0 MiB (19%)`; a limit from an ancestor (the pod's) is marked.
+/// `12.0 MiB / 64.0 MiB (19%)`; a limit set above the container is marked with where: `pod`,
+/// `node` (the kubelet's allocatable on kubepods), or `ancestor`.
 fn memory_words(row: &Row) -> String {
     let Ok(m) = &row.memory else {
         return "?".into();
     };
     let usage = format_bytes(m.usage as i64);
-    match m.limit {
-        Some(limit) => {
-            let inherited = m
-                .limit_cgroup
-                .as_ref()
-                .is_some_and(|c| *c != row.process.container.cgroup);
-            format!(
-                "{usage} / {}{} ({:.0}%)",
-                format_bytes(limit as i64),
-                if inherited { " pod" } else { "" },
-                m.usage as f64 * 100.0 / limit.max(1) as f64
-            )
+    let Some(limit) = m.limit else {
+        return format!("{usage} / no limit");
+    };
+    let own = &row.process.container.cgroup;
+    let level = match m.limit_cgroup.as_deref() {
+        Some(at) if at == own.as_path() => "",
+        Some(at) if Some(at) == own.parent() => " pod",
+        Some(at)
+            if at
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("kubepods")) =>
+        {
+            " node"
         }
-        None => format!("{usage} / no limit"),
-    }
+        _ => " ancestor",
+    };
+    format!(
+        "{usage} / {}{level} ({:.0}%)",
+        format_bytes(limit as i64),
+        m.usage as f64 * 100.0 / limit.max(1) as f64
+    )
 }
 
 fn table(listing: &Listing) -> String {

@@ -248,7 +248,7 @@ fn ps_lists_the_go_containers_by_pod_name_with_their_limits_and_never_the_other_
         "{text}"
     );
     assert!(
-        line("batch/report-28f1/worker").contains("/ 4.00 GiB pod"),
+        line("batch/report-28f1/worker").contains("/ 4.00 GiB node"),
         "{text}"
     );
     assert!(
