@@ -560,3 +560,102 @@ fn a_cgroup_root_that_is_not_one_is_refused_naming_where_it_looked() {
     assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
     assert!(util::stderr(&out).contains(&dir.path().display().to_string()));
 }
+
+/// The node `watch`'s tests will run on (issue 26): five containers, one OOM-killed and
+/// restarted in its cgroup three times by a supervisor, one steady, one goroutine leak, one
+/// not Go, one appearing 10 s late. `ps` lists the four Go containers by pod name with their
+/// limits, never the other, and sees each kill in the grower's cgroup.
+#[test]
+fn ps_on_the_five_container_node_lists_the_four_go_containers() {
+    let Some(fixtures) = util::go_fixtures() else {
+        return;
+    };
+    let Some(mut node) = KubeNode::new(Layout::Cgroupfs) else {
+        return;
+    };
+    let grower_pod = node.pod("jobs", "grower-0", Qos::Guaranteed, Some(64 * MIB));
+    let grower = node.container(&grower_pod, "grow", Some(64 * MIB));
+    let api_pod = node.pod("shop", "cart-1", Qos::Burstable, Some(256 * MIB));
+    let api = node.container(&api_pod, "api", Some(128 * MIB));
+    let leak_pod = node.pod("shop", "notify-2", Qos::Burstable, None);
+    let leak = node.container(&leak_pod, "worker", Some(96 * MIB));
+    let shell_pod = node.pod("tools", "debug-0", Qos::BestEffort, None);
+    let shell = node.container(&shell_pod, "shell", None);
+    let late_pod = node.pod("web", "late-3", Qos::Burstable, Some(128 * MIB));
+    let late = node.container(&late_pod, "app", Some(96 * MIB));
+
+    let grows = node.supervise(
+        grower.clone(),
+        Supervised {
+            program: fixtures.join("oomgrow"),
+            args: vec!["-rate".into(), "16MiB".into()],
+            restarts: 3,
+            delay: Duration::ZERO,
+            backoff: Duration::from_millis(500),
+            new_container: false,
+        },
+    );
+    start_listening(
+        &node,
+        &api,
+        &fixtures.join("steady"),
+        &["-working-set", "8MiB"],
+    );
+    start_listening(&node, &leak, &fixtures.join("goroutineleak"), &[]);
+    let shell_pid = node.start(&shell, Path::new("/bin/sleep"), &["600"]);
+    let arrives = node.supervise(
+        late.clone(),
+        Supervised {
+            program: fixtures.join("steady"),
+            args: vec!["-working-set".into(), "4MiB".into()],
+            restarts: 0,
+            delay: Duration::from_secs(10),
+            backoff: Duration::ZERO,
+            new_container: false,
+        },
+    );
+    let early = by_name(&ps_json(&node, &["--no-heap"]));
+    assert!(
+        !early.contains_key(&late.full_name()),
+        "not there yet: {early:#?}"
+    );
+
+    arrives.wait_started(1, Duration::from_secs(30));
+    node.wait_for_line(&late, "listening on ", STARTUP);
+    let json = ps_json(&node, &["--no-heap"]);
+    let found = by_name(&json);
+    assert_eq!(
+        found.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "jobs/grower-0/grow",
+            "shop/cart-1/api",
+            "shop/notify-2/worker",
+            "web/late-3/app"
+        ],
+        "{json:#}"
+    );
+    for c in [&grower, &api, &leak, &late] {
+        assert_eq!(
+            found[&c.full_name()]["memory"]["limit"],
+            c.limit.unwrap(),
+            "{}",
+            c.name
+        );
+    }
+    assert!(!json.to_string().contains(&format!("\"pid\":{shell_pid},")));
+
+    // Every kill is the kernel's, counted in the grower's own cgroup.
+    let last = grows.wait_ended(4, Duration::from_secs(300));
+    use std::os::unix::process::ExitStatusExt as _;
+    let lives = grows.lives();
+    assert_eq!(lives.len(), 4);
+    for (n, life) in lives.iter().enumerate() {
+        let (_, status) = life.ended.expect("ended");
+        assert_eq!(status.signal(), Some(9), "life {n}: {status:?}");
+        assert_eq!(life.oom_kills_after, Some(n as u64 + 1), "life {n}");
+    }
+    assert_eq!(last.cgroup, grower.cgroup, "restarted in its own cgroup");
+    let after = by_name(&ps_json(&node, &["--no-heap"]));
+    assert!(!after.contains_key("jobs/grower-0/grow"), "{after:#?}");
+    assert_eq!(after.len(), 3);
+}
