@@ -10,6 +10,7 @@ pub mod decode;
 pub mod index;
 pub mod launch;
 pub mod model;
+pub mod node;
 pub mod pipeline;
 pub mod push;
 pub mod render;

@@ -11,6 +11,7 @@ mod flame;
 mod growth;
 mod headers;
 mod index;
+mod ps;
 mod push;
 mod push_flags;
 mod record_flags;
@@ -104,6 +105,9 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Build or repair a run's site index (analyses do it themselves when it is missing).
     Index(index::IndexArgs),
+    /// The Go processes on this node (or under a cgroup): pid, Go release, heap in use read
+    /// from memory, memory against the container's limit, pod and container.
+    Ps(ps::PsArgs),
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
@@ -123,6 +127,7 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Push(args) => push::run(*args),
         Command::Run(args) => run::run(*args),
         Command::Index(args) => index::run(args),
+        Command::Ps(args) => ps::run(args),
     }
 }
 

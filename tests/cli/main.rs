@@ -1,6 +1,7 @@
 //! Integration tests of the `heapwatch` command, all in one test binary. Each test works in its
 //! own temporary directory and runs the real binary.
 
+mod kubenode;
 #[path = "../support/prerequisite.rs"]
 mod prerequisite;
 mod util;
@@ -14,13 +15,16 @@ mod collect_faults;
 mod collect_oom;
 mod collect_tls;
 mod collect_truth;
+mod deploy;
 mod diff;
+mod discovery;
 mod envoy;
 mod flame;
 mod growth;
 mod index;
 mod oracle;
 mod proc;
+mod ps;
 mod push;
 mod replay;
 mod report;
