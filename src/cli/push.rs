@@ -185,6 +185,14 @@ pub fn summary(run: &Path, s: &PushStats) -> String {
             s.counter_resets
         ));
     }
+    if s.bases_lost > 0 {
+        line.push_str(&format!(
+            "; {} captures sent with no allocation change: the capture sent before each was \
+             deleted by --max-disk since, so their change could not be taken without counting \
+             it twice",
+            s.bases_lost
+        ));
+    }
     if s.retries > 0 {
         line.push_str(&format!(" ({} retries)", s.retries));
     }

@@ -83,6 +83,9 @@ pub enum Basis {
     Reset,
     /// The change since the previous capture.
     Delta,
+    /// The capture before it was deleted after it was sent, with its figures no longer held:
+    /// an empty allocation delta (the change is not counted rather than counted twice).
+    BaseLost,
 }
 
 /// Turns `profile`'s cumulative figures into the change since `previous` (whole when there is

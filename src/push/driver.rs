@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::PushError;
 use super::connect::{Answer, Transport};
 use super::delta::Basis;
-use super::labels::Labeler;
+use super::labels::{Labeler, ProfileName};
 use super::prepare::{self, Bases, Job, Prepared, Ready};
 use super::pusher::{DrainFigures, Jitter, PushOptions, PushStats};
 use super::settings;
@@ -324,7 +324,12 @@ impl<T: Transport> Pusher<T> {
                 let Some(pending) = self.spool.take(seq) else {
                     break;
                 };
-                let earlier = self.spool.earlier(pending.cycle, pending.seq);
+                // Only a heap capture has a base: another must not take (or read) one.
+                let earlier = if pending.name == ProfileName::Memory {
+                    self.spool.earlier(pending.cycle, pending.seq)
+                } else {
+                    Vec::new()
+                };
                 jobs.push(Job {
                     pending,
                     earlier,
@@ -390,11 +395,13 @@ impl<T: Transport> Pusher<T> {
         let service = self.labeler.service_name(pending.cycle);
         let id = self.labeler.capture_id(pending.seq, &pending.file);
         let reset = ready.basis == Basis::Reset;
+        let lost = ready.basis == Basis::BaseLost;
         self.update(|s| {
             if !s.services.contains(&service) {
                 s.services.push(service);
             }
             s.counter_resets += u64::from(reset);
+            s.bases_lost += u64::from(lost);
         });
         self.ready.insert(
             pending.seq,

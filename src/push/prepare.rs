@@ -1,6 +1,6 @@
 //! A capture made ready to send: its stored file read back, its allocation figures made the
-//! change since the previous capture of its boot cycle (that one read back too, unless it was
-//! the capture prepared just before), its time set (a duplicate's own, or the push time with
+//! change since the capture of its boot cycle the server had before it (that one read back
+//! too, unless it was the capture prepared just before), its time set (a duplicate's own, or the push time with
 //! `--restamp`), and gzipped again. A capture that needs none of this goes as stored. The
 //! stored files are never changed. Runs on the blocking pool: it reads files and spends CPU.
 
@@ -13,7 +13,7 @@ use flate2::write::GzEncoder;
 use prost::Message;
 
 use super::delta::{self, Basis, Cumulative};
-use super::spool::Pending;
+use super::spool::{Earlier, Pending};
 use crate::decode::{self, DecodeLimits, pb};
 
 /// Per boot cycle, the cumulative figures of the capture prepared last: the next capture's
@@ -21,11 +21,12 @@ use crate::decode::{self, DecodeLimits, pb};
 #[derive(Default)]
 pub struct Bases(HashMap<u32, (u64, Cumulative)>);
 
-/// What to prepare: the capture, the earlier heap captures of its cycle (newest first), and
-/// the time to stamp it with (`--restamp`).
+/// What to prepare: the capture, the earlier heap captures of its cycle the server has or
+/// will have (newest first, see [`Spool::earlier`](super::spool::Spool::earlier)), and the
+/// time to stamp it with (`--restamp`).
 pub struct Job {
     pub pending: Pending,
-    pub earlier: Vec<(u64, String)>,
+    pub earlier: Vec<Earlier>,
     pub restamp_at_ns: Option<i64>,
 }
 
@@ -68,8 +69,16 @@ pub fn prepare(root: &Path, job: Job, bases: &mut Bases, limits: &DecodeLimits) 
         None if stored_time != 0 => stored_time,
         None => pending.t_ms.saturating_mul(1_000_000),
     };
-    let base = base_of(root, pending.cycle, &job.earlier, bases, limits);
-    let (basis, now) = delta::apply(&mut profile, base.as_ref());
+    let (basis, now) = match base_of(root, pending.cycle, &job.earlier, bases, limits) {
+        Base::Figures(base) => delta::apply(&mut profile, Some(&base)),
+        Base::None => delta::apply(&mut profile, None),
+        Base::Lost => {
+            // Against itself: an empty allocation delta, the in-use figures as captured.
+            let own = Cumulative::of(&profile);
+            let (_, now) = delta::apply(&mut profile, own.as_ref());
+            (Basis::BaseLost, now)
+        }
+    };
     if let Some(now) = now {
         bases.0.insert(pending.cycle, (pending.seq, now));
     }
@@ -81,7 +90,8 @@ pub fn prepare(root: &Path, job: Job, bases: &mut Bases, limits: &DecodeLimits) 
         .and_then(|i| profile.string_table.get(i))
         .filter(|f| !f.is_empty())
         .cloned();
-    let unchanged = basis != Basis::Delta && profile.time_nanos == stored_time;
+    let whole = matches!(basis, Basis::NotCumulative | Basis::First | Basis::Reset);
+    let unchanged = whole && profile.time_nanos == stored_time;
     let (bytes, raw_len) = if unchanged && decode::is_gzip(&raw) {
         let len = profile.encoded_len();
         (raw, len)
@@ -99,27 +109,53 @@ pub fn prepare(root: &Path, job: Job, bases: &mut Bases, limits: &DecodeLimits) 
     }))
 }
 
-/// The cumulative figures of the newest earlier capture that can be read: the one prepared
-/// last when it is that one (taken, not copied: this capture's replace them), else read back.
+/// Where a capture's allocation delta starts.
+enum Base {
+    /// The first capture of its cycle the server gets: sent whole.
+    None,
+    Figures(Cumulative),
+    /// The capture the server had before this one was deleted after it went, and its figures
+    /// are not held (an earlier push sent it): no delta can be taken without counting a
+    /// change twice, so none is sent.
+    Lost,
+}
+
+/// The cumulative figures of the capture the server has (or will have) before this one: the
+/// one prepared last when it is that one (taken, not copied: this capture's replace them),
+/// else its file read back. A candidate not sent yet whose file cannot be read is passed over
+/// (it will not be sent either); one sent whose file is gone leaves the base lost.
 fn base_of(
     root: &Path,
     cycle: u32,
-    earlier: &[(u64, String)],
+    earlier: &[Earlier],
     bases: &mut Bases,
     limits: &DecodeLimits,
-) -> Option<Cumulative> {
-    for (seq, file) in earlier {
-        if bases.0.get(&cycle).is_some_and(|(kept, _)| kept == seq) {
-            return bases.0.remove(&cycle).map(|(_, figures)| figures);
+) -> Base {
+    for candidate in earlier {
+        if bases
+            .0
+            .get(&cycle)
+            .is_some_and(|(kept, _)| *kept == candidate.seq)
+        {
+            if let Some((_, figures)) = bases.0.remove(&cycle) {
+                return Base::Figures(figures);
+            }
         }
-        let Ok(raw) = std::fs::read(root.join(file)) else {
-            continue;
+        let figures = if candidate.deleted {
+            None
+        } else {
+            std::fs::read(root.join(&candidate.file))
+                .ok()
+                .and_then(|raw| message(&raw, limits).ok())
+                .and_then(|p| Cumulative::of(&p))
         };
-        if let Some(figures) = message(&raw, limits).ok().and_then(|p| Cumulative::of(&p)) {
-            return Some(figures);
+        match figures {
+            Some(figures) => return Base::Figures(figures),
+            None if candidate.sent => return Base::Lost,
+            None => {}
         }
     }
-    None
+    Base::None
 }
 
 fn message(raw: &[u8], limits: &DecodeLimits) -> Result<pb::Profile, String> {

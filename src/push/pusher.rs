@@ -156,6 +156,9 @@ pub struct PushStats {
     /// Heap captures whose allocation counters fell within a boot cycle (a new process the
     /// cycle did not tell apart): sent whole.
     pub counter_resets: u64,
+    /// Heap captures whose base was deleted after it was sent, in an earlier push: sent with
+    /// an empty allocation delta (see `prepare.rs`).
+    pub bases_lost: u64,
     /// How the drain of a live push went.
     pub drain: Option<DrainFigures>,
 }

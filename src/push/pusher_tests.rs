@@ -13,7 +13,9 @@ use crate::push::driver::{self, CYCLE_WAIT};
 use crate::push::journal::{self, Outcome};
 use crate::push::wire::PushRequest;
 use crate::push::{BATCH_CAPTURES, IN_FLIGHT};
-use crate::store::{RecordKind, RunWriter};
+use std::collections::BTreeMap;
+
+use crate::store::{RecordKind, RunDir, RunWriter};
 
 /// Answers from a script (then `Delivered`) after `delay`, keeping every body, when it came,
 /// and the most requests it ever had in flight at once.
@@ -533,4 +535,201 @@ fn backoff_stays_between_half_and_the_cap() {
             assert!(w >= full / 2 && w <= full, "attempt {attempt}: {w:?}");
         }
     }
+}
+
+/// oomgrow, a real run of three boot cycles, copied with its manifest cut after seq `upto`;
+/// returns the writer (opened first: one opened on files without their lines records them as
+/// recovered) and the records still to append, their files in place.
+fn oomgrow(upto: u64) -> (tempfile::TempDir, RunWriter, Vec<CaptureRecord>) {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/runs/oomgrow");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(from.join("run.json"), dir.path().join("run.json")).unwrap();
+    std::fs::create_dir(dir.path().join("profiles")).unwrap();
+    let copy = |records: &[CaptureRecord]| {
+        for file in records.iter().filter_map(|r| r.file.as_ref()) {
+            let to = dir.path().join(file);
+            if !to.exists() {
+                std::fs::copy(from.join(file), to).unwrap();
+            }
+        }
+    };
+    let records = RunDir::open(&from).unwrap().manifest.records;
+    let (now, later): (Vec<_>, Vec<_>) = records.into_iter().partition(|r| r.seq <= upto);
+    let (mut writer, _) = RunWriter::open(dir.path()).unwrap();
+    copy(&now);
+    copy(&later);
+    for r in &now {
+        writer.append(r).unwrap();
+    }
+    (dir, writer, later)
+}
+
+fn alloc_totals(raw: &[u8]) -> [i64; 2] {
+    let t = totals(raw);
+    let get = |name: &str| t.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+    [get("alloc_objects"), get("alloc_space")]
+}
+
+/// Per boot cycle, the allocation counters of its last heap capture: what the deltas pushed
+/// over the cycle add up to.
+fn last_of_each_cycle(run: &Path) -> BTreeMap<String, [i64; 2]> {
+    let dir = RunDir::open(run).unwrap();
+    let mut last = BTreeMap::new();
+    for r in &dir.manifest.records {
+        if r.kind == RecordKind::Heap && r.is_ok() {
+            // A deleted capture is never its cycle's last here.
+            if let Some(raw) = dir.file_path(r).and_then(|path| std::fs::read(path).ok()) {
+                last.insert(r.cycle.to_string(), alloc_totals(&raw));
+            }
+        }
+    }
+    last
+}
+
+/// The allocation figures pushed per boot cycle, leaving out the captures in `unless`.
+fn pushed_per_cycle(sent: &[Scripted], unless: &[String]) -> BTreeMap<String, [i64; 2]> {
+    let mut sums: BTreeMap<String, [i64; 2]> = BTreeMap::new();
+    for transport in sent {
+        for (_, request) in transport.sent() {
+            for series in &request.series {
+                let label = |name: &str| {
+                    series
+                        .labels
+                        .iter()
+                        .find(|l| l.name == name)
+                        .map(|l| l.value.clone())
+                };
+                if label("__name__").as_deref() != Some("memory") {
+                    continue;
+                }
+                let cycle = label("heapwatch_boot_cycle").unwrap();
+                for sample in series.samples.iter().filter(|s| !unless.contains(&s.id)) {
+                    let [objects, space] = alloc_totals(&sample.raw_profile);
+                    let sum = sums.entry(cycle.clone()).or_default();
+                    sum[0] += objects;
+                    sum[1] += space;
+                }
+            }
+        }
+    }
+    sums
+}
+
+/// Retention's deletion of a stored capture, as the collector records it.
+fn delete(writer: &mut RunWriter, seq: u64, file: &str) -> CaptureRecord {
+    writer.delete_profile(file).unwrap();
+    let mut record = CaptureRecord::new(1000 + seq, RecordKind::Delete, 1, 0);
+    record.deleted_seq = Some(seq);
+    record.file = Some(file.to_string());
+    writer.append(&record).unwrap();
+    record
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_capture_deleted_after_it_was_sent_is_still_the_base_of_the_next_delta() {
+    // oomgrow's cycle 1: heap captures 4, 6, 8, each allocating more. 6 goes, then retention
+    // deletes it, then 8 is recorded: its delta is against 6 (held), not 4 (which counts 4→6
+    // twice).
+    let (dir, mut writer, later) = oomgrow(6);
+    let transport = Scripted::new(vec![]);
+    let handle = start(dir.path(), server(), transport.clone(), fast()).unwrap();
+    for _ in 0..1000 {
+        let stats = handle.stats();
+        if stats.delivered > 0 && stats.unsent == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(handle.stats().unsent, 0, "the first part went");
+    let deletion = delete(&mut writer, 6, "profiles/000006-heap.pb.gz");
+    handle.enqueue(&deletion);
+    for r in &later {
+        writer.append(r).unwrap();
+        handle.enqueue(r);
+    }
+    let stats = handle.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!((stats.unsent, stats.bases_lost), (0, 0));
+    let mut want = last_of_each_cycle(dir.path());
+    assert_eq!(want.len(), 3);
+    assert_eq!(
+        pushed_per_cycle(&[transport], &[]),
+        std::mem::take(&mut want)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_capture_refused_earlier_is_passed_over_as_the_base_of_a_later_push() {
+    let (dir, mut writer, later) = oomgrow(6);
+    let first = Scripted::new(vec![]);
+    push_run(dir.path(), server(), first.clone(), fast())
+        .await
+        .unwrap();
+    // The server refused 6: the journal says so (its profile is left out of the sums).
+    let journal = dir.path().join(journal::PUSHES_FILE);
+    let mut refused = Vec::new();
+    let text: String = std::fs::read_to_string(&journal)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if v["seq"] == 6 {
+                v["outcome"] = "refused".into();
+                refused.push(v["id"].as_str().unwrap().to_string());
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    std::fs::write(&journal, text).unwrap();
+    assert_eq!(refused.len(), 1);
+    for r in &later {
+        writer.append(r).unwrap();
+    }
+    let second = Scripted::new(vec![]);
+    let stats = push_run(dir.path(), server(), second.clone(), fast())
+        .await
+        .unwrap();
+    assert_eq!(stats.tally.already_refused, 1);
+    assert_eq!(
+        pushed_per_cycle(&[first, second], &refused),
+        last_of_each_cycle(dir.path()),
+        "8's delta carries 4→6, which the server never had"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_base_deleted_after_an_earlier_push_sent_it_is_lost_not_counted_twice() {
+    let (dir, mut writer, later) = oomgrow(6);
+    let first = Scripted::new(vec![]);
+    push_run(dir.path(), server(), first.clone(), fast())
+        .await
+        .unwrap();
+    let read = |seq: u64| {
+        alloc_totals(
+            &std::fs::read(dir.path().join(format!("profiles/{seq:06}-heap.pb.gz"))).unwrap(),
+        )
+    };
+    let (six, eight) = (read(6), read(8));
+    delete(&mut writer, 6, "profiles/000006-heap.pb.gz");
+    for r in &later {
+        writer.append(r).unwrap();
+    }
+    let second = Scripted::new(vec![]);
+    let stats = push_run(dir.path(), server(), second.clone(), fast())
+        .await
+        .unwrap();
+    assert_eq!(stats.bases_lost, 1, "8 alone");
+    let mut want = last_of_each_cycle(dir.path());
+    for (w, (a, b)) in want
+        .get_mut("1")
+        .unwrap()
+        .iter_mut()
+        .zip(eight.iter().zip(six))
+    {
+        *w -= a - b;
+    }
+    assert_eq!(
+        pushed_per_cycle(&[first, second], &[]),
+        want,
+        "cycle 1 short of 6→8, never over"
+    );
 }

@@ -51,6 +51,17 @@ pub struct Pending {
     pub offered: tokio::time::Instant,
 }
 
+/// An earlier heap capture of a boot cycle, as the base of a later one's allocation delta.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Earlier {
+    pub seq: u64,
+    pub file: String,
+    /// Settled as delivered or maybe delivered: the server has (or may have) it.
+    pub sent: bool,
+    /// Retention deleted its file.
+    pub deleted: bool,
+}
+
 /// How the captures offered so far were counted.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tally {
@@ -81,8 +92,8 @@ pub struct Spool {
     skip_duplicates: bool,
     journal: Arc<Mutex<Journal>>,
     highest_cycle: u32,
-    /// Per boot cycle, its heap captures (seq, file) in seq order, duplicates included and
-    /// deleted ones taken out: where a capture's allocation delta starts.
+    /// Per boot cycle, its heap captures (seq, file) in seq order, duplicates and deleted
+    /// ones included: where a capture's allocation delta starts.
     history: HashMap<u32, Vec<(u64, String)>>,
     /// Files deleted by retention.
     deleted_files: HashSet<String>,
@@ -238,9 +249,8 @@ impl Spool {
         let before = self.queue.len();
         self.queue.retain(|_, p| p.file != file);
         self.tally.deleted += (before - self.queue.len()) as u64;
-        for history in self.history.values_mut() {
-            history.retain(|(_, f)| *f != file);
-        }
+        // The history keeps it: a capture sent before its file was deleted is still the base
+        // of the next one's delta (the pusher may hold its figures).
         self.deleted_files.insert(file);
     }
 
@@ -256,14 +266,34 @@ impl Spool {
         Some(pending)
     }
 
-    /// The heap captures of `cycle` before `seq` still on disk as far as the manifest says,
-    /// newest first: the candidates for the base of its allocation delta.
-    pub fn earlier(&self, cycle: u32, seq: u64) -> Vec<(u64, String)> {
+    /// The heap captures of `cycle` before `seq` that the server has or will have, newest
+    /// first: the candidates for the base of its allocation delta. The deltas of what the
+    /// server has add up to the last capture's counters only when each is taken against the
+    /// one the server had before it, so a capture never sent (refused and not retried,
+    /// deleted before it went, a duplicate skipped, unreadable) is passed over, and one sent
+    /// whose file is gone since stays (its figures may still be held; if not, the delta is
+    /// lost, not taken against an older capture to count its change twice).
+    pub fn earlier(&self, cycle: u32, seq: u64) -> Vec<Earlier> {
         let Some(history) = self.history.get(&cycle) else {
             return Vec::new();
         };
         let end = history.partition_point(|(s, _)| *s < seq);
-        history[..end].iter().rev().cloned().collect()
+        history[..end]
+            .iter()
+            .rev()
+            .filter_map(|(seq, file)| {
+                let sent = matches!(
+                    self.settled.get(seq),
+                    Some((Outcome::Delivered | Outcome::Unanswered, _))
+                );
+                (sent || self.contains(*seq)).then(|| Earlier {
+                    seq: *seq,
+                    file: file.clone(),
+                    sent,
+                    deleted: self.deleted_files.contains(file),
+                })
+            })
+            .collect()
     }
 
     /// Whether a later boot cycle than `cycle` has shown up.
@@ -579,8 +609,8 @@ mod tests {
                 ..Tally::default()
             }
         );
-        // The base of 6's delta: 2 (the same data as 1), then 1; 4 was deleted.
-        let earlier: Vec<u64> = spool.earlier(1, 6).into_iter().map(|(s, _)| s).collect();
+        // The base of 6's delta: 2 (the same data as 1), then 1; 4 was deleted before it went.
+        let earlier: Vec<u64> = spool.earlier(1, 6).into_iter().map(|e| e.seq).collect();
         assert_eq!(earlier, [2, 1]);
 
         let mut thin = Spool::open(dir.path(), server(), Retry::default(), true).unwrap();
