@@ -174,20 +174,19 @@ struct UrlParts<'a> {
 
 impl<'a> UrlParts<'a> {
     fn split(rest: &'a str) -> UrlParts<'a> {
-        let (rest, fragment) = match rest.split_once('#') {
+        let (userinfo, after) = match userinfo_end(rest) {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
+        let (after, fragment) = match after.split_once('#') {
             Some((r, f)) => (r, Some(f)),
-            None => (rest, None),
+            None => (after, None),
         };
-        let (rest, query) = match rest.split_once('?') {
+        let (after, query) = match after.split_once('?') {
             Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
+            None => (after, None),
         };
-        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        // The last '@' ends the user info, as browsers and reqwest read it.
-        let (userinfo, host) = match authority.rsplit_once('@') {
-            Some((info, host)) => (Some(info), host),
-            None => (None, authority),
-        };
+        let (host, path) = after.split_at(after.find('/').unwrap_or(after.len()));
         UrlParts {
             userinfo,
             host,
@@ -196,6 +195,55 @@ impl<'a> UrlParts<'a> {
             fragment,
         }
     }
+}
+
+/// Where the user info of what follows `scheme://` ends (its `@`), if it has one.
+///
+/// As a URL parser reads it, the authority ends at the first `/`, `?` or `#`, and the last
+/// `@` within it ends the user info. But a password is often pasted as it is, with a `/`,
+/// `#`, `?`, `@` or `:` in it: `alice:p/a#ss?w@host` would leave `alice` the host and the
+/// rest of the password the path and fragment, shown in every message. So once the text
+/// starts with `user:` and an `@` follows that leaves a host behind it, the user info runs to
+/// the last such `@`. `host:6060/…` stays a host and port unless such an `@` comes before
+/// any query (a pprof path has none). A user name alone (a token) is read as a parser reads
+/// it.
+fn userinfo_end(rest: &str) -> Option<usize> {
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let plain = authority.rfind('@');
+    let Some(colon) = rest.find(':') else {
+        return plain;
+    };
+    let user = &rest[..colon];
+    if user.contains(['/', '?', '#', '@']) {
+        return plain;
+    }
+    let mut hosts = rest
+        .match_indices('@')
+        .map(|(at, _)| at)
+        .filter(|&at| at > colon && leaves_a_host(&rest[at + 1..]));
+    let after_colon = &authority[(colon + 1).min(authority.len())..];
+    let is_port = plain.is_none()
+        && colon < authority_end
+        && !after_colon.is_empty()
+        && after_colon.bytes().all(|b| b.is_ascii_digit());
+    if is_port {
+        // `host:6060/…`, unless an `@` leaving a host comes before any query or fragment:
+        // then the digits begin a password (a pprof path has no `@`).
+        let query = rest.find(['?', '#']).unwrap_or(rest.len());
+        return hosts.rfind(|&at| at < query);
+    }
+    hosts.next_back().or(plain)
+}
+
+/// Whether `text` starts with a host (and port) as a URL has one: name, address or
+/// `[v6]`, then the end, `/`, `?` or `#`.
+fn leaves_a_host(text: &str) -> bool {
+    let host = &text[..text.find(['/', '?', '#']).unwrap_or(text.len())];
+    !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_~%:[]".contains(&b))
 }
 
 /// An `http(s)://` URL split for requests: the origin without user info (its credentials
@@ -347,6 +395,48 @@ mod tests {
         assert_eq!(redact("https://ghp_abc@host/x"), "https://***@host/x");
         // An '@' in the password: the last one ends the user info.
         assert_eq!(redact("http://a:p@ss@h:1"), "http://a:***@h:1");
+    }
+
+    #[test]
+    fn a_password_pasted_with_url_delimiters_in_it_is_still_the_password() {
+        for (given, shown) in [
+            (
+                "http://alice:p/a#ss?w@h:1/x?debug=1",
+                "http://alice:***@h:1/x?debug=1",
+            ),
+            ("http://alice:p/a#ss?w@h:1", "http://alice:***@h:1"),
+            ("http://alice:1234/5@h:1/x", "http://alice:***@h:1/x"),
+            ("http://alice:p@x/y@h/z", "http://alice:***@h/z"),
+            (
+                "http://alice:w:x@y?z@[::1]:6060/",
+                "http://alice:***@[::1]:6060/",
+            ),
+            (
+                "http://alice:p%2Fa%23ss%3Fw%40x%3Ay@h:1/",
+                "http://alice:***@h:1/",
+            ),
+            (
+                "envoy:https://admin:a#b@10.0.0.2:15000",
+                "envoy:https://admin:***@10.0.0.2:15000",
+            ),
+            // Not user info: a host and port, and an '@' in the query.
+            ("http://h:6060/x?email=a@b.c", "http://h:6060/x?email=***"),
+            ("http://h/x?email=a@b.c#top", "http://h/x?email=***#top"),
+        ] {
+            assert_eq!(redact(given), shown, "{given}");
+        }
+        let url = Target::new("http://alice:p/a#ss?w@h:1/x?debug=1")
+            .url()
+            .unwrap();
+        assert_eq!(
+            (url.origin.as_str(), url.path.as_str()),
+            ("http://h:1", "/x")
+        );
+        // base64("alice:p/a#ss?w")
+        assert_eq!(
+            url.basic.as_ref().unwrap().expose(),
+            "Basic YWxpY2U6cC9hI3NzP3c="
+        );
     }
 
     #[test]

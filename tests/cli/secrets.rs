@@ -492,3 +492,79 @@ fn a_cluster_run_and_its_resumption_keep_no_password() {
     seen.tree(&run);
     seen.assert_free_of(&[PASSWORD, BASIC]);
 }
+
+#[test]
+fn a_password_with_url_delimiters_raw_or_percent_encoded_is_used_and_never_kept() {
+    // Six-character pieces, each searched for: a piece left in any output is a leak.
+    const SPECIAL: &str = "zq8vK2/Hx3kN5#Tr9mB6?Wp4nC1@Ls2jD8:Qd7fE3";
+    const PIECES: [&str; 6] = ["zq8vK2", "Hx3kN5", "Tr9mB6", "Wp4nC1", "Ls2jD8", "Qd7fE3"];
+    let encoded = SPECIAL
+        .replace('/', "%2F")
+        .replace('#', "%23")
+        .replace('?', "%3F")
+        .replace('@', "%40")
+        .replace(':', "%3A");
+    let listen = format!("127.0.0.1:{}", util::free_port());
+    let fixture = &["-user", "alice", "-password", SPECIAL, "-fail-first", "2"];
+    let Some(_fixture) = authpprof(&listen, fixture) else {
+        return;
+    };
+    let basic = base64_of(&format!("alice:{SPECIAL}"));
+    let dir = util::tempdir();
+    let mut seen = Seen::default();
+    for (name, password) in [("raw", SPECIAL), ("encoded", encoded.as_str())] {
+        let run = dir.path().join(name);
+        let target = format!("http://alice:{password}@{listen}/debug/pprof/heap?debug=0");
+        let out = util::run(&[
+            "collect",
+            &target,
+            "--out",
+            run.to_str().unwrap(),
+            "--duration",
+            "2s",
+            "--interval",
+            "200ms",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", util::stderr(&out));
+        assert!(ok_heaps(&run) > 0, "{name}: the password was used");
+        let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
+        assert_eq!(
+            info["target"],
+            format!("http://alice:***@{listen}/debug/pprof/heap?debug=0"),
+            "{name}"
+        );
+        seen.output(name, &out);
+        let growth = util::run(&["growth", run.to_str().unwrap()]);
+        seen.output(&format!("{name}: growth"), &growth);
+        seen.tree(&run);
+    }
+    // And a wrong one with the same shape: refused, named, never shown.
+    let wrong = SPECIAL.replace("zq8vK2", "wr0ngP");
+    let run = dir.path().join("wrong");
+    let out = util::run(&[
+        "collect",
+        &format!("http://alice:{wrong}@{listen}"),
+        "--out",
+        run.to_str().unwrap(),
+        "--duration",
+        "1s",
+        "-q",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", util::stderr(&out));
+    assert!(
+        util::stderr(&out).contains(&format!("http://alice:***@{listen}: the target answered")),
+        "{}",
+        util::stderr(&out)
+    );
+    seen.output("wrong", &out);
+    seen.tree(&run);
+    let mut secrets: Vec<&str> = PIECES.to_vec();
+    secrets.extend(["wr0ngP", &basic, &encoded]);
+    let searched = seen.assert_free_of(&secrets);
+    eprintln!("{searched} outputs and files searched: no piece of the password");
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
