@@ -42,16 +42,21 @@ impl Destination {
         }
     }
 
-    /// The base URL as recorded and printed: no user, no password, no trailing slash.
+    /// The base URL as recorded and printed: no user, no password, no query value, no
+    /// trailing slash; a URL that cannot be parsed (no scheme, a bad port) loses them too.
     pub fn shown(&self) -> String {
-        match reqwest::Url::parse(&self.url) {
-            Ok(mut url) => {
+        let parsed = reqwest::Url::parse(&self.url)
+            .ok()
+            .filter(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
+        let shown = match parsed {
+            Some(mut url) => {
                 let _ = url.set_username("");
                 let _ = url.set_password(None);
-                url.as_str().trim_end_matches('/').to_string()
+                crate::source::target::redact(url.as_str())
             }
-            Err(_) => self.url.trim_end_matches('/').to_string(),
-        }
+            None => crate::source::target::without_userinfo(&self.url),
+        };
+        shown.trim_end_matches('/').to_string()
     }
 }
 
@@ -501,5 +506,28 @@ mod tests {
         };
         assert_eq!(d.shown(), "https://profiles.example.net");
         assert_eq!(percent_decode("a%40b%3"), "a@b%3");
+        // Unparsable, or no scheme: the credentials go all the same.
+        for (url, shown) in [
+            (
+                "https://1234:glc_secret@profiles.example.net:99999/",
+                "https://profiles.example.net:99999",
+            ),
+            (
+                "1234:glc_secret@profiles.example.net",
+                "profiles.example.net",
+            ),
+            (
+                "https://1234:glc/secret@profiles.example.net",
+                "https://profiles.example.net",
+            ),
+        ] {
+            let d = Destination {
+                url: url.into(),
+                ..d.clone()
+            };
+            assert_eq!(d.shown(), shown, "{url}");
+            let e = ConnectClient::new(&d).err().map(|e| e.to_string());
+            assert!(!format!("{e:?}").contains("secret"), "{e:?}");
+        }
     }
 }

@@ -137,6 +137,22 @@ pub fn redact(text: &str) -> String {
     shown
 }
 
+/// `text` as [`redact`] shows it but with no user info at all, scheme or none, parsable or
+/// not: how a push server is named.
+pub fn without_userinfo(text: &str) -> String {
+    let (scheme, rest) = match text.split_once("://") {
+        Some((scheme, rest)) => (scheme, rest),
+        None => ("", text),
+    };
+    let rest = userinfo_end(rest).map_or(rest, |at| &rest[at + 1..]);
+    if scheme.is_empty() {
+        let shown = redact(&format!("x://{rest}"));
+        shown["x://".len()..].to_string()
+    } else {
+        redact(&format!("{scheme}://{rest}"))
+    }
+}
+
 /// A target field of `run.json` (`#[serde(with = "crate::source::target::shown")]`): written
 /// and read back only in its shown form, so a run never holds a target's secrets, even one
 /// recorded by a version that kept them.
@@ -437,6 +453,19 @@ mod tests {
             url.basic.as_ref().unwrap().expose(),
             "Basic YWxpY2U6cC9hI3NzP3c="
         );
+    }
+
+    #[test]
+    fn without_user_info_even_what_is_not_a_url_loses_its_credentials() {
+        for (given, shown) in [
+            ("http://1234:glc_secret@h:99999/", "http://h:99999/"),
+            ("1234:glc_secret@h:4040", "h:4040"),
+            ("glc_secret@h:4040/?token=t", "h:4040/?token=***"),
+            ("127.0.0.1:4040", "127.0.0.1:4040"),
+            ("http://u:p/w@h", "http://h"),
+        ] {
+            assert_eq!(without_userinfo(given), shown, "{given}");
+        }
     }
 
     #[test]
