@@ -50,7 +50,8 @@ struct Outgoing {
     attempts: u32,
     /// Its batch was refused: it goes alone, to learn which captures the server refuses.
     alone: bool,
-    /// Its last attempt went out and no answer came back: why.
+    /// An attempt went out and no answer came back (it may be in the store): why. Kept
+    /// through later attempts; cleared only by an answer that settles it.
     unanswered: Option<String>,
 }
 
@@ -277,7 +278,11 @@ impl<T: Transport> Pusher<T> {
         let mut wake = Instant::now() + Duration::from_secs(3600);
         let mut at = |t: Instant| wake = wake.min(t);
         if let Some(failing) = &self.failing {
-            at(failing.until);
+            // The probe's moment, while one can go: with it in the air (or the push ending)
+            // a moment already past would wake the loop again at once, and again.
+            if self.in_air.is_empty() && self.stop.is_none() {
+                at(failing.until);
+            }
             if let Some(limit) = self.options.give_up_after {
                 at(self.last_progress + limit);
             }
@@ -470,7 +475,8 @@ impl<T: Transport> Pusher<T> {
             }
             let mut capture = entry.remove();
             capture.attempts += 1;
-            capture.unanswered = None;
+            // `unanswered` stays: an attempt that may have arrived may be in the store
+            // whatever the later ones say.
             bytes += capture.ready.raw_len;
             let alone = capture.alone;
             batch.push(capture);

@@ -83,10 +83,12 @@ impl<T: Transport> Pusher<T> {
     ) -> Result<(), PushError> {
         self.update(|s| s.last_failure = Some(why.clone()));
         if self.stop.is_some() {
-            // The push is ending: what may have arrived is recorded so, never sent blind.
-            if maybe_arrived {
-                self.record_unanswered(captures, &why).await?;
-            }
+            // The push is ending: what may have arrived, at this attempt or an earlier one,
+            // is recorded so, never sent blind; the rest stays in the spool.
+            let (maybe, _): (Vec<Outgoing>, Vec<Outgoing>) = captures
+                .into_iter()
+                .partition(|c| maybe_arrived || c.unanswered.is_some());
+            self.record_unanswered(maybe, &why).await?;
             return Ok(());
         }
         let attempts = match &self.failing {
@@ -108,7 +110,9 @@ impl<T: Transport> Pusher<T> {
             until: Instant::now() + wait,
         });
         for mut capture in captures {
-            capture.unanswered = maybe_arrived.then(|| why.clone());
+            if maybe_arrived {
+                capture.unanswered = Some(why.clone());
+            }
             self.ready.insert(capture.ready.pending.seq, capture);
         }
         Ok(())
@@ -161,7 +165,7 @@ impl<T: Transport> Pusher<T> {
         }
     }
 
-    /// The end: captures whose last attempt went unanswered are recorded so (a later push
+    /// The end: captures with an attempt unanswered are recorded so (a later push
     /// asks before sending them again), the journal is synced, the figures published.
     pub(super) async fn finish(&mut self) -> Result<(), PushError> {
         let unanswered: Vec<u64> = self

@@ -733,3 +733,50 @@ async fn a_base_deleted_after_an_earlier_push_sent_it_is_lost_not_counted_twice(
         "cycle 1 short of 6→8, never over"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_capture_that_may_have_arrived_stays_so_whatever_its_later_attempts_say() {
+    // The first attempt times out (the server may have stored it), the next ones are refused
+    // a connection; the push gives up. The capture is recorded as maybe delivered, and a
+    // later push leaves it unless asked.
+    let dir = run(1);
+    let transport = Scripted::new(
+        std::iter::once(timed_out())
+            .chain(std::iter::repeat_with(failed).take(1000))
+            .collect(),
+    );
+    let options = PushOptions {
+        give_up_after: Some(Duration::from_secs(5)),
+        ..fast()
+    };
+    let stats = push_run(dir.path(), server(), transport.clone(), options)
+        .await
+        .unwrap();
+    assert!(stats.gave_up);
+    assert!(transport.sent().len() > 2, "retried");
+    assert_eq!((stats.delivered, stats.unanswered), (0, 1));
+    let lines = records(dir.path());
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].outcome, Outcome::Unanswered);
+
+    let later = Scripted::new(vec![]);
+    let stats = push_run(dir.path(), server(), later.clone(), fast())
+        .await
+        .unwrap();
+    assert_eq!(later.sent().len(), 0, "not sent blindly");
+    assert_eq!(stats.tally.already_unanswered, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_that_ends_on_a_failed_retry_of_a_capture_that_may_have_arrived_records_it_so() {
+    // Sent once the cycle wait is over (2 s), timed out at 3 s, retried by 3.1 s; the drain
+    // at 3.5 s runs out with the retry in flight, which then fails outright.
+    let dir = run(1);
+    let transport = Scripted::slow(vec![timed_out(), failed()], Duration::from_secs(1));
+    let handle = start(dir.path(), server(), transport.clone(), fast()).unwrap();
+    tokio::time::sleep(CYCLE_WAIT + Duration::from_millis(1500)).await;
+    assert_eq!(transport.sent().len(), 2, "the retry is in flight");
+    let stats = handle.drain(Duration::from_millis(100)).await.unwrap();
+    assert_eq!(transport.sent().len(), 2);
+    assert_eq!((stats.delivered, stats.unanswered, stats.unsent), (0, 1, 0));
+}
