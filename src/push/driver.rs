@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::PushError;
 use super::connect::{Answer, Transport};
 use super::delta::Basis;
+use super::journal::{Outcome, PushRecord};
 use super::labels::{Labeler, ProfileName};
 use super::prepare::{self, Bases, Job, Prepared, Ready};
 use super::pusher::{DrainFigures, Jitter, PushOptions, PushStats};
@@ -79,6 +80,25 @@ enum Stop {
 #[path = "outcomes.rs"]
 mod outcomes;
 
+/// Per request in the air, its captures' records as maybe delivered.
+#[derive(Clone, Default)]
+pub(super) struct InAirRecords(Arc<Mutex<HashMap<u64, Vec<PushRecord>>>>);
+
+impl InAirRecords {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<PushRecord>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Why a capture in the air when the push ended is recorded as maybe delivered.
+fn ended_unanswered() -> super::connect::Refusal {
+    super::connect::Refusal {
+        status: 0,
+        code: None,
+        message: "the push ended with the request unanswered".into(),
+    }
+}
+
 pub(super) struct Pusher<T> {
     transport: Arc<T>,
     spool: Spool,
@@ -90,6 +110,9 @@ pub(super) struct Pusher<T> {
     ready: BTreeMap<u64, Outgoing>,
     flights: JoinSet<(u64, Answer)>,
     in_air: HashMap<u64, Flight>,
+    /// Per request in the air, its captures' records as maybe delivered: what the handle
+    /// writes if the loop itself never comes back (see `PushHandle::drain`).
+    in_air_records: InAirRecords,
     next_flight: u64,
     failing: Option<Failing>,
     /// No more records will come.
@@ -135,6 +158,7 @@ impl<T: Transport> Pusher<T> {
             ready: BTreeMap::new(),
             flights: JoinSet::new(),
             in_air: HashMap::new(),
+            in_air_records: InAirRecords::default(),
             next_flight: 0,
             failing: None,
             sealed: false,
@@ -144,6 +168,11 @@ impl<T: Transport> Pusher<T> {
         };
         pusher.publish();
         Ok(pusher)
+    }
+
+    /// The records of the requests in the air, shared.
+    pub(super) fn in_air_records(&self) -> InAirRecords {
+        self.in_air_records.clone()
     }
 
     /// No more records will come (a finished run).
@@ -186,6 +215,9 @@ impl<T: Transport> Pusher<T> {
             if self.stop.is_none() {
                 self.prepare_ahead(inbox).await?;
                 self.dispatch();
+            }
+            if self.past_answer_bound() {
+                self.give_up_waiting().await?;
             }
             if self.in_air.is_empty()
                 && (self.stop.is_some() || (self.sealed && self.spool.is_empty()))
@@ -255,6 +287,21 @@ impl<T: Transport> Pusher<T> {
         });
     }
 
+    /// How long past the drain's bound the requests in flight are waited for: `--push-timeout`
+    /// (each request's own bound: its answer or its timeout comes within it), and a second.
+    fn answer_wait(&self) -> Duration {
+        self.options.request_timeout + Duration::from_secs(1)
+    }
+
+    /// The drain ran out and requests are still in the air past [`Pusher::answer_wait`].
+    fn past_answer_bound(&self) -> bool {
+        !self.in_air.is_empty()
+            && self.stop.is_some()
+            && self
+                .drain
+                .is_some_and(|(_, bound)| Instant::now() >= bound + self.answer_wait())
+    }
+
     /// Whether the push must stop sending: the drain's bound passed with work left, or the
     /// server has failed for `give_up_after` without a capture settled.
     fn check_stop(&mut self) {
@@ -298,6 +345,8 @@ impl<T: Transport> Pusher<T> {
         if let Some((_, bound)) = self.drain {
             if self.stop.is_none() {
                 at(bound);
+            } else if !self.in_air.is_empty() {
+                at(bound + self.answer_wait());
             }
         }
         wake
@@ -447,6 +496,11 @@ impl<T: Transport> Pusher<T> {
             );
             let flight = self.next_flight;
             self.next_flight += 1;
+            let maybe: Vec<PushRecord> = batch
+                .iter()
+                .map(|c| self.record(c, Outcome::Unanswered, 0, Some(&ended_unanswered())))
+                .collect();
+            self.in_air_records.lock().insert(flight, maybe);
             let transport = Arc::clone(&self.transport);
             self.flights
                 .spawn(async move { (flight, transport.send(body).await) });

@@ -13,6 +13,7 @@ use crate::push::journal::{Outcome, PushRecord};
 
 impl<T: Transport> Pusher<T> {
     pub(super) async fn answered(&mut self, flight: u64, answer: Answer) -> Result<(), PushError> {
+        self.in_air_records.lock().remove(&flight);
         let Some(Flight { captures, sent }) = self.in_air.remove(&flight) else {
             return Ok(());
         };
@@ -118,6 +119,25 @@ impl<T: Transport> Pusher<T> {
         Ok(())
     }
 
+    /// The requests still in the air when the drain's wait for them is over: each capture is
+    /// recorded as maybe delivered (the server may have it), never left to be sent again
+    /// blindly; the requests are dropped.
+    pub(super) async fn give_up_waiting(&mut self) -> Result<(), PushError> {
+        self.flights.abort_all();
+        let flights: Vec<u64> = self.in_air.keys().copied().collect();
+        let why = format!(
+            "no answer within {:?} after the drain's end",
+            self.options.request_timeout
+        );
+        for flight in flights {
+            self.in_air_records.lock().remove(&flight);
+            if let Some(Flight { captures, .. }) = self.in_air.remove(&flight) {
+                self.record_unanswered(captures, &why).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn record_unanswered(
         &mut self,
         captures: Vec<Outgoing>,
@@ -141,7 +161,7 @@ impl<T: Transport> Pusher<T> {
         Ok(())
     }
 
-    fn record(
+    pub(super) fn record(
         &self,
         capture: &Outgoing,
         outcome: Outcome,

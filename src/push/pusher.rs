@@ -20,7 +20,8 @@ use tokio::time::Instant;
 
 use super::PushError;
 use super::connect::{Refusal, Transport};
-use super::driver::Pusher;
+use super::driver::{InAirRecords, Pusher};
+use super::journal::{Journal, JournalLine, PushRecord};
 use super::labels::ServiceSource;
 use super::settings::LabelFlags;
 use super::spool::{Retry, Server, Spool, Tally};
@@ -225,6 +226,7 @@ pub struct PushHandle {
     inbox: Option<UnboundedSender<CaptureRecord>>,
     deadline: Option<oneshot::Sender<Instant>>,
     task: tokio::task::JoinHandle<Result<(), PushError>>,
+    in_air: InAirRecords,
     stats: Arc<Mutex<PushStats>>,
 }
 
@@ -250,6 +252,7 @@ pub fn start<T: Transport>(
         options,
         Arc::clone(&stats),
     )?;
+    let in_air = pusher.in_air_records();
     let (tx, rx) = unbounded_channel();
     let (deadline_tx, deadline_rx) = oneshot::channel();
     let task = tokio::spawn(async move { pusher.drive(&mut Some(rx), Some(deadline_rx)).await });
@@ -262,6 +265,7 @@ pub fn start<T: Transport>(
         inbox: Some(tx),
         deadline: Some(deadline_tx),
         task,
+        in_air,
         stats,
     })
 }
@@ -296,8 +300,11 @@ impl PushHandle {
         if let Some(deadline) = self.deadline.take() {
             let _ = deadline.send(Instant::now() + within);
         }
-        // The loop keeps its own bound; this one only guards against a loop that hangs.
-        let guard = within + self.request_timeout + Duration::from_secs(5);
+        // The loop keeps its own bound (the drain's, then `--push-timeout` for what is in the
+        // air, whose captures it records as maybe delivered); this one only guards against a
+        // loop that hangs. Even then what was in the air is recorded so, never left to be sent
+        // twice.
+        let guard = within + self.request_timeout + Duration::from_secs(10);
         match tokio::time::timeout(guard, &mut self.task).await {
             Ok(Ok(result)) => result?,
             Ok(Err(join)) => {
@@ -306,6 +313,17 @@ impl PushHandle {
             Err(_) => {
                 self.task.abort();
                 let _ = (&mut self.task).await;
+                let left: Vec<PushRecord> =
+                    self.in_air.lock().drain().flat_map(|(_, r)| r).collect();
+                let n = left.len() as u64;
+                let run = self.run.clone();
+                tokio::task::spawn_blocking(move || record_left(&run, left))
+                    .await
+                    .map_err(|e| PushError::Config(format!("the journal writer stopped: {e}")))??;
+                self.stats
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unanswered += n;
             }
         }
         // Records the collector sent after the drain began never reached the loop: what is
@@ -342,6 +360,17 @@ impl PushHandle {
         .await;
         counted.map_err(|e| PushError::Config(format!("counting the spool: {e}")))?
     }
+}
+
+/// Appends `records` to the run's journal and syncs it.
+fn record_left(run: &Path, records: Vec<PushRecord>) -> Result<(), PushError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let (mut journal, _) = Journal::open(run)?;
+    let lines: Vec<JournalLine> = records.into_iter().map(JournalLine::Outcome).collect();
+    journal.append(&lines)?;
+    journal.sync()
 }
 
 /// [`PushHandle::enqueue`] from anywhere: `Send`, cheap to clone, never waits.

@@ -780,3 +780,38 @@ async fn a_drain_that_ends_on_a_failed_retry_of_a_capture_that_may_have_arrived_
     assert_eq!(transport.sent().len(), 2);
     assert_eq!((stats.delivered, stats.unanswered, stats.unsent), (0, 1, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_never_answered_nor_timed_out_is_recorded_as_maybe_delivered_at_the_drains_end() {
+    // A transport that neither answers nor times out: the drain waits --push-timeout past its
+    // bound, then records the captures in the air as maybe delivered; none is left to be sent
+    // again blindly.
+    let dir = run(3);
+    let transport = Scripted::slow(vec![], Duration::from_secs(3600));
+    let options = PushOptions {
+        request_timeout: Duration::from_secs(2),
+        ..fast()
+    };
+    let handle = start(dir.path(), server(), transport.clone(), options).unwrap();
+    tokio::time::sleep(CYCLE_WAIT + Duration::from_millis(10)).await;
+    assert_eq!(transport.sent().len(), 1, "in the air");
+    let started = Instant::now();
+    let stats = handle.drain(Duration::from_secs(1)).await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!((stats.delivered, stats.unanswered, stats.unsent), (0, 3, 0));
+    let lines = records(dir.path());
+    assert_eq!(lines.len(), 3);
+    assert!(
+        lines.iter().all(|r| r.outcome == Outcome::Unanswered),
+        "{lines:?}"
+    );
+    let later = Scripted::new(vec![]);
+    push_run(dir.path(), server(), later.clone(), fast())
+        .await
+        .unwrap();
+    assert!(later.sent().is_empty(), "not sent again blindly");
+}
