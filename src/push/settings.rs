@@ -4,6 +4,8 @@
 //! command sends which part of it. A cluster node's name comes from the cluster's run.json.
 
 use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
 use std::path::Path;
 
 use super::PushError;
@@ -77,12 +79,12 @@ pub fn merge(kept: Option<&PushSettings>, flags: &LabelFlags) -> PushSettings {
 /// run.json is rewritten (atomically) so the next push of the run uses the same.
 pub fn resolve(run: &Path, flags: &LabelFlags) -> Result<LabelOptions, PushError> {
     let info = read_info(run)?;
-    let kept = info.as_ref().and_then(|i| i.options.push.clone());
+    let kept = info.as_ref().and_then(|(i, _)| i.options.push.clone());
     let settings = merge(kept.as_ref(), flags);
-    if let Some(mut info) = info {
+    if let Some((_, mut raw)) = info {
         if kept.unwrap_or_default() != settings {
-            info.options.push = Some(settings.clone());
-            store::write_info(run, &info).map_err(|e| PushError::Run {
+            keep_settings(&mut raw, &settings);
+            store::write_info_json(run, &raw).map_err(|e| PushError::Run {
                 path: run.join(RUN_FILE),
                 why: e.to_string(),
             })?;
@@ -95,15 +97,44 @@ pub fn resolve(run: &Path, flags: &LabelFlags) -> Result<LabelOptions, PushError
     })
 }
 
-fn read_info(run: &Path) -> Result<Option<RunInfo>, PushError> {
+/// `settings` written into run.json as read, every other field left as it was (a field this
+/// version does not know, or reads leniently, is not lost); the target in its shown form.
+fn keep_settings(raw: &mut Value, settings: &PushSettings) {
+    let Some(object) = raw.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::String(target)) = object.get_mut("target") {
+        *target = crate::source::target::redact(target);
+    }
+    let options = object
+        .entry("options")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !options.is_object() {
+        *options = Value::Object(Map::new());
+    }
+    let push = serde_json::to_value(settings).expect("settings are plain data");
+    if let Some(options) = options.as_object_mut() {
+        if settings == &PushSettings::default() {
+            options.remove("push");
+        } else {
+            options.insert("push".into(), push);
+        }
+    }
+}
+
+/// run.json, typed and as written.
+fn read_info(run: &Path) -> Result<Option<(RunInfo, Value)>, PushError> {
     let path = run.join(RUN_FILE);
+    let bad = |e: serde_json::Error| PushError::Run {
+        path: path.clone(),
+        why: e.to_string(),
+    };
     match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| PushError::Run {
-                path,
-                why: e.to_string(),
-            }),
+        Ok(bytes) => {
+            let info: RunInfo = serde_json::from_slice(&bytes).map_err(bad)?;
+            let raw: Value = serde_json::from_slice(&bytes).map_err(bad)?;
+            Ok(Some((info, raw)))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(PushError::io(&path, e)),
     }
@@ -136,6 +167,63 @@ pub fn node_name(run: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rewriting_the_push_settings_keeps_every_other_field_of_run_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let original = serde_json::json!({
+            "schema": 1,
+            "tool": "heapwatch 0.1.0",
+            "target": "http://alice:***@127.0.0.1:46001/debug/pprof/heap?token=***",
+            "source": "http",
+            "started_ms": 1796214470971u64,
+            "resumed_ms": [1796214480000u64],
+            "options": {
+                "burst_at": 0.6,
+                "burst_interval_ms": 100,
+                "cgroup": "/sys/fs/cgroup/memory/x",
+                "gc": "not a bool: read as absent, kept as written",
+                "interval_ms": 250,
+                "max_disk": 1048576,
+                "memstats_interval_ms": 5000,
+                "pid": 42,
+                "profiles": ["heap", "goroutine"],
+                "timeout_ms": 2000,
+                "command": ["./ctrl", "-x"],
+                "confinement": "v1",
+                "restarts": 3,
+                "backoff_ms": 500,
+                "also": ["http://127.0.0.1:6061"],
+                "cpu_limit": "500m",
+                "max_duty": 0.05,
+                "idle_backoff": 4,
+                "memory_interval_ms": 1000,
+                "agent_dir": "/var/run/heapwatch",
+                "memory_source": "demo",
+                "push": {"service": "ctrl", "labels": {"team": "a"}},
+                "from_a_later_version": {"x": [1, 2]}
+            },
+            "limit_bytes": 268435456u64,
+            "label": "2.1.0",
+            "top_level_from_a_later_version": true
+        });
+        std::fs::write(
+            dir.path().join(RUN_FILE),
+            serde_json::to_vec_pretty(&original).unwrap(),
+        )
+        .unwrap();
+        let flags = LabelFlags {
+            service: None,
+            labels: vec![("env".into(), "prod".into())],
+        };
+        let labels = resolve(dir.path(), &flags).unwrap();
+        assert_eq!(labels.service.as_deref(), Some("ctrl"));
+        let read: Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(RUN_FILE)).unwrap()).unwrap();
+        let mut want = original;
+        want["options"]["push"]["labels"]["env"] = "prod".into();
+        assert_eq!(read, want);
+    }
 
     #[test]
     fn a_label_flag_is_checked_and_service_name_is_the_service() {

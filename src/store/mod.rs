@@ -419,7 +419,6 @@ impl PartialFile {
     }
 }
 
-/// Temporary name in the same folder, write, fsync, rename, fsync the folder.
 /// Writes `RUN/run.json` atomically (a run's push labels are changed after it began).
 pub fn write_info(root: &Path, info: &RunInfo) -> Result<(), StoreError> {
     let mut text = serde_json::to_vec_pretty(info).expect("run info is plain data");
@@ -427,6 +426,15 @@ pub fn write_info(root: &Path, info: &RunInfo) -> Result<(), StoreError> {
     write_durable(root, RUN_FILE, &text, &mut 0)
 }
 
+/// Writes `RUN/run.json` atomically from its JSON as read and changed: fields this version
+/// does not know are kept.
+pub fn write_info_json(root: &Path, info: &serde_json::Value) -> Result<(), StoreError> {
+    let mut text = serde_json::to_vec_pretty(info).expect("JSON values serialize");
+    text.push(b'\n');
+    write_durable(root, RUN_FILE, &text, &mut 0)
+}
+
+/// Temporary name in the same folder, write, fsync, rename, fsync the folder.
 fn write_durable(
     dir: &Path,
     name: &str,
