@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
+use base64::Engine as _;
+
 use super::target::{Endpoint, Secret, Target, TargetUrl, scrub, scrub_order};
 use super::{BodyTap, FailureKind, FetchError, Fetching, Reply, Source, SourceKind, Want};
 
@@ -152,6 +154,7 @@ impl HttpClient {
             })?;
             value.set_sensitive(true);
             map.insert(AUTHORIZATION, value);
+            secrets.extend(header_secrets(basic.expose()));
         }
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
@@ -262,12 +265,27 @@ impl HttpClient {
     }
 }
 
-/// What of a header value must never appear in a message: the value, and the credential of
-/// an `Authorization: SCHEME CREDENTIAL`.
+/// What of a header value must never appear in a message: the value, the credential of an
+/// `Authorization: SCHEME CREDENTIAL`, and for `Basic` the `user:password` it encodes and
+/// the password alone (a server may echo them decoded).
 fn header_secrets(value: &str) -> Vec<String> {
-    let mut secrets = vec![value.trim().to_string()];
-    if let Some((_, credential)) = value.trim().rsplit_once(char::is_whitespace) {
+    let value = value.trim();
+    let mut secrets = vec![value.to_string()];
+    if let Some((scheme, credential)) = value.split_once(char::is_whitespace) {
+        let credential = credential.trim();
         secrets.push(credential.to_string());
+        if scheme.eq_ignore_ascii_case("basic") {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(credential)
+                .ok()
+                .and_then(|d| String::from_utf8(d).ok());
+            if let Some(decoded) = decoded {
+                if let Some((_, password)) = decoded.split_once(':') {
+                    secrets.push(password.to_string());
+                }
+                secrets.push(decoded);
+            }
+        }
     }
     secrets
 }
@@ -401,6 +419,30 @@ fn io_kind(e: &io::Error) -> FailureKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_basic_header_is_kept_out_whole_encoded_and_decoded() {
+        // base64("alice:pw/x")
+        let secrets = header_secrets(" Basic YWxpY2U6cHcveA== ");
+        for secret in [
+            "Basic YWxpY2U6cHcveA==",
+            "YWxpY2U6cHcveA==",
+            "alice:pw/x",
+            "pw/x",
+        ] {
+            assert!(secrets.iter().any(|s| s == secret), "{secret}: {secrets:?}");
+        }
+        assert!(!secrets.iter().any(|s| s == "alice"));
+        let order = scrub_order(secrets);
+        assert_eq!(
+            scrub(
+                "refused: user alice password pw/x (pw%2Fx) unauthorized",
+                &order
+            ),
+            "refused: user alice password *** (***) unauthorized"
+        );
+        assert_eq!(header_secrets("Bearer t0k"), ["Bearer t0k", "t0k"]);
+    }
 
     fn urls(s: &HttpSource) -> [&str; 3] {
         [&s.heap, &s.goroutine, &s.memstats].map(|e| e.url.expose())

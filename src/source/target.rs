@@ -374,25 +374,98 @@ fn percent_decode(text: &str) -> String {
         .into_owned()
 }
 
-/// Secrets in the order [`scrub`] replaces them: longest first (a header value before the
+/// A secret shorter than this is replaced only where it stands alone (not inside a longer
+/// run of letters and digits): a two-letter password must not turn `unauthorized` into
+/// `un***uthorized`, while a long one is replaced wherever it shows.
+const SCRUB_ANYWHERE: usize = 8;
+
+/// The userinfo percent-encode set of the WHATWG URL standard: how a URL's password is
+/// written when it is encoded.
+const USERINFO: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'/')
+    .add(b':')
+    .add(b';')
+    .add(b'=')
+    .add(b'@')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'|')
+    .add(b'%');
+
+/// Secrets in the order [`scrub`] replaces them: each with its percent-encoded forms (a
+/// server echoing a request line shows them so), longest first (a header value before the
 /// token inside it), each once, none empty.
-pub(crate) fn scrub_order(mut secrets: Vec<String>) -> Vec<String> {
-    secrets.retain(|s| !s.is_empty());
-    secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-    secrets.dedup();
-    secrets
+pub(crate) fn scrub_order(secrets: Vec<String>) -> Vec<String> {
+    let mut all = Vec::with_capacity(secrets.len() * 3);
+    for secret in secrets {
+        for encoded in [
+            percent_encoding::utf8_percent_encode(&secret, USERINFO).to_string(),
+            percent_encoding::utf8_percent_encode(&secret, percent_encoding::NON_ALPHANUMERIC)
+                .to_string(),
+        ] {
+            if encoded != secret {
+                all.push(encoded);
+            }
+        }
+        all.push(secret);
+    }
+    all.retain(|s| !s.is_empty());
+    all.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    all.dedup();
+    all
 }
 
 /// `text` with every one of `secrets` (in [`scrub_order`]) replaced by `***`: for text that
-/// comes from outside (an error page, a library's error) and may echo what was sent.
+/// comes from outside (an error page, a library's error) and may echo what was sent. A
+/// secret shorter than [`SCRUB_ANYWHERE`] is replaced where it stands alone.
 pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
     let mut text = text.to_string();
     for secret in secrets {
-        if text.contains(secret.as_str()) {
+        if !text.contains(secret.as_str()) {
+            continue;
+        }
+        if secret.len() >= SCRUB_ANYWHERE {
             text = text.replace(secret.as_str(), REDACTED);
+        } else {
+            text = replace_alone(&text, secret);
         }
     }
     text
+}
+
+/// `text` with `secret` replaced where neither neighbour continues a word with it.
+fn replace_alone(text: &str, secret: &str) -> String {
+    let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let starts_word = word(secret.chars().next());
+    let ends_word = word(secret.chars().next_back());
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    for (at, _) in text.match_indices(secret) {
+        if at < rest {
+            continue;
+        }
+        let before = text[..at].chars().next_back();
+        let after = text[at + secret.len()..].chars().next();
+        let inside = (starts_word && word(before)) || (ends_word && word(after));
+        if !inside {
+            out.push_str(&text[rest..at]);
+            out.push_str(REDACTED);
+            rest = at + secret.len();
+        }
+    }
+    out.push_str(&text[rest..]);
+    out
 }
 
 #[cfg(test)]
@@ -515,5 +588,19 @@ mod tests {
             "got ***, and *** again"
         );
         assert_eq!(format!("{:?}", Secret::new("x")), "***");
+    }
+
+    #[test]
+    fn a_short_secret_is_scrubbed_where_it_stands_alone_not_inside_words() {
+        let secrets = scrub_order(vec!["au".into(), "p/w".into(), "s3cretpw-long".into()]);
+        assert_eq!(
+            scrub("unauthorized: user alice password au (au)", &secrets),
+            "unauthorized: user alice password *** (***)"
+        );
+        // Its percent-encoded forms too, and a long one anywhere.
+        assert_eq!(
+            scrub("GET /x?pw=p%2Fw HTTP/1.1 p/w xs3cretpw-longx", &secrets),
+            "GET /x?pw=*** HTTP/1.1 *** x***x"
+        );
     }
 }
