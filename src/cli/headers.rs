@@ -7,9 +7,11 @@ use heapwatch::source::Secret;
 use super::CliError;
 
 /// The headers given to `flag`, each `@FILE` read (one header a line, blank lines skipped).
+/// Each is checked here, so that no later error has to show it: a name is an HTTP token, a
+/// value holds no control character.
 pub fn read_headers(flag: &str, given: &[String]) -> Result<Vec<(String, Secret)>, CliError> {
     let mut headers = Vec::new();
-    for arg in given {
+    for (n, arg) in given.iter().enumerate() {
         match arg.strip_prefix('@') {
             Some(file) => {
                 let text = std::fs::read_to_string(file).map_err(|e| {
@@ -20,12 +22,10 @@ pub fn read_headers(flag: &str, given: &[String]) -> Result<Vec<(String, Secret)
                     if line.trim().is_empty() {
                         continue;
                     }
-                    headers.push(split(line).ok_or_else(|| {
-                        CliError::Usage(format!(
-                            "{flag} @{file}: line {} is not \"Name: value\"",
-                            i + 1
-                        ))
-                    })?);
+                    let header = split(line).map_err(|why| {
+                        CliError::Usage(format!("{flag} @{file}: line {}: {why}", i + 1))
+                    })?;
+                    headers.push(header);
                 }
                 if headers.len() == before {
                     return Err(CliError::Usage(format!(
@@ -33,20 +33,63 @@ pub fn read_headers(flag: &str, given: &[String]) -> Result<Vec<(String, Secret)
                     )));
                 }
             }
-            None => headers.push(split(arg).ok_or_else(|| {
-                CliError::Usage(format!(
-                    "{flag}: expected \"Name: value\", e.g. \"Authorization: Bearer TOKEN\", \
-                     or @FILE (what was given is not repeated here: it may be a secret)"
-                ))
-            })?),
+            None => {
+                let header = split(arg).map_err(|why| {
+                    CliError::Usage(format!(
+                        "{flag} (the {} given): {why}, e.g. \"Authorization: Bearer TOKEN\", \
+                         or @FILE (what was given is not repeated here: it may be a secret)",
+                        ordinal(n + 1)
+                    ))
+                })?;
+                headers.push(header);
+            }
         }
     }
     Ok(headers)
 }
 
-fn split(line: &str) -> Option<(String, Secret)> {
-    let (name, value) = line.split_once(':')?;
-    Some((name.trim().to_string(), Secret::new(value.trim())))
+/// "Name: value", checked; what is wrong, in words that do not repeat it.
+fn split(line: &str) -> Result<(String, Secret), &'static str> {
+    let (name, value) = line
+        .split_once(':')
+        .ok_or("expected \"Name: value\" (there is no ':')")?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("expected \"Name: value\" (nothing before the ':')");
+    }
+    if !name.bytes().all(is_token_char) {
+        return Err(
+            "what comes before the ':' is not a header name (letters, digits and \
+             !#$%&'*+-.^_`|~, no spaces)",
+        );
+    }
+    let value = value.trim();
+    if !value
+        .bytes()
+        .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+    {
+        return Err(
+            "the value holds a character a header cannot carry (a control character, a line \
+             break or a letter outside ASCII)",
+        );
+    }
+    Ok((name.to_string(), Secret::new(value)))
+}
+
+/// RFC 9110 `tchar`.
+fn is_token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 #[cfg(test)]
@@ -76,6 +119,24 @@ mod tests {
 
         let err = read_headers("--header", &["Bearer s3cret".into()]).unwrap_err();
         assert!(!err.to_string().contains("s3cret"), "{err}");
+        // A ':' inside the token: what precedes it is no header name, and is not shown.
+        let err = read_headers("--header", &["X-A: b".into(), "Bearer s3c:ret".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "--header (the 2nd given): what comes before the ':' is not a header name"
+            ) && !err.contains("s3c"),
+            "{err}"
+        );
+        let err = read_headers("--header", &["X-Token: s3c\u{7}ret".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("(the 1st given): the value holds a character a header cannot carry")
+                && !err.contains("s3c"),
+            "{err}"
+        );
         std::fs::write(&file, "Authorization: Bearer s3cret\nBearer s3cret\n").unwrap();
         let err = read_headers("--header", &given).unwrap_err().to_string();
         assert!(err.contains("line 2") && !err.contains("s3cret"), "{err}");

@@ -391,9 +391,30 @@ fn a_header_that_cannot_be_read_or_parsed_is_named_and_never_echoed() {
     let stderr = util::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("--header: expected \"Name: value\"") && !stderr.contains(BEARER),
+        stderr.contains("--header (the 1st given): expected \"Name: value\"")
+            && !stderr.contains(BEARER),
         "{stderr}"
     );
+
+    // A ':' in the token: what comes before it is not a header name, and is not shown either.
+    let (head, tail) = BEARER.split_at(6);
+    let out = util::run(&[
+        "collect",
+        "http://127.0.0.1:9",
+        "--out",
+        run.to_str().unwrap(),
+        "--header",
+        &format!("Bearer {head}:{tail}"),
+    ]);
+    let stderr = util::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--header (the 1st given): what comes before the ':' is not a header name")
+            && !stderr.contains(head)
+            && !stderr.contains(tail),
+        "{stderr}"
+    );
+    assert!(!run.exists(), "no run is started");
 }
 
 /// `heapwatch run --also URL`: the sub-run's `run.json`, the main run's options and the
