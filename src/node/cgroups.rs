@@ -199,12 +199,28 @@ pub fn walk(root: &Path, notes: &mut Vec<Note>) -> Vec<Listed> {
     listed
 }
 
+/// The most [`read_into`] reads: a `cgroup.procs` of a few hundred thousand pids fits, a
+/// file that never ends (or a path that is not the kernel's) does not fill the memory.
+pub const MAX_KERNEL_FILE: usize = 8 << 20;
+
 /// Reads a small kernel file (cgroup, /proc) into `buf` without asking its size first (these
-/// files say 0 or 4096): one read for the whole file, and one that finds the end.
+/// files say 0 or 4096): one read for the whole file, and one that finds the end. A file
+/// longer than [`MAX_KERNEL_FILE`] is an error (`InvalidData`), read no further.
 pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
     let mut file = fs::File::open(path)?;
     buf.clear();
     loop {
+        if buf.len() >= MAX_KERNEL_FILE {
+            buf.clear();
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: longer than {} MiB",
+                    path.display(),
+                    MAX_KERNEL_FILE >> 20
+                ),
+            ));
+        }
         if buf.len() == buf.capacity() {
             buf.reserve(4096);
         }
@@ -304,6 +320,22 @@ pub fn read_memory(dir: &Path, h: &Hierarchy) -> Result<ContainerMemory, NodeErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_longer_than_a_kernel_file_is_refused_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cgroup.procs");
+        let file = fs::File::create(&path).unwrap();
+        file.set_len(MAX_KERNEL_FILE as u64 * 4).unwrap();
+        let mut buf = Vec::new();
+        let err = read_into(&path, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("longer than 8 MiB"), "{err}");
+        assert!(buf.capacity() <= 2 * MAX_KERNEL_FILE, "{}", buf.capacity());
+        std::fs::write(&path, "1\n2\n").unwrap();
+        read_into(&path, &mut buf).unwrap();
+        assert_eq!(buf, b"1\n2\n");
+    }
 
     /// A v2 hierarchy laid out in a temporary directory as the kernel shows one: the parsing
     /// of v2 files, which this machine (v1) cannot show for real.

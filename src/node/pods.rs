@@ -166,10 +166,42 @@ fn parse_container_link(name: &str) -> Option<(&str, &str, &str, &str)> {
     ok.then_some((pod, ns, container, cid))
 }
 
-fn garbage(dir: &Path, name: &str, expected: &str) -> Note {
-    Note {
-        kind: NoteKind::GarbageName,
-        message: format!("{}: skipped {name:?}: not {expected}", dir.display()),
+/// Garbage names noted one by one per directory and refresh; the rest are counted in one.
+const MAX_GARBAGE_NOTES: usize = 16;
+
+/// The notes about one directory's garbage names: the first [`MAX_GARBAGE_NOTES`] each, then
+/// how many more.
+struct Garbage<'a> {
+    dir: &'a Path,
+    seen: usize,
+}
+
+impl<'a> Garbage<'a> {
+    fn new(dir: &'a Path) -> Garbage<'a> {
+        Garbage { dir, seen: 0 }
+    }
+
+    fn note(&mut self, notes: &mut Vec<Note>, name: &str, expected: &str) {
+        self.seen += 1;
+        if self.seen <= MAX_GARBAGE_NOTES {
+            notes.push(Note {
+                kind: NoteKind::GarbageName,
+                message: format!("{}: skipped {name:?}: not {expected}", self.dir.display()),
+            });
+        }
+    }
+
+    fn finish(self, notes: &mut Vec<Note>) {
+        if self.seen > MAX_GARBAGE_NOTES {
+            notes.push(Note {
+                kind: NoteKind::GarbageName,
+                message: format!(
+                    "{}: skipped {} more entries that do not follow the kubelet's layout",
+                    self.dir.display(),
+                    self.seen - MAX_GARBAGE_NOTES
+                ),
+            });
+        }
     }
 }
 
@@ -178,15 +210,16 @@ fn list_pods(dir: &Path, notes: &mut Vec<Note>) -> HashMap<String, PodDir> {
     let Ok(entries) = fs::read_dir(dir) else {
         return pods;
     };
+    let mut garbage = Garbage::new(dir);
     for entry in entries.flatten() {
         let raw = entry.file_name();
         let shown = raw.to_string_lossy();
         let Some((ns, pod, uid)) = raw.to_str().and_then(parse_pod_dir) else {
-            notes.push(garbage(dir, &shown, "NAMESPACE_POD_UID"));
+            garbage.note(notes, &shown, "NAMESPACE_POD_UID");
             continue;
         };
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-            notes.push(garbage(dir, &shown, "a directory"));
+            garbage.note(notes, &shown, "a directory");
             continue;
         }
         pods.insert(
@@ -198,6 +231,7 @@ fn list_pods(dir: &Path, notes: &mut Vec<Note>) -> HashMap<String, PodDir> {
             },
         );
     }
+    garbage.finish(notes);
     pods
 }
 
@@ -206,14 +240,15 @@ fn list_containers(dir: &Path, notes: &mut Vec<Note>) -> HashMap<String, KubeNam
     let Ok(entries) = fs::read_dir(dir) else {
         return containers;
     };
+    let mut garbage = Garbage::new(dir);
     for entry in entries.flatten() {
         let raw = entry.file_name();
         let Some((pod, ns, container, cid)) = raw.to_str().and_then(parse_container_link) else {
-            notes.push(garbage(
-                dir,
+            garbage.note(
+                notes,
                 &raw.to_string_lossy(),
                 "POD_NAMESPACE_CONTAINER-CONTAINERID.log",
-            ));
+            );
             continue;
         };
         containers.insert(
@@ -225,6 +260,7 @@ fn list_containers(dir: &Path, notes: &mut Vec<Note>) -> HashMap<String, KubeNam
             },
         );
     }
+    garbage.finish(notes);
     containers
 }
 
@@ -320,6 +356,28 @@ mod tests {
         assert!(notes.is_empty(), "{notes:?}");
         assert_eq!(index.name(&facts), Some(named(Some("api"))));
         assert_eq!(index.name(&PathFacts::default()), None);
+    }
+
+    #[test]
+    fn garbage_names_past_a_few_are_counted_in_one_note() {
+        let root = tempfile::tempdir().unwrap();
+        let pods = root.path().join("pods");
+        fs::create_dir_all(&pods).unwrap();
+        fs::create_dir_all(root.path().join("containers")).unwrap();
+        for i in 0..100 {
+            fs::write(pods.join(format!("junk-{i}")), "").unwrap();
+        }
+        let mut index = PodsIndex::new(&pods);
+        let mut notes = Vec::new();
+        index.refresh(&mut notes);
+        assert_eq!(notes.len(), MAX_GARBAGE_NOTES + 1, "{notes:?}");
+        assert!(
+            notes[MAX_GARBAGE_NOTES].message.ends_with(&format!(
+                "skipped {} more entries that do not follow the kubelet's layout",
+                100 - MAX_GARBAGE_NOTES
+            )),
+            "{notes:?}"
+        );
     }
 
     #[test]
