@@ -4,7 +4,6 @@
 //! executable, which also catches a process that execs into another binary.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,8 +49,11 @@ pub struct Scan {
 #[derive(Debug, Clone)]
 struct Known {
     start_ticks: u64,
-    /// `None` for a kernel thread, or one whose executable could not be looked at.
+    /// `None` for a kernel thread, or one whose executable could not be looked at (yet: it
+    /// is looked at again at every rescan, a kernel thread never).
     exe: Option<ExeId>,
+    /// A kernel thread: it never gains an executable.
+    kernel: bool,
     /// Set when it runs Go.
     go: Option<GoProcess>,
 }
@@ -226,7 +228,7 @@ impl Discovery {
             }
         }
         // A kernel thread never gains an executable; skip the stat for it.
-        if let Some(Known { exe: None, .. }) = &known {
+        if let Some(Known { kernel: true, .. }) = &known {
             return;
         }
         // No executable: a kernel thread, a process gone meanwhile, or one we may not look at.
@@ -256,16 +258,16 @@ impl Discovery {
                 return;
             }
         }
-        let kind = match exe {
+        let (exe, kind) = match exe {
             Some(exe) => match self.kind_of(pid, exe, scan) {
-                Some(kind) => kind,
+                Some(judged) => (Some(judged.0), judged.1),
                 // Not judged (gone meanwhile, or unreadable): looked at afresh next time.
                 None => {
                     self.known.remove(&pid);
                     return;
                 }
             },
-            None => ExeKind::NotGo,
+            None => (None, ExeKind::NotGo),
         };
         let go = match kind {
             ExeKind::Go { version } => {
@@ -299,24 +301,29 @@ impl Discovery {
         if go.is_some() {
             scan.appeared.push(id);
         }
+        let kernel = exe.is_none() && procs::is_kernel_thread(pid);
         self.known.insert(
             pid,
             Known {
                 start_ticks: id.start_ticks,
                 exe,
+                kernel,
                 go,
             },
         );
     }
 
-    /// Whether this executable is Go, judged once per file; `None` when it could not be read.
-    fn kind_of(&mut self, pid: u32, exe: ExeId, scan: &mut Scan) -> Option<ExeKind> {
+    /// Whether this executable is Go, judged once per file, with the identity of the file
+    /// judged (`stat` named `exe`; a file opened afresh may be another if the process exec'd
+    /// meanwhile, and is cached under its own identity); `None` when it could not be read.
+    fn kind_of(&mut self, pid: u32, exe: ExeId, scan: &mut Scan) -> Option<(ExeId, ExeKind)> {
         if let Some(kind) = self.exes.get(&exe) {
-            return Some(kind.clone());
+            return Some((exe, kind.clone()));
         }
-        let judged = File::open(format!("/proc/{pid}/exe")).and_then(|f| goexe::judge(&f));
-        let kind = match judged {
-            Ok(kind) => kind,
+        let judged = procs::open_exe(pid)
+            .and_then(|(file, opened)| goexe::judge(&file).map(|kind| (opened, kind)));
+        let (opened, kind) = match judged {
+            Ok(judged) => judged,
             Err(e) => {
                 if e.kind() != io::ErrorKind::NotFound {
                     scan.notes.push(Note {
@@ -333,8 +340,8 @@ impl Discovery {
         if self.exes.len() >= MAX_EXES {
             self.exes.clear();
         }
-        self.exes.insert(exe, kind.clone());
-        Some(kind)
+        self.exes.insert(opened, kind.clone());
+        Some((opened, kind))
     }
 
     /// Names again the containers first named by their cgroup path alone (the kubelet writes
@@ -427,4 +434,47 @@ fn own_namespace_note() -> Option<Note> {
             pids.last().copied().unwrap_or_else(std::process::id)
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prerequisite::{Need, skip};
+
+    #[test]
+    fn a_process_whose_executable_could_not_be_looked_at_is_looked_at_again() {
+        let mut discovery = match Discovery::new(&Options::default()) {
+            Ok(d) => d,
+            Err(e) => {
+                skip(Need::Root, &format!("no memory cgroup hierarchy: {e}"));
+                return;
+            }
+        };
+        let me = std::process::id();
+        let mut buf = Vec::new();
+        let id = procs::process_id(me, &mut buf).unwrap();
+        // Remembered as unreadable (a permission denied, say) at an earlier rescan.
+        discovery.known.insert(
+            me,
+            Known {
+                start_ticks: id.start_ticks,
+                exe: None,
+                kernel: false,
+                go: None,
+            },
+        );
+        let (mut scan, mut denied) = (Scan::default(), Vec::new());
+        discovery.judge(id, Path::new("/"), &mut scan, &mut denied);
+        let known = &discovery.known[&me];
+        assert_eq!(known.exe, procs::exe_id(me).ok(), "looked at again");
+        assert!(!known.kernel && known.go.is_none(), "judged: not Go");
+
+        // A kernel thread (kthreadd, pid 2 in the host's namespace) is remembered as one.
+        if procs::is_kernel_thread(2) {
+            let kthreadd = procs::process_id(2, &mut buf).unwrap();
+            discovery.judge(kthreadd, Path::new("/"), &mut scan, &mut denied);
+            let known = &discovery.known[&2];
+            assert!(known.kernel && known.exe.is_none());
+        }
+    }
 }

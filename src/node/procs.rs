@@ -21,13 +21,27 @@ pub struct ExeId {
 
 /// `stat` through `/proc/PID/exe`. `NotFound` for a kernel thread or a process gone.
 pub fn exe_id(pid: u32) -> io::Result<ExeId> {
-    let m = fs::metadata(format!("/proc/{pid}/exe"))?;
-    Ok(ExeId {
-        dev: m.dev(),
-        ino: m.ino(),
-        size: m.size(),
-        mtime: m.mtime(),
-    })
+    fs::metadata(format!("/proc/{pid}/exe")).map(|m| ExeId::of(&m))
+}
+
+/// The executable opened, with the identity of the file opened (`fstat` of the descriptor,
+/// not a second look at the path): what is judged is what is named, even when the process
+/// execs between the two.
+pub fn open_exe(pid: u32) -> io::Result<(fs::File, ExeId)> {
+    let file = fs::File::open(format!("/proc/{pid}/exe"))?;
+    let id = ExeId::of(&file.metadata()?);
+    Ok((file, id))
+}
+
+impl ExeId {
+    fn of(m: &fs::Metadata) -> ExeId {
+        ExeId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: m.mtime(),
+        }
+    }
 }
 
 /// The executable's path as the process sees its file system.
@@ -128,6 +142,7 @@ mod tests {
     fn the_same_file_is_the_same_identity() {
         let me = exe_id(std::process::id()).unwrap();
         assert_eq!(me, exe_id(std::process::id()).unwrap());
+        assert_eq!(open_exe(std::process::id()).unwrap().1, me);
         let path = exe_path(std::process::id());
         assert!(!path.is_empty());
         let m = fs::metadata(path.trim_end_matches(" (deleted)")).unwrap();
