@@ -50,7 +50,7 @@ pub fn run(args: PsArgs) -> Result<ExitCode, CliError> {
 }
 
 /// `12.0 MiB / 64.0 MiB (19%)`; a limit set above the container is marked with where: `pod`,
-/// `node` (the kubelet's allocatable on kubepods), or `ancestor`.
+/// `node` (the kubelet's allocatable on kubepods or a QoS slice), or `ancestor`.
 fn memory_words(row: &Row) -> String {
     let Ok(m) = &row.memory else {
         return "?".into();
@@ -62,15 +62,15 @@ fn memory_words(row: &Row) -> String {
     let own = &row.process.container.cgroup;
     let level = match m.limit_cgroup.as_deref() {
         Some(at) if at == own.as_path() => "",
-        Some(at) if Some(at) == own.parent() => " pod",
-        Some(at)
-            if at
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("kubepods")) =>
+        Some(at) => match at
+            .file_name()
+            .and_then(|n| node::cgroup_level(&n.to_string_lossy()))
         {
-            " node"
-        }
-        _ => " ancestor",
+            Some(node::CgroupLevel::Node) => " node",
+            Some(node::CgroupLevel::Pod) => " pod",
+            None => " ancestor",
+        },
+        None => " ancestor",
     };
     format!(
         "{usage} / {}{level} ({:.0}%)",

@@ -247,8 +247,8 @@ pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
 pub struct ContainerMemory {
     /// `memory.current` (v2) or `memory.usage_in_bytes` (v1): page cache included.
     pub usage: u64,
-    /// The limit that applies: the cgroup's own, else the nearest ancestor's (a pod's), `None`
-    /// when nothing up to the hierarchy's top limits it.
+    /// The limit that applies: the lowest of the cgroup's own and its ancestors' (a pod's, the
+    /// node's), `None` when nothing up to the hierarchy's top limits it.
     pub limit: Option<u64>,
     /// The cgroup whose limit that is.
     pub limit_cgroup: Option<PathBuf>,
@@ -297,14 +297,18 @@ pub fn read_memory(dir: &Path, h: &Hierarchy) -> Result<ContainerMemory, NodeErr
     })?;
     let oom_kills = counter(read_file(dir, events_file)?, "oom_kill");
     let anon = counter(read_file(dir, "memory.stat")?, anon_key);
-    let mut limit = None;
+    // The limit that applies is the lowest on the way up: the kernel reclaims, then kills,
+    // at whichever ancestor fills first (a pod's limit below the sum of its containers', the
+    // node's allocatable below a pod's).
+    let mut limit: Option<(u64, PathBuf)> = None;
     let mut at = Some(dir);
     while let Some(cgroup) = at {
         // v2's "max" does not parse: no limit at that level.
         let own = number(read_file(cgroup, limit_file)?).filter(|&l| l < UNLIMITED);
         if let Some(own) = own {
-            limit = Some((own, cgroup.to_path_buf()));
-            break;
+            if limit.as_ref().is_none_or(|(lowest, _)| own < *lowest) {
+                limit = Some((own, cgroup.to_path_buf()));
+            }
         }
         at = cgroup.parent().filter(|p| p.starts_with(&h.mount));
     }
@@ -377,6 +381,13 @@ mod tests {
         );
         fs::write(ctr.join("memory.max"), "134217728\n").unwrap();
         assert_eq!(read_memory(&ctr, &h).unwrap().limit, Some(128 << 20));
+        // A container's own limit above its pod's: the pod's applies, the lowest on the way up.
+        fs::write(ctr.join("memory.max"), "536870912\n").unwrap();
+        let m = read_memory(&ctr, &h).unwrap();
+        assert_eq!(
+            (m.limit, m.limit_cgroup),
+            (Some(256 << 20), Some(pod.clone()))
+        );
         assert_eq!(
             h.path_of(&ctr),
             "/kubepods.slice/kubepods-pod1.slice/cri-containerd-1.scope"

@@ -28,9 +28,14 @@ impl QosClass {
 /// container, `system.slice/docker-<CID>.scope`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PathFacts {
+    /// Only inside the kubepods tree.
     pub pod_uid: Option<String>,
+    /// Inside the kubepods tree the kubelet's container; outside it another runtime's (a
+    /// node's own container, as kind runs one, is above kubepods and never taken for it).
     pub container_id: Option<String>,
     pub qos: Option<QosClass>,
+    /// The path runs through `kubepods` (or `kubepods.slice`): what it names is the kubelet's.
+    pub kubelet: bool,
 }
 
 /// Reads a cgroup path (relative to the hierarchy's mount, or absolute: only the components
@@ -41,6 +46,9 @@ pub fn parse(path: &str) -> PathFacts {
     for part in path.split('/').filter(|p| !p.is_empty()) {
         if part == "kubepods" || part == "kubepods.slice" {
             in_kubepods = true;
+            // A container id above is the node's own container, not one of the kubelet's.
+            facts.container_id = None;
+            facts.kubelet = true;
             continue;
         }
         if in_kubepods && facts.pod_uid.is_none() {
@@ -49,7 +57,7 @@ pub fn parse(path: &str) -> PathFacts {
                 continue;
             }
         }
-        if let Some(uid) = pod_uid_of(part) {
+        if let Some(uid) = pod_uid_of(part).filter(|_| in_kubepods) {
             facts.pod_uid = Some(uid);
             if in_kubepods && facts.qos.is_none() {
                 // A pod directly under kubepods has no QoS level: it is Guaranteed.
@@ -62,6 +70,27 @@ pub fn parse(path: &str) -> PathFacts {
         }
     }
     facts
+}
+
+/// Where a cgroup directory (its name) sits in the kubelet's tree, for saying whose a limit
+/// is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// `kubepods` and its QoS slices: the node's allocatable, not a container's.
+    Node,
+    /// A pod's cgroup.
+    Pod,
+}
+
+/// The level of a cgroup directory by its name; `None` for a container's or anything else.
+pub fn level(name: &str) -> Option<Level> {
+    if name == "kubepods" || name == "kubepods.slice" || qos_of(name).is_some() {
+        Some(Level::Node)
+    } else if pod_uid_of(name).is_some() {
+        Some(Level::Pod)
+    } else {
+        None
+    }
 }
 
 /// `burstable`, `besteffort`, or the systemd slices `kubepods-burstable.slice`, ….
@@ -110,11 +139,13 @@ mod tests {
     const UID: &str = "8f3c2a10-4b5d-4e6f-9a7b-0c1d2e3f4a5b";
     const CID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+    /// Facts of a path inside kubepods.
     fn facts(uid: Option<&str>, cid: Option<&str>, qos: Option<QosClass>) -> PathFacts {
         PathFacts {
             pod_uid: uid.map(str::to_string),
             container_id: cid.map(str::to_string),
             qos,
+            kubelet: true,
         }
     }
 
@@ -132,10 +163,18 @@ mod tests {
             parse(&format!("/kubepods/pod{UID}/{CID}")),
             facts(Some(UID), Some(CID), Some(QosClass::Guaranteed))
         );
-        // Nested under a node's own cgroup (kind, docker-in-docker), and the pod level alone.
+        // Nested under a node's own container (kind, docker-in-docker), the pod level alone:
+        // the node's container id is not the kubelet's.
         assert_eq!(
             parse(&format!("/docker/{CID}/kubepods/burstable/pod{UID}")),
-            facts(Some(UID), Some(CID), Some(QosClass::Burstable)),
+            facts(Some(UID), None, Some(QosClass::Burstable)),
+        );
+        let other = CID.replace('0', "f");
+        assert_eq!(
+            parse(&format!(
+                "/docker/{CID}/kubepods/burstable/pod{UID}/{other}"
+            )),
+            facts(Some(UID), Some(&other), Some(QosClass::Burstable)),
         );
     }
 
@@ -161,9 +200,18 @@ mod tests {
 
     #[test]
     fn outside_kubernetes_only_a_container_id_or_nothing() {
+        let outside = |cid: Option<&str>| PathFacts {
+            container_id: cid.map(str::to_string),
+            ..PathFacts::default()
+        };
         assert_eq!(
             parse(&format!("/system.slice/docker-{CID}.scope")),
-            facts(None, Some(CID), None)
+            outside(Some(CID))
+        );
+        // A pod-like directory outside kubepods is no pod.
+        assert_eq!(
+            parse(&format!("/machine.slice/pod{UID}/{CID}")),
+            outside(Some(CID))
         );
         assert_eq!(parse("/system.slice/sshd.service"), PathFacts::default());
         assert_eq!(parse("/"), PathFacts::default());
@@ -173,6 +221,28 @@ mod tests {
             facts(None, None, Some(QosClass::Burstable))
         );
         assert_eq!(parse("/user.slice/user-pod.slice"), PathFacts::default());
+    }
+
+    #[test]
+    fn kubepods_and_its_qos_slices_are_the_node_level_a_pod_the_pod_level() {
+        let uid_ = UID.replace('-', "_");
+        for node in [
+            "kubepods",
+            "kubepods.slice",
+            "burstable",
+            "besteffort",
+            "kubepods-burstable.slice",
+            "kubepods-besteffort.slice",
+        ] {
+            assert_eq!(level(node), Some(Level::Node), "{node}");
+        }
+        assert_eq!(level(&format!("pod{UID}")), Some(Level::Pod));
+        assert_eq!(
+            level(&format!("kubepods-burstable-pod{uid_}.slice")),
+            Some(Level::Pod)
+        );
+        assert_eq!(level(CID), None);
+        assert_eq!(level("system.slice"), None);
     }
 
     #[test]

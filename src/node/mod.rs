@@ -33,7 +33,7 @@ pub use cgroups::{ContainerMemory, Hierarchy};
 pub use discovery::{DEFAULT_PODS_DIR, Discovery, Options, Scan, Walk};
 pub use goexe::{ExeKind, judge as judge_executable};
 pub use heap::heap_in_use;
-pub use kubepath::QosClass;
+pub use kubepath::{Level as CgroupLevel, QosClass, level as cgroup_level};
 pub use listing::{Listing, Row, list};
 pub use pods::KubeName;
 

@@ -110,6 +110,10 @@ impl PodsIndex {
 
     /// The name of the container a cgroup path points at, when the node's files know it.
     pub fn name(&self, facts: &PathFacts) -> Option<KubeName> {
+        // Only what is under kubepods is the kubelet's.
+        if !facts.kubelet {
+            return None;
+        }
         if let Some(name) = facts.container_id.as_ref().and_then(|c| self.by_cid.get(c)) {
             return Some(name.clone());
         }
@@ -333,6 +337,7 @@ mod tests {
             pod_uid: Some(UID.into()),
             container_id: Some(CID.into()),
             qos: None,
+            kubelet: true,
         };
         let named = |c: Option<&str>| KubeName {
             namespace: "shop".into(),
@@ -356,6 +361,13 @@ mod tests {
         assert!(notes.is_empty(), "{notes:?}");
         assert_eq!(index.name(&facts), Some(named(Some("api"))));
         assert_eq!(index.name(&PathFacts::default()), None);
+        // The same container id outside kubepods is another runtime's container.
+        let elsewhere = PathFacts {
+            kubelet: false,
+            pod_uid: None,
+            ..facts
+        };
+        assert_eq!(index.name(&elsewhere), None);
     }
 
     #[test]
@@ -389,6 +401,7 @@ mod tests {
         assert_eq!(
             index.name(&PathFacts {
                 pod_uid: Some(UID.into()),
+                kubelet: true,
                 ..PathFacts::default()
             }),
             None
