@@ -268,10 +268,12 @@ fn file_name(path: &str) -> Option<String> {
 /// A target as the label shows it: any URL in it without user, password, query or fragment,
 /// so no credential given with the target reaches the store.
 pub fn redacted_target(target: &str) -> String {
+    // First as everything shows a target (a password with '#' or '/' in it is the password).
+    let target = crate::source::target::redact(target);
     let target = if target.contains("://") {
         target.split(['?', '#']).next().unwrap_or_default()
     } else {
-        target
+        &target
     };
     let mut shown = String::with_capacity(target.len());
     let mut rest = target;
@@ -429,6 +431,11 @@ mod tests {
                 "envoy:http://127.0.0.1:9901",
             ),
             ("agent:auto:ctrl", "agent:auto:ctrl"),
+            // A password pasted with URL delimiters in it.
+            (
+                "http://u:p/a#ss?w@10.0.0.5:6060/x",
+                "http://10.0.0.5:6060/x",
+            ),
         ] {
             assert_eq!(redacted_target(given), shown);
         }

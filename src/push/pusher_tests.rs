@@ -189,8 +189,20 @@ async fn a_slow_server_gets_batches_several_at_a_time_and_keeps_up() {
     assert!(took < Duration::from_secs(5), "{took:?}");
     // Within a request, captures keep their order; each goes once.
     let mut ids = transport.ids();
-    let order: Vec<u64> = records(dir.path()).iter().map(|r| r.seq).collect();
-    assert_eq!(order.len(), n as usize);
+    let seq_of: std::collections::HashMap<String, u64> = records(dir.path())
+        .into_iter()
+        .map(|r| (r.id, r.seq))
+        .collect();
+    assert_eq!(seq_of.len(), n as usize);
+    for (_, request) in &sent {
+        let seqs: Vec<u64> = request
+            .series
+            .iter()
+            .flat_map(|s| s.samples.iter())
+            .map(|s| seq_of[&s.id])
+            .collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
+    }
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), n as usize, "each capture once");

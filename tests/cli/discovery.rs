@@ -193,7 +193,16 @@ fn ps_keeps_answering_while_containers_come_and_go() {
     let churn = node.pod("jobs", "cron-9", Qos::Burstable, Some(512 * MIB));
     let stop = std::sync::atomic::AtomicBool::new(false);
     let rounds = std::sync::atomic::AtomicUsize::new(0);
+    /// Stops the churn however the scope ends: a failed assertion must not leave the scope
+    /// waiting for a thread that never stops.
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
         s.spawn(|| {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let c = node.container(&churn, "tick", Some(64 * MIB));
@@ -214,7 +223,6 @@ fn ps_keeps_answering_while_containers_come_and_go() {
                 );
             }
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     assert!(
         rounds.into_inner() >= 3,
