@@ -507,7 +507,7 @@ fn push_flags_without_push_and_a_bad_push_url_are_usage_errors_before_the_run_is
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     // Which flag, never the value: a header without its name may be a bare token.
     assert!(
-        stderr.contains("--push-header: expected \"Name: value\"")
+        stderr.contains("--push-header (the 1st given): expected \"Name: value\"")
             && !stderr.contains("no colon here"),
         "{stderr}"
     );
