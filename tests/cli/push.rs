@@ -267,6 +267,13 @@ fn the_run_label_is_the_version_and_the_labels_given_are_kept_for_every_later_pu
     };
     let (_dir, run) = copy_run("controller-2.0.2");
     let run_arg = run.to_str().unwrap();
+    // Fields this version does not know, or reads as absent: the rewrite keeps them as written.
+    let mut before: Value =
+        serde_json::from_str(&fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    before["from_a_later_version"] = serde_json::json!({"x": [1, 2]});
+    before["options"]["gc"] = "not a bool".into();
+    before["options"]["later_option"] = 7.into();
+    fs::write(run.join("run.json"), before.to_string()).unwrap();
     let out = util::run(&[
         "push",
         run_arg,
@@ -294,6 +301,13 @@ fn the_run_label_is_the_version_and_the_labels_given_are_kept_for_every_later_pu
         serde_json::from_str(&fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
     assert_eq!(info["options"]["push"]["service"], "ziti-controller");
     assert_eq!(info["options"]["push"]["labels"]["cluster"], "eu-1");
+    let mut kept = info.clone();
+    kept["options"]
+        .as_object_mut()
+        .unwrap()
+        .remove("push")
+        .unwrap();
+    assert_eq!(kept, before, "run.json as it was, the push settings added");
 
     // The server wiped (restarted empty at the same URL): pushes.jsonl says everything was
     // delivered, so a plain push sends nothing; --resend sends the run again with the labels
