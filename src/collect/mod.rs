@@ -167,8 +167,11 @@ struct Task {
 /// own ([`Collector::run_async`]).
 pub struct Collector {
     config: CollectConfig,
-    /// Away (`None`) only while a blocking fetch has it on tokio's blocking pool.
+    /// Away (`None`) while a blocking request has it on tokio's blocking pool, and for good
+    /// once the stop cut such a request short: then the collector is stopping.
     source: Option<Box<dyn Source>>,
+    /// The source's kind, known even while the source is away.
+    kind: SourceKind,
     clock: Arc<dyn Clock>,
     /// Away (`None`) only while a write has it on tokio's blocking pool.
     writer: Option<RunWriter>,
@@ -263,6 +266,7 @@ impl Collector {
         let indexer = CaptureIndexer::start(writer.root());
         Collector {
             config,
+            kind: source.kind(),
             source: Some(source),
             clock,
             root: writer.root().to_path_buf(),
@@ -485,14 +489,22 @@ impl Collector {
                 due: start,
             });
         }
-        if self.config.goroutine && self.source().supports(Want::Goroutine) {
+        let (goroutine, memstats, stats) = {
+            let supports = |want| self.source().is_some_and(|s| s.supports(want));
+            (
+                supports(Want::Goroutine),
+                supports(Want::MemStats),
+                supports(Want::Stats),
+            )
+        };
+        if self.config.goroutine && goroutine {
             tasks.push(Task {
                 want: Want::Goroutine,
                 due: start,
             });
         }
-        for want in [Want::MemStats, Want::Stats] {
-            if !self.config.memstats_interval.is_zero() && self.source().supports(want) {
+        for (want, supported) in [(Want::MemStats, memstats), (Want::Stats, stats)] {
+            if !self.config.memstats_interval.is_zero() && supported {
                 tasks.push(Task { want, due: start });
             }
         }
@@ -507,7 +519,7 @@ impl Collector {
         }
         // Envoy is watched through /memory: it goes first, and heap dumps (a tcmalloc
         // snapshot on Envoy's main thread) come rarely, only while the build serves them.
-        let envoy = self.source().kind() == SourceKind::Envoy;
+        let envoy = self.kind == SourceKind::Envoy;
         if envoy {
             tasks.retain(|t| t.want != Want::MemStats);
             tasks.insert(
@@ -541,7 +553,8 @@ impl Collector {
                 }
                 Err(e) => return Err(e.into()),
             }
-            if self.stop.is_set() {
+            // A source still away is one a request cut short by the stop kept.
+            if self.stop.is_set() || self.source.is_none() {
                 self.summary.reason = StopReason::Interrupted;
                 self.stopped().await?;
                 break;
@@ -566,8 +579,9 @@ impl Collector {
                 }
             }
             let gone = self.failing_since.is_some();
-            let source = self.source();
-            tasks.retain(|t| t.want == probe || source.supports(t.want));
+            if let Some(source) = self.source.as_deref() {
+                tasks.retain(|t| t.want == probe || source.supports(t.want));
+            }
             let next = tasks
                 .iter_mut()
                 .filter(|t| !gone || t.want == probe)
@@ -611,7 +625,7 @@ impl Collector {
             // the next attempt keeps its normal time, the last live moments matter most.
             if matches!(want, Want::Heap | Want::Goroutine)
                 && self.failing_since.is_none()
-                && self.source().kind().costs_target()
+                && self.kind.costs_target()
             {
                 // Rendering a profile costs the target CPU: keep the share of time it spends
                 // serving us under the duty cap (doubled near the limit).
@@ -885,7 +899,7 @@ impl Collector {
     }
 
     fn memstats(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
-        if self.source().kind() == SourceKind::Envoy {
+        if self.kind == SourceKind::Envoy {
             return self.envoy(record, bytes);
         }
         let text = String::from_utf8_lossy(bytes);

@@ -1334,3 +1334,70 @@ async fn on_tokio_time_paused_captures_are_paced_at_the_interval() {
     assert_eq!(gaps(&records), [500; 9]);
     assert!(records.iter().all(|r| r.latency_ms == 20.0), "{records:#?}");
 }
+
+/// A blocking source whose build look-up (the first answer's `cycle` record) sets the stop and
+/// then blocks until the test lets it go: the source is away on its thread when the stop lands.
+struct StuckInBuild {
+    stop: Stop,
+    release: Option<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Source for StuckInBuild {
+    fn target(&self) -> &str {
+        "stuck in build"
+    }
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
+    }
+    fn supports(&self, want: Want) -> bool {
+        want == Want::Heap
+    }
+    fn fetch(&mut self, _: Want, _: Duration) -> Result<Reply, FetchError> {
+        Ok(Reply {
+            bytes: EARLY.to_vec(),
+            pid: Some(7),
+        })
+    }
+    fn build_info(&mut self, _: Duration) -> Option<crate::model::build::BuildInfo> {
+        self.stop.set();
+        if let Some(release) = self.release.take() {
+            // Bounded: were the collector to panic, its runtime would wait for this thread.
+            let _ = release.recv_timeout(Duration::from_secs(10));
+        }
+        None
+    }
+}
+
+#[test]
+fn a_stop_during_a_blocking_build_look_up_ends_the_run_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = Stop::new();
+    let (release, held) = std::sync::mpsc::channel();
+    let source = StuckInBuild {
+        stop: stop.clone(),
+        release: Some(held),
+    };
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let summary = Collector::new(
+        backing_off(ms(60_000)),
+        Box::new(source),
+        clock,
+        writer,
+        &existing,
+        stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    assert_eq!(summary.reason, StopReason::Interrupted);
+    assert_eq!(summary.attempts, 1);
+    assert_eq!(summary.stored, 1);
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    let kinds: Vec<RecordKind> = records.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [RecordKind::Heap, RecordKind::Cycle, RecordKind::Stop],
+        "the capture kept, the cycle noted without its build, then the stop"
+    );
+    release.send(()).unwrap();
+}
