@@ -91,10 +91,10 @@ pub struct CollectArgs {
     #[arg(long, default_value = "heap", value_delimiter = ',')]
     profiles: Vec<String>,
     /// Time between goroutine captures (never faster than --interval).
-    #[arg(long, default_value = "1s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = units::parse_duration_flag)]
     goroutine_interval: Duration,
     /// Time between runtime figure reads: MemStats, and the agent's stats (0 turns them off).
-    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration_flag)]
     memstats_interval: Duration,
     /// Where agent:PID and agent:auto look for gops-agent.<pid>.sock (default: the temp dir),
     /// e.g. a volume shared with the target's container.
@@ -110,15 +110,15 @@ pub struct CollectArgs {
     #[arg(long, value_name = "[NAME=]PATH")]
     cgroup: Vec<String>,
     /// Per-request timeout (shortened in burst mode).
-    #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = units::parse_duration_flag)]
     timeout: Duration,
     /// Stop after this long.
-    #[arg(long, value_parser = units::parse_duration)]
+    #[arg(long, value_parser = units::parse_duration_flag)]
     duration: Option<Duration>,
     /// Stop once the target has been gone for --grace.
     #[arg(long)]
     until_exit: bool,
-    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration_flag)]
     grace: Duration,
     /// The target's CPU limit in cores (e.g. the container's limits.cpu): growth compares
     /// GOMAXPROCS with it (a hidden multiplier of per-P memory).
@@ -164,7 +164,7 @@ pub struct CollectArgs {
     #[arg(long = "mark", value_name = "LABEL=REGEX")]
     marks: Vec<String>,
     /// With stderr not a terminal, a plain progress line this often.
-    #[arg(long, default_value = "10s", value_parser = units::parse_duration, hide = true)]
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration_flag, hide = true)]
     progress_every: Duration,
     #[command(flatten)]
     decode: DecodeFlags,

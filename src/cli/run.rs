@@ -54,7 +54,7 @@ pub struct RunArgs {
     #[arg(long)]
     restarts: Option<u32>,
     /// Wait before the first restart, doubled for each quick death in a row (up to 10s).
-    #[arg(long, default_value = "250ms", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "250ms", value_parser = units::parse_duration_flag)]
     backoff: Duration,
     /// Another target to record beside the proc source (e.g. the command's agent or its
     /// http://… pprof port), into RUN/also-N/, a run of its own (repeatable). A URL's
@@ -62,7 +62,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "TARGET")]
     also: Vec<Target>,
     /// Per-request timeout of the --also targets.
-    #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = units::parse_duration_flag)]
     timeout: Duration,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
