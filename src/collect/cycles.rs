@@ -80,10 +80,15 @@ impl CycleTracker {
     /// A process the target's owner saw end (`heapwatch run`): returns the boot cycle its end
     /// belongs to. A pid that answered in this cycle ended it; one that never answered was a
     /// cycle of its own, counted so the next answer opens the one after.
+    /// A source whose answers name no process (HTTP beside `heapwatch run`) cannot match the
+    /// pid: an end while the current cycle's answers named none and the target was not yet seen
+    /// gone ends the current cycle.
     pub fn ended(&mut self, pid: Option<u32>) -> u32 {
+        let anonymous = (self.current > 0 && self.last_pid.is_none() && !self.gone_seen)
+            .then_some(self.current);
         let cycle = match pid {
             None => (self.current > 0).then_some(self.current),
-            Some(p) => self.pid_cycles.get(&p).copied(),
+            Some(p) => self.pid_cycles.get(&p).copied().or(anonymous),
         };
         match cycle {
             // A successor that already answered keeps its cycle.
@@ -193,6 +198,18 @@ mod tests {
         assert_eq!(t.answered(&totals(900), Some(8)), 3);
         assert_eq!(t.ended(Some(9)), 4);
         assert_eq!(t.answered(&totals(50), Some(10)), 5);
+    }
+
+    #[test]
+    fn ends_told_with_a_pid_to_a_source_whose_answers_name_none_end_the_current_cycle() {
+        let mut t = CycleTracker::default();
+        assert_eq!(t.answered(&totals(100), None), 1);
+        assert_eq!(t.ended(Some(7)), 1);
+        assert_eq!(t.answered(&totals(50), None), 2);
+        assert_eq!(t.ended(Some(8)), 2);
+        // A process that died before this source ever heard from it is a cycle of its own.
+        assert_eq!(t.ended(Some(9)), 3);
+        assert_eq!(t.answered(&totals(40), None), 4);
     }
 
     #[test]

@@ -638,3 +638,58 @@ fn proc_cgroup_reads_the_go_process_in_a_cgroup_and_samples_the_cgroup() {
     assert_eq!(first["source"], "cgroup");
     assert_eq!(first["limit"], 256 << 20);
 }
+
+#[test]
+fn an_also_sub_run_numbers_its_cycles_one_by_one_and_files_each_exit_under_its_own() {
+    let Some(fixture) = util::go_fixture("oomgrow") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let also = run.join("also-1");
+    let listen = format!("127.0.0.1:{}", util::free_port());
+    let mut child = Stopped(
+        util::heapwatch()
+            .args(["run", "-q", "--limit", "96MiB", "--restarts", "2"])
+            .args(["--backoff", "100ms", "--interval", "100ms"])
+            .args(["--also", &format!("http://{listen}")])
+            .arg("--out")
+            .arg(&run)
+            .arg("--")
+            .arg(&fixture)
+            .args(["-listen", &listen, "-rate", "24MiB"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("heapwatch run starts"),
+    );
+    let (status, _) = util::wait_for_exit(&mut child.0, CYCLE_DEADLINE * 3);
+    assert!(status.success(), "{status}");
+    let recs = records(&also);
+    let exits: Vec<i64> = recs
+        .iter()
+        .filter(|r| kind(r) == "exit")
+        .map(|r| int(r, "incarnation"))
+        .collect();
+    assert_eq!(exits, [1, 2, 3], "{recs:#?}");
+    let mut answered: Vec<i64> = recs
+        .iter()
+        .filter(|r| ok_heap(r))
+        .map(|r| int(r, "incarnation"))
+        .collect();
+    answered.dedup();
+    assert_eq!(
+        answered,
+        [1, 2, 3],
+        "each process answered in its own cycle"
+    );
+    // Each exit follows the captures of its own cycle, never those of the next.
+    for r in recs.iter().filter(|r| kind(r) == "exit") {
+        let cycle = int(r, "incarnation");
+        assert!(
+            recs.iter()
+                .filter(|x| ok_heap(x) && int(x, "seq") < int(r, "seq"))
+                .all(|x| int(x, "incarnation") <= cycle),
+            "{recs:#?}"
+        );
+    }
+}
