@@ -25,6 +25,7 @@ use super::{CliError, DecodeFlags};
 /// flags follow).
 pub(super) const HELP_ORDER: &[&str] = &[
     "out",
+    "retarget",
     "names",
     "interval",
     "limit",
@@ -80,6 +81,10 @@ pub struct CollectArgs {
     targets: Vec<Target>,
     #[command(flatten)]
     record: RecordFlags,
+    /// Resume an existing --out run against another target than the one it recorded (its
+    /// captures then follow as further boot cycles); without it, that is refused.
+    #[arg(long)]
+    retarget: bool,
     /// A node's name, for each target in order (repeatable; default: from the target).
     #[arg(long = "name", value_name = "NAME")]
     names: Vec<String>,
@@ -512,6 +517,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         label: args.record.label.clone(),
         logs,
         marks: mark_specs,
+        retarget: args.retarget,
     };
     let logged = !options.logs.is_empty();
     let awaited = marks::AwaitedLogs::new(&options.logs);

@@ -2,7 +2,7 @@
 //! probe that watches it from outside, and the node name it gets in a cluster run. The
 //! command line only turns flags into [`TargetOptions`]; the wiring lives here.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -72,7 +72,15 @@ pub fn open_target(target: &Target, options: &TargetOptions) -> Result<OpenedTar
         (Some(path), _) => Some(MemoryProbe::Cgroup(
             CgroupMemory::open(path).map_err(usage)?,
         )),
-        (None, Some(pid)) => Some(MemoryProbe::Pid(pid)),
+        (None, Some(pid)) => {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(usage(format!(
+                    "--pid {pid}: there is no process {pid} (not in /proc; in a container, \
+                     the pid as this PID namespace sees it)"
+                )));
+            }
+            Some(MemoryProbe::Pid(pid))
+        }
         (None, None) => None,
     };
     if options.agent_dir.is_some() && !spec.starts_with("agent:") {
