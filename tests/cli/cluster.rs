@@ -546,11 +546,13 @@ fn layout_rules_names_and_per_target_flags_are_checked_before_anything_is_writte
 fn two_unreachable_targets_make_a_cluster_run_that_resumes_and_exits_3() {
     let dir = util::tempdir();
     let run = dir.path().join("run");
+    // The same targets each time: a run is resumed only against what it recorded.
+    let (a, b) = (util::free_port(), util::free_port());
     let collect = || {
         util::run(&[
             "collect",
-            &format!("http://127.0.0.1:{}", util::free_port()),
-            &format!("http://127.0.0.1:{}", util::free_port()),
+            &format!("http://127.0.0.1:{a}"),
+            &format!("http://127.0.0.1:{b}"),
             "--name",
             "a",
             "--name",
