@@ -172,6 +172,9 @@ pub struct Collector {
     source: Option<Box<dyn Source>>,
     /// The source's kind, known even while the source is away.
     kind: SourceKind,
+    /// An agent found on this machine by its pid (`agent:PID`, `agent:auto`): the pids it
+    /// tells are this PID namespace's.
+    local_agent: bool,
     clock: Arc<dyn Clock>,
     /// Away (`None`) only while a write has it on tokio's blocking pool.
     writer: Option<RunWriter>,
@@ -267,6 +270,11 @@ impl Collector {
         Collector {
             config,
             kind: source.kind(),
+            local_agent: matches!(
+                crate::source::agent::AgentTarget::parse(source.target()),
+                Ok(crate::source::agent::AgentTarget::Pid(_)
+                    | crate::source::agent::AgentTarget::Auto(_))
+            ),
             source: Some(source),
             clock,
             root: writer.root().to_path_buf(),

@@ -693,3 +693,91 @@ fn an_also_sub_run_numbers_its_cycles_one_by_one_and_files_each_exit_under_its_o
         );
     }
 }
+
+/// `cmd/NAME` built again with these `-ldflags`, into `dir`.
+fn built_with_ldflags(dir: &Path, name: &str, ldflags: &str, tag: &str) -> Option<PathBuf> {
+    let go = util::go()?;
+    util::go_fixtures()?;
+    let out = dir.join(format!("{name}-{tag}"));
+    let built = std::process::Command::new(&go)
+        // Without -trimpath: with it, cmd/go leaves -ldflags out of the build info.
+        .args(["build", &format!("-ldflags={ldflags}"), "-o"])
+        .arg(&out)
+        .arg(format!("./cmd/{name}"))
+        .current_dir(util::repo().join("testdata/go"))
+        .env("CGO_ENABLED", "0")
+        .output()
+        .expect("go build runs");
+    assert!(built.status.success(), "{}", util::stderr(&built));
+    Some(out)
+}
+
+/// What `go version -m` says of a binary: its toolchain and its `-ldflags` setting.
+fn go_version_m(binary: &Path) -> (String, String) {
+    let go = util::go().unwrap();
+    let out = std::process::Command::new(go)
+        .args(["version", "-m"])
+        .arg(binary)
+        .output()
+        .unwrap();
+    let text = util::stdout(&out);
+    let toolchain = text
+        .lines()
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let ldflags = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("build\t-ldflags="))
+        .unwrap_or_default()
+        .to_string();
+    (toolchain, ldflags)
+}
+
+#[test]
+fn each_cycle_records_the_build_its_binary_says_it_is_ldflags_and_all() {
+    let dir = util::tempdir();
+    let Some(old) = built_with_ldflags(dir.path(), "oomgrow", "-X main.version=v2.0.2", "old")
+    else {
+        return;
+    };
+    let new = built_with_ldflags(dir.path(), "oomgrow", "-X main.version=2.1.0", "new").unwrap();
+    let mut seen = Vec::new();
+    for binary in [&old, &new] {
+        let run = dir.path().join(format!(
+            "run-{}",
+            binary.file_name().unwrap().to_string_lossy()
+        ));
+        let out = util::heapwatch()
+            .args(["run", "-q", "--limit", "64MiB", "--restarts", "0"])
+            .args(["--interval", "100ms", "--out"])
+            .arg(&run)
+            .arg("--")
+            .arg(binary)
+            .args(["-rate", "32MiB"])
+            .output()
+            .expect("heapwatch run runs");
+        assert!(out.status.success(), "{}", util::stderr(&out));
+        let recs = records(&run);
+        let cycle = recs
+            .iter()
+            .find(|r| kind(r) == "cycle")
+            .unwrap_or_else(|| panic!("a cycle record: {recs:#?}"));
+        let build = &cycle["build"];
+        // The oracle: `go version -m` on the same file.
+        let (toolchain, ldflags) = go_version_m(binary);
+        assert_eq!(build["go_version"], toolchain.as_str(), "{build}");
+        assert_eq!(build["ldflags"], ldflags.trim_matches('"'), "{build}");
+        let id = std::process::Command::new(util::go().unwrap())
+            .args(["tool", "buildid"])
+            .arg(binary)
+            .output()
+            .unwrap();
+        assert_eq!(build["build_id"], util::stdout(&id).trim(), "{build}");
+        seen.push(build["ldflags"].as_str().unwrap().to_string());
+    }
+    assert_eq!(seen, ["-X main.version=v2.0.2", "-X main.version=2.1.0"]);
+}
