@@ -120,7 +120,7 @@ pub fn read_raw(path: &Path) -> Option<RawBuild> {
         })?,
     };
     let header = read(start, HEADER as u64)?;
-    parse_blob(&header, |addr, len| read(addr, len), start)
+    parse_blob(&header, read, start)
 }
 
 /// Decodes the blob at `start` whose 32-byte header is `header`; `read(addr, len)` reads the
