@@ -107,12 +107,11 @@ pub fn open_target(target: &Target, options: &TargetOptions) -> Result<OpenedTar
         Box::new(agent)
     } else if let Some(selector) = ProcSelector::parse(spec) {
         // proc:exe:NAME, proc:cgroup:PATH: whichever process that is now, across restarts.
-        let follow = FollowSource::new(
-            spec,
-            selector.map_err(usage)?,
-            proc_attacher(spec),
-            options.interval,
-        );
+        let selector = selector.map_err(usage)?;
+        if let ProcSelector::Exe(name) = &selector {
+            crate::source::procfind::check_exe_target(spec, name).map_err(usage)?;
+        }
+        let follow = FollowSource::new(spec, selector, proc_attacher(spec), options.interval);
         if probe.is_none() {
             let cgroup = follow.finder().cgroup_dir();
             probe = Some(match cgroup.and_then(|d| CgroupMemory::open(&d).ok()) {

@@ -101,3 +101,85 @@ fn collect_flags_a_pid_of_no_process_is_refused() {
     );
     assert!(!out.exists());
 }
+
+/// A copy of the `steady` fixture under a name only this test uses, two processes of it.
+fn two_of(dir: &std::path::Path, tag: &str) -> Option<(String, Vec<crate::util::Reaped>)> {
+    let built = crate::util::go_fixture("steady")?;
+    let name = format!("steady-{tag}-{}", std::process::id());
+    let path = dir.join(&name);
+    std::fs::copy(&built, &path).unwrap();
+    let mut perms = std::fs::metadata(dir).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(dir, perms).unwrap();
+    let started = (0..2)
+        .map(|_| crate::util::start_listening(&path, &["-rate", "256KiB"]).0)
+        .collect();
+    Some((name, started))
+}
+
+#[test]
+fn collect_flags_two_processes_of_one_name_are_refused_naming_both() {
+    let dir = tempdir();
+    let Some((name, started)) = two_of(dir.path(), "two") else {
+        return;
+    };
+    let out = dir.path().join("run");
+    let target = format!("proc:exe:{name}");
+    let pids: Vec<String> = started.iter().map(|p| p.0.id().to_string()).collect();
+    refused(
+        &["collect", &target, "--out", out.to_str().unwrap()],
+        &[
+            &format!("2 processes run an executable named {name:?}"),
+            &format!("pids {}, {}", pids[0], pids[1]),
+            "proc:PID",
+        ],
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn collect_flags_proc_exe_as_a_user_without_rights_says_rights_are_missing() {
+    if !nix_is_root() {
+        crate::prerequisite::skip(
+            crate::prerequisite::Need::Root,
+            "the target runs as root and heapwatch as nobody",
+        );
+        return;
+    }
+    let dir = tempdir();
+    let Some((name, mut started)) = two_of(dir.path(), "rights") else {
+        return;
+    };
+    // One process of the name, root's; heapwatch as nobody cannot read its executable.
+    drop(started.pop());
+    let pid = started[0].0.id();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_heapwatch"))
+        .args([
+            "collect",
+            &format!("proc:exe:{name}"),
+            "--out",
+            "/tmp/never",
+        ])
+        .output()
+        .expect("setpriv runs");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("process {pid} is named")) && err.contains("may not read"),
+        "{err}"
+    );
+    assert!(err.contains("run heapwatch as root"), "{err}");
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|u| u.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}

@@ -781,3 +781,60 @@ fn each_cycle_records_the_build_its_binary_says_it_is_ldflags_and_all() {
     }
     assert_eq!(seen, ["-X main.version=v2.0.2", "-X main.version=2.1.0"]);
 }
+
+#[test]
+fn behind_a_shell_entrypoint_process_memory_follows_the_go_process_in_the_cgroup() {
+    let Some(fixture) = util::go_fixture("steady") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    // `; true` keeps the shell from exec-ing: it waits in front of the Go program, as an
+    // entrypoint script does.
+    let script = format!("{} -working-set 24MiB -rate 1MiB; true", fixture.display());
+    let mut child = Stopped(
+        util::heapwatch()
+            .args(["run", "-q", "--limit", "256MiB", "--interval", "100ms"])
+            .args(["--memory-interval", "20ms", "--out"])
+            .arg(&run)
+            .args(["--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("heapwatch run starts"),
+    );
+    wait_until("heap captures of the Go process", CYCLE_DEADLINE, || {
+        records(&run).iter().filter(|r| ok_heap(r)).count() >= 10
+    });
+    assert!(interrupt_and_wait(&mut child.0).success());
+    if !check_confinement(&run_info(&run)) {
+        return;
+    }
+    let go_pid = records(&run)
+        .iter()
+        .find(|r| kind(r) == "cycle")
+        .map(|r| int(r, "pid"))
+        .expect("a cycle record");
+    let samples: Vec<Value> = fs::read_to_string(run.join("memory.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let named: Vec<i64> = samples
+        .iter()
+        .filter_map(|s| s["pid"].as_i64())
+        .skip_while(|&p| p != go_pid)
+        .collect();
+    assert!(named.len() >= 10, "samples name the Go process: {named:?}");
+    assert!(
+        named.iter().all(|&p| p == go_pid),
+        "once it runs, every sample is the Go process's, not the shell's: {named:?}"
+    );
+    // Its RSS holds the working set, which the shell's never would.
+    let rss = samples
+        .iter()
+        .filter(|s| s["pid"].as_i64() == Some(go_pid))
+        .filter_map(|s| s["rss"].as_i64())
+        .max()
+        .unwrap_or(0);
+    assert!(rss >= 20 << 20, "the Go process's RSS: {rss}");
+}
