@@ -192,7 +192,8 @@ fn runs_go(pid: u32) -> bool {
     use std::collections::HashMap;
     use std::os::unix::fs::MetadataExt as _;
     use std::sync::Mutex;
-    static KNOWN: Mutex<Option<HashMap<(u64, u64, i64, u64), bool>>> = Mutex::new(None);
+    type FileId = (u64, u64, i64, u64);
+    static KNOWN: Mutex<Option<HashMap<FileId, bool>>> = Mutex::new(None);
     let exe = format!("/proc/{pid}/exe");
     let Ok(meta) = fs::metadata(&exe) else {
         return false;
