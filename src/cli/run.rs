@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use heapwatch::collect::{Clock as _, CollectConfig, LiveStatus, Observer, Stop, SystemClock};
 use heapwatch::launch::{
-    self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartPolicy, SubRun,
+    self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartOn, RestartPolicy, SubRun,
 };
 use heapwatch::source::agent::{AgentOptions, AgentSource};
 use heapwatch::source::envoy::EnvoySource;
@@ -29,7 +29,9 @@ pub(super) const HELP_ORDER: &[&str] = &[
     "out",
     "limit",
     "restarts",
+    "restart_policy",
     "backoff",
+    "kubelet_backoff",
     "also",
     "interval",
     "burst_interval",
@@ -50,12 +52,22 @@ pub struct RunArgs {
     /// SIGKILLs the command once its RSS passes it.
     #[arg(long, value_parser = units::parse_size)]
     limit: Option<u64>,
-    /// Restarts after the first start (default: until a clean exit or Ctrl-C).
+    /// Restarts after the first start (default: as many as --restart-policy asks for, until
+    /// Ctrl-C).
     #[arg(long)]
     restarts: Option<u32>,
-    /// Wait before the first restart, doubled for each quick death in a row (up to 10s).
+    /// Which ends are restarted, as a Pod's restartPolicy: Always (a clean exit too, the
+    /// kubelet's default), OnFailure (all but exit code 0) or Never.
+    #[arg(long, default_value = "Always", value_parser = RestartOn::parse)]
+    restart_policy: RestartOn,
+    /// Wait before the first restart, doubled for each quick death in a row (up to 10s; a
+    /// minute running resets it): quicker than the kubelet, to see a crash loop in seconds.
     #[arg(long, default_value = "250ms", value_parser = units::parse_duration_flag)]
     backoff: Duration,
+    /// Back off as the kubelet does instead (CrashLoopBackOff: 10s doubling to 5m, reset
+    /// after 10m running).
+    #[arg(long, conflicts_with = "backoff")]
+    kubelet_backoff: bool,
     /// Another target to record beside the proc source (e.g. the command's agent or its
     /// http://… pprof port), into RUN/also-N/, a run of its own (repeatable). A URL's
     /// password is sent as Basic auth and never kept.
@@ -74,6 +86,20 @@ fn usage(message: String) -> CliError {
 }
 
 impl RunArgs {
+    fn policy(&self) -> RestartPolicy {
+        let policy = RestartPolicy {
+            on: self.restart_policy,
+            restarts: self.restarts,
+            backoff: self.backoff,
+            ..RestartPolicy::default()
+        };
+        if self.kubelet_backoff {
+            policy.kubelet_backoff()
+        } else {
+            policy
+        }
+    }
+
     fn config(&self) -> Result<CollectConfig, CliError> {
         self.record.check_intervals()?;
         self.record.check_burst_at()?;
@@ -110,7 +136,8 @@ impl RunArgs {
                 ),
                 confinement: Some(mode.to_string()),
                 restarts: self.restarts,
-                backoff_ms: Some(self.backoff.as_millis() as u64),
+                restart_policy: Some(self.restart_policy.as_str().to_string()),
+                backoff_ms: Some(self.policy().backoff.as_millis() as u64),
                 interval_ms: Some(self.record.interval.as_millis() as u64),
                 burst_interval_ms: Some(self.record.burst_interval.as_millis() as u64),
                 burst_at: Some(self.record.burst_at),
@@ -300,11 +327,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             args: rest.to_vec(),
             join: None,
         },
-        policy: RestartPolicy {
-            restarts: args.restarts,
-            backoff: args.backoff,
-            ..RestartPolicy::default()
-        },
+        policy: args.policy(),
         confinement: &confinement,
         collect: config,
         memory_interval: args.record.memory_interval,
@@ -328,7 +351,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             .filter(|d| d.oom_killed || d.watchdog_killed)
             .count();
         let ended = match outcome.ending {
-            Ending::CleanExit => "the command exited cleanly",
+            Ending::CleanExit => {
+                "the command exited cleanly (not restarted under --restart-policy OnFailure or Never)"
+            }
+            Ending::NotRestarted => {
+                "the command ended (not restarted under --restart-policy Never)"
+            }
             Ending::RestartsUsed => "the restarts were used",
             Ending::Interrupted => "interrupted",
         };

@@ -838,3 +838,54 @@ fn behind_a_shell_entrypoint_process_memory_follows_the_go_process_in_the_cgroup
         .unwrap_or(0);
     assert!(rss >= 20 << 20, "the Go process's RSS: {rss}");
 }
+
+/// `heapwatch run` of the snapshotexit fixture (exits 0 after a second) with these flags;
+/// the exit records of its run.
+fn clean_exits(flags: &[&str]) -> (std::process::Output, Vec<Value>) {
+    let fixture = util::go_fixture("snapshotexit").unwrap();
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let out = util::heapwatch()
+        .args(["run", "--interval", "100ms", "--backoff", "10ms", "--out"])
+        .arg(&run)
+        .args(flags)
+        .arg("--")
+        .arg(&fixture)
+        .args(["-exit-after", "1s", "-state", "4MiB"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("heapwatch run runs");
+    let exits = records(&run)
+        .into_iter()
+        .filter(|r| kind(r) == "exit")
+        .collect();
+    (out, exits)
+}
+
+#[test]
+fn a_clean_exit_is_restarted_under_always_and_not_under_on_failure() {
+    if util::go_fixtures().is_none() {
+        return;
+    }
+    // The default is the kubelet's: Always.
+    let (out, exits) = clean_exits(&["--restarts", "1"]);
+    let err = util::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(exits.len(), 2, "exit 0 was restarted: {exits:#?}");
+    assert!(exits.iter().all(|r| r["exit_code"] == 0), "{exits:#?}");
+    assert!(err.contains("the restarts were used"), "{err}");
+    let (out, exits) = clean_exits(&["--restarts", "1", "--restart-policy", "OnFailure"]);
+    let err = util::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(exits.len(), 1, "{exits:#?}");
+    assert!(err.contains("the command exited cleanly"), "{err}");
+    let info = |flags: &[&str]| {
+        let out =
+            util::run(&[&["run", "--out", "/nonexistent/x"], flags, &["--", "true"]].concat());
+        util::stderr(&out)
+    };
+    assert!(
+        info(&["--restart-policy", "sometimes"]).contains("Always, OnFailure or Never"),
+        "the policies are named"
+    );
+}
