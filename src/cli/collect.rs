@@ -607,11 +607,8 @@ fn summary_line(node: &NodeOutcome, summary: &CollectSummary, cluster: bool) -> 
         String::new()
     };
     let mut line = format!(
-        "heapwatch: {who}{} captures ({} stored, {} duplicates, {} errors) over {} boot cycle(s) in {}",
-        summary.captures,
-        summary.stored,
-        summary.duplicates,
-        summary.errors,
+        "heapwatch: {who}{} over {} boot cycle(s) in {}",
+        attempts_line(summary),
         summary.cycles,
         node.dir.display()
     );
@@ -625,6 +622,20 @@ fn summary_line(node: &NodeOutcome, summary: &CollectSummary, cluster: bool) -> 
         }
     }
     line
+}
+
+/// Every attempt counted once: `N attempts: S stored, D duplicate(s), F runtime figure read(s),
+/// E failed`, which add up to N.
+pub(super) fn attempts_line(s: &CollectSummary) -> String {
+    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    format!(
+        "{}: {} stored, {}, {}, {} failed",
+        plural(s.attempts, "attempt", "attempts"),
+        s.stored,
+        plural(s.duplicates, "duplicate", "duplicates"),
+        plural(s.figures, "runtime figure read", "runtime figure reads"),
+        s.errors
+    )
 }
 
 /// Today's rules for how a node's collection went: a full disk, a target that answered only

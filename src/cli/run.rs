@@ -361,13 +361,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             Ending::Interrupted => "interrupted",
         };
         eprintln!(
-            "heapwatch run: {ended}; {} death(s), {kills} at the limit; {} captures \
-             ({} stored, {} duplicates, {} errors) over {} boot cycle(s); memory peak {} in {}",
+            "heapwatch run: {ended}; {} death(s), {kills} at the limit; {} over {} boot \
+             cycle(s); memory peak {} in {}",
             outcome.deaths.len(),
-            outcome.main.captures,
-            outcome.main.stored,
-            outcome.main.duplicates,
-            outcome.main.errors,
+            super::collect::attempts_line(&outcome.main),
             outcome.main.cycles,
             format_bytes(outcome.memory.peak as i64),
             args.record.out.display()
@@ -375,10 +372,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         for (i, result) in outcome.also.iter().enumerate() {
             match result {
                 Ok(s) => eprintln!(
-                    "heapwatch run: --also {}: {} captures, {} errors in {}",
+                    "heapwatch run: --also {}: {} in {}",
                     args.also[i],
-                    s.captures,
-                    s.errors,
+                    super::collect::attempts_line(s),
                     heapwatch::scan::also_dir(&args.record.out, i + 1).display()
                 ),
                 Err(e) => eprintln!("heapwatch run: --also {}: {e}", args.also[i]),

@@ -109,13 +109,20 @@ pub enum StopReason {
     DiskFull,
 }
 
+/// What the collector did. Every attempt is one of: a profile stored, a duplicate of the last
+/// one stored, a runtime figure read (MemStats, the agent's stats, Envoy's /memory), or a
+/// failure: `attempts = stored + duplicates + figures + errors`.
 #[derive(Debug, Clone)]
 pub struct CollectSummary {
     pub reason: StopReason,
     pub attempts: u64,
+    /// Attempts that answered: `stored + duplicates + figures`.
     pub captures: u64,
     pub stored: u64,
     pub duplicates: u64,
+    /// Runtime figures read (no profile file).
+    pub figures: u64,
+    /// Failed attempts.
     pub errors: u64,
     pub cycles: u32,
     pub deleted: u64,
@@ -291,6 +298,7 @@ impl Collector {
                 captures: 0,
                 stored: 0,
                 duplicates: 0,
+                figures: 0,
                 errors: 0,
                 cycles: 0,
                 deleted: 0,
@@ -820,6 +828,7 @@ impl Collector {
                             record.file = None;
                             record.error = Some(e.to_string());
                             record.error_kind = Some("disk".into());
+                            self.summary.errors += 1;
                             let _ = self.append(record).await;
                             return Err(e);
                         }
@@ -846,6 +855,9 @@ impl Collector {
         self.pace_idle(&record);
         if record.is_ok() {
             self.summary.captures += 1;
+            if record.file.is_none() {
+                self.summary.figures += 1;
+            }
         } else {
             self.summary.errors += 1;
         }

@@ -438,6 +438,38 @@ fn stack_dumps_and_stats_are_captured_like_profiles_and_memstats() {
         .unwrap();
     assert_eq!(mem.totals["HeapAlloc"], 50496024);
     assert_eq!(summary.cycles, 1);
+    // Every attempt counted once in the summary, as the manifest has them.
+    let ok = |r: &&CaptureRecord| r.is_ok();
+    assert_eq!(summary.attempts, records.len() as u64);
+    assert_eq!(
+        summary.stored,
+        records
+            .iter()
+            .filter(ok)
+            .filter(|r| r.file.is_some() && r.dup_of.is_none())
+            .count() as u64
+    );
+    assert_eq!(
+        summary.duplicates,
+        records.iter().filter(|r| r.dup_of.is_some()).count() as u64
+    );
+    assert_eq!(
+        summary.figures,
+        records
+            .iter()
+            .filter(ok)
+            .filter(|r| r.file.is_none())
+            .count() as u64
+    );
+    assert_eq!(
+        summary.errors,
+        records.iter().filter(|r| !r.is_ok()).count() as u64
+    );
+    assert!(summary.duplicates > 0 && summary.figures > 0 && summary.errors > 0);
+    assert_eq!(
+        summary.attempts,
+        summary.stored + summary.duplicates + summary.figures + summary.errors
+    );
 }
 
 #[test]

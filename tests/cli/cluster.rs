@@ -568,8 +568,22 @@ fn two_unreachable_targets_make_a_cluster_run_that_resumes_and_exits_3() {
     let first = collect();
     assert_eq!(first.status.code(), Some(3), "{}", util::stderr(&first));
     let err = util::stderr(&first);
-    assert!(err.contains("heapwatch: a: 0 captures"), "{err}");
-    assert!(err.contains("heapwatch: b: 0 captures"), "{err}");
+    for name in ["a", "b"] {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&format!("heapwatch: {name}: ")) && l.contains("attempts"))
+            .unwrap_or_else(|| panic!("{name}'s summary in {err}"));
+        assert!(
+            line.contains(": 0 stored, 0 duplicates, 0 runtime figure reads, "),
+            "{line}"
+        );
+        // Every attempt failed: the counts add up.
+        let n = |word: &str| -> u64 {
+            let before = line.split(word).next().unwrap();
+            before.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(n(" attempts:"), n(" failed"), "{line}");
+    }
     assert!(err.contains("the target never answered"), "{err}");
     let second = collect();
     assert_eq!(second.status.code(), Some(3));
