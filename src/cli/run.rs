@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use heapwatch::collect::{Clock as _, CollectConfig, LiveStatus, Observer, Stop, SystemClock};
+use heapwatch::collect::{Clock as _, CollectConfig, Stop, SystemClock};
 use heapwatch::launch::{
     self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartOn, RestartPolicy, SubRun,
 };
@@ -17,11 +17,11 @@ use heapwatch::source::http::{HttpOptions, HttpSource};
 use heapwatch::source::proc::follow::FollowSource;
 use heapwatch::source::procfind::{ProcSelector, SharedPid};
 use heapwatch::source::{Source, Target};
-use heapwatch::store::{CaptureRecord, RunInfo};
+use heapwatch::store::RunInfo;
 use heapwatch::units::{self, format_bytes};
 
 use super::CliError;
-use super::collect::proc_attacher;
+use super::collect::{Status, proc_attacher};
 use super::record_flags::{RecordFlags, help_order};
 
 /// Run's flags in the order its help shows them.
@@ -188,36 +188,6 @@ fn also_source(given: &Target) -> Result<Box<dyn Source>, CliError> {
     Ok(source)
 }
 
-/// Prints the status line's figures every few seconds when not quiet.
-struct Progress {
-    quiet: bool,
-    last: Option<std::time::Instant>,
-}
-
-impl Observer for Progress {
-    fn attempt(&mut self, _record: &CaptureRecord, status: &LiveStatus) {
-        if self.quiet
-            || self
-                .last
-                .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
-        {
-            return;
-        }
-        self.last = Some(std::time::Instant::now());
-        let mut line = format!(
-            "heapwatch run: {} captures, cycle {}",
-            status.captures, status.cycle
-        );
-        if let Some(h) = status.heap_inuse {
-            line.push_str(&format!(", heap {}", format_bytes(h)));
-        }
-        if let Some(m) = status.memory {
-            line.push_str(&format!(", memory {}", format_bytes(m as i64)));
-        }
-        eprintln!("{line}");
-    }
-}
-
 fn describe(event: &LifeEvent) -> String {
     match event {
         LifeEvent::Started { pid, .. } => format!("heapwatch run: started pid {pid}"),
@@ -316,9 +286,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     ctrlc::set_handler(move || on_interrupt.set())
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
     let quiet = args.record.quiet;
+    // The live status line (a spinner on a terminal, a plain line every 10 s elsewhere); each
+    // start and end is a line of its own above it.
+    let mut status = Status::new(quiet, Duration::from_secs(10), &["run".to_string()]);
+    status.ends_told_elsewhere();
+    let mut observers = status.observers();
+    let status = &status;
     let notify = move |event: &LifeEvent| {
         if !quiet {
-            eprintln!("{}", describe(event));
+            status.println(&describe(event));
         }
     };
     let recording = launch::Recording {
@@ -337,8 +313,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         pid: Arc::clone(&pid.0),
         notify: &notify,
     };
-    let mut progress = Progress { quiet, last: None };
-    let outcome = launch::record(recording, &mut progress);
+    let outcome = launch::record(recording, &mut *observers[0]);
+    status.finish();
     // The cgroup goes in every case; an error in removing it is said, after the run's own.
     let released = confinement.release();
     let outcome = outcome.map_err(|e| CliError::Store(e.to_string()))?;

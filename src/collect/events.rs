@@ -37,6 +37,7 @@ impl Collector {
             record.pid = Some(exit.pid);
             record.exit_code = exit.exit_code;
             record.signal = exit.signal;
+            self.ends_to_tell.push(record.clone());
             self.append(record).await?;
         }
         Ok(())

@@ -137,6 +137,9 @@ pub struct CollectSummary {
 /// Told about every attempt, for the live status line.
 pub trait Observer {
     fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus);
+
+    /// Told about each process end written (`exit`), once it is in the manifest.
+    fn ended(&mut self, _record: &CaptureRecord) {}
 }
 
 pub struct NoObserver;
@@ -144,6 +147,10 @@ pub struct NoObserver;
 impl<O: Observer + ?Sized> Observer for &mut O {
     fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
         (**self).attempt(record, status);
+    }
+
+    fn ended(&mut self, record: &CaptureRecord) {
+        (**self).ended(record);
     }
 }
 
@@ -163,6 +170,8 @@ pub struct OutsideMemory {
     pub killable: AtomicU64,
     /// The process measured.
     pub pid: AtomicU32,
+    /// `bytes` is a cgroup's charge (else a process's RSS).
+    pub from_cgroup: std::sync::atomic::AtomicBool,
 }
 
 struct Task {
@@ -227,6 +236,8 @@ pub struct Collector {
     last_heap: Option<HeapMark>,
     /// Writes each stored capture's site index entry on a thread of its own.
     indexer: CaptureIndexer,
+    /// `exit` records written since the observer was last told.
+    ends_to_tell: Vec<CaptureRecord>,
     /// The content the current attempt decoded, for the indexer once it is durable.
     to_index: Option<IndexContent>,
 }
@@ -328,6 +339,7 @@ impl Collector {
             last_heap: None,
             indexer,
             to_index: None,
+            ends_to_tell: Vec::new(),
         }
     }
 
@@ -364,6 +376,9 @@ impl Collector {
             } else {
                 self.cycles.current()
             };
+            if record.kind == RecordKind::Exit {
+                self.ends_to_tell.push(record.clone());
+            }
             self.append(record).await?;
         }
         Ok(if closed {
@@ -550,7 +565,11 @@ impl Collector {
         let probe = tasks[0].want;
         loop {
             self.note_exits().await?;
-            match self.record_events().await {
+            let inbox = self.record_events().await;
+            for end in std::mem::take(&mut self.ends_to_tell) {
+                observer.ended(&end);
+            }
+            match inbox {
                 Ok(Inbox::Ended) => {
                     let now = self.clock.now();
                     for t in tasks.iter_mut().filter(|t| t.want == probe) {
@@ -667,6 +686,9 @@ impl Collector {
         }
         self.note_exits().await?;
         self.record_events().await?;
+        for end in std::mem::take(&mut self.ends_to_tell) {
+            observer.ended(&end);
+        }
         self.summary.cycles = self.cycles.current();
         Ok(self.summary)
     }
@@ -869,6 +891,10 @@ impl Collector {
             .as_ref()
             .map(|o| o.bytes.load(Ordering::Relaxed))
             .filter(|&b| b > 0 && Some(b) != self.status.memory);
+        self.status.memory_total_is_rss = self
+            .outside
+            .as_ref()
+            .is_some_and(|o| !o.from_cgroup.load(Ordering::Relaxed));
         if let Some(bytes) = self.status.memory {
             self.status.memory_point(record.t_ms, bytes as i64);
         }
@@ -889,6 +915,11 @@ impl Collector {
         }
         if self.gone_since.is_none() && e.kind.means_gone() {
             self.gone_since = Some(began);
+        }
+        if e.kind.means_gone() {
+            // The figures of a process that is no more are not shown as current.
+            self.status.target_gone();
+            self.runtime_memory = None;
         }
         self.cycles.failed(e.kind);
         self.status.last_error = Some(e.message.clone());

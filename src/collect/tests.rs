@@ -1018,6 +1018,14 @@ fn event_records_get_their_seq_and_the_boot_cycle_their_pid_answered_in() {
 
 #[test]
 fn a_death_told_during_a_sleep_makes_the_next_attempt_at_once() {
+    struct Ends(Vec<CaptureRecord>);
+    impl Observer for Ends {
+        fn attempt(&mut self, _: &CaptureRecord, _: &LiveStatus) {}
+        fn ended(&mut self, record: &CaptureRecord) {
+            self.0.push(record.clone());
+        }
+    }
+    let mut ends = Ends(Vec::new());
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(FakeClock::new(1_000_000));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -1040,10 +1048,17 @@ fn a_death_told_during_a_sleep_makes_the_next_attempt_at_once() {
         stop,
     )
     .with_events(rx)
-    .run(&mut NoObserver)
+    .run(&mut ends)
     .unwrap();
     let records = RunDir::open(dir.path()).unwrap().manifest.records;
     drop(tx);
+    // The observer (the status line) was told of the end once, as written.
+    let written: Vec<&CaptureRecord> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Exit)
+        .collect();
+    assert_eq!(ends.0.len(), 1);
+    assert_eq!((ends.0[0].seq, ends.0[0].pid), (written[0].seq, Some(100)));
     let starts: Vec<(RecordKind, i64)> = records.iter().map(|r| (r.kind, r.t_ms)).collect();
     // Attempts at 0 and 500 ms; the exit, told during the second, is seen within one look
     // into the inbox (20 ms) and the next attempt follows, not at 1000 ms.
@@ -1432,4 +1447,40 @@ fn a_stop_during_a_blocking_build_look_up_ends_the_run_without_a_panic() {
         "the capture kept, the cycle noted without its build, then the stop"
     );
     release.send(()).unwrap();
+}
+
+#[test]
+fn once_the_target_is_gone_the_status_shows_no_figures_of_the_process_that_was() {
+    struct Last(Vec<LiveStatus>);
+    impl Observer for Last {
+        fn attempt(&mut self, _: &CaptureRecord, status: &LiveStatus) {
+            self.0.push(status.clone());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let script = vec![
+        Step::Ok(EARLY, ms(5)),
+        Step::Ok(LATE, ms(5)),
+        Step::Fail(FailureKind::Refused, ms(1)),
+    ];
+    let source = ScriptedSource::new(clock.clone(), script);
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let mut seen = Last(Vec::new());
+    Collector::new(
+        heap_only(ms(2000)),
+        Box::new(source),
+        clock,
+        writer,
+        &existing,
+        Stop::new(),
+    )
+    .run(&mut seen)
+    .unwrap();
+    assert!(seen.0[1].heap_inuse.is_some() && !seen.0[1].gone);
+    let after = seen.0.last().unwrap();
+    assert!(after.gone, "{after:?}");
+    assert_eq!(after.heap_inuse, None, "no heap of a process that is gone");
+    assert_eq!(after.memory, None, "no memory figure from its last capture");
+    assert_eq!(after.time_to_limit(), None);
 }
