@@ -238,6 +238,9 @@ pub struct Collector {
     indexer: CaptureIndexer,
     /// `exit` records written since the observer was last told.
     ends_to_tell: Vec<CaptureRecord>,
+    /// What a heap and a goroutine capture cost the target lately (see [`Cost`]).
+    heap_cost: Cost,
+    goroutine_cost: Cost,
     /// The content the current attempt decoded, for the indexer once it is durable.
     to_index: Option<IndexContent>,
 }
@@ -251,6 +254,29 @@ enum Inbox {
     /// Its senders are gone (`heapwatch run` is done with the command): the collector ends,
     /// as for a target gone for good, with no `stop` record.
     Closed,
+}
+
+/// The longest goroutine captures are spread apart by their cost.
+pub const GOROUTINE_PACE_MAX: Duration = Duration::from_secs(60);
+
+/// What one kind of capture costs the target: its recent time to answer (rendering a profile
+/// is CPU in the target, and a goroutine profile stops the world to walk every stack), as a
+/// moving average in which each new capture weighs a quarter.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cost {
+    seconds: Option<f64>,
+}
+
+impl Cost {
+    fn add(&mut self, took: Duration) {
+        let new = took.as_secs_f64();
+        self.seconds = Some(self.seconds.map_or(new, |o| 0.75 * o + 0.25 * new));
+    }
+
+    /// How many times `other` this costs.
+    fn ratio_to(&self, other: &Cost) -> Option<f64> {
+        Some(self.seconds? / other.seconds?.max(1e-4))
+    }
 }
 
 /// How often a sleeping collector with an inbox looks into it.
@@ -340,6 +366,8 @@ impl Collector {
             indexer,
             to_index: None,
             ends_to_tell: Vec::new(),
+            heap_cost: Cost::default(),
+            goroutine_cost: Cost::default(),
         }
     }
 
@@ -479,6 +507,19 @@ impl Collector {
         } else {
             self.config.interval * self.idle_factor
         }
+    }
+
+    /// The time between goroutine captures: `--goroutine-interval` (never under the heap
+    /// interval), stretched so goroutine profiles cost the target no more than heap profiles
+    /// do: a goroutine capture that takes N times a heap capture's time comes N heap intervals
+    /// apart, up to [`GOROUTINE_PACE_MAX`].
+    fn goroutine_period(&self) -> Duration {
+        let base = self.config.goroutine_interval.max(self.heap_interval());
+        let Some(ratio) = self.goroutine_cost.ratio_to(&self.heap_cost) else {
+            return base;
+        };
+        let paced = self.heap_interval().mul_f64(ratio.clamp(1.0, 1e6));
+        base.max(paced.min(GOROUTINE_PACE_MAX))
     }
 
     fn timeout(&self) -> Duration {
@@ -641,7 +682,7 @@ impl Collector {
                 Want::MemStats if envoy => self.heap_interval(),
                 Want::Heap if envoy => (self.config.interval * 20).max(Duration::from_secs(10)),
                 Want::Heap => self.heap_interval(),
-                Want::Goroutine => self.config.goroutine_interval.max(self.heap_interval()),
+                Want::Goroutine => self.goroutine_period(),
                 // Near the limit the runtime figures come at least once per normal interval:
                 // they are cheap, and may be the only fresh memory figure there is.
                 Want::MemStats | Want::Stats if self.bursting() => {
@@ -731,6 +772,16 @@ impl Collector {
         self.last_latency = received - began;
         let mut record = CaptureRecord::new(seq, kind, self.cycles.current(), t_ms);
         record.latency_ms = ms(received - began);
+        if fetched.is_ok() {
+            let cost = match want {
+                Want::Heap => Some(&mut self.heap_cost),
+                Want::Goroutine => Some(&mut self.goroutine_cost),
+                _ => None,
+            };
+            if let Some(cost) = cost {
+                cost.add(received - began);
+            }
+        }
         record.interval_ms = Some(interval.as_millis() as u64);
         Some(
             self.record_reply(want, fetched, intake, record, began, received, observer)

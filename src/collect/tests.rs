@@ -1484,3 +1484,80 @@ fn once_the_target_is_gone_the_status_shows_no_figures_of_the_process_that_was()
     assert_eq!(after.memory, None, "no memory figure from its last capture");
     assert_eq!(after.time_to_limit(), None);
 }
+
+/// An agent whose goroutine dumps take `goroutine_ms` to answer and heap profiles 2 ms.
+struct CostlyGoroutines {
+    clock: Arc<FakeClock>,
+    goroutine_ms: u64,
+}
+
+impl Source for CostlyGoroutines {
+    fn target(&self) -> &str {
+        "costly"
+    }
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
+    }
+    fn supports(&self, want: Want) -> bool {
+        matches!(want, Want::Heap | Want::Goroutine)
+    }
+    fn fetch(&mut self, want: Want, _: Duration) -> Result<Reply, FetchError> {
+        let (took, bytes) = match want {
+            Want::Goroutine => (self.goroutine_ms, REAL_DUMP),
+            _ => (2, LATE),
+        };
+        self.clock.advance(ms(took));
+        Ok(Reply {
+            bytes: bytes.to_vec(),
+            pid: Some(7),
+        })
+    }
+}
+
+fn goroutine_gaps(goroutine_ms: u64) -> Vec<i64> {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let source = CostlyGoroutines {
+        clock: clock.clone(),
+        goroutine_ms,
+    };
+    let config = CollectConfig {
+        goroutine: true,
+        goroutine_interval: ms(1000),
+        max_duty: 1.0,
+        ..heap_only(ms(60_000))
+    };
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    Collector::new(
+        config,
+        Box::new(source),
+        clock,
+        writer,
+        &existing,
+        Stop::new(),
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    let starts: Vec<i64> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Goroutine)
+        .map(|r| r.t_ms)
+        .collect();
+    starts.windows(2).map(|p| p[1] - p[0]).collect()
+}
+
+#[test]
+fn goroutine_captures_are_spread_apart_by_what_they_cost_next_to_heap_captures() {
+    // As quick as a heap capture: every --goroutine-interval.
+    let cheap = goroutine_gaps(2);
+    assert!(cheap.iter().all(|&g| g == 1000), "{cheap:?}");
+    // 40 times a heap capture's time: 40 heap intervals (20 s) apart once measured, so
+    // goroutine profiles take no more of the target's time than heap profiles do.
+    let costly = goroutine_gaps(80);
+    assert_eq!(costly[0], 20_000, "{costly:?}");
+    assert!(costly.iter().all(|&g| g >= 20_000), "{costly:?}");
+    // Never further apart than a minute.
+    let huge = goroutine_gaps(5_000);
+    assert!(huge.iter().all(|&g| g <= 60_000 + 5_000), "{huge:?}");
+}
