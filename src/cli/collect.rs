@@ -95,7 +95,8 @@ pub struct CollectArgs {
     /// Profiles to capture: heap, goroutine (comma-separated).
     #[arg(long, default_value = "heap", value_delimiter = ',')]
     profiles: Vec<String>,
-    /// Time between goroutine captures (never faster than --interval).
+    /// Time between goroutine captures (never faster than --interval; further apart when a
+    /// goroutine capture takes longer than a heap capture, by that ratio, up to 60s).
     #[arg(long, default_value = "1s", value_parser = units::parse_duration_flag)]
     goroutine_interval: Duration,
     /// Time between runtime figure reads: MemStats, and the agent's stats (0 turns them off).

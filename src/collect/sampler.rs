@@ -83,7 +83,7 @@ impl Sampler {
                     outside.bytes.store(bytes, Ordering::Relaxed);
                     outside
                         .from_cgroup
-                        .store(sample.source == "cgroup", Ordering::Relaxed);
+                        .store(sample.usage.is_some(), Ordering::Relaxed);
                     outside
                         .killable
                         .store(split.killable(&sample).unwrap_or(0), Ordering::Relaxed);

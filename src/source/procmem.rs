@@ -159,17 +159,45 @@ impl MemoryProbe {
 
 fn pid_sample(pid: u32, t_ms: i64, detailed: bool) -> MemorySample {
     let rss = process_rss(pid);
+    // A process alone in a memory cgroup of its own (a container's): what that cgroup charges
+    // is what the kernel kills by, without the binary's file pages RSS counts.
+    let own = rss.and_then(|_| own_cgroup(pid));
     MemorySample {
         t_ms,
         source: "pid".into(),
         pid: Some(pid),
         rss,
+        usage: own.as_ref().and_then(CgroupMemory::usage),
+        limit: own.as_ref().and_then(CgroupMemory::limit),
         alive: rss.is_some(),
         process: rss
             .filter(|_| detailed)
             .and_then(|_| process_breakdown(pid)),
         ..MemorySample::default()
     }
+}
+
+/// The memory cgroup a process is in (`/proc/PID/cgroup`: the v1 `memory` controller's line,
+/// else the v2 `0::` line), when it is not the root and the process is the only one in it.
+pub fn own_cgroup(pid: u32) -> Option<CgroupMemory> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mut v1 = None;
+    let mut v2 = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "memory") {
+            v1 = Some(Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')));
+        } else if id == "0" && controllers.is_empty() {
+            v2 = Some(Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')));
+        }
+    }
+    let dir = v1.or(v2)?;
+    if dir == Path::new("/sys/fs/cgroup/memory") || dir == Path::new("/sys/fs/cgroup") {
+        return None;
+    }
+    let cg = CgroupMemory::open(&dir).ok()?;
+    (cg.pids() == [pid]).then_some(cg)
 }
 
 /// The process a cgroup's memory is told about: the Go process that started first, so a

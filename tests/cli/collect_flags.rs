@@ -183,3 +183,51 @@ fn nix_is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+#[test]
+fn collect_flags_a_proc_pid_alone_in_its_cgroup_is_measured_by_the_cgroups_charge() {
+    let Some(fixture) = crate::util::go_fixture("steady") else {
+        return;
+    };
+    let Some(cgroup) = crate::util::memory_cgroup_or_skip("ownpid", 512 << 20) else {
+        return;
+    };
+    let mut child = cgroup
+        .command(&fixture, &["-working-set", "16MiB", "-rate", "256KiB"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let pid = child.id();
+    let _reaped = crate::util::Reaped(child);
+    let dir = tempdir();
+    let out = dir.path().join("run");
+    let ran = run(&[
+        "collect",
+        &format!("proc:{pid}"),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+        "--duration",
+        "2s",
+    ]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    let samples: Vec<serde_json::Value> = std::fs::read_to_string(out.join("memory.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(samples.len() >= 10);
+    for s in &samples {
+        // The cgroup's charge and limit beside the process's RSS.
+        assert_eq!(s["limit"], 512u64 << 20, "{s}");
+        let usage = s["usage"].as_u64().unwrap_or_else(|| panic!("{s}"));
+        assert!(usage >= 16 << 20 && usage < 512 << 20, "{s}");
+        assert!(s["rss"].as_u64().is_some(), "{s}");
+    }
+}
