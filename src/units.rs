@@ -62,6 +62,24 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
 }
 
+/// Parses a duration flag: like [`parse_duration`], but a bare number other than zero is
+/// refused, since `--interval 5` could mean seconds or milliseconds: the message asks for a
+/// unit and shows what the number would mean in seconds.
+pub fn parse_duration_flag(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        let number: f64 = t
+            .parse()
+            .map_err(|_| format!("{text:?} is not a duration (examples: 500ms, 2s, 5m)"))?;
+        if number != 0.0 {
+            return Err(format!(
+                "{text:?} has no unit: write {t}s for {t} seconds, or {t}ms, {t}m (ms, s, m, h)"
+            ));
+        }
+    }
+    parse_duration(text)
+}
+
 /// A duration as a flag takes it: `10s`, `1500ms`, `2m` (whole minutes), `250µs` below a ms.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -211,6 +229,19 @@ mod tests {
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("3m").unwrap(), Duration::from_secs(180));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn a_duration_flag_needs_a_unit_but_for_zero() {
+        assert_eq!(parse_duration_flag("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration_flag("0").unwrap(), Duration::ZERO);
+        let e = parse_duration_flag("5").unwrap_err();
+        assert!(
+            e.contains("no unit") && e.contains("5s") && e.contains("5ms"),
+            "{e}"
+        );
+        assert!(parse_duration_flag("1.5").unwrap_err().contains("1.5s"));
+        assert!(parse_duration_flag("soon").is_err());
     }
 
     #[test]

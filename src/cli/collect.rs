@@ -25,6 +25,7 @@ use super::{CliError, DecodeFlags};
 /// flags follow).
 pub(super) const HELP_ORDER: &[&str] = &[
     "out",
+    "retarget",
     "names",
     "interval",
     "limit",
@@ -80,6 +81,10 @@ pub struct CollectArgs {
     targets: Vec<Target>,
     #[command(flatten)]
     record: RecordFlags,
+    /// Resume an existing --out run against another target than the one it recorded (its
+    /// captures then follow as further boot cycles); without it, that is refused.
+    #[arg(long)]
+    retarget: bool,
     /// A node's name, for each target in order (repeatable; default: from the target).
     #[arg(long = "name", value_name = "NAME")]
     names: Vec<String>,
@@ -90,11 +95,12 @@ pub struct CollectArgs {
     /// Profiles to capture: heap, goroutine (comma-separated).
     #[arg(long, default_value = "heap", value_delimiter = ',')]
     profiles: Vec<String>,
-    /// Time between goroutine captures (never faster than --interval).
-    #[arg(long, default_value = "1s", value_parser = units::parse_duration)]
+    /// Time between goroutine captures (never faster than --interval; further apart when a
+    /// goroutine capture takes longer than a heap capture, by that ratio, up to 60s).
+    #[arg(long, default_value = "1s", value_parser = units::parse_duration_flag)]
     goroutine_interval: Duration,
     /// Time between runtime figure reads: MemStats, and the agent's stats (0 turns them off).
-    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration_flag)]
     memstats_interval: Duration,
     /// Where agent:PID and agent:auto look for gops-agent.<pid>.sock (default: the temp dir),
     /// e.g. a volume shared with the target's container.
@@ -110,15 +116,15 @@ pub struct CollectArgs {
     #[arg(long, value_name = "[NAME=]PATH")]
     cgroup: Vec<String>,
     /// Per-request timeout (shortened in burst mode).
-    #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = units::parse_duration_flag)]
     timeout: Duration,
     /// Stop after this long.
-    #[arg(long, value_parser = units::parse_duration)]
+    #[arg(long, value_parser = units::parse_duration_flag)]
     duration: Option<Duration>,
     /// Stop once the target has been gone for --grace.
     #[arg(long)]
     until_exit: bool,
-    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration_flag)]
     grace: Duration,
     /// The target's CPU limit in cores (e.g. the container's limits.cpu): growth compares
     /// GOMAXPROCS with it (a hidden multiplier of per-P memory).
@@ -164,7 +170,7 @@ pub struct CollectArgs {
     #[arg(long = "mark", value_name = "LABEL=REGEX")]
     marks: Vec<String>,
     /// With stderr not a terminal, a plain progress line this often.
-    #[arg(long, default_value = "10s", value_parser = units::parse_duration, hide = true)]
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration_flag, hide = true)]
     progress_every: Duration,
     #[command(flatten)]
     decode: DecodeFlags,
@@ -292,17 +298,20 @@ struct StatusLine {
     plain: Option<(Duration, Option<std::time::Instant>)>,
     /// The `--log` files not there yet, said with the plain line (by the first row only).
     awaited: Option<marks::AwaitedLogs>,
+    /// Each process end gets a line of its own that stays (`run` says them itself).
+    tell_ends: bool,
+    quiet: bool,
 }
 
 /// The status rows of every node.
-struct Status {
+pub(super) struct Status {
     rows: Vec<StatusLine>,
     /// Every bar, to clear at the end.
     bars: Vec<ProgressBar>,
 }
 
 impl Status {
-    fn new(quiet: bool, progress_every: Duration, names: &[String]) -> Status {
+    pub(super) fn new(quiet: bool, progress_every: Duration, names: &[String]) -> Status {
         let cluster = names.len() > 1;
         let name = |n: &String| cluster.then(|| n.clone());
         if quiet || !std::io::stderr().is_terminal() {
@@ -314,6 +323,8 @@ impl Status {
                     bar: None,
                     plain,
                     awaited: None,
+                    tell_ends: true,
+                    quiet,
                 })
                 .collect();
             return Status {
@@ -342,6 +353,8 @@ impl Status {
                 bar: Some(bar),
                 plain: None,
                 awaited: None,
+                tell_ends: true,
+                quiet,
             });
         }
         Status { rows, bars }
@@ -353,67 +366,184 @@ impl Status {
         }
     }
 
-    fn observers(&mut self) -> Vec<Box<dyn Observer + Send>> {
+    /// A line that stays, printed above the status rows (never through them).
+    pub(super) fn println(&self, line: &str) {
+        match self.bars.first() {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// The rows leave process ends to whoever prints them (`run`'s supervisor).
+    pub(super) fn ends_told_elsewhere(&mut self) {
+        for row in &mut self.rows {
+            row.tell_ends = false;
+        }
+    }
+
+    pub(super) fn observers(&mut self) -> Vec<Box<dyn Observer + Send>> {
         std::mem::take(&mut self.rows)
             .into_iter()
             .map(|r| Box::new(r) as Box<dyn Observer + Send>)
             .collect()
     }
 
-    fn finish(&self) {
+    pub(super) fn finish(&self) {
         for bar in &self.bars {
             bar.finish_and_clear();
         }
     }
 }
 
-fn describe(status: &LiveStatus) -> String {
-    let mut parts = vec![format!("{} captures", status.captures)];
+/// The status line's parts in the order shown, each with its rank: when the line must be
+/// shortened to fit the terminal, the highest ranks go first.
+fn status_parts(status: &LiveStatus) -> Vec<(u8, String)> {
+    let mut parts = vec![(0, format!("{} captures", status.captures))];
+    if status.gone {
+        parts.push((0, "target gone".into()));
+    }
     if let Some(h) = status.heap_inuse {
-        parts.push(format!("heap {}", format_bytes(h)));
+        parts.push((1, format!("heap {}", format_bytes(h))));
     }
     if let Some(rate) = status.growth_bps {
-        parts.push(format!("{}/s", format_bytes(rate as i64)));
+        parts.push((4, format!("{}/s", format_bytes(rate as i64))));
     }
     let total = status
         .memory_total
-        .map(|t| format!(" (all charged {})", format_bytes(t as i64)))
+        .map(|t| {
+            // A process's RSS holds its binary's file pages: no cgroup charged it.
+            let what = if status.memory_total_is_rss {
+                "RSS"
+            } else {
+                "all charged"
+            };
+            format!(" ({what} {})", format_bytes(t as i64))
+        })
         .unwrap_or_default();
     match (status.memory, status.limit) {
-        (Some(m), Some(l)) => parts.push(format!(
-            "memory {} of {}{total}",
-            format_bytes(m as i64),
-            format_bytes(l as i64)
+        (Some(m), Some(l)) => parts.push((
+            1,
+            format!(
+                "memory {} of {}{total}",
+                format_bytes(m as i64),
+                format_bytes(l as i64)
+            ),
         )),
-        (Some(m), None) => parts.push(format!("memory {}{total}", format_bytes(m as i64))),
+        (Some(m), None) => parts.push((1, format!("memory {}{total}", format_bytes(m as i64)))),
         _ => {}
     }
     if status.at_limit() {
-        parts.push("AT THE LIMIT".into());
+        parts.push((0, "at limit".into()));
     } else if let Some(secs) = status.time_to_limit() {
-        parts.push(format!("limit in {secs:.1}s"));
+        parts.push((2, format!("limit in {secs:.0}s")));
     }
     if let Some(g) = status.goroutines {
-        parts.push(format!("{g} goroutines"));
+        parts.push((5, format!("{g} goroutines")));
     }
-    parts.push(format!("cycle {}", status.cycle));
+    parts.push((3, format!("cycle {}", status.cycle)));
     if status.bursting {
-        parts.push("BURST".into());
+        parts.push((2, "BURST".into()));
     }
     if status.errors > 0 {
-        parts.push(format!("{} errors", status.errors));
+        parts.push((3, format!("{} errors", status.errors)));
     }
     if let Some(e) = &status.last_error {
-        let short: String = e.chars().take(60).collect();
-        parts.push(format!("last error: {short}"));
+        parts.push((6, format!("last error: {}", cut_at_word(e, 60))));
     }
-    parts.join(" | ")
+    parts
+}
+
+/// At most `max` characters of `text`, cut at a word's end with `…` when cut.
+fn cut_at_word(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max).collect();
+    let cut = head
+        .rfind(' ')
+        .filter(|&at| at > max / 2)
+        .unwrap_or(head.len());
+    format!("{}…", head[..cut].trim_end())
+}
+
+/// The parts joined, dropping the highest ranks until the line fits `width` characters (a
+/// line that fits never wraps, so a redraw or a resize leaves nothing behind).
+fn fit(parts: &[(u8, String)], width: Option<usize>) -> String {
+    let join = |keep: &dyn Fn(u8) -> bool| {
+        parts
+            .iter()
+            .filter(|(rank, _)| keep(*rank))
+            .map(|(_, p)| p.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let Some(width) = width else {
+        return join(&|_| true);
+    };
+    let mut worst = parts.iter().map(|(r, _)| *r).max().unwrap_or(0);
+    loop {
+        let line = join(&|r| r <= worst);
+        if line.chars().count() <= width || worst == 0 {
+            return if line.chars().count() <= width {
+                line
+            } else {
+                line.chars().take(width).collect()
+            };
+        }
+        worst -= 1;
+    }
+}
+
+fn describe(status: &LiveStatus) -> String {
+    fit(&status_parts(status), None)
+}
+
+/// The columns of the terminal stderr is, when it is one.
+fn terminal_width() -> Option<usize> {
+    // SAFETY: TIOCGWINSZ fills a winsize on a valid descriptor and fails on any other.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_col > 0).then_some(size.ws_col as usize)
+}
+
+/// A process end as a line that stays: `cycle 3: pid 4242 OOM-killed (signal 9)`.
+fn describe_end(record: &CaptureRecord) -> String {
+    let pid = record
+        .pid
+        .map_or("the process".into(), |p| format!("pid {p}"));
+    let oom = record.totals.get("oom_kill").is_some_and(|&k| k > 0);
+    let how = match (record.exit_code, record.signal) {
+        (_, Some(9)) if oom => "OOM-killed (signal 9, the cgroup's oom_kill rose)".to_string(),
+        (_, Some(s)) => format!("killed by signal {s}"),
+        (Some(c), _) => format!("exited with code {c}"),
+        _ => "ended".to_string(),
+    };
+    format!("cycle {}: {pid} {how}", record.cycle)
 }
 
 impl Observer for StatusLine {
+    fn ended(&mut self, record: &CaptureRecord) {
+        if self.quiet || !self.tell_ends {
+            return;
+        }
+        let who = self
+            .name
+            .as_ref()
+            .map(|n| format!("{n}: "))
+            .unwrap_or_default();
+        let line = format!("heapwatch: {who}{}", describe_end(record));
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
     fn attempt(&mut self, _record: &CaptureRecord, status: &LiveStatus) {
         if let Some(bar) = &self.bar {
-            bar.set_message(describe(status));
+            // The spinner, the node's name and their spaces take the rest.
+            let used = 2 + self.name.as_ref().map_or(0, |n| n.len() + 1);
+            let width = terminal_width().map(|w| w.saturating_sub(used + 1));
+            bar.set_message(fit(&status_parts(status), width));
         }
         if let Some((every, last)) = &mut self.plain {
             let now = std::time::Instant::now();
@@ -512,6 +642,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         label: args.record.label.clone(),
         logs,
         marks: mark_specs,
+        retarget: args.retarget,
     };
     let logged = !options.logs.is_empty();
     let awaited = marks::AwaitedLogs::new(&options.logs);
@@ -601,11 +732,8 @@ fn summary_line(node: &NodeOutcome, summary: &CollectSummary, cluster: bool) -> 
         String::new()
     };
     let mut line = format!(
-        "heapwatch: {who}{} captures ({} stored, {} duplicates, {} errors) over {} boot cycle(s) in {}",
-        summary.captures,
-        summary.stored,
-        summary.duplicates,
-        summary.errors,
+        "heapwatch: {who}{} over {} boot cycle(s) in {}",
+        attempts_line(summary),
         summary.cycles,
         node.dir.display()
     );
@@ -619,6 +747,20 @@ fn summary_line(node: &NodeOutcome, summary: &CollectSummary, cluster: bool) -> 
         }
     }
     line
+}
+
+/// Every attempt counted once: `N attempts: S stored, D duplicate(s), F runtime figure read(s),
+/// E failed`, which add up to N.
+pub(super) fn attempts_line(s: &CollectSummary) -> String {
+    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    format!(
+        "{}: {} stored, {}, {}, {} failed",
+        plural(s.attempts, "attempt", "attempts"),
+        s.stored,
+        plural(s.duplicates, "duplicate", "duplicates"),
+        plural(s.figures, "runtime figure read", "runtime figure reads"),
+        s.errors
+    )
 }
 
 /// Today's rules for how a node's collection went: a full disk, a target that answered only
@@ -653,3 +795,76 @@ fn verdict(node: &NodeOutcome, summary: CollectSummary) -> Result<(), CliError> 
 
 /// Kept here for `heapwatch run`, which follows the processes it starts the same way.
 pub(super) use heapwatch::collect::targets::proc_attacher;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy() -> LiveStatus {
+        let mut s = LiveStatus::default();
+        s.captures = 1234;
+        s.heap_inuse = Some(105 << 20);
+        s.growth_bps = Some(3.0 * (1 << 20) as f64);
+        s.memory = Some(180 << 20);
+        s.memory_total = Some(250 << 20);
+        s.limit = Some(256 << 20);
+        s.goroutines = Some(3165);
+        s.cycle = 3;
+        s.bursting = true;
+        s.errors = 2;
+        s.last_error = Some(
+            "http://127.0.0.1:8222/debug/pprof/heap: connection refused while the target \
+             restarted after its OOM kill"
+                .into(),
+        );
+        s
+    }
+
+    #[test]
+    fn the_status_line_fits_the_terminal_dropping_the_least_needed_parts() {
+        let parts = status_parts(&busy());
+        let full = fit(&parts, None);
+        assert!(full.chars().count() > 80, "{full}");
+        for width in [40, 60, 80, 120] {
+            let line = fit(&parts, Some(width));
+            assert!(line.chars().count() <= width, "{width}: {line}");
+            assert!(line.starts_with("1234 captures"), "{line}");
+        }
+        let at_80 = fit(&parts, Some(80));
+        assert!(at_80.contains("memory 180 MiB of 256 MiB"), "{at_80}");
+        assert!(!at_80.contains("last error"), "{at_80}");
+    }
+
+    #[test]
+    fn an_oom_kill_gets_a_line_of_its_own() {
+        let mut r = CaptureRecord::new(9, heapwatch::store::RecordKind::Exit, 3, 0);
+        r.pid = Some(4242);
+        r.signal = Some(9);
+        r.totals.insert("oom_kill".into(), 1);
+        assert_eq!(
+            describe_end(&r),
+            "cycle 3: pid 4242 OOM-killed (signal 9, the cgroup's oom_kill rose)"
+        );
+        r.totals.clear();
+        assert_eq!(describe_end(&r), "cycle 3: pid 4242 killed by signal 9");
+        r.signal = None;
+        r.exit_code = Some(0);
+        assert_eq!(describe_end(&r), "cycle 3: pid 4242 exited with code 0");
+    }
+
+    #[test]
+    fn off_the_terminal_nothing_is_cut_mid_word() {
+        let line = describe(&busy());
+        let error = line.split("last error: ").nth(1).unwrap();
+        assert!(error.ends_with('…'), "{error}");
+        let kept = error.trim_end_matches('…');
+        assert!(
+            busy().last_error.unwrap().starts_with(kept) && kept.ends_with("refused"),
+            "cut after a whole word: {kept:?}"
+        );
+        assert!(line.contains("(all charged 250 MiB)"), "{line}");
+        let mut rss = busy();
+        rss.memory_total_is_rss = true;
+        assert!(describe(&rss).contains("(RSS 250 MiB)"));
+    }
+}

@@ -33,7 +33,7 @@ pub struct CollectPushFlags {
     /// At exit, wait this long at most for the captures still queued for the push; what is
     /// left is sent by the next `collect --push` of the run or `heapwatch push RUN --to URL`
     /// [default: 10s].
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_flag)]
     pub push_drain: Option<Duration>,
     #[command(flatten)]
     pub flags: PushFlags,

@@ -45,7 +45,7 @@ pub struct Args {
     resend: bool,
     /// Give up after this long without a capture delivered or refused (the server down or
     /// failing); what is left goes with the next run of the same command.
-    #[arg(long, default_value = "60s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = units::parse_duration_flag)]
     retry_for: Duration,
     #[command(flatten)]
     decode: DecodeFlags,

@@ -43,7 +43,7 @@ pub struct PushFlags {
         id = "push_timeout",
         long = "push-timeout",
         value_name = "DURATION",
-        value_parser = units::parse_duration
+        value_parser = units::parse_duration_flag
     )]
     pub timeout: Option<Duration>,
     /// Send each capture stamped with the push time, its own time kept in the
@@ -55,7 +55,7 @@ pub struct PushFlags {
     pub restamp: bool,
     /// Longest wait between two attempts (the backoff doubles from 250ms up to it)
     /// [default: 10s].
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_flag)]
     pub retry_max: Option<Duration>,
 }
 

@@ -14,16 +14,16 @@ pub struct RecordFlags {
     #[arg(long, short = 'o')]
     pub out: PathBuf,
     /// Time between heap captures.
-    #[arg(long, default_value = "500ms", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "500ms", value_parser = units::parse_duration_flag)]
     pub interval: Duration,
     /// Interval once memory passes --burst-at of the limit.
-    #[arg(long, default_value = "100ms", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "100ms", value_parser = units::parse_duration_flag)]
     pub burst_interval: Duration,
     /// Fraction of the limit at which burst mode starts.
     #[arg(long, default_value_t = 0.6)]
     pub burst_at: f64,
     /// Time between process / cgroup memory samples.
-    #[arg(long, default_value = "50ms", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "50ms", value_parser = units::parse_duration_flag)]
     pub memory_interval: Duration,
     /// Disk budget for stored profiles; older boot cycles are thinned first.
     #[arg(long, value_parser = units::parse_size)]

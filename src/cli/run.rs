@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use heapwatch::collect::{Clock as _, CollectConfig, LiveStatus, Observer, Stop, SystemClock};
+use heapwatch::collect::{Clock as _, CollectConfig, Stop, SystemClock};
 use heapwatch::launch::{
-    self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartPolicy, SubRun,
+    self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartOn, RestartPolicy, SubRun,
 };
 use heapwatch::source::agent::{AgentOptions, AgentSource};
 use heapwatch::source::envoy::EnvoySource;
@@ -17,11 +17,11 @@ use heapwatch::source::http::{HttpOptions, HttpSource};
 use heapwatch::source::proc::follow::FollowSource;
 use heapwatch::source::procfind::{ProcSelector, SharedPid};
 use heapwatch::source::{Source, Target};
-use heapwatch::store::{CaptureRecord, RunInfo};
+use heapwatch::store::RunInfo;
 use heapwatch::units::{self, format_bytes};
 
 use super::CliError;
-use super::collect::proc_attacher;
+use super::collect::{Status, proc_attacher};
 use super::record_flags::{RecordFlags, help_order};
 
 /// Run's flags in the order its help shows them.
@@ -29,7 +29,9 @@ pub(super) const HELP_ORDER: &[&str] = &[
     "out",
     "limit",
     "restarts",
+    "restart_policy",
     "backoff",
+    "kubelet_backoff",
     "also",
     "interval",
     "burst_interval",
@@ -50,19 +52,29 @@ pub struct RunArgs {
     /// SIGKILLs the command once its RSS passes it.
     #[arg(long, value_parser = units::parse_size)]
     limit: Option<u64>,
-    /// Restarts after the first start (default: until a clean exit or Ctrl-C).
+    /// Restarts after the first start (default: as many as --restart-policy asks for, until
+    /// Ctrl-C).
     #[arg(long)]
     restarts: Option<u32>,
-    /// Wait before the first restart, doubled for each quick death in a row (up to 10s).
-    #[arg(long, default_value = "250ms", value_parser = units::parse_duration)]
+    /// Which ends are restarted, as a Pod's restartPolicy: Always (a clean exit too, the
+    /// kubelet's default), OnFailure (all but exit code 0) or Never.
+    #[arg(long, default_value = "Always", value_parser = RestartOn::parse)]
+    restart_policy: RestartOn,
+    /// Wait before the first restart, doubled for each quick death in a row (up to 10s; a
+    /// minute running resets it): quicker than the kubelet, to see a crash loop in seconds.
+    #[arg(long, default_value = "250ms", value_parser = units::parse_duration_flag)]
     backoff: Duration,
+    /// Back off as the kubelet does instead (CrashLoopBackOff: 10s doubling to 5m, reset
+    /// after 10m running).
+    #[arg(long, conflicts_with = "backoff")]
+    kubelet_backoff: bool,
     /// Another target to record beside the proc source (e.g. the command's agent or its
     /// http://… pprof port), into RUN/also-N/, a run of its own (repeatable). A URL's
     /// password is sent as Basic auth and never kept.
     #[arg(long, value_name = "TARGET")]
     also: Vec<Target>,
     /// Per-request timeout of the --also targets.
-    #[arg(long, default_value = "2s", value_parser = units::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = units::parse_duration_flag)]
     timeout: Duration,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -74,6 +86,20 @@ fn usage(message: String) -> CliError {
 }
 
 impl RunArgs {
+    fn policy(&self) -> RestartPolicy {
+        let policy = RestartPolicy {
+            on: self.restart_policy,
+            restarts: self.restarts,
+            backoff: self.backoff,
+            ..RestartPolicy::default()
+        };
+        if self.kubelet_backoff {
+            policy.kubelet_backoff()
+        } else {
+            policy
+        }
+    }
+
     fn config(&self) -> Result<CollectConfig, CliError> {
         self.record.check_intervals()?;
         self.record.check_burst_at()?;
@@ -110,7 +136,8 @@ impl RunArgs {
                 ),
                 confinement: Some(mode.to_string()),
                 restarts: self.restarts,
-                backoff_ms: Some(self.backoff.as_millis() as u64),
+                restart_policy: Some(self.restart_policy.as_str().to_string()),
+                backoff_ms: Some(self.policy().backoff.as_millis() as u64),
                 interval_ms: Some(self.record.interval.as_millis() as u64),
                 burst_interval_ms: Some(self.record.burst_interval.as_millis() as u64),
                 burst_at: Some(self.record.burst_at),
@@ -159,36 +186,6 @@ fn also_source(given: &Target) -> Result<Box<dyn Source>, CliError> {
         )));
     };
     Ok(source)
-}
-
-/// Prints the status line's figures every few seconds when not quiet.
-struct Progress {
-    quiet: bool,
-    last: Option<std::time::Instant>,
-}
-
-impl Observer for Progress {
-    fn attempt(&mut self, _record: &CaptureRecord, status: &LiveStatus) {
-        if self.quiet
-            || self
-                .last
-                .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
-        {
-            return;
-        }
-        self.last = Some(std::time::Instant::now());
-        let mut line = format!(
-            "heapwatch run: {} captures, cycle {}",
-            status.captures, status.cycle
-        );
-        if let Some(h) = status.heap_inuse {
-            line.push_str(&format!(", heap {}", format_bytes(h)));
-        }
-        if let Some(m) = status.memory {
-            line.push_str(&format!(", memory {}", format_bytes(m as i64)));
-        }
-        eprintln!("{line}");
-    }
 }
 
 fn describe(event: &LifeEvent) -> String {
@@ -289,9 +286,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     ctrlc::set_handler(move || on_interrupt.set())
         .map_err(|e| usage(format!("cannot install the Ctrl-C handler: {e}")))?;
     let quiet = args.record.quiet;
+    // The live status line (a spinner on a terminal, a plain line every 10 s elsewhere); each
+    // start and end is a line of its own above it.
+    let mut status = Status::new(quiet, Duration::from_secs(10), &["run".to_string()]);
+    status.ends_told_elsewhere();
+    let mut observers = status.observers();
+    let status = &status;
     let notify = move |event: &LifeEvent| {
         if !quiet {
-            eprintln!("{}", describe(event));
+            status.println(&describe(event));
         }
     };
     let recording = launch::Recording {
@@ -300,11 +303,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             args: rest.to_vec(),
             join: None,
         },
-        policy: RestartPolicy {
-            restarts: args.restarts,
-            backoff: args.backoff,
-            ..RestartPolicy::default()
-        },
+        policy: args.policy(),
         confinement: &confinement,
         collect: config,
         memory_interval: args.record.memory_interval,
@@ -314,8 +313,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         pid: Arc::clone(&pid.0),
         notify: &notify,
     };
-    let mut progress = Progress { quiet, last: None };
-    let outcome = launch::record(recording, &mut progress);
+    let outcome = launch::record(recording, &mut *observers[0]);
+    status.finish();
     // The cgroup goes in every case; an error in removing it is said, after the run's own.
     let released = confinement.release();
     let outcome = outcome.map_err(|e| CliError::Store(e.to_string()))?;
@@ -328,18 +327,20 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             .filter(|d| d.oom_killed || d.watchdog_killed)
             .count();
         let ended = match outcome.ending {
-            Ending::CleanExit => "the command exited cleanly",
+            Ending::CleanExit => {
+                "the command exited cleanly (not restarted under --restart-policy OnFailure or Never)"
+            }
+            Ending::NotRestarted => {
+                "the command ended (not restarted under --restart-policy Never)"
+            }
             Ending::RestartsUsed => "the restarts were used",
             Ending::Interrupted => "interrupted",
         };
         eprintln!(
-            "heapwatch run: {ended}; {} death(s), {kills} at the limit; {} captures \
-             ({} stored, {} duplicates, {} errors) over {} boot cycle(s); memory peak {} in {}",
+            "heapwatch run: {ended}; {} death(s), {kills} at the limit; {} over {} boot \
+             cycle(s); memory peak {} in {}",
             outcome.deaths.len(),
-            outcome.main.captures,
-            outcome.main.stored,
-            outcome.main.duplicates,
-            outcome.main.errors,
+            super::collect::attempts_line(&outcome.main),
             outcome.main.cycles,
             format_bytes(outcome.memory.peak as i64),
             args.record.out.display()
@@ -347,10 +348,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         for (i, result) in outcome.also.iter().enumerate() {
             match result {
                 Ok(s) => eprintln!(
-                    "heapwatch run: --also {}: {} captures, {} errors in {}",
+                    "heapwatch run: --also {}: {} in {}",
                     args.also[i],
-                    s.captures,
-                    s.errors,
+                    super::collect::attempts_line(s),
                     heapwatch::scan::also_dir(&args.record.out, i + 1).display()
                 ),
                 Err(e) => eprintln!("heapwatch run: --also {}: {e}", args.also[i]),

@@ -64,6 +64,9 @@ pub struct StartOptions {
     pub run_options: crate::model::run_options::RunOptions,
     pub logs: Vec<LogSpec>,
     pub marks: Vec<MarkSpec>,
+    /// A run that exists may be resumed against another target than the one it recorded
+    /// (`--retarget`): its run.json then names the new one.
+    pub retarget: bool,
 }
 
 /// The names of the targets' nodes: `--name` by position, else one from the target itself
@@ -167,6 +170,16 @@ pub fn start(targets: Vec<TargetSpec>, options: StartOptions) -> Result<Collecti
     node_names(&given, &names)?;
     let cluster = targets.len() > 1;
     check_layout(&options.out, cluster)?;
+    if !options.retarget {
+        for t in &targets {
+            let dir = if cluster {
+                options.out.join(TARGETS_DIR).join(&t.name)
+            } else {
+                options.out.clone()
+            };
+            check_same_target(&dir, &t.target)?;
+        }
+    }
     // Every target is opened before anything is written: a bad one leaves no run behind.
     let opened = targets
         .iter()
@@ -237,7 +250,26 @@ fn check_layout(out: &Path, cluster: bool) -> Result<(), StartError> {
     Ok(())
 }
 
-/// A node's `run.json`: a run resumed keeps its first start and notes this one.
+/// A run resumed records the target it recorded before: another one (say an etcd run given a
+/// NATS server) would file its captures as more boot cycles of the first.
+fn check_same_target(dir: &Path, target: &Target) -> Result<(), StartError> {
+    let Some(old) = RunDir::open(dir).ok().and_then(|r| r.info) else {
+        return Ok(());
+    };
+    let shown = |t: &str| t.trim_end_matches('/').to_string();
+    if shown(&old.target) == shown(&target.to_string()) {
+        return Ok(());
+    }
+    Err(StartError::Layout(format!(
+        "{}: this run recorded {}, not {target}; give a new --out, or --retarget to add {target}'s \
+         captures to it as further boot cycles",
+        dir.display(),
+        old.target
+    )))
+}
+
+/// A node's `run.json`: a run resumed keeps its first start and notes this one (and, when
+/// retargeted, names the new target).
 fn node_info(
     spec: &TargetSpec,
     opened: &OpenedTarget,
@@ -270,6 +302,8 @@ fn node_info(
             if info.limit_bytes.is_some() {
                 old.limit_bytes = info.limit_bytes;
             }
+            old.target = info.target;
+            old.source = info.source;
             info = old;
         }
     }

@@ -26,6 +26,8 @@ pub struct CycleTracker {
     /// The pid names one process (the proc source checks its start time): the same pid never
     /// seen gone is the same process, whatever its totals do.
     pid_is_process: bool,
+    /// A cycle whose answers named no process, not yet ended by an `exit` told with a pid.
+    unclaimed: Option<u32>,
 }
 
 /// How many pids `pid_cycles` remembers.
@@ -74,16 +76,28 @@ impl CycleTracker {
         }
         self.gone_seen = false;
         self.remember(totals, pid);
+        if pid.is_none() && self.last_pid.is_none() {
+            self.unclaimed = Some(self.current);
+        }
         self.current
     }
 
     /// A process the target's owner saw end (`heapwatch run`): returns the boot cycle its end
     /// belongs to. A pid that answered in this cycle ended it; one that never answered was a
     /// cycle of its own, counted so the next answer opens the one after.
+    /// A source whose answers name no process (HTTP beside `heapwatch run`) cannot match the
+    /// pid: an end while the current cycle's answers named none and the target was not yet seen
+    /// gone ends the current cycle.
     pub fn ended(&mut self, pid: Option<u32>) -> u32 {
+        // The current cycle's answers named no process and no end has claimed it yet (the
+        // target may have been seen gone first: a refusal often comes before the news).
+        let anonymous = self
+            .unclaimed
+            .take()
+            .filter(|&c| c == self.current && c > 0);
         let cycle = match pid {
             None => (self.current > 0).then_some(self.current),
-            Some(p) => self.pid_cycles.get(&p).copied(),
+            Some(p) => self.pid_cycles.get(&p).copied().or(anonymous),
         };
         match cycle {
             // A successor that already answered keeps its cycle.
@@ -193,6 +207,20 @@ mod tests {
         assert_eq!(t.answered(&totals(900), Some(8)), 3);
         assert_eq!(t.ended(Some(9)), 4);
         assert_eq!(t.answered(&totals(50), Some(10)), 5);
+    }
+
+    #[test]
+    fn ends_told_with_a_pid_to_a_source_whose_answers_name_none_end_the_current_cycle() {
+        let mut t = CycleTracker::default();
+        assert_eq!(t.answered(&totals(100), None), 1);
+        // Seen gone before the news of the end came: still this cycle's end.
+        t.failed(FailureKind::Refused);
+        assert_eq!(t.ended(Some(7)), 1);
+        assert_eq!(t.answered(&totals(50), None), 2);
+        assert_eq!(t.ended(Some(8)), 2);
+        // A process that died before this source ever heard from it is a cycle of its own.
+        assert_eq!(t.ended(Some(9)), 3);
+        assert_eq!(t.answered(&totals(40), None), 4);
     }
 
     #[test]

@@ -3,8 +3,23 @@
 //! and the collector stopping on purpose (`stop`).
 
 use super::{CaptureRecord, Collector, RecordKind, StoreError};
+use crate::model::build::BuildInfo;
+use crate::source::SourceKind;
+use crate::source::buildinfo;
+use crate::source::procmem::MemoryProbe;
 
 impl Collector {
+    /// Whether the pids of this collector's records name processes of this machine's PID
+    /// namespace: the proc source's, those of `--pid`/`--cgroup`, an agent found locally.
+    fn pid_is_local(&self) -> bool {
+        self.kind == SourceKind::Proc
+            || matches!(
+                self.pid_probe,
+                Some(MemoryProbe::Pid(_) | MemoryProbe::Cgroup(_))
+            )
+            || (self.kind == SourceKind::Agent && self.local_agent)
+    }
+
     /// An `exit` record for each watched process the kernel saw end, filed under the boot
     /// cycle the process answered in (else the current one: compare the pid).
     pub(super) async fn note_exits(&mut self) -> Result<(), StoreError> {
@@ -22,6 +37,7 @@ impl Collector {
             record.pid = Some(exit.pid);
             record.exit_code = exit.exit_code;
             record.signal = exit.signal;
+            self.ends_to_tell.push(record.clone());
             self.append(record).await?;
         }
         Ok(())
@@ -44,7 +60,14 @@ impl Collector {
 
     /// The first answer of a boot cycle: a `cycle` record with its process and build.
     pub(super) async fn note_cycle(&mut self, first: &CaptureRecord) -> Result<(), StoreError> {
-        let build = self.build_info(self.timeout()).await;
+        let mut build = self.build_info(self.timeout()).await;
+        if let Some(pid) = first.pid.filter(|_| self.pid_is_local()) {
+            // What the executable itself says: the module version, vcs.revision, -ldflags.
+            let read = tokio::task::spawn_blocking(move || buildinfo::read_process(pid)).await;
+            if let Some(exe) = read.ok().flatten() {
+                build = merge_builds(build, exe);
+            }
+        }
         let mut record = CaptureRecord::new(
             self.next_seq,
             RecordKind::Cycle,
@@ -59,5 +82,56 @@ impl Collector {
         }
         self.cycle_noted = first.cycle;
         self.append(record).await
+    }
+}
+
+/// The source's build, filled from the executable's: the source's figures win, but an
+/// executable of another toolchain than the one the source reported is another program (a pid
+/// of another namespace), and is left out.
+fn merge_builds(source: Option<BuildInfo>, exe: BuildInfo) -> Option<BuildInfo> {
+    match source {
+        None => Some(exe),
+        Some(b)
+            if b.go_version.is_some()
+                && exe.go_version.is_some()
+                && b.go_version != exe.go_version =>
+        {
+            Some(b)
+        }
+        Some(mut b) => {
+            b.fill_from(&exe);
+            Some(b)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_executables_build_fills_what_the_source_left_out_unless_it_is_another_program() {
+        let agent = BuildInfo {
+            version: Some("v2.1.0".into()),
+            go_version: Some("go1.26.8".into()),
+            ..BuildInfo::default()
+        };
+        let exe = BuildInfo {
+            version: Some("v2.1.1".into()),
+            go_version: Some("go1.26.8".into()),
+            vcs_revision: Some("abc".into()),
+            ldflags: Some("-X main.version=2.1.0".into()),
+            ..BuildInfo::default()
+        };
+        let merged = merge_builds(Some(agent.clone()), exe.clone()).unwrap();
+        assert_eq!(merged.version.as_deref(), Some("v2.1.0"));
+        assert_eq!(merged.vcs_revision.as_deref(), Some("abc"));
+        assert_eq!(merged.ldflags.as_deref(), Some("-X main.version=2.1.0"));
+        let other = BuildInfo {
+            go_version: Some("go1.22.1".into()),
+            ..exe.clone()
+        };
+        assert_eq!(merge_builds(Some(agent.clone()), other), Some(agent));
+        assert_eq!(merge_builds(None, exe.clone()), Some(exe));
     }
 }

@@ -46,7 +46,7 @@ impl Collector {
     /// rule; a source that costs the target nothing (proc) keeps its interval, a stopped or
     /// frozen target included.
     pub(super) fn pace_idle(&mut self, record: &CaptureRecord) {
-        let kind = self.source().kind();
+        let kind = self.kind;
         if kind == SourceKind::Envoy || !kind.costs_target() || record.kind != RecordKind::Heap {
             return;
         }

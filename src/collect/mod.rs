@@ -109,13 +109,20 @@ pub enum StopReason {
     DiskFull,
 }
 
+/// What the collector did. Every attempt is one of: a profile stored, a duplicate of the last
+/// one stored, a runtime figure read (MemStats, the agent's stats, Envoy's /memory), or a
+/// failure: `attempts = stored + duplicates + figures + errors`.
 #[derive(Debug, Clone)]
 pub struct CollectSummary {
     pub reason: StopReason,
     pub attempts: u64,
+    /// Attempts that answered: `stored + duplicates + figures`.
     pub captures: u64,
     pub stored: u64,
     pub duplicates: u64,
+    /// Runtime figures read (no profile file).
+    pub figures: u64,
+    /// Failed attempts.
     pub errors: u64,
     pub cycles: u32,
     pub deleted: u64,
@@ -130,6 +137,9 @@ pub struct CollectSummary {
 /// Told about every attempt, for the live status line.
 pub trait Observer {
     fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus);
+
+    /// Told about each process end written (`exit`), once it is in the manifest.
+    fn ended(&mut self, _record: &CaptureRecord) {}
 }
 
 pub struct NoObserver;
@@ -137,6 +147,10 @@ pub struct NoObserver;
 impl<O: Observer + ?Sized> Observer for &mut O {
     fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
         (**self).attempt(record, status);
+    }
+
+    fn ended(&mut self, record: &CaptureRecord) {
+        (**self).ended(record);
     }
 }
 
@@ -156,6 +170,8 @@ pub struct OutsideMemory {
     pub killable: AtomicU64,
     /// The process measured.
     pub pid: AtomicU32,
+    /// `bytes` is a cgroup's charge (else a process's RSS).
+    pub from_cgroup: std::sync::atomic::AtomicBool,
 }
 
 struct Task {
@@ -167,8 +183,14 @@ struct Task {
 /// own ([`Collector::run_async`]).
 pub struct Collector {
     config: CollectConfig,
-    /// Away (`None`) only while a blocking fetch has it on tokio's blocking pool.
+    /// Away (`None`) while a blocking request has it on tokio's blocking pool, and for good
+    /// once the stop cut such a request short: then the collector is stopping.
     source: Option<Box<dyn Source>>,
+    /// The source's kind, known even while the source is away.
+    kind: SourceKind,
+    /// An agent found on this machine by its pid (`agent:PID`, `agent:auto`): the pids it
+    /// tells are this PID namespace's.
+    local_agent: bool,
     clock: Arc<dyn Clock>,
     /// Away (`None`) only while a write has it on tokio's blocking pool.
     writer: Option<RunWriter>,
@@ -214,6 +236,11 @@ pub struct Collector {
     last_heap: Option<HeapMark>,
     /// Writes each stored capture's site index entry on a thread of its own.
     indexer: CaptureIndexer,
+    /// `exit` records written since the observer was last told.
+    ends_to_tell: Vec<CaptureRecord>,
+    /// What a heap and a goroutine capture cost the target lately (see [`Cost`]).
+    heap_cost: Cost,
+    goroutine_cost: Cost,
     /// The content the current attempt decoded, for the indexer once it is durable.
     to_index: Option<IndexContent>,
 }
@@ -227,6 +254,29 @@ enum Inbox {
     /// Its senders are gone (`heapwatch run` is done with the command): the collector ends,
     /// as for a target gone for good, with no `stop` record.
     Closed,
+}
+
+/// The longest goroutine captures are spread apart by their cost.
+pub const GOROUTINE_PACE_MAX: Duration = Duration::from_secs(60);
+
+/// What one kind of capture costs the target: its recent time to answer (rendering a profile
+/// is CPU in the target, and a goroutine profile stops the world to walk every stack), as a
+/// moving average in which each new capture weighs a quarter.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cost {
+    seconds: Option<f64>,
+}
+
+impl Cost {
+    fn add(&mut self, took: Duration) {
+        let new = took.as_secs_f64();
+        self.seconds = Some(self.seconds.map_or(new, |o| 0.75 * o + 0.25 * new));
+    }
+
+    /// How many times `other` this costs.
+    fn ratio_to(&self, other: &Cost) -> Option<f64> {
+        Some(self.seconds? / other.seconds?.max(1e-4))
+    }
 }
 
 /// How often a sleeping collector with an inbox looks into it.
@@ -263,6 +313,12 @@ impl Collector {
         let indexer = CaptureIndexer::start(writer.root());
         Collector {
             config,
+            kind: source.kind(),
+            local_agent: matches!(
+                crate::source::agent::AgentTarget::parse(source.target()),
+                Ok(crate::source::agent::AgentTarget::Pid(_)
+                    | crate::source::agent::AgentTarget::Auto(_))
+            ),
             source: Some(source),
             clock,
             root: writer.root().to_path_buf(),
@@ -279,6 +335,7 @@ impl Collector {
                 captures: 0,
                 stored: 0,
                 duplicates: 0,
+                figures: 0,
                 errors: 0,
                 cycles: 0,
                 deleted: 0,
@@ -308,6 +365,9 @@ impl Collector {
             last_heap: None,
             indexer,
             to_index: None,
+            ends_to_tell: Vec::new(),
+            heap_cost: Cost::default(),
+            goroutine_cost: Cost::default(),
         }
     }
 
@@ -344,6 +404,9 @@ impl Collector {
             } else {
                 self.cycles.current()
             };
+            if record.kind == RecordKind::Exit {
+                self.ends_to_tell.push(record.clone());
+            }
             self.append(record).await?;
         }
         Ok(if closed {
@@ -446,6 +509,19 @@ impl Collector {
         }
     }
 
+    /// The time between goroutine captures: `--goroutine-interval` (never under the heap
+    /// interval), stretched so goroutine profiles cost the target no more than heap profiles
+    /// do: a goroutine capture that takes N times a heap capture's time comes N heap intervals
+    /// apart, up to [`GOROUTINE_PACE_MAX`].
+    fn goroutine_period(&self) -> Duration {
+        let base = self.config.goroutine_interval.max(self.heap_interval());
+        let Some(ratio) = self.goroutine_cost.ratio_to(&self.heap_cost) else {
+            return base;
+        };
+        let paced = self.heap_interval().mul_f64(ratio.clamp(1.0, 1e6));
+        base.max(paced.min(GOROUTINE_PACE_MAX))
+    }
+
     fn timeout(&self) -> Duration {
         if self.bursting() {
             // A long timeout would spend the target's last live moments waiting.
@@ -485,14 +561,22 @@ impl Collector {
                 due: start,
             });
         }
-        if self.config.goroutine && self.source().supports(Want::Goroutine) {
+        let (goroutine, memstats, stats) = {
+            let supports = |want| self.source().is_some_and(|s| s.supports(want));
+            (
+                supports(Want::Goroutine),
+                supports(Want::MemStats),
+                supports(Want::Stats),
+            )
+        };
+        if self.config.goroutine && goroutine {
             tasks.push(Task {
                 want: Want::Goroutine,
                 due: start,
             });
         }
-        for want in [Want::MemStats, Want::Stats] {
-            if !self.config.memstats_interval.is_zero() && self.source().supports(want) {
+        for (want, supported) in [(Want::MemStats, memstats), (Want::Stats, stats)] {
+            if !self.config.memstats_interval.is_zero() && supported {
                 tasks.push(Task { want, due: start });
             }
         }
@@ -507,7 +591,7 @@ impl Collector {
         }
         // Envoy is watched through /memory: it goes first, and heap dumps (a tcmalloc
         // snapshot on Envoy's main thread) come rarely, only while the build serves them.
-        let envoy = self.source().kind() == SourceKind::Envoy;
+        let envoy = self.kind == SourceKind::Envoy;
         if envoy {
             tasks.retain(|t| t.want != Want::MemStats);
             tasks.insert(
@@ -522,7 +606,11 @@ impl Collector {
         let probe = tasks[0].want;
         loop {
             self.note_exits().await?;
-            match self.record_events().await {
+            let inbox = self.record_events().await;
+            for end in std::mem::take(&mut self.ends_to_tell) {
+                observer.ended(&end);
+            }
+            match inbox {
                 Ok(Inbox::Ended) => {
                     let now = self.clock.now();
                     for t in tasks.iter_mut().filter(|t| t.want == probe) {
@@ -541,7 +629,8 @@ impl Collector {
                 }
                 Err(e) => return Err(e.into()),
             }
-            if self.stop.is_set() {
+            // A source still away is one a request cut short by the stop kept.
+            if self.stop.is_set() || self.source.is_none() {
                 self.summary.reason = StopReason::Interrupted;
                 self.stopped().await?;
                 break;
@@ -566,8 +655,9 @@ impl Collector {
                 }
             }
             let gone = self.failing_since.is_some();
-            let source = self.source();
-            tasks.retain(|t| t.want == probe || source.supports(t.want));
+            if let Some(source) = self.source.as_deref() {
+                tasks.retain(|t| t.want == probe || source.supports(t.want));
+            }
             let next = tasks
                 .iter_mut()
                 .filter(|t| !gone || t.want == probe)
@@ -592,7 +682,7 @@ impl Collector {
                 Want::MemStats if envoy => self.heap_interval(),
                 Want::Heap if envoy => (self.config.interval * 20).max(Duration::from_secs(10)),
                 Want::Heap => self.heap_interval(),
-                Want::Goroutine => self.config.goroutine_interval.max(self.heap_interval()),
+                Want::Goroutine => self.goroutine_period(),
                 // Near the limit the runtime figures come at least once per normal interval:
                 // they are cheap, and may be the only fresh memory figure there is.
                 Want::MemStats | Want::Stats if self.bursting() => {
@@ -611,7 +701,7 @@ impl Collector {
             // the next attempt keeps its normal time, the last live moments matter most.
             if matches!(want, Want::Heap | Want::Goroutine)
                 && self.failing_since.is_none()
-                && self.source().kind().costs_target()
+                && self.kind.costs_target()
             {
                 // Rendering a profile costs the target CPU: keep the share of time it spends
                 // serving us under the duty cap (doubled near the limit).
@@ -637,6 +727,9 @@ impl Collector {
         }
         self.note_exits().await?;
         self.record_events().await?;
+        for end in std::mem::take(&mut self.ends_to_tell) {
+            observer.ended(&end);
+        }
         self.summary.cycles = self.cycles.current();
         Ok(self.summary)
     }
@@ -679,6 +772,16 @@ impl Collector {
         self.last_latency = received - began;
         let mut record = CaptureRecord::new(seq, kind, self.cycles.current(), t_ms);
         record.latency_ms = ms(received - began);
+        if fetched.is_ok() {
+            let cost = match want {
+                Want::Heap => Some(&mut self.heap_cost),
+                Want::Goroutine => Some(&mut self.goroutine_cost),
+                _ => None,
+            };
+            if let Some(cost) = cost {
+                cost.add(received - began);
+            }
+        }
         record.interval_ms = Some(interval.as_millis() as u64);
         Some(
             self.record_reply(want, fetched, intake, record, began, received, observer)
@@ -798,6 +901,7 @@ impl Collector {
                             record.file = None;
                             record.error = Some(e.to_string());
                             record.error_kind = Some("disk".into());
+                            self.summary.errors += 1;
                             let _ = self.append(record).await;
                             return Err(e);
                         }
@@ -824,6 +928,9 @@ impl Collector {
         self.pace_idle(&record);
         if record.is_ok() {
             self.summary.captures += 1;
+            if record.file.is_none() {
+                self.summary.figures += 1;
+            }
         } else {
             self.summary.errors += 1;
         }
@@ -835,6 +942,10 @@ impl Collector {
             .as_ref()
             .map(|o| o.bytes.load(Ordering::Relaxed))
             .filter(|&b| b > 0 && Some(b) != self.status.memory);
+        self.status.memory_total_is_rss = self
+            .outside
+            .as_ref()
+            .is_some_and(|o| !o.from_cgroup.load(Ordering::Relaxed));
         if let Some(bytes) = self.status.memory {
             self.status.memory_point(record.t_ms, bytes as i64);
         }
@@ -855,6 +966,11 @@ impl Collector {
         }
         if self.gone_since.is_none() && e.kind.means_gone() {
             self.gone_since = Some(began);
+        }
+        if e.kind.means_gone() {
+            // The figures of a process that is no more are not shown as current.
+            self.status.target_gone();
+            self.runtime_memory = None;
         }
         self.cycles.failed(e.kind);
         self.status.last_error = Some(e.message.clone());
@@ -885,7 +1001,7 @@ impl Collector {
     }
 
     fn memstats(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
-        if self.source().kind() == SourceKind::Envoy {
+        if self.kind == SourceKind::Envoy {
             return self.envoy(record, bytes);
         }
         let text = String::from_utf8_lossy(bytes);

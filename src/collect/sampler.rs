@@ -82,6 +82,9 @@ impl Sampler {
                     tally.peak = tally.peak.max(bytes);
                     outside.bytes.store(bytes, Ordering::Relaxed);
                     outside
+                        .from_cgroup
+                        .store(sample.usage.is_some(), Ordering::Relaxed);
+                    outside
                         .killable
                         .store(split.killable(&sample).unwrap_or(0), Ordering::Relaxed);
                     outside.pid.store(

@@ -6,6 +6,16 @@ use std::collections::VecDeque;
 /// The furthest time to the limit the status line forecasts, in seconds.
 pub const FORECAST_HORIZON_S: f64 = 3600.0;
 
+/// A forecast needs a rise that lasts: at least this many points of the memory figure…
+const SUSTAINED_POINTS: usize = 5;
+/// …over at least this long (ms)…
+const SUSTAINED_SPAN_MS: i64 = 5_000;
+/// …that a line fits this well (R²)…
+const SUSTAINED_R2: f64 = 0.9;
+/// …and whose later half still rises at this share of the whole rate: a start-up ramp that
+/// has levelled off is no growth.
+const STILL_RISING: f64 = 0.5;
+
 #[derive(Debug, Clone, Default)]
 pub struct LiveStatus {
     pub attempts: u64,
@@ -22,6 +32,12 @@ pub struct LiveStatus {
     /// Everything charged from outside (cgroup usage, else RSS), page cache included, when it
     /// differs from `memory`.
     pub memory_total: Option<u64>,
+    /// `memory_total` is a process's RSS (its binary's file pages included), not a cgroup's
+    /// charge.
+    pub memory_total_is_rss: bool,
+    /// The target is gone (refused, or its process ended): the figures of the process that
+    /// was are cleared, not shown as if current.
+    pub gone: bool,
     pub limit: Option<u64>,
     pub bursting: bool,
     pub last_error: Option<String>,
@@ -34,7 +50,20 @@ pub struct LiveStatus {
 }
 
 impl LiveStatus {
+    /// The target is gone: no heap, memory or rate of a process that is no more.
+    pub fn target_gone(&mut self) {
+        self.gone = true;
+        self.heap_inuse = None;
+        self.growth_bps = None;
+        self.memory_bps = None;
+        self.goroutines = None;
+        self.recent.clear();
+        self.recent_memory.clear();
+        self.published = None;
+    }
+
     pub fn new_cycle(&mut self, cycle: u32) {
+        self.gone = false;
         self.cycle = cycle;
         self.recent.clear();
         self.published = None;
@@ -53,7 +82,7 @@ impl LiveStatus {
         while self.recent_memory.len() > 20 {
             self.recent_memory.pop_front();
         }
-        self.memory_bps = slope(&self.recent_memory);
+        self.memory_bps = sustained(&self.recent_memory);
     }
 
     /// A heap capture. Go publishes the previous GC's figures at each GC, so a new figure is
@@ -72,33 +101,58 @@ impl LiveStatus {
         while self.recent.len() > 20 {
             self.recent.pop_front();
         }
-        self.growth_bps = slope(&self.recent);
+        self.growth_bps = slope(&self.recent).map(|(rate, _)| rate);
     }
 
     /// Seconds until the limit at the current growth rate of the memory the limit applies to
     /// (else of the heap): a forecast only while under the limit, and only within
     /// [`FORECAST_HORIZON_S`] (further out, a rate measured over seconds says nothing).
+    /// The rate is the memory figure's, and only while its rise is sustained (see
+    /// [`sustained`]); the heap's own rate never forecasts alone.
     pub fn time_to_limit(&self) -> Option<f64> {
         let (limit, now) = (self.limit?, self.memory?);
-        let rate = self.memory_bps.or(self.growth_bps)?;
-        if rate <= 0.0 || self.at_limit() {
+        let rate = self.memory_bps?;
+        if rate <= 0.0 || self.at_limit() || self.gone {
             return None;
         }
         let secs = (limit as f64 - now as f64) / rate;
         (secs <= FORECAST_HORIZON_S).then_some(secs)
     }
 
-    /// The memory that can kill is at the limit (within 1 %): measured, not forecast.
+    /// The memory that can kill, or the cgroup's whole charge, is at the limit (within 1 %):
+    /// measured, not forecast.
     pub fn at_limit(&self) -> bool {
-        match (self.limit, self.memory) {
-            (Some(limit), Some(now)) => now as f64 >= 0.99 * limit as f64,
-            _ => false,
-        }
+        let Some(limit) = self.limit.filter(|&l| l > 0) else {
+            return false;
+        };
+        let charged = self.memory_total.filter(|_| !self.memory_total_is_rss);
+        [self.memory, charged]
+            .into_iter()
+            .flatten()
+            .any(|now| now as f64 >= 0.99 * limit as f64)
     }
 }
 
-/// Least-squares slope in bytes per second.
-fn slope(points: &VecDeque<(i64, i64)>) -> Option<f64> {
+/// The rate of a rise that lasts, in bytes per second: enough points over long enough, a
+/// line that fits them, and a later half still rising. `None` for a ramp that levelled off,
+/// noise, or too little to tell.
+fn sustained(points: &VecDeque<(i64, i64)>) -> Option<f64> {
+    let (first, last) = (points.front()?.0, points.back()?.0);
+    if points.len() < SUSTAINED_POINTS || last - first < SUSTAINED_SPAN_MS {
+        return None;
+    }
+    let (rate, r2) = slope(points)?;
+    if rate <= 0.0 || r2 < SUSTAINED_R2 {
+        return None;
+    }
+    let half: VecDeque<(i64, i64)> = points.iter().skip(points.len() / 2).copied().collect();
+    let (late, _) = slope(&half)?;
+    (late >= STILL_RISING * rate).then_some(rate)
+}
+
+/// Least-squares slope in bytes per second, and the fit's R² (1 for a flat line of equal
+/// points).
+fn slope(points: &VecDeque<(i64, i64)>) -> Option<(f64, f64)> {
     if points.len() < 2 {
         return None;
     }
@@ -114,7 +168,24 @@ fn slope(points: &VecDeque<(i64, i64)>) -> Option<f64> {
         stv += t * v;
     }
     let denominator = n * stt - st * st;
-    (denominator.abs() > 1e-9).then(|| (n * stv - st * sv) / denominator)
+    if denominator.abs() <= 1e-9 {
+        return None;
+    }
+    let rate = (n * stv - st * sv) / denominator;
+    let (mean_t, mean_v) = (st / n, sv / n);
+    let (mut total, mut residual) = (0.0, 0.0);
+    for &(t, v) in points {
+        let t = (t - t0) as f64 / 1000.0;
+        let fitted = mean_v + rate * (t - mean_t);
+        total += (v as f64 - mean_v).powi(2);
+        residual += (v as f64 - fitted).powi(2);
+    }
+    let r2 = if total <= 0.0 {
+        1.0
+    } else {
+        1.0 - residual / total
+    };
+    Some((rate, r2))
 }
 
 #[cfg(test)]
@@ -140,5 +211,51 @@ mod tests {
         let full = status(1000 << 20, (1 << 20) as f64);
         assert!(full.at_limit());
         assert_eq!(full.time_to_limit(), None);
+    }
+
+    #[test]
+    fn a_cgroup_charged_to_its_limit_is_at_the_limit_but_a_processs_rss_is_not_a_charge() {
+        let mut s = status(300 << 20, 0.0);
+        s.memory_total = Some(995 << 20);
+        assert!(s.at_limit(), "the cgroup is full");
+        s.memory_total_is_rss = true;
+        assert!(!s.at_limit());
+    }
+
+    /// Memory points every 500 ms from `f(seconds)`.
+    fn fed(f: impl Fn(f64) -> f64, seconds: f64) -> LiveStatus {
+        let mut s = LiveStatus {
+            limit: Some(256 << 20),
+            ..LiveStatus::default()
+        };
+        let mut t = 0.0;
+        while t <= seconds {
+            let bytes = f(t) as i64;
+            s.memory = Some(bytes as u64);
+            s.memory_point((t * 1000.0) as i64, bytes);
+            t += 0.5;
+        }
+        s
+    }
+
+    #[test]
+    fn an_idle_start_up_ramp_is_no_forecast_but_a_sustained_rise_is() {
+        let mib = (1 << 20) as f64;
+        // 3 s of start-up to 20 MiB, then flat: no "limit in".
+        let ramp = fed(|t| (t.min(3.0) / 3.0) * 20.0 * mib, 8.0);
+        assert_eq!(ramp.time_to_limit(), None, "{:?}", ramp.memory_bps);
+        // Too soon to tell.
+        let early = fed(|t| 8.0 * mib + 4.0 * mib * t, 2.0);
+        assert_eq!(early.time_to_limit(), None);
+        // 4 MiB/s for 8 s, still going.
+        let rise = fed(|t| 8.0 * mib + 4.0 * mib * t, 8.0);
+        let secs = rise.time_to_limit().unwrap();
+        let expected = (256.0 - 40.0) / 4.0;
+        assert!((secs - expected).abs() < 1.0, "{secs}");
+        // Gone: nothing is forecast for a process that is no more.
+        let mut gone = rise.clone();
+        gone.target_gone();
+        assert_eq!(gone.time_to_limit(), None);
+        assert!(gone.heap_inuse.is_none() && gone.memory_bps.is_none());
     }
 }

@@ -2,7 +2,7 @@
 //! probe that watches it from outside, and the node name it gets in a cluster run. The
 //! command line only turns flags into [`TargetOptions`]; the wiring lives here.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -72,7 +72,15 @@ pub fn open_target(target: &Target, options: &TargetOptions) -> Result<OpenedTar
         (Some(path), _) => Some(MemoryProbe::Cgroup(
             CgroupMemory::open(path).map_err(usage)?,
         )),
-        (None, Some(pid)) => Some(MemoryProbe::Pid(pid)),
+        (None, Some(pid)) => {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(usage(format!(
+                    "--pid {pid}: there is no process {pid} (not in /proc; in a container, \
+                     the pid as this PID namespace sees it)"
+                )));
+            }
+            Some(MemoryProbe::Pid(pid))
+        }
         (None, None) => None,
     };
     if options.agent_dir.is_some() && !spec.starts_with("agent:") {
@@ -99,12 +107,11 @@ pub fn open_target(target: &Target, options: &TargetOptions) -> Result<OpenedTar
         Box::new(agent)
     } else if let Some(selector) = ProcSelector::parse(spec) {
         // proc:exe:NAME, proc:cgroup:PATH: whichever process that is now, across restarts.
-        let follow = FollowSource::new(
-            spec,
-            selector.map_err(usage)?,
-            proc_attacher(spec),
-            options.interval,
-        );
+        let selector = selector.map_err(usage)?;
+        if let ProcSelector::Exe(name) = &selector {
+            crate::source::procfind::check_exe_target(spec, name).map_err(usage)?;
+        }
+        let follow = FollowSource::new(spec, selector, proc_attacher(spec), options.interval);
         if probe.is_none() {
             let cgroup = follow.finder().cgroup_dir();
             probe = Some(match cgroup.and_then(|d| CgroupMemory::open(&d).ok()) {

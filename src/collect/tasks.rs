@@ -26,10 +26,10 @@ impl Collector {
         }
     }
 
-    pub(super) fn source(&self) -> &dyn Source {
-        self.source
-            .as_deref()
-            .expect("the source is back between fetches")
+    /// The source, unless a request cut short by the stop still has it on the blocking pool:
+    /// then the collector is stopping, and `None` says so.
+    pub(super) fn source(&self) -> Option<&dyn Source> {
+        self.source.as_deref()
     }
 
     pub(super) fn writer(&mut self) -> &mut RunWriter {
@@ -75,10 +75,8 @@ impl Collector {
         tap: Option<&mut (dyn BodyTap + '_)>,
     ) -> Option<Result<Reply, FetchError>> {
         let stop = self.stop.clone();
-        let source = self
-            .source
-            .as_mut()
-            .expect("the source is back between fetches");
+        // Away only when a request cut short by the stop kept it: stopping.
+        let source = self.source.as_mut()?;
         // Reborrowed for this fetch only: the source is handed back below.
         let tap = tap.map(|t| t as &mut dyn BodyTap);
         if let Some(fetching) = source.fetch_async(want, timeout, tap) {
@@ -88,7 +86,7 @@ impl Collector {
                 () = stop.wait() => None,
             };
         }
-        let mut source = self.source.take().expect("the source is back");
+        let mut source = self.source.take()?;
         let mut job = tokio::task::spawn_blocking(move || {
             let reply = source.fetch(want, timeout);
             (source, reply)

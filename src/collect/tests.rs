@@ -438,6 +438,38 @@ fn stack_dumps_and_stats_are_captured_like_profiles_and_memstats() {
         .unwrap();
     assert_eq!(mem.totals["HeapAlloc"], 50496024);
     assert_eq!(summary.cycles, 1);
+    // Every attempt counted once in the summary, as the manifest has them.
+    let ok = |r: &&CaptureRecord| r.is_ok();
+    assert_eq!(summary.attempts, records.len() as u64);
+    assert_eq!(
+        summary.stored,
+        records
+            .iter()
+            .filter(ok)
+            .filter(|r| r.file.is_some() && r.dup_of.is_none())
+            .count() as u64
+    );
+    assert_eq!(
+        summary.duplicates,
+        records.iter().filter(|r| r.dup_of.is_some()).count() as u64
+    );
+    assert_eq!(
+        summary.figures,
+        records
+            .iter()
+            .filter(ok)
+            .filter(|r| r.file.is_none())
+            .count() as u64
+    );
+    assert_eq!(
+        summary.errors,
+        records.iter().filter(|r| !r.is_ok()).count() as u64
+    );
+    assert!(summary.duplicates > 0 && summary.figures > 0 && summary.errors > 0);
+    assert_eq!(
+        summary.attempts,
+        summary.stored + summary.duplicates + summary.figures + summary.errors
+    );
 }
 
 #[test]
@@ -986,6 +1018,14 @@ fn event_records_get_their_seq_and_the_boot_cycle_their_pid_answered_in() {
 
 #[test]
 fn a_death_told_during_a_sleep_makes_the_next_attempt_at_once() {
+    struct Ends(Vec<CaptureRecord>);
+    impl Observer for Ends {
+        fn attempt(&mut self, _: &CaptureRecord, _: &LiveStatus) {}
+        fn ended(&mut self, record: &CaptureRecord) {
+            self.0.push(record.clone());
+        }
+    }
+    let mut ends = Ends(Vec::new());
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(FakeClock::new(1_000_000));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -1008,10 +1048,17 @@ fn a_death_told_during_a_sleep_makes_the_next_attempt_at_once() {
         stop,
     )
     .with_events(rx)
-    .run(&mut NoObserver)
+    .run(&mut ends)
     .unwrap();
     let records = RunDir::open(dir.path()).unwrap().manifest.records;
     drop(tx);
+    // The observer (the status line) was told of the end once, as written.
+    let written: Vec<&CaptureRecord> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Exit)
+        .collect();
+    assert_eq!(ends.0.len(), 1);
+    assert_eq!((ends.0[0].seq, ends.0[0].pid), (written[0].seq, Some(100)));
     let starts: Vec<(RecordKind, i64)> = records.iter().map(|r| (r.kind, r.t_ms)).collect();
     // Attempts at 0 and 500 ms; the exit, told during the second, is seen within one look
     // into the inbox (20 ms) and the next attempt follows, not at 1000 ms.
@@ -1333,4 +1380,184 @@ async fn on_tokio_time_paused_captures_are_paced_at_the_interval() {
     let records = attempts(RunDir::open(dir.path()).unwrap().manifest.records);
     assert_eq!(gaps(&records), [500; 9]);
     assert!(records.iter().all(|r| r.latency_ms == 20.0), "{records:#?}");
+}
+
+/// A blocking source whose build look-up (the first answer's `cycle` record) sets the stop and
+/// then blocks until the test lets it go: the source is away on its thread when the stop lands.
+struct StuckInBuild {
+    stop: Stop,
+    release: Option<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Source for StuckInBuild {
+    fn target(&self) -> &str {
+        "stuck in build"
+    }
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
+    }
+    fn supports(&self, want: Want) -> bool {
+        want == Want::Heap
+    }
+    fn fetch(&mut self, _: Want, _: Duration) -> Result<Reply, FetchError> {
+        Ok(Reply {
+            bytes: EARLY.to_vec(),
+            pid: Some(7),
+        })
+    }
+    fn build_info(&mut self, _: Duration) -> Option<crate::model::build::BuildInfo> {
+        self.stop.set();
+        if let Some(release) = self.release.take() {
+            // Bounded: were the collector to panic, its runtime would wait for this thread.
+            let _ = release.recv_timeout(Duration::from_secs(10));
+        }
+        None
+    }
+}
+
+#[test]
+fn a_stop_during_a_blocking_build_look_up_ends_the_run_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = Stop::new();
+    let (release, held) = std::sync::mpsc::channel();
+    let source = StuckInBuild {
+        stop: stop.clone(),
+        release: Some(held),
+    };
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let summary = Collector::new(
+        backing_off(ms(60_000)),
+        Box::new(source),
+        clock,
+        writer,
+        &existing,
+        stop,
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    assert_eq!(summary.reason, StopReason::Interrupted);
+    assert_eq!(summary.attempts, 1);
+    assert_eq!(summary.stored, 1);
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    let kinds: Vec<RecordKind> = records.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [RecordKind::Heap, RecordKind::Cycle, RecordKind::Stop],
+        "the capture kept, the cycle noted without its build, then the stop"
+    );
+    release.send(()).unwrap();
+}
+
+#[test]
+fn once_the_target_is_gone_the_status_shows_no_figures_of_the_process_that_was() {
+    struct Last(Vec<LiveStatus>);
+    impl Observer for Last {
+        fn attempt(&mut self, _: &CaptureRecord, status: &LiveStatus) {
+            self.0.push(status.clone());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let script = vec![
+        Step::Ok(EARLY, ms(5)),
+        Step::Ok(LATE, ms(5)),
+        Step::Fail(FailureKind::Refused, ms(1)),
+    ];
+    let source = ScriptedSource::new(clock.clone(), script);
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    let mut seen = Last(Vec::new());
+    Collector::new(
+        heap_only(ms(2000)),
+        Box::new(source),
+        clock,
+        writer,
+        &existing,
+        Stop::new(),
+    )
+    .run(&mut seen)
+    .unwrap();
+    assert!(seen.0[1].heap_inuse.is_some() && !seen.0[1].gone);
+    let after = seen.0.last().unwrap();
+    assert!(after.gone, "{after:?}");
+    assert_eq!(after.heap_inuse, None, "no heap of a process that is gone");
+    assert_eq!(after.memory, None, "no memory figure from its last capture");
+    assert_eq!(after.time_to_limit(), None);
+}
+
+/// An agent whose goroutine dumps take `goroutine_ms` to answer and heap profiles 2 ms.
+struct CostlyGoroutines {
+    clock: Arc<FakeClock>,
+    goroutine_ms: u64,
+}
+
+impl Source for CostlyGoroutines {
+    fn target(&self) -> &str {
+        "costly"
+    }
+    fn kind(&self) -> SourceKind {
+        SourceKind::Agent
+    }
+    fn supports(&self, want: Want) -> bool {
+        matches!(want, Want::Heap | Want::Goroutine)
+    }
+    fn fetch(&mut self, want: Want, _: Duration) -> Result<Reply, FetchError> {
+        let (took, bytes) = match want {
+            Want::Goroutine => (self.goroutine_ms, REAL_DUMP),
+            _ => (2, LATE),
+        };
+        self.clock.advance(ms(took));
+        Ok(Reply {
+            bytes: bytes.to_vec(),
+            pid: Some(7),
+        })
+    }
+}
+
+fn goroutine_gaps(goroutine_ms: u64) -> Vec<i64> {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(FakeClock::new(1_000_000));
+    let source = CostlyGoroutines {
+        clock: clock.clone(),
+        goroutine_ms,
+    };
+    let config = CollectConfig {
+        goroutine: true,
+        goroutine_interval: ms(1000),
+        max_duty: 1.0,
+        ..heap_only(ms(60_000))
+    };
+    let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+    Collector::new(
+        config,
+        Box::new(source),
+        clock,
+        writer,
+        &existing,
+        Stop::new(),
+    )
+    .run(&mut NoObserver)
+    .unwrap();
+    let records = RunDir::open(dir.path()).unwrap().manifest.records;
+    let starts: Vec<i64> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Goroutine)
+        .map(|r| r.t_ms)
+        .collect();
+    starts.windows(2).map(|p| p[1] - p[0]).collect()
+}
+
+#[test]
+fn goroutine_captures_are_spread_apart_by_what_they_cost_next_to_heap_captures() {
+    // As quick as a heap capture: every --goroutine-interval.
+    let cheap = goroutine_gaps(2);
+    assert!(cheap.iter().all(|&g| g == 1000), "{cheap:?}");
+    // 40 times a heap capture's time: 40 heap intervals (20 s) apart once measured, so
+    // goroutine profiles take no more of the target's time than heap profiles do.
+    let costly = goroutine_gaps(80);
+    assert_eq!(costly[0], 20_000, "{costly:?}");
+    assert!(costly.iter().all(|&g| g >= 20_000), "{costly:?}");
+    // Never further apart than a minute.
+    let huge = goroutine_gaps(5_000);
+    assert!(huge.iter().all(|&g| g <= 60_000 + 5_000), "{huge:?}");
 }

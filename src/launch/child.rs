@@ -62,10 +62,57 @@ impl Launch {
     }
 }
 
+/// Which ends are restarted: a Pod's `restartPolicy`, as the kubelet applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RestartOn {
+    /// Every end, a clean exit (code 0) included: a controller that exits 0 to be restarted
+    /// (after installing a snapshot) is restarted. The kubelet's default.
+    #[default]
+    Always,
+    /// Every end but a clean exit.
+    OnFailure,
+    /// None.
+    Never,
+}
+
+impl RestartOn {
+    pub fn parse(text: &str) -> Result<RestartOn, String> {
+        match text.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
+            "always" => Ok(RestartOn::Always),
+            "onfailure" => Ok(RestartOn::OnFailure),
+            "never" => Ok(RestartOn::Never),
+            _ => Err(format!(
+                "{text:?} is not a restart policy (Always, OnFailure or Never, as a Pod's \
+                 restartPolicy)"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartOn::Always => "Always",
+            RestartOn::OnFailure => "OnFailure",
+            RestartOn::Never => "Never",
+        }
+    }
+
+    /// Whether a process that ended with this exit code (`None`: killed by a signal) is
+    /// restarted.
+    pub fn restarts(self, exit_code: Option<i32>) -> bool {
+        match self {
+            RestartOn::Always => true,
+            RestartOn::OnFailure => exit_code != Some(0),
+            RestartOn::Never => false,
+        }
+    }
+}
+
 /// How restarts are paced and bounded.
 #[derive(Debug, Clone)]
 pub struct RestartPolicy {
-    /// Restarts after the first start; `None`: until a clean exit or Ctrl-C.
+    /// Which ends are restarted.
+    pub on: RestartOn,
+    /// Restarts after the first start; `None`: as many as the policy asks for, until Ctrl-C.
     pub restarts: Option<u32>,
     /// The wait before the first restart, doubled for each quick death in a row.
     pub backoff: Duration,
@@ -77,8 +124,11 @@ pub struct RestartPolicy {
 }
 
 impl Default for RestartPolicy {
+    /// The local default: restarts come quicker than the kubelet's (250 ms doubling to 10 s,
+    /// reset after a minute running), so a crash loop is seen in seconds.
     fn default() -> Self {
         RestartPolicy {
+            on: RestartOn::default(),
             restarts: None,
             backoff: Duration::from_millis(250),
             backoff_max: Duration::from_secs(10),
@@ -89,6 +139,17 @@ impl Default for RestartPolicy {
 }
 
 impl RestartPolicy {
+    /// The kubelet's CrashLoopBackOff: 10 s doubling to 5 min, reset once a container has run
+    /// for 10 min.
+    pub fn kubelet_backoff(self) -> RestartPolicy {
+        RestartPolicy {
+            backoff: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(300),
+            reset_after: Duration::from_secs(600),
+            ..self
+        }
+    }
+
     /// The wait before restart number `quick` of a run of quick deaths (1 for the first).
     pub fn delay(&self, quick: u32) -> Duration {
         let factor = 1u32 << quick.saturating_sub(1).min(16);
@@ -130,7 +191,10 @@ pub enum LifeEvent {
 /// Why supervision ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
+    /// A clean exit the policy does not restart (OnFailure, Never).
     CleanExit,
+    /// A failure the policy does not restart (Never).
+    NotRestarted,
     RestartsUsed,
     Interrupted,
 }
@@ -221,8 +285,15 @@ pub fn supervise(
             lived,
         };
         on_event(LifeEvent::Died(death));
-        if status.code() == Some(0) {
-            return Ok((Ending::CleanExit, restarts));
+        if !policy.on.restarts(status.code()) {
+            return Ok((
+                if status.code() == Some(0) {
+                    Ending::CleanExit
+                } else {
+                    Ending::NotRestarted
+                },
+                restarts,
+            ));
         }
         if policy.restarts.is_some_and(|n| restarts >= n) {
             return Ok((Ending::RestartsUsed, restarts));
@@ -332,8 +403,12 @@ mod tests {
     }
 
     #[test]
-    fn a_clean_exit_ends_it_and_a_signal_is_recorded_as_such() {
-        let (result, events) = run(&sh("exit 0"), &fast(Some(5)), &AtomicBool::new(false), None);
+    fn a_clean_exit_ends_it_under_on_failure_and_a_signal_is_recorded_as_such() {
+        let on_failure = RestartPolicy {
+            on: RestartOn::OnFailure,
+            ..fast(Some(5))
+        };
+        let (result, events) = run(&sh("exit 0"), &on_failure, &AtomicBool::new(false), None);
         assert_eq!(result.unwrap(), (Ending::CleanExit, 0));
         assert_eq!(deaths(&events).len(), 1);
         let (result, events) = run(
@@ -405,6 +480,42 @@ mod tests {
         };
         let e = launch.spawn().unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn always_restarts_a_clean_exit_and_never_restarts_nothing() {
+        let (result, events) = run(&sh("exit 0"), &fast(Some(2)), &AtomicBool::new(false), None);
+        assert_eq!(result.unwrap(), (Ending::RestartsUsed, 2));
+        assert_eq!(
+            deaths(&events).len(),
+            3,
+            "exit 0 restarted as the kubelet does"
+        );
+        let never = RestartPolicy {
+            on: RestartOn::Never,
+            ..fast(Some(5))
+        };
+        let (result, events) = run(&sh("exit 3"), &never, &AtomicBool::new(false), None);
+        assert_eq!(result.unwrap(), (Ending::NotRestarted, 0));
+        assert_eq!(deaths(&events).len(), 1);
+        let on_failure = RestartPolicy {
+            on: RestartOn::OnFailure,
+            ..fast(Some(1))
+        };
+        let (result, events) = run(&sh("exit 3"), &on_failure, &AtomicBool::new(false), None);
+        assert_eq!(result.unwrap(), (Ending::RestartsUsed, 1));
+        assert_eq!(deaths(&events).len(), 2);
+        assert_eq!(RestartOn::parse("OnFailure"), Ok(RestartOn::OnFailure));
+        assert_eq!(RestartOn::parse("always"), Ok(RestartOn::Always));
+        assert!(RestartOn::parse("sometimes").is_err());
+    }
+
+    #[test]
+    fn the_kubelets_backoff_is_10s_doubling_to_5_minutes() {
+        let p = RestartPolicy::default().kubelet_backoff();
+        let delays: Vec<u64> = (1..=7).map(|n| p.delay(n).as_secs()).collect();
+        assert_eq!(delays, vec![10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(p.reset_after, Duration::from_secs(600));
     }
 
     #[test]

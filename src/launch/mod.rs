@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 pub use cgroup::{CgroupRoots, CgroupVersion, Confinement, MemoryCgroup};
-pub use child::{Death, Ending, Launch, LifeEvent, RestartPolicy};
+pub use child::{Death, Ending, Launch, LifeEvent, RestartOn, RestartPolicy};
 pub use record::{Recording, RecordingOutcome, SubRun, record};
 
 #[derive(Debug, Error)]

@@ -125,6 +125,13 @@ pub struct RunOptions {
         skip_serializing_if = "Option::is_none"
     )]
     pub restarts: Option<u32>,
+    /// `heapwatch run --restart-policy`: Always, OnFailure or Never.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub restart_policy: Option<String>,
     #[serde(
         default,
         deserialize_with = "lenient",

@@ -2,6 +2,7 @@
 //! socket, and Envoy's admin port beside them. A source only fetches; it never decodes or stores.
 
 pub mod agent;
+pub mod buildinfo;
 pub mod envoy;
 pub mod http;
 pub mod memstats;

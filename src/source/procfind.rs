@@ -159,20 +159,136 @@ impl ProcFinder {
     }
 
     fn find_exe(&mut self, name: &str) -> Option<ProcessId> {
-        let me = std::process::id();
-        let entries = fs::read_dir(&self.proc_root).ok()?;
-        entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|&pid| pid != me)
-            .filter(|&pid| {
-                let exe = fs::read_link(self.proc_root.join(format!("{pid}/exe")));
-                exe.is_ok_and(|p| exe_base_name(&p) == name)
-            })
-            .filter_map(ProcessId::of)
-            // A restart may overlap its predecessor's last moments: the newest is the one.
+        // A restart may overlap its predecessor's last moments: the newest is the one.
+        scan_exe(&self.proc_root, name)
+            .found
+            .into_iter()
             .max_by_key(|p| (p.start_ticks, p.pid))
     }
 
+    /// Why [`ProcFinder::find`] finds nothing, when something can be said: executables this
+    /// user may not read (one of them named like the target), a PID namespace of our own.
+    pub fn why_none(&self) -> Option<String> {
+        let ProcSelector::Exe(name) = &self.selector else {
+            return None;
+        };
+        let scan = scan_exe(&self.proc_root, name);
+        let mut why = Vec::new();
+        if let Some(rights) = scan.rights_missing(name) {
+            why.push(rights);
+        }
+        if let Some(ns) = own_pid_namespace() {
+            why.push(ns);
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+}
+
+/// What a look for `proc:exe:NAME` saw in /proc.
+#[derive(Debug, Default)]
+pub struct ExeScan {
+    /// The live processes whose executable has the name.
+    pub found: Vec<ProcessId>,
+    /// Processes whose executable link this user may not read, but whose command name
+    /// (`/proc/PID/comm`, readable by anyone, cut to 15 bytes) is the target's.
+    pub unreadable_named: Vec<u32>,
+    /// Every process whose executable link this user may not read.
+    pub unreadable: usize,
+}
+
+impl ExeScan {
+    /// A sentence saying that rights are missing, when they are what hides the target.
+    pub fn rights_missing(&self, name: &str) -> Option<String> {
+        if !self.found.is_empty() || self.unreadable == 0 {
+            return None;
+        }
+        let fix = "run heapwatch as root, or as the target's user with ptrace allowed \
+                   (CAP_SYS_PTRACE)";
+        if !self.unreadable_named.is_empty() {
+            let pids: Vec<String> = self.unreadable_named.iter().map(u32::to_string).collect();
+            return Some(format!(
+                "process {} is named {name:?}, but this user may not read its executable \
+                 (/proc/PID/exe: permission denied): {fix}",
+                pids.join(", ")
+            ));
+        }
+        Some(format!(
+            "this user may not read the executables of {} other process(es), which may \
+             include it: {fix}",
+            self.unreadable
+        ))
+    }
+}
+
+/// Looks through `/proc` for processes running an executable of this base name.
+pub fn scan_exe(proc_root: &Path, name: &str) -> ExeScan {
+    let me = std::process::id();
+    let mut scan = ExeScan::default();
+    let Ok(entries) = fs::read_dir(proc_root) else {
+        return scan;
+    };
+    let short: String = name.chars().take(15).collect();
+    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        if pid == me {
+            continue;
+        }
+        match fs::read_link(proc_root.join(format!("{pid}/exe"))) {
+            Ok(p) if exe_base_name(&p) == name => {
+                if let Some(process) = ProcessId::of(pid) {
+                    scan.found.push(process);
+                }
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                scan.unreadable += 1;
+                let comm = fs::read_to_string(proc_root.join(format!("{pid}/comm")));
+                if comm.is_ok_and(|c| c.trim_end() == short) {
+                    scan.unreadable_named.push(pid);
+                }
+            }
+            // Kernel threads have no executable; a process that just ended has none either.
+            Err(_) => {}
+        }
+    }
+    scan
+}
+
+/// When heapwatch runs in a PID namespace below another (a container), a sentence saying
+/// that processes outside it are not in its /proc.
+pub fn own_pid_namespace() -> Option<String> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    (nspid.split_whitespace().count() > 1).then(|| {
+        "heapwatch runs in a PID namespace of its own (a container?): a target outside it is \
+         not in its /proc (share the target's PID namespace: hostPID, or \
+         --pid=container:NAME)"
+            .to_string()
+    })
+}
+
+/// For `proc:exe:NAME` when the run starts: more than one process of that name is refused,
+/// naming each (following the newest would pick one without a word); none, when rights
+/// are what hides it, is refused saying so.
+pub fn check_exe_target(target: &str, name: &str) -> Result<(), String> {
+    let scan = scan_exe(Path::new("/proc"), name);
+    if scan.found.len() > 1 {
+        let mut found = scan.found.clone();
+        found.sort_by_key(|p| (p.start_ticks, p.pid));
+        let pids: Vec<String> = found.iter().map(|p| p.pid.to_string()).collect();
+        return Err(format!(
+            "{target}: {} processes run an executable named {name:?} (pids {}, oldest first); \
+             name one with proc:PID, or follow one cgroup with proc:cgroup:PATH",
+            found.len(),
+            pids.join(", ")
+        ));
+    }
+    if let Some(rights) = scan.rights_missing(name) {
+        return Err(format!("{target}: {rights}"));
+    }
+    Ok(())
+}
+
+impl ProcFinder {
     fn find_in_cgroup(&mut self, path: &Path) -> Option<ProcessId> {
         let dir = resolve_cgroup(path)?;
         let pids = cgroup_pids(&dir);

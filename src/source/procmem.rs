@@ -159,11 +159,16 @@ impl MemoryProbe {
 
 fn pid_sample(pid: u32, t_ms: i64, detailed: bool) -> MemorySample {
     let rss = process_rss(pid);
+    // A process alone in a memory cgroup of its own (a container's): what that cgroup charges
+    // is what the kernel kills by, without the binary's file pages RSS counts.
+    let own = rss.and_then(|_| own_cgroup(pid));
     MemorySample {
         t_ms,
         source: "pid".into(),
         pid: Some(pid),
         rss,
+        usage: own.as_ref().and_then(CgroupMemory::usage),
+        limit: own.as_ref().and_then(CgroupMemory::limit),
         alive: rss.is_some(),
         process: rss
             .filter(|_| detailed)
@@ -172,15 +177,75 @@ fn pid_sample(pid: u32, t_ms: i64, detailed: bool) -> MemorySample {
     }
 }
 
-/// The process a cgroup's memory is told about: the one that started first, so a helper the
-/// target forks never takes its place, and after a restart the new process is the only one.
+/// The memory cgroup a process is in (`/proc/PID/cgroup`: the v1 `memory` controller's line,
+/// else the v2 `0::` line), when it is not the root and the process is the only one in it.
+pub fn own_cgroup(pid: u32) -> Option<CgroupMemory> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mut v1 = None;
+    let mut v2 = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "memory") {
+            v1 = Some(Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')));
+        } else if id == "0" && controllers.is_empty() {
+            v2 = Some(Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')));
+        }
+    }
+    let dir = v1.or(v2)?;
+    if dir == Path::new("/sys/fs/cgroup/memory") || dir == Path::new("/sys/fs/cgroup") {
+        return None;
+    }
+    let cg = CgroupMemory::open(&dir).ok()?;
+    (cg.pids() == [pid]).then_some(cg)
+}
+
+/// The process a cgroup's memory is told about: the Go process that started first, so a
+/// helper the target forks never takes its place, a `sh -c` entrypoint in front of the Go
+/// program neither; after a restart the new process is the only one. With no Go process,
+/// the oldest.
 fn main_pid(pids: &[u32]) -> Option<u32> {
     if pids.len() <= 1 {
         return pids.first().copied();
     }
-    pids.iter()
-        .copied()
-        .min_by_key(|&p| (start_ticks(p).unwrap_or(u64::MAX), p))
+    let oldest = |among: &mut dyn Iterator<Item = u32>| {
+        among.min_by_key(|&p| (start_ticks(p).unwrap_or(u64::MAX), p))
+    };
+    oldest(&mut pids.iter().copied().filter(|&p| runs_go(p)))
+        .or_else(|| oldest(&mut pids.iter().copied()))
+}
+
+/// Whether a process runs a Go executable (it has `.go.buildinfo`), remembered per file.
+fn runs_go(pid: u32) -> bool {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt as _;
+    use std::sync::Mutex;
+    type FileId = (u64, u64, i64, u64);
+    static KNOWN: Mutex<Option<HashMap<FileId, bool>>> = Mutex::new(None);
+    let exe = format!("/proc/{pid}/exe");
+    let Ok(meta) = fs::metadata(&exe) else {
+        return false;
+    };
+    let key = (meta.dev(), meta.ino(), meta.mtime(), meta.size());
+    if let Some(&go) = KNOWN
+        .lock()
+        .ok()
+        .and_then(|k| k.as_ref().and_then(|m| m.get(&key).copied()))
+        .as_ref()
+    {
+        return go;
+    }
+    let go = fs::File::open(&exe)
+        .and_then(|mut f| crate::source::procfind::elf_has_section(&mut f, ".go.buildinfo"))
+        .unwrap_or(false);
+    if let Ok(mut known) = KNOWN.lock() {
+        let map = known.get_or_insert_with(HashMap::new);
+        if map.len() > 1024 {
+            map.clear();
+        }
+        map.insert(key, go);
+    }
+    go
 }
 
 /// When a process started, in clock ticks since boot (`/proc/PID/stat` field 22).

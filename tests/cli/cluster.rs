@@ -546,11 +546,13 @@ fn layout_rules_names_and_per_target_flags_are_checked_before_anything_is_writte
 fn two_unreachable_targets_make_a_cluster_run_that_resumes_and_exits_3() {
     let dir = util::tempdir();
     let run = dir.path().join("run");
+    // The same targets each time: a run is resumed only against what it recorded.
+    let (a, b) = (util::free_port(), util::free_port());
     let collect = || {
         util::run(&[
             "collect",
-            &format!("http://127.0.0.1:{}", util::free_port()),
-            &format!("http://127.0.0.1:{}", util::free_port()),
+            &format!("http://127.0.0.1:{a}"),
+            &format!("http://127.0.0.1:{b}"),
             "--name",
             "a",
             "--name",
@@ -566,8 +568,22 @@ fn two_unreachable_targets_make_a_cluster_run_that_resumes_and_exits_3() {
     let first = collect();
     assert_eq!(first.status.code(), Some(3), "{}", util::stderr(&first));
     let err = util::stderr(&first);
-    assert!(err.contains("heapwatch: a: 0 captures"), "{err}");
-    assert!(err.contains("heapwatch: b: 0 captures"), "{err}");
+    for name in ["a", "b"] {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&format!("heapwatch: {name}: ")) && l.contains("attempts"))
+            .unwrap_or_else(|| panic!("{name}'s summary in {err}"));
+        assert!(
+            line.contains(": 0 stored, 0 duplicates, 0 runtime figure reads, "),
+            "{line}"
+        );
+        // Every attempt failed: the counts add up.
+        let n = |word: &str| -> u64 {
+            let before = line.split(word).next().unwrap();
+            before.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(n(" attempts:"), n(" failed"), "{line}");
+    }
     assert!(err.contains("the target never answered"), "{err}");
     let second = collect();
     assert_eq!(second.status.code(), Some(3));

@@ -12,6 +12,7 @@ mod cluster;
 mod cluster_analysis;
 mod collect_crash;
 mod collect_faults;
+mod collect_flags;
 mod collect_oom;
 mod collect_tls;
 mod collect_truth;

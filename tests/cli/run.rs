@@ -638,3 +638,254 @@ fn proc_cgroup_reads_the_go_process_in_a_cgroup_and_samples_the_cgroup() {
     assert_eq!(first["source"], "cgroup");
     assert_eq!(first["limit"], 256 << 20);
 }
+
+#[test]
+fn an_also_sub_run_numbers_its_cycles_one_by_one_and_files_each_exit_under_its_own() {
+    let Some(fixture) = util::go_fixture("oomgrow") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let also = run.join("also-1");
+    let listen = format!("127.0.0.1:{}", util::free_port());
+    let mut child = Stopped(
+        util::heapwatch()
+            .args(["run", "-q", "--limit", "96MiB", "--restarts", "2"])
+            .args(["--backoff", "100ms", "--interval", "100ms"])
+            .args(["--also", &format!("http://{listen}")])
+            .arg("--out")
+            .arg(&run)
+            .arg("--")
+            .arg(&fixture)
+            .args(["-listen", &listen, "-rate", "24MiB"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("heapwatch run starts"),
+    );
+    let (status, _) = util::wait_for_exit(&mut child.0, CYCLE_DEADLINE * 3);
+    assert!(status.success(), "{status}");
+    let recs = records(&also);
+    let exits: Vec<i64> = recs
+        .iter()
+        .filter(|r| kind(r) == "exit")
+        .map(|r| int(r, "incarnation"))
+        .collect();
+    assert_eq!(exits, [1, 2, 3], "{recs:#?}");
+    let mut answered: Vec<i64> = recs
+        .iter()
+        .filter(|r| ok_heap(r))
+        .map(|r| int(r, "incarnation"))
+        .collect();
+    answered.dedup();
+    assert_eq!(
+        answered,
+        [1, 2, 3],
+        "each process answered in its own cycle"
+    );
+    // Each exit follows the captures of its own cycle, never those of the next.
+    for r in recs.iter().filter(|r| kind(r) == "exit") {
+        let cycle = int(r, "incarnation");
+        assert!(
+            recs.iter()
+                .filter(|x| ok_heap(x) && int(x, "seq") < int(r, "seq"))
+                .all(|x| int(x, "incarnation") <= cycle),
+            "{recs:#?}"
+        );
+    }
+}
+
+/// `cmd/NAME` built again with these `-ldflags`, into `dir`.
+fn built_with_ldflags(dir: &Path, name: &str, ldflags: &str, tag: &str) -> Option<PathBuf> {
+    let go = util::go()?;
+    util::go_fixtures()?;
+    let out = dir.join(format!("{name}-{tag}"));
+    let built = std::process::Command::new(&go)
+        // Without -trimpath: with it, cmd/go leaves -ldflags out of the build info.
+        .args(["build", &format!("-ldflags={ldflags}"), "-o"])
+        .arg(&out)
+        .arg(format!("./cmd/{name}"))
+        .current_dir(util::repo().join("testdata/go"))
+        .env("CGO_ENABLED", "0")
+        .output()
+        .expect("go build runs");
+    assert!(built.status.success(), "{}", util::stderr(&built));
+    Some(out)
+}
+
+/// What `go version -m` says of a binary: its toolchain and its `-ldflags` setting.
+fn go_version_m(binary: &Path) -> (String, String) {
+    let go = util::go().unwrap();
+    let out = std::process::Command::new(go)
+        .args(["version", "-m"])
+        .arg(binary)
+        .output()
+        .unwrap();
+    let text = util::stdout(&out);
+    let toolchain = text
+        .lines()
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let ldflags = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("build\t-ldflags="))
+        .unwrap_or_default()
+        .to_string();
+    (toolchain, ldflags)
+}
+
+#[test]
+fn each_cycle_records_the_build_its_binary_says_it_is_ldflags_and_all() {
+    let dir = util::tempdir();
+    let Some(old) = built_with_ldflags(dir.path(), "oomgrow", "-X main.version=v2.0.2", "old")
+    else {
+        return;
+    };
+    let new = built_with_ldflags(dir.path(), "oomgrow", "-X main.version=2.1.0", "new").unwrap();
+    let mut seen = Vec::new();
+    for binary in [&old, &new] {
+        let run = dir.path().join(format!(
+            "run-{}",
+            binary.file_name().unwrap().to_string_lossy()
+        ));
+        let out = util::heapwatch()
+            .args(["run", "-q", "--limit", "64MiB", "--restarts", "0"])
+            .args(["--interval", "100ms", "--out"])
+            .arg(&run)
+            .arg("--")
+            .arg(binary)
+            .args(["-rate", "32MiB"])
+            .output()
+            .expect("heapwatch run runs");
+        assert!(out.status.success(), "{}", util::stderr(&out));
+        let recs = records(&run);
+        let cycle = recs
+            .iter()
+            .find(|r| kind(r) == "cycle")
+            .unwrap_or_else(|| panic!("a cycle record: {recs:#?}"));
+        let build = &cycle["build"];
+        // The oracle: `go version -m` on the same file.
+        let (toolchain, ldflags) = go_version_m(binary);
+        assert_eq!(build["go_version"], toolchain.as_str(), "{build}");
+        assert_eq!(build["ldflags"], ldflags.trim_matches('"'), "{build}");
+        let id = std::process::Command::new(util::go().unwrap())
+            .args(["tool", "buildid"])
+            .arg(binary)
+            .output()
+            .unwrap();
+        assert_eq!(build["build_id"], util::stdout(&id).trim(), "{build}");
+        seen.push(build["ldflags"].as_str().unwrap().to_string());
+    }
+    assert_eq!(seen, ["-X main.version=v2.0.2", "-X main.version=2.1.0"]);
+}
+
+#[test]
+fn behind_a_shell_entrypoint_process_memory_follows_the_go_process_in_the_cgroup() {
+    let Some(fixture) = util::go_fixture("steady") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    // `; true` keeps the shell from exec-ing: it waits in front of the Go program, as an
+    // entrypoint script does.
+    let script = format!("{} -working-set 24MiB -rate 1MiB; true", fixture.display());
+    let mut child = Stopped(
+        util::heapwatch()
+            .args(["run", "-q", "--limit", "256MiB", "--interval", "100ms"])
+            .args(["--memory-interval", "20ms", "--out"])
+            .arg(&run)
+            .args(["--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("heapwatch run starts"),
+    );
+    wait_until("heap captures of the Go process", CYCLE_DEADLINE, || {
+        records(&run).iter().filter(|r| ok_heap(r)).count() >= 10
+    });
+    assert!(interrupt_and_wait(&mut child.0).success());
+    if !check_confinement(&run_info(&run)) {
+        return;
+    }
+    let go_pid = records(&run)
+        .iter()
+        .find(|r| kind(r) == "cycle")
+        .map(|r| int(r, "pid"))
+        .expect("a cycle record");
+    let samples: Vec<Value> = fs::read_to_string(run.join("memory.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let named: Vec<i64> = samples
+        .iter()
+        .filter_map(|s| s["pid"].as_i64())
+        .skip_while(|&p| p != go_pid)
+        .collect();
+    assert!(named.len() >= 10, "samples name the Go process: {named:?}");
+    assert!(
+        named.iter().all(|&p| p == go_pid),
+        "once it runs, every sample is the Go process's, not the shell's: {named:?}"
+    );
+    // Its RSS holds the working set, which the shell's never would.
+    let rss = samples
+        .iter()
+        .filter(|s| s["pid"].as_i64() == Some(go_pid))
+        .filter_map(|s| s["rss"].as_i64())
+        .max()
+        .unwrap_or(0);
+    assert!(rss >= 20 << 20, "the Go process's RSS: {rss}");
+}
+
+/// `heapwatch run` of the snapshotexit fixture (exits 0 after a second) with these flags;
+/// the exit records of its run.
+fn clean_exits(flags: &[&str]) -> (std::process::Output, Vec<Value>) {
+    let fixture = util::go_fixture("snapshotexit").unwrap();
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let out = util::heapwatch()
+        .args(["run", "--interval", "100ms", "--backoff", "10ms", "--out"])
+        .arg(&run)
+        .args(flags)
+        .arg("--")
+        .arg(&fixture)
+        .args(["-exit-after", "1s", "-state", "4MiB"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("heapwatch run runs");
+    let exits = records(&run)
+        .into_iter()
+        .filter(|r| kind(r) == "exit")
+        .collect();
+    (out, exits)
+}
+
+#[test]
+fn a_clean_exit_is_restarted_under_always_and_not_under_on_failure() {
+    if util::go_fixtures().is_none() {
+        return;
+    }
+    // The default is the kubelet's: Always.
+    let (out, exits) = clean_exits(&["--restarts", "1"]);
+    let err = util::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(exits.len(), 2, "exit 0 was restarted: {exits:#?}");
+    assert!(exits.iter().all(|r| r["exit_code"] == 0), "{exits:#?}");
+    assert!(err.contains("the restarts were used"), "{err}");
+    let (out, exits) = clean_exits(&["--restarts", "1", "--restart-policy", "OnFailure"]);
+    let err = util::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(exits.len(), 1, "{exits:#?}");
+    assert!(err.contains("the command exited cleanly"), "{err}");
+    let info = |flags: &[&str]| {
+        let out =
+            util::run(&[&["run", "--out", "/nonexistent/x"], flags, &["--", "true"]].concat());
+        util::stderr(&out)
+    };
+    assert!(
+        info(&["--restart-policy", "sometimes"]).contains("Always, OnFailure or Never"),
+        "the policies are named"
+    );
+}

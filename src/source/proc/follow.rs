@@ -78,9 +78,13 @@ impl FollowSource {
                     return Err(FetchError::new(
                         FailureKind::Refused,
                         format!(
-                            "{}: there is no {} (not started, or ended)",
+                            "{}: there is no {} (not started, or ended){}",
                             self.target,
-                            self.finder.selector().describe()
+                            self.finder.selector().describe(),
+                            self.finder
+                                .why_none()
+                                .map(|w| format!("; {w}"))
+                                .unwrap_or_default()
                         ),
                     ));
                 }

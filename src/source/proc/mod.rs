@@ -351,7 +351,7 @@ impl Source for ProcSource {
                 .filter(|v| !v.is_empty() && v != "(devel)"),
             go_version: Some(b.go_version.clone()),
             vcs_revision: b.vcs_revision.clone(),
-            app_id: None,
+            ..BuildInfo::default()
         })
     }
 }
