@@ -12,6 +12,7 @@ use std::time::Duration;
 use heapwatch::source::proc::{ProcError, ProcSource};
 use heapwatch::source::{FailureKind, Source as _, Want};
 
+use crate::prerequisite::{self, Need};
 use crate::util::{self, Reaped};
 
 const SAMPLE_TYPES: [&str; 4] = [
@@ -23,9 +24,15 @@ const SAMPLE_TYPES: [&str; 4] = [
 
 /// Builds testdata/go/procheap (or its `noprofile` package) with a toolchain and flags, once
 /// per variant. `toolchain` is a GOTOOLCHAIN value (`local` for the installed Go): older ones
-/// come through the module proxy the first time.
+/// come through the module proxy the first time. Variants named `cgo…` or `ext…` are built
+/// with cgo on (the system linker, gcc, links them).
 fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Option<PathBuf> {
     let go = util::go()?;
+    let cgo = variant.contains("cgo") || variant.contains("ext");
+    if cgo && util::on_path("gcc").is_none() {
+        prerequisite::skip(Need::CCompiler, "`gcc` is not on PATH");
+        return None;
+    }
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let built = BUILT.get_or_init(Mutex::default);
     let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
@@ -42,7 +49,7 @@ fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Optio
         .arg(&out_path)
         .arg(package)
         .current_dir(util::repo().join("testdata/go/procheap"))
-        .env("CGO_ENABLED", "0")
+        .env("CGO_ENABLED", if cgo { "1" } else { "0" })
         .env("GOTOOLCHAIN", toolchain)
         .env("GOFLAGS", "-buildvcs=false")
         .output()
@@ -268,6 +275,57 @@ fn proc_capture_equals_pprof_go1_24() {
 #[test]
 fn proc_capture_equals_pprof_go1_23() {
     check_variant("go1.23.12", "go1.23.12", &[], "go1.23.12");
+}
+
+/// The system linker: a cgo program (its own C code), and a pure Go one linked with
+/// `-linkmode=external`, each plain, stripped and PIE. The C start-up code comes before Go's in
+/// `.text`, so only `runtime.firstmoduledata` says where function offsets count from.
+fn check_system_linked(toolchain: &str) {
+    let tag = if toolchain == "local" { "" } else { toolchain };
+    let ext = ["-tags=procheap_nocgo", "-ldflags=-linkmode=external"];
+    let ext_stripped = ["-tags=procheap_nocgo", "-ldflags=-linkmode=external -s -w"];
+    let ext_pie = [
+        "-tags=procheap_nocgo",
+        "-ldflags=-linkmode=external",
+        "-buildmode=pie",
+    ];
+    let variants: [(&str, &[&str]); 6] = [
+        ("cgo", &[]),
+        ("cgo-stripped", &["-ldflags=-s -w"]),
+        ("cgo-pie", &["-buildmode=pie"]),
+        ("ext", &ext),
+        ("ext-stripped", &ext_stripped),
+        ("ext-pie", &ext_pie),
+    ];
+    let version = if toolchain == "local" {
+        installed_go_version()
+    } else {
+        Some(toolchain.to_string())
+    };
+    let Some(version) = version else { return };
+    for (name, flags) in variants {
+        check_variant(&format!("{name}{tag}"), toolchain, flags, &version);
+    }
+}
+
+#[test]
+fn proc_capture_equals_pprof_system_linked() {
+    check_system_linked("local");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_25_system_linked() {
+    check_system_linked("go1.25.5");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_24_system_linked() {
+    check_system_linked("go1.24.6");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_23_system_linked() {
+    check_system_linked("go1.23.12");
 }
 
 /// Each older release stripped and as PIE, beside its plain build above: the runtime

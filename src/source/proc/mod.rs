@@ -7,6 +7,7 @@ pub mod binary;
 pub mod encode;
 pub mod follow;
 pub mod memory;
+pub mod module;
 pub mod pclntab;
 pub mod stripped;
 pub mod walk;
@@ -218,6 +219,28 @@ impl ProcSource {
             return Err(ProcError::ProfilingDisabled {
                 pid,
                 target: source.target,
+            });
+        }
+        // The text base read from the file must be the one the live runtime uses, or every
+        // PC would be named after a neighbour.
+        let module = &source.binary.module;
+        let text_at = module
+            .addr
+            .wrapping_add(module::TEXT_FIELD)
+            .wrapping_add(bias);
+        let live = source
+            .memory
+            .read_u64(text_at)
+            .map_err(|fault| source.attach_error(fault))?;
+        if live != module.text.wrapping_add(bias) {
+            return Err(ProcError::Binary {
+                pid,
+                target: source.target.clone(),
+                source: BinaryError::Module(format!(
+                    "runtime.firstmoduledata.text is {live:#x} in the process, but the file \
+                     gives {:#x} (load bias {bias:#x})",
+                    module.text.wrapping_add(bias)
+                )),
             });
         }
         Ok(source)
