@@ -37,6 +37,8 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_buckets: 4096,
         attempts: 2,
+        max_bytes: 1 << 20,
+        deadline: None,
     };
     let Ok(snapshot) = walk::walk(&mem, &anchors, &layout, &limits) else {
         return;

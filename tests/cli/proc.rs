@@ -507,3 +507,147 @@ fn missing_ptrace_rights_name_what_is_needed() {
         assert!(text.contains(needed), "no {needed} in: {text}");
     }
 }
+
+/// A corrupting fixture (testdata/go/procheap/corrupt) damaging its own profile one way.
+fn start_corrupt(binary: &Path, how: &str) -> Reaped {
+    let dir = util::tempdir();
+    let log = dir.path().join(format!("{how}.txt"));
+    let mut child = Command::new(binary)
+        .arg(how)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the corrupt fixture");
+    util::wait_for_line(&log, "ready", &mut child, Duration::from_secs(30));
+    Reaped(child)
+}
+
+/// Runs `heapwatch ARGS` to its end; (exit code, stderr, its peak RSS in KiB, from wait4).
+/// wait4 reaps it, so std's own wait is not used.
+#[allow(clippy::zombie_processes)]
+fn run_measured(args: &[&str]) -> (Option<i32>, String, i64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_heapwatch"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("heapwatch starts");
+    let mut stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).ok();
+        text
+    });
+    let mut status = 0;
+    // SAFETY: wait4 writes only into the two values handed to it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4 on heapwatch");
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, reader.join().unwrap(), usage.ru_maxrss)
+}
+
+/// Real Go processes that damage their own heap profile through `unsafe` (GC off, so their
+/// runtime never walks it): a bucket list that loops, a bucket claiming 2^40 frames, a list
+/// pointer into unmapped memory, and one into pages a userfaultfd never serves (a read that
+/// blocks for good). One collect reads them beside a healthy target: each attempt on a damaged
+/// one is a failed attempt whose reason says what is wrong in words with the address in hex,
+/// ends within the timeout, and the healthy target is captured all along, in under 200 MiB.
+#[test]
+fn damaged_profiles_are_failed_attempts_with_reasons_and_the_collect_goes_on() {
+    let Some(corrupt) = build(
+        "corrupt",
+        "./corrupt",
+        "local",
+        &["-ldflags=-checklinkname=0"],
+    ) else {
+        return;
+    };
+    let Some(healthy) = build("plain", ".", "local", &[]) else {
+        return;
+    };
+    let kinds: [(&str, &[&str]); 4] = [
+        (
+            "loop",
+            &["bucket list loops", "is one it already passed", "(at 0x"],
+        ),
+        (
+            "nstk",
+            &["claims 1099511627776 stack frames", "bucket at 0x"],
+        ),
+        (
+            "unmapped",
+            &["reading a bucket header: 48 bytes at 0x", "unmapped memory"],
+        ),
+        ("uffd", &["blocked"]),
+    ];
+    let damaged: Vec<(Reaped, &str, &[&str])> = kinds
+        .iter()
+        .map(|&(how, words)| (start_corrupt(&corrupt, how), how, words))
+        .collect();
+    let good = start(&healthy);
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut args = vec![
+        "collect".to_string(),
+        "--out".into(),
+        run.to_str().unwrap().into(),
+        "--duration".into(),
+        "4s".into(),
+        "--interval".into(),
+        "500ms".into(),
+        "--timeout".into(),
+        "500ms".into(),
+        "-q".into(),
+    ];
+    for (child, _, _) in &damaged {
+        args.push(format!("proc:{}", child.0.id()));
+    }
+    args.push(format!("proc:{}", good.child.0.id()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_code, stderr, peak_kib) = run_measured(&args);
+    assert!(
+        peak_kib < 200 * 1024,
+        "the collector peaked at {peak_kib} KiB:\n{stderr}"
+    );
+
+    let records = |pid: u32| -> Vec<serde_json::Value> {
+        let path = run.join(format!("targets/pid-{pid}/manifest.jsonl"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{stderr}", path.display()));
+        text.lines()
+            .map(|l| serde_json::from_str(l).expect("a manifest line"))
+            .filter(|r: &serde_json::Value| r["kind"] == "heap")
+            .collect()
+    };
+    for (child, how, words) in &damaged {
+        let heap = records(child.0.id());
+        assert!(heap.len() >= 3, "{how}: {} attempts only", heap.len());
+        for r in &heap {
+            let error = r["error"].as_str().unwrap_or_default();
+            assert!(r["file"].is_null(), "{how}: a capture was stored: {r}");
+            for w in *words {
+                assert!(error.contains(w), "{how}: no {w:?} in {error:?}");
+            }
+            assert!(
+                !error.contains("{ addr") && !error.contains("Unmapped"),
+                "{how}: a debug form: {error}"
+            );
+            let latency = r["latency_ms"].as_f64().unwrap_or(f64::MAX);
+            assert!(
+                latency < 2000.0,
+                "{how}: an attempt took {latency} ms against a 500 ms timeout"
+            );
+        }
+    }
+    let uffd = records(damaged[3].0.0.id());
+    assert_eq!(uffd[0]["error_kind"], "timeout", "{}", uffd[0]);
+    let stored = records(good.child.0.id())
+        .iter()
+        .filter(|r| r["error"].is_null())
+        .count();
+    assert!(
+        stored >= 4,
+        "the healthy target was captured {stored} times in 4 s at 500 ms"
+    );
+}

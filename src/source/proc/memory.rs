@@ -25,6 +25,26 @@ pub enum ReadFault {
     Other(String),
 }
 
+impl std::fmt::Display for ReadFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadFault::Unmapped { addr, len } => write!(
+                f,
+                "{len} bytes at {addr:#x} are outside the process's readable memory (a pointer \
+                 into unmapped memory)"
+            ),
+            ReadFault::Denied => f.write_str("the kernel refused the read (no ptrace rights)"),
+            ReadFault::Gone => f.write_str("the process has exited"),
+            ReadFault::Short { addr, len } => write!(
+                f,
+                "only part of {len} bytes at {addr:#x} could be read (a mapping changed under \
+                 the reader)"
+            ),
+            ReadFault::Other(e) => write!(f, "the read failed: {e}"),
+        }
+    }
+}
+
 /// The memory of one target process, read-only.
 pub trait TargetMemory {
     /// Fills `buf` from `addr`, or fails; never a partial fill reported as success.
@@ -66,6 +86,11 @@ impl Regions {
         let i = self.0.partition_point(|r| r.start <= addr);
         let r = self.0.get(i.checked_sub(1)?)?;
         (addr < r.end).then_some((r.start, r.end))
+    }
+
+    /// The bytes of all regions together.
+    pub fn total(&self) -> u64 {
+        self.0.iter().map(|r| r.end - r.start).sum()
     }
 
     /// True when `[addr, addr+len)` lies inside one region.
@@ -116,6 +141,7 @@ pub fn parse_maps(text: &str) -> Vec<MapLine> {
 
 /// A live process, read through `process_vm_readv`, bounded by its maps at the time of
 /// `refresh`.
+#[derive(Clone)]
 pub struct ProcessMemory {
     pid: libc::pid_t,
     regions: Regions,
@@ -144,6 +170,14 @@ impl ProcessMemory {
                 .collect(),
         );
         Ok(lines)
+    }
+}
+
+impl ProcessMemory {
+    /// How many bytes the process had readable at the last `refresh`: no list of its own can
+    /// hold more.
+    pub fn readable_bytes(&self) -> u64 {
+        self.regions.total()
     }
 }
 

@@ -16,7 +16,8 @@ use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use thiserror::Error;
 
@@ -86,6 +87,8 @@ pub struct ProcSource {
     /// `/proc/PID/stat` start time: a reused pid is another process, not this one.
     started: Option<u64>,
     limits: Limits,
+    /// The reader thread of a capture that timed out while it was still blocked in a read.
+    blocked: Option<mpsc::Receiver<Result<(i64, walk::Snapshot), WalkError>>>,
 }
 
 fn start_time(pid: u32) -> Option<u64> {
@@ -208,6 +211,7 @@ impl ProcSource {
             memory,
             started,
             limits: Limits::default(),
+            blocked: None,
         };
         let mut flag = [0u8; 1];
         let disable_at = vars.disable_memory_profiling.wrapping_add(bias);
@@ -254,7 +258,7 @@ impl ProcSource {
             other => ProcError::Unreadable {
                 pid,
                 target,
-                detail: format!("reading runtime.disableMemoryProfiling: {other:?}"),
+                detail: format!("reading the runtime's variables: {other}"),
             },
         }
     }
@@ -285,44 +289,75 @@ impl ProcSource {
         self.fail(FailureKind::Refused, "the process has exited")
     }
 
-    fn fault(&self, what: &str, fault: ReadFault) -> FetchError {
-        match fault {
-            ReadFault::Gone => self.gone(),
-            ReadFault::Denied => self.fail(FailureKind::Other, PTRACE_HELP),
-            other => self.fail(FailureKind::Other, format!("reading {what}: {other:?}")),
-        }
-    }
-
-    /// One heap capture: the gzipped pprof bytes.
-    pub fn capture_heap(&mut self) -> Result<Vec<u8>, FetchError> {
+    /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`.
+    pub fn capture_heap(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+        let deadline = Instant::now() + timeout;
         if start_time(self.pid) != self.started || self.started.is_none() {
             return Err(self.gone());
+        }
+        // A read still blocked from an earlier capture: no second thread is sent after it.
+        if let Some(pending) = &self.blocked {
+            match pending.try_recv() {
+                Err(mpsc::TryRecvError::Empty) => {
+                    return Err(self.fail(
+                        FailureKind::Timeout,
+                        "a read of its memory from an earlier capture is still blocked (a page \
+                         that never arrives: userfaultfd, or a file on a stalled FUSE mount)",
+                    ));
+                }
+                _ => self.blocked = None,
+            }
         }
         if self.memory.refresh().is_err() {
             return Err(self.gone());
         }
-        let rate = self
-            .memory
-            .read_u64(self.rate_addr)
-            .map_err(|f| self.fault("runtime.MemProfileRate", f))? as i64;
-        let snapshot = walk::walk(&self.memory, &self.anchors, &self.layout, &self.limits)
-            .map_err(|e| match e {
-                WalkError::Read {
-                    fault: ReadFault::Gone,
-                    ..
-                } => self.gone(),
-                WalkError::Read {
-                    fault: ReadFault::Denied,
-                    ..
-                } => self.fail(FailureKind::Other, PTRACE_HELP),
-                // A mapping that vanished mid-read is the process going away, when it has.
-                other if start_time(self.pid) != self.started => {
-                    let _ = other;
-                    self.gone()
+        let limits = Limits {
+            max_bytes: self.limits.max_bytes.min(self.memory.readable_bytes()),
+            deadline: Some(deadline),
+            ..self.limits
+        };
+        // process_vm_readv cannot be interrupted: a page that never arrives would block it for
+        // good. The reads run on their own thread, which is left behind at the deadline.
+        let (memory, anchors, layout, rate_addr) = (
+            self.memory.clone(),
+            self.anchors,
+            self.layout,
+            self.rate_addr,
+        );
+        let (tx, rx) = mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new()
+            .name(format!("proc-read-{}", self.pid))
+            .spawn(move || {
+                let read = memory
+                    .read_u64(rate_addr)
+                    .map_err(|fault| WalkError::Read {
+                        what: "runtime.MemProfileRate",
+                        fault,
+                    })
+                    .and_then(|rate| {
+                        walk::walk(&memory, &anchors, &layout, &limits).map(|s| (rate as i64, s))
+                    });
+                let _ = tx.send(read);
+            });
+        if let Err(e) = spawned {
+            return Err(self.fail(FailureKind::Other, format!("starting a reader thread: {e}")));
+        }
+        let (rate, snapshot) =
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(read) => read.map_err(|e| self.walk_error(e))?,
+                Err(_) => {
+                    self.blocked = Some(rx);
+                    return Err(self.fail(
+                        FailureKind::Timeout,
+                        format!(
+                            "no whole heap profile within the {} timeout: a read of its memory \
+                         blocked (a page that never arrives: userfaultfd, or a file on a \
+                         stalled FUSE mount)",
+                            crate::units::format_duration(timeout)
+                        ),
+                    ));
                 }
-                WalkError::Busy { .. } => self.fail(FailureKind::Timeout, &e),
-                other => self.fail(FailureKind::Other, other),
-            })?;
+            };
         let records = walk::into_mem_profile(snapshot);
         let syms = Symbols {
             table: &self.binary.pclntab,
@@ -333,6 +368,23 @@ impl ProcSource {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i64);
         Ok(self.encoder.heap_profile_gz(&records, rate, &syms, now))
+    }
+
+    fn walk_error(&self, e: WalkError) -> FetchError {
+        match e {
+            WalkError::Read {
+                fault: ReadFault::Gone,
+                ..
+            } => self.gone(),
+            WalkError::Read {
+                fault: ReadFault::Denied,
+                ..
+            } => self.fail(FailureKind::Other, PTRACE_HELP),
+            // A mapping that vanished mid-read is the process going away, when it has.
+            _ if start_time(self.pid) != self.started => self.gone(),
+            e if e.is_timeout() => self.fail(FailureKind::Timeout, e),
+            other => self.fail(FailureKind::Other, other),
+        }
     }
 }
 
@@ -349,7 +401,7 @@ impl Source for ProcSource {
         want == Want::Heap
     }
 
-    fn fetch(&mut self, want: Want, _timeout: Duration) -> Result<Reply, FetchError> {
+    fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
         if want != Want::Heap {
             return Err(self.fail(
                 FailureKind::Other,
@@ -360,7 +412,7 @@ impl Source for ProcSource {
             ));
         }
         Ok(Reply {
-            bytes: self.capture_heap()?,
+            bytes: self.capture_heap(timeout)?,
             pid: Some(self.pid),
         })
     }
