@@ -651,3 +651,108 @@ fn damaged_profiles_are_failed_attempts_with_reasons_and_the_collect_goes_on() {
         "the healthy target was captured {stored} times in 4 s at 500 ms"
     );
 }
+
+/// Per site line of `main.alloc` in a gcloop capture: (alloc_objects, inuse_objects).
+fn gcloop_sites(gz: &[u8]) -> std::collections::BTreeMap<i64, (i64, i64)> {
+    use heapwatch::decode;
+    let raw = decode::gunzip(gz, 1 << 28).expect("a gzipped capture");
+    let p = decode::decode_message(&raw).expect("a pprof profile");
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let index = |name: &str| {
+        p.sample_type
+            .iter()
+            .position(|t| s(t.r#type) == name)
+            .expect("a sample type")
+    };
+    let (allocs, inuse) = (index("alloc_objects"), index("inuse_objects"));
+    let locations: HashMap<u64, _> = p.location.iter().map(|l| (l.id, l)).collect();
+    let functions: HashMap<u64, _> = p.function.iter().map(|f| (f.id, f)).collect();
+    let mut sites = std::collections::BTreeMap::new();
+    for sample in &p.sample {
+        let Some(leaf) = sample.location_id.first().and_then(|id| locations.get(id)) else {
+            continue;
+        };
+        let Some(line) = leaf.line.first() else {
+            continue;
+        };
+        let function = functions.get(&line.function_id);
+        if function.is_some_and(|f| s(f.name) == "main.alloc") {
+            let e = sites.entry(line.line).or_insert((0, 0));
+            e.0 += sample.value[allocs];
+            e.1 += sample.value[inuse];
+        }
+    }
+    sites
+}
+
+/// A sweep's flush rewrites every bucket's record under the profile lock without moving the
+/// cycle counter, and can start and end inside one walk. The gcloop fixture runs GC cycles
+/// back to back with one allocation at each of 16 sites in between, every allocation sampled,
+/// so every state the runtime publishes has the same allocation and free counts at all 16
+/// sites, and a capture that mixes records from before and after a flush has sites that
+/// disagree. 500 captures: each has all 16 sites equal (frees no more than allocations), and
+/// the counts never go back from one capture to the next. Attempts that met a flush are
+/// failed attempts (counted), never a capture.
+#[test]
+fn every_capture_of_a_gc_loop_is_a_state_the_runtime_published() {
+    let Some(binary) = build("gcloop", "./gcloop", "local", &[]) else {
+        return;
+    };
+    let dir = util::tempdir();
+    let log = dir.path().join("out.txt");
+    let mut child = Command::new(&binary)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start gcloop");
+    util::wait_for_line(&log, "ready", &mut child, Duration::from_secs(30));
+    let child = Reaped(child);
+    let pid = child.0.id();
+    let mut source = ProcSource::attach(pid, format!("proc:{pid}"))
+        .expect("attach")
+        .with_limits(heapwatch::source::proc::walk::Limits {
+            attempts: 64,
+            ..Default::default()
+        });
+    let (mut consistent, mut busy, mut last) = (0, 0, 0);
+    for attempt in 0..5000 {
+        if consistent >= 500 {
+            break;
+        }
+        let reply = match source.fetch(Want::Heap, Duration::from_secs(5)) {
+            Ok(reply) => reply,
+            Err(e) if e.kind == FailureKind::Timeout => {
+                busy += 1;
+                continue;
+            }
+            Err(e) => panic!("attempt {attempt}: {e}"),
+        };
+        let sites = gcloop_sites(&reply.bytes);
+        // Before the first loop's GC, a site may not exist yet: skip such early captures.
+        if sites.len() < 16 {
+            assert!(
+                consistent == 0,
+                "capture {attempt}: sites went away: {sites:?}"
+            );
+            continue;
+        }
+        assert_eq!(sites.len(), 16, "capture {attempt}: {sites:?}");
+        let first = *sites.values().next().unwrap();
+        for (line, counts) in &sites {
+            assert_eq!(
+                *counts, first,
+                "capture {attempt}: line {line} disagrees with the first site, a mix of two \
+                 published states: {sites:?}"
+            );
+        }
+        assert!(first.1 >= 0 && first.1 <= first.0, "{first:?}");
+        assert!(first.0 >= last, "capture {attempt}: allocations went back");
+        last = first.0;
+        consistent += 1;
+    }
+    assert!(
+        consistent >= 500,
+        "{consistent} consistent captures, {busy} failed attempts"
+    );
+    eprintln!("gcloop: {consistent} consistent captures; {busy} attempts met a flush");
+}
