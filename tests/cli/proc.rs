@@ -52,6 +52,13 @@ fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Optio
         .env("CGO_ENABLED", if cgo { "1" } else { "0" })
         .env("GOTOOLCHAIN", toolchain)
         .env("GOFLAGS", "-buildvcs=false")
+        .env(
+            "GOEXPERIMENT",
+            ["nospinbitmutex", "staticlockranking"]
+                .into_iter()
+                .find(|x| variant.contains(x))
+                .unwrap_or(""),
+        )
         .output()
         .expect("go build runs");
     assert!(
@@ -397,6 +404,39 @@ fn collect_proc_pid_stores_what_pprof_serves() {
     assert!(first.is_file(), "no capture stored:\n{manifest}");
     let http_file = util::write(dir.path(), "http.pb.gz", &http_heap(running.port));
     assert_same_profile(&first, &http_file, "collect proc:PID");
+}
+
+/// go1.24 with the futex lock back (`GOEXPERIMENT=nospinbitmutex`): read with its own lock
+/// layout, and equal to pprof's.
+#[test]
+fn proc_capture_equals_pprof_go1_24_nospinbitmutex() {
+    check_variant(
+        "go1.24.6-nospinbitmutex",
+        "go1.24.6",
+        &[],
+        "go1.24.6 X:nospinbitmutex",
+    );
+}
+
+/// `GOEXPERIMENT=staticlockranking` moves every mutex's key: refused, naming the experiment.
+#[test]
+fn a_build_with_static_lock_ranking_is_refused_by_name() {
+    let Some(binary) = build("staticlockranking", ".", "local", &[]) else {
+        return;
+    };
+    let running = start(&binary);
+    let pid = running.child.0.id();
+    let err = ProcSource::attach(pid, format!("proc:{pid}"))
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(err, ProcError::UnsupportedExperiment { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("GOEXPERIMENT=staticlockranking"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -69,6 +69,22 @@ impl GoBuild {
         let minor = parts.next()?.parse().ok()?;
         Some((major, minor))
     }
+
+    /// The GOEXPERIMENTs the build differs from its release's defaults by, as its version
+    /// string names them: `go1.24.6 X:nospinbitmutex,foo` (go1.26 writes `go1.26.8-X:foo`).
+    pub fn experiments(&self) -> Vec<String> {
+        let Some(at) = self.go_version.find("X:") else {
+            return Vec::new();
+        };
+        self.go_version[at + 2..]
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
 }
 
 /// Link-time addresses of the runtime variables the heap profile lives in.
@@ -427,6 +443,23 @@ mod tests {
         assert_eq!(b.main_path.as_deref(), Some("example.com/app"));
         assert_eq!(b.main_version.as_deref(), Some("v1.2.3"));
         assert_eq!(b.vcs_revision.as_deref(), Some("abc123"));
+    }
+
+    #[test]
+    fn experiments_are_read_from_either_form_of_the_version() {
+        let x = |s: &str| {
+            GoBuild {
+                go_version: s.into(),
+                ..GoBuild::default()
+            }
+            .experiments()
+        };
+        assert_eq!(x("go1.24.6 X:nospinbitmutex"), vec!["nospinbitmutex"]);
+        assert_eq!(
+            x("go1.26.8-X:staticlockranking,nodwarf5"),
+            vec!["staticlockranking", "nodwarf5"]
+        );
+        assert!(x("go1.26.8").is_empty());
     }
 
     #[test]

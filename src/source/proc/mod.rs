@@ -59,6 +59,17 @@ pub enum ProcError {
         version: String,
     },
     #[error(
+        "{target}: process {pid} was built with GOEXPERIMENT={experiment} ({version}), which \
+         changes the layout of the runtime's profile lock that heapwatch reads; use the HTTP or \
+         agent source for this one"
+    )]
+    UnsupportedExperiment {
+        pid: u32,
+        target: String,
+        version: String,
+        experiment: String,
+    },
+    #[error(
         "{target}: process {pid} has heap profiling disabled by the linker \
          (runtime.disableMemoryProfiling: nothing in the program calls runtime.MemProfile or \
          imports runtime/pprof), so it keeps no heap profile to read"
@@ -152,7 +163,16 @@ impl ProcSource {
             .ok_or_else(|| ProcError::UnsupportedVersion {
                 pid,
                 target: target.clone(),
-                version,
+                version: version.clone(),
+            })?;
+        let layout =
+            walk::with_experiments(layout, &binary.build.experiments()).map_err(|experiment| {
+                ProcError::UnsupportedExperiment {
+                    pid,
+                    target: target.clone(),
+                    version,
+                    experiment,
+                }
             })?;
 
         let mut memory = ProcessMemory::new(pid);

@@ -42,6 +42,24 @@ pub fn layout_for(release: (u32, u32)) -> Option<Layout> {
     }
 }
 
+/// The layout under the build's GOEXPERIMENTs, or the experiment heapwatch cannot read
+/// under. Only two touch what the walker reads: `spinbitmutex` (default on amd64 from go1.24;
+/// `nospinbitmutex` brings back the futex lock, held whenever its key is not 0, so a lock with
+/// sleeping waiters, key 2, must not read as free) and `staticlockranking` (puts a rank before
+/// every mutex's key). The others change code generation, the GC, maps or the compiler, not
+/// the buckets, the profile lock or the module data.
+pub fn with_experiments(mut layout: Layout, experiments: &[String]) -> Result<Layout, String> {
+    for x in experiments {
+        match x.as_str() {
+            "nospinbitmutex" => layout.spinbit_mutex = false,
+            "spinbitmutex" => layout.spinbit_mutex = true,
+            "staticlockranking" => return Err(x.clone()),
+            _ => {}
+        }
+    }
+    Ok(layout)
+}
+
 /// The Go releases `layout_for` accepts, for messages.
 pub const SUPPORTED: &str = "go1.23 to go1.26";
 
@@ -738,6 +756,30 @@ mod tests {
         }
         .to_string();
         assert!(cyc.contains("loops") && cyc.contains("0x2000"), "{cyc}");
+    }
+
+    #[test]
+    fn a_futex_lock_with_sleeping_waiters_is_held_under_nospinbitmutex() {
+        let go124 = layout_for((1, 24)).unwrap();
+        let futex = with_experiments(go124, &["nospinbitmutex".into()]).unwrap();
+        assert!(!futex.spinbit_mutex);
+        assert_eq!(
+            with_experiments(go124, &["staticlockranking".into()]),
+            Err("staticlockranking".into())
+        );
+        assert_eq!(with_experiments(go124, &["nodwarf5".into()]), Ok(go124));
+        // Key 2: locked with sleepers. The spinbit reading (bit 0) would call it free.
+        let mut mem = image(2, &[(vec![1], [0; 16])], &[0x2000]);
+        mem.segments[0].1[16] = 2;
+        let limits = Limits {
+            attempts: 1,
+            ..Limits::default()
+        };
+        assert_eq!(
+            walk(&mem, &ANCHORS, &futex, &limits),
+            Err(WalkError::Busy { attempts: 1 })
+        );
+        assert!(walk(&mem, &ANCHORS, &LAYOUT, &limits).is_ok());
     }
 
     #[test]
