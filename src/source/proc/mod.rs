@@ -12,11 +12,12 @@ pub mod pclntab;
 pub mod stripped;
 pub mod walk;
 
+use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use thiserror::Error;
@@ -270,6 +271,58 @@ impl ProcSource {
         Ok(source)
     }
 
+    /// [`ProcSource::attach`] bounded by `timeout`: reading the executable (a file on a stalled
+    /// FUSE mount) or the process's memory (a page that never arrives) can block for good, so
+    /// the attach runs on a thread of its own, left behind at the timeout. While one is still
+    /// blocked for a pid, another attach to it fails at once instead of adding a thread.
+    pub fn attach_within(
+        pid: u32,
+        target: impl Into<String>,
+        timeout: Duration,
+    ) -> Result<ProcSource, ProcError> {
+        static BLOCKED: OnceLock<Mutex<HashSet<u32>>> = OnceLock::new();
+        let blocked = BLOCKED.get_or_init(Mutex::default);
+        let target = target.into();
+        let stalled = |detail: String| ProcError::Unreadable {
+            pid,
+            target: target.clone(),
+            detail,
+        };
+        if blocked.lock().is_ok_and(|b| b.contains(&pid)) {
+            return Err(stalled(
+                "an earlier attach is still blocked reading its executable or its memory (a \
+                 file on a stalled FUSE mount, or a page that never arrives)"
+                    .into(),
+            ));
+        }
+        if let Ok(mut b) = blocked.lock() {
+            b.insert(pid);
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        let name = target.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("proc-attach-{pid}"))
+            .spawn(move || {
+                let _ = tx.send(ProcSource::attach(pid, name));
+                if let Ok(mut b) = blocked.lock() {
+                    b.remove(&pid);
+                }
+            });
+        if let Err(e) = spawned {
+            if let Ok(mut b) = blocked.lock() {
+                b.remove(&pid);
+            }
+            return Err(stalled(format!("starting an attach thread: {e}")));
+        }
+        rx.recv_timeout(timeout).unwrap_or_else(|_| {
+            Err(stalled(format!(
+                "attaching did not finish within the {} timeout: reading its executable or its \
+                 memory blocked (a file on a stalled FUSE mount, or a page that never arrives)",
+                crate::units::format_duration(timeout)
+            )))
+        })
+    }
+
     fn attach_error(&self, fault: ReadFault) -> ProcError {
         let (pid, target) = (self.pid, self.target.clone());
         match fault {
@@ -481,6 +534,10 @@ mod tests {
             "{err}"
         );
         let err = ProcSource::attach(0, "proc:0").err().unwrap();
+        assert!(matches!(err, ProcError::NoProcess { pid: 0, .. }), "{err}");
+        let err = ProcSource::attach_within(0, "proc:0", Duration::from_secs(5))
+            .err()
+            .unwrap();
         assert!(matches!(err, ProcError::NoProcess { pid: 0, .. }), "{err}");
     }
 
