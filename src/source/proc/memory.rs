@@ -61,6 +61,15 @@ pub trait TargetMemory {
         self.read(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
     }
+
+    /// Fills `out` with `len` bytes from each address in turn (`out.len() == addrs.len() *
+    /// len`): many small reads, which a process can serve in one system call.
+    fn read_scattered(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
+        for (addr, chunk) in addrs.iter().zip(out.chunks_mut(len.max(1))) {
+            self.read(*addr, chunk)?;
+        }
+        Ok(())
+    }
 }
 
 /// One readable range `[start, end)` of the target's address space.
@@ -186,6 +195,20 @@ impl TargetMemory for ProcessMemory {
         self.regions.span(addr)
     }
 
+    fn read_scattered(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
+        if len == 0 || out.len() != addrs.len() * len {
+            return Err(ReadFault::Other(format!(
+                "{} bytes asked for {} reads of {len}",
+                out.len(),
+                addrs.len()
+            )));
+        }
+        for (batch, buf) in addrs.chunks(IOV_MAX).zip(out.chunks_mut(IOV_MAX * len)) {
+            self.read_batch(batch, len, buf)?;
+        }
+        Ok(())
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
         if buf.is_empty() {
             return Ok(());
@@ -224,6 +247,46 @@ impl TargetMemory for ProcessMemory {
                 addr,
                 len: buf.len(),
             });
+        }
+        Ok(())
+    }
+}
+
+/// Most iovecs one `process_vm_readv` takes (`IOV_MAX` on Linux).
+const IOV_MAX: usize = 1024;
+
+impl ProcessMemory {
+    /// One `process_vm_readv` of up to `IOV_MAX` small ranges; any that is not wholly read
+    /// sends the batch to single reads, which name the fault.
+    fn read_batch(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
+        if addrs.iter().any(|&a| !self.regions.contains(a, len)) {
+            return self.read_each(addrs, len, out);
+        }
+        let local = libc::iovec {
+            iov_base: out.as_mut_ptr().cast(),
+            iov_len: out.len(),
+        };
+        let remote: Vec<libc::iovec> = addrs
+            .iter()
+            .map(|&a| libc::iovec {
+                iov_base: a as usize as *mut libc::c_void,
+                iov_len: len,
+            })
+            .collect();
+        // SAFETY: `local` describes `out`, owned mutably for the call, and is exactly as long
+        // as the remote ranges together; the kernel checks the remote side.
+        let n = unsafe {
+            libc::process_vm_readv(self.pid, &local, 1, remote.as_ptr(), remote.len() as _, 0)
+        };
+        if n >= 0 && n as usize == out.len() {
+            return Ok(());
+        }
+        self.read_each(addrs, len, out)
+    }
+
+    fn read_each(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
+        for (addr, chunk) in addrs.iter().zip(out.chunks_mut(len.max(1))) {
+            self.read(*addr, chunk)?;
         }
         Ok(())
     }
@@ -389,6 +452,30 @@ mod tests {
             mem.read(8, &mut [0u8; 8]),
             Err(ReadFault::Unmapped { .. })
         ));
+    }
+
+    #[test]
+    fn scattered_reads_of_own_memory_read_back_and_name_a_wild_address() {
+        let values: Vec<u64> = (0..3000u64).map(|i| i * 7 + 1).collect();
+        let mut mem = ProcessMemory::new(std::process::id());
+        mem.refresh().unwrap();
+        let addrs: Vec<u64> = (0..3000)
+            .rev()
+            .map(|i| &values[i] as *const u64 as u64)
+            .collect();
+        let mut out = vec![0u8; 8 * addrs.len()];
+        mem.read_scattered(&addrs, 8, &mut out).unwrap();
+        let back: Vec<u64> = out
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(back, values.iter().rev().copied().collect::<Vec<_>>());
+        let mut wild = addrs[..10].to_vec();
+        wild[5] = 8;
+        assert_eq!(
+            mem.read_scattered(&wild, 8, &mut out[..80]),
+            Err(ReadFault::Unmapped { addr: 8, len: 8 })
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! bounded and checked; a list that changes under the reader gives a failed attempt, never a
 //! partial one.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::time::Instant;
 
@@ -276,7 +277,9 @@ fn walk_once(
     limits: &Limits,
 ) -> Result<Vec<Bucket>, WalkError> {
     let mut buckets = Vec::new();
-    let mut seen = std::collections::HashSet::new();
+    // std's keyed hasher: the addresses are the target's to choose, and must not be able to
+    // make the set's lookups collide.
+    let mut seen = HashSet::new();
     let mut copied: u64 = 0;
     let mut at = mem.read_u64(a.mbuckets).map_err(|fault| WalkError::Read {
         what: "runtime.mbuckets",
@@ -351,6 +354,9 @@ fn walk_once(
     Ok(buckets)
 }
 
+/// Records re-read per batch (one `process_vm_readv` for a live process).
+const REREAD_BATCH: usize = 1024;
+
 /// Reads every bucket's record again: true when the figures the profile is made of (the active
 /// record and the future slot of `cycle`) are as the walk saw them.
 fn unchanged(
@@ -361,19 +367,32 @@ fn unchanged(
     limits: &Limits,
 ) -> Result<bool, WalkError> {
     let index = (cycle % 3) as usize;
-    let mut record = vec![0u8; layout.record];
-    for (i, b) in buckets.iter().enumerate() {
-        if i % 64 == 63 && limits.past() {
-            return Err(WalkError::Deadline { buckets: i });
+    let mut records = vec![0u8; layout.record * REREAD_BATCH.min(buckets.len())];
+    let mut addrs = Vec::with_capacity(REREAD_BATCH);
+    for batch in buckets.chunks(REREAD_BATCH) {
+        if limits.past() {
+            return Err(WalkError::Deadline {
+                buckets: buckets.len(),
+            });
         }
-        let at = b.addr + (layout.header + 8 * b.stack.len()) as u64;
-        mem.read(at, &mut record).map_err(|fault| WalkError::Read {
-            what: "a bucket's record, read again",
-            fault,
-        })?;
-        if cycle_at(&record, 0, 0) != b.active || cycle_at(&record, 0, 1 + index) != b.future[index]
-        {
-            return Ok(false);
+        addrs.clear();
+        addrs.extend(
+            batch
+                .iter()
+                .map(|b| b.addr + (layout.header + 8 * b.stack.len()) as u64),
+        );
+        let out = &mut records[..layout.record * batch.len()];
+        mem.read_scattered(&addrs, layout.record, out)
+            .map_err(|fault| WalkError::Read {
+                what: "a bucket's record, read again",
+                fault,
+            })?;
+        for (b, record) in batch.iter().zip(out.chunks(layout.record)) {
+            if cycle_at(record, 0, 0) != b.active
+                || cycle_at(record, 0, 1 + index) != b.future[index]
+            {
+                return Ok(false);
+            }
         }
     }
     Ok(true)
@@ -422,7 +441,7 @@ pub fn walk(
             continue;
         }
         let cycle = before >> 1;
-        if !unchanged(&BlockReader::new(mem), layout, &buckets, cycle, limits)? {
+        if !unchanged(mem, layout, &buckets, cycle, limits)? {
             continue;
         }
         let (after, held_after) = guard(mem, anchors, layout)?;
