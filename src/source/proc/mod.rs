@@ -99,8 +99,66 @@ pub struct ProcSource {
     /// `/proc/PID/stat` start time: a reused pid is another process, not this one.
     started: Option<u64>,
     limits: Limits,
-    /// The reader thread of a capture that timed out while it was still blocked in a read.
-    blocked: Option<mpsc::Receiver<Result<(i64, walk::Snapshot), WalkError>>>,
+    /// The thread that does this process's reads, started at the first capture.
+    reader: Option<Reader>,
+}
+
+/// One capture's reads, handed to the reader thread.
+struct ReadJob {
+    memory: ProcessMemory,
+    limits: Limits,
+}
+
+type ReadReply = Result<(i64, walk::Snapshot), WalkError>;
+
+/// `process_vm_readv` cannot be interrupted: a page that never arrives (a userfaultfd nobody
+/// serves, a file on a stalled FUSE mount) blocks it for good. So a process's reads run on a
+/// thread of their own, one per attached process and kept from capture to capture; a capture
+/// waits for its reply until the deadline, and a reader still blocked past it gets no more
+/// work until it answers.
+struct Reader {
+    requests: mpsc::Sender<ReadJob>,
+    replies: mpsc::Receiver<ReadReply>,
+    /// A job was sent whose reply has not come back.
+    outstanding: bool,
+}
+
+impl Reader {
+    fn spawn(
+        pid: u32,
+        anchors: Anchors,
+        layout: Layout,
+        rate_addr: u64,
+    ) -> std::io::Result<Reader> {
+        let (requests, jobs) = mpsc::channel::<ReadJob>();
+        let (answer, replies) = mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("proc-read-{pid}"))
+            .spawn(move || {
+                // Ends when the source is dropped (its sender with it).
+                while let Ok(job) = jobs.recv() {
+                    let read = job
+                        .memory
+                        .read_u64(rate_addr)
+                        .map_err(|fault| WalkError::Read {
+                            what: "runtime.MemProfileRate",
+                            fault,
+                        })
+                        .and_then(|rate| {
+                            walk::walk(&job.memory, &anchors, &layout, &job.limits)
+                                .map(|s| (rate as i64, s))
+                        });
+                    if answer.send(read).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Reader {
+            requests,
+            replies,
+            outstanding: false,
+        })
+    }
 }
 
 fn start_time(pid: u32) -> Option<u64> {
@@ -232,7 +290,7 @@ impl ProcSource {
             memory,
             started,
             limits: Limits::default(),
-            blocked: None,
+            reader: None,
         };
         let mut flag = [0u8; 1];
         let disable_at = vars.disable_memory_profiling.wrapping_add(bias);
@@ -368,17 +426,21 @@ impl ProcSource {
         if start_time(self.pid) != self.started || self.started.is_none() {
             return Err(self.gone());
         }
-        // A read still blocked from an earlier capture: no second thread is sent after it.
-        if let Some(pending) = &self.blocked {
-            match pending.try_recv() {
-                Err(mpsc::TryRecvError::Empty) => {
-                    return Err(self.fail(
-                        FailureKind::Timeout,
-                        "a read of its memory from an earlier capture is still blocked (a page \
-                         that never arrives: userfaultfd, or a file on a stalled FUSE mount)",
-                    ));
+        // A read still blocked from an earlier capture: nothing more is sent after it.
+        if let Some(reader) = &mut self.reader {
+            if reader.outstanding {
+                match reader.replies.try_recv() {
+                    Err(mpsc::TryRecvError::Empty) => {
+                        return Err(self.fail(
+                            FailureKind::Timeout,
+                            "a read of its memory from an earlier capture is still blocked (a \
+                             page that never arrives: userfaultfd, or a file on a stalled FUSE \
+                             mount)",
+                        ));
+                    }
+                    Ok(_) => reader.outstanding = false,
+                    Err(mpsc::TryRecvError::Disconnected) => self.reader = None,
                 }
-                _ => self.blocked = None,
             }
         }
         if self.memory.refresh().is_err() {
@@ -389,48 +451,46 @@ impl ProcSource {
             deadline: Some(deadline),
             ..self.limits
         };
-        // process_vm_readv cannot be interrupted: a page that never arrives would block it for
-        // good. The reads run on their own thread, which is left behind at the deadline.
-        let (memory, anchors, layout, rate_addr) = (
-            self.memory.clone(),
-            self.anchors,
-            self.layout,
-            self.rate_addr,
-        );
-        let (tx, rx) = mpsc::sync_channel(1);
-        let spawned = std::thread::Builder::new()
-            .name(format!("proc-read-{}", self.pid))
-            .spawn(move || {
-                let read = memory
-                    .read_u64(rate_addr)
-                    .map_err(|fault| WalkError::Read {
-                        what: "runtime.MemProfileRate",
-                        fault,
-                    })
-                    .and_then(|rate| {
-                        walk::walk(&memory, &anchors, &layout, &limits).map(|s| (rate as i64, s))
-                    });
-                let _ = tx.send(read);
-            });
-        if let Err(e) = spawned {
-            return Err(self.fail(FailureKind::Other, format!("starting a reader thread: {e}")));
+        if self.reader.is_none() {
+            self.reader = Some(
+                Reader::spawn(self.pid, self.anchors, self.layout, self.rate_addr).map_err(
+                    |e| self.fail(FailureKind::Other, format!("starting a reader thread: {e}")),
+                )?,
+            );
         }
-        let (rate, snapshot) =
-            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(read) => read.map_err(|e| self.walk_error(e))?,
-                Err(_) => {
-                    self.blocked = Some(rx);
-                    return Err(self.fail(
-                        FailureKind::Timeout,
-                        format!(
-                            "no whole heap profile within the {} timeout: a read of its memory \
+        let Some(reader) = self.reader.as_mut() else {
+            return Err(self.fail(FailureKind::Other, "no reader thread"));
+        };
+        let job = ReadJob {
+            memory: self.memory.clone(),
+            limits,
+        };
+        if reader.requests.send(job).is_err() {
+            self.reader = None;
+            return Err(self.fail(FailureKind::Other, "the reader thread ended"));
+        }
+        let (rate, snapshot) = match reader
+            .replies
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            Ok(read) => read.map_err(|e| self.walk_error(e))?,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                reader.outstanding = true;
+                return Err(self.fail(
+                    FailureKind::Timeout,
+                    format!(
+                        "no whole heap profile within the {} timeout: a read of its memory \
                          blocked (a page that never arrives: userfaultfd, or a file on a \
                          stalled FUSE mount)",
-                            crate::units::format_duration(timeout)
-                        ),
-                    ));
-                }
-            };
+                        crate::units::format_duration(timeout)
+                    ),
+                ));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                self.reader = None;
+                return Err(self.fail(FailureKind::Other, "the reader thread ended"));
+            }
+        };
         let records = walk::into_mem_profile(snapshot);
         let syms = Symbols {
             table: &self.binary.pclntab,
