@@ -562,6 +562,41 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_text_base_is_the_module_data_s_and_split_text_maps_through_its_sections() {
+        // The system linker's layout: the same table, Go's text 0x100 further on.
+        let t = fabricated().with_text(0x1100, Vec::new());
+        assert_eq!(t.find_func(0x1000), None, "C start-up code, not Go");
+        assert_eq!(t.find_func(0x110b).map(|f| f.entry), Some(0x110a));
+        assert_eq!(t.extent().2..t.extent().3, 0x1100..0x1114);
+        // Two text sections (as the linker splits very large text on some architectures):
+        // offsets [0, 10) at 0x1000, [10, 20) moved to 0x5000.
+        let split = fabricated().with_text(
+            0x1000,
+            vec![
+                TextSect {
+                    vaddr: 0,
+                    end: 10,
+                    base: 0x1000,
+                },
+                TextSect {
+                    vaddr: 10,
+                    end: 20,
+                    base: 0x5000,
+                },
+            ],
+        );
+        assert_eq!(split.find_func(0x1003).map(|f| f.entry), Some(0x1000));
+        assert_eq!(split.find_func(0x100b), None, "between the sections");
+        let f = split.find_func(0x5001).unwrap();
+        assert_eq!((f.entry, split.func_name(f)), (0x5000, Some("main.other")));
+        assert_eq!(
+            split.text_addr(20),
+            0x500a,
+            "the end sentinel belongs to the last"
+        );
+    }
+
+    #[test]
     fn a_pc_in_an_inlined_call_is_the_inlined_frame_and_its_parent_is_the_caller() {
         let t = fabricated();
         // Return PC 0x1003 → pc 0x1002: inside inlined call 0 (main.inner), line 10.
