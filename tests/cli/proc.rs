@@ -663,6 +663,14 @@ fn damaged_profiles_are_failed_attempts_with_reasons_and_the_collect_goes_on() {
     for (child, how, words) in &damaged {
         let heap = records(child.0.id());
         assert!(heap.len() >= 3, "{how}: {} attempts only", heap.len());
+        let slowest = heap
+            .iter()
+            .filter_map(|r| r["latency_ms"].as_f64())
+            .fold(0.0, f64::max);
+        eprintln!(
+            "{how}: {} failed attempts, the slowest {slowest:.1} ms; collector peak {peak_kib} KiB",
+            heap.len()
+        );
         for r in &heap {
             let error = r["error"].as_str().unwrap_or_default();
             assert!(r["file"].is_null(), "{how}: a capture was stored: {r}");
