@@ -602,6 +602,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
                 pid: pids[i],
                 cgroup: cgroups[i].as_ref().map(PathBuf::from),
                 interval: config.interval,
+                timeout: config.timeout,
             },
             limit: limits[i],
         })

@@ -38,6 +38,8 @@ pub struct TargetOptions {
     pub cgroup: Option<PathBuf>,
     /// The heap interval: how often a following proc target looks for its process.
     pub interval: Duration,
+    /// The per-request timeout, which bounds a proc target's attach too.
+    pub timeout: Duration,
 }
 
 /// A target ready to be collected.
@@ -122,7 +124,7 @@ pub fn open_target(target: &Target, options: &TargetOptions) -> Result<OpenedTar
         Box::new(follow)
     } else if let Some(pid) = crate::source::proc::parse_target(spec) {
         let pid = pid.map_err(usage)?;
-        let proc = ProcSource::attach(pid, spec.to_string())
+        let proc = ProcSource::attach_within(pid, spec.to_string(), options.timeout)
             .map_err(|e| TargetError::Unreachable(e.to_string()))?;
         if probe.is_none() {
             probe = Some(MemoryProbe::Pid(pid));
@@ -142,8 +144,8 @@ pub fn open_target(target: &Target, options: &TargetOptions) -> Result<OpenedTar
 /// gone by then is refused (gone), anything else an error for that attempt.
 pub fn proc_attacher(target: &str) -> Attacher {
     let target = target.to_string();
-    Box::new(move |pid| {
-        ProcSource::attach(pid, target.clone())
+    Box::new(move |pid, timeout| {
+        ProcSource::attach_within(pid, target.clone(), timeout)
             .map(|s| Box::new(s) as Box<dyn Source>)
             .map_err(|e| {
                 let kind = match e {

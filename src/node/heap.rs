@@ -12,7 +12,9 @@ const MAX_PROFILE: u64 = 1 << 30;
 pub fn heap_in_use(pid: u32) -> Result<u64, String> {
     let target = format!("proc:{pid}");
     let mut source = ProcSource::attach(pid, &target).map_err(|e| e.to_string())?;
-    let gz = source.capture_heap().map_err(|e| e.message)?;
+    let gz = source
+        .capture_heap(std::time::Duration::from_secs(5))
+        .map_err(|e| e.message)?;
     let raw = decode::gunzip(&gz, MAX_PROFILE).map_err(|e| format!("{target}: {e}"))?;
     let summary = decode::summarize(&raw).map_err(|e| format!("{target}: {e}"))?;
     summary

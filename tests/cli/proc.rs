@@ -12,6 +12,7 @@ use std::time::Duration;
 use heapwatch::source::proc::{ProcError, ProcSource};
 use heapwatch::source::{FailureKind, Source as _, Want};
 
+use crate::prerequisite::{self, Need};
 use crate::util::{self, Reaped};
 
 const SAMPLE_TYPES: [&str; 4] = [
@@ -23,9 +24,15 @@ const SAMPLE_TYPES: [&str; 4] = [
 
 /// Builds testdata/go/procheap (or its `noprofile` package) with a toolchain and flags, once
 /// per variant. `toolchain` is a GOTOOLCHAIN value (`local` for the installed Go): older ones
-/// come through the module proxy the first time.
+/// come through the module proxy the first time. Variants named `cgo…` or `ext…` are built
+/// with cgo on (the system linker, gcc, links them).
 fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Option<PathBuf> {
     let go = util::go()?;
+    let cgo = variant.contains("cgo") || variant.contains("ext");
+    if cgo && util::on_path("gcc").is_none() {
+        prerequisite::skip(Need::CCompiler, "`gcc` is not on PATH");
+        return None;
+    }
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let built = BUILT.get_or_init(Mutex::default);
     let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
@@ -42,9 +49,16 @@ fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Optio
         .arg(&out_path)
         .arg(package)
         .current_dir(util::repo().join("testdata/go/procheap"))
-        .env("CGO_ENABLED", "0")
+        .env("CGO_ENABLED", if cgo { "1" } else { "0" })
         .env("GOTOOLCHAIN", toolchain)
         .env("GOFLAGS", "-buildvcs=false")
+        .env(
+            "GOEXPERIMENT",
+            ["nospinbitmutex", "staticlockranking"]
+                .into_iter()
+                .find(|x| variant.contains(x))
+                .unwrap_or(""),
+        )
         .output()
         .expect("go build runs");
     assert!(
@@ -270,6 +284,57 @@ fn proc_capture_equals_pprof_go1_23() {
     check_variant("go1.23.12", "go1.23.12", &[], "go1.23.12");
 }
 
+/// The system linker: a cgo program (its own C code), and a pure Go one linked with
+/// `-linkmode=external`, each plain, stripped and PIE. The C start-up code comes before Go's in
+/// `.text`, so only `runtime.firstmoduledata` says where function offsets count from.
+fn check_system_linked(toolchain: &str) {
+    let tag = if toolchain == "local" { "" } else { toolchain };
+    let ext = ["-tags=procheap_nocgo", "-ldflags=-linkmode=external"];
+    let ext_stripped = ["-tags=procheap_nocgo", "-ldflags=-linkmode=external -s -w"];
+    let ext_pie = [
+        "-tags=procheap_nocgo",
+        "-ldflags=-linkmode=external",
+        "-buildmode=pie",
+    ];
+    let variants: [(&str, &[&str]); 6] = [
+        ("cgo", &[]),
+        ("cgo-stripped", &["-ldflags=-s -w"]),
+        ("cgo-pie", &["-buildmode=pie"]),
+        ("ext", &ext),
+        ("ext-stripped", &ext_stripped),
+        ("ext-pie", &ext_pie),
+    ];
+    let version = if toolchain == "local" {
+        installed_go_version()
+    } else {
+        Some(toolchain.to_string())
+    };
+    let Some(version) = version else { return };
+    for (name, flags) in variants {
+        check_variant(&format!("{name}{tag}"), toolchain, flags, &version);
+    }
+}
+
+#[test]
+fn proc_capture_equals_pprof_system_linked() {
+    check_system_linked("local");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_25_system_linked() {
+    check_system_linked("go1.25.5");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_24_system_linked() {
+    check_system_linked("go1.24.6");
+}
+
+#[test]
+fn proc_capture_equals_pprof_go1_23_system_linked() {
+    check_system_linked("go1.23.12");
+}
+
 /// Each older release stripped and as PIE, beside its plain build above: the runtime
 /// variables recovered from the code, and the load bias, per release.
 fn check_older(toolchain: &str) {
@@ -339,6 +404,39 @@ fn collect_proc_pid_stores_what_pprof_serves() {
     assert!(first.is_file(), "no capture stored:\n{manifest}");
     let http_file = util::write(dir.path(), "http.pb.gz", &http_heap(running.port));
     assert_same_profile(&first, &http_file, "collect proc:PID");
+}
+
+/// go1.24 with the futex lock back (`GOEXPERIMENT=nospinbitmutex`): read with its own lock
+/// layout, and equal to pprof's.
+#[test]
+fn proc_capture_equals_pprof_go1_24_nospinbitmutex() {
+    check_variant(
+        "go1.24.6-nospinbitmutex",
+        "go1.24.6",
+        &[],
+        "go1.24.6 X:nospinbitmutex",
+    );
+}
+
+/// `GOEXPERIMENT=staticlockranking` moves every mutex's key: refused, naming the experiment.
+#[test]
+fn a_build_with_static_lock_ranking_is_refused_by_name() {
+    let Some(binary) = build("staticlockranking", ".", "local", &[]) else {
+        return;
+    };
+    let running = start(&binary);
+    let pid = running.child.0.id();
+    let err = ProcSource::attach(pid, format!("proc:{pid}"))
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(err, ProcError::UnsupportedExperiment { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("GOEXPERIMENT=staticlockranking"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -448,4 +546,261 @@ fn missing_ptrace_rights_name_what_is_needed() {
     for needed in ["CAP_SYS_PTRACE", "root", "ptrace_scope", "SYS_PTRACE"] {
         assert!(text.contains(needed), "no {needed} in: {text}");
     }
+}
+
+/// A corrupting fixture (testdata/go/procheap/corrupt) damaging its own profile one way.
+fn start_corrupt(binary: &Path, how: &str) -> Reaped {
+    let dir = util::tempdir();
+    let log = dir.path().join(format!("{how}.txt"));
+    let mut child = Command::new(binary)
+        .arg(how)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the corrupt fixture");
+    util::wait_for_line(&log, "ready", &mut child, Duration::from_secs(30));
+    Reaped(child)
+}
+
+/// Runs `heapwatch ARGS` to its end; (exit code, stderr, its peak RSS in KiB, from wait4).
+/// wait4 reaps it, so std's own wait is not used.
+#[allow(clippy::zombie_processes)]
+fn run_measured(args: &[&str]) -> (Option<i32>, String, i64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_heapwatch"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("heapwatch starts");
+    let mut stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).ok();
+        text
+    });
+    let mut status = 0;
+    // SAFETY: wait4 writes only into the two values handed to it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4 on heapwatch");
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, reader.join().unwrap(), usage.ru_maxrss)
+}
+
+/// Real Go processes that damage their own heap profile through `unsafe` (GC off, so their
+/// runtime never walks it): a bucket list that loops, a bucket claiming 2^40 frames, a list
+/// pointer into unmapped memory, and one into pages a userfaultfd never serves (a read that
+/// blocks for good). One collect reads them beside a healthy target: each attempt on a damaged
+/// one is a failed attempt whose reason says what is wrong in words with the address in hex,
+/// ends within the timeout, and the healthy target is captured all along, in under 200 MiB.
+#[test]
+fn damaged_profiles_are_failed_attempts_with_reasons_and_the_collect_goes_on() {
+    let Some(corrupt) = build(
+        "corrupt",
+        "./corrupt",
+        "local",
+        &["-ldflags=-checklinkname=0"],
+    ) else {
+        return;
+    };
+    let Some(healthy) = build("plain", ".", "local", &[]) else {
+        return;
+    };
+    let kinds: [(&str, &[&str]); 4] = [
+        (
+            "loop",
+            &["bucket list loops", "is one it already passed", "(at 0x"],
+        ),
+        (
+            "nstk",
+            &["claims 1099511627776 stack frames", "bucket at 0x"],
+        ),
+        (
+            "unmapped",
+            &["reading a bucket header: 48 bytes at 0x", "unmapped memory"],
+        ),
+        ("uffd", &["blocked"]),
+    ];
+    let damaged: Vec<(Reaped, &str, &[&str])> = kinds
+        .iter()
+        .map(|&(how, words)| (start_corrupt(&corrupt, how), how, words))
+        .collect();
+    let good = start(&healthy);
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut args = vec![
+        "collect".to_string(),
+        "--out".into(),
+        run.to_str().unwrap().into(),
+        "--duration".into(),
+        "4s".into(),
+        "--interval".into(),
+        "500ms".into(),
+        "--timeout".into(),
+        "500ms".into(),
+        "-q".into(),
+    ];
+    for (child, _, _) in &damaged {
+        args.push(format!("proc:{}", child.0.id()));
+    }
+    args.push(format!("proc:{}", good.child.0.id()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_code, stderr, peak_kib) = run_measured(&args);
+    assert!(
+        peak_kib < 200 * 1024,
+        "the collector peaked at {peak_kib} KiB:\n{stderr}"
+    );
+
+    let records = |pid: u32| -> Vec<serde_json::Value> {
+        let path = run.join(format!("targets/pid-{pid}/manifest.jsonl"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{stderr}", path.display()));
+        text.lines()
+            .map(|l| serde_json::from_str(l).expect("a manifest line"))
+            .filter(|r: &serde_json::Value| r["kind"] == "heap")
+            .collect()
+    };
+    for (child, how, words) in &damaged {
+        let heap = records(child.0.id());
+        assert!(heap.len() >= 3, "{how}: {} attempts only", heap.len());
+        let slowest = heap
+            .iter()
+            .filter_map(|r| r["latency_ms"].as_f64())
+            .fold(0.0, f64::max);
+        eprintln!(
+            "{how}: {} failed attempts, the slowest {slowest:.1} ms; collector peak {peak_kib} KiB",
+            heap.len()
+        );
+        for r in &heap {
+            let error = r["error"].as_str().unwrap_or_default();
+            assert!(r["file"].is_null(), "{how}: a capture was stored: {r}");
+            for w in *words {
+                assert!(error.contains(w), "{how}: no {w:?} in {error:?}");
+            }
+            assert!(
+                !error.contains("{ addr") && !error.contains("Unmapped"),
+                "{how}: a debug form: {error}"
+            );
+            let latency = r["latency_ms"].as_f64().unwrap_or(f64::MAX);
+            assert!(
+                latency < 2000.0,
+                "{how}: an attempt took {latency} ms against a 500 ms timeout"
+            );
+        }
+    }
+    let uffd = records(damaged[3].0.0.id());
+    assert_eq!(uffd[0]["error_kind"], "timeout", "{}", uffd[0]);
+    let stored = records(good.child.0.id())
+        .iter()
+        .filter(|r| r["error"].is_null())
+        .count();
+    assert!(
+        stored >= 4,
+        "the healthy target was captured {stored} times in 4 s at 500 ms"
+    );
+}
+
+/// Per site line of `main.alloc` in a gcloop capture: (alloc_objects, inuse_objects).
+fn gcloop_sites(gz: &[u8]) -> std::collections::BTreeMap<i64, (i64, i64)> {
+    use heapwatch::decode;
+    let raw = decode::gunzip(gz, 1 << 28).expect("a gzipped capture");
+    let p = decode::decode_message(&raw).expect("a pprof profile");
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let index = |name: &str| {
+        p.sample_type
+            .iter()
+            .position(|t| s(t.r#type) == name)
+            .expect("a sample type")
+    };
+    let (allocs, inuse) = (index("alloc_objects"), index("inuse_objects"));
+    let locations: HashMap<u64, _> = p.location.iter().map(|l| (l.id, l)).collect();
+    let functions: HashMap<u64, _> = p.function.iter().map(|f| (f.id, f)).collect();
+    let mut sites = std::collections::BTreeMap::new();
+    for sample in &p.sample {
+        let Some(leaf) = sample.location_id.first().and_then(|id| locations.get(id)) else {
+            continue;
+        };
+        let Some(line) = leaf.line.first() else {
+            continue;
+        };
+        let function = functions.get(&line.function_id);
+        if function.is_some_and(|f| s(f.name) == "main.alloc") {
+            let e = sites.entry(line.line).or_insert((0, 0));
+            e.0 += sample.value[allocs];
+            e.1 += sample.value[inuse];
+        }
+    }
+    sites
+}
+
+/// A sweep's flush rewrites every bucket's record under the profile lock without moving the
+/// cycle counter, and can start and end inside one walk. The gcloop fixture runs GC cycles
+/// back to back with one allocation at each of 16 sites in between, every allocation sampled,
+/// so every state the runtime publishes has the same allocation and free counts at all 16
+/// sites, and a capture that mixes records from before and after a flush has sites that
+/// disagree. 500 captures: each has all 16 sites equal (frees no more than allocations), and
+/// the counts never go back from one capture to the next. Attempts that met a flush are
+/// failed attempts (counted), never a capture.
+#[test]
+fn every_capture_of_a_gc_loop_is_a_state_the_runtime_published() {
+    let Some(binary) = build("gcloop", "./gcloop", "local", &[]) else {
+        return;
+    };
+    let dir = util::tempdir();
+    let log = dir.path().join("out.txt");
+    let mut child = Command::new(&binary)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start gcloop");
+    util::wait_for_line(&log, "ready", &mut child, Duration::from_secs(30));
+    let child = Reaped(child);
+    let pid = child.0.id();
+    let mut source = ProcSource::attach(pid, format!("proc:{pid}"))
+        .expect("attach")
+        .with_limits(heapwatch::source::proc::walk::Limits {
+            attempts: 64,
+            ..Default::default()
+        });
+    let (mut consistent, mut busy, mut last) = (0, 0, 0);
+    for attempt in 0..5000 {
+        if consistent >= 500 {
+            break;
+        }
+        let reply = match source.fetch(Want::Heap, Duration::from_secs(5)) {
+            Ok(reply) => reply,
+            Err(e) if e.kind == FailureKind::Timeout => {
+                busy += 1;
+                continue;
+            }
+            Err(e) => panic!("attempt {attempt}: {e}"),
+        };
+        let sites = gcloop_sites(&reply.bytes);
+        // Before the first loop's GC, a site may not exist yet: skip such early captures.
+        if sites.len() < 16 {
+            assert!(
+                consistent == 0,
+                "capture {attempt}: sites went away: {sites:?}"
+            );
+            continue;
+        }
+        assert_eq!(sites.len(), 16, "capture {attempt}: {sites:?}");
+        let first = *sites.values().next().unwrap();
+        for (line, counts) in &sites {
+            assert_eq!(
+                *counts, first,
+                "capture {attempt}: line {line} disagrees with the first site, a mix of two \
+                 published states: {sites:?}"
+            );
+        }
+        assert!(first.1 >= 0 && first.1 <= first.0, "{first:?}");
+        assert!(first.0 >= last, "capture {attempt}: allocations went back");
+        last = first.0;
+        consistent += 1;
+    }
+    assert!(
+        consistent >= 500,
+        "{consistent} consistent captures, {busy} failed attempts"
+    );
+    eprintln!("gcloop: {consistent} consistent captures; {busy} attempts met a flush");
 }

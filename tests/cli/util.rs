@@ -61,12 +61,17 @@ pub fn fixtures_matching(part: &str) -> Vec<PathBuf> {
 
 /// The Go toolchain, when installed; else the test is skipped, saying so (a failure under CI
 /// or HEAPWATCH_REQUIRE_GO: see [`prerequisite`]).
-pub fn go() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
+/// The program `name` as found on PATH.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
-            .map(|dir| dir.join("go"))
+            .map(|dir| dir.join(name))
             .find(|p| p.is_file())
-    });
+    })
+}
+
+pub fn go() -> Option<PathBuf> {
+    let found = on_path("go");
     if found.is_none() {
         prerequisite::skip(Need::Go, "`go` is not on PATH");
     }

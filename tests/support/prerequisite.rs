@@ -24,6 +24,8 @@ pub enum Need {
     Chromium,
     /// A kernel whose `memory.oom_control` counts OOM kills (`oom_kill`, Linux 4.13 and later).
     OomKillCounter,
+    /// A C compiler (`gcc`) for cgo fixtures, which the system linker links.
+    CCompiler,
 }
 
 impl Need {
@@ -33,6 +35,7 @@ impl Need {
             Need::Root => "root",
             Need::Chromium => "headless Chromium",
             Need::OomKillCounter => "a kernel that counts OOM kills per cgroup",
+            Need::CCompiler => "a C compiler for cgo",
         }
     }
 
@@ -42,6 +45,7 @@ impl Need {
             Need::Root => "run the tests as root (sudo -E cargo test) or in a privileged container",
             Need::Chromium => "apt-get install chromium",
             Need::OomKillCounter => "Linux 4.13 or later",
+            Need::CCompiler => "apt-get install gcc",
         }
     }
 
@@ -50,7 +54,7 @@ impl Need {
         let set = |name: &str| std::env::var_os(name).is_some();
         let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"));
         let own = match self {
-            Need::Go => "HEAPWATCH_REQUIRE_GO",
+            Need::Go | Need::CCompiler => "HEAPWATCH_REQUIRE_GO",
             // .ci/run installs Chromium and runs as root: one switch for the full set-up.
             Need::Root | Need::Chromium | Need::OomKillCounter => "HEAPWATCH_REQUIRE_ROOT",
         };

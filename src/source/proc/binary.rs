@@ -14,6 +14,7 @@ use object::{
 };
 use thiserror::Error;
 
+use super::module::{self, FileImage, ModuleData};
 use super::pclntab::{FuncData, Pclntab, PclntabError};
 use super::stripped;
 
@@ -39,6 +40,11 @@ pub enum BinaryError {
     Symbol(&'static str),
     #[error(".gopclntab: {0}")]
     Pclntab(#[from] PclntabError),
+    #[error(
+        "its function table cannot be mapped the way its runtime maps it ({0}); heapwatch \
+         refuses it rather than name its allocation sites wrongly: use the HTTP or agent source"
+    )]
+    Module(String),
 }
 
 /// The main module and toolchain, from `.go.buildinfo` (what `go version -m` prints).
@@ -62,6 +68,22 @@ impl GoBuild {
         let major = parts.next()?.parse().ok()?;
         let minor = parts.next()?.parse().ok()?;
         Some((major, minor))
+    }
+
+    /// The GOEXPERIMENTs the build differs from its release's defaults by, as its version
+    /// string names them: `go1.24.6 X:nospinbitmutex,foo` (go1.26 writes `go1.26.8-X:foo`).
+    pub fn experiments(&self) -> Vec<String> {
+        let Some(at) = self.go_version.find("X:") else {
+            return Vec::new();
+        };
+        self.go_version[at + 2..]
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(str::to_string)
+            .collect()
     }
 }
 
@@ -92,6 +114,9 @@ pub struct GoBinary {
     pub build: GoBuild,
     pub vars: RuntimeVars,
     pub pclntab: Pclntab,
+    /// `runtime.firstmoduledata`: where it is and the text base the function table counts
+    /// from (link-time), checked against the live process at attach.
+    pub module: ModuleData,
     /// ET_DYN: loaded at a bias found in the process's maps.
     pub pie: bool,
     pub segments: Vec<Segment>,
@@ -171,16 +196,14 @@ fn section_bytes<'d>(
 
 type Elf<'d> = ElfFile64<'d, Endianness>;
 
-/// The runtime variables and `go:func.*` from `.symtab`.
-fn symbols(elf: &Elf) -> Result<(RuntimeVars, Option<u64>), BinaryError> {
-    const NAMES: [&str; 7] = [
+/// The runtime variables from `.symtab`.
+fn symbols(elf: &Elf) -> Result<RuntimeVars, BinaryError> {
+    const NAMES: [&str; 5] = [
         "runtime.mbuckets",
         "runtime.mProfCycle",
         "runtime.MemProfileRate",
         "runtime.disableMemoryProfiling",
         "runtime.profMemActiveLock",
-        "go:func.*",
-        "go.func.*",
     ];
     let mut found: HashMap<&str, u64> = HashMap::new();
     for sym in elf.symbols() {
@@ -200,39 +223,37 @@ fn symbols(elf: &Elf) -> Result<(RuntimeVars, Option<u64>), BinaryError> {
         disable_memory_profiling: get("runtime.disableMemoryProfiling")?,
         prof_mem_active_lock: get("runtime.profMemActiveLock").ok(),
     };
-    Ok((vars, get("go:func.*").or_else(|_| get("go.func.*")).ok()))
+    Ok(vars)
 }
 
-/// `moduledata.gofunc` (offset 320 from Go 1.20 to 1.26) of `runtime.firstmoduledata`, found
-/// without symbols: the `.go.module` section (Go 1.26), else the word in `.noptrdata` that
-/// points at the pclntab, followed by the pointer to its function names. The linker writes
-/// these pointers into the file even for PIE (the relocations add to them in place).
-fn moduledata_gofunc(elf: &Elf, pclntab: u64, funcname_off: u64) -> Option<u64> {
-    const GOFUNC: usize = 320;
-    let word = |d: &[u8], at: usize| -> Option<u64> {
-        let b = d.get(at..at.checked_add(8)?)?;
-        Some(u64::from_le_bytes(b.try_into().ok()?))
-    };
-    if let Some(data) = elf
-        .section_by_name(".go.module")
-        .and_then(|s| s.data().ok())
-    {
-        if word(data, 0) == Some(pclntab) {
-            return word(data, GOFUNC);
-        }
+/// The module data must describe this very pclntab, and its function table must span exactly
+/// `[minpc, maxpc)` (the runtime's own `moduledataverify1`).
+fn check_module(md: &ModuleData, table: &Pclntab, pclntab: u64) -> Result<(), String> {
+    let (nfunc, functab, first, end) = table.extent();
+    if md.pc_header != pclntab {
+        return Err(format!(
+            "moduledata.pcHeader is {:#x}, but .gopclntab is at {pclntab:#x}",
+            md.pc_header
+        ));
     }
-    for name in [".noptrdata", ".data"] {
-        let Some(data) = elf.section_by_name(name).and_then(|s| s.data().ok()) else {
-            continue;
-        };
-        let found = (0..data.len().saturating_sub(16)).step_by(8).find(|&at| {
-            word(data, at) == Some(pclntab) && word(data, at + 8) == Some(pclntab + funcname_off)
-        });
-        if let Some(at) = found {
-            return word(data, at + GOFUNC);
-        }
+    if md.ftab != pclntab.wrapping_add(functab as u64) || md.ftab_len != nfunc as u64 + 1 {
+        return Err(format!(
+            "moduledata.ftab ({} entries at {:#x}) is not the pclntab's function table ({} at \
+             {:#x})",
+            md.ftab_len,
+            md.ftab,
+            nfunc + 1,
+            pclntab.wrapping_add(functab as u64)
+        ));
     }
-    None
+    if (first, end) != (md.minpc, md.maxpc) {
+        return Err(format!(
+            "the function table spans {first:#x}..{end:#x} from text base {:#x}, but the \
+             runtime's minpc..maxpc is {:#x}..{:#x}",
+            md.text, md.minpc, md.maxpc
+        ));
+    }
+    Ok(())
 }
 
 /// The Go build id from `.note.go.buildid` (an ELF note named "Go").
@@ -262,10 +283,6 @@ impl GoBinary {
         };
         let build = parse_buildinfo(section_bytes(&section(".go.buildinfo")?)?)
             .map_err(BinaryError::BuildInfo)?;
-        // Older releases put it in RELRO when building PIE.
-        let pcln = section(".gopclntab")
-            .or_else(|_| section(".data.rel.ro.gopclntab"))
-            .map_err(|_| BinaryError::NotGo(".gopclntab"))?;
         let text = section(".text")?;
         let build_id = elf
             .section_by_name(".note.go.buildid")
@@ -279,27 +296,33 @@ impl GoBinary {
             .flatten()
             .map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
             .unwrap_or_default();
-        let pcln_addr = pcln.address();
-        let table = Pclntab::parse(
-            section_bytes(&pcln)?.to_vec(),
-            text.address(),
-            FuncData::default(),
-        )?;
-        let (vars, gofunc) = if elf.section_by_name(".symtab").is_some() {
-            let (vars, gofunc) = symbols(&elf)?;
-            (
-                vars,
-                gofunc.or_else(|| moduledata_gofunc(&elf, pcln_addr, table.funcname_offset())),
-            )
+        // The pclntab is found the way the runtime finds it, through its module data: the
+        // system linker merges `.gopclntab` into other sections, and puts C code at the start
+        // of `.text`.
+        let image = FileImage::new(&elf);
+        let release = build.release().unwrap_or((1, 26));
+        let module = module::read(&elf, &image, release).map_err(BinaryError::Module)?;
+        let pcln_addr = module.pc_header;
+        let pcln = module
+            .pclntab_len()
+            .and_then(|len| image.bytes(pcln_addr, len))
+            .ok_or_else(|| {
+                BinaryError::Module(format!(
+                    "the pclntab at {pcln_addr:#x} (to the end of moduledata.pclntable, {:#x} \
+                     bytes from {:#x}) is not in the file",
+                    module.pclntable_len, module.pclntable
+                ))
+            })?;
+        let table = Pclntab::parse(pcln.to_vec(), module.text, FuncData::default())?
+            .with_text(module.text, module.textsects.clone());
+        check_module(&module, &table, pcln_addr).map_err(BinaryError::Module)?;
+        let vars = if elf.section_by_name(".symtab").is_some() {
+            symbols(&elf)?
         } else {
-            let vars = stripped::recover_vars(&table, (text.address(), section_bytes(&text)?))
-                .map_err(BinaryError::Stripped)?;
-            (
-                vars,
-                moduledata_gofunc(&elf, pcln_addr, table.funcname_offset()),
-            )
+            stripped::recover_vars(&table, (text.address(), section_bytes(&text)?))
+                .map_err(BinaryError::Stripped)?
         };
-        let gofunc = gofunc.ok_or(BinaryError::Symbol("go:func.*"))?;
+        let gofunc = module.gofunc;
         let funcdata = elf
             .sections()
             .find(|s| s.address() <= gofunc && gofunc < s.address() + s.size())
@@ -309,7 +332,11 @@ impl GoBinary {
                 section_addr,
                 section,
             })
-            .unwrap_or_default();
+            .ok_or_else(|| {
+                BinaryError::Module(format!(
+                    "moduledata.gofunc {gofunc:#x} is in no section of the file"
+                ))
+            })?;
         let pclntab = table.with_funcdata(funcdata);
         let segments = elf
             .segments()
@@ -324,6 +351,7 @@ impl GoBinary {
             build,
             vars,
             pclntab,
+            module,
             pie: elf.kind() == ObjectKind::Dynamic,
             segments,
         })
@@ -415,6 +443,23 @@ mod tests {
         assert_eq!(b.main_path.as_deref(), Some("example.com/app"));
         assert_eq!(b.main_version.as_deref(), Some("v1.2.3"));
         assert_eq!(b.vcs_revision.as_deref(), Some("abc123"));
+    }
+
+    #[test]
+    fn experiments_are_read_from_either_form_of_the_version() {
+        let x = |s: &str| {
+            GoBuild {
+                go_version: s.into(),
+                ..GoBuild::default()
+            }
+            .experiments()
+        };
+        assert_eq!(x("go1.24.6 X:nospinbitmutex"), vec!["nospinbitmutex"]);
+        assert_eq!(
+            x("go1.26.8-X:staticlockranking,nodwarf5"),
+            vec!["staticlockranking", "nodwarf5"]
+        );
+        assert!(x("go1.26.8").is_empty());
     }
 
     #[test]

@@ -17,8 +17,9 @@ const POLL: Duration = Duration::from_millis(5);
 /// How long a failed attach is retried within one fetch.
 const ATTACH_RETRY: Duration = Duration::from_millis(200);
 
-/// Makes the per-process source for a pid (`ProcSource::attach` in the CLI).
-pub type Attacher = Box<dyn FnMut(u32) -> Result<Box<dyn Source>, FetchError> + Send>;
+/// Makes the per-process source for a pid within a timeout (`ProcSource::attach_within` in the
+/// CLI).
+pub type Attacher = Box<dyn FnMut(u32, Duration) -> Result<Box<dyn Source>, FetchError> + Send>;
 
 struct Attached {
     process: ProcessId,
@@ -90,7 +91,7 @@ impl FollowSource {
                 }
                 std::thread::sleep(POLL);
             };
-            let source = self.attach_soon(process, deadline)?;
+            let source = self.attach_soon(process, deadline, timeout)?;
             self.pid.store(process.pid, Ordering::Relaxed);
             self.current = Some(Attached { process, source });
         }
@@ -107,10 +108,11 @@ impl FollowSource {
         &mut self,
         process: ProcessId,
         deadline: Instant,
+        timeout: Duration,
     ) -> Result<Box<dyn Source>, FetchError> {
         let retry_until = deadline.min(Instant::now() + ATTACH_RETRY);
         loop {
-            match (self.attach)(process.pid) {
+            match (self.attach)(process.pid, timeout) {
                 Ok(source) => return Ok(source),
                 // A process that ended while being attached is gone, not broken.
                 Err(e) if !process.alive() => {
@@ -215,7 +217,7 @@ mod tests {
     }
 
     fn echo_attacher(log: Arc<Mutex<Vec<u32>>>) -> Attacher {
-        Box::new(move |pid| {
+        Box::new(move |pid, _| {
             log.lock().unwrap().push(pid);
             Ok(Box::new(PidEcho(pid)) as Box<dyn Source>)
         })
@@ -297,7 +299,7 @@ mod tests {
         let mut source = FollowSource::new(
             "t",
             ProcSelector::Exe(name),
-            Box::new(move |pid| {
+            Box::new(move |pid, _| {
                 if failures > 0 {
                     failures -= 1;
                     return Err(FetchError::new(
@@ -320,7 +322,7 @@ mod tests {
         let mut source = FollowSource::new(
             "proc:exe:x",
             ProcSelector::Exe(name),
-            Box::new(|pid| {
+            Box::new(|pid, _| {
                 Err(FetchError::new(
                     FailureKind::Other,
                     format!("process {pid}: not a Go program"),

@@ -25,6 +25,26 @@ pub enum ReadFault {
     Other(String),
 }
 
+impl std::fmt::Display for ReadFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadFault::Unmapped { addr, len } => write!(
+                f,
+                "{len} bytes at {addr:#x} are outside the process's readable memory (a pointer \
+                 into unmapped memory)"
+            ),
+            ReadFault::Denied => f.write_str("the kernel refused the read (no ptrace rights)"),
+            ReadFault::Gone => f.write_str("the process has exited"),
+            ReadFault::Short { addr, len } => write!(
+                f,
+                "only part of {len} bytes at {addr:#x} could be read (a mapping changed under \
+                 the reader)"
+            ),
+            ReadFault::Other(e) => write!(f, "the read failed: {e}"),
+        }
+    }
+}
+
 /// The memory of one target process, read-only.
 pub trait TargetMemory {
     /// Fills `buf` from `addr`, or fails; never a partial fill reported as success.
@@ -40,6 +60,15 @@ pub trait TargetMemory {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
+    }
+
+    /// Fills `out` with `len` bytes from each address in turn (`out.len() == addrs.len() *
+    /// len`): many small reads, which a process can serve in one system call.
+    fn read_scattered(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
+        for (addr, chunk) in addrs.iter().zip(out.chunks_mut(len.max(1))) {
+            self.read(*addr, chunk)?;
+        }
+        Ok(())
     }
 }
 
@@ -66,6 +95,11 @@ impl Regions {
         let i = self.0.partition_point(|r| r.start <= addr);
         let r = self.0.get(i.checked_sub(1)?)?;
         (addr < r.end).then_some((r.start, r.end))
+    }
+
+    /// The bytes of all regions together.
+    pub fn total(&self) -> u64 {
+        self.0.iter().map(|r| r.end - r.start).sum()
     }
 
     /// True when `[addr, addr+len)` lies inside one region.
@@ -116,6 +150,7 @@ pub fn parse_maps(text: &str) -> Vec<MapLine> {
 
 /// A live process, read through `process_vm_readv`, bounded by its maps at the time of
 /// `refresh`.
+#[derive(Clone)]
 pub struct ProcessMemory {
     pid: libc::pid_t,
     regions: Regions,
@@ -147,9 +182,31 @@ impl ProcessMemory {
     }
 }
 
+impl ProcessMemory {
+    /// How many bytes the process had readable at the last `refresh`: no list of its own can
+    /// hold more.
+    pub fn readable_bytes(&self) -> u64 {
+        self.regions.total()
+    }
+}
+
 impl TargetMemory for ProcessMemory {
     fn readable_span(&self, addr: u64) -> Option<(u64, u64)> {
         self.regions.span(addr)
+    }
+
+    fn read_scattered(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
+        if len == 0 || out.len() != addrs.len() * len {
+            return Err(ReadFault::Other(format!(
+                "{} bytes asked for {} reads of {len}",
+                out.len(),
+                addrs.len()
+            )));
+        }
+        for (batch, buf) in addrs.chunks(IOV_MAX).zip(out.chunks_mut(IOV_MAX * len)) {
+            self.read_batch(batch, len, buf)?;
+        }
+        Ok(())
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
@@ -190,6 +247,46 @@ impl TargetMemory for ProcessMemory {
                 addr,
                 len: buf.len(),
             });
+        }
+        Ok(())
+    }
+}
+
+/// Most iovecs one `process_vm_readv` takes (`IOV_MAX` on Linux).
+const IOV_MAX: usize = 1024;
+
+impl ProcessMemory {
+    /// One `process_vm_readv` of up to `IOV_MAX` small ranges; any that is not wholly read
+    /// sends the batch to single reads, which name the fault.
+    fn read_batch(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
+        if addrs.iter().any(|&a| !self.regions.contains(a, len)) {
+            return self.read_each(addrs, len, out);
+        }
+        let local = libc::iovec {
+            iov_base: out.as_mut_ptr().cast(),
+            iov_len: out.len(),
+        };
+        let remote: Vec<libc::iovec> = addrs
+            .iter()
+            .map(|&a| libc::iovec {
+                iov_base: a as usize as *mut libc::c_void,
+                iov_len: len,
+            })
+            .collect();
+        // SAFETY: `local` describes `out`, owned mutably for the call, and is exactly as long
+        // as the remote ranges together; the kernel checks the remote side.
+        let n = unsafe {
+            libc::process_vm_readv(self.pid, &local, 1, remote.as_ptr(), remote.len() as _, 0)
+        };
+        if n >= 0 && n as usize == out.len() {
+            return Ok(());
+        }
+        self.read_each(addrs, len, out)
+    }
+
+    fn read_each(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
+        for (addr, chunk) in addrs.iter().zip(out.chunks_mut(len.max(1))) {
+            self.read(*addr, chunk)?;
         }
         Ok(())
     }
@@ -355,6 +452,30 @@ mod tests {
             mem.read(8, &mut [0u8; 8]),
             Err(ReadFault::Unmapped { .. })
         ));
+    }
+
+    #[test]
+    fn scattered_reads_of_own_memory_read_back_and_name_a_wild_address() {
+        let values: Vec<u64> = (0..3000u64).map(|i| i * 7 + 1).collect();
+        let mut mem = ProcessMemory::new(std::process::id());
+        mem.refresh().unwrap();
+        let addrs: Vec<u64> = (0..3000)
+            .rev()
+            .map(|i| &values[i] as *const u64 as u64)
+            .collect();
+        let mut out = vec![0u8; 8 * addrs.len()];
+        mem.read_scattered(&addrs, 8, &mut out).unwrap();
+        let back: Vec<u64> = out
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(back, values.iter().rev().copied().collect::<Vec<_>>());
+        let mut wild = addrs[..10].to_vec();
+        wild[5] = 8;
+        assert_eq!(
+            mem.read_scattered(&wild, 8, &mut out[..80]),
+            Err(ReadFault::Unmapped { addr: 8, len: 8 })
+        );
     }
 
     #[test]

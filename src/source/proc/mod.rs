@@ -7,15 +7,18 @@ pub mod binary;
 pub mod encode;
 pub mod follow;
 pub mod memory;
+pub mod module;
 pub mod pclntab;
 pub mod stripped;
 pub mod walk;
 
+use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use thiserror::Error;
 
@@ -57,6 +60,17 @@ pub enum ProcError {
         version: String,
     },
     #[error(
+        "{target}: process {pid} was built with GOEXPERIMENT={experiment} ({version}), which \
+         changes the layout of the runtime's profile lock that heapwatch reads; use the HTTP or \
+         agent source for this one"
+    )]
+    UnsupportedExperiment {
+        pid: u32,
+        target: String,
+        version: String,
+        experiment: String,
+    },
+    #[error(
         "{target}: process {pid} has heap profiling disabled by the linker \
          (runtime.disableMemoryProfiling: nothing in the program calls runtime.MemProfile or \
          imports runtime/pprof), so it keeps no heap profile to read"
@@ -85,6 +99,66 @@ pub struct ProcSource {
     /// `/proc/PID/stat` start time: a reused pid is another process, not this one.
     started: Option<u64>,
     limits: Limits,
+    /// The thread that does this process's reads, started at the first capture.
+    reader: Option<Reader>,
+}
+
+/// One capture's reads, handed to the reader thread.
+struct ReadJob {
+    memory: ProcessMemory,
+    limits: Limits,
+}
+
+type ReadReply = Result<(i64, walk::Snapshot), WalkError>;
+
+/// `process_vm_readv` cannot be interrupted: a page that never arrives (a userfaultfd nobody
+/// serves, a file on a stalled FUSE mount) blocks it for good. So a process's reads run on a
+/// thread of their own, one per attached process and kept from capture to capture; a capture
+/// waits for its reply until the deadline, and a reader still blocked past it gets no more
+/// work until it answers.
+struct Reader {
+    requests: mpsc::Sender<ReadJob>,
+    replies: mpsc::Receiver<ReadReply>,
+    /// A job was sent whose reply has not come back.
+    outstanding: bool,
+}
+
+impl Reader {
+    fn spawn(
+        pid: u32,
+        anchors: Anchors,
+        layout: Layout,
+        rate_addr: u64,
+    ) -> std::io::Result<Reader> {
+        let (requests, jobs) = mpsc::channel::<ReadJob>();
+        let (answer, replies) = mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("proc-read-{pid}"))
+            .spawn(move || {
+                // Ends when the source is dropped (its sender with it).
+                while let Ok(job) = jobs.recv() {
+                    let read = job
+                        .memory
+                        .read_u64(rate_addr)
+                        .map_err(|fault| WalkError::Read {
+                            what: "runtime.MemProfileRate",
+                            fault,
+                        })
+                        .and_then(|rate| {
+                            walk::walk(&job.memory, &anchors, &layout, &job.limits)
+                                .map(|s| (rate as i64, s))
+                        });
+                    if answer.send(read).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Reader {
+            requests,
+            replies,
+            outstanding: false,
+        })
+    }
 }
 
 fn start_time(pid: u32) -> Option<u64> {
@@ -148,7 +222,16 @@ impl ProcSource {
             .ok_or_else(|| ProcError::UnsupportedVersion {
                 pid,
                 target: target.clone(),
-                version,
+                version: version.clone(),
+            })?;
+        let layout =
+            walk::with_experiments(layout, &binary.build.experiments()).map_err(|experiment| {
+                ProcError::UnsupportedExperiment {
+                    pid,
+                    target: target.clone(),
+                    version,
+                    experiment,
+                }
             })?;
 
         let mut memory = ProcessMemory::new(pid);
@@ -207,6 +290,7 @@ impl ProcSource {
             memory,
             started,
             limits: Limits::default(),
+            reader: None,
         };
         let mut flag = [0u8; 1];
         let disable_at = vars.disable_memory_profiling.wrapping_add(bias);
@@ -220,7 +304,81 @@ impl ProcSource {
                 target: source.target,
             });
         }
+        // The text base read from the file must be the one the live runtime uses, or every
+        // PC would be named after a neighbour.
+        let module = &source.binary.module;
+        let text_at = module
+            .addr
+            .wrapping_add(module::TEXT_FIELD)
+            .wrapping_add(bias);
+        let live = source
+            .memory
+            .read_u64(text_at)
+            .map_err(|fault| source.attach_error(fault))?;
+        if live != module.text.wrapping_add(bias) {
+            return Err(ProcError::Binary {
+                pid,
+                target: source.target.clone(),
+                source: BinaryError::Module(format!(
+                    "runtime.firstmoduledata.text is {live:#x} in the process, but the file \
+                     gives {:#x} (load bias {bias:#x})",
+                    module.text.wrapping_add(bias)
+                )),
+            });
+        }
         Ok(source)
+    }
+
+    /// [`ProcSource::attach`] bounded by `timeout`: reading the executable (a file on a stalled
+    /// FUSE mount) or the process's memory (a page that never arrives) can block for good, so
+    /// the attach runs on a thread of its own, left behind at the timeout. While one is still
+    /// blocked for a pid, another attach to it fails at once instead of adding a thread.
+    pub fn attach_within(
+        pid: u32,
+        target: impl Into<String>,
+        timeout: Duration,
+    ) -> Result<ProcSource, ProcError> {
+        static BLOCKED: OnceLock<Mutex<HashSet<u32>>> = OnceLock::new();
+        let blocked = BLOCKED.get_or_init(Mutex::default);
+        let target = target.into();
+        let stalled = |detail: String| ProcError::Unreadable {
+            pid,
+            target: target.clone(),
+            detail,
+        };
+        if blocked.lock().is_ok_and(|b| b.contains(&pid)) {
+            return Err(stalled(
+                "an earlier attach is still blocked reading its executable or its memory (a \
+                 file on a stalled FUSE mount, or a page that never arrives)"
+                    .into(),
+            ));
+        }
+        if let Ok(mut b) = blocked.lock() {
+            b.insert(pid);
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        let name = target.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("proc-attach-{pid}"))
+            .spawn(move || {
+                let _ = tx.send(ProcSource::attach(pid, name));
+                if let Ok(mut b) = blocked.lock() {
+                    b.remove(&pid);
+                }
+            });
+        if let Err(e) = spawned {
+            if let Ok(mut b) = blocked.lock() {
+                b.remove(&pid);
+            }
+            return Err(stalled(format!("starting an attach thread: {e}")));
+        }
+        rx.recv_timeout(timeout).unwrap_or_else(|_| {
+            Err(stalled(format!(
+                "attaching did not finish within the {} timeout: reading its executable or its \
+                 memory blocked (a file on a stalled FUSE mount, or a page that never arrives)",
+                crate::units::format_duration(timeout)
+            )))
+        })
     }
 
     fn attach_error(&self, fault: ReadFault) -> ProcError {
@@ -231,7 +389,7 @@ impl ProcSource {
             other => ProcError::Unreadable {
                 pid,
                 target,
-                detail: format!("reading runtime.disableMemoryProfiling: {other:?}"),
+                detail: format!("reading the runtime's variables: {other}"),
             },
         }
     }
@@ -262,44 +420,77 @@ impl ProcSource {
         self.fail(FailureKind::Refused, "the process has exited")
     }
 
-    fn fault(&self, what: &str, fault: ReadFault) -> FetchError {
-        match fault {
-            ReadFault::Gone => self.gone(),
-            ReadFault::Denied => self.fail(FailureKind::Other, PTRACE_HELP),
-            other => self.fail(FailureKind::Other, format!("reading {what}: {other:?}")),
-        }
-    }
-
-    /// One heap capture: the gzipped pprof bytes.
-    pub fn capture_heap(&mut self) -> Result<Vec<u8>, FetchError> {
+    /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`.
+    pub fn capture_heap(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+        let deadline = Instant::now() + timeout;
         if start_time(self.pid) != self.started || self.started.is_none() {
             return Err(self.gone());
+        }
+        // A read still blocked from an earlier capture: nothing more is sent after it.
+        if let Some(reader) = &mut self.reader {
+            if reader.outstanding {
+                match reader.replies.try_recv() {
+                    Err(mpsc::TryRecvError::Empty) => {
+                        return Err(self.fail(
+                            FailureKind::Timeout,
+                            "a read of its memory from an earlier capture is still blocked (a \
+                             page that never arrives: userfaultfd, or a file on a stalled FUSE \
+                             mount)",
+                        ));
+                    }
+                    Ok(_) => reader.outstanding = false,
+                    Err(mpsc::TryRecvError::Disconnected) => self.reader = None,
+                }
+            }
         }
         if self.memory.refresh().is_err() {
             return Err(self.gone());
         }
-        let rate = self
-            .memory
-            .read_u64(self.rate_addr)
-            .map_err(|f| self.fault("runtime.MemProfileRate", f))? as i64;
-        let snapshot = walk::walk(&self.memory, &self.anchors, &self.layout, &self.limits)
-            .map_err(|e| match e {
-                WalkError::Read {
-                    fault: ReadFault::Gone,
-                    ..
-                } => self.gone(),
-                WalkError::Read {
-                    fault: ReadFault::Denied,
-                    ..
-                } => self.fail(FailureKind::Other, PTRACE_HELP),
-                // A mapping that vanished mid-read is the process going away, when it has.
-                other if start_time(self.pid) != self.started => {
-                    let _ = other;
-                    self.gone()
-                }
-                WalkError::Busy { .. } => self.fail(FailureKind::Timeout, &e),
-                other => self.fail(FailureKind::Other, other),
-            })?;
+        let limits = Limits {
+            max_bytes: self.limits.max_bytes.min(self.memory.readable_bytes()),
+            deadline: Some(deadline),
+            ..self.limits
+        };
+        if self.reader.is_none() {
+            self.reader = Some(
+                Reader::spawn(self.pid, self.anchors, self.layout, self.rate_addr).map_err(
+                    |e| self.fail(FailureKind::Other, format!("starting a reader thread: {e}")),
+                )?,
+            );
+        }
+        let Some(reader) = self.reader.as_mut() else {
+            return Err(self.fail(FailureKind::Other, "no reader thread"));
+        };
+        let job = ReadJob {
+            memory: self.memory.clone(),
+            limits,
+        };
+        if reader.requests.send(job).is_err() {
+            self.reader = None;
+            return Err(self.fail(FailureKind::Other, "the reader thread ended"));
+        }
+        let (rate, snapshot) = match reader
+            .replies
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            Ok(read) => read.map_err(|e| self.walk_error(e))?,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                reader.outstanding = true;
+                return Err(self.fail(
+                    FailureKind::Timeout,
+                    format!(
+                        "no whole heap profile within the {} timeout: a read of its memory \
+                         blocked (a page that never arrives: userfaultfd, or a file on a \
+                         stalled FUSE mount)",
+                        crate::units::format_duration(timeout)
+                    ),
+                ));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                self.reader = None;
+                return Err(self.fail(FailureKind::Other, "the reader thread ended"));
+            }
+        };
         let records = walk::into_mem_profile(snapshot);
         let syms = Symbols {
             table: &self.binary.pclntab,
@@ -310,6 +501,23 @@ impl ProcSource {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i64);
         Ok(self.encoder.heap_profile_gz(&records, rate, &syms, now))
+    }
+
+    fn walk_error(&self, e: WalkError) -> FetchError {
+        match e {
+            WalkError::Read {
+                fault: ReadFault::Gone,
+                ..
+            } => self.gone(),
+            WalkError::Read {
+                fault: ReadFault::Denied,
+                ..
+            } => self.fail(FailureKind::Other, PTRACE_HELP),
+            // A mapping that vanished mid-read is the process going away, when it has.
+            _ if start_time(self.pid) != self.started => self.gone(),
+            e if e.is_timeout() => self.fail(FailureKind::Timeout, e),
+            other => self.fail(FailureKind::Other, other),
+        }
     }
 }
 
@@ -326,7 +534,7 @@ impl Source for ProcSource {
         want == Want::Heap
     }
 
-    fn fetch(&mut self, want: Want, _timeout: Duration) -> Result<Reply, FetchError> {
+    fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
         if want != Want::Heap {
             return Err(self.fail(
                 FailureKind::Other,
@@ -337,7 +545,7 @@ impl Source for ProcSource {
             ));
         }
         Ok(Reply {
-            bytes: self.capture_heap()?,
+            bytes: self.capture_heap(timeout)?,
             pid: Some(self.pid),
         })
     }
@@ -386,6 +594,10 @@ mod tests {
             "{err}"
         );
         let err = ProcSource::attach(0, "proc:0").err().unwrap();
+        assert!(matches!(err, ProcError::NoProcess { pid: 0, .. }), "{err}");
+        let err = ProcSource::attach_within(0, "proc:0", Duration::from_secs(5))
+            .err()
+            .unwrap();
         assert!(matches!(err, ProcError::NoProcess { pid: 0, .. }), "{err}");
     }
 

@@ -5,6 +5,8 @@
 
 use thiserror::Error;
 
+use super::module::TextSect;
+
 const MAGIC_GO120: u32 = 0xffff_fff1;
 const PCDATA_INL_TREE_INDEX: u32 = 2;
 const FUNCDATA_INL_TREE: u32 = 3;
@@ -78,6 +80,8 @@ pub struct Pclntab {
     quantum: u64,
     nfunc: usize,
     text_start: u64,
+    /// `moduledata.textsectmap` when the text is in several pieces (empty or one: contiguous).
+    textsects: Vec<TextSect>,
     funcname: usize,
     cutab: usize,
     filetab: usize,
@@ -158,6 +162,7 @@ impl Pclntab {
             quantum: u64::from(quantum.max(1)),
             nfunc,
             text_start,
+            textsects: Vec::new(),
             funcname,
             cutab,
             filetab,
@@ -172,6 +177,60 @@ impl Pclntab {
     pub fn with_funcdata(mut self, funcdata: FuncData) -> Pclntab {
         self.funcdata = funcdata;
         self
+    }
+
+    /// The same table with the runtime's own text base (`moduledata.text`) and its text
+    /// sections: function offsets count from there, wherever the ELF `.text` begins.
+    pub fn with_text(mut self, text_start: u64, textsects: Vec<TextSect>) -> Pclntab {
+        self.text_start = text_start;
+        self.textsects = if textsects.len() > 1 {
+            textsects
+        } else {
+            Vec::new()
+        };
+        self
+    }
+
+    /// `moduledata.textOff`: the function-table offset of a PC.
+    fn text_off(&self, pc: u64) -> Option<u32> {
+        if self.textsects.is_empty() {
+            return u32::try_from(pc.checked_sub(self.text_start)?).ok();
+        }
+        let last = self.textsects.len() - 1;
+        for (i, s) in self.textsects.iter().enumerate() {
+            if s.base > pc {
+                return None;
+            }
+            let end = s.base.checked_add(s.end.checked_sub(s.vaddr)?)? + u64::from(i == last);
+            if pc < end {
+                return u32::try_from(pc - s.base + s.vaddr).ok();
+            }
+        }
+        None
+    }
+
+    /// `moduledata.textAddr`: the PC of a function-table offset.
+    pub fn text_addr(&self, off: u32) -> u64 {
+        let off = u64::from(off);
+        let last = self.textsects.len().saturating_sub(1);
+        self.textsects
+            .iter()
+            .enumerate()
+            .find(|&(i, s)| (s.vaddr <= off && off < s.end) || (i == last && off == s.end))
+            .map_or(self.text_start.wrapping_add(off), |(_, s)| {
+                s.base.wrapping_add(off - s.vaddr)
+            })
+    }
+
+    /// (functions, offset of the function table in the pclntab, first and end PC): what
+    /// `moduledata` must agree with.
+    pub fn extent(&self) -> (usize, usize, u64, u64) {
+        (
+            self.nfunc,
+            self.functab,
+            self.text_addr(self.entry_off(0)),
+            self.text_addr(self.entry_off(self.nfunc)),
+        )
     }
 
     /// `funcnameOffset` of the header: where `moduledata.funcnametab` points, relative to the
@@ -190,8 +249,8 @@ impl Pclntab {
             };
             (self.func_name(f)? == name).then(|| {
                 (
-                    self.text_start + u64::from(self.entry_off(i)),
-                    self.text_start + u64::from(self.entry_off(i + 1)),
+                    self.text_addr(self.entry_off(i)),
+                    self.text_addr(self.entry_off(i + 1)),
                 )
             })
         })
@@ -211,7 +270,7 @@ impl Pclntab {
 
     /// The function whose code holds `pc` (`runtime.findfunc`).
     pub fn find_func(&self, pc: u64) -> Option<FuncRef> {
-        let rel = u32::try_from(pc.checked_sub(self.text_start)?).ok()?;
+        let rel = self.text_off(pc)?;
         if self.nfunc == 0 || rel < self.entry_off(0) || rel >= self.entry_off(self.nfunc) {
             return None;
         }
@@ -227,7 +286,7 @@ impl Pclntab {
         }
         let funcoff = u32_at(&self.data, self.functab + 8 * lo + 4)? as usize;
         let off = self.functab.checked_add(funcoff)?;
-        let entry = self.text_start + u64::from(u32_at(&self.data, off)?);
+        let entry = self.text_addr(u32_at(&self.data, off)?);
         Some(FuncRef { off, entry })
     }
 
@@ -499,6 +558,41 @@ pub(crate) mod tests {
         assert_eq!(
             t.func_name(t.find_func(0x100b).unwrap()),
             Some("main.other")
+        );
+    }
+
+    #[test]
+    fn the_text_base_is_the_module_data_s_and_split_text_maps_through_its_sections() {
+        // The system linker's layout: the same table, Go's text 0x100 further on.
+        let t = fabricated().with_text(0x1100, Vec::new());
+        assert_eq!(t.find_func(0x1000), None, "C start-up code, not Go");
+        assert_eq!(t.find_func(0x110b).map(|f| f.entry), Some(0x110a));
+        assert_eq!(t.extent().2..t.extent().3, 0x1100..0x1114);
+        // Two text sections (as the linker splits very large text on some architectures):
+        // offsets [0, 10) at 0x1000, [10, 20) moved to 0x5000.
+        let split = fabricated().with_text(
+            0x1000,
+            vec![
+                TextSect {
+                    vaddr: 0,
+                    end: 10,
+                    base: 0x1000,
+                },
+                TextSect {
+                    vaddr: 10,
+                    end: 20,
+                    base: 0x5000,
+                },
+            ],
+        );
+        assert_eq!(split.find_func(0x1003).map(|f| f.entry), Some(0x1000));
+        assert_eq!(split.find_func(0x100b), None, "between the sections");
+        let f = split.find_func(0x5001).unwrap();
+        assert_eq!((f.entry, split.func_name(f)), (0x5000, Some("main.other")));
+        assert_eq!(
+            split.text_addr(20),
+            0x500a,
+            "the end sentinel belongs to the last"
         );
     }
 

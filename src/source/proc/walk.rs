@@ -3,7 +3,9 @@
 //! bounded and checked; a list that changes under the reader gives a failed attempt, never a
 //! partial one.
 
+use std::collections::HashSet;
 use std::fmt;
+use std::time::Instant;
 
 use super::memory::{BlockReader, ReadFault, TargetMemory};
 
@@ -39,6 +41,24 @@ pub fn layout_for(release: (u32, u32)) -> Option<Layout> {
         }),
         _ => None,
     }
+}
+
+/// The layout under the build's GOEXPERIMENTs, or the experiment heapwatch cannot read
+/// under. Only two touch what the walker reads: `spinbitmutex` (default on amd64 from go1.24;
+/// `nospinbitmutex` brings back the futex lock, held whenever its key is not 0, so a lock with
+/// sleeping waiters, key 2, must not read as free) and `staticlockranking` (puts a rank before
+/// every mutex's key). The others change code generation, the GC, maps or the compiler, not
+/// the buckets, the profile lock or the module data.
+pub fn with_experiments(mut layout: Layout, experiments: &[String]) -> Result<Layout, String> {
+    for x in experiments {
+        match x.as_str() {
+            "nospinbitmutex" => layout.spinbit_mutex = false,
+            "spinbitmutex" => layout.spinbit_mutex = true,
+            "staticlockranking" => return Err(x.clone()),
+            _ => {}
+        }
+    }
+    Ok(layout)
 }
 
 /// The Go releases `layout_for` accepts, for messages.
@@ -96,6 +116,16 @@ pub enum WalkError {
         fault: ReadFault,
     },
     TooManyBuckets(usize),
+    /// The list came back to a bucket it had already passed.
+    Cycle {
+        addr: u64,
+        index: usize,
+    },
+    /// The buckets read so far hold more bytes than the budget (what the process has mapped).
+    OverBudget {
+        budget: u64,
+        buckets: usize,
+    },
     BucketType {
         addr: u64,
         typ: u64,
@@ -109,15 +139,39 @@ pub enum WalkError {
     Busy {
         attempts: usize,
     },
+    /// The deadline passed before a whole, checked walk.
+    Deadline {
+        buckets: usize,
+    },
+}
+
+impl WalkError {
+    /// A walk that ran out of time or met a changing profile: worth another try later, unlike
+    /// a damaged list.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, WalkError::Busy { .. } | WalkError::Deadline { .. })
+    }
 }
 
 impl fmt::Display for WalkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WalkError::Read { what, fault } => write!(f, "reading {what}: {fault:?}"),
+            WalkError::Read { what, fault } => write!(f, "reading {what}: {fault}"),
             WalkError::TooManyBuckets(n) => write!(
                 f,
                 "more than {n} heap profile buckets (a corrupt or cyclic list?)"
+            ),
+            WalkError::Cycle { addr, index } => write!(
+                f,
+                "the heap profile's bucket list loops: bucket {} (at {addr:#x}) is one it \
+                 already passed, so the list is corrupt",
+                index + 1
+            ),
+            WalkError::OverBudget { budget, buckets } => write!(
+                f,
+                "the first {buckets} heap profile buckets already hold more than {} MiB, more \
+                 than the process has mapped or heapwatch copies in one walk (a corrupt list?)",
+                budget >> 20
             ),
             WalkError::BucketType { addr, typ } => {
                 write!(f, "bucket at {addr:#x} has type {typ}, not a heap bucket")
@@ -131,6 +185,11 @@ impl fmt::Display for WalkError {
                 "the heap profile changed under the reader in {attempts} attempts (a GC cycle \
                  was flushing it); try again"
             ),
+            WalkError::Deadline { buckets } => write!(
+                f,
+                "the timeout passed before a whole heap profile was read ({buckets} buckets in \
+                 the last attempt)"
+            ),
         }
     }
 }
@@ -140,14 +199,31 @@ impl fmt::Display for WalkError {
 pub struct Limits {
     pub max_buckets: usize,
     pub attempts: usize,
+    /// Bytes of bucket headers, stacks and records one walk may copy. A real list cannot hold
+    /// more than the process has mapped; the proc source lowers it to that at each capture.
+    pub max_bytes: u64,
+    /// When the walk gives up (checked between blocks, buckets and attempts).
+    pub deadline: Option<Instant>,
 }
+
+/// The most one walk copies, whatever the target has mapped: 1 GiB (a profile of two million
+/// buckets of 64 frames each is 1.3 GiB in the runtime; real ones are a few MiB).
+pub const MAX_WALK_BYTES: u64 = 1 << 30;
 
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_buckets: 2_000_000,
             attempts: 4,
+            max_bytes: MAX_WALK_BYTES,
+            deadline: None,
         }
+    }
+}
+
+impl Limits {
+    fn past(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 }
 
@@ -184,6 +260,15 @@ fn guard(mem: &dyn TargetMemory, a: &Anchors, layout: &Layout) -> Result<(u32, b
     Ok((cycle, held))
 }
 
+fn cycle_at(body: &[u8], n: usize, k: usize) -> Cycle {
+    Cycle {
+        allocs: word(body, n + 4 * k),
+        frees: word(body, n + 4 * k + 1),
+        alloc_bytes: word(body, n + 4 * k + 2),
+        free_bytes: word(body, n + 4 * k + 3),
+    }
+}
+
 /// One pass over the list from its current head.
 fn walk_once(
     mem: &dyn TargetMemory,
@@ -192,6 +277,10 @@ fn walk_once(
     limits: &Limits,
 ) -> Result<Vec<Bucket>, WalkError> {
     let mut buckets = Vec::new();
+    // std's keyed hasher: the addresses are the target's to choose, and must not be able to
+    // make the set's lookups collide.
+    let mut seen = HashSet::new();
+    let mut copied: u64 = 0;
     let mut at = mem.read_u64(a.mbuckets).map_err(|fault| WalkError::Read {
         what: "runtime.mbuckets",
         fault,
@@ -201,6 +290,18 @@ fn walk_once(
     while at != 0 {
         if buckets.len() >= limits.max_buckets {
             return Err(WalkError::TooManyBuckets(limits.max_buckets));
+        }
+        if !seen.insert(at) {
+            return Err(WalkError::Cycle {
+                addr: at,
+                index: buckets.len(),
+            });
+        }
+        // Every 64 buckets: a clock read per bucket would cost more than the bucket.
+        if buckets.len() % 64 == 63 && limits.past() {
+            return Err(WalkError::Deadline {
+                buckets: buckets.len(),
+            });
         }
         mem.read(at, &mut header).map_err(|fault| WalkError::Read {
             what: "a bucket header",
@@ -218,6 +319,13 @@ fn walk_once(
             });
         }
         let n = nstk as usize;
+        copied += (layout.header + 8 * n + layout.record) as u64;
+        if copied > limits.max_bytes {
+            return Err(WalkError::OverBudget {
+                budget: limits.max_bytes,
+                buckets: buckets.len() + 1,
+            });
+        }
         body.resize(8 * n + layout.record, 0);
         let body_at = at
             .checked_add(layout.header as u64)
@@ -231,42 +339,93 @@ fn walk_once(
                 fault,
             })?;
         let stack = (0..n).map(|i| word(&body, i)).collect();
-        let cycle = |k: usize| Cycle {
-            allocs: word(&body, n + 4 * k),
-            frees: word(&body, n + 4 * k + 1),
-            alloc_bytes: word(&body, n + 4 * k + 2),
-            free_bytes: word(&body, n + 4 * k + 3),
-        };
         buckets.push(Bucket {
             addr: at,
             stack,
-            active: cycle(0),
-            future: [cycle(1), cycle(2), cycle(3)],
+            active: cycle_at(&body, n, 0),
+            future: [
+                cycle_at(&body, n, 1),
+                cycle_at(&body, n, 2),
+                cycle_at(&body, n, 3),
+            ],
         });
         at = allnext;
     }
     Ok(buckets)
 }
 
+/// Records re-read per batch (one `process_vm_readv` for a live process).
+const REREAD_BATCH: usize = 1024;
+
+/// Reads every bucket's record again: true when the figures the profile is made of (the active
+/// record and the future slot of `cycle`) are as the walk saw them.
+fn unchanged(
+    mem: &dyn TargetMemory,
+    layout: &Layout,
+    buckets: &[Bucket],
+    cycle: u32,
+    limits: &Limits,
+) -> Result<bool, WalkError> {
+    let index = (cycle % 3) as usize;
+    let mut records = vec![0u8; layout.record * REREAD_BATCH.min(buckets.len())];
+    let mut addrs = Vec::with_capacity(REREAD_BATCH);
+    for batch in buckets.chunks(REREAD_BATCH) {
+        if limits.past() {
+            return Err(WalkError::Deadline {
+                buckets: buckets.len(),
+            });
+        }
+        addrs.clear();
+        addrs.extend(
+            batch
+                .iter()
+                .map(|b| b.addr + (layout.header + 8 * b.stack.len()) as u64),
+        );
+        let out = &mut records[..layout.record * batch.len()];
+        mem.read_scattered(&addrs, layout.record, out)
+            .map_err(|fault| WalkError::Read {
+                what: "a bucket's record, read again",
+                fault,
+            })?;
+        for (b, record) in batch.iter().zip(out.chunks(layout.record)) {
+            if cycle_at(record, 0, 0) != b.active
+                || cycle_at(record, 0, 1 + index) != b.future[index]
+            {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// How long one attempt waits for a held active-profile lock: 40 × 250 µs = 10 ms.
 const LOCK_POLLS: usize = 40;
 const LOCK_POLL: std::time::Duration = std::time::Duration::from_micros(250);
 
-/// Reads the whole heap profile state. The runtime only ever prepends buckets, so one head
-/// gives a fixed list; the records are trusted only when no GC cycle started or flushed and
-/// nobody held the active-profile lock from before the walk to after it.
+/// Reads the whole heap profile state, as it was at one instant the runtime could have
+/// published it. The runtime only ever prepends buckets, so one head gives a fixed list. A
+/// sweep's flush (`mProf_PostSweep`) rewrites the records under the active-profile lock
+/// without touching `mProfCycle`, and can start and end inside one walk: a memory copy is not
+/// atomic. So the records are read twice, with the lock read in between; the walk is trusted
+/// when the cycle held, the lock was free at that middle instant and at both ends, and every
+/// record read the second time equals the first. Records only grow between flushes, so equal
+/// reads on either side of the middle instant are the records at that instant.
 pub fn walk(
     mem: &dyn TargetMemory,
     anchors: &Anchors,
     layout: &Layout,
     limits: &Limits,
 ) -> Result<Snapshot, WalkError> {
+    let mut last = 0;
     for _ in 0..limits.attempts.max(1) {
+        if limits.past() {
+            return Err(WalkError::Deadline { buckets: last });
+        }
         let (mut before, mut held_before) = guard(mem, anchors, layout)?;
         // A GC's flush holds the lock for a pass over every bucket (milliseconds on a large
         // profile): waiting it out costs nothing, where walking into it wastes a whole attempt.
         for _ in 0..LOCK_POLLS {
-            if !held_before {
+            if !held_before || limits.past() {
                 break;
             }
             std::thread::sleep(LOCK_POLL);
@@ -276,12 +435,18 @@ pub fn walk(
             continue;
         }
         let buckets = walk_once(&BlockReader::new(mem), anchors, layout, limits)?;
+        last = buckets.len();
+        let (middle, held_middle) = guard(mem, anchors, layout)?;
+        if middle != before || held_middle {
+            continue;
+        }
+        let cycle = before >> 1;
+        if !unchanged(mem, layout, &buckets, cycle, limits)? {
+            continue;
+        }
         let (after, held_after) = guard(mem, anchors, layout)?;
         if before == after && !held_after {
-            return Ok(Snapshot {
-                cycle: before >> 1,
-                buckets,
-            });
+            return Ok(Snapshot { cycle, buckets });
         }
     }
     Err(WalkError::Busy {
@@ -458,15 +623,14 @@ mod tests {
     }
 
     #[test]
-    fn a_cyclic_list_stops_at_the_bucket_bound() {
+    fn a_cyclic_list_is_refused_at_the_first_repeat() {
         let mem = image(2, &[(vec![1], [0; 16])], &[0x2000, 0x2000]);
-        let limits = Limits {
-            max_buckets: 100,
-            attempts: 1,
-        };
         assert_eq!(
-            walk(&mem, &ANCHORS, &LAYOUT, &limits),
-            Err(WalkError::TooManyBuckets(100))
+            walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()),
+            Err(WalkError::Cycle {
+                addr: 0x2000,
+                index: 1
+            })
         );
     }
 
@@ -502,11 +666,139 @@ mod tests {
                 &LAYOUT,
                 &Limits {
                     max_buckets: 10,
-                    attempts: 2
+                    attempts: 2,
+                    ..Limits::default()
                 }
             ),
             Err(WalkError::Busy { attempts: 2 })
         );
+    }
+
+    #[test]
+    fn a_list_holding_more_than_the_budget_is_refused_before_it_is_copied() {
+        let mem = image(2, &[(vec![1, 2, 3], [0; 16])], &[0x2000]);
+        let limits = Limits {
+            max_bytes: 100,
+            ..Limits::default()
+        };
+        assert_eq!(
+            walk(&mem, &ANCHORS, &LAYOUT, &limits),
+            Err(WalkError::OverBudget {
+                budget: 100,
+                buckets: 1
+            })
+        );
+    }
+
+    #[test]
+    fn a_passed_deadline_ends_the_walk_as_a_timeout() {
+        let mem = image(2, &[(vec![1], [0; 16])], &[0x2000]);
+        let limits = Limits {
+            deadline: Some(Instant::now()),
+            ..Limits::default()
+        };
+        let err = walk(&mem, &ANCHORS, &LAYOUT, &limits).unwrap_err();
+        assert!(matches!(err, WalkError::Deadline { .. }), "{err}");
+        assert!(err.is_timeout());
+    }
+
+    /// An image whose first bucket's active allocation count goes up by one on chosen reads
+    /// of its record (counted from 1): a sweep's flush landing while the walker reads.
+    struct Flushing {
+        image: std::cell::RefCell<ImageMemory>,
+        record_reads: std::cell::Cell<usize>,
+        flush_on: Vec<usize>,
+    }
+
+    impl TargetMemory for Flushing {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
+            // The record of the first bucket (one PC) starts at 0x2000 + 48 + 8.
+            let record = 0x2000 + 56;
+            self.image.borrow().read(addr, buf)?;
+            if addr <= record && record < addr + buf.len() as u64 {
+                let n = self.record_reads.get() + 1;
+                self.record_reads.set(n);
+                if self.flush_on.contains(&n) {
+                    let mut image = self.image.borrow_mut();
+                    let heap = &mut image.segments[1].1;
+                    let v = u64::from_le_bytes(heap[56..64].try_into().unwrap()) + 1;
+                    heap[56..64].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_flush_between_the_two_reads_of_a_record_is_seen_and_the_walk_retried() {
+        let base = image(
+            2,
+            &[(vec![1], rec([3, 0, 30, 0], [0; 4], [0; 4], [0; 4]))],
+            &[0x2000],
+        );
+        // The flush lands just after the first read of the record: the re-read differs, and
+        // the second attempt reads 4 twice and is trusted.
+        let mem = Flushing {
+            image: std::cell::RefCell::new(base.clone()),
+            record_reads: std::cell::Cell::new(0),
+            flush_on: vec![1],
+        };
+        let snap = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+        assert_eq!(snap.buckets[0].active.allocs, 4);
+        assert_eq!(mem.record_reads.get(), 4, "two attempts of two reads each");
+        // A flush on every read: never trusted.
+        let mem = Flushing {
+            image: std::cell::RefCell::new(base),
+            record_reads: std::cell::Cell::new(0),
+            flush_on: (1..100).collect(),
+        };
+        assert_eq!(
+            walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()),
+            Err(WalkError::Busy { attempts: 4 })
+        );
+    }
+
+    #[test]
+    fn errors_are_sentences_with_hex_addresses() {
+        let mem = image(2, &[(vec![1], [0; 16])], &[0x2000, 0x7ff0_1234_5000]);
+        let text = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            text,
+            "reading a bucket header: 48 bytes at 0x7ff012345000 are outside the process's \
+             readable memory (a pointer into unmapped memory)"
+        );
+        let cyc = WalkError::Cycle {
+            addr: 0x2000,
+            index: 1,
+        }
+        .to_string();
+        assert!(cyc.contains("loops") && cyc.contains("0x2000"), "{cyc}");
+    }
+
+    #[test]
+    fn a_futex_lock_with_sleeping_waiters_is_held_under_nospinbitmutex() {
+        let go124 = layout_for((1, 24)).unwrap();
+        let futex = with_experiments(go124, &["nospinbitmutex".into()]).unwrap();
+        assert!(!futex.spinbit_mutex);
+        assert_eq!(
+            with_experiments(go124, &["staticlockranking".into()]),
+            Err("staticlockranking".into())
+        );
+        assert_eq!(with_experiments(go124, &["nodwarf5".into()]), Ok(go124));
+        // Key 2: locked with sleepers. The spinbit reading (bit 0) would call it free.
+        let mut mem = image(2, &[(vec![1], [0; 16])], &[0x2000]);
+        mem.segments[0].1[16] = 2;
+        let limits = Limits {
+            attempts: 1,
+            ..Limits::default()
+        };
+        assert_eq!(
+            walk(&mem, &ANCHORS, &futex, &limits),
+            Err(WalkError::Busy { attempts: 1 })
+        );
+        assert!(walk(&mem, &ANCHORS, &LAYOUT, &limits).is_ok());
     }
 
     #[test]
@@ -538,7 +830,7 @@ mod tests {
                     }
                 }
                 let mem = ImageMemory { segments: vec![(0x1000, vars), (0x2000, heap)] };
-                let limits = Limits { max_buckets: 64, attempts: 2 };
+                let limits = Limits { max_buckets: 64, attempts: 2, ..Limits::default() };
                 if let Ok(snap) = walk(&mem, &ANCHORS, &LAYOUT, &limits) {
                     prop_assert!(snap.buckets.len() <= 64);
                     prop_assert!(snap.buckets.iter().all(|b| b.stack.len() <= LAYOUT.max_stack));
