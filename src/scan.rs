@@ -151,7 +151,24 @@ fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool
     for e in &mut c.other_episodes {
         fill(e);
     }
-    c.episode.as_mut().is_some_and(fill)
+    let filled = c.episode.as_mut().is_some_and(fill);
+    // The reading's sites: the capture at its onset against the one at its end.
+    // The captures that carried the figures (the reading's times are the moments they
+    // describe, earlier than their captures).
+    let by_seq = |seq: Option<u64>| seq.and_then(|q| stored.iter().find(|r| r.seq == q).copied());
+    if let Some((onset, end)) = c.reading.as_ref().map(|r| (r.onset_seq, r.end_seq)) {
+        if let (Some(from), Some(to)) = (by_seq(onset), by_seq(end)) {
+            let read = |r: &CaptureRecord| source.sites(r).ok().map(|(sites, _)| sites);
+            if let (true, Some(before), Some(after)) = (from.seq != to.seq, read(from), read(to)) {
+                let sites = crate::analyse::reading::rise_sites(
+                    before.iter().map(|s| (s.name.as_str(), s.value as f64)),
+                    after.iter().map(|s| (s.name.as_str(), s.value as f64)),
+                );
+                c.set_rise_sites(sites, from.seq, to.seq);
+            }
+        }
+    }
+    filled
 }
 
 /// The first moment of a boot cycle: its first good capture (events and failed attempts do not

@@ -1,0 +1,443 @@
+//! One reading of a boot cycle's growth, computed once and quoted by every table, rule, summary
+//! field and headline: growth is an episode with an onset, not a line through the whole cycle.
+//!
+//! The episode is the rise of the in-use heap that ended in the cycle's peak (or in its death):
+//! it begins at its onset, the last capture before the peak still near the low point before it
+//! (a quiet start is no part of it), and ends at the peak. Its rate is fitted over the episode
+//! alone; its sites are those that hold the rise, ranked by their share of it; it is still going
+//! when the heap did not hold or fall after the peak. A forecast of the time to the limit is made
+//! only then, and only when the fit supports it, with the range the fit's slopes allow.
+
+use serde::Serialize;
+
+use super::series::{MIN_GROWTH_BYTES, SeriesGrid, theil_sen};
+
+/// An episode must rise by this share of the heap before it, beside [`MIN_GROWTH_BYTES`].
+const MIN_RISE_SHARE: f64 = 0.1;
+/// The onset is the last capture within this share of the rise above the low point.
+const NEAR_LOW: f64 = 0.05;
+/// After the peak, the heap held (not still going) when it stayed there at least this share of
+/// the episode's length, and for more than [`HELD_SPACINGS`] capture spacings.
+const HELD_SHARE: f64 = 0.25;
+const HELD_SPACINGS: f64 = 3.0;
+/// The peak is the first capture within this share of the largest one (a plateau's noise does
+/// not move it to the plateau's end).
+const PEAK_TOLERANCE: f64 = 0.01;
+/// A forecast needs at least this many points in the episode and this fit quality.
+const FORECAST_POINTS: usize = 4;
+const FORECAST_R2: f64 = 0.8;
+/// A forecast further out than this after the last capture is no forecast.
+const FORECAST_HORIZON_S: f64 = 3600.0;
+/// Sites kept in a reading.
+const SITES: usize = 8;
+/// A site holds part of the rise when it added at least this much.
+const MIN_SITE_BYTES: f64 = 512.0 * 1024.0;
+
+/// A site holding part of the rise.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RiseSite {
+    pub name: String,
+    /// Its in-use bytes at the onset and at the episode's end.
+    pub before: i64,
+    pub after: i64,
+    /// Its share of the heap's rise, 0..1.
+    pub share: f64,
+    /// Its part of the episode's rate: share × the heap's rate.
+    pub bytes_per_sec: f64,
+}
+
+/// When the limit would be reached at the episode's rate, and how sure that is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Forecast {
+    /// Seconds after the cycle's first capture.
+    pub at_s: f64,
+    /// The range the fit's middle half of slopes gives (the faster slope first).
+    pub earliest_s: f64,
+    pub latest_s: f64,
+    /// R² of the fit it comes from.
+    pub fit_r2: f64,
+    /// What was fitted: "cgroup memory", "process memory" or "in-use heap".
+    pub of: String,
+}
+
+/// The episode of a cycle: its onset, its rate, its sites, and whether it was still going.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reading {
+    /// Seconds after the cycle's first capture: where the rise began, and where it ended (the
+    /// peak, or the last capture when it rose to the end).
+    pub onset_s: f64,
+    pub end_s: f64,
+    /// The in-use heap at the onset and at the end.
+    pub from_bytes: i64,
+    pub to_bytes: i64,
+    /// The heap's rate fitted over the episode alone.
+    pub bytes_per_sec: f64,
+    pub fit_r2: f64,
+    /// Heap publications inside the episode.
+    pub points: usize,
+    /// Still going at the end of the cycle (rising into the death, or at the last capture).
+    pub ongoing: bool,
+    /// When it was not: how long the heap held (or fell) after the peak, to the last capture.
+    pub held_s: Option<f64>,
+    /// The heap's figure at the last capture, when it held or fell after the peak.
+    pub last_bytes: i64,
+    /// Sites holding the rise, largest share first.
+    pub sites: Vec<RiseSite>,
+    /// The captures whose figures are the onset's and the end's (a publication is placed at
+    /// the moment it describes, earlier than its capture).
+    #[serde(skip)]
+    pub onset_seq: Option<u64>,
+    #[serde(skip)]
+    pub end_seq: Option<u64>,
+    /// The two stored captures the sites were read from (onset, end), when read from profiles.
+    pub from_seq: Option<u64>,
+    pub to_seq: Option<u64>,
+    pub forecast: Option<Forecast>,
+}
+
+impl Reading {
+    /// The rate the heap grows at the end of the cycle: the episode's while it goes on, else 0.
+    pub fn rate_now(&self) -> f64 {
+        if self.ongoing {
+            self.bytes_per_sec
+        } else {
+            0.0
+        }
+    }
+
+    pub fn rise(&self) -> i64 {
+        self.to_bytes - self.from_bytes
+    }
+}
+
+/// The onset and peak indices of the episode of `heap` (`(seconds, bytes)` in time order).
+pub fn episode_bounds(heap: &[(f64, f64)]) -> Option<(usize, usize)> {
+    let max = heap.iter().map(|h| h.1).fold(f64::NEG_INFINITY, f64::max);
+    if heap.len() < 2 || !max.is_finite() {
+        return None;
+    }
+    let low_all = heap.iter().map(|h| h.1).fold(f64::INFINITY, f64::min);
+    let tolerance = (PEAK_TOLERANCE * max).max((max - low_all) * 0.02);
+    let p = heap.iter().position(|h| h.1 >= max - tolerance)?;
+    let low = heap[..=p].iter().map(|h| h.1).fold(f64::INFINITY, f64::min);
+    let rise = heap[p].1 - low;
+    if rise < MIN_GROWTH_BYTES || rise < MIN_RISE_SHARE * low {
+        return None;
+    }
+    let near_low = low + NEAR_LOW * rise;
+    let b = (0..=p).rev().find(|&i| heap[i].1 <= near_low)?;
+    (b < p).then_some((b, p))
+}
+
+/// Where a rise changes its rate for good (a load, then a slower leak; a trickle, then a
+/// flood): the start of the last of two straight segments, when two fit far better than one.
+/// `points` run from the onset to the peak.
+fn later_onset(points: &[(f64, f64)]) -> Option<usize> {
+    const MIN_POINTS: usize = 8;
+    if points.len() < MIN_POINTS {
+        return None;
+    }
+    let sse = |seg: &[(f64, f64)]| -> Option<(f64, f64)> {
+        let (t, v): (Vec<f64>, Vec<f64>) = seg.iter().copied().unzip();
+        let f = theil_sen(&t, &v)?;
+        let e = seg
+            .iter()
+            .map(|(t, v)| (v - (f.slope * t + f.intercept)).powi(2))
+            .sum();
+        Some((e, f.slope))
+    };
+    let (whole, _) = sse(points)?;
+    let whole_fit = {
+        let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+        theil_sen(&t, &v)?
+    };
+    if whole_fit.r2 >= 0.9 || whole <= 0.0 {
+        return None;
+    }
+    // The later segment keeps at least a third of the points: an onset, not a last wiggle.
+    let last = points.len() - points.len() / 3;
+    let (k, split, early, late) = (1..=last)
+        .filter_map(|k| {
+            let (e1, s1) = sse(&points[..=k])?;
+            let (e2, s2) = sse(&points[k..])?;
+            Some((k, e1 + e2, s1, s2))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let changed = late < 0.5 * early || late > 2.0 * early;
+    let grew = late * (points[points.len() - 1].0 - points[k].0) >= MIN_GROWTH_BYTES;
+    (split < 0.25 * whole && changed && grew && late > 0.0).then_some(k)
+}
+
+/// The median and quartiles of the pairwise slopes of `points`.
+fn slope_quartiles(points: &[(f64, f64)]) -> Option<(f64, f64, f64)> {
+    let mut slopes = Vec::new();
+    // At most 200 points, evenly spread, keep this bounded.
+    let step = points.len().div_ceil(200).max(1);
+    let picked: Vec<(f64, f64)> = points.iter().step_by(step).copied().collect();
+    for (i, a) in picked.iter().enumerate() {
+        for b in &picked[i + 1..] {
+            if b.0 - a.0 > 1e-9 {
+                slopes.push((b.1 - a.1) / (b.0 - a.0));
+            }
+        }
+    }
+    if slopes.is_empty() {
+        return None;
+    }
+    slopes.sort_by(f64::total_cmp);
+    let q = |f: f64| slopes[((slopes.len() - 1) as f64 * f).round() as usize];
+    Some((q(0.25), q(0.5), q(0.75)))
+}
+
+/// What the reading is computed from.
+pub struct ReadingInput<'a> {
+    /// The in-use heap at each publication, `(seconds, bytes)` in time order, and the seq of
+    /// the capture that carried each (empty when unknown).
+    pub heap: &'a [(f64, f64)],
+    pub seqs: &'a [u64],
+    /// Every site's in-use bytes on the cycle's grid (profiler's own site included: skipped).
+    pub sites: &'a SeriesGrid,
+    /// Outside memory (cgroup usage, else RSS) while the process lived, `(seconds, bytes)`,
+    /// and what it is.
+    pub memory: &'a [(f64, f64)],
+    pub memory_of: &'a str,
+    pub limit: Option<u64>,
+    /// Seconds after the first capture when the cycle died, when it did (any death).
+    pub died_s: Option<f64>,
+    /// The limit was measured reached: no forecast then.
+    pub at_limit: bool,
+}
+
+/// The reading of one cycle; `None` when the heap had no rise worth one.
+pub fn read(input: &ReadingInput) -> Option<Reading> {
+    let heap = input.heap;
+    let (b, p) = episode_bounds(heap)?;
+    let b = later_onset(&heap[b..=p]).map_or(b, |k| b + k);
+    let points = &heap[b..=p];
+    let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+    let fit = theil_sen(&t, &v)?;
+    let (onset_s, end_s) = (heap[b].0, heap[p].0);
+    let last = heap[heap.len() - 1];
+    let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    spacings.sort_by(f64::total_cmp);
+    let spacing = spacings[spacings.len() / 2];
+    let after = last.0 - end_s;
+    let held = after > HELD_SHARE * (end_s - onset_s) && after > HELD_SPACINGS * spacing;
+    let ongoing = !held;
+    // A step (a load at once) has no fitted slope: its rate is then the rise over its time.
+    let chord = (heap[p].1 - heap[b].1) / (end_s - onset_s).max(1e-9);
+    let rate = if fit.r2 >= 0.5 { fit.slope } else { chord }.max(0.0);
+    let mut reading = Reading {
+        onset_s,
+        end_s,
+        from_bytes: heap[b].1 as i64,
+        to_bytes: heap[p].1 as i64,
+        bytes_per_sec: rate,
+        fit_r2: fit.r2,
+        points: points.len(),
+        ongoing,
+        held_s: held.then_some(after),
+        last_bytes: last.1 as i64,
+        sites: grid_sites(input.sites, onset_s, end_s),
+        onset_seq: input.seqs.get(b).copied(),
+        end_seq: input.seqs.get(p).copied(),
+        from_seq: None,
+        to_seq: None,
+        forecast: None,
+    };
+    set_shares(&mut reading);
+    reading.forecast = forecast(input, &reading);
+    Some(reading)
+}
+
+/// Ranks sites by what each added from `before` to `after` (`(name, bytes)` each), against
+/// the heap's rise, and gives each its part of the rate.
+pub fn rise_sites<'a>(
+    before: impl Iterator<Item = (&'a str, f64)>,
+    after: impl Iterator<Item = (&'a str, f64)>,
+) -> Vec<RiseSite> {
+    let was: std::collections::HashMap<&str, f64> = before.collect();
+    let mut out: Vec<RiseSite> = after
+        .filter(|(name, _)| *name != super::reduce::PROFILING_SITE)
+        .filter_map(|(name, v)| {
+            let b = was.get(name).copied().unwrap_or(0.0);
+            (v - b >= MIN_SITE_BYTES).then(|| RiseSite {
+                name: name.to_string(),
+                before: b as i64,
+                after: v as i64,
+                share: 0.0,
+                bytes_per_sec: 0.0,
+            })
+        })
+        .collect();
+    out.sort_by(|x, y| {
+        (y.after - y.before)
+            .cmp(&(x.after - x.before))
+            .then(x.name.cmp(&y.name))
+    });
+    out.truncate(SITES);
+    out
+}
+
+/// Shares of the rise and parts of the rate, from the sites' own figures.
+pub fn set_shares(r: &mut Reading) {
+    let rise = r.rise().max(1) as f64;
+    for s in &mut r.sites {
+        s.share = ((s.after - s.before) as f64 / rise).clamp(0.0, 1.0);
+        s.bytes_per_sec = s.share * r.bytes_per_sec;
+    }
+}
+
+/// The sites from the grid: the slots nearest the onset and the end.
+fn grid_sites(grid: &SeriesGrid, onset_s: f64, end_s: f64) -> Vec<RiseSite> {
+    let times = grid.times();
+    let nearest = |at: f64| {
+        (0..times.len()).min_by(|&a, &b| (times[a] - at).abs().total_cmp(&(times[b] - at).abs()))
+    };
+    let (Some(i), Some(j)) = (nearest(onset_s), nearest(end_s)) else {
+        return Vec::new();
+    };
+    if i >= j {
+        return Vec::new();
+    }
+    rise_sites(
+        grid.series().map(|(n, v)| (n, v[i])),
+        grid.series().map(|(n, v)| (n, v[j])),
+    )
+}
+
+/// The time to the limit at the episode's rate, while it goes on and the fit supports it.
+fn forecast(input: &ReadingInput, r: &Reading) -> Option<Forecast> {
+    let limit = input.limit? as f64;
+    if !r.ongoing || input.died_s.is_some() || input.at_limit || r.points < FORECAST_POINTS {
+        return None;
+    }
+    // The kernel counts outside memory: fit it over the same episode when it was sampled.
+    let mem: Vec<(f64, f64)> = input
+        .memory
+        .iter()
+        .filter(|m| m.0 >= r.onset_s - 1e-9)
+        .copied()
+        .collect();
+    let (points, of): (Vec<(f64, f64)>, &str) = if mem.len() >= FORECAST_POINTS {
+        (mem, input.memory_of)
+    } else {
+        (
+            input
+                .heap
+                .iter()
+                .filter(|h| h.0 >= r.onset_s - 1e-9 && h.0 <= r.end_s + 1e-9)
+                .copied()
+                .collect(),
+            "in-use heap",
+        )
+    };
+    let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+    let fit = theil_sen(&t, &v)?;
+    if fit.r2 < FORECAST_R2 || fit.slope <= 0.0 {
+        return None;
+    }
+    let (slow, mid, fast) = slope_quartiles(&points)?;
+    let t_last = points.last()?.0;
+    // From where the fitted line stands at the last point, at the fit's slopes.
+    let anchor = fit.slope * t_last + fit.intercept;
+    let at = |slope: f64| (slope > 0.0).then(|| t_last + (limit - anchor) / slope);
+    let at_s = at(mid)?;
+    if at_s < t_last || at_s - t_last > FORECAST_HORIZON_S {
+        return None;
+    }
+    Some(Forecast {
+        at_s,
+        earliest_s: at(fast).unwrap_or(at_s).min(at_s),
+        latest_s: at(slow).map_or(f64::INFINITY, |l| l.max(at_s)),
+        fit_r2: fit.r2,
+        of: of.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    fn input<'a>(heap: &'a [(f64, f64)], grid: &'a SeriesGrid) -> ReadingInput<'a> {
+        ReadingInput {
+            heap,
+            seqs: &[],
+            sites: grid,
+            memory: &[],
+            memory_of: "cgroup memory",
+            limit: Some(256 << 20),
+            died_s: None,
+            at_limit: false,
+        }
+    }
+
+    fn series(f: impl Fn(f64) -> f64, until: f64) -> Vec<(f64, f64)> {
+        (0..)
+            .map(|i| i as f64 * 0.5)
+            .take_while(|&t| t <= until)
+            .map(|t| (t, f(t)))
+            .collect()
+    }
+
+    #[test]
+    fn an_idle_start_then_a_flood_is_rated_from_its_onset() {
+        // Idle at 4 MiB for 20 s, then 20 MiB/s for 7 s.
+        let heap = series(
+            |t| {
+                4.0 * MIB
+                    + if t > 20.0 {
+                        20.0 * MIB * (t - 20.0)
+                    } else {
+                        0.0
+                    }
+            },
+            27.0,
+        );
+        let grid = SeriesGrid::default();
+        let r = read(&ReadingInput {
+            died_s: Some(27.2),
+            ..input(&heap, &grid)
+        })
+        .unwrap();
+        assert_eq!(r.onset_s, 20.0);
+        assert_eq!(r.end_s, 27.0);
+        assert!((r.bytes_per_sec - 20.0 * MIB).abs() < 0.01 * MIB, "{r:?}");
+        assert!(r.ongoing);
+        assert_eq!(r.forecast, None, "it died: no forecast");
+    }
+
+    #[test]
+    fn a_cache_that_fills_and_holds_is_not_going_and_has_no_forecast() {
+        let heap = series(|t| (4.0 + 10.0 * t.min(6.0)) * MIB, 40.0);
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(!r.ongoing, "{r:?}");
+        assert!((r.end_s - 6.0).abs() < 0.6, "{r:?}");
+        assert!((r.held_s.unwrap() - 34.0).abs() < 0.6);
+        assert_eq!(r.forecast, None);
+        assert_eq!(r.rate_now(), 0.0);
+    }
+
+    #[test]
+    fn growth_still_going_is_forecast_with_its_range() {
+        let heap = series(|t| (4.0 + 2.0 * t) * MIB, 30.0);
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(r.ongoing);
+        let f = r.forecast.expect("a forecast");
+        // (256 - 4) / 2 = 126 s.
+        assert!((f.at_s - 126.0).abs() < 1.0, "{f:?}");
+        assert!(f.earliest_s <= f.at_s && f.at_s <= f.latest_s);
+        assert_eq!(f.of, "in-use heap");
+    }
+
+    #[test]
+    fn a_flat_heap_has_no_reading() {
+        let heap = series(|_| 40.0 * MIB, 30.0);
+        let grid = SeriesGrid::default();
+        assert_eq!(read(&input(&heap, &grid)), None);
+    }
+}
