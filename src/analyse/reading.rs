@@ -16,9 +16,11 @@ use super::series::{MIN_GROWTH_BYTES, SeriesGrid, theil_sen};
 const MIN_RISE_SHARE: f64 = 0.1;
 /// The onset is the last capture within this share of the rise above the low point.
 const NEAR_LOW: f64 = 0.05;
-/// After the peak, the heap held (not still going) when it stayed there at least this share of
-/// the episode's length, and for more than [`HELD_SPACINGS`] capture spacings.
-const HELD_SHARE: f64 = 0.25;
+/// The heap is near its top within this share of the rise below its peak.
+const NEAR_TOP: f64 = 0.2;
+/// The heap held (the rise is over) when it stayed near its top at least this share of the
+/// rise's length, and for more than [`HELD_SPACINGS`] publication spacings.
+const HELD_SHARE: f64 = 0.5;
 const HELD_SPACINGS: f64 = 3.0;
 /// The peak is the first capture within this share of the largest one (a plateau's noise does
 /// not move it to the plateau's end).
@@ -110,23 +112,47 @@ impl Reading {
     }
 }
 
-/// The onset and peak indices of the episode of `heap` (`(seconds, bytes)` in time order).
-pub fn episode_bounds(heap: &[(f64, f64)]) -> Option<(usize, usize)> {
+/// The bounds of the rise of `heap` (`(seconds, bytes)` in time order) into its peak: its
+/// onset (the last point near the low before it), the first point near its top (within a fifth
+/// of the rise) and the peak. `None` when the rise is too small to be one.
+pub fn episode_bounds(heap: &[(f64, f64)]) -> Option<(usize, usize, usize)> {
     let max = heap.iter().map(|h| h.1).fold(f64::NEG_INFINITY, f64::max);
     if heap.len() < 2 || !max.is_finite() {
         return None;
     }
-    let low_all = heap.iter().map(|h| h.1).fold(f64::INFINITY, f64::min);
-    let tolerance = (PEAK_TOLERANCE * max).max((max - low_all) * 0.02);
-    let p = heap.iter().position(|h| h.1 >= max - tolerance)?;
-    let low = heap[..=p].iter().map(|h| h.1).fold(f64::INFINITY, f64::min);
-    let rise = heap[p].1 - low;
+    let p_max = heap
+        .iter()
+        .position(|h| h.1 >= max - PEAK_TOLERANCE * max)?;
+    let low = heap[..=p_max]
+        .iter()
+        .map(|h| h.1)
+        .fold(f64::INFINITY, f64::min);
+    let rise = heap[p_max].1 - low;
     if rise < MIN_GROWTH_BYTES || rise < MIN_RISE_SHARE * low {
         return None;
     }
+    let q = heap[..=p_max]
+        .iter()
+        .position(|h| h.1 >= max - NEAR_TOP * rise)?;
     let near_low = low + NEAR_LOW * rise;
-    let b = (0..=p).rev().find(|&i| heap[i].1 <= near_low)?;
-    (b < p).then_some((b, p))
+    let b = (0..=q).rev().find(|&i| heap[i].1 <= near_low)?;
+    (b < q).then_some((b, q, p_max))
+}
+
+/// Whether the heap held near its top since `q` (the rise is over): long enough against the
+/// rise and the publications' spacing, and without rising on by a tenth of the rise since.
+fn held_since(heap: &[(f64, f64)], b: usize, q: usize) -> bool {
+    let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    spacings.sort_by(f64::total_cmp);
+    let spacing = spacings[spacings.len() / 2];
+    let since = heap[heap.len() - 1].0 - heap[q].0;
+    if since <= HELD_SHARE * (heap[q].0 - heap[b].0) || since <= HELD_SPACINGS * spacing {
+        return false;
+    }
+    let rise = heap[q..].iter().map(|h| h.1).fold(f64::MIN, f64::max) - heap[b].1;
+    let (t, v): (Vec<f64>, Vec<f64>) = heap[q..].iter().copied().unzip();
+    theil_sen(&t, &v)
+        .is_none_or(|late| late.slope * since < (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES))
 }
 
 /// Where a rise changes its rate for good (a load, then a slower leak; a trickle, then a
@@ -211,22 +237,32 @@ pub struct ReadingInput<'a> {
 /// The reading of one cycle; `None` when the heap had no rise worth one.
 pub fn read(input: &ReadingInput) -> Option<Reading> {
     let heap = input.heap;
-    let (b, p) = episode_bounds(heap)?;
-    let b = later_onset(&heap[b..=p]).map_or(b, |k| b + k);
+    let (b0, q0, p_max) = episode_bounds(heap)?;
+    let chord = |from: usize, to: usize| {
+        ((heap[to].1 - heap[from].1) / (heap[to].0 - heap[from].0).max(1e-9)).max(0.0)
+    };
+    // A rise that filled and held ends where it came near its top; one still going may have
+    // changed its rate for good on the way (a load, then a slower leak): it starts there.
+    let held = held_since(heap, b0, q0);
+    let (b, p) = if held {
+        (b0, q0)
+    } else {
+        (later_onset(&heap[b0..=p_max]).map_or(b0, |k| b0 + k), p_max)
+    };
+    let q = if held { q0 } else { p };
     let points = &heap[b..=p];
     let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
     let fit = theil_sen(&t, &v)?;
     let (onset_s, end_s) = (heap[b].0, heap[p].0);
     let last = heap[heap.len() - 1];
-    let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
-    spacings.sort_by(f64::total_cmp);
-    let spacing = spacings[spacings.len() / 2];
-    let after = last.0 - end_s;
-    let held = after > HELD_SHARE * (end_s - onset_s) && after > HELD_SPACINGS * spacing;
+    let after = last.0 - heap[q].0;
     let ongoing = !held;
     // A step (a load at once) has no fitted slope: its rate is then the rise over its time.
-    let chord = (heap[p].1 - heap[b].1) / (end_s - onset_s).max(1e-9);
-    let rate = if fit.r2 >= 0.5 { fit.slope } else { chord }.max(0.0);
+    let rate = if fit.r2 >= 0.5 {
+        fit.slope.max(0.0)
+    } else {
+        chord(b, p)
+    };
     let mut reading = Reading {
         onset_s,
         end_s,
@@ -415,10 +451,34 @@ mod tests {
         let grid = SeriesGrid::default();
         let r = read(&input(&heap, &grid)).unwrap();
         assert!(!r.ongoing, "{r:?}");
-        assert!((r.end_s - 6.0).abs() < 0.6, "{r:?}");
-        assert!((r.held_s.unwrap() - 34.0).abs() < 0.6);
+        // Near its top (within a fifth of the rise) from 5.0 s.
+        assert!((r.end_s - 5.0).abs() < 0.6, "{r:?}");
+        assert!((r.held_s.unwrap() - 35.0).abs() < 0.6);
+        assert!((r.bytes_per_sec - 10.0 * MIB).abs() < 0.1 * MIB, "{r:?}");
         assert_eq!(r.forecast, None);
         assert_eq!(r.rate_now(), 0.0);
+    }
+
+    #[test]
+    fn a_noisy_plateau_ends_where_it_was_reached() {
+        // 30 MiB/s to 48 MiB, then ±15 % of sampling noise with a late spike.
+        let heap: Vec<(f64, f64)> = series(
+            |t| {
+                let base = (4.0 + 30.0 * t).min(48.0);
+                let wobble = if (t * 2.0) as i64 % 3 == 0 {
+                    1.15
+                } else {
+                    0.95
+                };
+                (if t > 2.0 { base * wobble } else { base }) * MIB
+            },
+            14.0,
+        );
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(!r.ongoing, "{r:?}");
+        assert!(r.end_s < 3.0, "{r:?}");
+        assert_eq!(r.forecast, None);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //
 // Beside the retained growth it can do what real servers do at the same time:
 //   - -storm-rate: main.(*client).parse allocates and drops a buffer per message,
-//     a loud transient allocation storm that holds nothing (for -storm-for);
+//     a loud transient allocation storm that holds nothing (from -storm-at for
+//     -storm-for; -churn outside it);
 //   - -cap: the store keeps at most this many bytes (the oldest are dropped), so
 //     the heap fills and then holds, a bounded cache never to be forecast to die
 //     (run it with GOMEMLIMIT for a plateau of the process's memory as well);
@@ -37,7 +38,9 @@ var (
 	msgSize   = fixture.BytesFlag("msg", 64<<10, "size of one message")
 	capBytes  = fixture.BytesFlag("cap", 0, "most bytes the store keeps (0: no bound)")
 	stormRate = fixture.BytesFlag("storm-rate", 0, "bytes per second allocated and dropped in main.(*client).parse during the flood")
-	stormFor  = flag.Duration("storm-for", 0, "how long the storm lasts from the flood's start (0: to the end)")
+	churn     = fixture.BytesFlag("churn", 0, "bytes per second allocated and dropped in main.(*client).parse outside the storm")
+	stormAt   = flag.Duration("storm-at", 0, "when the storm starts, after the flood's start")
+	stormFor  = flag.Duration("storm-for", 0, "how long the storm lasts (0: to the end)")
 	usePool   = flag.Bool("pool", false, "retain messages in pooled outbound buffers (main.(*client).queueOutbound)")
 	conns     = flag.Float64("conns", 0, "connections per second opened and never closed")
 	runFor    = flag.Duration("for", 0, "exit 0 after this long (0: never)")
@@ -186,10 +189,10 @@ func main() {
 	size := max(int(*msgSize), 1)
 	msg := make([]byte, size)
 	sender := &client{}
-	if *stormRate > 0 {
+	if *stormRate > 0 || *churn > 0 {
 		go fixture.Pace(func(elapsed time.Duration) int64 {
-			if *stormFor > 0 && elapsed >= *stormFor {
-				return 0
+			if elapsed < *stormAt || (*stormFor > 0 && elapsed >= *stormAt+*stormFor) {
+				return int64(*churn)
 			}
 			return int64(*stormRate)
 		}, 256<<10, func(n int) {
