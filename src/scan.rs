@@ -25,6 +25,8 @@ pub enum ScanError {
     Store(#[from] StoreError),
     #[error("{0}: the run has no captures")]
     Empty(PathBuf),
+    #[error("{0}: the run has no good capture: {1}")]
+    NoGoodCapture(PathBuf, String),
     #[error(transparent)]
     Select(#[from] SelectError),
 }
@@ -116,11 +118,47 @@ pub fn growth(
         .or_else(|| run.info.as_ref().and_then(|i| i.limit_bytes))
         .or_else(|| memory.iter().rev().find_map(|m| m.limit));
     let mut report = builder.finish(records, &memory, limit);
+    if report.cycles.is_empty() {
+        return Err(ScanError::NoGoodCapture(
+            run.root.clone(),
+            why_no_good_capture(records),
+        ));
+    }
     for c in &mut report.cycles {
         spike_sites(run, c, limits);
     }
     crate::render::verdict::word_growth(&mut report);
     Ok((report, notes))
+}
+
+/// Why a run holds no good capture: its failed attempts by kind, or that it holds events only.
+fn why_no_good_capture(records: &[CaptureRecord]) -> String {
+    let failed: Vec<&CaptureRecord> = records
+        .iter()
+        .filter(|r| !r.kind.is_event() && !r.is_ok())
+        .collect();
+    if failed.is_empty() {
+        return format!(
+            "its {} record(s) are events only (cycle, exit, stop), no capture was attempted",
+            records.len()
+        );
+    }
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &failed {
+        *kinds
+            .entry(r.error_kind.clone().unwrap_or_else(|| "other".into()))
+            .or_default() += 1;
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let last = failed
+        .last()
+        .and_then(|r| r.error.clone())
+        .unwrap_or_default();
+    format!(
+        "all {} attempt(s) failed ({}); the last: {last}",
+        failed.len(),
+        kinds.join(", ")
+    )
 }
 
 /// Fills in the sites that made a cycle's heap episodes: the capture at each peak against the

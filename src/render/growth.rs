@@ -104,14 +104,16 @@ pub fn build(c: &CycleGrowth) -> String {
 fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
     let _ = writeln!(
         out,
-        "boot cycle {} ({}): {} captures ({} stored, {} duplicate, {} errors) over {:.1} s",
+        "boot cycle {} ({}): {} capture attempts over {:.1} s: {} good ({} heap profiles stored, {} duplicate heap captures, {} goroutine profiles and runtime figures), {} failed",
         c.index,
         build(c),
+        c.captures + c.errors,
+        c.span_s,
         c.captures,
         c.stored,
         c.duplicates,
-        c.errors,
-        c.span_s
+        c.captures.saturating_sub(c.stored + c.duplicates),
+        c.errors
     );
     let _ = writeln!(out, "  verdict: {}", c.verdict);
     let _ = writeln!(out, "  end: {}", end_words(&c.end));

@@ -751,3 +751,60 @@ fn a_process_that_restarts_itself_in_its_cgroup_is_said_to_have_restarted_itself
     });
     drop(second);
 }
+
+#[test]
+fn a_run_whose_every_attempt_failed_says_why_and_fails() {
+    let dir = util::tempdir();
+    let failed = |seq: u64, t_ms: i64| {
+        format!(
+            "{{\"seq\":{seq},\"kind\":\"heap\",\"file\":null,\"incarnation\":1,\"t_ms\":{t_ms},\
+             \"latency_ms\":1.0,\"bytes\":0,\"dup_of\":null,\"totals\":{{}},\
+             \"error\":\"connection refused (os error 111)\",\"error_kind\":\"refused\"}}\n"
+        )
+    };
+    let manifest = failed(1, 1_000_000) + &failed(2, 1_001_000);
+    util::write(dir.path(), "manifest.jsonl", manifest.as_bytes());
+    let path = dir.path().to_str().unwrap();
+    assert_fails_naming(&["growth", path], path);
+    let err = util::stderr(&util::run(&["growth", path]));
+    assert!(
+        err.contains("no good capture") && err.contains("2 refused"),
+        "{err}"
+    );
+}
+
+#[test]
+fn top_on_a_run_directory_says_to_give_one_capture() {
+    let run = util::repo().join("testdata/runs/oomgrow");
+    let path = run.to_str().unwrap();
+    let out = util::run(&["top", path]);
+    let err = util::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("is a run directory") && err.contains("heapwatch growth"),
+        "{err}"
+    );
+    assert!(!err.contains("os error"), "{err}");
+}
+
+#[test]
+fn the_capture_counts_add_up() {
+    let out = util::run(&[
+        "growth",
+        util::repo().join("testdata/runs/oomgrow").to_str().unwrap(),
+    ]);
+    let text = util::stdout(&out);
+    for line in text.lines().filter(|l| l.starts_with("boot cycle")) {
+        let numbers: Vec<usize> = line
+            .split(|c: char| !c.is_ascii_digit() && c != '.')
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        // boot cycle N (…, pid P): ATTEMPTS capture attempts over S s: GOOD good (STORED …,
+        // DUP …, OTHER goroutine profiles and runtime figures), FAILED failed
+        let tail = &numbers[numbers.len() - 6..];
+        let (attempts, good, stored, dup, other, failed) =
+            (tail[0], tail[1], tail[2], tail[3], tail[4], tail[5]);
+        assert_eq!(good + failed, attempts, "{line}");
+        assert_eq!(stored + dup + other, good, "{line}");
+    }
+}

@@ -563,8 +563,15 @@ fn collection(out: &mut String, m: &ReportModel) {
     }
     let t = tally(run.records, usual_interval_ms(run.info));
     let mut s = format!(
-        "{} capture attempts: {} heap, {} goroutine; {} stored, {} duplicates of an earlier capture, {} failed",
-        t.attempts, t.heap, t.goroutine, t.stored, t.duplicates, t.errors
+        "{} capture attempts: {} heap, {} goroutine, {} other; {} stored, {} duplicates of an earlier capture, {} kept as figures only (MemStats, runtime stats, thinned profiles), {} failed",
+        t.attempts,
+        t.heap,
+        t.goroutine,
+        t.attempts - t.heap - t.goroutine - t.envoy,
+        t.stored,
+        t.duplicates,
+        t.figures_only,
+        t.errors
     );
     if t.envoy > 0 {
         s = s.replacen(

@@ -278,8 +278,8 @@ pub fn markdown(m: &ReportModel) -> String {
 
     let t = tally(run.records, usual_interval_ms(run.info));
     let mut how = format!(
-        "{} capture attempts ({} stored, {} duplicates, {} failed",
-        t.attempts, t.stored, t.duplicates, t.errors
+        "{} capture attempts ({} stored, {} duplicates, {} figures only, {} failed",
+        t.attempts, t.stored, t.duplicates, t.figures_only, t.errors
     );
     if t.envoy > 0 {
         how.push_str(&format!(", {} Envoy snapshots", t.envoy));
