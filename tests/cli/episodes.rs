@@ -501,3 +501,57 @@ fn a_connection_leak_is_named_by_its_loops_not_where_they_park() {
     );
     assert!(verdict(&c).contains("main.(*client)."), "{}", verdict(&c));
 }
+
+#[test]
+fn a_kill_by_hand_is_no_oom_kill_and_reaches_no_limit() {
+    let Some(flood) = util::go_fixture("flood") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut child = util::heapwatch()
+        .args(["run", "-q", "--limit", "256MiB", "--restarts", "0"])
+        .args(["--interval", "200ms", "--out"])
+        .arg(&run)
+        .arg("--")
+        .arg(&flood)
+        .args(["-idle", "1s", "-rate", "5MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("heapwatch run starts");
+    // Wait for a few captures, then kill -9 the target as a person would, far below its limit.
+    let started = std::time::Instant::now();
+    let pid = loop {
+        let records = util::manifest_so_far(&run);
+        let heaps: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["kind"] == "heap" && r["error"].is_null())
+            .collect();
+        if heaps.len() >= 10 {
+            break heaps[0]["pid"].as_u64().expect("a pid") as u32;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no captures within {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    util::signal(pid, "KILL");
+    let (status, _) = util::wait_for_exit(&mut child, DEADLINE);
+    assert!(status.success(), "{status}");
+    let c = growth(&run);
+    let v = verdict(&c);
+    eprintln!("kill -9: {v}");
+    assert_eq!(c["killed"], false, "{v}");
+    assert_eq!(c["end"]["kind"], "signal", "{}", c["end"]);
+    assert_eq!(c["end"]["signal"], 9, "{}", c["end"]);
+    assert!(v.contains("ended by signal 9 (SIGKILL)"), "{v}");
+    assert!(!v.contains("OOM") && !v.contains("limit from"), "{v}");
+    assert!(c["at_limit"].is_null(), "{}", c["at_limit"]);
+    for rule in ["kills>0", "time-to-limit<60s"] {
+        let (code, said) = check(&run, rule, None);
+        assert_eq!(code, 0, "{rule}: {said}");
+        assert!(!said.contains("OOM-killed"), "{rule}: {said}");
+    }
+}
