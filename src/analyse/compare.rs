@@ -152,6 +152,9 @@ pub struct SideEpisode {
     pub share: Option<f64>,
     /// The peak of its in-use heap over the whole cycle.
     pub heap_peak: Option<i64>,
+    /// The peak of the memory seen from outside: the cgroup's, else the process's, and which.
+    pub memory_peak: Option<i64>,
+    pub memory_of: Option<String>,
     /// Seconds to its death, when it died, and whether of an OOM kill.
     pub died_s: Option<f64>,
     pub oom_killed: bool,
@@ -170,6 +173,12 @@ fn side_episode(c: &CycleGrowth, heap: &[(f64, i64)]) -> SideEpisode {
         site: c.rise_sites().first().map(|s| s.name.clone()),
         share: c.rise_sites().first().map(|s| s.share),
         heap_peak: heap.iter().map(|h| h.1).max(),
+        memory_peak: c.peaks.cgroup.or(c.peaks.process).map(|p| p.bytes),
+        memory_of: match (c.peaks.cgroup, c.peaks.process) {
+            (Some(_), _) => Some("cgroup".into()),
+            (None, Some(_)) => Some("process".into()),
+            _ => None,
+        },
         died_s: c.died_after_s.filter(|_| c.end.is_death()),
         oom_killed: c.killed,
         end: c.end,

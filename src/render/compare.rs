@@ -174,6 +174,17 @@ fn picture(c: &Comparison) -> String {
         )),
         (false, false) => {}
     }
+    // The memory the kernel counts, when both sides were sampled from outside alike.
+    if let (Some(ma), Some(mb), Some(of)) = (a.memory_peak, b.memory_peak, &b.memory_of) {
+        if a.memory_of.as_ref() == Some(of) && ma > 0 {
+            parts.push(format!(
+                "{of} memory peaked at {} in B against {} in A ({:.2}x)",
+                format_bytes(mb),
+                format_bytes(ma),
+                mb as f64 / ma as f64
+            ));
+        }
+    }
     parts.push(format!(
         "B's in-use heap {}, A's {}",
         episode_words(b),

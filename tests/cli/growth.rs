@@ -808,3 +808,42 @@ fn the_capture_counts_add_up() {
         assert_eq!(stored + dup + other, good, "{line}");
     }
 }
+
+#[test]
+fn compare_says_first_which_side_died_and_what_the_cgroup_did() {
+    let demo = |b: &str| util::repo().join("demo/recording").join(b);
+    let (good, bad) = (demo("2.0.2"), demo("2.1.0"));
+    let out = util::run(&[
+        "compare",
+        good.to_str().unwrap(),
+        bad.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = doc["verdict"].as_str().unwrap();
+    assert!(
+        v.starts_with("A = 2.0.2 (cycle"),
+        "A and B are defined: {v}"
+    );
+    let died = v.find("B was OOM-killed").expect("B's death is said");
+    assert!(v.contains("and A was not"), "{v}");
+    let cgroup = v
+        .find("cgroup memory peaked at")
+        .expect("the cgroup picture");
+    let site = v
+        .find("regressed in B")
+        .expect("the site after the picture");
+    assert!(died < site && cgroup < site, "{v}");
+    // Both sides died: said as such, never "regressed" against a side that died too.
+    let out = util::run(&[
+        "compare",
+        bad.to_str().unwrap(),
+        bad.to_str().unwrap(),
+        "--json",
+    ]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = doc["verdict"].as_str().unwrap();
+    assert!(v.contains("both sides died of memory"), "{v}");
+    assert!(!v.contains("regressed in B:"), "{v}");
+}
