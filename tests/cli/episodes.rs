@@ -555,3 +555,63 @@ fn a_kill_by_hand_is_no_oom_kill_and_reaches_no_limit() {
         assert!(!said.contains("OOM-killed"), "{rule}: {said}");
     }
 }
+
+#[test]
+fn flame_growth_draws_the_cycle_that_died_not_the_one_stopped_after_it() {
+    let Some(flood) = util::go_fixture("flood") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    // Cycle 1 floods until the kernel kills it; cycle 2 floods too, and Ctrl-C stops the run
+    // once it has stored growth of its own (the last cycle, but not one that died).
+    let mut child = util::heapwatch()
+        .args(["run", "-q", "--limit", "256MiB", "--restarts", "1"])
+        .args(["--interval", "200ms", "--out"])
+        .arg(&run)
+        .arg("--")
+        .arg(&flood)
+        .args(["-idle", "1s", "-rate", "60MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("heapwatch run starts");
+    let started = std::time::Instant::now();
+    loop {
+        let records = util::manifest_so_far(&run);
+        let second = records
+            .iter()
+            .filter(|r| r["kind"] == "heap" && r["incarnation"] == 2)
+            .filter(|r| r["error"].is_null() && r["dup_of"].is_null())
+            .count();
+        if second >= 4 {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("heapwatch run ended before cycle 2 was captured: {status}");
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no cycle 2 within {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    util::signal(child.id(), "INT");
+    let (status, _) = util::wait_for_exit(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+    let svg = dir.path().join("growth.svg");
+    let out = util::run(&[
+        "flame",
+        run.to_str().unwrap(),
+        "--growth",
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let text = fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("boot cycle 1<"),
+        "the cycle that died is drawn"
+    );
+    assert!(text.contains("storeRawMsg"), "its growth is drawn");
+}
