@@ -208,6 +208,24 @@ mod tests {
     }
 
     #[test]
+    fn the_page_cache_at_the_limit_is_named_whichever_sample_was_last() {
+        // Every other sample carries memory.stat: the stretch's last one does not.
+        let mut memory = vec![sample(0, 300 * MIB, 10 * MIB, 0)];
+        for k in 0..10 {
+            let mut m = sample(10_000 + k * 1000, 1020 * MIB, 660 * MIB, 10 * k as u64);
+            if k % 2 == 1 {
+                m.cgroup = None;
+            }
+            memory.push(m);
+        }
+        let refs: Vec<&MemorySample> = memory.iter().collect();
+        let a = at_limit(&refs, 0, None, false).expect("at the limit");
+        assert_eq!(a.file, Some(660 * MIB));
+        assert_eq!(a.charge_failures, Some(80));
+        assert!(at_limit_words(&a).contains("660 MiB of it page cache"));
+    }
+
+    #[test]
     fn cache_charged_before_the_cycle_began_is_flagged_and_nothing_at_limit_is_none() {
         let memory = [
             sample(0, 200 * MIB, 150 * MIB, 0),

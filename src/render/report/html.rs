@@ -40,6 +40,7 @@ th { background: var(--bg2); font-weight: 600; }
 td.num, th.num { text-align: right; white-space: nowrap; }
 td.rule code { white-space: nowrap; word-break: normal; }
 code, .site { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; overflow-wrap: break-word; }
+td.site { overflow-wrap: anywhere; min-width: 14em; }
 figure { margin: 10px 0 18px; }
 figure svg { max-width: 100%; height: auto; display: block; }
 figcaption { color: var(--muted); font-size: 13px; }
