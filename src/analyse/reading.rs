@@ -25,6 +25,8 @@ const HELD_SPACINGS: f64 = 3.0;
 /// The peak is the first capture within this share of the largest one (a plateau's noise does
 /// not move it to the plateau's end).
 const PEAK_TOLERANCE: f64 = 0.01;
+/// What the heap did after coming near its top is a trend, not noise, from this fit quality.
+const LATE_TREND_R2: f64 = 0.5;
 /// A forecast needs at least this many points in the episode and this fit quality.
 const FORECAST_POINTS: usize = 4;
 const FORECAST_R2: f64 = 0.8;
@@ -140,7 +142,8 @@ pub fn episode_bounds(heap: &[(f64, f64)]) -> Option<(usize, usize, usize)> {
 }
 
 /// Whether the heap held near its top since `q` (the rise is over): long enough against the
-/// rise and the publications' spacing, and without rising on by a tenth of the rise since.
+/// rise and the publications' spacing, and without rising on since by a tenth of the rise in a
+/// trend that is more than noise.
 fn held_since(heap: &[(f64, f64)], b: usize, q: usize) -> bool {
     let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
     spacings.sort_by(f64::total_cmp);
@@ -151,8 +154,12 @@ fn held_since(heap: &[(f64, f64)], b: usize, q: usize) -> bool {
     }
     let rise = heap[q..].iter().map(|h| h.1).fold(f64::MIN, f64::max) - heap[b].1;
     let (t, v): (Vec<f64>, Vec<f64>) = heap[q..].iter().copied().unzip();
-    theil_sen(&t, &v)
-        .is_none_or(|late| late.slope * since < (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES))
+    // Held: it rose on by little since, or what it did since is noise about a level (a
+    // plateau under GOMEMLIMIT wobbles by a fifth of its height with the GC's timing).
+    theil_sen(&t, &v).is_none_or(|late| {
+        late.slope * since < (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES)
+            || late.r2 < LATE_TREND_R2
+    })
 }
 
 /// Where a rise changes its rate for good (a load, then a slower leak; a trickle, then a
@@ -474,6 +481,27 @@ mod tests {
             },
             14.0,
         );
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(!r.ongoing, "{r:?}");
+        assert!(r.end_s < 3.0, "{r:?}");
+        assert_eq!(r.forecast, None);
+    }
+
+    #[test]
+    fn a_gomemlimit_plateau_that_wobbles_to_its_highest_late_held() {
+        // The in-use heap (MiB) of testdata/go/cmd/flood -cap 40MiB -storm-rate 200MiB under
+        // GOMEMLIMIT=96MiB, as captured: full by 2.8 s, then ±8 MiB with the GC's timing.
+        let mib = [
+            1, 3, 10, 16, 21, 24, 30, 35, 40, 46, 43, 43, 45, 42, 43, 35, 34, 33, 38, 39, 41, 42,
+            42, 45, 47, 41, 41, 39, 40, 40, 37, 37, 35, 35, 37, 38, 39, 41, 42, 43, 43, 47, 49, 47,
+            47, 48, 48, 47, 48, 53, 51, 50, 47, 44, 41, 43, 42, 41, 40, 42, 41, 46, 43, 47, 44, 50,
+        ];
+        let heap: Vec<(f64, f64)> = mib
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| (i as f64 * 0.2, m as f64 * MIB))
+            .collect();
         let grid = SeriesGrid::default();
         let r = read(&input(&heap, &grid)).unwrap();
         assert!(!r.ongoing, "{r:?}");

@@ -197,7 +197,8 @@ pub fn faster_than_interval(c: &CycleGrowth, limit: Option<u64>) -> Option<Strin
     Some(format!(
         "no capture saw the heap rise (heap {}): the death came {gap:.1} s after the last \
          capture{interval}, faster than the capture interval{peak_words}; capture more often \
-         (--interval 100ms), or from outside with a proc source (proc:PID, proc:exe:NAME)",
+         (--interval 100ms), from outside with a proc source (proc:PID, proc:exe:NAME; \
+         heapwatch run uses one), which reads the heap up to the kill",
         c.heap_last.map_or("unknown".into(), format_bytes),
     ))
 }
