@@ -257,10 +257,28 @@ pub fn read(input: &ReadingInput) -> Option<Reading> {
         (later_onset(&heap[b0..=p_max]).map_or(b0, |k| b0 + k), p_max)
     };
     let q = if held { q0 } else { p };
-    let points = &heap[b..=p];
+    // A quiet start publishes nothing (no GC runs): the onset's figure may be far older than
+    // the rise. Then the rate is fitted from the first figure of the rise on, and the onset
+    // is where that line leaves the onset's level.
+    let lone = p >= b + 3 && {
+        let mut gaps: Vec<f64> = heap[b + 1..=p]
+            .windows(2)
+            .map(|w| w[1].0 - w[0].0)
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        heap[b + 1].0 - heap[b].0 > 3.0 * gaps[gaps.len() / 2]
+    };
+    let from = if lone { b + 1 } else { b };
+    let points = &heap[from..=p];
     let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
     let fit = theil_sen(&t, &v)?;
-    let (onset_s, end_s) = (heap[b].0, heap[p].0);
+    let onset_s = if lone && fit.slope > 0.0 {
+        let left = heap[b + 1].0 - (heap[b + 1].1 - heap[b].1) / fit.slope;
+        left.clamp(heap[b].0, heap[b + 1].0)
+    } else {
+        heap[b].0
+    };
+    let end_s = heap[p].0;
     let last = heap[heap.len() - 1];
     let after = last.0 - heap[q].0;
     let ongoing = !held;
@@ -268,7 +286,7 @@ pub fn read(input: &ReadingInput) -> Option<Reading> {
     let rate = if fit.r2 >= 0.5 {
         fit.slope.max(0.0)
     } else {
-        chord(b, p)
+        chord(from, p)
     };
     let mut reading = Reading {
         onset_s,
@@ -450,6 +468,22 @@ mod tests {
         assert!((r.bytes_per_sec - 20.0 * MIB).abs() < 0.01 * MIB, "{r:?}");
         assert!(r.ongoing);
         assert_eq!(r.forecast, None, "it died: no forecast");
+    }
+
+    #[test]
+    fn an_idle_start_that_published_nothing_does_not_dilute_the_rate() {
+        // One figure at 0 s, none during 3 s of idle (no GC), then 30 MiB/s every 0.2 s: too
+        // few figures for two segments to be fitted.
+        let mut heap = vec![(0.0, 4.0 * MIB)];
+        heap.extend((0..5).map(|i| {
+            let t = 3.2 + i as f64 * 0.2;
+            (t, 4.0 * MIB + 30.0 * MIB * (t - 3.0))
+        }));
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!((r.bytes_per_sec - 30.0 * MIB).abs() < 0.5 * MIB, "{r:?}");
+        assert!((r.onset_s - 3.0).abs() < 0.05, "{r:?}");
+        assert_eq!(r.from_bytes, (4.0 * MIB) as i64);
     }
 
     #[test]

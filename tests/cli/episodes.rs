@@ -289,7 +289,7 @@ fn idle_then_flood_beside_a_storm_is_one_episode_everywhere() {
         "bounded",
         "200ms",
         &[
-            "-idle", "3s", "-rate", "30MiB", "-cap", "48MiB", "-for", "12s",
+            "-idle", "3s", "-rate", "30MiB", "-cap", "48MiB", "-churn", "40MiB", "-for", "12s",
         ],
         &[],
     ) else {
@@ -313,6 +313,11 @@ fn idle_then_flood_beside_a_storm_is_one_episode_everywhere() {
         "{cmp}"
     );
     assert_eq!(cmp["b_episode"]["site"], STORE, "{cmp}");
+    assert_eq!(
+        cmp["a_episode"]["growing_at_end"], false,
+        "A's cache held: {cmp}"
+    );
+    assert!(cv.contains("A's rose"), "{cv}");
     let (code, said) = check(&run, "regression>1.5x", Some(&bounded));
     assert_eq!(code, 1, "{said}");
     assert!(
