@@ -25,6 +25,8 @@ pub enum ScanError {
     Store(#[from] StoreError),
     #[error("{0}: the run has no captures")]
     Empty(PathBuf),
+    #[error("{0}: the run has no good capture: {1}")]
+    NoGoodCapture(PathBuf, String),
     #[error(transparent)]
     Select(#[from] SelectError),
 }
@@ -116,11 +118,47 @@ pub fn growth(
         .or_else(|| run.info.as_ref().and_then(|i| i.limit_bytes))
         .or_else(|| memory.iter().rev().find_map(|m| m.limit));
     let mut report = builder.finish(records, &memory, limit);
+    if report.cycles.is_empty() {
+        return Err(ScanError::NoGoodCapture(
+            run.root.clone(),
+            why_no_good_capture(records),
+        ));
+    }
     for c in &mut report.cycles {
         spike_sites(run, c, limits);
     }
     crate::render::verdict::word_growth(&mut report);
     Ok((report, notes))
+}
+
+/// Why a run holds no good capture: its failed attempts by kind, or that it holds events only.
+fn why_no_good_capture(records: &[CaptureRecord]) -> String {
+    let failed: Vec<&CaptureRecord> = records
+        .iter()
+        .filter(|r| !r.kind.is_event() && !r.is_ok())
+        .collect();
+    if failed.is_empty() {
+        return format!(
+            "its {} record(s) are events only (cycle, exit, stop), no capture was attempted",
+            records.len()
+        );
+    }
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &failed {
+        *kinds
+            .entry(r.error_kind.clone().unwrap_or_else(|| "other".into()))
+            .or_default() += 1;
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let last = failed
+        .last()
+        .and_then(|r| r.error.clone())
+        .unwrap_or_default();
+    format!(
+        "all {} attempt(s) failed ({}); the last: {last}",
+        failed.len(),
+        kinds.join(", ")
+    )
 }
 
 /// Fills in the sites that made a cycle's heap episodes: the capture at each peak against the
@@ -151,7 +189,24 @@ fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool
     for e in &mut c.other_episodes {
         fill(e);
     }
-    c.episode.as_mut().is_some_and(fill)
+    let filled = c.episode.as_mut().is_some_and(fill);
+    // The reading's sites: the capture at its onset against the one at its end.
+    // The captures that carried the figures (the reading's times are the moments they
+    // describe, earlier than their captures).
+    let by_seq = |seq: Option<u64>| seq.and_then(|q| stored.iter().find(|r| r.seq == q).copied());
+    if let Some((onset, end)) = c.reading.as_ref().map(|r| (r.onset_seq, r.end_seq)) {
+        if let (Some(from), Some(to)) = (by_seq(onset), by_seq(end)) {
+            let read = |r: &CaptureRecord| source.sites(r).ok().map(|(sites, _)| sites);
+            if let (true, Some(before), Some(after)) = (from.seq != to.seq, read(from), read(to)) {
+                let sites = crate::analyse::reading::rise_sites(
+                    before.iter().map(|s| (s.name.as_str(), s.value as f64)),
+                    after.iter().map(|s| (s.name.as_str(), s.value as f64)),
+                );
+                c.set_rise_sites(sites, from.seq, to.seq);
+            }
+        }
+    }
+    filled
 }
 
 /// The first moment of a boot cycle: its first good capture (events and failed attempts do not

@@ -179,12 +179,19 @@ pub fn at_limit(
     }
     let (s, e) = best?;
     let secs = |t: i64| (t - start_ms) as f64 / 1000.0;
+    // The split is sampled less often than the usage: every figure comes from the newest
+    // sample of the stretch that carries it, so the words do not hang on which sample was last.
     let fails = |i: usize| memory[i].cgroup.as_ref().and_then(|c| c.failcnt);
-    // Failures counted from the sample before the stretch, when there is one.
-    let before = if s > 0 { fails(s - 1) } else { fails(s) };
-    let charge_failures = fails(e).zip(before).map(|(a, b)| a.saturating_sub(b));
-    let last = memory[e];
-    let cg = last.cgroup.as_ref();
+    // Failures counted from the newest sample before the stretch that has them, when any.
+    let before = (0..s).rev().find_map(fails).or_else(|| fails(s));
+    let after = (s..=e).rev().find_map(fails);
+    let charge_failures = after.zip(before).map(|(a, b)| a.saturating_sub(b));
+    let cg = (s..=e).rev().find_map(|i| {
+        memory[i]
+            .cgroup
+            .as_ref()
+            .filter(|c| c.file.is_some() && c.anon.is_some())
+    });
     let a = AtLimit {
         since_s: secs(memory[s].t_ms),
         for_s: (memory[e].t_ms - memory[s].t_ms) as f64 / 1000.0,

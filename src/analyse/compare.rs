@@ -116,8 +116,12 @@ pub struct Comparison {
     pub a_heap_peak: Option<i64>,
     pub b_heap_peak: Option<i64>,
     pub b_heap_peak_at_s: Option<f64>,
+    /// Each side's in-use heap rate over its growth episode (the cycle's reading).
     pub a_total_bytes_per_sec: Option<f64>,
     pub b_total_bytes_per_sec: Option<f64>,
+    /// Each side's growth episode: onset, end, rate, whether it still went on, and when it died.
+    pub a_episode: SideEpisode,
+    pub b_episode: SideEpisode,
     pub regressions: Vec<Regression>,
     /// Sites that improved in B, best first.
     pub improvements: Vec<Regression>,
@@ -134,6 +138,52 @@ pub struct Comparison {
     /// `render::compare` before any output.
     pub compared: String,
     pub verdict: String,
+}
+
+/// One side's cycle as the comparison words it: its episode and its end.
+#[derive(Debug, Clone, Serialize)]
+pub struct SideEpisode {
+    pub onset_s: Option<f64>,
+    pub end_s: Option<f64>,
+    pub bytes_per_sec: f64,
+    pub growing_at_end: bool,
+    /// The top site of the rise and its share.
+    pub site: Option<String>,
+    pub share: Option<f64>,
+    /// The peak of its in-use heap over the whole cycle.
+    pub heap_peak: Option<i64>,
+    /// The peak of the memory seen from outside: the cgroup's, else the process's, and which.
+    pub memory_peak: Option<i64>,
+    pub memory_of: Option<String>,
+    /// Seconds to its death, when it died, and whether of an OOM kill.
+    pub died_s: Option<f64>,
+    pub oom_killed: bool,
+    /// How it ended.
+    pub end: super::ends::CycleEnd,
+    pub span_s: f64,
+}
+
+fn side_episode(c: &CycleGrowth, heap: &[(f64, i64)]) -> SideEpisode {
+    let r = c.reading.as_ref();
+    SideEpisode {
+        onset_s: r.map(|r| r.onset_s),
+        end_s: r.map(|r| r.end_s),
+        bytes_per_sec: r.map_or(0.0, |r| r.bytes_per_sec),
+        growing_at_end: r.is_some_and(|r| r.ongoing),
+        site: c.rise_sites().first().map(|s| s.name.clone()),
+        share: c.rise_sites().first().map(|s| s.share),
+        heap_peak: heap.iter().map(|h| h.1).max(),
+        memory_peak: c.peaks.cgroup.or(c.peaks.process).map(|p| p.bytes),
+        memory_of: match (c.peaks.cgroup, c.peaks.process) {
+            (Some(_), _) => Some("cgroup".into()),
+            (None, Some(_)) => Some("process".into()),
+            _ => None,
+        },
+        died_s: c.died_after_s.filter(|_| c.end.is_death()),
+        oom_killed: c.killed,
+        end: c.end,
+        span_s: c.span_s,
+    }
 }
 
 /// One stored heap capture of a cycle: when, and its per-site figures.
@@ -324,6 +374,8 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         b_heap_peak_at_s: b_peak.map(|p| p.1),
         a_total_bytes_per_sec: a.growth.total_bytes_per_sec,
         b_total_bytes_per_sec: b.growth.total_bytes_per_sec,
+        a_episode: side_episode(a.growth, a.heap),
+        b_episode: side_episode(b.growth, b.heap),
         regressions: worse,
         improvements: better,
         after_a,
@@ -336,6 +388,10 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
 }
 
 fn badness(c: &Comparison) -> f64 {
+    // A pair where B died of memory and A did not is the worst there is.
+    if c.b_episode.oom_killed && !c.a_episode.oom_killed {
+        return f64::INFINITY;
+    }
     c.regressions.first().map_or(f64::NEG_INFINITY, |r| r.score)
 }
 

@@ -1,5 +1,6 @@
 //! How each boot cycle ended, from evidence only (`render::ends` words it):
-//! "OOM-killed" (the cgroup's oom_kill counter rose, or `heapwatch run` saw SIGKILL), another
+//! "OOM-killed" (the cgroup's oom_kill counter rose, seen by the sampler or in the exit record
+//! of `heapwatch run`, or its watchdog killed at the limit; a SIGKILL alone is not), another
 //! signal or exit code where known, "restarted itself" (a new process came with no kill),
 //! "collector stopped" (not an end at all), else "stopped answering, cause unknown".
 
@@ -57,8 +58,11 @@ pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
         .records
         .iter()
         .find(|r| r.kind == RecordKind::Exit && r.cycle == e.index);
+    // Only the kernel's own count says OOM: a SIGKILL alone may be anyone's `kill -9`.
     let kernel_killed = e.memory.iter().any(|m| m.killed);
-    if kernel_killed || exit.is_some_and(|x| x.signal == Some(9)) {
+    let counted = |x: &CaptureRecord, key: &str| x.totals.get(key).is_some_and(|&n| n > 0);
+    let exit_says = exit.is_some_and(|x| counted(x, "oom_kill") || counted(x, "watchdog_kill"));
+    if kernel_killed || exit_says {
         return CycleEnd::OomKilled;
     }
     let new_process = e.next.is_some_and(|next_pid| match (e.pid, next_pid) {
@@ -66,6 +70,15 @@ pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
         // Without pids, a next cycle watched in the same cgroup is evidence enough.
         _ => e.memory.iter().any(|m| m.source == "cgroup"),
     });
+    // heapwatch's own stop (Ctrl-C) ended the process it started: not the process's end.
+    let stopped_first = exit.is_some_and(|x| {
+        e.records
+            .iter()
+            .any(|r| r.kind == RecordKind::Stop && r.cycle == e.index && r.t_ms <= x.t_ms)
+    });
+    if stopped_first {
+        return CycleEnd::CollectorStopped;
+    }
     if let Some(x) = exit {
         if let Some(signal) = x.signal {
             return CycleEnd::Signal { signal };
@@ -129,6 +142,13 @@ mod tests {
         let mut r = CaptureRecord::new(9, RecordKind::Exit, 1, 1200);
         r.signal = signal;
         r.exit_code = code;
+        r.totals.insert("oom_kill".into(), 0);
+        r
+    }
+
+    fn oom_exit() -> CaptureRecord {
+        let mut r = exit(Some(9), None);
+        r.totals.insert("oom_kill".into(), 1);
         r
     }
 
@@ -146,9 +166,11 @@ mod tests {
             cycle_end(&evidence(records, memory, stopped, next))
         };
         assert_eq!(end(&[], &[&killed], true, None), CycleEnd::OomKilled);
+        assert_eq!(end(&[oom_exit()], &[], true, None), CycleEnd::OomKilled);
+        // A `kill -9` by hand: SIGKILL with the kernel's counter still at 0.
         assert_eq!(
             end(&[exit(Some(9), None)], &[], true, None),
-            CycleEnd::OomKilled
+            CycleEnd::Signal { signal: 9 }
         );
         assert_eq!(
             end(&[exit(Some(2), None)], &[], true, None),
@@ -167,7 +189,17 @@ mod tests {
             CycleEnd::RestartedItself { exit_code: None }
         );
         let stop = CaptureRecord::new(5, RecordKind::Stop, 1, 2000);
-        assert_eq!(end(&[stop], &[], false, None), CycleEnd::CollectorStopped);
+        assert_eq!(
+            end(std::slice::from_ref(&stop), &[], false, None),
+            CycleEnd::CollectorStopped
+        );
+        // Ctrl-C of `heapwatch run`: its stop, then the process it ended.
+        let mut after_stop = exit(Some(9), None);
+        after_stop.t_ms = 2100;
+        assert_eq!(
+            end(&[stop, after_stop], &[], true, None),
+            CycleEnd::CollectorStopped
+        );
         assert_eq!(end(&[], &[], true, None), CycleEnd::StoppedAnswering);
         assert_eq!(end(&[], &[], false, None), CycleEnd::StillAnswering);
     }

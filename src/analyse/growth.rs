@@ -10,11 +10,12 @@ use serde::Serialize;
 use super::boundaries;
 use super::breakdown::{self, AtLimit, MemoryBreakdown};
 use super::ends::{self, CycleEnd, EndEvidence};
-use super::reduce::{PROFILING_SITE, SiteFigures};
+use super::reading::{self, Reading, ReadingInput, RiseSite};
+use super::reduce::SiteFigures;
 pub use super::runtime::{GoroutineGrowth, MemStatsView, RuntimeView};
 use super::runtime::{goroutines, memstats_view, runtime_view};
 use super::select::cycle_builds;
-use super::series::{LineFit, MIN_GROWTH_BYTES, SeriesGrid, onset, sustained, theil_sen};
+use super::series::{LineFit, SeriesGrid, theil_sen};
 use super::spikes::{self, Episode, Peaks};
 use super::storms::storms;
 pub use super::storms::{AllocStorm, ProfilingCost, StormWindow};
@@ -22,21 +23,20 @@ use crate::model::build::BuildInfo;
 use crate::model::capture::{CaptureRecord, RecordKind};
 use crate::model::memory::MemorySample;
 
-/// A forecast of the time to the limit further out than this is no forecast.
-const FORECAST_HORIZON_S: f64 = 3600.0;
-
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteGrowth {
     /// The leaf function, as pprof spells it.
     pub name: String,
+    /// Its part of the episode's rate (its share of the rise × the heap's rate).
     pub bytes_per_sec: f64,
-    /// R² of the fitted line (1 = a straight line).
+    /// R² of the episode's fitted line (1 = a straight line).
     pub fit_r2: f64,
+    /// Its in-use bytes at the episode's onset and end.
     pub inuse_first: i64,
     pub inuse_last: i64,
-    /// Seconds after the cycle's first capture when the growth began.
+    /// Seconds after the cycle's first capture when the episode began.
     pub onset_s: Option<f64>,
-    /// This site's share of the cycle's total in-use growth rate, 0..1.
+    /// This site's share of the episode's rise, 0..1.
     pub share: f64,
 }
 
@@ -58,8 +58,11 @@ pub struct CycleGrowth {
     pub start_ms: i64,
     /// Seconds from the first to the last good capture.
     pub span_s: f64,
-    /// Seconds from the first capture to the moment the target stopped answering, when it did.
+    /// Seconds from the first capture to the moment the target stopped answering, when it did:
+    /// its exit record's time when whoever started it saw it die.
     pub died_after_s: Option<f64>,
+    /// The capture interval in force at the cycle's last capture, seconds, when recorded.
+    pub interval_s: Option<f64>,
     /// How the cycle ended, from evidence ([`CycleEnd::words`]).
     pub end: CycleEnd,
     /// True when it was OOM-killed.
@@ -101,9 +104,12 @@ pub struct CycleGrowth {
     /// Other transient episodes of the cycle, biggest rise first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub other_episodes: Vec<Episode>,
-    /// Whether the in-use heap as a whole grew to the end (not levelling off).
+    /// Whether the in-use heap as a whole grew to the end (not levelling off): the reading's.
     #[serde(skip)]
     pub heap_sustained: bool,
+    /// The cycle's growth episode, read once: `total_bytes_per_sec`, `total_fit_r2`,
+    /// `limit_at_s`, `heap_sustained` and `sites` are its figures, quoted everywhere.
+    pub reading: Option<Reading>,
     pub verdict: String,
 }
 
@@ -254,7 +260,19 @@ impl GrowthBuilder {
             });
             let state = states.remove(&inc).unwrap_or_default();
             let mem = boundaries::cycle_memory(memory, &spans, inc);
-            if let Some(mut c) = cycle(inc, &rs, state, &mem, next_start, limit, self.forced_gc) {
+            let exit_ms = records
+                .iter()
+                .find(|r| r.kind == RecordKind::Exit && r.cycle == inc)
+                .map(|r| r.t_ms);
+            if let Some(mut c) = cycle(
+                inc,
+                &rs,
+                state,
+                &mem,
+                (next_start, exit_ms),
+                limit,
+                self.forced_gc,
+            ) {
                 if let Some(b) = builds.iter().find(|b| b.index == inc) {
                     c.build = b.label.clone();
                     c.build_info = b.build.clone();
@@ -330,7 +348,7 @@ fn cycle(
     records: &[&CaptureRecord],
     state: CycleState,
     mem: &[&MemorySample],
-    next_start: Option<i64>,
+    (next_start, exit_ms): (Option<i64>, Option<i64>),
     limit: Option<u64>,
     forced_gc: bool,
 ) -> Option<CycleGrowth> {
@@ -343,92 +361,70 @@ fn cycle(
     let mut by_time = heap.clone();
     by_time.sort_by_key(|r| (r.t_ms, r.seq));
     let mut published = None;
-    let distinct: Vec<(f64, f64)> = by_time
+    let (distinct, seqs): (Vec<(f64, f64)>, Vec<u64>) = by_time
         .iter()
         .filter(|r| r.dup_of.is_none())
         .filter_map(|r| {
             let inuse = *r.totals.get("inuse_space")?;
             let figures = (inuse, r.totals.get("alloc_space").copied());
             let at = place_publication(&mut published, &figures, secs(r.t_ms), forced_gc)?;
-            Some((at, inuse as f64))
+            Some(((at, inuse as f64), r.seq))
         })
-        .collect();
-    let total_fit = fit_points(&distinct);
-    let stopped = records
+        .unzip();
+    let failed_after = records
         .iter()
         .filter(|r| !r.is_ok() && r.t_ms > last)
         .map(|r| r.t_ms)
-        .min()
-        .or(next_start);
+        .min();
+    // The death: the exit record of whoever started the process, else the first failed
+    // capture after the last good one, else the next cycle's start.
+    let stopped = exit_ms.or(failed_after).or(next_start);
     let killed = mem.iter().any(|m| m.killed);
+    let cgroup = mem
+        .iter()
+        .any(|m| m.source == "cgroup" && m.usage.is_some());
     let mem_points: Vec<(f64, f64)> = mem
         .iter()
         .filter(|m| m.alive && m.t_ms <= last.max(stopped.unwrap_or(last)))
         .filter_map(|m| m.bytes().map(|b| (secs(m.t_ms), b as f64)))
         .collect();
     let mem_fit = thin(&mem_points, 256).and_then(|p| fit_points(&p));
-
-    // Sites.
-    let times = state.inuse.times().to_vec();
-    let total_rate = total_fit.map(|f| f.slope).unwrap_or(0.0);
-    let mut sites = Vec::new();
-    for (name, values) in state.inuse.series() {
-        if name == PROFILING_SITE {
-            continue;
-        }
-        let Some(fit) = theil_sen(&times, values) else {
-            continue;
-        };
-        let span = times.last().copied().unwrap_or(0.0) - times.first().copied().unwrap_or(0.0);
-        let grew = fit.slope * span;
-        if fit.slope <= 0.0
-            || grew < MIN_GROWTH_BYTES
-            || fit.r2 < 0.5
-            || !sustained(&times, values, &fit)
-        {
-            continue;
-        }
-        sites.push(SiteGrowth {
-            name: name.to_string(),
-            bytes_per_sec: fit.slope,
-            fit_r2: fit.r2,
-            inuse_first: values.first().copied().unwrap_or(0.0) as i64,
-            inuse_last: values.last().copied().unwrap_or(0.0) as i64,
-            onset_s: onset(&times, values),
-            share: if total_rate > 0.0 {
-                (fit.slope / total_rate).min(1.0)
-            } else {
-                0.0
-            },
-        });
-    }
-    sites.sort_by(|a, b| {
-        b.bytes_per_sec
-            .total_cmp(&a.bytes_per_sec)
-            .then(a.name.cmp(&b.name))
+    let at_limit = breakdown::at_limit(mem, start_ms, limit, killed);
+    let died_after_s = stopped.map(secs);
+    // Without totals in the records, the sites' sum on the grid is the heap.
+    let summed: Vec<(f64, f64)> = if distinct.is_empty() {
+        let times = state.inuse.times();
+        (0..times.len())
+            .map(|i| (times[i], state.inuse.series().map(|(_, v)| v[i]).sum()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let reading = reading::read(&ReadingInput {
+        heap: if distinct.is_empty() {
+            &summed
+        } else {
+            &distinct
+        },
+        seqs: &seqs,
+        sites: &state.inuse,
+        memory: &thin(&mem_points, 512).unwrap_or_default(),
+        memory_of: if cgroup {
+            "cgroup memory"
+        } else {
+            "process memory"
+        },
+        limit,
+        died_s: died_after_s,
+        at_limit: at_limit.is_some(),
     });
+    let sites = reading.as_ref().map_or_else(Vec::new, site_rows);
 
     // Allocation storms and the profiling cost.
     let (alloc_storms, profiling) = storms(&state.alloc, &state.inuse);
     let goroutine_growth = goroutines(&state.goroutines);
     let memstats = memstats_view(&good);
 
-    let total_sustained = !distinct.is_empty() && {
-        let (t, v): (Vec<f64>, Vec<f64>) = distinct.iter().copied().unzip();
-        total_fit.is_some_and(|f| {
-            f.slope * (t.last().unwrap_or(&0.0) - t[0]) >= MIN_GROWTH_BYTES && sustained(&t, &v, &f)
-        })
-    };
-    // Time to the limit: the kernel kills on outside memory when it is known. A forecast only
-    // within a sane horizon; once at the limit, the stretch is measured and words and rules
-    // use that instead (the forecast stays in the JSON to be checked against it).
-    let at_limit = breakdown::at_limit(mem, start_ms, limit, killed);
-    let limit_at_s = limit
-        .and_then(|limit| {
-            let fit = mem_fit.or(total_fit.filter(|_| total_sustained))?;
-            (fit.slope > 0.0).then(|| (limit as f64 - fit.intercept) / fit.slope)
-        })
-        .filter(|&at| at >= 0.0 && at - secs(last) <= FORECAST_HORIZON_S);
     let memstats_records: Vec<&CaptureRecord> = good
         .iter()
         .filter(|r| r.kind == RecordKind::Memstats)
@@ -449,7 +445,12 @@ fn cycle(
         errors: records.iter().filter(|r| !r.is_ok()).count(),
         start_ms,
         span_s: secs(last),
-        died_after_s: stopped.map(secs),
+        died_after_s,
+        interval_s: good
+            .iter()
+            .max_by_key(|r| (r.t_ms, r.seq))
+            .and_then(|r| r.interval_ms)
+            .map(|ms| ms as f64 / 1000.0),
         end: CycleEnd::StillAnswering,
         killed,
         heap_first: heap
@@ -458,12 +459,15 @@ fn cycle(
         heap_last: heap
             .last()
             .and_then(|r| r.totals.get("inuse_space").copied()),
-        total_bytes_per_sec: total_fit.map(|f| f.slope),
-        total_fit_r2: total_fit.map(|f| f.r2),
+        total_bytes_per_sec: Some(reading.as_ref().map_or(0.0, |r| r.bytes_per_sec)),
+        total_fit_r2: reading.as_ref().map(|r| r.fit_r2),
         memory_bytes_per_sec: mem_fit.map(|f| f.slope),
         memory_peak: mem.iter().filter_map(|m| m.bytes()).max(),
         memory_from_s: mem.first().map(|m| secs(m.t_ms)),
-        limit_at_s,
+        limit_at_s: reading
+            .as_ref()
+            .and_then(|r| r.forecast.as_ref())
+            .map(|f| f.at_s),
         sites,
         alloc_storms,
         goroutine_growth,
@@ -486,10 +490,66 @@ fn cycle(
             .map(|main| spikes::other_episodes(&heap_series, limit, &main))
             .unwrap_or_default(),
         episode: spikes::episode(&heap_series, limit),
-        heap_sustained: total_sustained,
+        heap_sustained: reading.as_ref().is_some_and(|r| r.ongoing),
+        reading,
         verdict: String::new(),
     };
+    let mut c = c;
+    c.unflatten_storms();
     Some(c)
+}
+
+/// A site is among the growing ones when it holds at least this share of a rise still going on.
+const GROWING_SHARE: f64 = 0.1;
+
+/// The rows of the growing-sites table: the reading's sites, each with its part of the rate,
+/// while the episode still goes on at the end of the cycle (a rise that held is no growth).
+fn site_rows(r: &Reading) -> Vec<SiteGrowth> {
+    if !r.ongoing {
+        return Vec::new();
+    }
+    r.sites
+        .iter()
+        .filter(|s| s.share >= GROWING_SHARE)
+        .map(|s| SiteGrowth {
+            name: s.name.clone(),
+            bytes_per_sec: s.bytes_per_sec,
+            fit_r2: r.fit_r2,
+            inuse_first: s.before,
+            inuse_last: s.after,
+            onset_s: Some(r.onset_s),
+            share: s.share,
+        })
+        .collect()
+}
+
+impl CycleGrowth {
+    /// The sites holding the reading's rise, largest share first (none without a reading).
+    pub fn rise_sites(&self) -> &[RiseSite] {
+        self.reading.as_ref().map_or(&[], |r| r.sites.as_slice())
+    }
+
+    /// The reading's sites as read from the two stored captures at its onset and end.
+    pub fn set_rise_sites(&mut self, sites: Vec<RiseSite>, from_seq: u64, to_seq: u64) {
+        let Some(r) = self.reading.as_mut() else {
+            return;
+        };
+        r.sites = sites;
+        r.from_seq = Some(from_seq);
+        r.to_seq = Some(to_seq);
+        reading::set_shares(r);
+        self.sites = site_rows(r);
+        self.unflatten_storms();
+    }
+
+    /// A storm's site that holds part of the rise is not "in-use flat".
+    fn unflatten_storms(&mut self) {
+        for s in &mut self.alloc_storms {
+            if self.sites.iter().any(|g| g.name == s.name) {
+                s.inuse_flat = false;
+            }
+        }
+    }
 }
 
 fn thin(points: &[(f64, f64)], max: usize) -> Option<Vec<(f64, f64)>> {

@@ -9,6 +9,7 @@ pub mod diff;
 pub mod ends;
 pub mod envoy;
 pub mod growth;
+pub mod reading;
 pub mod reduce;
 pub mod rules;
 mod runtime;

@@ -41,10 +41,10 @@ pub fn without_profiler(stacks: Vec<(String, i64)>) -> (Vec<(String, i64)>, i64)
     (kept, left_out)
 }
 
-/// Heap sites: flat in-use and allocated bytes at the leaf function, as pprof names it;
-/// samples under the profile writer go to [`PROFILING_SITE`] so the cost of watching is
-/// never mistaken for the culprit. Names and the profiler test are worked out once per
-/// function and location, so the per-sample work is indexing.
+/// Heap sites: in-use and allocated bytes by site, a site being the first frame of the stack in
+/// the target's own code with the leaf function beside it ([`SiteNamer`]); samples under the
+/// profile writer go to [`PROFILING_SITE`] so the cost of watching is never mistaken for the
+/// culprit. The profiler test is worked out once per function and location.
 pub fn heap_sites(profile: &Profile) -> Vec<SiteFigures> {
     let Some(inuse) = profile
         .find_sample_type("inuse_space")
@@ -53,20 +53,11 @@ pub fn heap_sites(profile: &Profile) -> Vec<SiteFigures> {
         return Vec::new();
     };
     let alloc = profile.find_sample_type("alloc_space");
-    let mut slots: Vec<(&str, i64, i64)> = vec![(PROFILING_SITE, 0, 0), ("(unsymbolized)", 0, 0)];
-    let mut by_name: HashMap<&str, usize> = HashMap::new();
-    let mut function_slot = Vec::with_capacity(profile.functions.len());
-    let mut function_profiler = Vec::with_capacity(profile.functions.len());
-    for f in &profile.functions {
-        let name = profile.str(f.name);
-        function_profiler.push(is_profiler(name));
-        let next = slots.len();
-        let slot = *by_name.entry(name).or_insert(next);
-        if slot == next {
-            slots.push((name, 0, 0));
-        }
-        function_slot.push(slot);
-    }
+    let function_profiler: Vec<bool> = profile
+        .functions
+        .iter()
+        .map(|f| is_profiler(profile.str(f.name)))
+        .collect();
     let location_profiler: Vec<bool> = (0..profile.locations.len())
         .map(|l| {
             profile.location_frames(LocId(l as u32)).iter().any(|f| {
@@ -75,6 +66,8 @@ pub fn heap_sites(profile: &Profile) -> Vec<SiteFigures> {
             })
         })
         .collect();
+    let mut namer = SiteNamer::new(profile);
+    let mut sums: HashMap<String, (i64, i64)> = HashMap::new();
     let types = profile.sample_types.len();
     for (i, sample) in profile.samples.iter().enumerate() {
         let values = &profile.values[i * types..(i + 1) * types];
@@ -83,51 +76,52 @@ pub fn heap_sites(profile: &Profile) -> Vec<SiteFigures> {
             continue;
         }
         let stack = profile.sample_stack(sample);
-        let Some(&leaf_location) = stack.first() else {
+        if stack.is_empty() {
             continue;
-        };
-        let slot = if stack.iter().any(|l| location_profiler[l.0 as usize]) {
-            0
+        }
+        let name = if stack.iter().any(|l| location_profiler[l.0 as usize]) {
+            PROFILING_SITE
         } else {
-            match profile
-                .location_frames(leaf_location)
-                .first()
-                .and_then(|f| f.function)
-            {
-                Some(id) => function_slot[id.0 as usize],
-                None => 1,
-            }
+            namer.name(stack, false).unwrap_or("(unsymbolized)")
         };
-        slots[slot].1 += v_inuse;
-        slots[slot].2 += v_alloc;
+        match sums.get_mut(name) {
+            Some(e) => {
+                e.0 += v_inuse;
+                e.1 += v_alloc;
+            }
+            None => {
+                sums.insert(name.to_string(), (v_inuse, v_alloc));
+            }
+        }
     }
-    let mut out: Vec<SiteFigures> = slots
+    let mut out: Vec<SiteFigures> = sums
         .into_iter()
-        .filter(|&(_, value, alloc)| value != 0 || alloc != 0)
-        .map(|(name, value, alloc)| SiteFigures {
-            name: name.to_string(),
-            value,
-            alloc,
-        })
+        .filter(|&(_, (value, alloc))| value != 0 || alloc != 0)
+        .map(|(name, (value, alloc))| SiteFigures { name, value, alloc })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
 
-/// Goroutine stacks named by their first frame outside the runtime (a parked goroutine's
-/// leaf is always `runtime.gopark`), with their counts.
+/// Goroutine stacks named like heap sites ([`SiteNamer`]): the first frame in the target's
+/// own code, with the first frame outside the runtime beside it (a parked goroutine's leaf is
+/// always `runtime.gopark`), with their counts.
 pub fn goroutine_sites(profile: &Profile) -> Vec<SiteFigures> {
     let types = profile.sample_types.len();
     let index = profile.default_sample_index();
+    let mut namer = SiteNamer::new(profile);
     let mut sites: HashMap<String, i64> = HashMap::new();
     for (i, sample) in profile.samples.iter().enumerate() {
         let count = profile.values[i * types + index];
-        let name = profile
-            .stack_frames(sample)
-            .map(|f| profile.frame_name(f).to_string())
-            .find(|n| !is_runtime(n))
-            .unwrap_or_else(|| "runtime".to_string());
-        *sites.entry(name).or_insert(0) += count;
+        let name = namer
+            .name(profile.sample_stack(sample), true)
+            .unwrap_or("runtime");
+        match sites.get_mut(name) {
+            Some(n) => *n += count,
+            None => {
+                sites.insert(name.to_string(), count);
+            }
+        }
     }
     let mut out: Vec<SiteFigures> = sites
         .into_iter()
@@ -145,20 +139,16 @@ pub fn goroutine_sites(profile: &Profile) -> Vec<SiteFigures> {
 /// its first frame outside the runtime, so a run collected over the agent shows the same
 /// goroutine growth as one collected over HTTP.
 pub fn goroutine_dump_sites(dump: &StackDump) -> Vec<SiteFigures> {
-    let mut sites: HashMap<&str, i64> = HashMap::new();
+    let mut sites: HashMap<String, i64> = HashMap::new();
     for stack in &dump.stacks {
-        let name = stack
-            .frames
-            .iter()
-            .map(String::as_str)
-            .find(|n| !is_runtime(n))
-            .unwrap_or("runtime");
+        let names: Vec<&str> = stack.frames.iter().map(String::as_str).collect();
+        let name = name_frames(&names, true).unwrap_or_else(|| "runtime".into());
         *sites.entry(name).or_insert(0) += stack.count;
     }
     let mut out: Vec<SiteFigures> = sites
         .into_iter()
         .map(|(name, value)| SiteFigures {
-            name: name.to_string(),
+            name,
             value,
             alloc: 0,
         })
@@ -167,8 +157,144 @@ pub fn goroutine_dump_sites(dump: &StackDump) -> Vec<SiteFigures> {
     out
 }
 
-fn is_runtime(name: &str) -> bool {
+pub(crate) fn is_runtime(name: &str) -> bool {
     name.starts_with("runtime.") || name.contains(".runtime_") || name.starts_with("internal/")
+}
+
+/// Where a function's code lives, for naming a site by code its owner can change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The Go runtime (and `internal/…`).
+    Runtime,
+    /// The standard library (a package path whose first element has no dot), or a frame
+    /// without a name.
+    Std,
+    /// The target's own code: package `main`, or a module path (`github.com/…`).
+    Own,
+}
+
+/// The origin of a function named as pprof names it (`net/http.(*conn).serve`,
+/// `github.com/nats-io/nats-server/v2/server.(*client).parse`, `main.init.func1`).
+pub fn origin(name: &str) -> Origin {
+    if is_runtime(name) {
+        return Origin::Runtime;
+    }
+    let first = name.split('/').next().unwrap_or(name);
+    let package = if name.contains('/') {
+        first
+    } else {
+        first.split('.').next().unwrap_or(first)
+    };
+    if package.is_empty() || package == "vendor" || name.starts_with('(') {
+        Origin::Std
+    } else if package == "main" || (name.contains('/') && package.contains('.')) {
+        Origin::Own
+    } else {
+        Origin::Std
+    }
+}
+
+/// Which frame names a stack (frames leaf first): its first frame in the target's own code
+/// that is not a callback the standard library makes (a `sync.Pool`'s `New`, a sort's less
+/// function: the code that called the library is the cause), else that first own frame;
+/// `None` without own code.
+fn own_frame(origins: &[Origin], from: usize) -> Option<usize> {
+    let own: Vec<usize> = (from..origins.len())
+        .filter(|&i| origins[i] == Origin::Own)
+        .collect();
+    own.iter()
+        .copied()
+        .find(|&i| {
+            let called_by_own = origins.get(i + 1) == Some(&Origin::Own);
+            let own_above = own.iter().any(|&j| j > i);
+            called_by_own || !own_above
+        })
+        .or(own.first().copied())
+}
+
+/// The site's name: the own frame with the leaf beside it ("main.(*client).queueOutbound
+/// (leaf main.init.func1)"), or the leaf alone when it is the own frame or there is none.
+fn site_name(own: Option<&str>, leaf: &str) -> String {
+    match own {
+        Some(own) if own != leaf => format!("{own} (leaf {leaf})"),
+        _ => leaf.to_string(),
+    }
+}
+
+/// The site of a stack given by its frames' names, leaf first: for a heap sample the leaf is
+/// the first frame, for a goroutine the first outside the runtime (a parked goroutine's leaf
+/// is always `runtime.gopark`).
+pub fn name_frames(names: &[&str], goroutine: bool) -> Option<String> {
+    let origins: Vec<Origin> = names.iter().map(|n| origin(n)).collect();
+    let leaf = if goroutine {
+        origins.iter().position(|o| *o != Origin::Runtime)?
+    } else {
+        0
+    };
+    let own = own_frame(&origins, leaf).map(|i| names[i]);
+    Some(site_name(own, names.get(leaf)?))
+}
+
+/// Names the sites of one profile's stacks, working out each function's origin once.
+pub struct SiteNamer<'p> {
+    profile: &'p Profile,
+    origins: Vec<Origin>,
+    names: HashMap<(u32, u32), String>,
+    frames: Vec<Option<crate::model::FuncId>>,
+    frame_origins: Vec<Origin>,
+}
+
+impl<'p> SiteNamer<'p> {
+    pub fn new(profile: &'p Profile) -> SiteNamer<'p> {
+        SiteNamer {
+            profile,
+            origins: profile
+                .functions
+                .iter()
+                .map(|f| origin(profile.str(f.name)))
+                .collect(),
+            names: HashMap::new(),
+            frames: Vec::new(),
+            frame_origins: Vec::new(),
+        }
+    }
+
+    /// The site of a stack; `None` when a goroutine's stack is all runtime, and
+    /// "(unsymbolized)" for a heap sample whose leaf has no function.
+    pub fn name(&mut self, stack: &[LocId], goroutine: bool) -> Option<&str> {
+        self.frames.clear();
+        self.frame_origins.clear();
+        for &loc in stack {
+            for f in self.profile.location_frames(loc) {
+                self.frames.push(f.function);
+                self.frame_origins.push(
+                    f.function
+                        .map_or(Origin::Std, |id| self.origins[id.0 as usize]),
+                );
+            }
+        }
+        let leaf = if goroutine {
+            self.frame_origins
+                .iter()
+                .position(|o| *o != Origin::Runtime)?
+        } else {
+            0
+        };
+        let leaf_fn = self.frames.get(leaf).copied().flatten();
+        let own_fn = own_frame(&self.frame_origins, leaf).and_then(|i| self.frames[i]);
+        let key = (
+            leaf_fn.map_or(u32::MAX, |f| f.0),
+            own_fn.map_or(u32::MAX, |f| f.0),
+        );
+        let profile = self.profile;
+        let name =
+            |f: Option<crate::model::FuncId>| f.map(|id| profile.str(profile.function(id).name));
+        Some(
+            self.names.entry(key).or_insert_with(|| {
+                site_name(name(own_fn), name(leaf_fn).unwrap_or("(unsymbolized)"))
+            }),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -188,6 +314,63 @@ mod tests {
         assert_eq!(top.name, "main.watchSubscription");
         assert!(top.value > 100, "{sites:?}");
         assert!(sites.iter().all(|s| !s.name.starts_with("runtime.gopark")));
+    }
+
+    #[test]
+    fn a_site_is_named_by_its_own_code_with_the_leaf_beside_it() {
+        // A sync.Pool's New func allocates; the cause called the pool.
+        let pool = [
+            "github.com/nats-io/nats-server/v2/server.init.func3",
+            "sync.(*Pool).Get",
+            "github.com/nats-io/nats-server/v2/server.(*client).queueOutbound",
+            "github.com/nats-io/nats-server/v2/server.(*client).deliverMsg",
+            "runtime.goexit",
+        ];
+        assert_eq!(
+            name_frames(&pool, false).unwrap(),
+            "github.com/nats-io/nats-server/v2/server.(*client).queueOutbound \
+             (leaf github.com/nats-io/nats-server/v2/server.init.func3)"
+        );
+        // A connection's goroutines park in the standard library.
+        let read = [
+            "runtime.gopark",
+            "internal/poll.runtime_pollWait",
+            "internal/poll.(*FD).Read",
+            "net.(*netFD).Read",
+            "net.(*conn).Read",
+            "main.(*client).readLoop",
+            "runtime.goexit",
+        ];
+        assert_eq!(
+            name_frames(&read, true).unwrap(),
+            "main.(*client).readLoop (leaf net.(*netFD).Read)"
+        );
+        let write = [
+            "runtime.gopark",
+            "sync.runtime_notifyListWait",
+            "sync.(*Cond).Wait",
+            "main.(*client).writeLoop",
+        ];
+        assert_eq!(
+            name_frames(&write, true).unwrap(),
+            "main.(*client).writeLoop (leaf sync.(*Cond).Wait)"
+        );
+        // Own code at the leaf keeps its name; no own code keeps the leaf.
+        assert_eq!(
+            name_frames(&["main.grow", "main.main"], false).unwrap(),
+            "main.grow"
+        );
+        assert_eq!(
+            name_frames(&["os/signal.signal_recv", "os/signal.loop"], true).unwrap(),
+            "os/signal.signal_recv"
+        );
+        assert_eq!(name_frames(&["runtime.gopark"], true), None);
+        assert_eq!(origin("encoding/json.(*Decoder).refill"), Origin::Std);
+        assert_eq!(
+            origin("go.etcd.io/raft/v3.(*raft).appendEntry"),
+            Origin::Own
+        );
+        assert_eq!(origin("main.init.func1"), Origin::Own);
     }
 
     #[test]

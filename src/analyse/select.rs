@@ -39,10 +39,20 @@ pub enum SelectError {
     Nothing(String),
 }
 
+/// A version as builds are told apart: "v2.1.0" and "2.1.0" are one version (Go modules
+/// write the `v`, people and labels often do not).
+pub fn version_key(version: &str) -> String {
+    let v = version.trim();
+    match v.strip_prefix(['v', 'V']) {
+        Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit()) => rest.to_string(),
+        _ => v.to_string(),
+    }
+}
+
 /// The short name of a build, when the process told anything that names one.
 pub fn build_name(build: &BuildInfo) -> Option<String> {
     if let Some(v) = build.version.as_deref().filter(|v| !v.is_empty()) {
-        return Some(v.to_string());
+        return Some(version_key(v));
     }
     build
         .vcs_revision
@@ -76,7 +86,7 @@ pub fn cycle_builds(records: &[CaptureRecord], run_label: &str) -> Vec<CycleBuil
             label: build
                 .as_ref()
                 .and_then(build_name)
-                .unwrap_or_else(|| run_label.to_string()),
+                .unwrap_or_else(|| version_key(run_label)),
             build,
             pid,
         });
@@ -218,6 +228,22 @@ mod tests {
         let labels: Vec<(u32, &str)> = builds.iter().map(|c| (c.index, c.label.as_str())).collect();
         assert_eq!(labels, [(1, "2.0.2"), (2, "run-label"), (3, "2.1.0")]);
         assert_eq!(builds[2].pid, Some(300));
+    }
+
+    #[test]
+    fn a_leading_v_names_the_same_version() {
+        assert_eq!(version_key("v2.1.0"), "2.1.0");
+        assert_eq!(version_key("2.1.0"), "2.1.0");
+        assert_eq!(version_key("V10"), "10");
+        // Not a version: kept as it is.
+        assert_eq!(version_key("vendor-build"), "vendor-build");
+        let records = vec![
+            cycle_record(1, "v2.1.0", 10),
+            CaptureRecord::new(2, RecordKind::Heap, 2, 2_000),
+        ];
+        let builds = cycle_builds(&records, "2.1.0");
+        let labels: Vec<&str> = builds.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(labels, ["2.1.0", "2.1.0"]);
     }
 
     fn cb(index: u32, label: &str) -> CycleBuild {

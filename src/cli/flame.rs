@@ -29,7 +29,8 @@ pub struct Args {
     #[arg(short = 'o', long = "output", value_name = "OUT.svg")]
     output: PathBuf,
     /// Draw what a boot cycle of the run added between two captures: widths are the growth of
-    /// each stack (default: from the first to the last stored heap capture of the last cycle;
+    /// each stack (default: from the first to the last stored heap capture of the last cycle
+    /// that died, else of the last cycle;
     /// when that cycle has no sustained growth but a rise into a peak, that rise).
     #[arg(long, conflicts_with = "diff")]
     growth: bool,
@@ -329,7 +330,16 @@ fn growth(
     let (from, to) = match (picked_from, picked_to) {
         (Some(f), Some(t)) => (f, t),
         (f, t) => {
-            let cycle = args.cycle.or(f.or(t).map(|c| c.record.cycle));
+            // By default the last cycle that died (the growth worth drawing), else the last.
+            let died = || {
+                let (report, _) = heapwatch::scan::growth(run, None, limits).ok()?;
+                let ended = report
+                    .cycles
+                    .iter()
+                    .filter(|c| c.end.is_death() && c.stored >= 2);
+                ended.map(|c| c.index).next_back()
+            };
+            let cycle = args.cycle.or(f.or(t).map(|c| c.record.cycle)).or_else(died);
             let in_cycle = cycle_captures(run, &captures, cycle, 2, false)?;
             let rise = match (f, t) {
                 (None, None) => {

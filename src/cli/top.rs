@@ -38,6 +38,18 @@ fn parse_granularity(text: &str) -> Result<Granularity, String> {
 
 pub fn run(args: TopArgs) -> Result<ExitCode, CliError> {
     let shown = args.profile.display().to_string();
+    if args.profile.is_dir() {
+        let run = args.profile.join("manifest.jsonl").is_file();
+        return Err(CliError::Usage(if run {
+            format!(
+                "{shown} is a run directory; top reads one profile: give one of its captures \
+                 ({shown}/profiles/NNNNNN-heap.pb.gz), or use `heapwatch growth {shown}` for \
+                 the whole run"
+            )
+        } else {
+            format!("{shown} is a directory; top reads one profile file (.pb.gz)")
+        }));
+    }
     let bytes = std::fs::read(&args.profile).map_err(|source| CliError::Read {
         path: shown.clone(),
         source,

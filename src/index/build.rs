@@ -73,10 +73,6 @@ fn is_profiler(name: &str) -> bool {
     name.starts_with("runtime/pprof.") || name.starts_with("net/http/pprof.")
 }
 
-fn is_runtime(name: &str) -> bool {
-    name.starts_with("runtime.") || name.contains(".runtime_") || name.starts_with("internal/")
-}
-
 /// The figures of a decoded pprof profile of `kind`.
 pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
     let types = profile.sample_types.len();
@@ -100,21 +96,9 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
     } else {
         Vec::new()
     };
-    let location_site: Vec<Option<String>> = if heap {
-        Vec::new()
-    } else {
-        (0..profile.locations.len())
-            .map(|l| {
-                profile
-                    .location_frames(LocId(l as u32))
-                    .iter()
-                    .map(|f| profile.frame_name(f).to_string())
-                    .find(|n| !is_runtime(n))
-            })
-            .collect()
-    };
-    // Sites: the same slots as `reduce::heap_sites` (leaf function, the profiler's own
-    // allocations set apart) or `goroutine_sites` (first frame outside the runtime).
+    let mut namer = reduce::SiteNamer::new(profile);
+    // Sites: the same names as `reduce::heap_sites` and `goroutine_sites` (the first frame in
+    // the target's own code with the leaf beside it, the profiler's own allocations set apart).
     // A few dozen sites looked up once a sample: SipHash was 4% of a first analysis.
     let mut site_rows: QuickMap<String, Vec<i64>> = QuickMap::default();
     let inuse = profile
@@ -129,28 +113,16 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
             if values[inuse] == 0 && alloc.is_none_or(|a| values[a] == 0) {
                 None
             } else {
-                locations.first().map(|&leaf| {
+                (!locations.is_empty()).then(|| {
                     if locations.iter().any(|l| location_profiler[l.0 as usize]) {
                         PROFILING_SITE
                     } else {
-                        match profile
-                            .location_frames(leaf)
-                            .first()
-                            .and_then(|f| f.function)
-                        {
-                            Some(id) => profile.str(profile.function(id).name),
-                            None => "(unsymbolized)",
-                        }
+                        namer.name(locations, false).unwrap_or("(unsymbolized)")
                     }
                 })
             }
         } else {
-            Some(
-                locations
-                    .iter()
-                    .find_map(|l| location_site[l.0 as usize].as_deref())
-                    .unwrap_or("runtime"),
-            )
+            Some(namer.name(locations, true).unwrap_or("runtime"))
         };
         if let Some(site) = site {
             match site_rows.get_mut(site) {

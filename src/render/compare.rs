@@ -2,7 +2,8 @@
 
 use std::fmt::Write as _;
 
-use crate::analyse::compare::{AfterBaseline, Comparison, Regression};
+use crate::analyse::compare::{AfterBaseline, Comparison, Regression, SideEpisode};
+use crate::render::ends::end_words;
 use crate::units::format_bytes;
 
 pub fn json(c: &Comparison) -> String {
@@ -15,8 +16,8 @@ pub fn text(c: &Comparison, limit: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "A = {} (cycle {}), B = {} (cycle {}): rates and in-use peaks over the first {:.1} s, \
-         which both cycles cover; chosen: {}",
+        "A = {} (cycle {}, the baseline), B = {} (cycle {}): rates over each cycle's growth \
+         episode, site peaks over the first {:.1} s, which both cycles cover; chosen: {}",
         c.a, c.a_cycle, c.b, c.b_cycle, c.age_s, c.chosen
     );
     let _ = writeln!(out, "verdict: {}", c.verdict);
@@ -103,10 +104,26 @@ fn word_pair(c: &mut Comparison) {
         "cycle {} of {} against cycle {} of {}, over the first {:.1} s",
         c.b_cycle, c.b, c.a_cycle, c.a, c.age_s
     );
-    let mut verdict = match c.regressions.first() {
-        Some(r) => format!("{} regressed in {}: {}", r.name, c.b, r.why),
-        None => format!("no site regressed in {} against {}", c.b, c.a),
-    };
+    let whole_ratio = c
+        .a_heap_peak
+        .zip(c.b_heap_peak)
+        .filter(|(a, _)| *a > 0)
+        .map(|(a, b)| b as f64 / a as f64);
+    let b_died_alone = c.b_episode.oom_killed && !c.a_episode.oom_killed;
+    let mut verdict = format!(
+        "A = {} (cycle {}), B = {} (cycle {}): ",
+        c.a, c.a_cycle, c.b, c.b_cycle
+    );
+    verdict.push_str(&picture(c));
+    match (c.regressions.first(), whole_ratio) {
+        // A site that holds more while the whole heap holds less is no regression of B.
+        (Some(r), Some(ratio)) if ratio < 1.0 && !b_died_alone => verdict.push_str(&format!(
+            "; no regression of the whole heap (B's in-use peak is {ratio:.2}x A's); {} holds more in B: {}",
+            r.name, r.why
+        )),
+        (Some(r), _) => verdict.push_str(&format!("; {} regressed in B: {}", r.name, r.why)),
+        (None, _) => verdict.push_str("; no site regressed in B"),
+    }
     verdict.push_str(&format!(" ({})", c.compared));
     if let Some(after) = c
         .after_a
@@ -116,6 +133,71 @@ fn word_pair(c: &mut Comparison) {
         verdict.push_str(&format!("; {}", after.summary));
     }
     c.verdict = verdict;
+}
+
+/// One side's episode: "grew 19.5 MiB/s from 20.0 s (95 % of the rise in main.store)", or
+/// "rose 8.0 MiB/s from 1.0 to 4.0 s, then held", or "did not rise".
+fn episode_words(e: &SideEpisode) -> String {
+    let (Some(onset), Some(end)) = (e.onset_s, e.end_s) else {
+        return "did not rise".into();
+    };
+    let rate = format!("{}/s", format_bytes(e.bytes_per_sec as i64));
+    let mut s = if e.growing_at_end {
+        format!("grew {rate} from {onset:.1} s")
+    } else {
+        format!("rose {rate} from {onset:.1} to {end:.1} s, then held")
+    };
+    if let (Some(site), Some(share)) = (&e.site, e.share) {
+        s.push_str(&format!(" ({:.0} % of the rise in {site})", share * 100.0));
+    }
+    s
+}
+
+fn end_of(e: &SideEpisode) -> String {
+    match e.died_s {
+        Some(d) => format!("{} at {d:.1} s", end_words(&e.end)),
+        None => format!("{} (ran {:.1} s)", end_words(&e.end), e.span_s),
+    }
+}
+
+/// The whole cycles first: which side died and which did not, and each heap's episode.
+fn picture(c: &Comparison) -> String {
+    let (a, b) = (&c.a_episode, &c.b_episode);
+    let mut parts = Vec::new();
+    match (a.oom_killed, b.oom_killed) {
+        (false, true) => parts.push(format!("B was {} and A was not: {}", end_of(b), end_of(a))),
+        (true, false) => parts.push(format!("A was {} and B was not: {}", end_of(a), end_of(b))),
+        (true, true) => parts.push(format!(
+            "both sides died of memory: A {}, B {}",
+            end_of(a),
+            end_of(b)
+        )),
+        (false, false) => {}
+    }
+    // The memory the kernel counts, when both sides were sampled from outside alike.
+    if let (Some(ma), Some(mb), Some(of)) = (a.memory_peak, b.memory_peak, &b.memory_of) {
+        if a.memory_of.as_ref() == Some(of) && ma > 0 {
+            parts.push(format!(
+                "{of} memory peaked at {} in B against {} in A ({:.2}x)",
+                format_bytes(mb),
+                format_bytes(ma),
+                mb as f64 / ma as f64
+            ));
+        }
+    }
+    parts.push(format!(
+        "B's in-use heap {}, A's {}",
+        episode_words(b),
+        episode_words(a)
+    ));
+    if let (Some(pa), Some(pb)) = (a.heap_peak, b.heap_peak) {
+        parts.push(format!(
+            "peak in-use heap {} in B against {} in A",
+            format_bytes(pb),
+            format_bytes(pa)
+        ));
+    }
+    parts.join("; ")
 }
 
 /// "only in B: 12 MiB in use at its peak (at 7.0 s)", or "grows 2 MiB/s in B against 0 B/s

@@ -104,43 +104,76 @@ pub fn build(c: &CycleGrowth) -> String {
 fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
     let _ = writeln!(
         out,
-        "boot cycle {} ({}): {} captures ({} stored, {} duplicate, {} errors) over {:.1} s",
+        "boot cycle {} ({}): {} capture attempts over {:.1} s: {} good ({} heap profiles stored, {} duplicate heap captures, {} goroutine profiles and runtime figures), {} failed",
         c.index,
         build(c),
+        c.captures + c.errors,
+        c.span_s,
         c.captures,
         c.stored,
         c.duplicates,
-        c.errors,
-        c.span_s
+        c.captures.saturating_sub(c.stored + c.duplicates),
+        c.errors
     );
     let _ = writeln!(out, "  verdict: {}", c.verdict);
     let _ = writeln!(out, "  end: {}", end_words(&c.end));
     if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {
-        let mut line = format!("  heap in use {} → {}", format_bytes(a), format_bytes(b));
-        if let (Some(r), Some(q)) = (c.total_bytes_per_sec, c.total_fit_r2) {
-            line.push_str(&format!(", fitted {} (R² {q:.2})", rate(r)));
-        }
+        let mut line = format!(
+            "  heap in use {} → {} (first → last capture)",
+            format_bytes(a),
+            format_bytes(b)
+        );
         if let Some(m) = c.memory_bytes_per_sec {
             line.push_str(&format!("; process memory {}", rate(m)));
         }
         let _ = writeln!(out, "{line}");
     }
-    if !c.sites.is_empty() {
-        let _ = writeln!(out, "  growing sites (in-use bytes):");
+    if let Some(r) = &c.reading {
         let _ = writeln!(
             out,
-            "  {:>12} {:>6} {:>7} {:>12}  site",
-            "rate", "R²", "onset", "in use now"
+            "  growth episode: {} from {:.1} to {:.1} s (R² {:.2}, {} points), {} → {}, {}",
+            rate(r.bytes_per_sec),
+            r.onset_s,
+            r.end_s,
+            r.fit_r2,
+            r.points,
+            format_bytes(r.from_bytes),
+            format_bytes(r.to_bytes),
+            if r.ongoing {
+                "still growing at the end".to_string()
+            } else {
+                format!(
+                    "then held or fell for {:.1} s (not growing at the end)",
+                    r.held_s.unwrap_or(0.0)
+                )
+            }
         );
-        for s in c.sites.iter().take(limit) {
-            let onset = s.onset_s.map_or("-".into(), |o| format!("{o:.1}s"));
+    }
+    if !c.rise_sites().is_empty() {
+        let from = c.reading.as_ref().and_then(|r| r.from_seq.zip(r.to_seq));
+        let _ = writeln!(
+            out,
+            "  {} (in-use bytes at the onset and the end{}):",
+            if c.heap_sustained {
+                "growing sites, holding the rise"
+            } else {
+                "sites holding the rise, which did not go on"
+            },
+            from.map_or(String::new(), |(a, b)| format!(", capture #{a} and #{b}"))
+        );
+        let _ = writeln!(
+            out,
+            "  {:>6} {:>12} {:>12} {:>12}  site",
+            "share", "rate", "at onset", "at end"
+        );
+        for s in c.rise_sites().iter().take(limit) {
             let _ = writeln!(
                 out,
-                "  {:>12} {:>6.2} {:>7} {:>12}  {}",
+                "  {:>5.0}% {:>12} {:>12} {:>12}  {}",
+                s.share * 100.0,
                 rate(s.bytes_per_sec),
-                s.fit_r2,
-                onset,
-                format_bytes(s.inuse_last),
+                format_bytes(s.before),
+                format_bytes(s.after),
                 s.name
             );
         }
@@ -164,7 +197,13 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
     if let Some(a) = &c.at_limit {
         let _ = writeln!(out, "  the cgroup sat {}", a.summary);
     }
-    if let Some(e) = &c.episode {
+    // The reading is the rise into the peak; a spike is shown on its own only without one, or
+    // when it fell back (its fall is no part of the reading).
+    if let Some(e) = c
+        .episode
+        .as_ref()
+        .filter(|e| c.reading.is_none() || e.transient)
+    {
         let kind = if e.transient {
             "transient episode (rise, then fall)"
         } else {

@@ -4,13 +4,13 @@
 use crate::analyse::breakdown::{AtLimit, MemoryBreakdown};
 use crate::units::format_bytes;
 
-/// "of 1 GiB: Go heap live X, held free Y, runtime Z, other anonymous W, mapped files M,
+/// "of 1 GiB: Go heap allocated (HeapAlloc) X, held free Y, runtime Z, other anonymous W, mapped files M,
 /// other page cache C (dirty D)", naming only what is known.
 pub fn breakdown_words(b: &MemoryBreakdown) -> String {
     let f = |v: u64| format_bytes(v as i64);
     let mut parts = Vec::new();
     for (name, v) in [
-        ("Go heap live", b.go_heap_live),
+        ("Go heap allocated (HeapAlloc)", b.go_heap_live),
         ("held free", b.go_held_free),
         ("runtime", b.go_runtime),
         ("other anonymous", b.other_anon),
@@ -42,6 +42,26 @@ pub fn breakdown_words(b: &MemoryBreakdown) -> String {
     }
     if let Some(t) = b.memstats_at_s {
         s.push_str(&format!(" (Go figures from MemStats read at {t:.1} s)"));
+    }
+    // MemStats and the memory sample are read at different moments: Go figures above the
+    // total are no split of it, and are said to be none.
+    let go = [b.go_heap_live, b.go_held_free, b.go_runtime]
+        .into_iter()
+        .flatten()
+        .sum::<u64>();
+    let whole = b.anon.unwrap_or(b.total);
+    if go > whole {
+        s.push_str(&format!(
+            "; the Go figures sum to {}, more than the {} {} they would split (read at another \
+             moment): they are not parts of it",
+            f(go),
+            f(whole),
+            if b.anon.is_some() {
+                "anonymous memory"
+            } else {
+                "total"
+            }
+        ));
     }
     // Without memory.stat or smaps (runs recorded before they were sampled, a bare --pid), the
     // Go figures are all there is: say how much of the total they leave unexplained.
@@ -168,10 +188,41 @@ mod tests {
         assert_eq!(b.other_cache, Some(330 * MIB));
         assert!(!b.cache_inherited);
         assert!(
-            breakdown_words(&b).contains("1020 MiB of 1.00 GiB: Go heap live 200 MiB, held free 50.0 MiB, runtime 30.0 MiB, other anonymous 80.0 MiB, mapped files 330 MiB, other page cache 330 MiB (dirty 3.00 MiB)"),
+            breakdown_words(&b).contains("1020 MiB of 1.00 GiB: Go heap allocated (HeapAlloc) 200 MiB, held free 50.0 MiB, runtime 30.0 MiB, other anonymous 80.0 MiB, mapped files 330 MiB, other page cache 330 MiB (dirty 3.00 MiB)"),
             "{}",
             breakdown_words(&b)
         );
+        assert!(!breakdown_words(&b).contains("not parts of it"));
+
+        // MemStats read at another moment than the sample: its figures exceed what they would
+        // split, and are said to be no parts of it.
+        let mut late = ms.clone();
+        late.totals.insert("HeapAlloc".into(), (500 * MIB) as i64);
+        late.totals.insert("HeapInuse".into(), (520 * MIB) as i64);
+        let b = at_peak(&refs, &[&late], 0, None).unwrap();
+        let words = breakdown_words(&b);
+        assert!(
+            words.contains("the Go figures sum to 580 MiB, more than the 360 MiB anonymous memory they would split"),
+            "{words}"
+        );
+    }
+
+    #[test]
+    fn the_page_cache_at_the_limit_is_named_whichever_sample_was_last() {
+        // Every other sample carries memory.stat: the stretch's last one does not.
+        let mut memory = vec![sample(0, 300 * MIB, 10 * MIB, 0)];
+        for k in 0..10 {
+            let mut m = sample(10_000 + k * 1000, 1020 * MIB, 660 * MIB, 10 * k as u64);
+            if k % 2 == 1 {
+                m.cgroup = None;
+            }
+            memory.push(m);
+        }
+        let refs: Vec<&MemorySample> = memory.iter().collect();
+        let a = at_limit(&refs, 0, None, false).expect("at the limit");
+        assert_eq!(a.file, Some(660 * MIB));
+        assert_eq!(a.charge_failures, Some(80));
+        assert!(at_limit_words(&a).contains("660 MiB of it page cache"));
     }
 
     #[test]

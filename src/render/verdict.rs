@@ -4,6 +4,7 @@
 
 use crate::analyse::ends::CycleEnd;
 use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
+use crate::analyse::reading::{Forecast, Reading};
 use crate::analyse::spikes::{Episode, Peak};
 use crate::render::ends::end_words;
 use crate::render::memory::{at_limit_words, breakdown_words};
@@ -28,30 +29,12 @@ pub fn word_growth(report: &mut GrowthReport) {
 }
 
 pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
-    let total_sustained = c.heap_sustained;
     let rate = |bps: f64| format!("{}/s", format_bytes(bps as i64));
     let mut parts = Vec::new();
-    if let (true, Some(total)) = (total_sustained, c.total_bytes_per_sec) {
-        let mut s = format!("in-use heap grew {}", rate(total));
-        if let Some(top) = c.sites.first() {
-            s.push_str(&format!(
-                ", {:.0} % of it in {}",
-                top.share * 100.0,
-                top.name
-            ));
-            if let Some(onset) = top.onset_s.filter(|&o| o > 0.0) {
-                s.push_str(&format!(" (from {onset:.1} s)"));
-            }
-        }
-        parts.push(s);
-    } else if let Some(top) = c.sites.first() {
-        parts.push(format!(
-            "{} grew {} while the heap as a whole did not grow steadily",
-            top.name,
-            rate(top.bytes_per_sec)
-        ));
-    } else if c.episode.as_ref().is_some_and(|e| e.transient) {
-        // The spike below says what happened: "no growth" would hide it.
+    if let Some(r) = &c.reading {
+        parts.push(reading_words(r, limit));
+    } else if let Some(words) = faster_than_interval(c, limit) {
+        parts.push(words);
     } else if let Some((what, p, share)) = large_peak(c, limit) {
         parts.push(format!(
             "in-use heap did not grow steadily (heap {}), but {what} peaked at {} ({:.0} % of the limit) at {:.1} s",
@@ -65,9 +48,6 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
             "no sustained in-use growth (heap {})",
             c.heap_last.map_or("unknown".into(), format_bytes)
         ));
-    }
-    if let Some(e) = c.episode.as_ref().filter(|e| e.transient) {
-        parts.push(spike_words(e));
     }
     if let Some(storm) = c.alloc_storms.first() {
         let w = &storm.windows[0];
@@ -91,11 +71,12 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
         let words = a.summary.trim_end_matches(", then OOM-killed");
         parts.push(format!("the cgroup sat {words}"));
     }
-    if let (Some(limit), Some(at), None) = (limit, c.limit_at_s, &c.at_limit) {
-        parts.push(format!(
-            "{} would be reached {at:.1} s after the first capture",
-            format_bytes(limit as i64)
-        ));
+    if let (Some(limit), Some(f), None) = (
+        limit,
+        c.reading.as_ref().and_then(|r| r.forecast.as_ref()),
+        &c.at_limit,
+    ) {
+        parts.push(forecast_words(limit, f));
     }
     match (c.end, c.died_after_s) {
         (CycleEnd::StillAnswering, _) => {}
@@ -113,6 +94,113 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
         }
     }
     parts.join("; ")
+}
+
+/// The cycle's episode: "in-use heap grew 19.5 MiB/s from 20.0 s (4.00 MiB → 141 MiB), 95 % of
+/// the rise in main.storeRawMsg", or, when it held or fell after its peak, "rose … then held".
+pub fn reading_words(r: &Reading, limit: Option<u64>) -> String {
+    let rate = format!("{}/s", format_bytes(r.bytes_per_sec as i64));
+    let fell = (r.to_bytes - r.last_bytes) as f64 >= 0.5 * r.rise() as f64;
+    let mut s = if r.ongoing {
+        format!(
+            "in-use heap grew {rate} from {:.1} s ({} → {})",
+            r.onset_s,
+            format_bytes(r.from_bytes),
+            format_bytes(r.to_bytes)
+        )
+    } else if fell {
+        format!(
+            "in-use heap spiked at {rate} from {:.1} to {:.1} s ({} → {})",
+            r.onset_s,
+            r.end_s,
+            format_bytes(r.from_bytes),
+            format_bytes(r.to_bytes)
+        )
+    } else {
+        format!(
+            "no sustained in-use growth: the heap rose {rate} from {:.1} to {:.1} s ({} → {})",
+            r.onset_s,
+            r.end_s,
+            format_bytes(r.from_bytes),
+            format_bytes(r.to_bytes)
+        )
+    };
+    if let Some(share) = limit
+        .filter(|&l| l > 0)
+        .map(|l| r.to_bytes as f64 / l as f64)
+    {
+        if share >= 0.05 {
+            s.push_str(&format!(" ({:.0} % of the limit)", share * 100.0));
+        }
+    }
+    if let Some(top) = r.sites.first() {
+        s.push_str(&format!(
+            ", {:.0} % of the rise in {}",
+            top.share * 100.0,
+            top.name
+        ));
+    }
+    if let Some(held) = r.held_s {
+        if fell {
+            s.push_str(&format!(
+                ", then fell back to {} by the last capture {held:.1} s later",
+                format_bytes(r.last_bytes)
+            ));
+        } else {
+            s.push_str(&format!(
+                ", then held ({} at the last capture, {held:.1} s later): not growing at the end",
+                format_bytes(r.last_bytes)
+            ));
+        }
+    }
+    s
+}
+
+/// "256 MiB would be reached 126.0 s after the first capture (between 120.1 and 133.3 s at
+/// the fit's slopes; cgroup memory, R² 0.98)".
+pub fn forecast_words(limit: u64, f: &Forecast) -> String {
+    let latest = if f.latest_s.is_finite() {
+        format!("{:.1} s", f.latest_s)
+    } else {
+        "never".into()
+    };
+    format!(
+        "{} would be reached {:.1} s after the first capture if the growth goes on (between {:.1} s and {latest} at the fit's slopes; fitted on {}, R² {:.2})",
+        format_bytes(limit as i64),
+        f.at_s,
+        f.earliest_s,
+        f.of,
+        f.fit_r2
+    )
+}
+
+/// When the cycle died of memory (or near its limit) with no rise of the heap in any capture:
+/// the death was faster than the capture interval. Says so, and what to do.
+pub fn faster_than_interval(c: &CycleGrowth, limit: Option<u64>) -> Option<String> {
+    let died = c.died_after_s.filter(|_| c.end.is_death())?;
+    let peak = large_peak(c, limit);
+    if c.reading.is_some() || !(c.killed || peak.is_some()) {
+        return None;
+    }
+    let gap = (died - c.span_s).max(0.0);
+    let interval = c
+        .interval_s
+        .map_or(String::new(), |i| format!(" (interval {i:.1} s)"));
+    let peak_words = peak.map_or(String::new(), |(what, p, share)| {
+        format!(
+            "; {what} peaked at {} ({:.0} % of the limit) at {:.1} s",
+            format_bytes(p.bytes),
+            share * 100.0,
+            p.at_s
+        )
+    });
+    Some(format!(
+        "no capture saw the heap rise (heap {}): the death came {gap:.1} s after the last \
+         capture{interval}, faster than the capture interval{peak_words}; capture more often \
+         (--interval 100ms), from outside with a proc source (proc:PID, proc:exe:NAME; \
+         heapwatch run uses one), which reads the heap up to the kill",
+        c.heap_last.map_or("unknown".into(), format_bytes),
+    ))
 }
 
 /// The largest memory peak of a cycle against the limit, when it reached a large share.
@@ -175,12 +263,7 @@ pub fn across_summary(cycles: &[CycleGrowth], across: &AcrossCycles) -> String {
         }
         let ends: Vec<String> = ends.iter().map(|(w, n)| format!("{n} {w}")).collect();
         let mut s = format!("{} boot cycles: {}", cycles.len(), ends.join(", "));
-        let growing = cycles.iter().filter(|c| !c.sites.is_empty()).count();
-        s.push_str(&top_sites_words(
-            across.same_top_site.as_deref(),
-            growing,
-            cycles.len(),
-        ));
+        s.push_str(&rise_sites_words(cycles));
         if ages.len() >= 2 {
             let min = ages.iter().copied().fold(f64::INFINITY, f64::min);
             let max = ages.iter().copied().fold(0.0, f64::max);
@@ -192,14 +275,56 @@ pub fn across_summary(cycles: &[CycleGrowth], across: &AcrossCycles) -> String {
     }
 }
 
-/// What the cycles' fastest-growing sites have in common, when `growing` of `cycles` have
-/// one: a cycle without a growing site is not a different site.
-fn top_sites_words(same: Option<&str>, growing: usize, cycles: usize) -> String {
-    match same {
-        Some(site) => format!("; every cycle grows fastest in {site}"),
-        None if growing == 0 => "; no cycle has a growing site".to_string(),
-        None if growing < cycles => format!("; {growing} of {cycles} cycles have a growing site"),
-        None => "; the fastest-growing site differs between cycles".to_string(),
+/// Which site holds each cycle's rise, the same way for every cycle that has one:
+/// "; the rise is in main.store in every cycle (95 %, 97 %, 93 % of it)", or by site with
+/// its cycles when they differ, and the cycles without a rise.
+fn rise_sites_words(cycles: &[CycleGrowth]) -> String {
+    let mut by_site: Vec<(&str, Vec<(u32, f64)>)> = Vec::new();
+    let mut without = Vec::new();
+    for c in cycles {
+        match c.rise_sites().first() {
+            Some(top) => match by_site.iter_mut().find(|(n, _)| *n == top.name) {
+                Some((_, v)) => v.push((c.index, top.share)),
+                None => by_site.push((top.name.as_str(), vec![(c.index, top.share)])),
+            },
+            None => without.push(c.index),
+        }
+    }
+    let shares = |v: &[(u32, f64)]| {
+        v.iter()
+            .map(|(_, s)| format!("{:.0} %", s * 100.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let list = |v: &[u32]| {
+        v.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (by_site.as_slice(), without.is_empty()) {
+        ([], _) => "; no cycle's heap rose".to_string(),
+        ([(site, v)], true) => format!(
+            "; the rise is in {site} in every cycle ({} of it)",
+            shares(v)
+        ),
+        _ => {
+            let mut parts: Vec<String> = by_site
+                .iter()
+                .map(|(site, v)| {
+                    let idx: Vec<u32> = v.iter().map(|x| x.0).collect();
+                    format!(
+                        "the rise is in {site} in cycle(s) {} ({} of it)",
+                        list(&idx),
+                        shares(v)
+                    )
+                })
+                .collect();
+            if !without.is_empty() {
+                parts.push(format!("no rise in cycle(s) {}", list(&without)));
+            }
+            format!("; {}", parts.join("; "))
+        }
     }
 }
 
@@ -213,23 +338,6 @@ mod tests {
     fn worded(mut report: GrowthReport) -> GrowthReport {
         word_growth(&mut report);
         report
-    }
-
-    #[test]
-    fn a_cycle_without_a_growing_site_is_not_called_a_different_site() {
-        assert_eq!(
-            top_sites_words(None, 1, 2),
-            "; 1 of 2 cycles have a growing site"
-        );
-        assert_eq!(top_sites_words(None, 0, 3), "; no cycle has a growing site");
-        assert_eq!(
-            top_sites_words(None, 2, 2),
-            "; the fastest-growing site differs between cycles"
-        );
-        assert_eq!(
-            top_sites_words(Some("main.f"), 2, 2),
-            "; every cycle grows fastest in main.f"
-        );
     }
 
     #[test]

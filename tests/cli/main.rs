@@ -20,6 +20,7 @@ mod deploy;
 mod diff;
 mod discovery;
 mod envoy;
+mod episodes;
 mod flame;
 mod growth;
 mod index;

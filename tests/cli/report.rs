@@ -182,10 +182,11 @@ fn check_alone_gates_on_each_rule() {
             1,
             "baseline",
         ),
+        // B was OOM-killed and A was not: that trips any regression bar.
         (
             &[&oom, "--baseline", &base, "--fail-on", "regression>20x"],
-            0,
-            "",
+            1,
+            "was OOM-killed",
         ),
         (
             &[&base, "--fail-on", "growth>5MiB/s", "--fail-on", "kills>0"],
@@ -1208,5 +1209,46 @@ fn check_and_report_compare_the_boot_cycles_chosen_with_run_at_n() {
         util::stderr(&out).contains("boot cycle 7"),
         "{}",
         util::stderr(&out)
+    );
+}
+
+#[test]
+fn a_report_against_a_baseline_defines_a_and_b_and_wraps_long_site_names() {
+    let dir = util::tempdir();
+    let out = dir.path().join("report");
+    let done = util::run(&[
+        "report",
+        &demo_run("2.1.0"),
+        "--baseline",
+        &demo_run("2.0.2"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(done.status.success(), "{}", util::stderr(&done));
+    let html = read(&out.join("index.html"));
+    let md = read(&out.join("report.md"));
+    for text in [&html, &md] {
+        assert!(
+            text.contains("A = 2.0.2 (cycle") && text.contains("B = 2.1.0 (cycle"),
+            "A and B are defined"
+        );
+    }
+    // A long name in a table cell breaks anywhere rather than pushing the table off the page.
+    assert!(
+        html.contains("td.site { overflow-wrap: anywhere"),
+        "the cell may wrap"
+    );
+    let check = util::run(&[
+        "check",
+        &demo_run("2.1.0"),
+        "--baseline",
+        &demo_run("2.0.2"),
+        "--fail-on",
+        "regression>1.5x",
+    ]);
+    let said = util::stderr(&check);
+    assert!(
+        said.contains("B (cycle") && said.contains("A, the baseline"),
+        "{said}"
     );
 }

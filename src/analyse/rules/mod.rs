@@ -79,10 +79,40 @@ struct Measure {
     detail: String,
 }
 
-/// Sum of the fitted rates of the sites that grow steadily (the profiler's own site excluded).
+/// The in-use heap's rate at the end of the cycle, from the cycle's reading: the episode's
+/// rate while it still went on (rising into the death, or at the last capture), else 0.
 pub fn cycle_growth(c: &CycleGrowth) -> f64 {
-    // `+ 0.0`: an empty sum is −0.0, which would read "-0 B/s".
-    c.sites.iter().map(|s| s.bytes_per_sec).sum::<f64>() + 0.0
+    c.reading.as_ref().map_or(0.0, |r| r.rate_now())
+}
+
+/// The growth rule's words for a cycle, from its reading.
+fn growth_words(c: &CycleGrowth) -> String {
+    let Some(r) = &c.reading else {
+        return "in-use heap did not rise".into();
+    };
+    let top = c.rise_sites().first().map_or(String::new(), |s| {
+        format!(", {:.0} % of the rise in {}", s.share * 100.0, s.name)
+    });
+    if r.ongoing {
+        let end = match c.died_after_s.filter(|_| c.end.is_death()) {
+            Some(d) if c.killed => format!(" until it was OOM-killed at {d:.1} s"),
+            Some(d) => format!(" until it died at {d:.1} s"),
+            None => " to the last capture".into(),
+        };
+        format!(
+            "in-use heap grew {} from {:.1} s{end}{top}",
+            rate(r.bytes_per_sec),
+            r.onset_s
+        )
+    } else {
+        format!(
+            "in-use heap not growing at the end: it rose {} from {:.1} to {:.1} s{top}, then held or fell for {:.1} s",
+            rate(r.bytes_per_sec),
+            r.onset_s,
+            r.end_s,
+            r.held_s.unwrap_or(0.0)
+        )
+    }
 }
 
 /// When the limit is (or was) reached: the earliest of the kill when the cycle died of it,
@@ -133,13 +163,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 if envoy_only && c.heap_first.is_none() && c.sites.is_empty() {
                     return None;
                 }
-                let top = c.sites.first().map_or(String::new(), |s| {
-                    format!(", fastest {} at {}", s.name, rate(s.bytes_per_sec))
-                });
-                Some((
-                    cycle_growth(c),
-                    format!("in-use heap grew {}{top}", rate(cycle_growth(c))),
-                ))
+                Some((cycle_growth(c), growth_words(c)))
             }));
             worst(measures, true)
         }
@@ -182,6 +206,25 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
             worst(hits, false)
         }
         Metric::Regression => {
+            // B died of memory where A did not: the worst regression there is, whatever the
+            // heaps read before the death.
+            if let Some(c) = f
+                .comparison
+                .filter(|c| c.b_episode.oom_killed && !c.a_episode.oom_killed)
+            {
+                return Ok(Some(Measure {
+                    value: f64::INFINITY,
+                    cycle: Some(c.b_cycle),
+                    detail: format!(
+                        "B (cycle {} of {}) was OOM-killed at {:.1} s and A, the baseline (cycle {} of {}), was not",
+                        c.b_cycle,
+                        c.b,
+                        c.b_episode.died_s.unwrap_or(c.b_episode.span_s),
+                        c.a_cycle,
+                        c.a
+                    ),
+                }));
+            }
             let Some(ratio) = f.heap_ratio else {
                 return Err("needs --baseline RUN".into());
             };
@@ -196,8 +239,8 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 });
             let (this, base) = f.comparison.map_or((String::new(), String::new()), |c| {
                 (
-                    format!(" (cycle {} of {})", c.b_cycle, c.b),
-                    format!(" (cycle {} of {})", c.a_cycle, c.a),
+                    format!(" (B: cycle {} of {})", c.b_cycle, c.b),
+                    format!(" (A: cycle {} of {})", c.a_cycle, c.a),
                 )
             });
             Some(Measure {
@@ -277,7 +320,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 value: killed.len() as f64,
                 cycle: killed.first().copied(),
                 detail: format!(
-                    "{} OOM kill(s): the cgroup's oom_kill counter rose, or heapwatch run saw SIGKILL",
+                    "{} OOM kill(s): the kernel's oom_kill counter rose (a SIGKILL alone is not counted)",
                     killed.len()
                 ),
             })
@@ -339,8 +382,9 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                          the live share (needs /memory's pageheap_unmapped) is unknown",
                         naive * 100.0
                     ),
-                    None => "no live-share figures (needs Envoy's /memory or Go MemStats; \
-                             collect with --profiles heap,memstats)"
+                    None => "no live-share figures (needs Envoy's /memory or Go MemStats: \
+                             collect from an http:// or agent: target with --memstats-interval \
+                             above 0, 5s by default)"
                         .into(),
                 });
             }
@@ -356,6 +400,7 @@ fn show(metric: Metric, value: f64) -> String {
         Metric::Heap | Metric::Memory => format_bytes(value as i64),
         Metric::TimeToLimit if value.is_infinite() => "never".into(),
         Metric::TimeToLimit => format!("{value:.1} s"),
+        Metric::Regression if value.is_infinite() => "B OOM-killed".into(),
         Metric::Regression => format!("{value:.2}x"),
         Metric::Goroutines => format!("{value:.1}/s"),
         Metric::Kills | Metric::Restarts => format!("{value:.0}"),

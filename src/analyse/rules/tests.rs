@@ -15,6 +15,31 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
         episode: None,
         other_episodes: vec![],
         heap_sustained: false,
+        reading: (growth_mib > 0.0).then(|| crate::analyse::reading::Reading {
+            onset_s: 0.0,
+            end_s: 7.0,
+            from_bytes: 0,
+            to_bytes: (growth_mib * MIB * 7.0) as i64,
+            bytes_per_sec: growth_mib * MIB,
+            fit_r2: 1.0,
+            points: 10,
+            ongoing: true,
+            held_s: None,
+            last_bytes: (growth_mib * MIB * 7.0) as i64,
+            sites: vec![crate::analyse::reading::RiseSite {
+                name: "main.leak".into(),
+                before: 0,
+                after: (growth_mib * MIB * 7.0) as i64,
+                share: 1.0,
+                bytes_per_sec: growth_mib * MIB,
+            }],
+            onset_seq: None,
+            end_seq: None,
+            from_seq: None,
+            to_seq: None,
+            forecast: None,
+        }),
+        interval_s: None,
         build_info: None,
         pid: None,
         captures: 10,
@@ -256,4 +281,41 @@ fn envoy_growth_counts_for_the_growth_and_time_to_limit_rules() {
     assert_eq!(o.status, Status::Fail, "{o:?}");
     assert_eq!(o.shown, "324.0 s");
     assert_eq!(check_envoy("time-to-limit<2m", &g, &e).status, Status::Pass);
+}
+
+#[test]
+fn live_share_without_figures_names_a_flag_collect_accepts() {
+    let g = report(vec![cycle(1, 1.0, None)]);
+    let o = check("live-share<50%", &g, None);
+    assert_eq!(o.status, Status::Unknown);
+    assert!(o.reason.contains("--memstats-interval"), "{}", o.reason);
+    assert!(
+        !o.reason.contains("--profiles heap,memstats"),
+        "{}",
+        o.reason
+    );
+}
+
+#[test]
+fn a_storm_site_holding_the_rise_is_not_called_in_use_flat() {
+    // storeRawMsg both allocates in a storm and holds the rise (the nats flood).
+    let mut c = cycle(1, 20.0, Some(7.0));
+    c.alloc_storms = vec![crate::analyse::growth::AllocStorm {
+        name: "main.store".into(),
+        bytes_per_sec: 30.0 * MIB,
+        typical_bytes_per_sec: 1.0 * MIB,
+        peak_bytes_per_sec: 300.0 * MIB,
+        windows: vec![],
+        inuse_flat: true,
+    }];
+    let rise = crate::analyse::reading::RiseSite {
+        name: "main.store".into(),
+        before: 0,
+        after: (140.0 * MIB) as i64,
+        share: 0.0,
+        bytes_per_sec: 0.0,
+    };
+    c.set_rise_sites(vec![rise], 1, 9);
+    assert_eq!(c.sites[0].name, "main.store");
+    assert!(!c.alloc_storms[0].inuse_flat, "{:?}", c.alloc_storms);
 }

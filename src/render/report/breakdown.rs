@@ -1,4 +1,4 @@
-//! The stacked bar of where a cycle's memory went at its peak: Go heap live, held free, runtime,
+//! The stacked bar of where a cycle's memory went at its peak: Go heap allocated, held free, runtime,
 //! other anonymous, mapped files, other page cache, against the limit. Plain SVG, no script.
 
 use std::fmt::Write as _;
@@ -18,7 +18,7 @@ pub fn svg(b: &MemoryBreakdown) -> Option<String> {
         None
     };
     let parts: Vec<(&str, u64, &str)> = [
-        ("Go heap live", b.go_heap_live, "#c0392b"),
+        ("Go heap allocated (HeapAlloc)", b.go_heap_live, "#c0392b"),
         ("held free", b.go_held_free, "#e67e22"),
         ("runtime", b.go_runtime, "#f1c40f"),
         ("anonymous", anon_rest, "#c0392b"),

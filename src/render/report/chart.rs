@@ -284,6 +284,7 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
     let (x0, x1) = t.x_range();
     let ymax = t.y_max();
     let gmax = t.goroutines.iter().map(|p| p.1).fold(10.0f64, f64::max) * 1.15;
+    let decimals = tick_decimals(x1 - x0);
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 17))
         .margin(12)
@@ -298,7 +299,8 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
         .x_desc("seconds since the cycle's first capture")
         .y_desc("bytes")
         .y_label_formatter(&|v| format_bytes(*v as i64))
-        .x_label_formatter(&|v| format!("{v:.0}"))
+        .x_labels(X_LABELS)
+        .x_label_formatter(&|v| format!("{v:.decimals$}"))
         .light_line_style(RGBColor(238, 238, 238))
         .label_style(("sans-serif", 12))
         .axis_desc_style(("sans-serif", 13))
@@ -445,6 +447,31 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
     Ok(())
 }
 
+/// Labels on the time axis, at most.
+const X_LABELS: usize = 10;
+
+/// The step between time ticks: 1, 2 or 5 times a power of ten, at most [`X_LABELS`] of
+/// them over the span (as plotters places them).
+fn tick_step(span: f64) -> f64 {
+    let least = span / X_LABELS as f64;
+    if least <= 0.0 || !least.is_finite() {
+        return 1.0;
+    }
+    let power = 10f64.powf(least.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|&s| s >= least - 1e-12)
+        .unwrap_or(10.0 * power)
+}
+
+/// Decimals of the time axis's labels, so that no two ticks read the same ("0 0 1 2 2" on a
+/// short cycle) and none carries a useless ".0".
+fn tick_decimals(span: f64) -> usize {
+    let step = tick_step(span);
+    (-(step.log10().floor()) as i64).clamp(0, 3) as usize
+}
+
 fn upper_first(s: &str) -> String {
     let mut chars = s.chars();
     chars
@@ -456,6 +483,23 @@ fn upper_first(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_ticks_of_a_short_cycle_never_read_the_same() {
+        for span in [0.6, 3.0, 7.4, 12.0, 95.0, 3600.0] {
+            let d = tick_decimals(span);
+            let nice = tick_step(span);
+            let labels: Vec<String> = (0..=X_LABELS)
+                .map(|k| format!("{:.d$}", k as f64 * nice))
+                .collect();
+            let mut unique = labels.clone();
+            unique.dedup();
+            assert_eq!(unique, labels, "span {span}: {labels:?}");
+        }
+        // The step format of the old labels: "{:.0}" read 0 0 1 2 2 2 3 4 at 0.5 s steps.
+        assert_eq!(tick_decimals(3.0), 1);
+        assert_eq!(tick_decimals(7.4), 0);
+    }
 
     #[test]
     fn the_caption_names_only_what_is_drawn() {

@@ -40,6 +40,7 @@ th { background: var(--bg2); font-weight: 600; }
 td.num, th.num { text-align: right; white-space: nowrap; }
 td.rule code { white-space: nowrap; word-break: normal; }
 code, .site { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; overflow-wrap: break-word; }
+td.site { overflow-wrap: anywhere; min-width: 14em; }
 figure { margin: 10px 0 18px; }
 figure svg { max-width: 100%; height: auto; display: block; }
 figcaption { color: var(--muted); font-size: 13px; }
@@ -263,11 +264,18 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
         ),
     )];
     if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {
-        let mut s = format!("{} → {}", format_bytes(a), format_bytes(b));
-        if let (Some(r), Some(q)) = (c.total_bytes_per_sec, c.total_fit_r2) {
-            s.push_str(&format!(", fitted {} (R² {q:.2})", rate(r)));
-        }
+        let s = format!(
+            "{} → {} (first → last capture)",
+            format_bytes(a),
+            format_bytes(b)
+        );
         facts.push(("heap in use".into(), s));
+    }
+    if let Some(r) = &c.reading {
+        facts.push((
+            "growth episode".into(),
+            crate::render::verdict::reading_words(r, m.run.growth.limit_bytes),
+        ));
     }
     if let Some(p) = m.peak_heap.iter().find(|p| p.0 == c.index) {
         facts.push(("largest heap captured".into(), format_bytes(p.1)));
@@ -301,7 +309,7 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     if !peaks.is_empty() {
         facts.push(("peaks".into(), peaks.join(", ")));
     }
-    if let Some(e) = &c.episode {
+    if let Some(e) = c.episode.as_ref().filter(|_| c.reading.is_none()) {
         facts.push((
             if e.transient {
                 "spike"
@@ -362,21 +370,20 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
         out.push_str("<p class=\"note\">No heap profiles in this run (Envoy without tcmalloc's <code>/heap_dump</code>): no allocation site to rank. The <a href=\"#envoy\">Envoy section</a> has the findings.</p>\n</section>\n");
         return;
     }
-    out.push_str("<h3>Growing sites (in-use bytes)</h3>\n");
-    if c.sites.is_empty() {
-        out.push_str("<p class=\"note\">No site grew steadily.</p>\n");
+    out.push_str("<h3>Sites holding the rise (in-use bytes)</h3>\n");
+    if c.rise_sites().is_empty() {
+        out.push_str("<p class=\"note\">The in-use heap did not rise in this cycle.</p>\n");
     } else {
-        out.push_str("<table><tr><th>site</th><th class=\"num\">rate</th><th class=\"num\">share</th><th class=\"num\">R²</th><th class=\"num\">onset</th><th class=\"num\">in use at the end</th></tr>\n");
-        for s in c.sites.iter().take(ROWS) {
+        out.push_str("<table><tr><th>site</th><th class=\"num\">share of the rise</th><th class=\"num\">rate</th><th class=\"num\">at the onset</th><th class=\"num\">at the end</th></tr>\n");
+        for s in c.rise_sites().iter().take(ROWS) {
             let _ = writeln!(
                 out,
-                "<tr><td class=\"site\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.0} %</td><td class=\"num\">{:.2}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                "<tr><td class=\"site\">{}</td><td class=\"num\">{:.0} %</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
                 escape(&s.name),
-                rate(s.bytes_per_sec),
                 s.share * 100.0,
-                s.fit_r2,
-                s.onset_s.map_or("-".into(), seconds),
-                format_bytes(s.inuse_last)
+                rate(s.bytes_per_sec),
+                format_bytes(s.before),
+                format_bytes(s.after)
             );
         }
         out.push_str("</table>\n");
@@ -557,8 +564,15 @@ fn collection(out: &mut String, m: &ReportModel) {
     }
     let t = tally(run.records, usual_interval_ms(run.info));
     let mut s = format!(
-        "{} capture attempts: {} heap, {} goroutine; {} stored, {} duplicates of an earlier capture, {} failed",
-        t.attempts, t.heap, t.goroutine, t.stored, t.duplicates, t.errors
+        "{} capture attempts: {} heap, {} goroutine, {} other; {} stored, {} duplicates of an earlier capture, {} kept as figures only (MemStats, runtime stats, thinned profiles), {} failed",
+        t.attempts,
+        t.heap,
+        t.goroutine,
+        t.attempts - t.heap - t.goroutine - t.envoy,
+        t.stored,
+        t.duplicates,
+        t.figures_only,
+        t.errors
     );
     if t.envoy > 0 {
         s = s.replacen(

@@ -100,7 +100,7 @@ pub fn markdown(m: &ReportModel) -> String {
     let _ = writeln!(out, "### Boot cycles\n");
     let _ = writeln!(
         out,
-        "| cycle | build | captures | end | heap growth | memory peak | limit reached at | fastest-growing site |"
+        "| cycle | build | captures | end | heap growth | memory peak | limit reached at | site holding the rise |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
     for c in &g.cycles {
@@ -112,10 +112,18 @@ pub fn markdown(m: &ReportModel) -> String {
             }
             (None, _) => format!("alive after {}", seconds(c.span_s)),
         };
-        let heap_growth = if envoy_only {
-            "-".to_string()
-        } else {
-            rate(rules::cycle_growth(c))
+        let heap_growth = match &c.reading {
+            _ if envoy_only => "-".to_string(),
+            None => rate(0.0),
+            Some(r) if r.ongoing => {
+                format!("{} from {}", rate(r.bytes_per_sec), seconds(r.onset_s))
+            }
+            Some(r) => format!(
+                "{} from {} to {}, then held",
+                rate(r.bytes_per_sec),
+                seconds(r.onset_s),
+                seconds(r.end_s)
+            ),
         };
         let none = if envoy_only {
             "no heap profiles"
@@ -133,12 +141,13 @@ pub fn markdown(m: &ReportModel) -> String {
             ),
             None => none.to_string(),
         };
-        let top = c.sites.first().map_or(none, |s| {
-            let mut cell = format!("{} {}", code(&s.name), rate(s.bytes_per_sec));
-            if let Some(o) = s.onset_s.filter(|&o| o > 0.0) {
-                cell.push_str(&format!(" from {}", seconds(o)));
-            }
-            cell
+        let top = c.rise_sites().first().map_or(none, |s| {
+            format!(
+                "{} ({:.0} % of the rise, {})",
+                code(&s.name),
+                s.share * 100.0,
+                rate(s.bytes_per_sec)
+            )
         });
         let _ = writeln!(
             out,
@@ -155,24 +164,24 @@ pub fn markdown(m: &ReportModel) -> String {
     let sites: Vec<_> = g
         .cycles
         .iter()
-        .flat_map(|c| c.sites.iter().take(TOP).map(move |s| (c.index, s)))
+        .flat_map(|c| c.rise_sites().iter().take(TOP).map(move |s| (c.index, s)))
         .collect();
     if !sites.is_empty() {
-        let _ = writeln!(out, "### Growing sites (in-use bytes)\n");
+        let _ = writeln!(out, "### Sites holding the rise (in-use bytes)\n");
         let _ = writeln!(
             out,
-            "| cycle | site | rate | share | R² | in use at the end |"
+            "| cycle | site | share of the rise | rate | at the onset | at the end |"
         );
         let _ = writeln!(out, "|---|---|---|---|---|---|");
         for (cycle, s) in sites {
             let _ = writeln!(
                 out,
-                "| {cycle} | {} | {} | {:.0} % | {:.2} | {} |",
+                "| {cycle} | {} | {:.0} % | {} | {} | {} |",
                 code(&s.name),
-                rate(s.bytes_per_sec),
                 s.share * 100.0,
-                s.fit_r2,
-                format_bytes(s.inuse_last)
+                rate(s.bytes_per_sec),
+                format_bytes(s.before),
+                format_bytes(s.after)
             );
         }
         out.push('\n');
@@ -269,8 +278,8 @@ pub fn markdown(m: &ReportModel) -> String {
 
     let t = tally(run.records, usual_interval_ms(run.info));
     let mut how = format!(
-        "{} capture attempts ({} stored, {} duplicates, {} failed",
-        t.attempts, t.stored, t.duplicates, t.errors
+        "{} capture attempts ({} stored, {} duplicates, {} figures only, {} failed",
+        t.attempts, t.stored, t.duplicates, t.figures_only, t.errors
     );
     if t.envoy > 0 {
         how.push_str(&format!(", {} Envoy snapshots", t.envoy));

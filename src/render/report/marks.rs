@@ -67,11 +67,12 @@ pub fn draw(
     Ok(())
 }
 
-/// The series legend in the upper left, over a light background.
+/// The series legend in the lower right, over a light background: the first seconds of a
+/// cycle (where a crash loop rises) and the top of a rise stay in view.
 pub fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>) -> Result<(), String> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(200, 200, 200))
         .label_font(("sans-serif", 12))

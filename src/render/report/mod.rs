@@ -157,6 +157,9 @@ pub struct Tally {
     pub envoy: usize,
     pub stored: usize,
     pub duplicates: usize,
+    /// Good attempts kept as figures only, no file: MemStats and runtime stats reads, and
+    /// profiles thinned for the disk budget.
+    pub figures_only: usize,
     pub errors: usize,
     /// Failed attempts by class (refused, timeout, reset, …).
     pub errors_by_kind: BTreeMap<String, usize>,
@@ -188,6 +191,8 @@ pub fn tally(records: &[CaptureRecord], usual_interval_ms: Option<u64>) -> Tally
             t.duplicates += 1;
         } else if r.file.is_some() {
             t.stored += 1;
+        } else {
+            t.figures_only += 1;
         }
         if let (Some(i), Some(u)) = (r.interval_ms, usual) {
             if i < u && r.kind == RecordKind::Heap {

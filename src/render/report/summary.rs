@@ -85,7 +85,14 @@ struct CycleSummary<'a> {
     span_s: f64,
     died_after_s: Option<f64>,
     killed: bool,
+    /// How it ended, in the report's words.
+    end: String,
+    /// The in-use heap's rate over the cycle's growth episode (the reading), 0 without one.
     heap_bytes_per_sec: f64,
+    /// Whether that episode still went on at the end of the cycle.
+    growing_at_end: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reading: Option<&'a crate::analyse::reading::Reading>,
     heap_peak: Option<i64>,
     memory_bytes_per_sec: Option<f64>,
     memory_peak: Option<u64>,
@@ -232,7 +239,10 @@ pub fn json(m: &ReportModel) -> String {
             span_s: ms(c.span_s),
             died_after_s: c.died_after_s.map(ms),
             killed: c.killed,
-            heap_bytes_per_sec: whole(rules::cycle_growth(c)),
+            end: crate::render::ends::end_words(&c.end),
+            heap_bytes_per_sec: whole(c.reading.as_ref().map_or(0.0, |r| r.bytes_per_sec)),
+            growing_at_end: c.reading.as_ref().is_some_and(|r| r.ongoing),
+            reading: c.reading.as_ref(),
             heap_peak: m.peak_heap.iter().find(|(i, _)| *i == c.index).map(|p| p.1),
             memory_bytes_per_sec: c.memory_bytes_per_sec.map(whole),
             memory_peak: c.memory_peak,

@@ -1,0 +1,565 @@
+//! One reading of a boot cycle's growth, computed once and quoted by every table, rule, summary
+//! field and headline: growth is an episode with an onset, not a line through the whole cycle.
+//!
+//! The episode is the rise of the in-use heap that ended in the cycle's peak (or in its death):
+//! it begins at its onset, the last capture before the peak still near the low point before it
+//! (a quiet start is no part of it), and ends at the peak. Its rate is fitted over the episode
+//! alone; its sites are those that hold the rise, ranked by their share of it; it is still going
+//! when the heap did not hold or fall after the peak. A forecast of the time to the limit is made
+//! only then, and only when the fit supports it, with the range the fit's slopes allow.
+
+use serde::Serialize;
+
+use super::series::{MIN_GROWTH_BYTES, SeriesGrid, theil_sen};
+
+/// An episode must rise by this share of the heap before it, beside [`MIN_GROWTH_BYTES`].
+const MIN_RISE_SHARE: f64 = 0.1;
+/// The onset is the last capture within this share of the rise above the low point.
+const NEAR_LOW: f64 = 0.05;
+/// The heap is near its top within this share of the rise below its peak.
+const NEAR_TOP: f64 = 0.2;
+/// The heap held (the rise is over) when it stayed near its top at least this share of the
+/// rise's length, and for more than [`HELD_SPACINGS`] publication spacings.
+const HELD_SHARE: f64 = 0.5;
+const HELD_SPACINGS: f64 = 3.0;
+/// The peak is the first capture within this share of the largest one (a plateau's noise does
+/// not move it to the plateau's end).
+const PEAK_TOLERANCE: f64 = 0.01;
+/// What the heap did after coming near its top is a trend, not noise, from this fit quality.
+const LATE_TREND_R2: f64 = 0.5;
+/// A forecast needs at least this many points in the episode and this fit quality.
+const FORECAST_POINTS: usize = 4;
+const FORECAST_R2: f64 = 0.8;
+/// A forecast further out than this after the last capture is no forecast.
+const FORECAST_HORIZON_S: f64 = 3600.0;
+/// Sites kept in a reading.
+const SITES: usize = 8;
+/// A site holds part of the rise when it added at least this much.
+const MIN_SITE_BYTES: f64 = 512.0 * 1024.0;
+
+/// A site holding part of the rise.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RiseSite {
+    pub name: String,
+    /// Its in-use bytes at the onset and at the episode's end.
+    pub before: i64,
+    pub after: i64,
+    /// Its share of the heap's rise, 0..1.
+    pub share: f64,
+    /// Its part of the episode's rate: share × the heap's rate.
+    pub bytes_per_sec: f64,
+}
+
+/// When the limit would be reached at the episode's rate, and how sure that is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Forecast {
+    /// Seconds after the cycle's first capture.
+    pub at_s: f64,
+    /// The range the fit's middle half of slopes gives (the faster slope first).
+    pub earliest_s: f64,
+    pub latest_s: f64,
+    /// R² of the fit it comes from.
+    pub fit_r2: f64,
+    /// What was fitted: "cgroup memory", "process memory" or "in-use heap".
+    pub of: String,
+}
+
+/// The episode of a cycle: its onset, its rate, its sites, and whether it was still going.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reading {
+    /// Seconds after the cycle's first capture: where the rise began, and where it ended (the
+    /// peak, or the last capture when it rose to the end).
+    pub onset_s: f64,
+    pub end_s: f64,
+    /// The in-use heap at the onset and at the end.
+    pub from_bytes: i64,
+    pub to_bytes: i64,
+    /// The heap's rate fitted over the episode alone.
+    pub bytes_per_sec: f64,
+    pub fit_r2: f64,
+    /// Heap publications inside the episode.
+    pub points: usize,
+    /// Still going at the end of the cycle (rising into the death, or at the last capture).
+    pub ongoing: bool,
+    /// When it was not: how long the heap held (or fell) after the peak, to the last capture.
+    pub held_s: Option<f64>,
+    /// The heap's figure at the last capture, when it held or fell after the peak.
+    pub last_bytes: i64,
+    /// Sites holding the rise, largest share first.
+    pub sites: Vec<RiseSite>,
+    /// The captures whose figures are the onset's and the end's (a publication is placed at
+    /// the moment it describes, earlier than its capture).
+    #[serde(skip)]
+    pub onset_seq: Option<u64>,
+    #[serde(skip)]
+    pub end_seq: Option<u64>,
+    /// The two stored captures the sites were read from (onset, end), when read from profiles.
+    pub from_seq: Option<u64>,
+    pub to_seq: Option<u64>,
+    pub forecast: Option<Forecast>,
+}
+
+impl Reading {
+    /// The rate the heap grows at the end of the cycle: the episode's while it goes on, else 0.
+    pub fn rate_now(&self) -> f64 {
+        if self.ongoing {
+            self.bytes_per_sec
+        } else {
+            0.0
+        }
+    }
+
+    pub fn rise(&self) -> i64 {
+        self.to_bytes - self.from_bytes
+    }
+}
+
+/// The bounds of the rise of `heap` (`(seconds, bytes)` in time order) into its peak: its
+/// onset (the last point near the low before it), the first point near its top (within a fifth
+/// of the rise) and the peak. `None` when the rise is too small to be one.
+pub fn episode_bounds(heap: &[(f64, f64)]) -> Option<(usize, usize, usize)> {
+    let max = heap.iter().map(|h| h.1).fold(f64::NEG_INFINITY, f64::max);
+    if heap.len() < 2 || !max.is_finite() {
+        return None;
+    }
+    let p_max = heap
+        .iter()
+        .position(|h| h.1 >= max - PEAK_TOLERANCE * max)?;
+    let low = heap[..=p_max]
+        .iter()
+        .map(|h| h.1)
+        .fold(f64::INFINITY, f64::min);
+    let rise = heap[p_max].1 - low;
+    if rise < MIN_GROWTH_BYTES || rise < MIN_RISE_SHARE * low {
+        return None;
+    }
+    let q = heap[..=p_max]
+        .iter()
+        .position(|h| h.1 >= max - NEAR_TOP * rise)?;
+    let near_low = low + NEAR_LOW * rise;
+    let b = (0..=q).rev().find(|&i| heap[i].1 <= near_low)?;
+    (b < q).then_some((b, q, p_max))
+}
+
+/// Whether the heap held near its top since `q` (the rise is over): long enough against the
+/// rise and the publications' spacing, and without rising on since by a tenth of the rise in a
+/// trend that is more than noise.
+fn held_since(heap: &[(f64, f64)], b: usize, q: usize) -> bool {
+    let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    spacings.sort_by(f64::total_cmp);
+    let spacing = spacings[spacings.len() / 2];
+    let since = heap[heap.len() - 1].0 - heap[q].0;
+    if since <= HELD_SHARE * (heap[q].0 - heap[b].0) || since <= HELD_SPACINGS * spacing {
+        return false;
+    }
+    let rise = heap[q..].iter().map(|h| h.1).fold(f64::MIN, f64::max) - heap[b].1;
+    let (t, v): (Vec<f64>, Vec<f64>) = heap[q..].iter().copied().unzip();
+    // Held: it rose on by little since, or what it did since is noise about a level (a
+    // plateau under GOMEMLIMIT wobbles by a fifth of its height with the GC's timing).
+    theil_sen(&t, &v).is_none_or(|late| {
+        late.slope * since < (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES)
+            || late.r2 < LATE_TREND_R2
+    })
+}
+
+/// Where a rise changes its rate for good (a load, then a slower leak; a trickle, then a
+/// flood): the start of the last of two straight segments, when two fit far better than one.
+/// `points` run from the onset to the peak.
+fn later_onset(points: &[(f64, f64)]) -> Option<usize> {
+    const MIN_POINTS: usize = 8;
+    if points.len() < MIN_POINTS {
+        return None;
+    }
+    let sse = |seg: &[(f64, f64)]| -> Option<(f64, f64)> {
+        let (t, v): (Vec<f64>, Vec<f64>) = seg.iter().copied().unzip();
+        let f = theil_sen(&t, &v)?;
+        let e = seg
+            .iter()
+            .map(|(t, v)| (v - (f.slope * t + f.intercept)).powi(2))
+            .sum();
+        Some((e, f.slope))
+    };
+    let (whole, _) = sse(points)?;
+    let whole_fit = {
+        let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+        theil_sen(&t, &v)?
+    };
+    if whole_fit.r2 >= 0.9 || whole <= 0.0 {
+        return None;
+    }
+    // The later segment keeps at least a third of the points: an onset, not a last wiggle.
+    let last = points.len() - points.len() / 3;
+    let (k, split, early, late) = (1..=last)
+        .filter_map(|k| {
+            let (e1, s1) = sse(&points[..=k])?;
+            let (e2, s2) = sse(&points[k..])?;
+            Some((k, e1 + e2, s1, s2))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let changed = late < 0.5 * early || late > 2.0 * early;
+    let grew = late * (points[points.len() - 1].0 - points[k].0) >= MIN_GROWTH_BYTES;
+    (split < 0.25 * whole && changed && grew && late > 0.0).then_some(k)
+}
+
+/// The median and quartiles of the pairwise slopes of `points`.
+fn slope_quartiles(points: &[(f64, f64)]) -> Option<(f64, f64, f64)> {
+    let mut slopes = Vec::new();
+    // At most 200 points, evenly spread, keep this bounded.
+    let step = points.len().div_ceil(200).max(1);
+    let picked: Vec<(f64, f64)> = points.iter().step_by(step).copied().collect();
+    for (i, a) in picked.iter().enumerate() {
+        for b in &picked[i + 1..] {
+            if b.0 - a.0 > 1e-9 {
+                slopes.push((b.1 - a.1) / (b.0 - a.0));
+            }
+        }
+    }
+    if slopes.is_empty() {
+        return None;
+    }
+    slopes.sort_by(f64::total_cmp);
+    let q = |f: f64| slopes[((slopes.len() - 1) as f64 * f).round() as usize];
+    Some((q(0.25), q(0.5), q(0.75)))
+}
+
+/// What the reading is computed from.
+pub struct ReadingInput<'a> {
+    /// The in-use heap at each publication, `(seconds, bytes)` in time order, and the seq of
+    /// the capture that carried each (empty when unknown).
+    pub heap: &'a [(f64, f64)],
+    pub seqs: &'a [u64],
+    /// Every site's in-use bytes on the cycle's grid (profiler's own site included: skipped).
+    pub sites: &'a SeriesGrid,
+    /// Outside memory (cgroup usage, else RSS) while the process lived, `(seconds, bytes)`,
+    /// and what it is.
+    pub memory: &'a [(f64, f64)],
+    pub memory_of: &'a str,
+    pub limit: Option<u64>,
+    /// Seconds after the first capture when the cycle died, when it did (any death).
+    pub died_s: Option<f64>,
+    /// The limit was measured reached: no forecast then.
+    pub at_limit: bool,
+}
+
+/// The reading of one cycle; `None` when the heap had no rise worth one.
+pub fn read(input: &ReadingInput) -> Option<Reading> {
+    let heap = input.heap;
+    let (b0, q0, p_max) = episode_bounds(heap)?;
+    let chord = |from: usize, to: usize| {
+        ((heap[to].1 - heap[from].1) / (heap[to].0 - heap[from].0).max(1e-9)).max(0.0)
+    };
+    // A rise that filled and held ends where it came near its top; one still going may have
+    // changed its rate for good on the way (a load, then a slower leak): it starts there.
+    let held = held_since(heap, b0, q0);
+    let (b, p) = if held {
+        (b0, q0)
+    } else {
+        (later_onset(&heap[b0..=p_max]).map_or(b0, |k| b0 + k), p_max)
+    };
+    let q = if held { q0 } else { p };
+    // A quiet start publishes nothing (no GC runs): the onset's figure may be far older than
+    // the rise. Then the rate is fitted from the first figure of the rise on, and the onset
+    // is where that line leaves the onset's level.
+    let lone = p >= b + 3 && {
+        let mut gaps: Vec<f64> = heap[b + 1..=p]
+            .windows(2)
+            .map(|w| w[1].0 - w[0].0)
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        heap[b + 1].0 - heap[b].0 > 3.0 * gaps[gaps.len() / 2]
+    };
+    let from = if lone { b + 1 } else { b };
+    let points = &heap[from..=p];
+    let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+    let fit = theil_sen(&t, &v)?;
+    let onset_s = if lone && fit.slope > 0.0 {
+        let left = heap[b + 1].0 - (heap[b + 1].1 - heap[b].1) / fit.slope;
+        left.clamp(heap[b].0, heap[b + 1].0)
+    } else {
+        heap[b].0
+    };
+    let end_s = heap[p].0;
+    let last = heap[heap.len() - 1];
+    let after = last.0 - heap[q].0;
+    let ongoing = !held;
+    // A step (a load at once) has no fitted slope: its rate is then the rise over its time.
+    let rate = if fit.r2 >= 0.5 {
+        fit.slope.max(0.0)
+    } else {
+        chord(from, p)
+    };
+    let mut reading = Reading {
+        onset_s,
+        end_s,
+        from_bytes: heap[b].1 as i64,
+        to_bytes: heap[p].1 as i64,
+        bytes_per_sec: rate,
+        fit_r2: fit.r2,
+        points: points.len(),
+        ongoing,
+        held_s: held.then_some(after),
+        last_bytes: last.1 as i64,
+        sites: grid_sites(input.sites, onset_s, end_s),
+        onset_seq: input.seqs.get(b).copied(),
+        end_seq: input.seqs.get(p).copied(),
+        from_seq: None,
+        to_seq: None,
+        forecast: None,
+    };
+    set_shares(&mut reading);
+    reading.forecast = forecast(input, &reading);
+    Some(reading)
+}
+
+/// Ranks sites by what each added from `before` to `after` (`(name, bytes)` each), against
+/// the heap's rise, and gives each its part of the rate.
+pub fn rise_sites<'a>(
+    before: impl Iterator<Item = (&'a str, f64)>,
+    after: impl Iterator<Item = (&'a str, f64)>,
+) -> Vec<RiseSite> {
+    let was: std::collections::HashMap<&str, f64> = before.collect();
+    let mut out: Vec<RiseSite> = after
+        .filter(|(name, _)| *name != super::reduce::PROFILING_SITE)
+        .filter_map(|(name, v)| {
+            let b = was.get(name).copied().unwrap_or(0.0);
+            (v - b >= MIN_SITE_BYTES).then(|| RiseSite {
+                name: name.to_string(),
+                before: b as i64,
+                after: v as i64,
+                share: 0.0,
+                bytes_per_sec: 0.0,
+            })
+        })
+        .collect();
+    out.sort_by(|x, y| {
+        (y.after - y.before)
+            .cmp(&(x.after - x.before))
+            .then(x.name.cmp(&y.name))
+    });
+    out.truncate(SITES);
+    out
+}
+
+/// Shares of the rise and parts of the rate, from the sites' own figures.
+pub fn set_shares(r: &mut Reading) {
+    let rise = r.rise().max(1) as f64;
+    for s in &mut r.sites {
+        s.share = ((s.after - s.before) as f64 / rise).clamp(0.0, 1.0);
+        s.bytes_per_sec = s.share * r.bytes_per_sec;
+    }
+}
+
+/// The sites from the grid: the slots nearest the onset and the end.
+fn grid_sites(grid: &SeriesGrid, onset_s: f64, end_s: f64) -> Vec<RiseSite> {
+    let times = grid.times();
+    let nearest = |at: f64| {
+        (0..times.len()).min_by(|&a, &b| (times[a] - at).abs().total_cmp(&(times[b] - at).abs()))
+    };
+    let (Some(i), Some(j)) = (nearest(onset_s), nearest(end_s)) else {
+        return Vec::new();
+    };
+    if i >= j {
+        return Vec::new();
+    }
+    rise_sites(
+        grid.series().map(|(n, v)| (n, v[i])),
+        grid.series().map(|(n, v)| (n, v[j])),
+    )
+}
+
+/// The time to the limit at the episode's rate, while it goes on and the fit supports it.
+fn forecast(input: &ReadingInput, r: &Reading) -> Option<Forecast> {
+    let limit = input.limit? as f64;
+    if !r.ongoing || input.died_s.is_some() || input.at_limit || r.points < FORECAST_POINTS {
+        return None;
+    }
+    // The kernel counts outside memory: fit it over the same episode when it was sampled.
+    let mem: Vec<(f64, f64)> = input
+        .memory
+        .iter()
+        .filter(|m| m.0 >= r.onset_s - 1e-9)
+        .copied()
+        .collect();
+    let (points, of): (Vec<(f64, f64)>, &str) = if mem.len() >= FORECAST_POINTS {
+        (mem, input.memory_of)
+    } else {
+        (
+            input
+                .heap
+                .iter()
+                .filter(|h| h.0 >= r.onset_s - 1e-9 && h.0 <= r.end_s + 1e-9)
+                .copied()
+                .collect(),
+            "in-use heap",
+        )
+    };
+    let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+    let fit = theil_sen(&t, &v)?;
+    if fit.r2 < FORECAST_R2 || fit.slope <= 0.0 {
+        return None;
+    }
+    let (slow, mid, fast) = slope_quartiles(&points)?;
+    let t_last = points.last()?.0;
+    // From where the fitted line stands at the last point, at the fit's slopes.
+    let anchor = fit.slope * t_last + fit.intercept;
+    let at = |slope: f64| (slope > 0.0).then(|| t_last + (limit - anchor) / slope);
+    let at_s = at(mid)?;
+    if at_s < t_last || at_s - t_last > FORECAST_HORIZON_S {
+        return None;
+    }
+    Some(Forecast {
+        at_s,
+        earliest_s: at(fast).unwrap_or(at_s).min(at_s),
+        latest_s: at(slow).map_or(f64::INFINITY, |l| l.max(at_s)),
+        fit_r2: fit.r2,
+        of: of.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    fn input<'a>(heap: &'a [(f64, f64)], grid: &'a SeriesGrid) -> ReadingInput<'a> {
+        ReadingInput {
+            heap,
+            seqs: &[],
+            sites: grid,
+            memory: &[],
+            memory_of: "cgroup memory",
+            limit: Some(256 << 20),
+            died_s: None,
+            at_limit: false,
+        }
+    }
+
+    fn series(f: impl Fn(f64) -> f64, until: f64) -> Vec<(f64, f64)> {
+        (0..)
+            .map(|i| i as f64 * 0.5)
+            .take_while(|&t| t <= until)
+            .map(|t| (t, f(t)))
+            .collect()
+    }
+
+    #[test]
+    fn an_idle_start_then_a_flood_is_rated_from_its_onset() {
+        // Idle at 4 MiB for 20 s, then 20 MiB/s for 7 s.
+        let heap = series(
+            |t| {
+                4.0 * MIB
+                    + if t > 20.0 {
+                        20.0 * MIB * (t - 20.0)
+                    } else {
+                        0.0
+                    }
+            },
+            27.0,
+        );
+        let grid = SeriesGrid::default();
+        let r = read(&ReadingInput {
+            died_s: Some(27.2),
+            ..input(&heap, &grid)
+        })
+        .unwrap();
+        assert_eq!(r.onset_s, 20.0);
+        assert_eq!(r.end_s, 27.0);
+        assert!((r.bytes_per_sec - 20.0 * MIB).abs() < 0.01 * MIB, "{r:?}");
+        assert!(r.ongoing);
+        assert_eq!(r.forecast, None, "it died: no forecast");
+    }
+
+    #[test]
+    fn an_idle_start_that_published_nothing_does_not_dilute_the_rate() {
+        // One figure at 0 s, none during 3 s of idle (no GC), then 30 MiB/s every 0.2 s: too
+        // few figures for two segments to be fitted.
+        let mut heap = vec![(0.0, 4.0 * MIB)];
+        heap.extend((0..5).map(|i| {
+            let t = 3.2 + i as f64 * 0.2;
+            (t, 4.0 * MIB + 30.0 * MIB * (t - 3.0))
+        }));
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!((r.bytes_per_sec - 30.0 * MIB).abs() < 0.5 * MIB, "{r:?}");
+        assert!((r.onset_s - 3.0).abs() < 0.05, "{r:?}");
+        assert_eq!(r.from_bytes, (4.0 * MIB) as i64);
+    }
+
+    #[test]
+    fn a_cache_that_fills_and_holds_is_not_going_and_has_no_forecast() {
+        let heap = series(|t| (4.0 + 10.0 * t.min(6.0)) * MIB, 40.0);
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(!r.ongoing, "{r:?}");
+        // Near its top (within a fifth of the rise) from 5.0 s.
+        assert!((r.end_s - 5.0).abs() < 0.6, "{r:?}");
+        assert!((r.held_s.unwrap() - 35.0).abs() < 0.6);
+        assert!((r.bytes_per_sec - 10.0 * MIB).abs() < 0.1 * MIB, "{r:?}");
+        assert_eq!(r.forecast, None);
+        assert_eq!(r.rate_now(), 0.0);
+    }
+
+    #[test]
+    fn a_noisy_plateau_ends_where_it_was_reached() {
+        // 30 MiB/s to 48 MiB, then ±15 % of sampling noise with a late spike.
+        let heap: Vec<(f64, f64)> = series(
+            |t| {
+                let base = (4.0 + 30.0 * t).min(48.0);
+                let wobble = if (t * 2.0) as i64 % 3 == 0 {
+                    1.15
+                } else {
+                    0.95
+                };
+                (if t > 2.0 { base * wobble } else { base }) * MIB
+            },
+            14.0,
+        );
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(!r.ongoing, "{r:?}");
+        assert!(r.end_s < 3.0, "{r:?}");
+        assert_eq!(r.forecast, None);
+    }
+
+    #[test]
+    fn a_gomemlimit_plateau_that_wobbles_to_its_highest_late_held() {
+        // The in-use heap (MiB) of testdata/go/cmd/flood -cap 40MiB -storm-rate 200MiB under
+        // GOMEMLIMIT=96MiB, as captured: full by 2.8 s, then ±8 MiB with the GC's timing.
+        let mib = [
+            1, 3, 10, 16, 21, 24, 30, 35, 40, 46, 43, 43, 45, 42, 43, 35, 34, 33, 38, 39, 41, 42,
+            42, 45, 47, 41, 41, 39, 40, 40, 37, 37, 35, 35, 37, 38, 39, 41, 42, 43, 43, 47, 49, 47,
+            47, 48, 48, 47, 48, 53, 51, 50, 47, 44, 41, 43, 42, 41, 40, 42, 41, 46, 43, 47, 44, 50,
+        ];
+        let heap: Vec<(f64, f64)> = mib
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| (i as f64 * 0.2, m as f64 * MIB))
+            .collect();
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(!r.ongoing, "{r:?}");
+        assert!(r.end_s < 3.0, "{r:?}");
+        assert_eq!(r.forecast, None);
+    }
+
+    #[test]
+    fn growth_still_going_is_forecast_with_its_range() {
+        let heap = series(|t| (4.0 + 2.0 * t) * MIB, 30.0);
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(r.ongoing);
+        let f = r.forecast.expect("a forecast");
+        // (256 - 4) / 2 = 126 s.
+        assert!((f.at_s - 126.0).abs() < 1.0, "{f:?}");
+        assert!(f.earliest_s <= f.at_s && f.at_s <= f.latest_s);
+        assert_eq!(f.of, "in-use heap");
+    }
+
+    #[test]
+    fn a_flat_heap_has_no_reading() {
+        let heap = series(|_| 40.0 * MIB, 30.0);
+        let grid = SeriesGrid::default();
+        assert_eq!(read(&input(&heap, &grid)), None);
+    }
+}
