@@ -437,6 +437,12 @@ fn status_parts(status: &LiveStatus) -> Vec<(u8, String)> {
     } else if let Some(secs) = status.time_to_limit() {
         parts.push((2, format!("limit in {secs:.0}s")));
     }
+    if let Some((site, rate)) = &status.top_site {
+        parts.push((
+            4,
+            format!("top {} +{}/s", short_site(site), format_bytes(*rate as i64)),
+        ));
+    }
     if let Some(g) = status.goroutines {
         parts.push((5, format!("{g} goroutines")));
     }
@@ -451,6 +457,17 @@ fn status_parts(status: &LiveStatus) -> Vec<(u8, String)> {
         parts.push((6, format!("last error: {}", cut_at_word(e, 60))));
     }
     parts
+}
+
+/// A site's name as short as a status line needs: without its import path and the leaf
+/// named beside it (`…/server.(*client).queueOutbound (leaf …)` is `server.(*client).queueOutbound`).
+fn short_site(site: &str) -> &str {
+    let own = site.split(" (leaf ").next().unwrap_or(site);
+    // The import path ends at the last '/' before the package's name (not one inside it).
+    let name_start = own.find(".(").or_else(|| own.rfind('.')).unwrap_or(0);
+    own[..name_start]
+        .rfind('/')
+        .map_or(own, |slash| &own[slash + 1..])
 }
 
 /// At most `max` characters of `text`, cut at a word's end with `…` when cut.
@@ -810,6 +827,12 @@ mod tests {
         s.memory_total = Some(250 << 20);
         s.limit = Some(256 << 20);
         s.goroutines = Some(3165);
+        s.top_site = Some((
+            "github.com/nats-io/nats-server/v2/server.(*client).queueOutbound (leaf \
+             github.com/nats-io/nats-server/v2/server.init.func3)"
+                .into(),
+            2.5 * (1 << 20) as f64,
+        ));
         s.cycle = 3;
         s.bursting = true;
         s.errors = 2;
@@ -834,6 +857,18 @@ mod tests {
         let at_80 = fit(&parts, Some(80));
         assert!(at_80.contains("memory 180 MiB of 256 MiB"), "{at_80}");
         assert!(!at_80.contains("last error"), "{at_80}");
+    }
+
+    #[test]
+    fn the_status_line_names_the_top_growing_site_briefly() {
+        let line = fit(&status_parts(&busy()), None);
+        assert!(
+            line.contains("top server.(*client).queueOutbound +2.50 MiB/s"),
+            "{line}"
+        );
+        assert_eq!(short_site("main.grow"), "main.grow");
+        assert_eq!(short_site("example.com/a/b.(*T).m"), "b.(*T).m");
+        assert_eq!(short_site("example.com/a/b.f (leaf runtime.x)"), "b.f");
     }
 
     #[test]

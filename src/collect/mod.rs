@@ -953,6 +953,11 @@ impl Collector {
         self.status.attempts = self.summary.attempts;
         self.status.captures = self.summary.captures;
         self.status.errors = self.summary.errors;
+        if let Some(latest) = self.indexer.take_latest_heap() {
+            if latest.cycle == self.status.cycle {
+                self.status.heap_sites(latest.t_ms, latest.sites);
+            }
+        }
         observer.attempt(&record, &self.status);
         Ok(())
     }

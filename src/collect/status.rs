@@ -1,7 +1,17 @@
 //! What the live status line shows: captures, heap in use, growth rate, time to the limit,
 //! restarts, the last error. Kept by the collector, drawn by the command line.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+
+/// The memory figure's rate is fitted over this long (ms), at most this many points.
+const MEMORY_WINDOW_MS: i64 = 10_000;
+const MEMORY_WINDOW_POINTS: usize = 400;
+
+/// A site is named the top growing one only past this much growth over the window (bytes)…
+const TOP_SITE_MIN_BYTES: i64 = 1 << 20;
+/// …measured over at least this long (ms), across at most this many heap captures.
+const TOP_SITE_MIN_SPAN_MS: i64 = 1_000;
+const TOP_SITE_WINDOW: usize = 10;
 
 /// The furthest time to the limit the status line forecasts, in seconds.
 pub const FORECAST_HORIZON_S: f64 = 3600.0;
@@ -43,6 +53,11 @@ pub struct LiveStatus {
     pub last_error: Option<String>,
     /// Bytes per second of `memory` (the figure the limit applies to) over the recent attempts.
     pub memory_bps: Option<f64>,
+    /// The site whose in-use bytes grew fastest over the recent heap captures of this boot
+    /// cycle, and its rate in bytes per second.
+    pub top_site: Option<(String, f64)>,
+    /// Recent heap captures' in-use bytes per site (time, sites), oldest first.
+    recent_sites: VecDeque<(i64, HashMap<String, i64>)>,
     recent: VecDeque<(i64, i64)>,
     /// When the current heap figure was first seen, and the figure.
     published: Option<(i64, i64)>,
@@ -53,6 +68,8 @@ impl LiveStatus {
     /// The target is gone: no heap, memory or rate of a process that is no more.
     pub fn target_gone(&mut self) {
         self.gone = true;
+        self.top_site = None;
+        self.recent_sites.clear();
         self.heap_inuse = None;
         self.growth_bps = None;
         self.memory_bps = None;
@@ -64,6 +81,8 @@ impl LiveStatus {
 
     pub fn new_cycle(&mut self, cycle: u32) {
         self.gone = false;
+        self.top_site = None;
+        self.recent_sites.clear();
         self.cycle = cycle;
         self.recent.clear();
         self.published = None;
@@ -79,7 +98,14 @@ impl LiveStatus {
             return;
         }
         self.recent_memory.push_back((t_ms, bytes));
-        while self.recent_memory.len() > 20 {
+        // A window of time, not of points: at the burst interval twenty points span two
+        // seconds, too short for a rise to count as sustained.
+        while self.recent_memory.len() > MEMORY_WINDOW_POINTS
+            || self
+                .recent_memory
+                .front()
+                .is_some_and(|&(t, _)| t_ms - t > MEMORY_WINDOW_MS)
+        {
             self.recent_memory.pop_front();
         }
         self.memory_bps = sustained(&self.recent_memory);
@@ -102,6 +128,36 @@ impl LiveStatus {
             self.recent.pop_front();
         }
         self.growth_bps = slope(&self.recent).map(|(rate, _)| rate);
+    }
+
+    /// A heap capture's in-use bytes per site (figures as published, like [`LiveStatus::heap`]):
+    /// the top growing site is the one whose bytes rose most per second from the oldest
+    /// recent capture to this one, when the rise is large enough to mean something.
+    pub fn heap_sites(&mut self, t_ms: i64, sites: Vec<(String, i64)>) {
+        if self.recent_sites.back().is_some_and(|(t, _)| *t >= t_ms) {
+            return;
+        }
+        self.recent_sites
+            .push_back((t_ms, sites.into_iter().collect()));
+        while self.recent_sites.len() > TOP_SITE_WINDOW {
+            self.recent_sites.pop_front();
+        }
+        let ((t0, first), (t1, last)) = match (self.recent_sites.front(), self.recent_sites.back())
+        {
+            (Some(a), Some(b)) => (a, b),
+            _ => return,
+        };
+        let span_ms = t1 - t0;
+        if span_ms < TOP_SITE_MIN_SPAN_MS {
+            self.top_site = None;
+            return;
+        }
+        self.top_site = last
+            .iter()
+            .map(|(name, &now)| (name, now - first.get(name).copied().unwrap_or(0)))
+            .filter(|&(_, rise)| rise >= TOP_SITE_MIN_BYTES)
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+            .map(|(name, rise)| (name.clone(), rise as f64 * 1000.0 / span_ms as f64));
     }
 
     /// Seconds until the limit at the current growth rate of the memory the limit applies to
@@ -191,6 +247,68 @@ fn slope(points: &VecDeque<(i64, i64)>) -> Option<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sites(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
+        pairs.iter().map(|(n, v)| (n.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn the_top_growing_site_is_the_one_that_rose_most_over_the_recent_captures() {
+        let mut s = LiveStatus::default();
+        s.heap_sites(
+            0,
+            sites(&[("main.cache", 10 << 20), ("main.flood", 1 << 20)]),
+        );
+        assert_eq!(s.top_site, None, "one capture shows no growth");
+        s.heap_sites(
+            500,
+            sites(&[("main.cache", 10 << 20), ("main.flood", 4 << 20)]),
+        );
+        assert_eq!(s.top_site, None, "half a second is too short to tell");
+        s.heap_sites(
+            2_000,
+            sites(&[("main.cache", 11 << 20), ("main.flood", 9 << 20)]),
+        );
+        let (name, rate) = s.top_site.clone().expect("a site grew 8 MiB in 2 s");
+        assert_eq!(name, "main.flood");
+        assert_eq!(rate, (4 << 20) as f64);
+        // A site that appears in the window counts its whole size as the rise.
+        s.heap_sites(
+            4_000,
+            sites(&[("main.cache", 11 << 20), ("main.new", 30 << 20)]),
+        );
+        assert_eq!(s.top_site.as_ref().map(|t| t.0.as_str()), Some("main.new"));
+        s.new_cycle(2);
+        assert_eq!(s.top_site, None, "a new boot cycle starts over");
+    }
+
+    #[test]
+    fn a_steady_rise_sampled_at_the_burst_interval_is_forecast() {
+        let mut s = LiveStatus {
+            limit: Some(200 << 20),
+            ..LiveStatus::default()
+        };
+        // 16 MiB/s sampled every 100 ms for 6 s, from 56 MiB.
+        for i in 0..60i64 {
+            let bytes = (56 << 20) + i * (16 << 20) / 10;
+            s.memory = Some(bytes as u64);
+            s.memory_point(i * 100, bytes);
+        }
+        let secs = s
+            .time_to_limit()
+            .expect("a sustained rise at 100 ms captures");
+        assert!((secs - 3.1).abs() < 0.3, "{secs}");
+    }
+
+    #[test]
+    fn no_site_is_named_when_nothing_grew_enough() {
+        let mut s = LiveStatus::default();
+        s.heap_sites(0, sites(&[("main.cache", 10 << 20)]));
+        s.heap_sites(5_000, sites(&[("main.cache", (10 << 20) + 4096)]));
+        assert_eq!(s.top_site, None);
+        s.heap_sites(6_000, sites(&[("main.cache", 5 << 20)]));
+        assert_eq!(s.top_site, None, "a shrinking site is not growing");
+    }
 
     fn status(memory: u64, bps: f64) -> LiveStatus {
         LiveStatus {

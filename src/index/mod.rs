@@ -542,6 +542,16 @@ pub fn rebuild(run: &RunDir, limits: &DecodeLimits) -> Result<Rebuild, IndexErro
 pub struct CaptureIndexer {
     jobs: Option<std::sync::mpsc::SyncSender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The newest heap capture's in-use bytes per site, for the live status line.
+    latest_heap: std::sync::Arc<std::sync::Mutex<Option<HeapSites>>>,
+}
+
+/// One indexed heap capture's in-use bytes per site (the profile writer's own site left out).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeapSites {
+    pub cycle: u32,
+    pub t_ms: i64,
+    pub sites: Vec<(String, i64)>,
 }
 
 /// A stored capture's content for the indexer: decompressed pprof bytes, or a text dump.
@@ -560,6 +570,8 @@ impl CaptureIndexer {
     pub fn start(root: &Path) -> CaptureIndexer {
         let (jobs, inbox) = std::sync::mpsc::sync_channel::<Job>(4);
         let root = root.to_path_buf();
+        let latest_heap = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let latest = latest_heap.clone();
         let thread = std::thread::Builder::new()
             .name("site-index".into())
             .spawn(move || {
@@ -583,6 +595,21 @@ impl CaptureIndexer {
                         },
                         Content::Dump(dump) => (build::from_dump(&dump), 0),
                     };
+                    if job.record.kind == RecordKind::Heap {
+                        let sites = figures
+                            .site_figures(RecordKind::Heap)
+                            .into_iter()
+                            .filter(|f| f.name != crate::analyse::reduce::PROFILING_SITE)
+                            .map(|f| (f.name, f.value))
+                            .collect();
+                        if let Ok(mut slot) = latest.lock() {
+                            *slot = Some(HeapSites {
+                                cycle: job.record.cycle,
+                                t_ms: job.record.t_ms,
+                                sites,
+                            });
+                        }
+                    }
                     let built = Built {
                         seq: job.record.seq,
                         kind: job.record.kind,
@@ -598,7 +625,13 @@ impl CaptureIndexer {
         CaptureIndexer {
             jobs: thread.is_some().then_some(jobs),
             thread,
+            latest_heap,
         }
+    }
+
+    /// The newest indexed heap capture's sites, once: `None` until another is indexed.
+    pub fn take_latest_heap(&self) -> Option<HeapSites> {
+        self.latest_heap.lock().ok()?.take()
     }
 
     /// Queues a durable capture (its manifest line written) for indexing; never blocks.
