@@ -111,8 +111,8 @@ pub struct Snapshot {
     pub buckets: Vec<Bucket>,
     /// Every bucket's stack, one after the other. One buffer rather than one per bucket:
     /// in a process with a second thread each `malloc` and `free` that misses glibc's
-    /// per-thread cache takes its arena's lock, and 100,000 buckets made that a third of a
-    /// capture's time (docs/benchmarks.md).
+    /// per-thread cache takes its arena's lock, and 100,000 buckets made that about 10 ms of
+    /// an 80 ms capture (docs/benchmarks.md).
     pub stacks: Vec<u64>,
 }
 
