@@ -72,7 +72,7 @@ fn raw_image(layout: &Layout, data: &[u8]) {
     };
     if let Ok(table) = Pclntab::parse(table_bytes, HEAP, funcdata) {
         for r in records.iter().take(64) {
-            let mut stack = r.stack.clone();
+            let mut stack = r.stack.to_vec();
             for &pc in &stack {
                 let _ = table.frame(pc);
                 let _ = table.func_for_pc(pc);

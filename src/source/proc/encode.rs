@@ -392,8 +392,7 @@ impl Encoder {
         let mut locs = Vec::new();
         let mut body = Vec::new();
         for r in records {
-            let known =
-                matches!(self.buckets.get(&r.bucket), Some((stack, _)) if *stack == r.stack);
+            let known = matches!(self.buckets.get(&r.bucket), Some((stack, _)) if stack.as_slice() == r.stack);
             if !known {
                 locs.clear();
                 let lead = r
@@ -403,13 +402,13 @@ impl Encoder {
                     .unwrap_or(0);
                 self.locations(syms, &r.stack[lead..], &mut locs);
                 if locs.is_empty() {
-                    self.locations(syms, &r.stack, &mut locs);
+                    self.locations(syms, r.stack, &mut locs);
                 }
                 let mut field = Vec::new();
                 if !locs.is_empty() {
                     prost::encoding::uint64::encode_packed(1, &locs, &mut field);
                 }
-                self.buckets.insert(r.bucket, (r.stack.clone(), field));
+                self.buckets.insert(r.bucket, (r.stack.to_vec(), field));
             }
             let Some((_, loc_field)) = self.buckets.get(&r.bucket) else {
                 continue;
@@ -577,14 +576,16 @@ mod tests {
             bias: 0,
             hide_internal_runtime: true,
         };
-        let rec = |bucket: u64, stack: &[u64], n: i64| MemRecord {
-            bucket,
-            stack: stack.to_vec(),
-            alloc_objects: n,
-            alloc_bytes: 16 * n,
-            free_objects: 0,
-            free_bytes: 0,
-        };
+        fn rec(bucket: u64, stack: &[u64], n: i64) -> MemRecord<'_> {
+            MemRecord {
+                bucket,
+                stack,
+                alloc_objects: n,
+                alloc_bytes: 16 * n,
+                free_objects: 0,
+                free_bytes: 0,
+            }
+        }
         // Stacks as the runtime writes them: an inlined frame's PC is followed by its
         // caller's (0x1003 in main.inner, inlined into main.outer at 0x1007), which is what
         // `appendLocsForStack`'s reuse of a multi-PC location assumes, here as in Go.

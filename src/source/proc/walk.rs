@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::ops::Range;
 use std::time::Instant;
 
 use super::memory::{BlockReader, ReadFault, TargetMemory};
@@ -96,17 +97,30 @@ pub struct Bucket {
     /// Where the bucket lives in the target: the runtime never frees or moves one, so for the
     /// life of the process this address stands for this stack.
     pub addr: u64,
-    pub stack: Vec<u64>,
+    /// Where its PCs are in [`Snapshot::stacks`].
+    pub stack: Range<usize>,
     pub active: Cycle,
     pub future: [Cycle; 3],
 }
 
 /// The profile state at one instant: the cycle counter and every bucket, head first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// `mProfCycle.read()`: the counter without its flushed bit.
     pub cycle: u32,
     pub buckets: Vec<Bucket>,
+    /// Every bucket's stack, one after the other. One buffer rather than one per bucket:
+    /// in a process with a second thread each `malloc` and `free` that misses glibc's
+    /// per-thread cache takes its arena's lock, and 100,000 buckets made that about 10 ms of
+    /// an 80 ms capture (docs/benchmarks.md).
+    pub stacks: Vec<u64>,
+}
+
+impl Snapshot {
+    /// The return PCs of one of this snapshot's buckets.
+    pub fn stack(&self, b: &Bucket) -> &[u64] {
+        &self.stacks[b.stack.clone()]
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,17 +283,31 @@ fn cycle_at(body: &[u8], n: usize, k: usize) -> Cycle {
     }
 }
 
-/// One pass over the list from its current head.
+/// What one walk fills, kept from capture to capture by a caller that walks again: refilling
+/// buffers that already have the room costs nothing, where growing fresh ones each capture
+/// (100,000 buckets: some 70 MiB of new pages) cost more than the walk itself.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    /// A snapshot handed back once used; only its capacity is kept.
+    pub spare: Snapshot,
+    /// std's keyed hasher: the addresses are the target's to choose, and must not be able to
+    /// make the set's lookups collide.
+    seen: HashSet<u64>,
+}
+
+/// One pass over the list from its current head, into `buckets` and `stacks` (cleared first).
 fn walk_once(
     mem: &dyn TargetMemory,
     a: &Anchors,
     layout: &Layout,
     limits: &Limits,
-) -> Result<Vec<Bucket>, WalkError> {
-    let mut buckets = Vec::new();
-    // std's keyed hasher: the addresses are the target's to choose, and must not be able to
-    // make the set's lookups collide.
-    let mut seen = HashSet::new();
+    buckets: &mut Vec<Bucket>,
+    stacks: &mut Vec<u64>,
+    seen: &mut HashSet<u64>,
+) -> Result<(), WalkError> {
+    buckets.clear();
+    stacks.clear();
+    seen.clear();
     let mut copied: u64 = 0;
     let mut at = mem.read_u64(a.mbuckets).map_err(|fault| WalkError::Read {
         what: "runtime.mbuckets",
@@ -338,10 +366,11 @@ fn walk_once(
                 what: "a bucket's stack and record",
                 fault,
             })?;
-        let stack = (0..n).map(|i| word(&body, i)).collect();
+        let first = stacks.len();
+        stacks.extend((0..n).map(|i| word(&body, i)));
         buckets.push(Bucket {
             addr: at,
-            stack,
+            stack: first..stacks.len(),
             active: cycle_at(&body, n, 0),
             future: [
                 cycle_at(&body, n, 1),
@@ -351,7 +380,7 @@ fn walk_once(
         });
         at = allnext;
     }
-    Ok(buckets)
+    Ok(())
 }
 
 /// Records re-read per batch (one `process_vm_readv` for a live process).
@@ -416,6 +445,22 @@ pub fn walk(
     layout: &Layout,
     limits: &Limits,
 ) -> Result<Snapshot, WalkError> {
+    walk_reusing(mem, anchors, layout, limits, &mut Buffers::default())
+}
+
+/// [`walk`], filling the buffers a previous walk left in `buffers`.
+pub fn walk_reusing(
+    mem: &dyn TargetMemory,
+    anchors: &Anchors,
+    layout: &Layout,
+    limits: &Limits,
+    buffers: &mut Buffers,
+) -> Result<Snapshot, WalkError> {
+    let Snapshot {
+        mut buckets,
+        mut stacks,
+        ..
+    } = std::mem::take(&mut buffers.spare);
     let mut last = 0;
     for _ in 0..limits.attempts.max(1) {
         if limits.past() {
@@ -434,7 +479,15 @@ pub fn walk(
         if held_before {
             continue;
         }
-        let buckets = walk_once(&BlockReader::new(mem), anchors, layout, limits)?;
+        walk_once(
+            &BlockReader::new(mem),
+            anchors,
+            layout,
+            limits,
+            &mut buckets,
+            &mut stacks,
+            &mut buffers.seen,
+        )?;
         last = buckets.len();
         let (middle, held_middle) = guard(mem, anchors, layout)?;
         if middle != before || held_middle {
@@ -446,9 +499,18 @@ pub fn walk(
         }
         let (after, held_after) = guard(mem, anchors, layout)?;
         if before == after && !held_after {
-            return Ok(Snapshot { cycle, buckets });
+            return Ok(Snapshot {
+                cycle,
+                buckets,
+                stacks,
+            });
         }
     }
+    buffers.spare = Snapshot {
+        cycle: 0,
+        buckets,
+        stacks,
+    };
     Err(WalkError::Busy {
         attempts: limits.attempts.max(1),
     })
@@ -456,10 +518,10 @@ pub fn walk(
 
 /// One record as `runtime.MemProfile(p, true)` returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemRecord {
+pub struct MemRecord<'a> {
     /// The bucket's address in the target (see [`Bucket::addr`]).
     pub bucket: u64,
-    pub stack: Vec<u64>,
+    pub stack: &'a [u64],
     pub alloc_objects: i64,
     pub alloc_bytes: i64,
     pub free_objects: i64,
@@ -468,12 +530,7 @@ pub struct MemRecord {
 
 /// `memProfileInternal`'s rule: the active record plus the future slot the current cycle
 /// flushes; when every bucket is still empty after that (no GC yet), all cycles summed.
-pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord> {
-    into_mem_profile(snapshot.clone())
-}
-
-/// [`mem_profile`], moving each bucket's stack into its record instead of copying it.
-pub fn into_mem_profile(snapshot: Snapshot) -> Vec<MemRecord> {
+pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord<'_>> {
     let index = (snapshot.cycle % 3) as usize;
     let flushed = |b: &Bucket| {
         let mut c = b.active;
@@ -486,18 +543,18 @@ pub fn into_mem_profile(snapshot: Snapshot) -> Vec<MemRecord> {
     });
     snapshot
         .buckets
-        .into_iter()
+        .iter()
         .map(|b| {
             let c = if clear {
                 let mut c = b.active;
                 b.future.iter().for_each(|f| c.add(f));
                 c
             } else {
-                flushed(&b)
+                flushed(b)
             };
             MemRecord {
                 bucket: b.addr,
-                stack: b.stack,
+                stack: snapshot.stack(b),
                 alloc_objects: c.allocs as i64,
                 alloc_bytes: c.alloc_bytes as i64,
                 free_objects: c.frees as i64,
@@ -586,7 +643,7 @@ mod tests {
             (5, 1, 500, 100),
             "active + future[1]; future[0] and [2] are not yet published"
         );
-        assert_eq!(recs[1].stack, vec![0x402000]);
+        assert_eq!(recs[1].stack, [0x402000]);
         assert_eq!((recs[1].alloc_objects, recs[1].alloc_bytes), (1, 50));
     }
 
@@ -594,9 +651,10 @@ mod tests {
     fn before_the_first_gc_every_cycle_is_summed() {
         let snap = Snapshot {
             cycle: 0,
+            stacks: vec![1],
             buckets: vec![Bucket {
                 addr: 0x2000,
-                stack: vec![1],
+                stack: 0..1,
                 active: Cycle::default(),
                 future: [
                     Cycle::default(),
@@ -833,7 +891,7 @@ mod tests {
                 let limits = Limits { max_buckets: 64, attempts: 2, ..Limits::default() };
                 if let Ok(snap) = walk(&mem, &ANCHORS, &LAYOUT, &limits) {
                     prop_assert!(snap.buckets.len() <= 64);
-                    prop_assert!(snap.buckets.iter().all(|b| b.stack.len() <= LAYOUT.max_stack));
+                    prop_assert!(snap.buckets.iter().all(|b| snap.stack(b).len() <= LAYOUT.max_stack));
                     prop_assert_eq!(mem_profile(&snap).len(), snap.buckets.len());
                 }
             }
