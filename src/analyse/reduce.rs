@@ -199,17 +199,18 @@ pub fn origin(name: &str) -> Origin {
 /// function: the code that called the library is the cause), else that first own frame;
 /// `None` without own code.
 fn own_frame(origins: &[Origin], from: usize) -> Option<usize> {
-    let own: Vec<usize> = (from..origins.len())
-        .filter(|&i| origins[i] == Origin::Own)
-        .collect();
-    own.iter()
-        .copied()
-        .find(|&i| {
-            let called_by_own = origins.get(i + 1) == Some(&Origin::Own);
-            let own_above = own.iter().any(|&j| j > i);
-            called_by_own || !own_above
-        })
-        .or(own.first().copied())
+    // The first own frame that own code called, else the last own frame (the only one with
+    // no own frame above it): one pass, no allocation, as it runs once a sample.
+    let mut last = None;
+    for i in from..origins.len() {
+        if origins[i] == Origin::Own {
+            if origins.get(i + 1) == Some(&Origin::Own) {
+                return Some(i);
+            }
+            last = Some(i);
+        }
+    }
+    last
 }
 
 /// The site's name: the own frame with the leaf beside it ("main.(*client).queueOutbound
