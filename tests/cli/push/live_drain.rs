@@ -372,11 +372,30 @@ fn live_cluster_collect_pushes_every_node_with_its_name() {
             .into_iter()
             .filter(|e| ids.contains(e["id"].as_str().unwrap()))
             .collect();
+        let distinct: std::collections::HashSet<&str> =
+            mine.iter().map(|e| e["id"].as_str().unwrap()).collect();
         assert_eq!(
-            mine.len(),
+            distinct.len(),
             pushable(&node_run).len(),
-            "{node}: every capture once"
+            "{node}: every capture arrived"
         );
+        // A request that failed after it was sent (a reset, say) may have arrived, and within
+        // a push it is tried again (only a push's end records it as maybe delivered): the one
+        // way a capture is stored twice, and the push says it retried.
+        if mine.len() > distinct.len() {
+            let line = lines
+                .iter()
+                .find(|l| l.contains(node))
+                .map_or_else(|| lines.join("\n"), |l| l.to_string());
+            assert!(
+                line.contains(" retries)"),
+                "{node}: a capture stored twice without a retry: {line}"
+            );
+            eprintln!(
+                "{node}: {} captures stored twice after a retry: {line}",
+                mine.len() - distinct.len()
+            );
+        }
         for event in &mine {
             assert_eq!(event["labels"]["heapwatch_node"], node);
             assert_eq!(event["labels"]["heapwatch_target"], target.as_str());
