@@ -12,24 +12,9 @@ use std::time::{Duration, Instant};
 use heapwatch::source::proc::ProcSource;
 use heapwatch::source::{Source as _, Want};
 
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage only writes into the struct we hand it.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(usage.ru_utime) + t(usage.ru_stime)
-}
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
+#[path = "support/measure.rs"]
+mod measure;
+use measure::{cpu_seconds, peak_rss_kib};
 
 fn main() {
     let mut args = std::env::args().skip(1);
