@@ -25,7 +25,9 @@ use crate::model::memory::MemorySample;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteGrowth {
-    /// The leaf function, as pprof spells it.
+    /// The site: the first frame in the target's own code with the leaf beside it
+    /// ([`reduce::SiteNamer`]); in JSON `name` (the leaf), `own` and `site`.
+    #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     /// Its part of the episode's rate (its share of the rise × the heap's rate).
     pub bytes_per_sec: f64,

@@ -43,6 +43,7 @@ const MIN_SITE_BYTES: f64 = 512.0 * 1024.0;
 /// A site holding part of the rise.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RiseSite {
+    #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     /// Its in-use bytes at the onset and at the episode's end.
     pub before: i64,

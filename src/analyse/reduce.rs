@@ -222,6 +222,31 @@ fn site_name(own: Option<&str>, leaf: &str) -> String {
     }
 }
 
+/// The two names a site's name joins: the first frame in the target's own code, when it is not
+/// the leaf, and the leaf function as pprof spells it.
+pub fn split_site(site: &str) -> (Option<&str>, &str) {
+    match site.strip_suffix(')').and_then(|s| s.split_once(" (leaf ")) {
+        Some((own, leaf)) => (Some(own), leaf),
+        None => (None, site),
+    }
+}
+
+/// A site's name in JSON, as three fields beside the others (`#[serde(flatten, serialize_with =
+/// "…")]` on the field holding it): `name`, the leaf function as pprof spells it (the name other
+/// tools read, as in `go tool pprof -top`); `own`, the first frame in the target's own code when
+/// that is not the leaf; `site`, the two as heapwatch's words print them.
+pub fn serialize_site<S: serde::Serializer>(site: &str, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(serde::Serialize)]
+    struct Fields<'a> {
+        name: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        own: Option<&'a str>,
+        site: &'a str,
+    }
+    let (own, name) = split_site(site);
+    serde::Serialize::serialize(&Fields { name, own, site }, s)
+}
+
 /// The site of a stack given by its frames' names, leaf first: for a heap sample the leaf is
 /// the first frame, for a goroutine the first outside the runtime (a parked goroutine's leaf
 /// is always `runtime.gopark`).
