@@ -27,6 +27,7 @@ use super::record_flags::{RecordFlags, help_order};
 /// Run's flags in the order its help shows them.
 pub(super) const HELP_ORDER: &[&str] = &[
     "out",
+    "retarget",
     "limit",
     "restarts",
     "restart_policy",
@@ -48,6 +49,10 @@ pub(super) const HELP_ORDER: &[&str] = &[
 pub struct RunArgs {
     #[command(flatten)]
     record: RecordFlags,
+    /// Resume an existing --out run with another program than the one it recorded (its
+    /// cycles then follow as further boot cycles); without it, that is refused.
+    #[arg(long)]
+    retarget: bool,
     /// Memory limit: a fresh memory cgroup with this limit (as root), else a watchdog that
     /// SIGKILLs the command once its RSS passes it.
     #[arg(long, value_parser = units::parse_size)]
@@ -213,12 +218,43 @@ fn describe(event: &LifeEvent) -> String {
     }
 }
 
+/// A run resumed records the program it recorded before: another one (an etcd run given a
+/// NATS server) would file its cycles as more boot cycles of the first. The same program is its
+/// file's name: `./v2/ziti` after `./v1/ziti` is a new build of it, which its cycles record.
+fn check_same_program(out: &Path, program: &std::ffi::OsStr) -> Result<(), CliError> {
+    let Some(old) = heapwatch::store::RunDir::open(out)
+        .ok()
+        .and_then(|r| r.info)
+        .and_then(|i| i.options.command)
+    else {
+        return Ok(());
+    };
+    let Some(old_program) = old.first() else {
+        return Ok(());
+    };
+    let name = |p: &Path| p.file_name().map(|n| n.to_os_string());
+    let new = Path::new(program);
+    if name(Path::new(old_program)) == name(new) {
+        return Ok(());
+    }
+    Err(usage(format!(
+        "{}: this run recorded {}, not {}; give a new --out, or --retarget to add its cycles \
+         to it as further boot cycles",
+        out.display(),
+        old.join(" "),
+        new.display()
+    )))
+}
+
 pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
     let (program, rest) = args
         .command
         .split_first()
         .ok_or_else(|| usage("heapwatch run: no command given after --".into()))?;
+    if !args.retarget {
+        check_same_program(&args.record.out, program)?;
+    }
     let mut also = Vec::new();
     for target in &args.also {
         also.push(also_source(target)?);

@@ -889,3 +889,46 @@ fn a_clean_exit_is_restarted_under_always_and_not_under_on_failure() {
         "the policies are named"
     );
 }
+
+/// `run --out` of an existing run with another program is refused, naming the run and both
+/// programs (its cycles would be filed as more boot cycles of the first); `--retarget` adds
+/// them; a new build of the same program (its file's name) is no other program.
+#[test]
+fn resuming_a_run_with_another_program_is_refused_unless_retargeted() {
+    let dir = util::tempdir();
+    let out = dir.path().join("r");
+    let out_s = out.to_str().unwrap();
+    let start = |extra: &[&str], cmd: &[&str]| {
+        let mut args = vec!["run", "-q", "--restart-policy", "Never", "--out", out_s];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(cmd);
+        util::run(&args)
+    };
+    // Not a Go program: nothing is read, but the run and its command are recorded.
+    let first = start(&[], &["sh", "-c", "sleep 0.2"]);
+    assert_eq!(first.status.code(), Some(3), "{}", util::stderr(&first));
+    let before = records(&out).len();
+
+    let other = start(&[], &["/bin/sleep", "0.2"]);
+    let said = util::stderr(&other);
+    assert_eq!(other.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(out_s) && said.contains("sh -c sleep 0.2") && said.contains("/bin/sleep"),
+        "{said}"
+    );
+    assert!(said.contains("--retarget"), "{said}");
+    assert_eq!(records(&out).len(), before, "nothing was added");
+
+    let retargeted = start(&["--retarget"], &["/bin/sleep", "0.2"]);
+    assert_eq!(
+        retargeted.status.code(),
+        Some(3),
+        "{}",
+        util::stderr(&retargeted)
+    );
+    assert!(records(&out).len() > before);
+    // The same program by its file's name, from elsewhere: a new build of it, not refused.
+    let same = start(&[], &["/usr/bin/sleep", "0.2"]);
+    assert_eq!(same.status.code(), Some(3), "{}", util::stderr(&same));
+}
