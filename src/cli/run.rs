@@ -31,6 +31,7 @@ pub(super) const HELP_ORDER: &[&str] = &[
     "limit",
     "restarts",
     "restart_policy",
+    "oom_hold",
     "backoff",
     "kubelet_backoff",
     "also",
@@ -61,6 +62,11 @@ pub struct RunArgs {
     /// Ctrl-C).
     #[arg(long)]
     restarts: Option<u32>,
+    /// At the kernel's OOM kill, hold the command at its limit until a capture is taken, at
+    /// most this long, then let the kernel kill it (cgroup v1; 0s: no hold). The last capture
+    /// is then the fullest heap.
+    #[arg(long, default_value = "2s", value_parser = units::parse_duration_flag)]
+    oom_hold: Duration,
     /// Which ends are restarted, as a Pod's restartPolicy: Always (a clean exit too, the
     /// kubelet's default), OnFailure (all but exit code 0) or Never.
     #[arg(long, default_value = "Always", value_parser = RestartOn::parse)]
@@ -121,7 +127,14 @@ impl RunArgs {
     }
 
     /// `run.json` for a run directory; a run resumed keeps its first start and notes this one.
-    fn info(&self, out: &Path, target: &str, source: &str, mode: &str, started_ms: i64) -> RunInfo {
+    fn info(
+        &self,
+        out: &Path,
+        target: &str,
+        source: &str,
+        (mode, hold): (&str, Option<&str>),
+        started_ms: i64,
+    ) -> RunInfo {
         let previous = heapwatch::store::RunDir::open(out)
             .ok()
             .and_then(|r| r.info);
@@ -140,6 +153,7 @@ impl RunArgs {
                         .collect(),
                 ),
                 confinement: Some(mode.to_string()),
+                oom_hold: hold.map(str::to_string),
                 restarts: self.restarts,
                 restart_policy: Some(self.restart_policy.as_str().to_string()),
                 backoff_ms: Some(self.policy().backoff.as_millis() as u64),
@@ -292,10 +306,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let source = FollowSource::new(&target, selector, proc_attacher(&target), config.interval);
     let started_ms = SystemClock::new().unix_ms();
     let mode = confinement.mode();
+    let hold_mode = launch::hold::describe(&confinement, args.oom_hold);
     let main = SubRun {
         out: args.record.out.clone(),
         source: Box::new(source),
-        info: args.info(&args.record.out, &target, "proc", mode, started_ms),
+        info: args.info(
+            &args.record.out,
+            &target,
+            "proc",
+            (mode, Some(&hold_mode)),
+            started_ms,
+        ),
     };
     let also = also
         .into_iter()
@@ -308,7 +329,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
                     &out,
                     target.as_str(),
                     source.kind().as_str(),
-                    mode,
+                    (mode, None),
                     started_ms,
                 ),
                 out,
@@ -348,6 +369,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         interrupt: &interrupt,
         pid: Arc::clone(&pid.0),
         notify: &notify,
+        oom_hold: args.oom_hold,
     };
     let outcome = launch::record(recording, &mut *observers[0]);
     status.finish();

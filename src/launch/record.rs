@@ -8,17 +8,18 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::time::Duration;
 
 use super::LaunchError;
 use super::cgroup::Confinement;
 use super::child::{self, Death, Ending, Launch, LifeEvent, RestartPolicy, Watch};
+use super::hold::OomHold;
 use crate::collect::sampler::{Sampler, SamplerTally};
 use crate::collect::{
-    Clock, CollectConfig, CollectError, CollectSummary, Collector, NoObserver, Observer,
-    OutsideMemory, Stop, SystemClock,
+    Clock, CollectConfig, CollectError, CollectSummary, Collector, LiveStatus, NoObserver,
+    Observer, OutsideMemory, Stop, SystemClock,
 };
 use crate::source::Source;
 use crate::source::procmem::MemoryProbe;
@@ -46,6 +47,9 @@ pub struct Recording<'a> {
     pub pid: Arc<AtomicU32>,
     /// Told about every starting and ending process, e.g. to print it.
     pub notify: &'a (dyn Fn(&LifeEvent) + Sync),
+    /// Hold the command at its OOM kill until a capture is taken, at most this long (zero:
+    /// no hold; cgroup v1 only, see [`super::hold`]).
+    pub oom_hold: Duration,
 }
 
 #[derive(Debug)]
@@ -74,7 +78,15 @@ pub fn record(
         interrupt,
         pid,
         notify,
+        oom_hold,
     } = recording;
+    // When the newest recorded capture began, for the hold to know a capture was taken.
+    let captured_ms = Arc::new(AtomicI64::new(i64::MIN));
+    let hold = OomHold::new(confinement, oom_hold, captured_ms.clone());
+    let mut observer = HoldObserver {
+        inner: observer,
+        captured_ms,
+    };
     let launch = Launch {
         join: confinement.cgroup().map(|cg| cg.procs_file()),
         ..launch
@@ -124,6 +136,7 @@ pub fn record(
                 pid: &pid,
                 watchdog,
                 oom_kills: &oom_kills,
+                hold: hold.as_ref(),
             };
             let mut deaths = Vec::new();
             let result = child::supervise(&launch, &policy, &watch, &mut |event| {
@@ -170,7 +183,7 @@ pub fn record(
         )
         .with_outside_memory(outside.clone())
         .with_events(main_rx)
-        .run(observer);
+        .run(&mut observer);
         collecting.fetch_sub(1, Ordering::Relaxed);
         if main_result.is_err() {
             // The run cannot be written: end the command rather than run it unrecorded.
@@ -205,6 +218,25 @@ pub fn record(
     })
 }
 
+/// Passes each attempt on, noting when the newest good capture that is in the run began.
+struct HoldObserver<'o> {
+    inner: &'o mut dyn Observer,
+    captured_ms: Arc<AtomicI64>,
+}
+
+impl Observer for HoldObserver<'_> {
+    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
+        if record.is_ok() && matches!(record.kind, RecordKind::Heap | RecordKind::Goroutine) {
+            self.captured_ms.fetch_max(record.t_ms, Ordering::Relaxed);
+        }
+        self.inner.attempt(record, status);
+    }
+
+    fn ended(&mut self, record: &CaptureRecord) {
+        self.inner.ended(record);
+    }
+}
+
 /// Waits (a few seconds at most) until every collector has stopped on Ctrl-C and written its
 /// `stop` record while the command still ran.
 fn wait_for_stops(collecting: &AtomicUsize) {
@@ -226,6 +258,10 @@ pub fn event_record(event: &LifeEvent) -> Option<CaptureRecord> {
             r.totals = BTreeMap::from([
                 ("oom_kill".to_string(), d.oom_killed as i64),
                 ("watchdog_kill".to_string(), d.watchdog_killed as i64),
+                (
+                    "oom_held_ms".to_string(),
+                    d.oom_held.map_or(0, |h| h.as_millis() as i64),
+                ),
                 ("lived_ms".to_string(), d.lived.as_millis() as i64),
             ]);
             Some(r)
@@ -247,6 +283,7 @@ mod tests {
             signal: Some(9),
             oom_killed: true,
             watchdog_killed: false,
+            oom_held: Some(Duration::from_millis(120)),
             lived: Duration::from_millis(4_500),
         };
         let r = event_record(&LifeEvent::Died(death)).unwrap();
@@ -257,6 +294,7 @@ mod tests {
         );
         assert_eq!(r.totals["oom_kill"], 1);
         assert_eq!(r.totals["lived_ms"], 4_500);
+        assert_eq!(r.totals["oom_held_ms"], 120);
         assert!(r.is_ok());
         let stop = LifeEvent::Interrupted {
             pid: Some(7),

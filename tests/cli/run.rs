@@ -932,3 +932,164 @@ fn resuming_a_run_with_another_program_is_refused_unless_retargeted() {
     let same = start(&[], &["/usr/bin/sleep", "0.2"]);
     assert_eq!(same.status.code(), Some(3), "{}", util::stderr(&same));
 }
+
+/// The capture at the moment of the OOM kill: on cgroup v1 the kernel holds the command at its
+/// limit (`oom_kill_disable`) until a capture that began during the hold is in the run, then
+/// kills it as it would have: SIGKILL, its `oom_kill` counter, the exit an OOM kill. The last
+/// capture is at most one burst interval before the kill.
+#[test]
+fn run_holds_the_command_at_its_oom_kill_until_a_capture_is_taken() {
+    let Some(replay) = util::go_fixture("replay") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut child = Stopped(
+        util::heapwatch()
+            .args([
+                "run",
+                "-q",
+                "--limit",
+                "96MiB",
+                "--restarts",
+                "1",
+                "--interval",
+                "1s",
+                "--burst-interval",
+                "100ms",
+                "--out",
+                run.to_str().unwrap(),
+                "--",
+            ])
+            .arg(&replay)
+            .args(["-rate", "40MiB"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let (status, _) = util::wait_for_exit(&mut child.0, CYCLE_DEADLINE * 2);
+    assert!(status.success(), "{status}");
+    let info = run_info(&run);
+    if !check_confinement(&info) || info["options"]["confinement"] != "cgroup-v1" {
+        crate::prerequisite::reduced(
+            crate::prerequisite::Need::Root,
+            "the hold needs a cgroup v1 memory hierarchy",
+            "no hold was possible",
+        );
+        return;
+    }
+    let hold = info["options"]["oom_hold"].as_str().unwrap();
+    assert!(
+        hold.starts_with("held at the kernel's OOM decision"),
+        "{hold}"
+    );
+
+    let records = records(&run);
+    let exits: Vec<&Value> = records.iter().filter(|r| kind(r) == "exit").collect();
+    assert_eq!(exits.len(), 2, "{records:?}");
+    for exit in exits {
+        let cycle = int(exit, "incarnation");
+        let totals = &exit["totals"];
+        assert_eq!(totals["oom_kill"], 1, "the kernel's kill: {exit}");
+        assert_eq!(exit["signal"], 9, "{exit}");
+        let held = int(totals, "oom_held_ms");
+        assert!((1..2_000).contains(&held), "held {held} ms: {exit}");
+        let last = records
+            .iter()
+            .filter(|r| ok_heap(r) && int(r, "incarnation") == cycle)
+            .map(|r| int(r, "t_ms"))
+            .max()
+            .expect("a heap capture in the cycle");
+        let kill = int(exit, "t_ms");
+        // The exit is seen within a poll of the kill, which follows the release; the hold
+        // began `held` before the release.
+        assert!(
+            last >= kill - held - 50,
+            "cycle {cycle}: the last capture, {} ms before the kill, began before the hold \
+             ({held} ms)",
+            kill - last
+        );
+        assert!(
+            kill - last <= 100 + 50,
+            "cycle {cycle}: the last capture {} ms before the kill",
+            kill - last
+        );
+    }
+}
+
+/// A process held at its OOM kill is never left held: heapwatch SIGKILLed during a hold (one
+/// that waits for a capture 30 s away) takes the command with it, and nothing stays frozen.
+#[test]
+fn a_held_command_dies_with_heapwatch_when_heapwatch_is_killed() {
+    let Some(replay) = util::go_fixture("replay") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut child = Stopped(
+        util::heapwatch()
+            .args([
+                "run",
+                "-q",
+                "--limit",
+                "64MiB",
+                "--restarts",
+                "0",
+                "--interval",
+                "30s",
+                "--burst-interval",
+                "30s",
+                "--oom-hold",
+                "60s",
+                "--out",
+                run.to_str().unwrap(),
+                "--",
+            ])
+            .arg(&replay)
+            .args(["-rate", "40MiB"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("run.json", Duration::from_secs(10), || {
+        run.join("run.json").is_file()
+    });
+    let info = run_info(&run);
+    if !check_confinement(&info) || info["options"]["confinement"] != "cgroup-v1" {
+        crate::prerequisite::reduced(
+            crate::prerequisite::Need::Root,
+            "the hold needs a cgroup v1 memory hierarchy",
+            "no hold was possible",
+        );
+        return;
+    }
+    let cgroup = PathBuf::from(
+        info["target"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("proc:cgroup:")
+            .expect("run follows its cgroup"),
+    );
+    let control = cgroup.join("memory.oom_control");
+    let held = || fs::read_to_string(&control).is_ok_and(|t| t.lines().any(|l| l == "under_oom 1"));
+    wait_until("the kernel holds the command", CYCLE_DEADLINE, held);
+    let pids = fs::read_to_string(cgroup.join("cgroup.procs")).unwrap();
+    let pid: u32 = pids.lines().next().unwrap().trim().parse().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(held(), "still held with heapwatch alive");
+
+    util::signal(child.0.id(), "KILL");
+    let _ = child.0.wait();
+    wait_until(
+        "the held command is gone after heapwatch was killed",
+        Duration::from_secs(10),
+        || !Path::new(&format!("/proc/{pid}")).exists(),
+    );
+    // heapwatch could not remove its cgroup; the test does.
+    wait_until("the cgroup empties", Duration::from_secs(10), || {
+        fs::read_to_string(cgroup.join("cgroup.procs")).is_ok_and(|t| t.trim().is_empty())
+    });
+    fs::remove_dir(&cgroup).expect("the empty cgroup is removed");
+}
