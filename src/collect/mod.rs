@@ -154,6 +154,16 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
 }
 
+impl<O: Observer + ?Sized> Observer for Box<O> {
+    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
+        (**self).attempt(record, status);
+    }
+
+    fn ended(&mut self, record: &CaptureRecord) {
+        (**self).ended(record);
+    }
+}
+
 impl Observer for NoObserver {
     fn attempt(&mut self, _: &CaptureRecord, _: &LiveStatus) {}
 }

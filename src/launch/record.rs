@@ -15,11 +15,11 @@ use std::time::Duration;
 use super::LaunchError;
 use super::cgroup::Confinement;
 use super::child::{self, Death, Ending, Launch, LifeEvent, RestartPolicy, Watch};
-use super::hold::OomHold;
+use super::hold::{HoldObserver, OomHold};
 use crate::collect::sampler::{Sampler, SamplerTally};
 use crate::collect::{
-    Clock, CollectConfig, CollectError, CollectSummary, Collector, LiveStatus, NoObserver,
-    Observer, OutsideMemory, Stop, SystemClock,
+    Clock, CollectConfig, CollectError, CollectSummary, Collector, NoObserver, Observer,
+    OutsideMemory, Stop, SystemClock,
 };
 use crate::source::Source;
 use crate::source::procmem::MemoryProbe;
@@ -216,25 +216,6 @@ pub fn record(
         also: also_results,
         memory,
     })
-}
-
-/// Passes each attempt on, noting when the newest good capture that is in the run began.
-struct HoldObserver<'o> {
-    inner: &'o mut dyn Observer,
-    captured_ms: Arc<AtomicI64>,
-}
-
-impl Observer for HoldObserver<'_> {
-    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
-        if record.is_ok() && matches!(record.kind, RecordKind::Heap | RecordKind::Goroutine) {
-            self.captured_ms.fetch_max(record.t_ms, Ordering::Relaxed);
-        }
-        self.inner.attempt(record, status);
-    }
-
-    fn ended(&mut self, record: &CaptureRecord) {
-        self.inner.ended(record);
-    }
 }
 
 /// Waits (a few seconds at most) until every collector has stopped on Ctrl-C and written its

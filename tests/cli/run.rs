@@ -1093,3 +1093,154 @@ fn a_held_command_dies_with_heapwatch_when_heapwatch_is_killed() {
     });
     fs::remove_dir(&cgroup).expect("the empty cgroup is removed");
 }
+
+/// `collect --oom-hold` on a cgroup heapwatch did not make: the process is held at its OOM
+/// kill until a capture is in, then the kernel kills it (its counter rises), and the cgroup's
+/// `oom_kill_disable` is left as found. Killed while a hold waits, heapwatch's guardian
+/// releases the process to the kernel: never left held.
+#[test]
+fn collect_oom_hold_holds_a_cgroup_it_did_not_make_and_its_guardian_releases_it() {
+    let Some(replay) = util::go_fixture("replay") else {
+        return;
+    };
+    let control = |cg: &util::MemoryCgroup| {
+        fs::read_to_string(cg.path.join("memory.oom_control")).unwrap_or_default()
+    };
+    let started = |tag: &str| {
+        let cg = util::memory_cgroup_or_skip(tag, 64 << 20)?;
+        let target = util::Reaped(
+            cg.command(&replay, &["-rate", "20MiB"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_until(
+            "the target joins its cgroup",
+            Duration::from_secs(5),
+            || !cg.pids().is_empty(),
+        );
+        Some((cg, target))
+    };
+    let Some((cg, _target)) = started("hold") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let target = format!("proc:cgroup:{}", cg.path.display());
+    let out = util::run(&[
+        "collect",
+        &target,
+        "-q",
+        "--out",
+        run.to_str().unwrap(),
+        "--interval",
+        "1s",
+        "--oom-hold",
+        "2s",
+        "--until-exit",
+    ]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    assert_eq!(cg.oom_kills(), Some(1), "the kernel's kill");
+    assert!(
+        control(&cg).contains("oom_kill_disable 0"),
+        "left as found: {}",
+        control(&cg)
+    );
+    let records = records(&run);
+    let last = records
+        .iter()
+        .filter(|r| ok_heap(r))
+        .map(|r| int(r, "t_ms"))
+        .max()
+        .unwrap();
+    let end = records
+        .iter()
+        .find(|r| kind(r) == "exit")
+        .map(|r| int(r, "t_ms"))
+        .expect("the end is recorded");
+    assert!(
+        end - last <= 100 + 50,
+        "the last capture {} ms before the kill was seen",
+        end - last
+    );
+
+    // heapwatch SIGKILLed while a hold waits for a capture 30 s away.
+    let Some((cg, _target)) = started("guard") else {
+        return;
+    };
+    let target = format!("proc:cgroup:{}", cg.path.display());
+    let run = dir.path().join("killed");
+    let mut collect = Stopped(
+        util::heapwatch()
+            .args([
+                "collect",
+                &target,
+                "-q",
+                "--out",
+                run.to_str().unwrap(),
+                "--interval",
+                "30s",
+                "--burst-interval",
+                "30s",
+                "--oom-hold",
+                "60s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("the kernel holds the target", CYCLE_DEADLINE, || {
+        control(&cg).contains("under_oom 1")
+    });
+    util::signal(collect.0.id(), "KILL");
+    let _ = collect.0.wait();
+    wait_until(
+        "the guardian releases the target to the kernel",
+        Duration::from_secs(10),
+        || cg.oom_kills() == Some(1) && cg.pids().is_empty(),
+    );
+    assert!(
+        control(&cg).contains("oom_kill_disable 0"),
+        "{}",
+        control(&cg)
+    );
+}
+
+#[test]
+fn collect_oom_hold_is_refused_where_it_cannot_hold() {
+    let dir = util::tempdir();
+    let out = dir.path().join("run");
+    let refused = util::run(&[
+        "collect",
+        "http://127.0.0.1:9",
+        "--out",
+        out.to_str().unwrap(),
+        "--oom-hold",
+        "2s",
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        util::stderr(&refused).contains("--oom-hold needs the target's memory cgroup"),
+        "{}",
+        util::stderr(&refused)
+    );
+    let not_cgroup = util::run(&[
+        "collect",
+        "http://127.0.0.1:9",
+        "--out",
+        out.to_str().unwrap(),
+        "--cgroup",
+        dir.path().to_str().unwrap(),
+        "--oom-hold",
+        "2s",
+    ]);
+    assert_eq!(not_cgroup.status.code(), Some(2));
+    let said = util::stderr(&not_cgroup);
+    assert!(
+        said.contains(dir.path().to_str().unwrap()) && said.contains("v1 memory cgroup"),
+        "{said}"
+    );
+    assert!(!out.exists(), "nothing was recorded");
+}
