@@ -239,12 +239,13 @@ pub fn event_record(event: &LifeEvent) -> Option<CaptureRecord> {
             r.totals = BTreeMap::from([
                 ("oom_kill".to_string(), d.oom_killed as i64),
                 ("watchdog_kill".to_string(), d.watchdog_killed as i64),
-                (
-                    "oom_held_ms".to_string(),
-                    d.oom_held.map_or(0, |h| h.as_millis() as i64),
-                ),
                 ("lived_ms".to_string(), d.lived.as_millis() as i64),
             ]);
+            // Only when the kernel held it (`run --oom-hold`): a hold of 0 ms is one too.
+            if let Some(held) = d.oom_held {
+                r.totals
+                    .insert("oom_held_ms".to_string(), held.as_millis() as i64);
+            }
             Some(r)
         }
         LifeEvent::Interrupted { .. } => None,
