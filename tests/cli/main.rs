@@ -26,6 +26,7 @@ mod growth;
 mod index;
 mod oracle;
 mod proc;
+mod proc_goroutines;
 mod ps;
 mod push;
 mod replay;

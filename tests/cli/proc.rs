@@ -26,7 +26,12 @@ const SAMPLE_TYPES: [&str; 4] = [
 /// per variant. `toolchain` is a GOTOOLCHAIN value (`local` for the installed Go): older ones
 /// come through the module proxy the first time. Variants named `cgo…` or `ext…` are built
 /// with cgo on (the system linker, gcc, links them).
-fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Option<PathBuf> {
+pub(crate) fn build(
+    variant: &str,
+    package: &str,
+    toolchain: &str,
+    flags: &[&str],
+) -> Option<PathBuf> {
     let go = util::go()?;
     let cgo = variant.contains("cgo") || variant.contains("ext");
     if cgo && util::on_path("gcc").is_none() {
@@ -71,13 +76,13 @@ fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Optio
 }
 
 /// A running fixture: the child and the port of its pprof endpoint.
-struct Running {
-    child: Reaped,
-    port: u16,
+pub(crate) struct Running {
+    pub(crate) child: Reaped,
+    pub(crate) port: u16,
     _dir: tempfile::TempDir,
 }
 
-fn start(binary: &Path) -> Running {
+pub(crate) fn start(binary: &Path) -> Running {
     let dir = util::tempdir();
     let log = dir.path().join("out.txt");
     let mut child = Command::new(binary)
@@ -111,7 +116,7 @@ fn http_heap(port: u16) -> Vec<u8> {
 }
 
 /// `go tool pprof` output with its header (file, build id, type, time) cut off.
-fn pprof(go: &Path, file: &Path, args: &[&str]) -> String {
+pub(crate) fn pprof(go: &Path, file: &Path, args: &[&str]) -> String {
     let out = Command::new(go)
         .args(["tool", "pprof"])
         .args(args)
@@ -222,7 +227,7 @@ fn check_variant(variant: &str, toolchain: &str, flags: &[&str], go_version: &st
     assert_same_profile(&proc_file, &http_file, variant);
 }
 
-fn installed_go_version() -> Option<String> {
+pub(crate) fn installed_go_version() -> Option<String> {
     let out = Command::new(util::go()?)
         .args(["env", "GOVERSION"])
         .output()

@@ -95,6 +95,9 @@ pub struct RuntimeVars {
     pub mem_profile_rate: u64,
     pub disable_memory_profiling: u64,
     pub prof_mem_active_lock: Option<u64>,
+    /// `runtime.allgs`, the slice of every goroutine: goroutine profiles need it, heap ones
+    /// do not.
+    pub allgs: Option<u64>,
 }
 
 /// One loadable segment: where it sits in the file and at which link-time address.
@@ -198,7 +201,8 @@ type Elf<'d> = ElfFile64<'d, Endianness>;
 
 /// The runtime variables from `.symtab`.
 fn symbols(elf: &Elf) -> Result<RuntimeVars, BinaryError> {
-    const NAMES: [&str; 5] = [
+    const NAMES: [&str; 6] = [
+        "runtime.allgs",
         "runtime.mbuckets",
         "runtime.mProfCycle",
         "runtime.MemProfileRate",
@@ -222,6 +226,7 @@ fn symbols(elf: &Elf) -> Result<RuntimeVars, BinaryError> {
         mem_profile_rate: get("runtime.MemProfileRate")?,
         disable_memory_profiling: get("runtime.disableMemoryProfiling")?,
         prof_mem_active_lock: get("runtime.profMemActiveLock").ok(),
+        allgs: get("runtime.allgs").ok(),
     };
     Ok(vars)
 }

@@ -98,7 +98,29 @@ pub fn recover_vars(table: &Pclntab, text: (u64, &[u8])) -> Result<RuntimeVars, 
         mem_profile_rate: rate,
         disable_memory_profiling: disable,
         prof_mem_active_lock: Some(lock),
+        allgs: instructions(table, text, "runtime.forEachG")
+            .as_deref()
+            .and_then(from_for_each_g),
     })
+}
+
+/// `runtime.allgs` from `runtime.forEachG`: its `for _, gp := range allgs` loads the slice's
+/// pointer and length, two RIP-relative quadwords eight bytes apart.
+fn from_for_each_g(code: &[Instruction]) -> Option<u64> {
+    let loads: Vec<u64> = code
+        .iter()
+        .filter(|i| {
+            i.mnemonic() == Mnemonic::Mov
+                && i.op0_kind() == OpKind::Register
+                && i.op1_kind() == OpKind::Memory
+                && i.memory_size() == MemorySize::UInt64
+        })
+        .filter_map(rip_target)
+        .collect();
+    loads
+        .windows(2)
+        .find(|w| w[1] == w[0].wrapping_add(8))
+        .map(|w| w[0])
 }
 
 #[cfg(test)]

@@ -157,13 +157,43 @@ pub enum WalkError {
     Deadline {
         buckets: usize,
     },
+    /// `runtime.allgs` says more goroutines than its mapping holds (or than its capacity).
+    BadAllgs {
+        ptr: u64,
+        len: u64,
+        cap: u64,
+    },
+    /// The same `g` twice in `allgs`.
+    GoroutineRepeat {
+        addr: u64,
+        index: usize,
+    },
+    /// A `g` whose status no runtime uses: not a goroutine.
+    GoroutineStatus {
+        addr: u64,
+        status: u32,
+    },
+    /// The deadline passed before every goroutine was read.
+    GoroutineDeadline {
+        read: usize,
+    },
+    /// The goroutines would take more bytes than the process has mapped.
+    GoroutinesOverBudget {
+        budget: u64,
+        goroutines: u64,
+    },
 }
 
 impl WalkError {
     /// A walk that ran out of time or met a changing profile: worth another try later, unlike
     /// a damaged list.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, WalkError::Busy { .. } | WalkError::Deadline { .. })
+        matches!(
+            self,
+            WalkError::Busy { .. }
+                | WalkError::Deadline { .. }
+                | WalkError::GoroutineDeadline { .. }
+        )
     }
 }
 
@@ -203,6 +233,32 @@ impl fmt::Display for WalkError {
                 f,
                 "the timeout passed before a whole heap profile was read ({buckets} buckets in \
                  the last attempt)"
+            ),
+            WalkError::BadAllgs { ptr, len, cap } => write!(
+                f,
+                "runtime.allgs is corrupt: it says {len} goroutines (capacity {cap}) at \
+                 {ptr:#x}, more than its capacity or than the memory mapped there holds"
+            ),
+            WalkError::GoroutineRepeat { addr, index } => write!(
+                f,
+                "runtime.allgs is corrupt: goroutine {} (at {addr:#x}) is one it already \
+                 listed, so the list loops",
+                index + 1
+            ),
+            WalkError::GoroutineStatus { addr, status } => write!(
+                f,
+                "the goroutine at {addr:#x} has status {status}, which no Go runtime uses (a \
+                 corrupt runtime.allgs?)"
+            ),
+            WalkError::GoroutineDeadline { read } => write!(
+                f,
+                "the timeout passed before every goroutine was read ({read} read)"
+            ),
+            WalkError::GoroutinesOverBudget { budget, goroutines } => write!(
+                f,
+                "runtime.allgs lists {goroutines} goroutines, more than the {} MiB the process \
+                 has mapped could hold (a corrupt list?)",
+                budget >> 20
             ),
         }
     }
