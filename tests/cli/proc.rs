@@ -554,7 +554,7 @@ fn missing_ptrace_rights_name_what_is_needed() {
 }
 
 /// A corrupting fixture (testdata/go/procheap/corrupt) damaging its own profile one way.
-fn start_corrupt(binary: &Path, how: &str) -> Reaped {
+pub(crate) fn start_corrupt(binary: &Path, how: &str) -> Reaped {
     let dir = util::tempdir();
     let log = dir.path().join(format!("{how}.txt"));
     let mut child = Command::new(binary)

@@ -327,3 +327,155 @@ fn proc_goroutine_layouts_match_each_release_s_dwarf() {
         assert_eq!(offset("runtime.g.stack"), 0, "{toolchain}");
     }
 }
+
+/// `collect --profiles heap,goroutine proc:PID` records goroutine captures beside the heap
+/// ones, as it does for the agent and HTTP sources: `NNNNNN-goroutine.pb.gz` files whose
+/// profile counts the fixture's leak.
+#[test]
+fn collect_proc_pid_records_goroutine_captures() {
+    let Some(binary) = build("goleak-plain", "./goleak", "local", &[]) else {
+        return;
+    };
+    let running = start(&binary);
+    let pid = running.child.0.id();
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let out = util::run(&[
+        "collect",
+        &format!("proc:{pid}"),
+        "--out",
+        run.to_str().unwrap(),
+        "--profiles",
+        "heap,goroutine",
+        "--duration",
+        "1500ms",
+        "--interval",
+        "200ms",
+        "--goroutine-interval",
+        "200ms",
+        "-q",
+    ]);
+    assert!(
+        out.status.success(),
+        "collect failed: {}",
+        util::stderr(&out)
+    );
+    let manifest = std::fs::read_to_string(run.join("manifest.jsonl")).unwrap();
+    let goroutine: Vec<serde_json::Value> = manifest
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r["kind"] == "goroutine")
+        .collect();
+    assert!(goroutine.len() >= 2, "{manifest}");
+    let file = goroutine
+        .iter()
+        .find_map(|r| r["file"].as_str())
+        .unwrap_or_else(|| panic!("no goroutine capture stored:\n{manifest}"));
+    assert!(file.ends_with("-goroutine.pb.gz"), "{file}");
+    let go = util::go().expect("go built the fixture");
+    let top = pprof(&go, &run.join(file), &["-top", "-nodefraction=0"]);
+    let worker = top
+        .lines()
+        .find(|l| l.trim_end().ends_with(" main.worker"))
+        .unwrap_or_else(|| panic!("no main.worker in\n{top}"));
+    assert_eq!(worker.split_whitespace().nth(3), Some("100"), "{worker}");
+}
+
+/// A process whose `runtime.allgs` is damaged (testdata/go/procheap/corrupt): a length far
+/// beyond its array's mapping, and a goroutine listed twice. Each goroutine attempt is a
+/// failed attempt saying what is wrong, with the address in hex, within its timeout; the
+/// heap (undamaged) is captured all along.
+#[test]
+fn a_damaged_allgs_is_a_failed_goroutine_attempt_and_the_heap_goes_on() {
+    let Some(corrupt) = build(
+        "corrupt",
+        "./corrupt",
+        "local",
+        &["-ldflags=-checklinkname=0"],
+    ) else {
+        return;
+    };
+    let kinds: [(&str, &[&str]); 2] = [
+        (
+            "allgs-len",
+            &["runtime.allgs is corrupt", "4294967296 goroutines", "at 0x"],
+        ),
+        (
+            "allgs-loop",
+            &["runtime.allgs is corrupt", "already listed", "(at 0x"],
+        ),
+    ];
+    let damaged: Vec<_> = kinds
+        .iter()
+        .map(|&(how, words)| (crate::proc::start_corrupt(&corrupt, how), how, words))
+        .collect();
+    for (child, how, words) in &damaged {
+        let pid = child.0.id();
+        let mut source = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
+        let began = std::time::Instant::now();
+        let err = source
+            .fetch(Want::Goroutine, Duration::from_millis(500))
+            .expect_err("a damaged allgs is no capture");
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "{how}: {:?}",
+            began.elapsed()
+        );
+        for w in *words {
+            assert!(err.message.contains(w), "{how}: no {w:?} in {err}");
+        }
+        assert!(
+            !err.message.contains("GoroutineRepeat"),
+            "{how}: a debug form: {err}"
+        );
+    }
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut args = vec![
+        "collect".to_string(),
+        "--out".into(),
+        run.to_str().unwrap().into(),
+        "--profiles".into(),
+        "heap,goroutine".into(),
+        "--duration".into(),
+        "2s".into(),
+        "--interval".into(),
+        "300ms".into(),
+        "--goroutine-interval".into(),
+        "300ms".into(),
+        "--timeout".into(),
+        "500ms".into(),
+        "-q".into(),
+    ];
+    for (child, _, _) in &damaged {
+        args.push(format!("proc:{}", child.0.id()));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = util::run(&args);
+    for (child, how, words) in &damaged {
+        let path = run.join(format!("targets/pid-{}/manifest.jsonl", child.0.id()));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), util::stderr(&out)));
+        let records: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let goroutine: Vec<_> = records
+            .iter()
+            .filter(|r| r["kind"] == "goroutine")
+            .collect();
+        assert!(goroutine.len() >= 2, "{how}: {text}");
+        for r in &goroutine {
+            assert!(r["file"].is_null(), "{how}: a capture was stored: {r}");
+            let error = r["error"].as_str().unwrap_or_default();
+            for w in *words {
+                assert!(error.contains(w), "{how}: no {w:?} in {error:?}");
+            }
+        }
+        let heap_ok = records
+            .iter()
+            .filter(|r| r["kind"] == "heap" && r["error"].is_null())
+            .count();
+        assert!(heap_ok >= 2, "{how}: {heap_ok} heap captures:\n{text}");
+    }
+}
