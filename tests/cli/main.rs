@@ -27,6 +27,7 @@ mod index;
 mod oracle;
 mod proc;
 mod proc_goroutines;
+mod proc_memstats;
 mod ps;
 mod push;
 mod replay;

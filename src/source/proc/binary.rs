@@ -98,6 +98,9 @@ pub struct RuntimeVars {
     /// `runtime.allgs`, the slice of every goroutine: goroutine profiles need it, heap ones
     /// do not.
     pub allgs: Option<u64>,
+    /// `runtime.memstats`, `runtime.gcController`, `runtime.mheap_`, `runtime.allp`: what
+    /// MemStats are computed from (found by symbol only).
+    pub memstats: Option<[u64; 4]>,
 }
 
 /// One loadable segment: where it sits in the file and at which link-time address.
@@ -201,7 +204,11 @@ type Elf<'d> = ElfFile64<'d, Endianness>;
 
 /// The runtime variables from `.symtab`.
 fn symbols(elf: &Elf) -> Result<RuntimeVars, BinaryError> {
-    const NAMES: [&str; 6] = [
+    const NAMES: [&str; 10] = [
+        "runtime.memstats",
+        "runtime.gcController",
+        "runtime.mheap_",
+        "runtime.allp",
         "runtime.allgs",
         "runtime.mbuckets",
         "runtime.mProfCycle",
@@ -227,6 +234,14 @@ fn symbols(elf: &Elf) -> Result<RuntimeVars, BinaryError> {
         disable_memory_profiling: get("runtime.disableMemoryProfiling")?,
         prof_mem_active_lock: get("runtime.profMemActiveLock").ok(),
         allgs: get("runtime.allgs").ok(),
+        memstats: (|| {
+            Some([
+                get("runtime.memstats").ok()?,
+                get("runtime.gcController").ok()?,
+                get("runtime.mheap_").ok()?,
+                get("runtime.allp").ok()?,
+            ])
+        })(),
     };
     Ok(vars)
 }

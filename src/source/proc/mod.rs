@@ -8,6 +8,7 @@ pub mod encode;
 pub mod follow;
 pub mod goroutines;
 pub mod memory;
+pub mod memstats;
 pub mod module;
 pub mod pclntab;
 pub mod stripped;
@@ -99,6 +100,8 @@ pub struct ProcSource {
     goroutine_encoder: GoroutineEncoder,
     /// `runtime.allgs` (load bias applied) and the release's `g` layout, when known.
     goroutines: Option<(u64, goroutines::GLayout)>,
+    /// Where MemStats are read from, when they can be.
+    memstats: Option<(memstats::MemAnchors, memstats::MemLayout)>,
     memory: ProcessMemory,
     /// `/proc/PID/stat` start time: a reused pid is another process, not this one.
     started: Option<u64>,
@@ -115,6 +118,7 @@ pub struct ProcSource {
 enum Job {
     Heap,
     Goroutines,
+    MemStats,
 }
 
 /// One capture's reads, handed to the reader thread.
@@ -130,6 +134,7 @@ struct ReadJob {
 enum Read {
     Heap(i64, walk::Snapshot),
     Goroutines(goroutines::Goroutines),
+    MemStats(String),
 }
 
 type ReadReply = Result<Read, WalkError>;
@@ -144,6 +149,8 @@ struct ReaderSetup {
     bias: u64,
     /// `runtime.allgs` (load bias applied) and the `g` layout, when goroutines can be read.
     goroutines: Option<(u64, goroutines::GLayout)>,
+    /// Where MemStats are read from, when they can be.
+    memstats: Option<(memstats::MemAnchors, memstats::MemLayout)>,
 }
 
 /// `process_vm_readv` cannot be interrupted: a page that never arrives (a userfaultfd nobody
@@ -191,6 +198,16 @@ impl ReaderSetup {
         };
         goroutines::walk(&job.memory, allgs, &unwinding, &job.limits).map(Read::Goroutines)
     }
+
+    fn memstats(&self, job: &ReadJob) -> ReadReply {
+        let Some((anchors, layout)) = self.memstats else {
+            return Err(WalkError::Read {
+                what: "runtime.memstats",
+                fault: ReadFault::Other("its address is not known".into()),
+            });
+        };
+        memstats::read(&job.memory, &anchors, &layout).map(Read::MemStats)
+    }
 }
 
 impl Reader {
@@ -209,6 +226,7 @@ impl Reader {
                             setup.heap(&job, &mut buffers)
                         }
                         Job::Goroutines => setup.goroutines(&job),
+                        Job::MemStats => setup.memstats(&job),
                     };
                     if answer.send(read).is_err() {
                         break;
@@ -348,6 +366,19 @@ impl ProcSource {
             target,
             goroutines: goroutines.map(|(at, l)| (at.wrapping_add(bias), l)),
             goroutine_encoder: GoroutineEncoder::new(&mappings),
+            memstats: vars
+                .memstats
+                .zip(binary.build.release().and_then(memstats::mem_layout_for))
+                .map(|([m, g, h, p], layout)| {
+                    let at = |a: u64| a.wrapping_add(bias);
+                    let anchors = memstats::MemAnchors {
+                        memstats: at(m),
+                        gc_controller: at(g),
+                        mheap: at(h),
+                        allp: at(p),
+                    };
+                    (anchors, layout)
+                }),
             rate_addr: vars.mem_profile_rate.wrapping_add(bias),
             binary,
             layout,
@@ -527,6 +558,7 @@ impl ProcSource {
                 binary: Arc::clone(&self.binary),
                 bias: self.bias,
                 goroutines: self.goroutines,
+                memstats: self.memstats,
             };
             self.reader = Some(Reader::spawn(self.pid, setup).map_err(|e| {
                 self.fail(FailureKind::Other, format!("starting a reader thread: {e}"))
@@ -631,6 +663,31 @@ impl ProcSource {
             .goroutine_profile_gz(&gs, &syms, Self::now_nanos()))
     }
 
+    /// True when this process's MemStats can be read (a supported release whose runtime
+    /// variables are in its symbol table).
+    pub fn reads_memstats(&self) -> bool {
+        self.memstats.is_some()
+    }
+
+    /// The process's MemStats, as the `# runtime.MemStats` block of a debug=1 heap profile.
+    pub fn capture_memstats(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+        if self.memstats.is_none() {
+            return Err(self.fail(
+                FailureKind::Other,
+                format!(
+                    "its MemStats cannot be read: its executable has no symbol table (built \
+                     with -ldflags=-s), or {} is not one of {}",
+                    self.go_version(),
+                    walk::SUPPORTED
+                ),
+            ));
+        }
+        match self.read(Job::MemStats, timeout)? {
+            Read::MemStats(text) => Ok(text.into_bytes()),
+            _ => Err(self.fail(FailureKind::Other, "the reader answered another question")),
+        }
+    }
+
     fn walk_error(&self, e: WalkError) -> FetchError {
         match e {
             WalkError::Read {
@@ -662,7 +719,8 @@ impl Source for ProcSource {
         match want {
             Want::Heap => true,
             Want::Goroutine => self.reads_goroutines(),
-            Want::MemStats | Want::Stats => false,
+            Want::MemStats => self.reads_memstats(),
+            Want::Stats => false,
         }
     }
 
@@ -670,7 +728,8 @@ impl Source for ProcSource {
         let bytes = match want {
             Want::Heap => self.capture_heap(timeout)?,
             Want::Goroutine => self.capture_goroutines(timeout)?,
-            Want::MemStats | Want::Stats => {
+            Want::MemStats => self.capture_memstats(timeout)?,
+            Want::Stats => {
                 return Err(self.fail(
                     FailureKind::Other,
                     format!("the proc source does not read {}", want.as_str()),

@@ -101,6 +101,7 @@ pub fn recover_vars(table: &Pclntab, text: (u64, &[u8])) -> Result<RuntimeVars, 
         allgs: instructions(table, text, "runtime.forEachG")
             .as_deref()
             .and_then(from_for_each_g),
+        memstats: None,
     })
 }
 

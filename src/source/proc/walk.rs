@@ -177,6 +177,11 @@ pub enum WalkError {
     GoroutineDeadline {
         read: usize,
     },
+    /// `runtime.allp` says more Ps than a runtime has (or than its capacity).
+    BadAllp {
+        ptr: u64,
+        len: u64,
+    },
     /// The goroutines would take more bytes than the process has mapped.
     GoroutinesOverBudget {
         budget: u64,
@@ -253,6 +258,11 @@ impl fmt::Display for WalkError {
             WalkError::GoroutineDeadline { read } => write!(
                 f,
                 "the timeout passed before every goroutine was read ({read} read)"
+            ),
+            WalkError::BadAllp { ptr, len } => write!(
+                f,
+                "runtime.allp is corrupt: it says {len} Ps at {ptr:#x}, more than its \
+                 capacity or than a Go runtime runs"
             ),
             WalkError::GoroutinesOverBudget { budget, goroutines } => write!(
                 f,
