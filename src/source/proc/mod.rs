@@ -639,9 +639,10 @@ impl ProcSource {
 
     /// One goroutine capture: the gzipped pprof goroutine profile, or a failed attempt.
     pub fn capture_goroutines(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+        // An answer, as an HTTP status is: the process is there, and cannot give this.
         if self.goroutines.is_none() {
             return Err(self.fail(
-                FailureKind::Other,
+                FailureKind::Status,
                 format!(
                     "its goroutines cannot be read: runtime.allgs was not found in its \
                      executable, or {} is not one of {}",
@@ -671,9 +672,10 @@ impl ProcSource {
 
     /// The process's MemStats, as the `# runtime.MemStats` block of a debug=1 heap profile.
     pub fn capture_memstats(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+        // An answer, as an HTTP status is: the process is there, and cannot give this.
         if self.memstats.is_none() {
             return Err(self.fail(
-                FailureKind::Other,
+                FailureKind::Status,
                 format!(
                     "its MemStats cannot be read: its executable has no symbol table (built \
                      with -ldflags=-s), or {} is not one of {}",
