@@ -809,3 +809,81 @@ fn every_capture_of_a_gc_loop_is_a_state_the_runtime_published() {
     );
     eprintln!("gcloop: {consistent} consistent captures; {busy} attempts met a flush");
 }
+
+/// Per sample type, the values at samples whose leaf is `function`.
+fn at_leaf(gz: &[u8], function: &str) -> HashMap<String, i64> {
+    use heapwatch::decode;
+    let raw = decode::gunzip(gz, 1 << 28).expect("a gzipped capture");
+    let p = decode::decode_message(&raw).expect("a pprof profile");
+    let s = |i: i64| p.string_table[i as usize].clone();
+    let locations: HashMap<u64, _> = p.location.iter().map(|l| (l.id, l)).collect();
+    let functions: HashMap<u64, _> = p.function.iter().map(|f| (f.id, f)).collect();
+    let mut out = HashMap::new();
+    for sample in &p.sample {
+        let leaf = sample
+            .location_id
+            .first()
+            .and_then(|id| locations.get(id))
+            .and_then(|l| l.line.first())
+            .and_then(|line| functions.get(&line.function_id));
+        if leaf.is_some_and(|f| s(f.name) == function) {
+            for (t, v) in p.sample_type.iter().zip(&sample.value) {
+                *out.entry(s(t.r#type)).or_default() += v;
+            }
+        }
+    }
+    out
+}
+
+/// What the heap profile has not published yet: procheap allocates at `main.recentSite` after
+/// its last GC. The proc capture reports those allocations as `recent_objects` and
+/// `recent_space` (the four standard types there are zero, as in /debug/pprof/heap), and once
+/// two GCs have published them, the fixture's own profile shows exactly those as
+/// `alloc_objects` and `alloc_space`. `inuse_space` stays the type pprof shows by default.
+#[test]
+fn proc_capture_reports_unpublished_allocations_as_recent_types() {
+    let Some(binary) = build("plain", ".", "local", &[]) else {
+        return;
+    };
+    let running = start(&binary);
+    let pid = running.child.0.id();
+    let mut source = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
+    let ours = source
+        .fetch(Want::Heap, Duration::from_secs(5))
+        .expect("capture")
+        .bytes;
+    let recent = at_leaf(&ours, "main.recentSite");
+    for standard in SAMPLE_TYPES {
+        assert_eq!(recent.get(standard), Some(&0), "{standard}: {recent:?}");
+    }
+    let (objects, space) = (recent["recent_objects"], recent["recent_space"]);
+    assert!(objects > 0 && space >= objects * 512, "{recent:?}");
+    let theirs_before = at_leaf(&http_heap(running.port), "main.recentSite");
+    assert_eq!(
+        theirs_before.get("alloc_objects"),
+        Some(&0),
+        "{theirs_before:?}"
+    );
+
+    let mut reply = ureq::get(&format!("http://127.0.0.1:{}/publish", running.port))
+        .call()
+        .expect("the fixture publishes");
+    let _ = reply.body_mut().read_to_string();
+    let theirs = at_leaf(&http_heap(running.port), "main.recentSite");
+    assert_eq!(
+        (theirs["alloc_objects"], theirs["alloc_space"]),
+        (objects, space),
+        "what was recent is what the two GCs published: {theirs:?}"
+    );
+
+    let dir = util::tempdir();
+    let file = util::write(dir.path(), "proc.pb.gz", &ours);
+    let go = util::go().expect("go built the fixture");
+    let out = Command::new(&go)
+        .args(["tool", "pprof", "-top", "-nodecount=1"])
+        .arg(&file)
+        .output()
+        .expect("pprof runs");
+    let text = util::stdout(&out);
+    assert!(text.contains("Type: inuse_space"), "{text}");
+}

@@ -99,7 +99,7 @@ pub struct RuntimeVars {
     /// do not.
     pub allgs: Option<u64>,
     /// `runtime.memstats`, `runtime.gcController`, `runtime.mheap_`, `runtime.allp`: what
-    /// MemStats are computed from (found by symbol only).
+    /// MemStats are computed from.
     pub memstats: Option<[u64; 4]>,
 }
 
@@ -339,8 +339,10 @@ impl GoBinary {
         let vars = if elf.section_by_name(".symtab").is_some() {
             symbols(&elf)?
         } else {
-            stripped::recover_vars(&table, (text.address(), section_bytes(&text)?))
-                .map_err(BinaryError::Stripped)?
+            let code = (text.address(), section_bytes(&text)?);
+            let mut vars = stripped::recover_vars(&table, code).map_err(BinaryError::Stripped)?;
+            vars.memstats = stripped::recover_memstats(&table, code, release);
+            vars
         };
         let gofunc = module.gofunc;
         let funcdata = elf

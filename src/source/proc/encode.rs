@@ -1,5 +1,6 @@
-//! The heap profile as `runtime/pprof` writes it (`protomem.go`, `proto.go`): four sample
-//! types, period = MemProfileRate, samples scaled like `scaleHeapSample`, leading runtime
+//! The heap profile as `runtime/pprof` writes it (`protomem.go`, `proto.go`): its four sample
+//! types, then `recent_objects` and `recent_space` (what was allocated since the last
+//! published cycle), `inuse_space` named the default, period = MemProfileRate, samples scaled like `scaleHeapSample`, leading runtime
 //! frames hidden, a `bytes` label, and each run of inlined frames grouped into one location
 //! the way `profileBuilder`'s pc deck groups them.
 
@@ -323,6 +324,9 @@ pub struct Encoder {
     sample_type: Vec<pb::ValueType>,
     period_type: Option<pb::ValueType>,
     bytes_key: i64,
+    /// `inuse_space`: what pprof shows by default, as for the runtime's own profile, whose
+    /// last type it is (here two follow it).
+    default_type: i64,
     /// Bucket address → (its stack, its samples' encoded location ids). A bucket's stack never
     /// changes, so a bucket seen before costs one lookup; the stack is compared all the same,
     /// so memory that is not what it was is symbolised afresh rather than trusted.
@@ -344,9 +348,13 @@ impl Encoder {
             vt("alloc_space", "bytes"),
             vt("inuse_objects", "count"),
             vt("inuse_space", "bytes"),
+            vt("recent_objects", "count"),
+            vt("recent_space", "bytes"),
         ];
         let bytes_key = t.intern("bytes");
+        let default_type = t.intern("inuse_space");
         Encoder {
+            default_type,
             tables: t,
             runtime_pcs: PcMap::default(),
             final_pcs: PcMap::default(),
@@ -436,7 +444,8 @@ impl Encoder {
             // when the bucket was first seen; only the values and the label are new.
             body.clear();
             body.extend_from_slice(loc_field);
-            prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib], &mut body);
+            let (ro, rb) = scale_heap_sample(r.recent_objects, r.recent_bytes, rate);
+            prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib, ro, rb], &mut body);
             if block != 0 {
                 let label = pb::Label {
                     key: self.bytes_key,
@@ -459,6 +468,7 @@ impl Encoder {
             time_nanos,
             period_type: self.period_type,
             period: rate,
+            default_sample_type: self.default_type,
             ..Default::default()
         };
         head.encode(&mut self.raw)
@@ -737,6 +747,8 @@ mod tests {
                 alloc_bytes: 16 * n,
                 free_objects: 0,
                 free_bytes: 0,
+                recent_objects: n,
+                recent_bytes: 32 * n,
             }
         }
         // Stacks as the runtime writes them: an inlined frame's PC is followed by its

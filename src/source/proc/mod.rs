@@ -665,7 +665,7 @@ impl ProcSource {
     }
 
     /// True when this process's MemStats can be read (a supported release whose runtime
-    /// variables are in its symbol table).
+    /// variables were found, by symbol or, stripped, from its code).
     pub fn reads_memstats(&self) -> bool {
         self.memstats.is_some()
     }
@@ -677,8 +677,9 @@ impl ProcSource {
             return Err(self.fail(
                 FailureKind::Status,
                 format!(
-                    "its MemStats cannot be read: its executable has no symbol table (built \
-                     with -ldflags=-s), or {} is not one of {}",
+                    "its MemStats cannot be read: runtime.memstats, gcController, mheap_ and \
+                     allp were found neither in its symbol table nor from the code of \
+                     runtime.readmemstats_m, or {} is not one of {}",
                     self.go_version(),
                     walk::SUPPORTED
                 ),

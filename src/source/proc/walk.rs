@@ -592,6 +592,11 @@ pub struct MemRecord<'a> {
     pub alloc_bytes: i64,
     pub free_objects: i64,
     pub free_bytes: i64,
+    /// Allocated in the cycles the profile has not published yet (the two `future` slots
+    /// other than the one the current cycle flushes), their frees not yet known. Zero before
+    /// the first GC, when every cycle is summed into the figures above.
+    pub recent_objects: i64,
+    pub recent_bytes: i64,
 }
 
 /// `memProfileInternal`'s rule: the active record plus the future slot the current cycle
@@ -618,6 +623,12 @@ pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord<'_>> {
             } else {
                 flushed(b)
             };
+            let mut recent = Cycle::default();
+            if !clear {
+                for k in [(index + 1) % 3, (index + 2) % 3] {
+                    recent.add(&b.future[k]);
+                }
+            }
             MemRecord {
                 bucket: b.addr,
                 stack: snapshot.stack(b),
@@ -625,6 +636,8 @@ pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord<'_>> {
                 alloc_bytes: c.alloc_bytes as i64,
                 free_objects: c.frees as i64,
                 free_bytes: c.free_bytes as i64,
+                recent_objects: recent.allocs as i64,
+                recent_bytes: recent.alloc_bytes as i64,
             }
         })
         .collect()
@@ -709,6 +722,12 @@ mod tests {
             (5, 1, 500, 100),
             "active + future[1]; future[0] and [2] are not yet published"
         );
+        assert_eq!(
+            (recs[0].recent_objects, recs[0].recent_bytes),
+            (9 + 7, 9 + 7),
+            "future[0] and [2]: allocated, not yet published"
+        );
+        assert_eq!((recs[1].recent_objects, recs[1].recent_bytes), (5, 500));
         assert_eq!(recs[1].stack, [0x402000]);
         assert_eq!((recs[1].alloc_objects, recs[1].alloc_bytes), (1, 50));
     }
@@ -743,6 +762,11 @@ mod tests {
         assert_eq!(
             (r.alloc_objects, r.free_objects, r.alloc_bytes, r.free_bytes),
             (3, 1, 24, 8)
+        );
+        assert_eq!(
+            (r.recent_objects, r.recent_bytes),
+            (0, 0),
+            "all are counted above"
         );
     }
 

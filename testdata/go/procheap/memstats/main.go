@@ -1,8 +1,9 @@
 // memstats builds a heap, runs a few GCs with GOGC=150 and a 300 MiB memory limit, then calls
 // runtime.ReadMemStats and prints the figures, and freezes: from then on it allocates nothing
 // (the figures are formatted into a buffer made beforehand and written with a raw write(2)),
-// and it blocks in a read(2) of a pipe nobody writes. heapwatch's proc source must read the
-// same MemStats out of its memory.
+// and sleeps for ever, on the timer its first sleep made (a blocking system call would make
+// the runtime hand its P to a new thread, whose stack and m the figures would then count).
+// heapwatch's proc source must read the same MemStats out of its memory.
 package main
 
 import (
@@ -19,7 +20,6 @@ var (
 	sink  []byte
 	m     runtime.MemStats
 	out   = make([]byte, 0, 64<<10)
-	block [1]byte
 	park  = make(chan bool)
 	ready = make(chan bool)
 )
@@ -76,10 +76,6 @@ func main() {
 	churn(50000)
 	runtime.GC()
 	retain(5000, 64)
-	var p [2]int
-	if err := syscall.Pipe(p[:]); err != nil {
-		panic(err)
-	}
 
 	runtime.ReadMemStats(&m)
 	line("Alloc", m.Alloc)
@@ -109,5 +105,7 @@ func main() {
 	line("NumForcedGC", uint64(m.NumForcedGC))
 	out = append(out, "ready\n"...)
 	syscall.Write(1, out)
-	syscall.Read(p[0], block[:])
+	for {
+		time.Sleep(time.Hour)
+	}
 }
