@@ -20,7 +20,6 @@ var (
 	sink  []byte
 	m     runtime.MemStats
 	out   = make([]byte, 0, 64<<10)
-	park  = make(chan bool)
 	ready = make(chan bool)
 )
 
@@ -40,9 +39,12 @@ func churn(n int) {
 }
 
 //go:noinline
-func parked() {
+func parked(park, done chan bool, ends bool) {
 	ready <- true
 	<-park
+	if ends {
+		done <- true
+	}
 }
 
 func line(name string, v uint64) {
@@ -63,19 +65,29 @@ func main() {
 	retain(2000, 8192)
 	retain(30, 1<<20)
 	churn(100000)
-	for i := 0; i < 50; i++ {
-		go parked()
-	}
-	// Parking takes a sudog, which may be allocated: every goroutine parks before the figures
-	// are read.
-	for i := 0; i < 50; i++ {
-		<-ready
-	}
-	time.Sleep(100 * time.Millisecond)
 	runtime.GC()
 	churn(50000)
 	runtime.GC()
 	retain(5000, 64)
+	// Parking takes a sudog, which is allocated when the caches hold none, and a goroutine
+	// takes a g and a stack: 50 goroutines park and end first, so that the 50 that stay find
+	// all three cached, even those that park only after the figures are read.
+	for round := 0; round < 2; round++ {
+		park, done := make(chan bool), make(chan bool)
+		for i := 0; i < 50; i++ {
+			go parked(park, done, round == 0)
+		}
+		for i := 0; i < 50; i++ {
+			<-ready
+		}
+		time.Sleep(100 * time.Millisecond)
+		if round == 0 {
+			close(park)
+			for i := 0; i < 50; i++ {
+				<-done
+			}
+		}
+	}
 
 	runtime.ReadMemStats(&m)
 	line("Alloc", m.Alloc)
