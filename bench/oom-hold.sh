@@ -3,7 +3,8 @@
 # one run: testdata/go/cmd/replay keeps 40 MiB/s in a 128 MiB v1 memory cgroup, five kills per
 # setting. Prints, per setting, each kill's age of the newest good heap capture (ms between
 # its start and the kill seen), how long the kernel held the process, and the capture's in-use
-# heap against the cgroup's anonymous memory at the kill (the newest memory.jsonl sample).
+# heap, and in-use plus recent_space (allocated, not yet published), against the cgroup's
+# anonymous memory at the kill (the largest detailed memory.jsonl sample of the cycle).
 # Needs root (a memory cgroup) and Go.
 #
 #   bash bench/oom-hold.sh [HEAPWATCH_BIN]
@@ -28,8 +29,10 @@ for e in (r for r in recs if r["kind"] == "exit"):
     anon = max((m["cgroup"]["anon"] for m in mem
                 if "cgroup" in m and m["t_ms"] <= e["t_ms"] and m.get("alive")), default=0)
     inuse = last["totals"].get("inuse_space", 0)
+    recent = last["totals"].get("recent_space", 0)
     print(f"oom-hold {hold} cycle {c}: age {e['t_ms'] - last['t_ms']} ms, "
           f"held {e['totals'].get('oom_held_ms', 0)} ms, in-use {inuse / 2**20:.1f} MiB "
-          f"of {anon / 2**20:.1f} MiB anonymous ({100 * inuse / max(anon, 1):.0f} %)")
+          f"+ recent {recent / 2**20:.1f} MiB of {anon / 2**20:.1f} MiB anonymous "
+          f"({100 * inuse / max(anon, 1):.0f} % / {100 * (inuse + recent) / max(anon, 1):.0f} %)")
 PY
 done

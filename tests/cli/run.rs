@@ -1013,6 +1013,34 @@ fn run_holds_the_command_at_its_oom_kill_until_a_capture_is_taken() {
             kill - last
         );
     }
+    // With the allocations not yet published (recent_space), the capture at the kill holds
+    // what killed the process: at least 80 % of the cgroup's anonymous memory in the cycle.
+    let memory: Vec<Value> = fs::read_to_string(run.join("memory.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    for exit in &exits {
+        let cycle = int(exit, "incarnation");
+        let kill = int(exit, "t_ms");
+        let in_cycle: Vec<&Value> = records
+            .iter()
+            .filter(|r| ok_heap(r) && int(r, "incarnation") == cycle)
+            .collect();
+        let last = in_cycle.iter().max_by_key(|r| int(r, "t_ms")).unwrap();
+        let from = in_cycle.iter().map(|r| int(r, "t_ms")).min().unwrap();
+        let anon = memory
+            .iter()
+            .filter(|m| (from..=kill).contains(&int(m, "t_ms")))
+            .filter_map(|m| m["cgroup"]["anon"].as_i64())
+            .max()
+            .expect("a detailed cgroup sample in the cycle");
+        let seen = int(&last["totals"], "inuse_space") + int(&last["totals"], "recent_space");
+        assert!(
+            seen as f64 >= 0.8 * anon as f64,
+            "cycle {cycle}: in-use + recent {seen} of {anon} anonymous bytes"
+        );
+    }
     // growth says so, from the exit records.
     let out = util::run(&["growth", run.to_str().unwrap(), "--json"]);
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
