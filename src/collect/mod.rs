@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-pub use clock::{Clock, FakeClock, Sleep, Stop, SystemClock};
+pub use clock::{Clock, FakeClock, Nudge, Sleep, Stop, SystemClock};
 pub use cluster::start;
 pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
@@ -172,6 +172,11 @@ pub struct OutsideMemory {
     pub pid: AtomicU32,
     /// `bytes` is a cgroup's charge (else a process's RSS).
     pub from_cgroup: std::sync::atomic::AtomicBool,
+    /// Told by the sampler when `killable` crosses this share of the limit (in thousandths;
+    /// zero: never) or jumps by a twentieth of it in one sample, so a collector paced slowly
+    /// (`heapwatch watch`'s baseline) bursts at once rather than at its next capture.
+    pub nudge_permille: AtomicU32,
+    pub nudge: Nudge,
 }
 
 struct Task {
@@ -243,6 +248,9 @@ pub struct Collector {
     goroutine_cost: Cost,
     /// The content the current attempt decoded, for the indexer once it is durable.
     to_index: Option<IndexContent>,
+    /// Wakes the collector for a heap capture before its due time (at most one per burst
+    /// interval).
+    nudge: Option<Nudge>,
 }
 
 /// What the inbox held at the top of the loop.
@@ -368,7 +376,15 @@ impl Collector {
             ends_to_tell: Vec::new(),
             heap_cost: Cost::default(),
             goroutine_cost: Cost::default(),
+            nudge: None,
         }
+    }
+
+    /// A nudge makes the heap capture (the probe while the target does not answer) due at
+    /// once, or one burst interval after the previous one if that is later.
+    pub fn with_nudge(mut self, nudge: Nudge) -> Self {
+        self.nudge = Some(nudge);
+        self
     }
 
     /// Records sent here are appended to the manifest before the next attempt and when the
@@ -604,7 +620,18 @@ impl Collector {
         }
         // While the target is not answering, only the first task (the main profile) probes.
         let probe = tasks[0].want;
+        let mut last_began: Option<Duration> = None;
         loop {
+            if self.nudge.as_ref().is_some_and(Nudge::take) {
+                let soonest =
+                    last_began.map_or(self.clock.now(), |b| b + self.config.burst_interval);
+                for t in tasks
+                    .iter_mut()
+                    .filter(|t| t.want == probe || t.want == Want::Heap)
+                {
+                    t.due = t.due.min(soonest);
+                }
+            }
             self.note_exits().await?;
             let inbox = self.record_events().await;
             for end in std::mem::take(&mut self.ends_to_tell) {
@@ -673,6 +700,9 @@ impl Collector {
             }
             let want = next.want;
             let began = now;
+            if want == probe || want == Want::Heap {
+                last_began = Some(began);
+            }
             let result = match self.attempt(want, &mut observer).await {
                 Some(result) => result,
                 // Stopped mid-request: the attempt is not recorded, the stop is.
