@@ -20,6 +20,7 @@ mod report;
 mod run;
 mod top;
 mod triage;
+mod watch;
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -108,6 +109,10 @@ enum Command {
     /// The Go processes on this node (or under a cgroup): pid, Go release, heap in use read
     /// from memory, memory against the container's limit, pod and container.
     Ps(ps::PsArgs),
+    /// Record every Go process on this node (or under a cgroup), one node per container, until
+    /// stopped: slowly, then at the burst interval near each container's limit, across restarts
+    /// and OOM kills.
+    Watch(Box<watch::WatchArgs>),
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
@@ -128,6 +133,7 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Run(args) => run::run(*args),
         Command::Index(args) => index::run(args),
         Command::Ps(args) => ps::run(args),
+        Command::Watch(args) => watch::run(*args),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod sampler;
 mod status;
 pub mod targets;
 mod tasks;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

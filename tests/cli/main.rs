@@ -33,3 +33,4 @@ mod report;
 mod run;
 mod secrets;
 mod triage;
+mod watch;
