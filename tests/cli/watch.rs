@@ -305,4 +305,42 @@ fn watch_records_every_go_container_of_a_node_and_each_oom_killed_life_to_its_en
         let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
         assert_eq!(last["kind"], "stop", "{name}: {last}");
     }
+
+    // `report DIR` on the watch run: the grower died in each life, with its verdict; the others
+    // lived.
+    let report_dir = dir.path().join("report");
+    let rep = util::run(&[
+        "report",
+        out.to_str().unwrap(),
+        "-o",
+        report_dir.to_str().unwrap(),
+    ]);
+    assert!(rep.status.success(), "report: {}", util::stderr(&rep));
+    let md = fs::read_to_string(report_dir.join("report.md")).expect("report.md");
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| `jobs/grower-0/grow` |"))
+        .unwrap_or_else(|| panic!("no row for the grower: {md}"));
+    assert!(row.contains("3 OOM-killed"), "{row}");
+    assert!(row.contains(OOM_SITE.replace('*', "\\*").as_str()), "{row}");
+    let summary: Value =
+        serde_json::from_slice(&fs::read(report_dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["kind"], "cluster");
+    let node_summary = |n: &str| summary["nodes"][n]["summary"].clone();
+    let grower_cycles = node_summary("jobs/grower-0/grow")["cycles"].clone();
+    let grower_cycles = grower_cycles.as_array().expect("the grower's cycles");
+    assert_eq!(grower_cycles.len(), LIVES, "{summary:#}");
+    for c in grower_cycles {
+        assert_eq!(c["killed"], true, "{c:#}");
+        assert_eq!(c["top_sites"][0]["name"], OOM_SITE, "{c:#}");
+    }
+    for n in ["shop/cart-1/api", "shop/notify-2/worker", "web/late-3/app"] {
+        let cycles = node_summary(n)["cycles"].clone();
+        assert!(
+            cycles
+                .as_array()
+                .is_some_and(|cs| cs.iter().all(|c| c["killed"] == false)),
+            "{n}: {cycles:#}"
+        );
+    }
 }
