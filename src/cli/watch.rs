@@ -44,6 +44,15 @@ pub struct WatchArgs {
     /// Per-capture timeout (shortened in burst mode).
     #[arg(long, default_value = "2s", value_parser = units::parse_duration_flag)]
     timeout: Duration,
+    /// One disk budget for every container's stored captures (e.g. 2GiB): past it, captures of
+    /// processes that never died are thinned first, oldest first; the window before each OOM
+    /// kill is kept whole.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
+    disk_budget: Option<u64>,
+    /// With --disk-budget: how long before each kill (and at the newest end of each container's
+    /// recording) every capture is kept.
+    #[arg(long, default_value = "5m", value_parser = units::parse_duration_flag)]
+    keep_before_kill: Duration,
     /// No lines about containers found and processes ended.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -104,6 +113,7 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
         },
         rescan: args.rescan,
         gone_after: Duration::from_secs(60),
+        disk_budget: args.disk_budget.map(|b| (b, args.keep_before_kill)),
     };
     let stop = Stop::new();
     let on_signal = stop.clone();

@@ -117,6 +117,8 @@ pub struct Node {
     config: CollectConfig,
     /// Wakes its collector early; its memory sampler nudges it at the burst share too.
     nudge: Option<Nudge>,
+    /// Captures to delete, chosen by a budget outside the node.
+    deletions: Option<tokio::sync::mpsc::UnboundedReceiver<u64>>,
 }
 
 impl Node {
@@ -140,6 +142,12 @@ impl Node {
     /// limit or jumps.
     pub fn with_nudge(mut self, nudge: Nudge) -> Node {
         self.nudge = Some(nudge);
+        self
+    }
+
+    /// The node's collector deletes (and records as deleted) the captures named here by seq.
+    pub fn with_deletions(mut self, deletions: tokio::sync::mpsc::UnboundedReceiver<u64>) -> Node {
+        self.deletions = Some(deletions);
         self
     }
 
@@ -304,6 +312,7 @@ pub fn open_node(
         existing,
         config,
         nudge: None,
+        deletions: None,
     })
 }
 
@@ -523,6 +532,7 @@ pub async fn collect_node(
         existing,
         config,
         nudge,
+        deletions,
     } = node;
     // A reply that does not name its process (HTTP, Envoy) is filed under the process the
     // probe sees, so a new pid opens a new boot cycle.
@@ -576,6 +586,9 @@ pub async fn collect_node(
     }
     if let Some(nudge) = nudge {
         collector = collector.with_nudge(nudge);
+    }
+    if let Some(deletions) = deletions {
+        collector = collector.with_deletions(deletions);
     }
     let result = collector.run_async(&mut *observer).await;
     // Both join threads of their own: off the runtime's workers.

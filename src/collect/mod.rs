@@ -2,6 +2,7 @@
 //! each reply, makes it durable, appends its manifest line, spots restarts (boot cycles) and
 //! duplicate captures, and thins old captures to stay under a disk budget.
 
+pub mod budget;
 pub mod clock;
 pub mod cluster;
 mod cycles;
@@ -252,6 +253,9 @@ pub struct Collector {
     /// Wakes the collector for a heap capture before its due time (at most one per burst
     /// interval).
     nudge: Option<Nudge>,
+    /// Captures to delete, chosen outside (the node-wide disk budget of `heapwatch watch`):
+    /// taken at the top of the loop, each recorded with a `delete` record.
+    deletions: Option<tokio::sync::mpsc::UnboundedReceiver<u64>>,
 }
 
 /// What the inbox held at the top of the loop.
@@ -378,7 +382,14 @@ impl Collector {
             heap_cost: Cost::default(),
             goroutine_cost: Cost::default(),
             nudge: None,
+            deletions: None,
         }
+    }
+
+    /// Captures named (by seq) on this channel are deleted and recorded as deleted.
+    pub fn with_deletions(mut self, deletions: tokio::sync::mpsc::UnboundedReceiver<u64>) -> Self {
+        self.deletions = Some(deletions);
+        self
     }
 
     /// A nudge makes the heap capture (the probe while the target does not answer) due at
@@ -623,6 +634,14 @@ impl Collector {
         let probe = tasks[0].want;
         let mut last_began: Option<Duration> = None;
         loop {
+            if let Err(e) = self.delete_requested().await {
+                if e.is_disk_full() {
+                    self.summary.reason = StopReason::DiskFull;
+                    self.summary.disk_error = Some(e.to_string());
+                    break;
+                }
+                return Err(e.into());
+            }
             if self.nudge.as_ref().is_some_and(Nudge::take) {
                 let soonest =
                     last_began.map_or(self.clock.now(), |b| b + self.config.burst_interval);
@@ -1166,6 +1185,30 @@ impl Collector {
     async fn thin(&mut self) -> Result<(), StoreError> {
         let current = self.cycles.current();
         while let Some(victim) = self.retention.next_victim(current) {
+            self.delete(victim).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the captures asked for on the deletions channel that are still kept.
+    async fn delete_requested(&mut self) -> Result<(), StoreError> {
+        let mut asked = Vec::new();
+        if let Some(rx) = &mut self.deletions {
+            while let Ok(seq) = rx.try_recv() {
+                asked.push(seq);
+            }
+        }
+        for seq in asked {
+            if let Some(victim) = self.retention.take(seq) {
+                self.delete(victim).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes one stored capture, its `delete` record first.
+    async fn delete(&mut self, victim: retention::Kept) -> Result<(), StoreError> {
+        {
             let mut record = CaptureRecord::new(
                 self.next_seq,
                 RecordKind::Delete,

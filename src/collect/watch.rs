@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use super::budget::NodeBudget;
 use super::cluster::{self, NodeOutcome, StartError, StartOptions, TargetSpec};
 use super::targets::{self, TargetOptions};
 use super::{Clock as _, Nudge, Observer, Stop, SystemClock};
@@ -44,6 +45,9 @@ pub struct WatchOptions {
     /// A container not seen for this long has its collector stopped (it comes back as a
     /// further session of the same node if it reappears).
     pub gone_after: Duration,
+    /// One disk budget for every container's captures, and the window kept whole before each
+    /// kill (and at the newest end of each node): see [`super::budget`].
+    pub disk_budget: Option<(u64, Duration)>,
 }
 
 /// How one container's recording went: one entry per session (a container seen again after
@@ -173,6 +177,9 @@ pub fn watch(
     // What could not be opened, by name and cgroup: said once, tried again at each rescan.
     let mut refused: BTreeSet<(String, PathBuf)> = BTreeSet::new();
     let mut noted: BTreeSet<String> = BTreeSet::new();
+    let mut budget = options
+        .disk_budget
+        .map(|(bytes, window)| NodeBudget::new(bytes, window));
     while !stop.is_set() {
         let scan = discovery.rescan();
         for note in &scan.notes {
@@ -223,8 +230,13 @@ pub fn watch(
             };
             let dir = start.out.join(TARGETS_DIR).join(dir_name(&name));
             let nudge = Nudge::new();
-            let node =
+            let mut node =
                 cluster::open_node(spec, opened, dir, start, started_ms)?.with_nudge(nudge.clone());
+            if let Some(budget) = &mut budget {
+                let (send, deletions) = tokio::sync::mpsc::unbounded_channel();
+                budget.add(&name, &node.dir, send);
+                node = node.with_deletions(deletions);
+            }
             cluster::write_cluster_info(start, &[node.entry()], None)?;
             say(&format!(
                 "{name}: recording pid {} ({})",
@@ -269,6 +281,9 @@ pub fn watch(
                 r.stop.set();
                 ending.push((name, r.handle));
             }
+        }
+        if let Some(budget) = &mut budget {
+            budget.enforce();
         }
         for (name, handle) in finished(&runtime, &mut ending) {
             outcomes.entry(name).or_default().push(handle);

@@ -55,7 +55,12 @@ fn start_watch(node: &KubeNode, out: &Path, log: &Path, extra: &[&str]) -> Reape
         .arg(node.cgroup_root())
         .arg("--pods-dir")
         .arg(node.pods_dir())
-        .args(["--baseline", "10s", "--burst-interval", "200ms"])
+        .args(if extra.contains(&"--baseline") {
+            &[][..]
+        } else {
+            &["--baseline", "10s"][..]
+        })
+        .args(["--burst-interval", "200ms"])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -342,5 +347,128 @@ fn watch_records_every_go_container_of_a_node_and_each_oom_killed_life_to_its_en
                 .is_some_and(|cs| cs.iter().all(|c| c["killed"] == false)),
             "{n}: {cycles:#}"
         );
+    }
+}
+
+/// The kept captures of a node (stored, not deleted) and the deleted ones, by seq.
+fn kept_and_deleted(dir: &Path) -> (Vec<Value>, Vec<Value>) {
+    let rs = records(dir);
+    let deleted: BTreeSet<u64> = rs
+        .iter()
+        .filter_map(|r| r["deleted_seq"].as_u64())
+        .collect();
+    let stored = rs
+        .iter()
+        .filter(|r| ok_heap(r) && r["dup_of"].is_null())
+        .cloned();
+    stored.partition(|r| !deleted.contains(&r["seq"].as_u64().unwrap()))
+}
+
+/// `--disk-budget` far below what a run stores: the steady container, which never dies, is
+/// thinned oldest first; every capture of the grower's last 2 s before each kill stays.
+#[test]
+fn watch_disk_budget_thins_the_quiet_container_and_keeps_every_pre_kill_window() {
+    let Some(fixtures) = util::go_fixtures() else {
+        return;
+    };
+    let Some(mut node) = KubeNode::new(Layout::Cgroupfs) else {
+        return;
+    };
+    let grower_pod = node.pod("jobs", "grower-1", Qos::Guaranteed, Some(64 * MIB));
+    let grower = node.container(&grower_pod, "grow", Some(64 * MIB));
+    let api_pod = node.pod("shop", "cart-2", Qos::Burstable, None);
+    let api = node.container(&api_pod, "api", Some(128 * MIB));
+    node.start(&api, &fixtures.join("steady"), &["-working-set", "8MiB"]);
+    node.wait_for_line(&api, "listening on ", STARTUP);
+
+    let dir = util::tempdir();
+    let out = dir.path().join("node-run");
+    let log = dir.path().join("watch.err");
+    let mut watch = start_watch(
+        &node,
+        &out,
+        &log,
+        &[
+            "--baseline",
+            "250ms",
+            "--disk-budget",
+            "64KiB",
+            "--keep-before-kill",
+            "2s",
+        ],
+    );
+    let grows = node.supervise(
+        grower.clone(),
+        Supervised {
+            program: fixtures.join("oomgrow"),
+            args: vec!["-rate".into(), "16MiB".into()],
+            restarts: (LIVES - 1) as u32,
+            delay: Duration::from_secs(1),
+            backoff: Duration::from_secs(1),
+            new_container: false,
+        },
+    );
+    grows.wait_ended(LIVES, Duration::from_secs(180));
+    // A rescan or two after the last kill, so the budget has looked at everything.
+    std::thread::sleep(Duration::from_secs(2));
+    stop_watch(&mut watch, &log);
+
+    let api_dir = target_dir(&out, &api.full_name());
+    let grower_dir = target_dir(&out, &grower.full_name());
+    let (api_kept, api_deleted) = kept_and_deleted(&api_dir);
+    assert!(
+        !api_deleted.is_empty(),
+        "the quiet container was thinned: kept {} ({} bytes); watch said {}",
+        api_kept.len(),
+        fs::read_to_string(&log).unwrap_or_default(),
+        api_kept
+            .iter()
+            .map(|r| r["bytes"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    );
+    // Oldest first: every capture deleted is older than every one kept but the first.
+    let first_t = api_kept.iter().map(t_ms).min().unwrap();
+    let oldest_kept = api_kept
+        .iter()
+        .map(t_ms)
+        .filter(|&t| t != first_t)
+        .min()
+        .unwrap();
+    let newest_deleted = api_deleted.iter().map(t_ms).max().unwrap();
+    assert!(
+        newest_deleted < oldest_kept,
+        "deleted up to {newest_deleted}, kept from {oldest_kept}"
+    );
+    // Every pre-kill window whole.
+    let (grower_kept, grower_deleted) = kept_and_deleted(&grower_dir);
+    for (n, life) in grows.lives().iter().enumerate() {
+        let (end_ms, _) = life.ended.expect("ended");
+        let window = |r: &&Value| t_ms(r) >= end_ms - 2000 && t_ms(r) <= end_ms;
+        assert!(
+            grower_deleted.iter().filter(window).count() == 0,
+            "life {n}: a capture of its last 2 s was deleted: {grower_deleted:#?}"
+        );
+        assert!(
+            grower_kept.iter().filter(window).count() >= 1,
+            "life {n} (pid {}, ended {end_ms}): kept {:?}, deleted {:?}",
+            life.pid,
+            grower_kept
+                .iter()
+                .map(|r| (t_ms(r), r["pid"].clone()))
+                .collect::<Vec<_>>(),
+            grower_deleted.iter().map(t_ms).collect::<Vec<_>>()
+        );
+    }
+    // The files on disk are what the manifests keep.
+    for (d, kept, deleted) in [
+        (&api_dir, &api_kept, &api_deleted),
+        (&grower_dir, &grower_kept, &grower_deleted),
+    ] {
+        for r in kept {
+            assert!(d.join(r["file"].as_str().unwrap()).is_file(), "{r}");
+        }
+        for r in deleted {
+            assert!(!d.join(r["file"].as_str().unwrap()).exists(), "{r}");
+        }
     }
 }
