@@ -472,3 +472,69 @@ fn watch_disk_budget_thins_the_quiet_container_and_keeps_every_pre_kill_window()
         }
     }
 }
+
+/// A kubelet's restart makes a new container (new id, new cgroup) under the same name, here in
+/// the systemd driver's layout: the same node, a session per container, one boot cycle per
+/// life, each kill recorded from its own cgroup before the kubelet removed it.
+#[test]
+fn watch_follows_a_container_restarted_by_a_kubelet_into_a_new_cgroup() {
+    let Some(fixtures) = util::go_fixtures() else {
+        return;
+    };
+    let Some(mut node) = KubeNode::new(Layout::Systemd) else {
+        return;
+    };
+    let pod = node.pod("jobs", "grower-2", Qos::Burstable, None);
+    let grower = node.container(&pod, "grow", Some(64 * MIB));
+    let dir = util::tempdir();
+    let out = dir.path().join("node-run");
+    let log = dir.path().join("watch.err");
+    let mut watch = start_watch(&node, &out, &log, &[]);
+    let grows = node.supervise(
+        grower.clone(),
+        Supervised {
+            program: fixtures.join("oomgrow"),
+            args: vec!["-rate".into(), "16MiB".into()],
+            restarts: 1,
+            delay: Duration::from_secs(1),
+            backoff: Duration::from_secs(1),
+            new_container: true,
+        },
+    );
+    grows.wait_ended(2, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_millis(500));
+    stop_watch(&mut watch, &log);
+    let said = fs::read_to_string(&log).unwrap_or_default();
+    let lives = grows.lives();
+    assert_ne!(lives[0].cgroup, lives[1].cgroup, "a new container");
+
+    let targets: Vec<String> = fs::read_dir(out.join("targets"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(targets, ["jobs_grower-2_grow"], "{said}");
+    let d = target_dir(&out, "jobs/grower-2/grow");
+    let doc = growth(&d);
+    let cycles = doc["cycles"].as_array().expect("cycles");
+    assert_eq!(cycles.len(), 2, "{doc:#}\n{said}");
+    for c in cycles {
+        assert_eq!(c["sites"][0]["name"], OOM_SITE, "{}", c["sites"]);
+    }
+    let rs = records(&d);
+    let exits: Vec<&Value> = rs.iter().filter(|r| r["kind"] == "exit").collect();
+    assert_eq!(exits.len(), 2, "{exits:#?}\n{said}");
+    assert!(exits.iter().all(|e| e["signal"] == 9), "{exits:#?}");
+    let killed = fs::read_to_string(d.join("memory.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"killed\":true"))
+        .count();
+    assert_eq!(killed, 2, "each kill read from its own cgroup\n{said}");
+    let info: Value = serde_json::from_slice(&fs::read(d.join("run.json")).unwrap()).unwrap();
+    assert!(
+        info["target"]
+            .as_str()
+            .is_some_and(|t| t.contains(&lives[1].container_id)),
+        "the node's run.json names its newest container: {info:#}"
+    );
+}
