@@ -175,9 +175,11 @@ fn run_records_three_oom_killed_boot_cycles_of_a_process_that_never_opens_an_end
             .max()
             .unwrap();
         let interval = int(newest, "interval_ms").max(spacing);
+        // The kill is timed when the kernel's counter was seen to rise; a capture that began
+        // a few ms after that can still read the process the kernel is tearing down.
         let age = int(exit, "t_ms") - int(newest, "t_ms");
         assert!(
-            (0..=interval).contains(&age),
+            (-50..=interval).contains(&age),
             "cycle {cycle}: newest capture {age} ms before the kill (interval {interval} ms)"
         );
     }
@@ -1250,7 +1252,7 @@ fn collect_oom_hold_holds_a_cgroup_it_did_not_make_and_its_guardian_releases_it(
         .map(|r| int(r, "t_ms"))
         .expect("the end is recorded");
     assert!(
-        (0..1_000).contains(&(end - last)),
+        (-50..1_000).contains(&(end - last)),
         "the last capture {} ms before the kill was seen",
         end - last
     );
