@@ -9,6 +9,7 @@
 # at the end and its peak (VmHWM), its threads, and the captures stored. For docs/benchmarks.md.
 # Needs root (v1 memory cgroups), cargo, go.
 # Settings: COUNTS="10 50" WARMUP=15 SECONDS_MEASURED=60 BENCH_DIR=$TMPDIR
+# WATCH_ARGS="--memory-interval 1s" adds flags to watch's command.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -87,7 +88,7 @@ printf '%s\n' "|---|---|---|---|---|---|---|---|"
 for count in $COUNTS; do
     layout "$count"
     out=$WORK/run-$count
-    "$HW" watch --out "$out" --cgroup-root "$CG_ROOT" --pods-dir "$PODS" --baseline 10s -q &
+    "$HW" watch --out "$out" --cgroup-root "$CG_ROOT" --pods-dir "$PODS" --baseline 10s -q ${WATCH_ARGS:-} &
     WATCH=$!
     sleep "$WARMUP"
     stored_before=$(cat "$out"/targets/*/manifest.jsonl 2>/dev/null | grep -c '"file"' || true)
