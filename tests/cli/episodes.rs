@@ -31,35 +31,46 @@ fn record(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Option<PathBuf> {
-    let flood = util::go_fixture("flood")?;
-    let run = dir.join(name);
-    let mut cmd = util::heapwatch();
-    cmd.args([
-        "run",
-        "-q",
+    let flags = [
         "--limit",
         "256MiB",
         "--restarts",
         "0",
         "--interval",
         interval,
-        "--label",
-        name,
-    ])
-    .arg("--out")
-    .arg(&run)
-    .arg("--")
-    .arg(&flood)
-    .args(args)
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    ];
+    record_with(dir, name, "flood", &flags, args, env)
+}
+
+/// Runs the Go fixture `fixture ARGS` under `heapwatch run FLAGS` until it ends for good;
+/// returns the run directory. `None` without Go.
+fn record_with(
+    dir: &Path,
+    name: &str,
+    fixture: &str,
+    flags: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Option<PathBuf> {
+    let program = util::go_fixture(fixture)?;
+    let run = dir.join(name);
+    let mut cmd = util::heapwatch();
+    cmd.args(["run", "-q", "--label", name])
+        .args(flags)
+        .arg("--out")
+        .arg(&run)
+        .arg("--")
+        .arg(&program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().expect("heapwatch run starts");
     let mut err = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-    let (status, _) = util::wait_for_exit(&mut child, DEADLINE);
+    let (status, _) = util::wait_for_exit(&mut child, DEADLINE * 3);
     assert!(status.success(), "{name}: {status}: {err}");
     let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
     let mode = info["options"]["confinement"].as_str().unwrap_or("");
@@ -637,43 +648,25 @@ fn flame_growth_draws_the_cycle_that_died_not_the_one_stopped_after_it() {
 fn a_crash_loop_replaying_through_a_library_is_named_by_the_main_module_in_every_cycle() {
     const REPLAY: &str = "main.(*raftLog).replay";
     const READ: &str = "example.com/wal.(*Decoder).readRecord";
-    let Some(replay) = util::go_fixture("replay") else {
-        return;
-    };
     let dir = util::tempdir();
-    let run = dir.path().join("replay");
-    let mut cmd = util::heapwatch();
-    cmd.args([
-        "run",
-        "-q",
+    let flags = [
         "--limit",
         "128MiB",
         "--restarts",
         "2",
         "--interval",
         "200ms",
-    ])
-    .arg("--out")
-    .arg(&run)
-    .arg("--")
-    .arg(&replay)
-    .args(["-rate", "40MiB"])
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("heapwatch run starts");
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-    let (status, _) = util::wait_for_exit(&mut child, DEADLINE * 3);
-    assert!(status.success(), "{status}: {err}");
-    let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
-    let mode = info["options"]["confinement"].as_str().unwrap_or("");
-    if !mode.starts_with("cgroup") {
-        crate::prerequisite::reduced(
-            crate::prerequisite::Need::Root,
-            &format!("heapwatch run made no memory cgroup (confinement {mode})"),
-            "the watchdog played the kernel",
-        );
-    }
+    ];
+    let Some(run) = record_with(
+        dir.path(),
+        "replay",
+        "replay",
+        &flags,
+        &["-rate", "40MiB"],
+        &[],
+    ) else {
+        return;
+    };
 
     let manifest = fs::read_to_string(run.join("manifest.jsonl")).unwrap();
     let modules: Vec<Value> = manifest

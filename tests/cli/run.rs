@@ -935,6 +935,39 @@ fn resuming_a_run_with_another_program_is_refused_unless_retargeted() {
     assert_eq!(same.status.code(), Some(3), "{}", util::stderr(&same));
 }
 
+/// `heapwatch run FLAGS --out RUN -- replay -rate 40MiB` (testdata/go/cmd/replay keeps all it
+/// reads), stopped with Ctrl-C should the test end first.
+fn run_replay(replay: &Path, run: &Path, flags: &[&str]) -> Stopped {
+    Stopped(
+        util::heapwatch()
+            .args(["run", "-q"])
+            .args(flags)
+            .arg("--out")
+            .arg(run)
+            .arg("--")
+            .arg(replay)
+            .args(["-rate", "40MiB"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Whether `run` made a v1 memory cgroup, where the OOM hold is possible; without one the test
+/// says so (a failure under CI).
+fn holdable(info: &Value) -> bool {
+    if check_confinement(info) && info["options"]["confinement"] == "cgroup-v1" {
+        return true;
+    }
+    crate::prerequisite::reduced(
+        crate::prerequisite::Need::Root,
+        "the hold needs a cgroup v1 memory hierarchy",
+        "no hold was possible",
+    );
+    false
+}
+
 /// The capture at the moment of the OOM kill: on cgroup v1 the kernel holds the command at its
 /// limit (`oom_kill_disable`) until a capture that began during the hold is in the run, then
 /// kills it as it would have: SIGKILL, its `oom_kill` counter, the exit an OOM kill. The last
@@ -946,39 +979,24 @@ fn run_holds_the_command_at_its_oom_kill_until_a_capture_is_taken() {
     };
     let dir = util::tempdir();
     let run = dir.path().join("run");
-    let mut child = Stopped(
-        util::heapwatch()
-            .args([
-                "run",
-                "-q",
-                "--limit",
-                "96MiB",
-                "--restarts",
-                "1",
-                "--interval",
-                "1s",
-                "--burst-interval",
-                "100ms",
-                "--out",
-                run.to_str().unwrap(),
-                "--",
-            ])
-            .arg(&replay)
-            .args(["-rate", "40MiB"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let mut child = run_replay(
+        &replay,
+        &run,
+        &[
+            "--limit",
+            "96MiB",
+            "--restarts",
+            "1",
+            "--interval",
+            "1s",
+            "--burst-interval",
+            "100ms",
+        ],
     );
     let (status, _) = util::wait_for_exit(&mut child.0, CYCLE_DEADLINE * 2);
     assert!(status.success(), "{status}");
     let info = run_info(&run);
-    if !check_confinement(&info) || info["options"]["confinement"] != "cgroup-v1" {
-        crate::prerequisite::reduced(
-            crate::prerequisite::Need::Root,
-            "the hold needs a cgroup v1 memory hierarchy",
-            "no hold was possible",
-        );
+    if !holdable(&info) {
         return;
     }
     let hold = info["options"]["oom_hold"].as_str().unwrap();
@@ -1119,42 +1137,27 @@ fn a_held_command_dies_with_heapwatch_when_heapwatch_is_killed() {
     };
     let dir = util::tempdir();
     let run = dir.path().join("run");
-    let mut child = Stopped(
-        util::heapwatch()
-            .args([
-                "run",
-                "-q",
-                "--limit",
-                "64MiB",
-                "--restarts",
-                "0",
-                "--interval",
-                "30s",
-                "--burst-interval",
-                "30s",
-                "--oom-hold",
-                "60s",
-                "--out",
-                run.to_str().unwrap(),
-                "--",
-            ])
-            .arg(&replay)
-            .args(["-rate", "40MiB"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let mut child = run_replay(
+        &replay,
+        &run,
+        &[
+            "--limit",
+            "64MiB",
+            "--restarts",
+            "0",
+            "--interval",
+            "30s",
+            "--burst-interval",
+            "30s",
+            "--oom-hold",
+            "60s",
+        ],
     );
     wait_until("run.json", Duration::from_secs(10), || {
         run.join("run.json").is_file()
     });
     let info = run_info(&run);
-    if !check_confinement(&info) || info["options"]["confinement"] != "cgroup-v1" {
-        crate::prerequisite::reduced(
-            crate::prerequisite::Need::Root,
-            "the hold needs a cgroup v1 memory hierarchy",
-            "no hold was possible",
-        );
+    if !holdable(&info) {
         return;
     }
     let cgroup = PathBuf::from(
