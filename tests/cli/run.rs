@@ -971,7 +971,8 @@ fn holdable(info: &Value) -> bool {
 /// The capture at the moment of the OOM kill: on cgroup v1 the kernel holds the command at its
 /// limit (`oom_kill_disable`) until a capture that began during the hold is in the run, then
 /// kills it as it would have: SIGKILL, its `oom_kill` counter, the exit an OOM kill. The last
-/// capture is at most one burst interval before the kill.
+/// capture began during the hold, at the limit, and with the allocations not yet published it
+/// holds what killed the process.
 #[test]
 fn run_holds_the_command_at_its_oom_kill_until_a_capture_is_taken() {
     let Some(replay) = util::go_fixture("replay") else {
