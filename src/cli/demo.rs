@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use heapwatch::analyse::rules::{self, Rule};
 use heapwatch::replay::Timeline;
@@ -48,12 +48,6 @@ fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
-}
-
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Writes the embedded recording under `dir`, refusing any path that would leave it.
@@ -235,7 +229,7 @@ fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliEr
     let replay_stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let replay = scope.spawn(|| {
-            let started_ms = unix_ms();
+            let started_ms = heapwatch::time::now_ms();
             let build = lane.build;
             let mut announce = |line: String| {
                 if line.contains("died") {

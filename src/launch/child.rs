@@ -10,7 +10,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use super::LaunchError;
 use crate::source::procmem::process_rss;
@@ -231,7 +231,7 @@ pub fn supervise(
         watch.pid.store(pid, Ordering::Relaxed);
         on_event(LifeEvent::Started {
             pid,
-            t_ms: unix_ms(),
+            t_ms: crate::time::now_ms(),
         });
         let mut watchdog_killed = false;
         // When the kill was seen: the kernel's OOM kill (its counter rose) or the watchdog's.
@@ -249,7 +249,7 @@ pub fn supervise(
             if watch.interrupt.load(Ordering::Relaxed) {
                 on_event(LifeEvent::Interrupted {
                     pid: Some(pid),
-                    t_ms: unix_ms(),
+                    t_ms: crate::time::now_ms(),
                 });
                 stop(&mut child);
                 watch.pid.store(0, Ordering::Relaxed);
@@ -260,18 +260,18 @@ pub fn supervise(
                     // SAFETY: kill(2) on our own unreaped child: the pid cannot be reused yet.
                     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                     watchdog_killed = true;
-                    killed_ms = Some(unix_ms());
+                    killed_ms = Some(crate::time::now_ms());
                 }
             }
             if killed_ms.is_none() {
                 let kills = (watch.oom_kills)();
                 if matches!((kills_before, kills), (Some(a), Some(b)) if b > a) {
-                    killed_ms = Some(unix_ms());
+                    killed_ms = Some(crate::time::now_ms());
                 }
             }
             std::thread::sleep(watch_poll(policy));
         };
-        let t_ms = killed_ms.unwrap_or_else(unix_ms);
+        let t_ms = killed_ms.unwrap_or_else(crate::time::now_ms);
         watch.pid.store(0, Ordering::Relaxed);
         let lived = started.elapsed();
         let kills_after = (watch.oom_kills)();
@@ -308,7 +308,7 @@ pub fn supervise(
             if watch.interrupt.load(Ordering::Relaxed) {
                 on_event(LifeEvent::Interrupted {
                     pid: None,
-                    t_ms: unix_ms(),
+                    t_ms: crate::time::now_ms(),
                 });
                 return Ok((Ending::Interrupted, restarts));
             }
@@ -330,13 +330,6 @@ fn stop(child: &mut Child) {
     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     let _ = child.kill();
     let _ = child.wait();
-}
-
-pub fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

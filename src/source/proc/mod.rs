@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -512,9 +512,7 @@ impl ProcSource {
             bias: self.bias,
             hide_internal_runtime: self.layout.hides_internal_runtime,
         };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64);
+        let now = crate::time::now_ns();
         let gz = self.encoder.heap_profile_gz(&records, rate, &syms, now);
         drop(records);
         self.spare = snapshot;
