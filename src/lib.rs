@@ -15,7 +15,6 @@ pub mod pipeline;
 pub mod push;
 pub mod render;
 pub mod replay;
-pub mod scan;
 pub mod source;
 pub mod store;
 pub mod time;

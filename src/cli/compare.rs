@@ -70,7 +70,7 @@ fn compare_runs(
     (pick_a, pick_b): (Option<u32>, Option<u32>),
     args: &CompareArgs,
 ) -> Result<Comparison, CliError> {
-    heapwatch::scan::compare(a, b, pick_a, pick_b, &args.decode.limits())
+    heapwatch::pipeline::scan::compare(a, b, pick_a, pick_b, &args.decode.limits())
         .map_err(|e| CliError::Store(e.to_string()))
 }
 

@@ -332,7 +332,7 @@ fn growth(
         (f, t) => {
             // By default the last cycle that died (the growth worth drawing), else the last.
             let died = || {
-                let (report, _) = heapwatch::scan::growth(run, None, limits).ok()?;
+                let (report, _) = heapwatch::pipeline::scan::growth(run, None, limits).ok()?;
                 let ended = report
                     .cycles
                     .iter()
@@ -452,7 +452,7 @@ fn growth(
 /// The captures before the rise into a cycle's heap peak and at it, when the cycle has no
 /// sustained growth but such a rise (what `flame --growth` draws by default then).
 fn rise_into_peak(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Option<(u64, u64)> {
-    let (report, _) = heapwatch::scan::growth(run, None, limits).ok()?;
+    let (report, _) = heapwatch::pipeline::scan::growth(run, None, limits).ok()?;
     let c = report.cycles.iter().find(|c| c.index == cycle)?;
     if !c.sites.is_empty() {
         return None;
@@ -478,7 +478,7 @@ fn runs_diff(
         ),
         (b, n) => {
             // The pair of cycles compare leads with, at the end of the span both cover.
-            let c = heapwatch::scan::compare(
+            let c = heapwatch::pipeline::scan::compare(
                 base_run,
                 new_run,
                 args.baseline_cycle,

@@ -459,18 +459,7 @@ impl Drop for Lock {
 /// The captures an analysis reads: stored heap and goroutine profiles, once each (a duplicate
 /// names the earlier file), not deleted since.
 pub fn indexed_captures(run: &RunDir) -> Vec<&CaptureRecord> {
-    let records = &run.manifest.records;
-    let deleted: std::collections::BTreeSet<u64> =
-        records.iter().filter_map(|r| r.deleted_seq).collect();
-    records
-        .iter()
-        .filter(|r| {
-            r.is_ok()
-                && r.dup_of.is_none()
-                && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine)
-                && !deleted.contains(&r.seq)
-        })
-        .collect()
+    run.manifest.counted()
 }
 
 /// What `heapwatch index` did.

@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 
 use super::Analysis;
+use super::scan;
 use crate::decode::{self, DecodeLimits};
 use crate::model::Profile;
 use crate::render::flame::{self, FlameOptions};
 use crate::render::report::Flamegraph;
-use crate::scan;
 use crate::store::{CaptureRecord, RunDir};
 use crate::units;
 

@@ -49,17 +49,7 @@ pub fn growth(
     if records.is_empty() {
         return Err(ScanError::Empty(run.root.clone()));
     }
-    let deleted: std::collections::BTreeSet<u64> =
-        records.iter().filter_map(|r| r.deleted_seq).collect();
-    let mut wanted: Vec<&CaptureRecord> = records
-        .iter()
-        .filter(|r| {
-            r.is_ok()
-                && r.dup_of.is_none()
-                && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine)
-                && !deleted.contains(&r.seq)
-        })
-        .collect();
+    let mut wanted: Vec<&CaptureRecord> = run.manifest.counted();
     wanted.sort_by_key(|r| (r.cycle, r.t_ms, r.seq));
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
@@ -222,22 +212,13 @@ pub fn cycle_start_ms(records: &[CaptureRecord], cycle: u32) -> Option<i64> {
 /// The heap captures of a boot cycle whose profile is on disk, once each (an identical later
 /// capture is stored only as its first), in time order.
 pub fn stored_heaps(run: &RunDir, cycle: u32) -> Vec<&CaptureRecord> {
-    let deleted: std::collections::BTreeSet<u64> = run
-        .manifest
-        .records
-        .iter()
-        .filter_map(|r| r.deleted_seq)
-        .collect();
     let mut heaps: Vec<&CaptureRecord> = run
         .manifest
-        .records
-        .iter()
+        .counted()
+        .into_iter()
         .filter(|r| {
-            r.is_ok()
-                && r.kind == RecordKind::Heap
-                && r.dup_of.is_none()
+            r.kind == RecordKind::Heap
                 && r.cycle == cycle
-                && !deleted.contains(&r.seq)
                 && run.file_path(r).is_some_and(|p| p.is_file())
         })
         .collect();
