@@ -19,7 +19,8 @@ use heapwatch::store::{RecordKind, RunDir};
 use heapwatch::units;
 
 use super::{CliError, DecodeFlags, load_profile};
-use captures::{StoredCapture, by_seq, cycle_captures, stack_growth, stored_captures};
+use captures::{StoredCapture, by_seq, cycle_captures, stored_captures};
+use heapwatch::pipeline::flamegraphs::stack_growth;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -404,12 +405,9 @@ fn growth(
     let growth = stack_growth(
         &render_flame::folded(&fp, fi),
         &render_flame::folded(&tp, ti),
+        args.keep_profiler,
     );
-    let (added_stacks, profiler) = if args.keep_profiler {
-        (growth.added, 0)
-    } else {
-        heapwatch::analyse::reduce::without_profiler(growth.added)
-    };
+    let (added_stacks, profiler) = (growth.added, growth.profiler);
     let added: i64 = added_stacks.iter().map(|(_, v)| v).sum();
     let mut subtitle = format!(
         "added from capture #{} ({:.1} s) to #{} ({:.1} s): {} in {}",
@@ -454,11 +452,7 @@ fn growth(
 fn rise_into_peak(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Option<(u64, u64)> {
     let (report, _) = heapwatch::pipeline::scan::growth(run, None, limits).ok()?;
     let c = report.cycles.iter().find(|c| c.index == cycle)?;
-    if !c.sites.is_empty() {
-        return None;
-    }
-    let e = c.episode.as_ref()?;
-    e.from_seq.zip(e.to_seq)
+    heapwatch::pipeline::flamegraphs::rise_into_peak(c)
 }
 
 /// The capture of each run to compare: `--from` in the base run and `--to` in the new one,

@@ -2,7 +2,7 @@
 //! boot cycle to use, two runs aligned on time since start, and what grew between two
 //! captures. Errors name the run and say why a capture cannot be used.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use heapwatch::store::{CaptureRecord, RecordKind, RunDir};
@@ -185,33 +185,4 @@ pub(crate) fn at_same_age<'c, 'a>(
         c.iter().find(|x| x.record.seq == chosen.seq).copied()
     };
     Some((at_age(base_run, base)?, at_age(new_run, new)?))
-}
-
-/// Per-stack growth from one capture to a later one: positive changes only (what was added).
-pub(crate) struct StackGrowth {
-    pub added: Vec<(String, i64)>,
-    pub shrunk_stacks: usize,
-    pub shrunk_by: i64,
-}
-
-pub(crate) fn stack_growth(from: &[(String, i64)], to: &[(String, i64)]) -> StackGrowth {
-    let mut change: HashMap<&str, i64> = HashMap::new();
-    for (stack, v) in from {
-        *change.entry(stack).or_default() -= v;
-    }
-    for (stack, v) in to {
-        *change.entry(stack).or_default() += v;
-    }
-    let mut added: Vec<(String, i64)> = change
-        .iter()
-        .filter(|(_, d)| **d > 0)
-        .map(|(s, d)| (s.to_string(), *d))
-        .collect();
-    added.sort();
-    let shrunk: Vec<i64> = change.values().copied().filter(|d| *d < 0).collect();
-    StackGrowth {
-        added,
-        shrunk_stacks: shrunk.len(),
-        shrunk_by: -shrunk.iter().sum::<i64>(),
-    }
 }
