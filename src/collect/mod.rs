@@ -72,7 +72,7 @@ pub struct CollectConfig {
 impl Default for CollectConfig {
     fn default() -> Self {
         CollectConfig {
-            interval: Duration::from_millis(500),
+            interval: Duration::from_millis(crate::model::run_options::DEFAULT_INTERVAL_MS),
             burst_interval: Duration::from_millis(100),
             burst_at: 0.6,
             limit: None,
