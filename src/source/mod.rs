@@ -10,7 +10,7 @@ pub mod proc;
 pub mod procfind;
 pub mod procmem;
 pub mod target;
-mod tls;
+pub(crate) mod tls;
 
 pub use target::{Secret, Target};
 
