@@ -27,6 +27,7 @@ const LATER_SITES: usize = 5;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Regression {
+    #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     pub a_bytes_per_sec: f64,
     pub b_bytes_per_sec: f64,
@@ -59,6 +60,7 @@ pub struct Regression {
 /// A site that rose in B after A's last capture.
 #[derive(Debug, Clone, Serialize)]
 pub struct LaterSite {
+    #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     /// Its peak over the aligned span, and after it.
     pub inuse_before: i64,

@@ -25,7 +25,9 @@ use crate::model::memory::MemorySample;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteGrowth {
-    /// The leaf function, as pprof spells it.
+    /// The site: the first frame in the target's own code with the leaf beside it
+    /// ([`reduce::SiteNamer`]); in JSON `name` (the leaf), `own` and `site`.
+    #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     /// Its part of the episode's rate (its share of the rise × the heap's rate).
     pub bytes_per_sec: f64,
@@ -67,6 +69,10 @@ pub struct CycleGrowth {
     pub end: CycleEnd,
     /// True when it was OOM-killed.
     pub killed: bool,
+    /// How long the kernel held the process at its OOM kill until the last capture was in
+    /// (`run --oom-hold`), when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom_held_ms: Option<i64>,
     pub heap_first: Option<i64>,
     pub heap_last: Option<i64>,
     pub total_bytes_per_sec: Option<f64>,
@@ -300,6 +306,11 @@ impl GrowthBuilder {
                     next,
                 });
                 c.killed = c.end == CycleEnd::OomKilled;
+                c.oom_held_ms = records
+                    .iter()
+                    .find(|r| r.kind == RecordKind::Exit && r.cycle == inc)
+                    .and_then(|x| x.totals.get("oom_held_ms").copied())
+                    .filter(|_| c.killed);
                 if let Some(a) = c.at_limit.as_mut() {
                     a.killed = c.killed;
                 }
@@ -453,6 +464,7 @@ fn cycle(
             .map(|ms| ms as f64 / 1000.0),
         end: CycleEnd::StillAnswering,
         killed,
+        oom_held_ms: None,
         heap_first: heap
             .first()
             .and_then(|r| r.totals.get("inuse_space").copied()),

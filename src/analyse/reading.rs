@@ -22,6 +22,9 @@ const NEAR_TOP: f64 = 0.2;
 /// rise's length, and for more than [`HELD_SPACINGS`] publication spacings.
 const HELD_SHARE: f64 = 0.5;
 const HELD_SPACINGS: f64 = 3.0;
+/// Publications after the heap came near its top that may show it held, with the outside
+/// memory's word for the time between them.
+const MIN_HELD_PUBLICATIONS: usize = 2;
 /// The peak is the first capture within this share of the largest one (a plateau's noise does
 /// not move it to the plateau's end).
 const PEAK_TOLERANCE: f64 = 0.01;
@@ -40,6 +43,7 @@ const MIN_SITE_BYTES: f64 = 512.0 * 1024.0;
 /// A site holding part of the rise.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RiseSite {
+    #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     /// Its in-use bytes at the onset and at the episode's end.
     pub before: i64,
@@ -144,12 +148,20 @@ pub fn episode_bounds(heap: &[(f64, f64)]) -> Option<(usize, usize, usize)> {
 /// Whether the heap held near its top since `q` (the rise is over): long enough against the
 /// rise and the publications' spacing, and without rising on since by a tenth of the rise in a
 /// trend that is more than noise.
-fn held_since(heap: &[(f64, f64)], b: usize, q: usize) -> bool {
+///
+/// A heap published seldom (one GC cycle every second or two) may show its plateau in only a
+/// few publications before the cycle ends. Then fewer spacings do, when the outside memory,
+/// sampled far more often, held over the same stretch (`memory_held`).
+fn held_since(heap: &[(f64, f64)], b: usize, q: usize, memory_held: &dyn Fn(f64) -> bool) -> bool {
     let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
     spacings.sort_by(f64::total_cmp);
     let spacing = spacings[spacings.len() / 2];
     let since = heap[heap.len() - 1].0 - heap[q].0;
-    if since <= HELD_SHARE * (heap[q].0 - heap[b].0) || since <= HELD_SPACINGS * spacing {
+    if since <= HELD_SHARE * (heap[q].0 - heap[b].0) {
+        return false;
+    }
+    let after = heap.len() - 1 - q;
+    if since <= HELD_SPACINGS * spacing && !(after >= MIN_HELD_PUBLICATIONS && memory_held(since)) {
         return false;
     }
     let rise = heap[q..].iter().map(|h| h.1).fold(f64::MIN, f64::max) - heap[b].1;
@@ -160,6 +172,31 @@ fn held_since(heap: &[(f64, f64)], b: usize, q: usize) -> bool {
         late.slope * since < (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES)
             || late.r2 < LATE_TREND_R2
     })
+}
+
+/// Whether the outside memory held over its last `since` seconds: sampled over most of that
+/// stretch, and rising in it by less than the share of the heap's `rise` that [`held_since`]
+/// allows the heap, in a trend that is more than noise or not. A process at its limit holds
+/// because it cannot grow: that is no plateau, and the caller does not ask.
+fn outside_held(memory: &[(f64, f64)], since: f64, rise: f64) -> bool {
+    let Some(&(end, _)) = memory.last() else {
+        return false;
+    };
+    let tail: Vec<(f64, f64)> = memory
+        .iter()
+        .copied()
+        .filter(|&(t, _)| t >= end - since)
+        .collect();
+    if tail.len() < FORECAST_POINTS || end - tail[0].0 < HELD_SHARE * since {
+        return false;
+    }
+    let (t, v): (Vec<f64>, Vec<f64>) = tail.into_iter().unzip();
+    let allowed = (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES);
+    let spread =
+        v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min);
+    spread < allowed
+        || theil_sen(&t, &v)
+            .is_some_and(|f| f.slope * since < allowed && f.slope * since > -allowed)
 }
 
 /// Where a rise changes its rate for good (a load, then a slower leak; a trickle, then a
@@ -250,7 +287,9 @@ pub fn read(input: &ReadingInput) -> Option<Reading> {
     };
     // A rise that filled and held ends where it came near its top; one still going may have
     // changed its rate for good on the way (a load, then a slower leak): it starts there.
-    let held = held_since(heap, b0, q0);
+    let rise = heap[p_max].1 - heap[b0].1;
+    let memory_held = |since: f64| !input.at_limit && outside_held(input.memory, since, rise);
+    let held = held_since(heap, b0, q0, &memory_held);
     let (b, p) = if held {
         (b0, q0)
     } else {
@@ -468,6 +507,76 @@ mod tests {
         assert!((r.bytes_per_sec - 20.0 * MIB).abs() < 0.01 * MIB, "{r:?}");
         assert!(r.ongoing);
         assert_eq!(r.forecast, None, "it died: no forecast");
+    }
+
+    /// A bounded cache recorded under `heapwatch run` (flood -idle 3s -rate 30MiB -cap 48MiB):
+    /// one GC cycle every 1.6 s, so the heap's plateau shows in three publications before
+    /// the run ends, while its cgroup memory, sampled every 50 ms, held for 5 s.
+    fn seldom_published_plateau() -> Vec<(f64, f64)> {
+        [
+            (0.0, 6101799.0),
+            (3.421, 12236923.0),
+            (4.023, 28411339.0),
+            (4.827, 55740525.0),
+            (6.436, 57971479.0),
+            (8.043, 55740525.0),
+            (9.654, 57971479.0),
+        ]
+        .to_vec()
+    }
+
+    /// Cgroup memory every 50 ms to 12 s: flat at 4 MiB to 3 s, a ramp to 101 MiB at 7 s,
+    /// then `after` for the rest.
+    fn memory(after: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+        (0..=240)
+            .map(|i| {
+                let t = i as f64 * 0.05;
+                let v = match t {
+                    t if t < 3.0 => 4.0 * MIB,
+                    t if t < 7.0 => 4.0 * MIB + 24.25 * MIB * (t - 3.0),
+                    t => after(t),
+                };
+                (t, v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_plateau_published_seldom_is_held_when_the_memory_held() {
+        let heap = seldom_published_plateau();
+        let grid = SeriesGrid::default();
+        let flat = memory(|t| 101.0 * MIB + 0.1 * MIB * (t - 7.0));
+        let r = read(&ReadingInput {
+            memory: &flat,
+            died_s: Some(12.0),
+            ..input(&heap, &grid)
+        })
+        .unwrap();
+        assert!(!r.ongoing, "{r:?}");
+        assert_eq!(r.end_s, 4.827);
+        assert_eq!(r.rate_now(), 0.0);
+
+        // The same publications without the memory's word are too few to call it held.
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(r.ongoing, "{r:?}");
+
+        // Memory still climbing: the heap's few flat figures do not make it a plateau.
+        let climbing = memory(|t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
+        let r = read(&ReadingInput {
+            memory: &climbing,
+            ..input(&heap, &grid)
+        })
+        .unwrap();
+        assert!(r.ongoing, "{r:?}");
+
+        // Flat because it reached its limit: no plateau.
+        let r = read(&ReadingInput {
+            memory: &flat,
+            at_limit: true,
+            ..input(&heap, &grid)
+        })
+        .unwrap();
+        assert!(r.ongoing, "{r:?}");
     }
 
     #[test]

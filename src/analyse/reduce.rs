@@ -45,7 +45,7 @@ pub fn without_profiler(stacks: Vec<(String, i64)>) -> (Vec<(String, i64)>, i64)
 /// the target's own code with the leaf function beside it ([`SiteNamer`]); samples under the
 /// profile writer go to [`PROFILING_SITE`] so the cost of watching is never mistaken for the
 /// culprit. The profiler test is worked out once per function and location.
-pub fn heap_sites(profile: &Profile) -> Vec<SiteFigures> {
+pub fn heap_sites(profile: &Profile, own: &OwnCode) -> Vec<SiteFigures> {
     let Some(inuse) = profile
         .find_sample_type("inuse_space")
         .or_else(|| (!profile.sample_types.is_empty()).then(|| profile.default_sample_index()))
@@ -66,7 +66,7 @@ pub fn heap_sites(profile: &Profile) -> Vec<SiteFigures> {
             })
         })
         .collect();
-    let mut namer = SiteNamer::new(profile);
+    let mut namer = SiteNamer::new(profile, own);
     let mut sums: HashMap<String, (i64, i64)> = HashMap::new();
     let types = profile.sample_types.len();
     for (i, sample) in profile.samples.iter().enumerate() {
@@ -106,10 +106,10 @@ pub fn heap_sites(profile: &Profile) -> Vec<SiteFigures> {
 /// Goroutine stacks named like heap sites ([`SiteNamer`]): the first frame in the target's
 /// own code, with the first frame outside the runtime beside it (a parked goroutine's leaf is
 /// always `runtime.gopark`), with their counts.
-pub fn goroutine_sites(profile: &Profile) -> Vec<SiteFigures> {
+pub fn goroutine_sites(profile: &Profile, own: &OwnCode) -> Vec<SiteFigures> {
     let types = profile.sample_types.len();
     let index = profile.default_sample_index();
-    let mut namer = SiteNamer::new(profile);
+    let mut namer = SiteNamer::new(profile, own);
     let mut sites: HashMap<String, i64> = HashMap::new();
     for (i, sample) in profile.samples.iter().enumerate() {
         let count = profile.values[i * types + index];
@@ -138,11 +138,11 @@ pub fn goroutine_sites(profile: &Profile) -> Vec<SiteFigures> {
 /// The same per-site figures from a text stack dump (the agent's op 0x01): each stack named by
 /// its first frame outside the runtime, so a run collected over the agent shows the same
 /// goroutine growth as one collected over HTTP.
-pub fn goroutine_dump_sites(dump: &StackDump) -> Vec<SiteFigures> {
+pub fn goroutine_dump_sites(dump: &StackDump, own: &OwnCode) -> Vec<SiteFigures> {
     let mut sites: HashMap<String, i64> = HashMap::new();
     for stack in &dump.stacks {
         let names: Vec<&str> = stack.frames.iter().map(String::as_str).collect();
-        let name = name_frames(&names, true).unwrap_or_else(|| "runtime".into());
+        let name = name_frames(&names, true, own).unwrap_or_else(|| "runtime".into());
         *sites.entry(name).or_insert(0) += stack.count;
     }
     let mut out: Vec<SiteFigures> = sites
@@ -173,9 +173,47 @@ pub enum Origin {
     Own,
 }
 
+/// Which code is the target's own. With its main module's path (from the binary's build info,
+/// recorded in the cycle's `build.module`), that module's packages and package `main`; the
+/// other modules it depends on are libraries, as the standard library is (a protobuf decoder
+/// under a WAL replay is not the cause; the code that called it is). Without it, a guess:
+/// package `main` and every module path (a first path element with a dot).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct OwnCode {
+    module: Option<String>,
+}
+
+impl OwnCode {
+    /// The guess, for a run that recorded no main module.
+    pub fn guess() -> OwnCode {
+        OwnCode::default()
+    }
+
+    /// The code of the main module `path` (`github.com/nats-io/nats-server/v2`); the guess for
+    /// an empty path or the placeholder `command-line-arguments` of `go run file.go`.
+    pub fn module(path: &str) -> OwnCode {
+        let known = !path.is_empty() && path != "command-line-arguments";
+        OwnCode {
+            module: known.then(|| path.to_string()),
+        }
+    }
+
+    /// The main module's path, when known.
+    pub fn main_module(&self) -> Option<&str> {
+        self.module.as_deref()
+    }
+}
+
+/// The package path of a function named as pprof names it: up to the first dot after the
+/// last slash (`github.com/a/b/v2/server.(*client).parse` → `github.com/a/b/v2/server`).
+fn package_path(name: &str) -> &str {
+    let dir = name.rfind('/').map_or(0, |i| i + 1);
+    name[dir..].find('.').map_or(name, |dot| &name[..dir + dot])
+}
+
 /// The origin of a function named as pprof names it (`net/http.(*conn).serve`,
 /// `github.com/nats-io/nats-server/v2/server.(*client).parse`, `main.init.func1`).
-pub fn origin(name: &str) -> Origin {
+pub fn origin(name: &str, own: &OwnCode) -> Origin {
     if is_runtime(name) {
         return Origin::Runtime;
     }
@@ -186,11 +224,21 @@ pub fn origin(name: &str) -> Origin {
         first.split('.').next().unwrap_or(first)
     };
     if package.is_empty() || package == "vendor" || name.starts_with('(') {
-        Origin::Std
-    } else if package == "main" || (name.contains('/') && package.contains('.')) {
-        Origin::Own
-    } else {
-        Origin::Std
+        return Origin::Std;
+    }
+    if package == "main" {
+        return Origin::Own;
+    }
+    match own.main_module() {
+        Some(module) => {
+            let path = package_path(name);
+            let inside = path
+                .strip_prefix(module)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+            if inside { Origin::Own } else { Origin::Std }
+        }
+        None if name.contains('/') && package.contains('.') => Origin::Own,
+        None => Origin::Std,
     }
 }
 
@@ -222,11 +270,36 @@ fn site_name(own: Option<&str>, leaf: &str) -> String {
     }
 }
 
+/// The two names a site's name joins: the first frame in the target's own code, when it is not
+/// the leaf, and the leaf function as pprof spells it.
+pub fn split_site(site: &str) -> (Option<&str>, &str) {
+    match site.strip_suffix(')').and_then(|s| s.split_once(" (leaf ")) {
+        Some((own, leaf)) => (Some(own), leaf),
+        None => (None, site),
+    }
+}
+
+/// A site's name in JSON, as three fields beside the others (`#[serde(flatten, serialize_with =
+/// "…")]` on the field holding it): `name`, the leaf function as pprof spells it (the name other
+/// tools read, as in `go tool pprof -top`); `own`, the first frame in the target's own code when
+/// that is not the leaf; `site`, the two as heapwatch's words print them.
+pub fn serialize_site<S: serde::Serializer>(site: &str, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(serde::Serialize)]
+    struct Fields<'a> {
+        name: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        own: Option<&'a str>,
+        site: &'a str,
+    }
+    let (own, name) = split_site(site);
+    serde::Serialize::serialize(&Fields { name, own, site }, s)
+}
+
 /// The site of a stack given by its frames' names, leaf first: for a heap sample the leaf is
 /// the first frame, for a goroutine the first outside the runtime (a parked goroutine's leaf
 /// is always `runtime.gopark`).
-pub fn name_frames(names: &[&str], goroutine: bool) -> Option<String> {
-    let origins: Vec<Origin> = names.iter().map(|n| origin(n)).collect();
+pub fn name_frames(names: &[&str], goroutine: bool, own: &OwnCode) -> Option<String> {
+    let origins: Vec<Origin> = names.iter().map(|n| origin(n, own)).collect();
     let leaf = if goroutine {
         origins.iter().position(|o| *o != Origin::Runtime)?
     } else {
@@ -246,13 +319,13 @@ pub struct SiteNamer<'p> {
 }
 
 impl<'p> SiteNamer<'p> {
-    pub fn new(profile: &'p Profile) -> SiteNamer<'p> {
+    pub fn new(profile: &'p Profile, own: &OwnCode) -> SiteNamer<'p> {
         SiteNamer {
             profile,
             origins: profile
                 .functions
                 .iter()
-                .map(|f| origin(profile.str(f.name)))
+                .map(|f| origin(profile.str(f.name), own))
                 .collect(),
             names: HashMap::new(),
             frames: Vec::new(),
@@ -310,7 +383,7 @@ mod tests {
 
     #[test]
     fn leaked_goroutines_are_named_by_their_first_frame_outside_the_runtime() {
-        let sites = goroutine_sites(&fixture("goroutineleak-goroutine.pb.gz"));
+        let sites = goroutine_sites(&fixture("goroutineleak-goroutine.pb.gz"), &OwnCode::guess());
         let top = sites.iter().max_by_key(|s| s.value).unwrap();
         assert_eq!(top.name, "main.watchSubscription");
         assert!(top.value > 100, "{sites:?}");
@@ -328,7 +401,7 @@ mod tests {
             "runtime.goexit",
         ];
         assert_eq!(
-            name_frames(&pool, false).unwrap(),
+            name_frames(&pool, false, &OwnCode::guess()).unwrap(),
             "github.com/nats-io/nats-server/v2/server.(*client).queueOutbound \
              (leaf github.com/nats-io/nats-server/v2/server.init.func3)"
         );
@@ -343,7 +416,7 @@ mod tests {
             "runtime.goexit",
         ];
         assert_eq!(
-            name_frames(&read, true).unwrap(),
+            name_frames(&read, true, &OwnCode::guess()).unwrap(),
             "main.(*client).readLoop (leaf net.(*netFD).Read)"
         );
         let write = [
@@ -353,31 +426,87 @@ mod tests {
             "main.(*client).writeLoop",
         ];
         assert_eq!(
-            name_frames(&write, true).unwrap(),
+            name_frames(&write, true, &OwnCode::guess()).unwrap(),
             "main.(*client).writeLoop (leaf sync.(*Cond).Wait)"
         );
         // Own code at the leaf keeps its name; no own code keeps the leaf.
         assert_eq!(
-            name_frames(&["main.grow", "main.main"], false).unwrap(),
+            name_frames(&["main.grow", "main.main"], false, &OwnCode::guess()).unwrap(),
             "main.grow"
         );
         assert_eq!(
-            name_frames(&["os/signal.signal_recv", "os/signal.loop"], true).unwrap(),
+            name_frames(
+                &["os/signal.signal_recv", "os/signal.loop"],
+                true,
+                &OwnCode::guess()
+            )
+            .unwrap(),
             "os/signal.signal_recv"
         );
-        assert_eq!(name_frames(&["runtime.gopark"], true), None);
-        assert_eq!(origin("encoding/json.(*Decoder).refill"), Origin::Std);
         assert_eq!(
-            origin("go.etcd.io/raft/v3.(*raft).appendEntry"),
+            name_frames(&["runtime.gopark"], true, &OwnCode::guess()),
+            None
+        );
+        let guess = OwnCode::guess();
+        assert_eq!(
+            origin("encoding/json.(*Decoder).refill", &guess),
+            Origin::Std
+        );
+        assert_eq!(
+            origin("go.etcd.io/raft/v3.(*raft).appendEntry", &guess),
             Origin::Own
         );
-        assert_eq!(origin("main.init.func1"), Origin::Own);
+        assert_eq!(origin("main.init.func1", &guess), Origin::Own);
+    }
+
+    #[test]
+    fn with_the_main_module_known_other_modules_are_libraries() {
+        let etcd = OwnCode::module("go.etcd.io/etcd/server/v3");
+        for (name, origin_is) in [
+            (
+                "go.etcd.io/etcd/server/v3/etcdserver.(*raftNode).start.func1",
+                Origin::Own,
+            ),
+            ("go.etcd.io/etcd/server/v3.Main", Origin::Own),
+            ("main.main", Origin::Own),
+            // Another module of the same project is a dependency, as is one whose path only
+            // starts with the main module's.
+            ("go.etcd.io/raft/v3.(*raft).appendEntry", Origin::Std),
+            ("go.etcd.io/etcd/server/v3x/wal.Open", Origin::Std),
+            (
+                "google.golang.org/protobuf/internal/impl.consumeBytes",
+                Origin::Std,
+            ),
+            ("runtime.mallocgc", Origin::Runtime),
+        ] {
+            assert_eq!(origin(name, &etcd), origin_is, "{name}");
+        }
+        // A WAL replay decoding protobuf: named by the main module's frame that called the
+        // decoder, not by the decoder (the guess takes the decoder's module for own code).
+        let stack = [
+            "google.golang.org/protobuf/internal/impl.consumeBytes",
+            "google.golang.org/protobuf/proto.UnmarshalOptions.unmarshal",
+            "go.etcd.io/etcd/server/v3/storage/wal.(*decoder).decodeRecord",
+            "go.etcd.io/etcd/server/v3/storage/wal.(*WAL).ReadAll",
+            "main.main",
+        ];
+        assert_eq!(
+            name_frames(&stack, false, &etcd).unwrap(),
+            "go.etcd.io/etcd/server/v3/storage/wal.(*decoder).decodeRecord \
+             (leaf google.golang.org/protobuf/internal/impl.consumeBytes)"
+        );
+        // The guess names it by the decoder's leaf, as etcd's replay read before.
+        assert_eq!(
+            name_frames(&stack, false, &OwnCode::guess()).unwrap(),
+            "google.golang.org/protobuf/internal/impl.consumeBytes"
+        );
+        assert_eq!(OwnCode::module("command-line-arguments"), OwnCode::guess());
     }
 
     #[test]
     fn heap_sites_sum_to_the_profile_totals() {
         let p = fixture("hiddenleak-heap-late.pb.gz");
-        let sites = heap_sites(&p);
+        let sites = heap_sites(&p, &OwnCode::guess());
         let inuse: i64 = sites.iter().map(|s| s.value).sum();
         assert_eq!(inuse, p.total(p.find_sample_type("inuse_space").unwrap()));
         let catalog = sites.iter().find(|s| s.name == "main.loadCatalog").unwrap();
@@ -388,7 +517,7 @@ mod tests {
     fn a_text_dump_names_sites_like_a_goroutine_profile() {
         let text = include_bytes!("../../testdata/agent/goroutine-stack.txt");
         let dump = crate::decode::stackdump::parse(text).unwrap();
-        let sites = goroutine_dump_sites(&dump);
+        let sites = goroutine_dump_sites(&dump, &OwnCode::guess());
         assert_eq!(
             sites.iter().map(|s| s.value).sum::<i64>(),
             dump.goroutines()

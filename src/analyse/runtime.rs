@@ -10,6 +10,7 @@ use crate::model::capture::{CaptureRecord, RecordKind};
 #[derive(Debug, Clone, Serialize)]
 pub struct GoroutineGrowth {
     /// The first frame outside the runtime.
+    #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     pub per_sec: f64,
     pub first: i64,

@@ -40,6 +40,7 @@ pub struct Peaks {
 /// A site that made a peak: its in-use bytes before the rise and at the peak.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SpikeSite {
+    #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     pub before: i64,
     pub at_peak: i64,

@@ -16,6 +16,7 @@ pub struct StormWindow {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct AllocStorm {
+    #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     /// Mean allocation rate over the cycle.
     pub bytes_per_sec: f64,

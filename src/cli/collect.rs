@@ -4,6 +4,8 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -12,6 +14,7 @@ use heapwatch::collect::cluster::{NodeOutcome, StartError, StartOptions, TargetS
 use heapwatch::collect::marks::{self, MarkError};
 use heapwatch::collect::targets::{TargetError, TargetOptions};
 use heapwatch::collect::{CollectConfig, CollectSummary, LiveStatus, Observer, StopReason};
+use heapwatch::launch::hold;
 use heapwatch::source::Target;
 use heapwatch::source::http::HttpOptions;
 use heapwatch::store::CaptureRecord;
@@ -37,6 +40,7 @@ pub(super) const HELP_ORDER: &[&str] = &[
     "agent_dir",
     "pid",
     "cgroup",
+    "oom_hold",
     "memory_interval",
     "timeout",
     "duration",
@@ -115,6 +119,12 @@ pub struct CollectArgs {
     /// targets: NAME=PATH (repeatable).
     #[arg(long, value_name = "[NAME=]PATH")]
     cgroup: Vec<String>,
+    /// At the kernel's OOM kill in the target's v1 memory cgroup (--cgroup, or a
+    /// proc:cgroup: target), hold the process at its limit until a capture is taken, at most
+    /// this long, then let the kernel kill it. A guardian process releases the hold should
+    /// heapwatch die. One target only.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_flag)]
+    oom_hold: Option<Duration>,
     /// Per-request timeout (shortened in burst mode).
     #[arg(long, default_value = "2s", value_parser = units::parse_duration_flag)]
     timeout: Duration,
@@ -601,6 +611,34 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let cgroups = per_node("--cgroup", &args.cgroup, &names, false)?;
+    let oom_hold = match args.oom_hold.filter(|d| !d.is_zero()) {
+        None => None,
+        Some(_) if cluster => {
+            return Err(usage(
+                "--oom-hold holds one target's cgroup; give it with one target".into(),
+            ));
+        }
+        Some(max) => {
+            let dir = cgroups[0]
+                .as_ref()
+                .map(PathBuf::from)
+                .or_else(|| {
+                    args.targets[0]
+                        .as_str()
+                        .strip_prefix("proc:cgroup:")
+                        .map(PathBuf::from)
+                })
+                .ok_or_else(|| {
+                    usage(
+                        "--oom-hold needs the target's memory cgroup: --cgroup PATH, or a \
+                         proc:cgroup:PATH target"
+                            .into(),
+                    )
+                })?;
+            hold::check_holdable(&dir).map_err(usage)?;
+            Some((dir, max))
+        }
+    };
     let http = args.http_options()?;
     let specs: Vec<TargetSpec> = args
         .targets
@@ -685,7 +723,28 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
 
     let mut status = Status::new(args.record.quiet, args.progress_every, &names);
     status.await_logs(awaited);
-    let outcome = collection.run(status.observers());
+    // The OOM hold, started last: nothing is held before the collector runs.
+    let held = match oom_hold {
+        Some((dir, max)) => {
+            let captured = Arc::new(AtomicI64::new(i64::MIN));
+            let holder = hold::Holder::start(&dir, max, captured.clone()).map_err(usage)?;
+            Some((holder, captured))
+        }
+        None => None,
+    };
+    let mut observers = status.observers();
+    if let Some((_, captured)) = &held {
+        let first = observers.remove(0);
+        observers.insert(
+            0,
+            Box::new(hold::HoldObserver {
+                inner: first,
+                captured_ms: captured.clone(),
+            }),
+        );
+    }
+    let outcome = collection.run(observers);
+    drop(held);
     status.finish();
     let pushed = super::collect_push::finish_all(live_pushes, args.record.quiet);
 

@@ -108,6 +108,10 @@ enum Command {
     /// The Go processes on this node (or under a cgroup): pid, Go release, heap in use read
     /// from memory, memory against the container's limit, pod and container.
     Ps(ps::PsArgs),
+    /// The guardian of `collect --oom-hold`: clears the cgroup's oom_kill_disable once its
+    /// stdin ends (heapwatch gone, however it went). Started by heapwatch itself.
+    #[command(name = "oom-hold-guard", hide = true)]
+    OomHoldGuard { cgroup: std::path::PathBuf },
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
@@ -128,6 +132,9 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Run(args) => run::run(*args),
         Command::Index(args) => index::run(args),
         Command::Ps(args) => ps::run(args),
+        Command::OomHoldGuard { cgroup } => heapwatch::launch::hold::guard(&cgroup)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(CliError::Store),
     }
 }
 

@@ -27,9 +27,11 @@ use super::record_flags::{RecordFlags, help_order};
 /// Run's flags in the order its help shows them.
 pub(super) const HELP_ORDER: &[&str] = &[
     "out",
+    "retarget",
     "limit",
     "restarts",
     "restart_policy",
+    "oom_hold",
     "backoff",
     "kubelet_backoff",
     "also",
@@ -48,6 +50,10 @@ pub(super) const HELP_ORDER: &[&str] = &[
 pub struct RunArgs {
     #[command(flatten)]
     record: RecordFlags,
+    /// Resume an existing --out run with another program than the one it recorded (its
+    /// cycles then follow as further boot cycles); without it, that is refused.
+    #[arg(long)]
+    retarget: bool,
     /// Memory limit: a fresh memory cgroup with this limit (as root), else a watchdog that
     /// SIGKILLs the command once its RSS passes it.
     #[arg(long, value_parser = units::parse_size)]
@@ -56,6 +62,11 @@ pub struct RunArgs {
     /// Ctrl-C).
     #[arg(long)]
     restarts: Option<u32>,
+    /// At the kernel's OOM kill, hold the command at its limit until a capture is taken, at
+    /// most this long, then let the kernel kill it (cgroup v1; 0s: no hold). The last capture
+    /// is then the fullest heap.
+    #[arg(long, default_value = "2s", value_parser = units::parse_duration_flag)]
+    oom_hold: Duration,
     /// Which ends are restarted, as a Pod's restartPolicy: Always (a clean exit too, the
     /// kubelet's default), OnFailure (all but exit code 0) or Never.
     #[arg(long, default_value = "Always", value_parser = RestartOn::parse)]
@@ -116,7 +127,14 @@ impl RunArgs {
     }
 
     /// `run.json` for a run directory; a run resumed keeps its first start and notes this one.
-    fn info(&self, out: &Path, target: &str, source: &str, mode: &str, started_ms: i64) -> RunInfo {
+    fn info(
+        &self,
+        out: &Path,
+        target: &str,
+        source: &str,
+        (mode, hold): (&str, Option<&str>),
+        started_ms: i64,
+    ) -> RunInfo {
         let previous = heapwatch::store::RunDir::open(out)
             .ok()
             .and_then(|r| r.info);
@@ -135,6 +153,7 @@ impl RunArgs {
                         .collect(),
                 ),
                 confinement: Some(mode.to_string()),
+                oom_hold: hold.map(str::to_string),
                 restarts: self.restarts,
                 restart_policy: Some(self.restart_policy.as_str().to_string()),
                 backoff_ms: Some(self.policy().backoff.as_millis() as u64),
@@ -213,12 +232,43 @@ fn describe(event: &LifeEvent) -> String {
     }
 }
 
+/// A run resumed records the program it recorded before: another one (an etcd run given a
+/// NATS server) would file its cycles as more boot cycles of the first. The same program is its
+/// file's name: `./v2/ziti` after `./v1/ziti` is a new build of it, which its cycles record.
+fn check_same_program(out: &Path, program: &std::ffi::OsStr) -> Result<(), CliError> {
+    let Some(old) = heapwatch::store::RunDir::open(out)
+        .ok()
+        .and_then(|r| r.info)
+        .and_then(|i| i.options.command)
+    else {
+        return Ok(());
+    };
+    let Some(old_program) = old.first() else {
+        return Ok(());
+    };
+    let name = |p: &Path| p.file_name().map(|n| n.to_os_string());
+    let new = Path::new(program);
+    if name(Path::new(old_program)) == name(new) {
+        return Ok(());
+    }
+    Err(usage(format!(
+        "{}: this run recorded {}, not {}; give a new --out, or --retarget to add its cycles \
+         to it as further boot cycles",
+        out.display(),
+        old.join(" "),
+        new.display()
+    )))
+}
+
 pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
     let (program, rest) = args
         .command
         .split_first()
         .ok_or_else(|| usage("heapwatch run: no command given after --".into()))?;
+    if !args.retarget {
+        check_same_program(&args.record.out, program)?;
+    }
     let mut also = Vec::new();
     for target in &args.also {
         also.push(also_source(target)?);
@@ -256,10 +306,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     let source = FollowSource::new(&target, selector, proc_attacher(&target), config.interval);
     let started_ms = SystemClock::new().unix_ms();
     let mode = confinement.mode();
+    let hold_mode = launch::hold::describe(&confinement, args.oom_hold);
     let main = SubRun {
         out: args.record.out.clone(),
         source: Box::new(source),
-        info: args.info(&args.record.out, &target, "proc", mode, started_ms),
+        info: args.info(
+            &args.record.out,
+            &target,
+            "proc",
+            (mode, Some(&hold_mode)),
+            started_ms,
+        ),
     };
     let also = also
         .into_iter()
@@ -272,7 +329,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
                     &out,
                     target.as_str(),
                     source.kind().as_str(),
-                    mode,
+                    (mode, None),
                     started_ms,
                 ),
                 out,
@@ -312,6 +369,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         interrupt: &interrupt,
         pid: Arc::clone(&pid.0),
         notify: &notify,
+        oom_hold: args.oom_hold,
     };
     let outcome = launch::record(recording, &mut *observers[0]);
     status.finish();

@@ -81,6 +81,7 @@ impl Collector {
             self.cycle_of_pid.insert(pid, first.cycle);
         }
         self.cycle_noted = first.cycle;
+        self.own_codes.note(&record);
         self.append(record).await
     }
 }

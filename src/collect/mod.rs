@@ -31,7 +31,7 @@ pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
 
 use crate::decode::{self, DecodeLimits, stackdump};
-use crate::index::{CaptureIndexer, Content as IndexContent};
+use crate::index::{CaptureIndexer, Content as IndexContent, OwnCodes};
 use crate::source::procmem::MemoryProbe;
 use crate::source::{BodyTap, FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
 use crate::store::{CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
@@ -154,6 +154,16 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
 }
 
+impl<O: Observer + ?Sized> Observer for Box<O> {
+    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
+        (**self).attempt(record, status);
+    }
+
+    fn ended(&mut self, record: &CaptureRecord) {
+        (**self).ended(record);
+    }
+}
+
 impl Observer for NoObserver {
     fn attempt(&mut self, _: &CaptureRecord, _: &LiveStatus) {}
 }
@@ -236,6 +246,8 @@ pub struct Collector {
     last_heap: Option<HeapMark>,
     /// Writes each stored capture's site index entry on a thread of its own.
     indexer: CaptureIndexer,
+    /// Each boot cycle's own code, from the `cycle` records: what the indexer names sites by.
+    own_codes: OwnCodes,
     /// `exit` records written since the observer was last told.
     ends_to_tell: Vec<CaptureRecord>,
     /// What a heap and a goroutine capture cost the target lately (see [`Cost`]).
@@ -311,6 +323,7 @@ impl Collector {
             .max()
             .unwrap_or(0);
         let indexer = CaptureIndexer::start(writer.root());
+        let own_codes = OwnCodes::of(&existing.records);
         Collector {
             config,
             kind: source.kind(),
@@ -364,6 +377,7 @@ impl Collector {
             idle_factor: 1,
             last_heap: None,
             indexer,
+            own_codes,
             to_index: None,
             ends_to_tell: Vec::new(),
             heap_cost: Cost::default(),
@@ -915,15 +929,17 @@ impl Collector {
             }
         }
         self.append(record.clone()).await?;
-        if let Some(content) = self.to_index.take() {
-            // Durable and recorded: only now is its index entry made, off this thread.
-            if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
-                let path = self.root.join(file);
-                self.indexer.add(&record, path, content);
-            }
-        }
         if record.is_ok() && record.cycle > self.cycle_noted {
             self.note_cycle(&record).await?;
+        }
+        if let Some(content) = self.to_index.take() {
+            // Durable and recorded, and its cycle's build noted (its main module names the
+            // sites): only now is its index entry made, off this thread.
+            if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
+                let path = self.root.join(file);
+                let own = self.own_codes.of_cycle(record.cycle);
+                self.indexer.add(&record, path, content, own);
+            }
         }
         self.pace_idle(&record);
         if record.is_ok() {

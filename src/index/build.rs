@@ -74,7 +74,7 @@ fn is_profiler(name: &str) -> bool {
 }
 
 /// The figures of a decoded pprof profile of `kind`.
-pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
+pub fn from_profile(profile: &Profile, kind: RecordKind, own: &reduce::OwnCode) -> CaptureFigures {
     let types = profile.sample_types.len();
     let sample_types: Vec<String> = (0..types)
         .map(|i| profile.sample_type_name(i).to_string())
@@ -96,7 +96,7 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
     } else {
         Vec::new()
     };
-    let mut namer = reduce::SiteNamer::new(profile);
+    let mut namer = reduce::SiteNamer::new(profile, own);
     // Sites: the same names as `reduce::heap_sites` and `goroutine_sites` (the first frame in
     // the target's own code with the leaf beside it, the profiler's own allocations set apart).
     // A few dozen sites looked up once a sample: SipHash was 4% of a first analysis.
@@ -143,11 +143,11 @@ pub fn from_profile(profile: &Profile, kind: RecordKind) -> CaptureFigures {
 }
 
 /// The figures of a text goroutine dump (the agent's op 0x01): one sample type, `goroutine`.
-pub fn from_dump(dump: &StackDump) -> CaptureFigures {
+pub fn from_dump(dump: &StackDump, own: &reduce::OwnCode) -> CaptureFigures {
     CaptureFigures {
         sample_types: vec!["goroutine".into()],
         default_type: 0,
-        sites: reduce::goroutine_dump_sites(dump)
+        sites: reduce::goroutine_dump_sites(dump, own)
             .into_iter()
             .map(|s| (s.name, vec![s.value]))
             .collect(),
@@ -173,19 +173,20 @@ mod tests {
     #[test]
     fn site_figures_equal_the_reduction_of_the_decoded_profile() {
         let heap = fixture("hiddenleak-heap-late.pb.gz");
-        let figures = from_profile(&heap, RecordKind::Heap);
+        let own = reduce::OwnCode::guess();
+        let figures = from_profile(&heap, RecordKind::Heap, &own);
         assert_eq!(
             figures.site_figures(RecordKind::Heap),
-            reduce::heap_sites(&heap)
+            reduce::heap_sites(&heap, &own)
         );
         assert_eq!(figures.sample_types.len(), 4);
         let sites_inuse: i64 = figures.sites.iter().map(|s| s.1[3]).sum();
         assert_eq!(sites_inuse, heap.total(3));
         let g = fixture("goroutineleak-goroutine.pb.gz");
-        let figures = from_profile(&g, RecordKind::Goroutine);
+        let figures = from_profile(&g, RecordKind::Goroutine, &own);
         assert_eq!(
             figures.site_figures(RecordKind::Goroutine),
-            reduce::goroutine_sites(&g)
+            reduce::goroutine_sites(&g, &own)
         );
     }
 }

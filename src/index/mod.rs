@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::analyse::reduce::SiteFigures;
+use crate::analyse::reduce::{OwnCode, SiteFigures};
 use crate::decode::{self, DecodeError, DecodeLimits};
 use crate::store::{CaptureRecord, RecordKind, RunDir};
 pub use build::CaptureFigures;
@@ -220,13 +220,14 @@ pub fn build_file(
     path: &Path,
     kind: RecordKind,
     limits: &DecodeLimits,
+    own: &OwnCode,
 ) -> Result<(CaptureFigures, Option<u64>), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if kind == RecordKind::Goroutine && !decode::is_gzip(&bytes) && bytes.starts_with(b"goroutine ")
     {
         let dump =
             decode::stackdump::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        return Ok((build::from_dump(&dump), Some(0)));
+        return Ok((build::from_dump(&dump, own), Some(0)));
     }
     // One thread a capture: a rebuild already decodes captures on every core, and a gunzip
     // thread per capture beside that only adds hand-offs (CPU 1.47x `gzip -dc` against 1.02x
@@ -234,7 +235,7 @@ pub fn build_file(
     let profile = decode::decode_on_one_thread(&bytes, limits)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((
-        build::from_profile(&profile, kind),
+        build::from_profile(&profile, kind, own),
         gunzipped_len(&bytes, limits),
     ))
 }
@@ -253,6 +254,39 @@ fn gunzipped_len(bytes: &[u8], limits: &DecodeLimits) -> Option<u64> {
     Some(u64::from(u32::from_le_bytes(trailer)))
 }
 
+/// Which code is each boot cycle's own ([`OwnCode`]): the main module its `cycle` record names,
+/// else the guess. The live indexer and every later analysis read it from the same records, so
+/// an entry names its sites as a rebuild would.
+#[derive(Debug, Clone, Default)]
+pub struct OwnCodes {
+    cycles: HashMap<u32, OwnCode>,
+    guess: OwnCode,
+}
+
+impl OwnCodes {
+    pub fn of(records: &[CaptureRecord]) -> OwnCodes {
+        let mut own = OwnCodes::default();
+        for r in records {
+            own.note(r);
+        }
+        own
+    }
+
+    /// Takes a `cycle` record's main module, when it names one.
+    pub fn note(&mut self, record: &CaptureRecord) {
+        if record.kind != RecordKind::Cycle {
+            return;
+        }
+        if let Some(module) = record.build.as_ref().and_then(|b| b.module.as_deref()) {
+            self.cycles.insert(record.cycle, OwnCode::module(module));
+        }
+    }
+
+    pub fn of_cycle(&self, cycle: u32) -> &OwnCode {
+        self.cycles.get(&cycle).unwrap_or(&self.guess)
+    }
+}
+
 /// Where an analysis gets a capture's site figures: the index when its entry is fresh, else
 /// the profile, decoded (and the figures kept, to be appended with [`SiteSource::keep`]).
 pub struct SiteSource<'r> {
@@ -262,6 +296,8 @@ pub struct SiteSource<'r> {
     /// Opened at the first entry to keep, then kept: it reads the file once, then only what
     /// others append.
     writer: std::sync::Mutex<Option<IndexWriter>>,
+    /// Each boot cycle's own code, from its `cycle` record.
+    own: OwnCodes,
 }
 
 /// A capture's figures, and the entry to append when they came from decoding.
@@ -274,6 +310,7 @@ impl<'r> SiteSource<'r> {
             index: RunIndex::open(&run.root),
             limits,
             writer: std::sync::Mutex::new(None),
+            own: OwnCodes::of(&run.manifest.records),
         }
     }
 
@@ -288,7 +325,8 @@ impl<'r> SiteSource<'r> {
             Some(Err(e)) => return Err(format!("{}: {e}", path.display())),
             None => {}
         }
-        let (figures, gunzipped) = build_file(&path, record.kind, self.limits)?;
+        let own = self.own.of_cycle(record.cycle);
+        let (figures, gunzipped) = build_file(&path, record.kind, self.limits, own)?;
         let sites = figures.site_figures(record.kind);
         Ok((
             sites,
@@ -553,6 +591,7 @@ struct Job {
     record: CaptureRecord,
     path: PathBuf,
     content: Content,
+    own: OwnCode,
 }
 
 impl CaptureIndexer {
@@ -573,7 +612,7 @@ impl CaptureIndexer {
                     let (figures, gunzipped) = match job.content {
                         Content::Profile(raw) => match decode::decode_protobuf(&raw) {
                             Ok(p) => (
-                                build::from_profile(&p, job.record.kind),
+                                build::from_profile(&p, job.record.kind, &job.own),
                                 if stored_gzipped(&job.path) {
                                     raw.len() as u64
                                 } else {
@@ -582,7 +621,7 @@ impl CaptureIndexer {
                             ),
                             Err(_) => continue,
                         },
-                        Content::Dump(dump) => (build::from_dump(&dump), 0),
+                        Content::Dump(dump) => (build::from_dump(&dump, &job.own), 0),
                     };
                     if job.record.kind == RecordKind::Heap {
                         let sites = figures
@@ -623,13 +662,15 @@ impl CaptureIndexer {
         self.latest_heap.lock().ok()?.take()
     }
 
-    /// Queues a durable capture (its manifest line written) for indexing; never blocks.
-    pub fn add(&self, record: &CaptureRecord, path: PathBuf, content: Content) {
+    /// Queues a durable capture (its manifest line written) for indexing, its sites named by
+    /// `own`, its cycle's own code as [`OwnCodes`] reads it from the manifest; never blocks.
+    pub fn add(&self, record: &CaptureRecord, path: PathBuf, content: Content, own: &OwnCode) {
         if let Some(jobs) = &self.jobs {
             let _ = jobs.try_send(Job {
                 record: record.clone(),
                 path,
                 content,
+                own: own.clone(),
             });
         }
     }

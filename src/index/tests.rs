@@ -36,8 +36,8 @@ fn reduced(run: &RunDir, r: &CaptureRecord) -> Vec<SiteFigures> {
     let bytes = std::fs::read(run.file_path(r).unwrap()).unwrap();
     let profile = decode::decode(&bytes, &DecodeLimits::default()).unwrap();
     match r.kind {
-        RecordKind::Goroutine => reduce::goroutine_sites(&profile),
-        _ => reduce::heap_sites(&profile),
+        RecordKind::Goroutine => reduce::goroutine_sites(&profile, &reduce::OwnCode::guess()),
+        _ => reduce::heap_sites(&profile, &reduce::OwnCode::guess()),
     }
 }
 
@@ -168,7 +168,12 @@ fn the_collector_keeps_the_decompressed_size_of_what_it_indexes() {
             let path = run.file_path(r).unwrap();
             let raw = decode::gunzip(&std::fs::read(&path).unwrap(), u64::MAX).unwrap();
             sizes.push(raw.len() as u64);
-            indexer.add(r, path, Content::Profile(raw));
+            indexer.add(
+                r,
+                path,
+                Content::Profile(raw),
+                &crate::analyse::reduce::OwnCode::guess(),
+            );
         }
     }
     let index = RunIndex::open(&root);

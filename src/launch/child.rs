@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::LaunchError;
+use super::hold::{Held, OomHold};
 use crate::source::procmem::process_rss;
 
 /// The command to start, and the cgroup it joins.
@@ -170,6 +171,8 @@ pub struct Death {
     pub oom_killed: bool,
     /// The watchdog killed it for passing the limit.
     pub watchdog_killed: bool,
+    /// How long the kernel held it at its OOM kill for a capture (`--oom-hold`).
+    pub oom_held: Option<Duration>,
     pub lived: Duration,
 }
 
@@ -209,6 +212,8 @@ pub struct Watch<'a> {
     pub watchdog: Option<u64>,
     /// The cgroup's OOM-kill counter, when there is a cgroup.
     pub oom_kills: &'a (dyn Fn() -> Option<u64> + Sync),
+    /// Hold the command at its OOM kill until a capture is taken (cgroup v1).
+    pub hold: Option<&'a OomHold>,
 }
 
 /// Starts the command, waits for each end, restarts it by the policy.
@@ -222,6 +227,9 @@ pub fn supervise(
     let mut quick = 0;
     loop {
         let kills_before = (watch.oom_kills)();
+        if let Some(hold) = watch.hold {
+            hold.arm();
+        }
         let mut child = launch.spawn().map_err(|source| LaunchError::Spawn {
             program: Path::new(&launch.program).display().to_string(),
             source,
@@ -237,6 +245,9 @@ pub fn supervise(
         // When the kill was seen: the kernel's OOM kill (its counter rose) or the watchdog's.
         // Tearing down a large process takes tens of milliseconds before it can be reaped.
         let mut killed_ms = None;
+        // The hold in progress, and how long the last one lasted.
+        let mut held: Option<Held> = None;
+        let mut oom_held = None;
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
@@ -263,6 +274,22 @@ pub fn supervise(
                     killed_ms = Some(crate::time::now_ms());
                 }
             }
+            if let Some(hold) = watch.hold {
+                if held.is_none() && oom_held.is_none() && hold.under_oom() {
+                    held = Some(hold.begin(crate::time::now_ms()));
+                }
+                if let Some(h) = held.filter(|h| hold.done(h)) {
+                    let lasted = hold.release(&h);
+                    oom_held = Some(lasted);
+                    held = None;
+                }
+                // A release the kernel did not act on (the file could not be written):
+                // the process is never left held.
+                if oom_held.is_some_and(|d| d > hold.max() + HOLD_GRACE) && killed_ms.is_none() {
+                    // SAFETY: kill(2) on our own unreaped child: the pid cannot be reused yet.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
+            }
             if killed_ms.is_none() {
                 let kills = (watch.oom_kills)();
                 if matches!((kills_before, kills), (Some(a), Some(b)) if b > a) {
@@ -282,6 +309,7 @@ pub fn supervise(
             signal: status.signal(),
             oom_killed: matches!((kills_before, kills_after), (Some(a), Some(b)) if b > a),
             watchdog_killed,
+            oom_held,
             lived,
         };
         on_event(LifeEvent::Died(death));
@@ -319,6 +347,9 @@ pub fn supervise(
         restarts += 1;
     }
 }
+
+/// How long after a hold's release the kernel has to kill before the supervisor does.
+const HOLD_GRACE: Duration = Duration::from_secs(5);
 
 fn watch_poll(policy: &RestartPolicy) -> Duration {
     policy.poll.max(Duration::from_millis(1))
@@ -364,6 +395,7 @@ mod tests {
             pid: &pid,
             watchdog,
             oom_kills: &|| None,
+            hold: None,
         };
         let mut events = Vec::new();
         let result = supervise(launch, policy, &watch, &mut |e| events.push(e));

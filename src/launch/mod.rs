@@ -4,6 +4,7 @@
 
 pub mod cgroup;
 pub mod child;
+pub mod hold;
 mod record;
 
 use std::io;

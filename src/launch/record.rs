@@ -8,13 +8,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::time::Duration;
 
 use super::LaunchError;
 use super::cgroup::Confinement;
 use super::child::{self, Death, Ending, Launch, LifeEvent, RestartPolicy, Watch};
+use super::hold::{HoldObserver, OomHold};
 use crate::collect::sampler::{Sampler, SamplerTally};
 use crate::collect::{
     Clock, CollectConfig, CollectError, CollectSummary, Collector, NoObserver, Observer,
@@ -46,6 +47,9 @@ pub struct Recording<'a> {
     pub pid: Arc<AtomicU32>,
     /// Told about every starting and ending process, e.g. to print it.
     pub notify: &'a (dyn Fn(&LifeEvent) + Sync),
+    /// Hold the command at its OOM kill until a capture is taken, at most this long (zero:
+    /// no hold; cgroup v1 only, see [`super::hold`]).
+    pub oom_hold: Duration,
 }
 
 #[derive(Debug)]
@@ -74,7 +78,15 @@ pub fn record(
         interrupt,
         pid,
         notify,
+        oom_hold,
     } = recording;
+    // When the newest recorded capture began, for the hold to know a capture was taken.
+    let captured_ms = Arc::new(AtomicI64::new(i64::MIN));
+    let hold = OomHold::new(confinement, oom_hold, captured_ms.clone());
+    let mut observer = HoldObserver {
+        inner: observer,
+        captured_ms,
+    };
     let launch = Launch {
         join: confinement.cgroup().map(|cg| cg.procs_file()),
         ..launch
@@ -124,6 +136,7 @@ pub fn record(
                 pid: &pid,
                 watchdog,
                 oom_kills: &oom_kills,
+                hold: hold.as_ref(),
             };
             let mut deaths = Vec::new();
             let result = child::supervise(&launch, &policy, &watch, &mut |event| {
@@ -170,7 +183,7 @@ pub fn record(
         )
         .with_outside_memory(outside.clone())
         .with_events(main_rx)
-        .run(observer);
+        .run(&mut observer);
         collecting.fetch_sub(1, Ordering::Relaxed);
         if main_result.is_err() {
             // The run cannot be written: end the command rather than run it unrecorded.
@@ -228,6 +241,11 @@ pub fn event_record(event: &LifeEvent) -> Option<CaptureRecord> {
                 ("watchdog_kill".to_string(), d.watchdog_killed as i64),
                 ("lived_ms".to_string(), d.lived.as_millis() as i64),
             ]);
+            // Only when the kernel held it (`run --oom-hold`): a hold of 0 ms is one too.
+            if let Some(held) = d.oom_held {
+                r.totals
+                    .insert("oom_held_ms".to_string(), held.as_millis() as i64);
+            }
             Some(r)
         }
         LifeEvent::Interrupted { .. } => None,
@@ -247,6 +265,7 @@ mod tests {
             signal: Some(9),
             oom_killed: true,
             watchdog_killed: false,
+            oom_held: Some(Duration::from_millis(120)),
             lived: Duration::from_millis(4_500),
         };
         let r = event_record(&LifeEvent::Died(death)).unwrap();
@@ -257,6 +276,7 @@ mod tests {
         );
         assert_eq!(r.totals["oom_kill"], 1);
         assert_eq!(r.totals["lived_ms"], 4_500);
+        assert_eq!(r.totals["oom_held_ms"], 120);
         assert!(r.is_ok());
         let stop = LifeEvent::Interrupted {
             pid: Some(7),

@@ -14,6 +14,10 @@ pub struct BuildInfo {
     /// `go1.26.8`, from the agent (op 0x04) or the binary's build info.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub go_version: Option<String>,
+    /// The main module's path (`github.com/nats-io/nats-server/v2`), from the binary's build
+    /// info: what names a site by the target's own code rather than by a library it calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
     /// `vcs.revision` from the binary's build info.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vcs_revision: Option<String>,
@@ -45,6 +49,7 @@ impl BuildInfo {
         };
         fill(&mut self.version, &other.version);
         fill(&mut self.go_version, &other.go_version);
+        fill(&mut self.module, &other.module);
         fill(&mut self.vcs_revision, &other.vcs_revision);
         fill(&mut self.ldflags, &other.ldflags);
         fill(&mut self.build_id, &other.build_id);

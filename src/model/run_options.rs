@@ -126,6 +126,10 @@ pub struct RunOptions {
         skip_serializing_if = "Option::is_none"
     )]
     pub confinement: Option<String>,
+    /// `run --oom-hold`: what holding the command at its OOM kill for a capture could do
+    /// here (held on cgroup v1, not possible on v2 or without a cgroup, or off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_hold: Option<String>,
     #[serde(
         default,
         deserialize_with = "lenient",

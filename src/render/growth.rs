@@ -116,7 +116,14 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
         c.errors
     );
     let _ = writeln!(out, "  verdict: {}", c.verdict);
-    let _ = writeln!(out, "  end: {}", end_words(&c.end));
+    let _ = match c.oom_held_ms {
+        Some(held) => writeln!(
+            out,
+            "  end: {}, after the kernel held it {held} ms at its limit for a last capture",
+            end_words(&c.end)
+        ),
+        None => writeln!(out, "  end: {}", end_words(&c.end)),
+    };
     if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {
         let mut line = format!(
             "  heap in use {} → {} (first → last capture)",

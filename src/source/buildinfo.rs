@@ -229,7 +229,7 @@ pub fn build_of(raw: &RawBuild) -> BuildInfo {
         let mut fields = line.split('\t');
         match fields.next() {
             Some("mod") => {
-                let _path = fields.next();
+                build.module = fields.next().filter(|p| !p.is_empty()).map(str::to_string);
                 build.version = fields
                     .next()
                     .filter(|v| !v.is_empty() && *v != "(devel)")

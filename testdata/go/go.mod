@@ -2,7 +2,13 @@ module heapwatch.test/fixtures
 
 go 1.26
 
-require github.com/openziti/agent v1.0.30
+require (
+	example.com/wal v0.0.0
+	github.com/openziti/agent v1.0.30
+)
+
+// The stand-in for a WAL library of another module (cmd/replay).
+replace example.com/wal => ./wal
 
 require (
 	github.com/mattn/go-colorable v0.1.14 // indirect

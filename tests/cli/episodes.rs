@@ -436,7 +436,12 @@ fn a_pool_new_func_is_named_by_the_code_that_called_the_pool() {
     let c = growth(&run);
     let v = verdict(&c);
     eprintln!("pool: {v}");
-    assert_eq!(c["reading"]["sites"][0]["name"], POOLED, "{}", c["reading"]);
+    // JSON keeps `name` for the leaf function, as pprof spells it; `own` and `site` beside it.
+    let top = &c["reading"]["sites"][0];
+    assert_eq!(top["site"], POOLED, "{}", c["reading"]);
+    assert_eq!(top["name"], "main.init.func1", "{top}");
+    assert_eq!(top["own"], "main.(*client).queueOutbound", "{top}");
+    assert_eq!(c["sites"][0]["name"], "main.init.func1", "{}", c["sites"]);
     assert!(v.contains(POOLED), "{v}");
     let (code, said) = check(&run, "growth>5MiB/s", None);
     assert_eq!(code, 1, "{said}");
@@ -489,7 +494,7 @@ fn a_connection_leak_is_named_by_its_loops_not_where_they_park() {
     let names: Vec<&str> = g
         .iter()
         .take(2)
-        .map(|x| x["name"].as_str().unwrap())
+        .map(|x| x["site"].as_str().unwrap())
         .collect();
     eprintln!("leak: {names:?}; {}", verdict(&c));
     for loop_name in ["main.(*client).readLoop", "main.(*client).writeLoop"] {
@@ -504,7 +509,7 @@ fn a_connection_leak_is_named_by_its_loops_not_where_they_park() {
     );
     assert!(
         g.iter()
-            .all(|x| !x["name"].as_str().unwrap().starts_with("sync.")),
+            .all(|x| !x["site"].as_str().unwrap().starts_with("sync.")),
         "{g:?}"
     );
     assert!(verdict(&c).contains("main.(*client)."), "{}", verdict(&c));
@@ -622,4 +627,90 @@ fn flame_growth_draws_the_cycle_that_died_not_the_one_stopped_after_it() {
         "the cycle that died is drawn"
     );
     assert!(text.contains("storeRawMsg"), "its growth is drawn");
+}
+
+/// A crash loop replaying a write-ahead log through a library of another module (etcd's WAL
+/// over protobuf): with the main module read from the binary's build info, every cycle names
+/// the main module's frame that keeps the records, with the library's leaf beside it, and the
+/// cycles agree; an index rebuilt later names them as the live one did.
+#[test]
+fn a_crash_loop_replaying_through_a_library_is_named_by_the_main_module_in_every_cycle() {
+    const REPLAY: &str = "main.(*raftLog).replay";
+    const READ: &str = "example.com/wal.(*Decoder).readRecord";
+    let Some(replay) = util::go_fixture("replay") else {
+        return;
+    };
+    let dir = util::tempdir();
+    let run = dir.path().join("replay");
+    let mut cmd = util::heapwatch();
+    cmd.args([
+        "run",
+        "-q",
+        "--limit",
+        "128MiB",
+        "--restarts",
+        "2",
+        "--interval",
+        "200ms",
+    ])
+    .arg("--out")
+    .arg(&run)
+    .arg("--")
+    .arg(&replay)
+    .args(["-rate", "40MiB"])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("heapwatch run starts");
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let (status, _) = util::wait_for_exit(&mut child, DEADLINE * 3);
+    assert!(status.success(), "{status}: {err}");
+    let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
+    let mode = info["options"]["confinement"].as_str().unwrap_or("");
+    if !mode.starts_with("cgroup") {
+        crate::prerequisite::reduced(
+            crate::prerequisite::Need::Root,
+            &format!("heapwatch run made no memory cgroup (confinement {mode})"),
+            "the watchdog played the kernel",
+        );
+    }
+
+    let manifest = fs::read_to_string(run.join("manifest.jsonl")).unwrap();
+    let modules: Vec<Value> = manifest
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["kind"] == "cycle")
+        .map(|r| r["build"]["module"].clone())
+        .collect();
+    assert_eq!(modules.len(), 3, "{manifest}");
+    assert!(
+        modules.iter().all(|m| m == "heapwatch.test/fixtures"),
+        "the main module from the binary's build info: {modules:?}"
+    );
+
+    let doc = json(&["growth", run.to_str().unwrap(), "--json"]);
+    let cycles = doc["cycles"].as_array().unwrap();
+    assert_eq!(cycles.len(), 3, "{doc}");
+    let site = format!("{REPLAY} (leaf {READ})");
+    for c in cycles {
+        let v = verdict(c);
+        assert_eq!(c["end"]["kind"], "oom-killed", "{v}");
+        let top = &c["reading"]["sites"][0];
+        assert_eq!(top["site"], site.as_str(), "{v}");
+        assert_eq!(top["name"], READ, "the leaf, as pprof spells it: {top}");
+        assert_eq!(top["own"], REPLAY, "{top}");
+        assert!(v.contains(&site), "{v}");
+    }
+    assert_eq!(
+        doc["across"]["same_top_site"],
+        site.as_str(),
+        "{}",
+        doc["across"]
+    );
+    assert_eq!(doc["across"]["died"], 3, "{}", doc["across"]);
+
+    // The live index and one rebuilt from the manifest name the sites alike.
+    fs::remove_file(run.join("sites.idx")).unwrap();
+    let rebuilt = json(&["growth", run.to_str().unwrap(), "--json"]);
+    assert_eq!(rebuilt, doc);
 }

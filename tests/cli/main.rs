@@ -26,6 +26,8 @@ mod growth;
 mod index;
 mod oracle;
 mod proc;
+mod proc_goroutines;
+mod proc_memstats;
 mod ps;
 mod push;
 mod replay;

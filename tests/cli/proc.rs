@@ -26,7 +26,12 @@ const SAMPLE_TYPES: [&str; 4] = [
 /// per variant. `toolchain` is a GOTOOLCHAIN value (`local` for the installed Go): older ones
 /// come through the module proxy the first time. Variants named `cgo…` or `ext…` are built
 /// with cgo on (the system linker, gcc, links them).
-fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Option<PathBuf> {
+pub(crate) fn build(
+    variant: &str,
+    package: &str,
+    toolchain: &str,
+    flags: &[&str],
+) -> Option<PathBuf> {
     let go = util::go()?;
     let cgo = variant.contains("cgo") || variant.contains("ext");
     if cgo && util::on_path("gcc").is_none() {
@@ -71,13 +76,13 @@ fn build(variant: &str, package: &str, toolchain: &str, flags: &[&str]) -> Optio
 }
 
 /// A running fixture: the child and the port of its pprof endpoint.
-struct Running {
-    child: Reaped,
-    port: u16,
+pub(crate) struct Running {
+    pub(crate) child: Reaped,
+    pub(crate) port: u16,
     _dir: tempfile::TempDir,
 }
 
-fn start(binary: &Path) -> Running {
+pub(crate) fn start(binary: &Path) -> Running {
     let dir = util::tempdir();
     let log = dir.path().join("out.txt");
     let mut child = Command::new(binary)
@@ -111,7 +116,7 @@ fn http_heap(port: u16) -> Vec<u8> {
 }
 
 /// `go tool pprof` output with its header (file, build id, type, time) cut off.
-fn pprof(go: &Path, file: &Path, args: &[&str]) -> String {
+pub(crate) fn pprof(go: &Path, file: &Path, args: &[&str]) -> String {
     let out = Command::new(go)
         .args(["tool", "pprof"])
         .args(args)
@@ -222,7 +227,7 @@ fn check_variant(variant: &str, toolchain: &str, flags: &[&str], go_version: &st
     assert_same_profile(&proc_file, &http_file, variant);
 }
 
-fn installed_go_version() -> Option<String> {
+pub(crate) fn installed_go_version() -> Option<String> {
     let out = Command::new(util::go()?)
         .args(["env", "GOVERSION"])
         .output()
@@ -549,7 +554,7 @@ fn missing_ptrace_rights_name_what_is_needed() {
 }
 
 /// A corrupting fixture (testdata/go/procheap/corrupt) damaging its own profile one way.
-fn start_corrupt(binary: &Path, how: &str) -> Reaped {
+pub(crate) fn start_corrupt(binary: &Path, how: &str) -> Reaped {
     let dir = util::tempdir();
     let log = dir.path().join(format!("{how}.txt"));
     let mut child = Command::new(binary)
@@ -803,4 +808,82 @@ fn every_capture_of_a_gc_loop_is_a_state_the_runtime_published() {
         "{consistent} consistent captures, {busy} failed attempts"
     );
     eprintln!("gcloop: {consistent} consistent captures; {busy} attempts met a flush");
+}
+
+/// Per sample type, the values at samples whose leaf is `function`.
+fn at_leaf(gz: &[u8], function: &str) -> HashMap<String, i64> {
+    use heapwatch::decode;
+    let raw = decode::gunzip(gz, 1 << 28).expect("a gzipped capture");
+    let p = decode::decode_message(&raw).expect("a pprof profile");
+    let s = |i: i64| p.string_table[i as usize].clone();
+    let locations: HashMap<u64, _> = p.location.iter().map(|l| (l.id, l)).collect();
+    let functions: HashMap<u64, _> = p.function.iter().map(|f| (f.id, f)).collect();
+    let mut out = HashMap::new();
+    for sample in &p.sample {
+        let leaf = sample
+            .location_id
+            .first()
+            .and_then(|id| locations.get(id))
+            .and_then(|l| l.line.first())
+            .and_then(|line| functions.get(&line.function_id));
+        if leaf.is_some_and(|f| s(f.name) == function) {
+            for (t, v) in p.sample_type.iter().zip(&sample.value) {
+                *out.entry(s(t.r#type)).or_default() += v;
+            }
+        }
+    }
+    out
+}
+
+/// What the heap profile has not published yet: procheap allocates at `main.recentSite` after
+/// its last GC. The proc capture reports those allocations as `recent_objects` and
+/// `recent_space` (the four standard types there are zero, as in /debug/pprof/heap), and once
+/// two GCs have published them, the fixture's own profile shows exactly those as
+/// `alloc_objects` and `alloc_space`. `inuse_space` stays the type pprof shows by default.
+#[test]
+fn proc_capture_reports_unpublished_allocations_as_recent_types() {
+    let Some(binary) = build("plain", ".", "local", &[]) else {
+        return;
+    };
+    let running = start(&binary);
+    let pid = running.child.0.id();
+    let mut source = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
+    let ours = source
+        .fetch(Want::Heap, Duration::from_secs(5))
+        .expect("capture")
+        .bytes;
+    let recent = at_leaf(&ours, "main.recentSite");
+    for standard in SAMPLE_TYPES {
+        assert_eq!(recent.get(standard), Some(&0), "{standard}: {recent:?}");
+    }
+    let (objects, space) = (recent["recent_objects"], recent["recent_space"]);
+    assert!(objects > 0 && space >= objects * 512, "{recent:?}");
+    let theirs_before = at_leaf(&http_heap(running.port), "main.recentSite");
+    assert_eq!(
+        theirs_before.get("alloc_objects"),
+        Some(&0),
+        "{theirs_before:?}"
+    );
+
+    let mut reply = ureq::get(&format!("http://127.0.0.1:{}/publish", running.port))
+        .call()
+        .expect("the fixture publishes");
+    let _ = reply.body_mut().read_to_string();
+    let theirs = at_leaf(&http_heap(running.port), "main.recentSite");
+    assert_eq!(
+        (theirs["alloc_objects"], theirs["alloc_space"]),
+        (objects, space),
+        "what was recent is what the two GCs published: {theirs:?}"
+    );
+
+    let dir = util::tempdir();
+    let file = util::write(dir.path(), "proc.pb.gz", &ours);
+    let go = util::go().expect("go built the fixture");
+    let out = Command::new(&go)
+        .args(["tool", "pprof", "-top", "-nodecount=1"])
+        .arg(&file)
+        .output()
+        .expect("pprof runs");
+    let text = util::stdout(&out);
+    assert!(text.contains("Type: inuse_space"), "{text}");
 }

@@ -55,6 +55,7 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
             crate::analyse::ends::CycleEnd::StillAnswering
         },
         killed: killed_at.is_some(),
+        oom_held_ms: None,
         heap_first: Some(0),
         heap_last: Some(1),
         total_bytes_per_sec: Some(growth_mib * MIB),

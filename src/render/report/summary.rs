@@ -47,6 +47,7 @@ struct RunSummary {
 
 #[derive(Serialize)]
 struct SiteSummary {
+    #[serde(flatten, serialize_with = "crate::analyse::reduce::serialize_site")]
     name: String,
     bytes_per_sec: f64,
     fit_r2: f64,
@@ -57,6 +58,7 @@ struct SiteSummary {
 
 #[derive(Serialize)]
 struct StormSummary {
+    #[serde(flatten, serialize_with = "crate::analyse::reduce::serialize_site")]
     name: String,
     peak_bytes_per_sec: f64,
     typical_bytes_per_sec: f64,
@@ -66,6 +68,7 @@ struct StormSummary {
 
 #[derive(Serialize)]
 struct GoroutineSummary {
+    #[serde(flatten, serialize_with = "crate::analyse::reduce::serialize_site")]
     name: String,
     per_sec: f64,
     first: i64,
@@ -116,6 +119,7 @@ struct CycleSummary<'a> {
 
 #[derive(Serialize)]
 struct RegressionSummary {
+    #[serde(flatten, serialize_with = "crate::analyse::reduce::serialize_site")]
     name: String,
     baseline_bytes_per_sec: f64,
     bytes_per_sec: f64,

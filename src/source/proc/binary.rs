@@ -95,6 +95,12 @@ pub struct RuntimeVars {
     pub mem_profile_rate: u64,
     pub disable_memory_profiling: u64,
     pub prof_mem_active_lock: Option<u64>,
+    /// `runtime.allgs`, the slice of every goroutine: goroutine profiles need it, heap ones
+    /// do not.
+    pub allgs: Option<u64>,
+    /// `runtime.memstats`, `runtime.gcController`, `runtime.mheap_`, `runtime.allp`: what
+    /// MemStats are computed from.
+    pub memstats: Option<[u64; 4]>,
 }
 
 /// One loadable segment: where it sits in the file and at which link-time address.
@@ -198,7 +204,12 @@ type Elf<'d> = ElfFile64<'d, Endianness>;
 
 /// The runtime variables from `.symtab`.
 fn symbols(elf: &Elf) -> Result<RuntimeVars, BinaryError> {
-    const NAMES: [&str; 5] = [
+    const NAMES: [&str; 10] = [
+        "runtime.memstats",
+        "runtime.gcController",
+        "runtime.mheap_",
+        "runtime.allp",
+        "runtime.allgs",
         "runtime.mbuckets",
         "runtime.mProfCycle",
         "runtime.MemProfileRate",
@@ -222,6 +233,15 @@ fn symbols(elf: &Elf) -> Result<RuntimeVars, BinaryError> {
         mem_profile_rate: get("runtime.MemProfileRate")?,
         disable_memory_profiling: get("runtime.disableMemoryProfiling")?,
         prof_mem_active_lock: get("runtime.profMemActiveLock").ok(),
+        allgs: get("runtime.allgs").ok(),
+        memstats: (|| {
+            Some([
+                get("runtime.memstats").ok()?,
+                get("runtime.gcController").ok()?,
+                get("runtime.mheap_").ok()?,
+                get("runtime.allp").ok()?,
+            ])
+        })(),
     };
     Ok(vars)
 }
@@ -319,8 +339,10 @@ impl GoBinary {
         let vars = if elf.section_by_name(".symtab").is_some() {
             symbols(&elf)?
         } else {
-            stripped::recover_vars(&table, (text.address(), section_bytes(&text)?))
-                .map_err(BinaryError::Stripped)?
+            let code = (text.address(), section_bytes(&text)?);
+            let mut vars = stripped::recover_vars(&table, code).map_err(BinaryError::Stripped)?;
+            vars.memstats = stripped::recover_memstats(&table, code, release);
+            vars
         };
         let gofunc = module.gofunc;
         let funcdata = elf

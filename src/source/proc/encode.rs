@@ -1,5 +1,6 @@
-//! The heap profile as `runtime/pprof` writes it (`protomem.go`, `proto.go`): four sample
-//! types, period = MemProfileRate, samples scaled like `scaleHeapSample`, leading runtime
+//! The heap profile as `runtime/pprof` writes it (`protomem.go`, `proto.go`): its four sample
+//! types, then `recent_objects` and `recent_space` (what was allocated since the last
+//! published cycle), `inuse_space` named the default, period = MemProfileRate, samples scaled like `scaleHeapSample`, leading runtime
 //! frames hidden, a `bytes` label, and each run of inlined frames grouped into one location
 //! the way `profileBuilder`'s pc deck groups them.
 
@@ -271,6 +272,33 @@ impl Tables {
     }
 }
 
+impl Tables {
+    /// Empty tables holding the target's executable mappings.
+    fn with_mappings(mappings: &[ExeMapping]) -> Tables {
+        let mut t = Tables::default();
+        t.intern("");
+        for (i, m) in mappings.iter().enumerate() {
+            let filename = t.intern(&m.file);
+            let build_id = t.intern(&m.build_id);
+            let mapping = pb::Mapping {
+                id: i as u64 + 1,
+                memory_start: m.start,
+                memory_limit: m.end,
+                file_offset: m.offset,
+                filename,
+                build_id,
+                has_functions: true,
+                has_filenames: true,
+                has_line_numbers: true,
+                has_inline_frames: true,
+            };
+            prost::encoding::message::encode(3, &mapping, &mut t.encoded);
+            t.mappings.push(mapping);
+        }
+        t
+    }
+}
+
 impl Pclntab {
     /// `expand_final_inline` over runtime addresses.
     fn expand_final_inline_biased(&self, stack: &mut Vec<u64>, bias: u64) {
@@ -296,6 +324,9 @@ pub struct Encoder {
     sample_type: Vec<pb::ValueType>,
     period_type: Option<pb::ValueType>,
     bytes_key: i64,
+    /// `inuse_space`: what pprof shows by default, as for the runtime's own profile, whose
+    /// last type it is (here two follow it).
+    default_type: i64,
     /// Bucket address → (its stack, its samples' encoded location ids). A bucket's stack never
     /// changes, so a bucket seen before costs one lookup; the stack is compared all the same,
     /// so memory that is not what it was is symbolised afresh rather than trusted.
@@ -306,26 +337,7 @@ pub struct Encoder {
 
 impl Encoder {
     pub fn new(mappings: &[ExeMapping]) -> Encoder {
-        let mut t = Tables::default();
-        t.intern("");
-        for (i, m) in mappings.iter().enumerate() {
-            let filename = t.intern(&m.file);
-            let build_id = t.intern(&m.build_id);
-            let mapping = pb::Mapping {
-                id: i as u64 + 1,
-                memory_start: m.start,
-                memory_limit: m.end,
-                file_offset: m.offset,
-                filename,
-                build_id,
-                has_functions: true,
-                has_filenames: true,
-                has_line_numbers: true,
-                has_inline_frames: true,
-            };
-            prost::encoding::message::encode(3, &mapping, &mut t.encoded);
-            t.mappings.push(mapping);
-        }
+        let mut t = Tables::with_mappings(mappings);
         let mut vt = |ty: &str, unit: &str| pb::ValueType {
             r#type: t.intern(ty),
             unit: t.intern(unit),
@@ -336,9 +348,13 @@ impl Encoder {
             vt("alloc_space", "bytes"),
             vt("inuse_objects", "count"),
             vt("inuse_space", "bytes"),
+            vt("recent_objects", "count"),
+            vt("recent_space", "bytes"),
         ];
         let bytes_key = t.intern("bytes");
+        let default_type = t.intern("inuse_space");
         Encoder {
+            default_type,
             tables: t,
             runtime_pcs: PcMap::default(),
             final_pcs: PcMap::default(),
@@ -428,7 +444,8 @@ impl Encoder {
             // when the bucket was first seen; only the values and the label are new.
             body.clear();
             body.extend_from_slice(loc_field);
-            prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib], &mut body);
+            let (ro, rb) = scale_heap_sample(r.recent_objects, r.recent_bytes, rate);
+            prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib, ro, rb], &mut body);
             if block != 0 {
                 let label = pb::Label {
                     key: self.bytes_key,
@@ -451,6 +468,7 @@ impl Encoder {
             time_nanos,
             period_type: self.period_type,
             period: rate,
+            default_sample_type: self.default_type,
             ..Default::default()
         };
         head.encode(&mut self.raw)
@@ -462,6 +480,151 @@ impl Encoder {
         );
         gz.write_all(&self.raw)
             .expect("writing to a Vec cannot fail");
+        gz.finish().expect("writing to a Vec cannot fail")
+    }
+}
+
+/// Writes one target's goroutine profiles as `runtime/pprof`'s `printCountProfile` writes
+/// `/debug/pprof/goroutine`: sample type and period `goroutine/count`, one sample per stack
+/// with its count. Each sample also carries where its goroutines were created (label
+/// `created_by`: the function and file:line of the `go` statement) and the function they
+/// started in (`go_func`), and goroutines that were running when read are a sample of their
+/// own labelled `state: running`, whose one location is that function: their real stack was
+/// on a thread, not in memory.
+pub struct GoroutineEncoder {
+    tables: Tables,
+    sample_type: Vec<pb::ValueType>,
+    period_type: Option<pb::ValueType>,
+    created_key: i64,
+    func_key: i64,
+    state_key: i64,
+    running: i64,
+    /// `gopc` → the string id of its `created_by` label (0: none).
+    sites: PcMap<i64>,
+    /// `startpc` → the string id of its `go_func` label (0: none).
+    funcs: PcMap<i64>,
+}
+
+/// (stack, created_by, go_func, running): what one goroutine sample stands for.
+type GoroutineKey = (Vec<u64>, i64, i64, bool);
+
+impl GoroutineEncoder {
+    pub fn new(mappings: &[ExeMapping]) -> GoroutineEncoder {
+        let mut t = Tables::with_mappings(mappings);
+        let vt = pb::ValueType {
+            r#type: t.intern("goroutine"),
+            unit: t.intern("count"),
+        };
+        let created_key = t.intern("created_by");
+        let func_key = t.intern("go_func");
+        let state_key = t.intern("state");
+        let running = t.intern("running");
+        GoroutineEncoder {
+            tables: t,
+            sample_type: vec![vt],
+            period_type: Some(vt),
+            created_key,
+            func_key,
+            state_key,
+            running,
+            sites: PcMap::default(),
+            funcs: PcMap::default(),
+        }
+    }
+
+    fn site(&mut self, syms: &Symbols, gopc: u64) -> i64 {
+        if let Some(&id) = self.sites.get(&gopc) {
+            return id;
+        }
+        let id = match syms.table.creation_site(gopc.wrapping_sub(syms.bias)) {
+            Some((name, file, line)) => self.tables.intern(&format!("{name} {file}:{line}")),
+            None => 0,
+        };
+        self.sites.insert(gopc, id);
+        id
+    }
+
+    fn func(&mut self, syms: &Symbols, startpc: u64) -> i64 {
+        if let Some(&id) = self.funcs.get(&startpc) {
+            return id;
+        }
+        let name = syms
+            .table
+            .find_func(startpc.wrapping_sub(syms.bias))
+            .and_then(|f| syms.table.func_name(f).map(str::to_string));
+        let id = name.map_or(0, |n| self.tables.intern(&n));
+        self.funcs.insert(startpc, id);
+        id
+    }
+
+    /// The gzipped goroutine profile of one walk.
+    pub fn goroutine_profile_gz(
+        &mut self,
+        gs: &super::goroutines::Goroutines,
+        syms: &Symbols,
+        time_nanos: i64,
+    ) -> Vec<u8> {
+        use super::goroutines::GState;
+        let mut counts: HashMap<GoroutineKey, i64> = HashMap::new();
+        for g in &gs.goroutines {
+            let running = g.state == GState::Running;
+            let stack = if running {
+                vec![g.startpc.wrapping_add(1)]
+            } else {
+                gs.stack(g).to_vec()
+            };
+            let key = (
+                stack,
+                self.site(syms, g.gopc),
+                self.func(syms, g.startpc),
+                running,
+            );
+            *counts.entry(key).or_default() += 1;
+        }
+        // printCountProfile's order: most goroutines first.
+        let mut samples: Vec<(GoroutineKey, i64)> = counts.into_iter().collect();
+        samples.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut raw = Vec::new();
+        let mut locs = Vec::new();
+        for ((stack, site, func, running), count) in samples {
+            let mut stack = stack;
+            syms.table.expand_final_inline_biased(&mut stack, syms.bias);
+            locs.clear();
+            self.tables.locations_for(syms, &stack, &mut locs);
+            let mut label = vec![];
+            for (key, value) in [
+                (self.created_key, site),
+                (self.func_key, func),
+                (self.state_key, if running { self.running } else { 0 }),
+            ] {
+                if value != 0 {
+                    label.push(pb::Label {
+                        key,
+                        str: value,
+                        num: 0,
+                        num_unit: 0,
+                    });
+                }
+            }
+            let sample = pb::Sample {
+                location_id: locs.clone(),
+                value: vec![count],
+                label,
+            };
+            prost::encoding::message::encode(2, &sample, &mut raw);
+        }
+        let head = pb::Profile {
+            sample_type: self.sample_type.clone(),
+            time_nanos,
+            period_type: self.period_type,
+            period: 1,
+            ..Default::default()
+        };
+        head.encode(&mut raw)
+            .expect("a Vec grows to hold any message");
+        raw.extend_from_slice(&self.tables.encoded);
+        let mut gz = GzEncoder::new(Vec::with_capacity(raw.len() / 3 + 64), Compression::fast());
+        gz.write_all(&raw).expect("writing to a Vec cannot fail");
         gz.finish().expect("writing to a Vec cannot fail")
     }
 }
@@ -584,6 +747,8 @@ mod tests {
                 alloc_bytes: 16 * n,
                 free_objects: 0,
                 free_bytes: 0,
+                recent_objects: n,
+                recent_bytes: 32 * n,
             }
         }
         // Stacks as the runtime writes them: an inlined frame's PC is followed by its

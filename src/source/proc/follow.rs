@@ -138,7 +138,9 @@ impl Source for FollowSource {
     fn supports(&self, want: Want) -> bool {
         match &self.current {
             Some(a) => a.source.supports(want),
-            None => want == Want::Heap,
+            // Before the first process: what a Go process read from outside can give. One
+            // that cannot (a stripped binary's MemStats) answers each such attempt with why.
+            None => matches!(want, Want::Heap | Want::Goroutine | Want::MemStats),
         }
     }
 

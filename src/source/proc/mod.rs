@@ -6,7 +6,9 @@
 pub mod binary;
 pub mod encode;
 pub mod follow;
+pub mod goroutines;
 pub mod memory;
+pub mod memstats;
 pub mod module;
 pub mod pclntab;
 pub mod stripped;
@@ -23,7 +25,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use self::binary::{BinaryError, GoBinary};
-use self::encode::{Encoder, ExeMapping, Symbols};
+use self::encode::{Encoder, ExeMapping, GoroutineEncoder, Symbols};
 use self::memory::{ProcessMemory, ReadFault, TargetMemory as _};
 use self::walk::{Anchors, Layout, Limits, WalkError};
 use super::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
@@ -95,6 +97,11 @@ pub struct ProcSource {
     bias: u64,
     /// Tables and per-PC symbols kept from one capture to the next.
     encoder: Encoder,
+    goroutine_encoder: GoroutineEncoder,
+    /// `runtime.allgs` (load bias applied) and the release's `g` layout, when known.
+    goroutines: Option<(u64, goroutines::GLayout)>,
+    /// Where MemStats are read from, when they can be.
+    memstats: Option<(memstats::MemAnchors, memstats::MemLayout)>,
     memory: ProcessMemory,
     /// `/proc/PID/stat` start time: a reused pid is another process, not this one.
     started: Option<u64>,
@@ -106,15 +113,45 @@ pub struct ProcSource {
     spare: walk::Snapshot,
 }
 
+/// What one capture reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    Heap,
+    Goroutines,
+    MemStats,
+}
+
 /// One capture's reads, handed to the reader thread.
 struct ReadJob {
     memory: ProcessMemory,
     limits: Limits,
     /// The last capture's snapshot, handed back for its buffers.
     spare: walk::Snapshot,
+    job: Job,
 }
 
-type ReadReply = Result<(i64, walk::Snapshot), WalkError>;
+/// What the reader thread read.
+enum Read {
+    Heap(i64, walk::Snapshot),
+    Goroutines(goroutines::Goroutines),
+    MemStats(String),
+}
+
+type ReadReply = Result<Read, WalkError>;
+
+/// What the reader thread needs to know of the process, fixed at attach.
+#[derive(Clone)]
+struct ReaderSetup {
+    anchors: Anchors,
+    layout: Layout,
+    rate_addr: u64,
+    binary: Arc<GoBinary>,
+    bias: u64,
+    /// `runtime.allgs` (load bias applied) and the `g` layout, when goroutines can be read.
+    goroutines: Option<(u64, goroutines::GLayout)>,
+    /// Where MemStats are read from, when they can be.
+    memstats: Option<(memstats::MemAnchors, memstats::MemLayout)>,
+}
 
 /// `process_vm_readv` cannot be interrupted: a page that never arrives (a userfaultfd nobody
 /// serves, a file on a stalled FUSE mount) blocks it for good. So a process's reads run on a
@@ -128,13 +165,53 @@ struct Reader {
     outstanding: bool,
 }
 
+impl ReaderSetup {
+    fn heap(&self, job: &ReadJob, buffers: &mut walk::Buffers) -> ReadReply {
+        let rate = job
+            .memory
+            .read_u64(self.rate_addr)
+            .map_err(|fault| WalkError::Read {
+                what: "runtime.MemProfileRate",
+                fault,
+            })?;
+        let snapshot = walk::walk_reusing(
+            &job.memory,
+            &self.anchors,
+            &self.layout,
+            &job.limits,
+            buffers,
+        )?;
+        Ok(Read::Heap(rate as i64, snapshot))
+    }
+
+    fn goroutines(&self, job: &ReadJob) -> ReadReply {
+        let Some((allgs, layout)) = self.goroutines else {
+            return Err(WalkError::Read {
+                what: "runtime.allgs",
+                fault: ReadFault::Other("its address is not known".into()),
+            });
+        };
+        let unwinding = goroutines::Unwinding {
+            table: &self.binary.pclntab,
+            bias: self.bias,
+            layout,
+        };
+        goroutines::walk(&job.memory, allgs, &unwinding, &job.limits).map(Read::Goroutines)
+    }
+
+    fn memstats(&self, job: &ReadJob) -> ReadReply {
+        let Some((anchors, layout)) = self.memstats else {
+            return Err(WalkError::Read {
+                what: "runtime.memstats",
+                fault: ReadFault::Other("its address is not known".into()),
+            });
+        };
+        memstats::read(&job.memory, &anchors, &layout).map(Read::MemStats)
+    }
+}
+
 impl Reader {
-    fn spawn(
-        pid: u32,
-        anchors: Anchors,
-        layout: Layout,
-        rate_addr: u64,
-    ) -> std::io::Result<Reader> {
+    fn spawn(pid: u32, setup: ReaderSetup) -> std::io::Result<Reader> {
         let (requests, jobs) = mpsc::channel::<ReadJob>();
         let (answer, replies) = mpsc::channel();
         std::thread::Builder::new()
@@ -142,25 +219,15 @@ impl Reader {
             .spawn(move || {
                 let mut buffers = walk::Buffers::default();
                 // Ends when the source is dropped (its sender with it).
-                while let Ok(job) = jobs.recv() {
-                    buffers.spare = job.spare;
-                    let read = job
-                        .memory
-                        .read_u64(rate_addr)
-                        .map_err(|fault| WalkError::Read {
-                            what: "runtime.MemProfileRate",
-                            fault,
-                        })
-                        .and_then(|rate| {
-                            walk::walk_reusing(
-                                &job.memory,
-                                &anchors,
-                                &layout,
-                                &job.limits,
-                                &mut buffers,
-                            )
-                            .map(|s| (rate as i64, s))
-                        });
+                while let Ok(mut job) = jobs.recv() {
+                    let read = match job.job {
+                        Job::Heap => {
+                            buffers.spare = std::mem::take(&mut job.spare);
+                            setup.heap(&job, &mut buffers)
+                        }
+                        Job::Goroutines => setup.goroutines(&job),
+                        Job::MemStats => setup.memstats(&job),
+                    };
                     if answer.send(read).is_err() {
                         break;
                     }
@@ -291,9 +358,27 @@ impl ProcSource {
             mprof_cycle: vars.mprof_cycle.wrapping_add(bias),
             prof_mem_active_lock: vars.prof_mem_active_lock.map(|a| a.wrapping_add(bias)),
         };
+        let goroutines = vars
+            .allgs
+            .zip(binary.build.release().and_then(goroutines::g_layout_for));
         let source = ProcSource {
             pid,
             target,
+            goroutines: goroutines.map(|(at, l)| (at.wrapping_add(bias), l)),
+            goroutine_encoder: GoroutineEncoder::new(&mappings),
+            memstats: vars
+                .memstats
+                .zip(binary.build.release().and_then(memstats::mem_layout_for))
+                .map(|([m, g, h, p], layout)| {
+                    let at = |a: u64| a.wrapping_add(bias);
+                    let anchors = memstats::MemAnchors {
+                        memstats: at(m),
+                        gc_controller: at(g),
+                        mheap: at(h),
+                        allp: at(p),
+                    };
+                    (anchors, layout)
+                }),
             rate_addr: vars.mem_profile_rate.wrapping_add(bias),
             binary,
             layout,
@@ -434,8 +519,8 @@ impl ProcSource {
         self.fail(FailureKind::Refused, "the process has exited")
     }
 
-    /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`.
-    pub fn capture_heap(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+    /// One read on the reader thread, bounded by `timeout`.
+    fn read(&mut self, job: Job, timeout: Duration) -> Result<Read, FetchError> {
         let deadline = Instant::now() + timeout;
         if start_time(self.pid) != self.started || self.started.is_none() {
             return Err(self.gone());
@@ -466,45 +551,69 @@ impl ProcSource {
             ..self.limits
         };
         if self.reader.is_none() {
-            self.reader = Some(
-                Reader::spawn(self.pid, self.anchors, self.layout, self.rate_addr).map_err(
-                    |e| self.fail(FailureKind::Other, format!("starting a reader thread: {e}")),
-                )?,
-            );
+            let setup = ReaderSetup {
+                anchors: self.anchors,
+                layout: self.layout,
+                rate_addr: self.rate_addr,
+                binary: Arc::clone(&self.binary),
+                bias: self.bias,
+                goroutines: self.goroutines,
+                memstats: self.memstats,
+            };
+            self.reader = Some(Reader::spawn(self.pid, setup).map_err(|e| {
+                self.fail(FailureKind::Other, format!("starting a reader thread: {e}"))
+            })?);
         }
         let Some(reader) = self.reader.as_mut() else {
             return Err(self.fail(FailureKind::Other, "no reader thread"));
         };
+        let spare = if job == Job::Heap {
+            std::mem::take(&mut self.spare)
+        } else {
+            walk::Snapshot::default()
+        };
         let job = ReadJob {
             memory: self.memory.clone(),
             limits,
-            spare: std::mem::take(&mut self.spare),
+            spare,
+            job,
         };
         if reader.requests.send(job).is_err() {
             self.reader = None;
             return Err(self.fail(FailureKind::Other, "the reader thread ended"));
         }
-        let (rate, snapshot) = match reader
+        match reader
             .replies
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
         {
-            Ok(read) => read.map_err(|e| self.walk_error(e))?,
+            Ok(read) => read.map_err(|e| self.walk_error(e)),
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 reader.outstanding = true;
-                return Err(self.fail(
+                Err(self.fail(
                     FailureKind::Timeout,
                     format!(
-                        "no whole heap profile within the {} timeout: a read of its memory \
+                        "no whole read of its memory within the {} timeout: a read \
                          blocked (a page that never arrives: userfaultfd, or a file on a \
                          stalled FUSE mount)",
                         crate::units::format_duration(timeout)
                     ),
-                ));
+                ))
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 self.reader = None;
-                return Err(self.fail(FailureKind::Other, "the reader thread ended"));
+                Err(self.fail(FailureKind::Other, "the reader thread ended"))
             }
+        }
+    }
+
+    fn now_nanos() -> i64 {
+        crate::time::now_ns()
+    }
+
+    /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`.
+    pub fn capture_heap(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+        let Read::Heap(rate, snapshot) = self.read(Job::Heap, timeout)? else {
+            return Err(self.fail(FailureKind::Other, "the reader answered another question"));
         };
         let records = walk::mem_profile(&snapshot);
         let syms = Symbols {
@@ -512,11 +621,72 @@ impl ProcSource {
             bias: self.bias,
             hide_internal_runtime: self.layout.hides_internal_runtime,
         };
-        let now = crate::time::now_ns();
-        let gz = self.encoder.heap_profile_gz(&records, rate, &syms, now);
+        let gz = self
+            .encoder
+            .heap_profile_gz(&records, rate, &syms, Self::now_nanos());
         drop(records);
         self.spare = snapshot;
         Ok(gz)
+    }
+
+    /// True when this process's goroutines can be read (a supported release whose
+    /// `runtime.allgs` was found).
+    pub fn reads_goroutines(&self) -> bool {
+        self.goroutines.is_some()
+    }
+
+    /// One goroutine capture: the gzipped pprof goroutine profile, or a failed attempt.
+    pub fn capture_goroutines(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+        // An answer, as an HTTP status is: the process is there, and cannot give this.
+        if self.goroutines.is_none() {
+            return Err(self.fail(
+                FailureKind::Status,
+                format!(
+                    "its goroutines cannot be read: runtime.allgs was not found in its \
+                     executable, or {} is not one of {}",
+                    self.go_version(),
+                    walk::SUPPORTED
+                ),
+            ));
+        }
+        let Read::Goroutines(gs) = self.read(Job::Goroutines, timeout)? else {
+            return Err(self.fail(FailureKind::Other, "the reader answered another question"));
+        };
+        let syms = Symbols {
+            table: &self.binary.pclntab,
+            bias: self.bias,
+            hide_internal_runtime: self.layout.hides_internal_runtime,
+        };
+        Ok(self
+            .goroutine_encoder
+            .goroutine_profile_gz(&gs, &syms, Self::now_nanos()))
+    }
+
+    /// True when this process's MemStats can be read (a supported release whose runtime
+    /// variables were found, by symbol or, stripped, from its code).
+    pub fn reads_memstats(&self) -> bool {
+        self.memstats.is_some()
+    }
+
+    /// The process's MemStats, as the `# runtime.MemStats` block of a debug=1 heap profile.
+    pub fn capture_memstats(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
+        // An answer, as an HTTP status is: the process is there, and cannot give this.
+        if self.memstats.is_none() {
+            return Err(self.fail(
+                FailureKind::Status,
+                format!(
+                    "its MemStats cannot be read: runtime.memstats, gcController, mheap_ and \
+                     allp were found neither in its symbol table nor from the code of \
+                     runtime.readmemstats_m, or {} is not one of {}",
+                    self.go_version(),
+                    walk::SUPPORTED
+                ),
+            ));
+        }
+        match self.read(Job::MemStats, timeout)? {
+            Read::MemStats(text) => Ok(text.into_bytes()),
+            _ => Err(self.fail(FailureKind::Other, "the reader answered another question")),
+        }
     }
 
     fn walk_error(&self, e: WalkError) -> FetchError {
@@ -547,21 +717,28 @@ impl Source for ProcSource {
     }
 
     fn supports(&self, want: Want) -> bool {
-        want == Want::Heap
+        match want {
+            Want::Heap => true,
+            Want::Goroutine => self.reads_goroutines(),
+            Want::MemStats => self.reads_memstats(),
+            Want::Stats => false,
+        }
     }
 
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
-        if want != Want::Heap {
-            return Err(self.fail(
-                FailureKind::Other,
-                format!(
-                    "the proc source reads only heap profiles, not {}",
-                    want.as_str()
-                ),
-            ));
-        }
+        let bytes = match want {
+            Want::Heap => self.capture_heap(timeout)?,
+            Want::Goroutine => self.capture_goroutines(timeout)?,
+            Want::MemStats => self.capture_memstats(timeout)?,
+            Want::Stats => {
+                return Err(self.fail(
+                    FailureKind::Other,
+                    format!("the proc source does not read {}", want.as_str()),
+                ));
+            }
+        };
         Ok(Reply {
-            bytes: self.capture_heap(timeout)?,
+            bytes,
             pid: Some(self.pid),
         })
     }

@@ -14,6 +14,10 @@ const FUNCDATA_INL_TREE: u32 = 3;
 const FUNC_FIXED: usize = 44;
 /// Bytes of one `inlinedCall`.
 const INLINED_CALL: usize = 16;
+/// `abi.FuncFlagTopFrame`: the function is at the top of its stack (`runtime.goexit`).
+pub const FUNC_FLAG_TOP_FRAME: u8 = 1;
+/// `abi.FuncFlagSPWrite`: the function writes SP, so no frame above it can be found.
+pub const FUNC_FLAG_SP_WRITE: u8 = 2;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum PclntabError {
@@ -429,6 +433,81 @@ impl Pclntab {
             entry: f.entry,
             inlined,
         })
+    }
+
+    /// `funcID` of a physical function (`_func.funcID`).
+    pub fn func_id(&self, f: FuncRef) -> u8 {
+        self.data.get(f.off + 40).copied().unwrap_or(0)
+    }
+
+    /// `_func.flag`: [`FUNC_FLAG_TOP_FRAME`], [`FUNC_FLAG_SP_WRITE`].
+    pub fn func_flag(&self, f: FuncRef) -> u8 {
+        self.data.get(f.off + 41).copied().unwrap_or(0)
+    }
+
+    /// `funcspdelta`: how far the stack pointer at `pc` is below the frame's entry SP (its
+    /// `pcsp` table); `None` when the function has no table or the PC is not in it.
+    pub fn sp_delta(&self, f: FuncRef, pc: u64) -> Option<u64> {
+        let off = self.field(f, 16)?;
+        if off == 0 {
+            return None;
+        }
+        u64::try_from(self.pcvalue(f, off, pc)).ok()
+    }
+
+    /// The logical frames one physical frame stands for, innermost first, as
+    /// `newInlineUnwinder(f, sym_pc)` walks them: (the PC of each level, its function's
+    /// name and `funcID`). `sym_pc` is the PC the frame is symbolised at.
+    pub fn inline_levels(&self, f: FuncRef, sym_pc: u64, out: &mut Vec<(u64, String, u8)>) {
+        out.clear();
+        let mut pc = sym_pc;
+        let mut index = self.inline_index(f, pc);
+        // Each level's parent lies strictly further out; a corrupt tree must not loop.
+        for _ in 0..1024 {
+            if index < 0 {
+                break;
+            }
+            let Some((name_off, parent, _)) = self.inlined_call(f, index) else {
+                break;
+            };
+            let id = self.inlined_func_id(f, index).unwrap_or(0);
+            out.push((
+                pc,
+                self.func_name_off(name_off).unwrap_or("?").to_string(),
+                id,
+            ));
+            pc = f.entry.wrapping_add(parent as i64 as u64);
+            index = self.inline_index(f, pc);
+        }
+        out.push((
+            pc,
+            self.func_name(f).unwrap_or("?").to_string(),
+            self.func_id(f),
+        ));
+    }
+
+    /// The `funcID` byte of one `inlinedCall`.
+    fn inlined_func_id(&self, f: FuncRef, index: i32) -> Option<u8> {
+        if FUNCDATA_INL_TREE >= self.nfuncdata(f) || index < 0 {
+            return None;
+        }
+        let at = FUNC_FIXED + 4 * (self.npcdata(f) + FUNCDATA_INL_TREE) as usize;
+        let off = self.field(f, at)?;
+        let rec_off = off.checked_add(
+            u32::try_from(index)
+                .ok()?
+                .checked_mul(INLINED_CALL as u32)?,
+        )?;
+        self.funcdata.bytes(rec_off, 1).map(|b| b[0])
+    }
+
+    /// Where a `go` statement is, as a goroutine dump's `created by` line names it: the
+    /// physical function holding its return PC `gopc`, and the file and line of the call.
+    pub fn creation_site(&self, gopc: u64) -> Option<(String, String, i64)> {
+        let f = self.find_func(gopc)?;
+        let pc = if gopc > f.entry { gopc - 1 } else { gopc };
+        let (file, line) = self.file_line(f, pc);
+        Some((self.func_name(f)?.to_string(), file, line))
     }
 
     /// `runtime.FuncForPC(pc).Name()`: the innermost function at `pc` itself (not `pc-1`).

@@ -98,7 +98,100 @@ pub fn recover_vars(table: &Pclntab, text: (u64, &[u8])) -> Result<RuntimeVars, 
         mem_profile_rate: rate,
         disable_memory_profiling: disable,
         prof_mem_active_lock: Some(lock),
+        allgs: instructions(table, text, "runtime.forEachG")
+            .as_deref()
+            .and_then(from_for_each_g),
+        memstats: None,
     })
+}
+
+/// The RIP-relative targets of a function's plain loads of `size`.
+fn loads(code: &[Instruction], size: MemorySize) -> Vec<u64> {
+    code.iter()
+        .filter(|i| {
+            i.mnemonic() == Mnemonic::Mov
+                && i.op0_kind() == OpKind::Register
+                && i.op1_kind() == OpKind::Memory
+                && i.memory_size() == size
+        })
+        .filter_map(rip_target)
+        .collect()
+}
+
+/// `runtime.memstats`, `runtime.gcController`, `runtime.mheap_` and `runtime.allp` of a
+/// stripped binary built by `release`, from the loads `runtime.readmemstats_m` makes of their
+/// fields at the offsets the release's layout gives (its two 32-bit loads are `numgc` and
+/// `numforcedgc`; six quadwords eight bytes apart from `heapInUse` on, outside `memstats`,
+/// are `gcController`'s;
+/// two at the distance between `spanalloc.inuse` and `cachealloc.inuse` are `mheap_`'s), and
+/// from `runtime.flushmcache`'s loads of `allp`'s pointer and length. `None` unless all four
+/// are found, and found once.
+pub fn recover_memstats(
+    table: &Pclntab,
+    text: (u64, &[u8]),
+    release: (u32, u32),
+) -> Option<[u64; 4]> {
+    use super::memstats::{gc, mem_layout_for};
+    let l = mem_layout_for(release)?;
+    let code = instructions(table, text, "runtime.readmemstats_m")?;
+    let q = loads(&code, MemorySize::UInt64);
+    let d = loads(&code, MemorySize::UInt32);
+    let has = |set: &[u64], a: u64| set.contains(&a);
+    let numgc = l.stacks_sys + 4160;
+    let memstats = unique(d.iter().filter_map(|&a| {
+        let base = a.checked_sub(numgc)?;
+        (has(&d, a + 4) && has(&q, base + l.stacks_sys) && has(&q, base + l.stacks_sys + 8))
+            .then_some(base)
+    }))?;
+    // memstats' six *_sys words are six quadwords eight bytes apart too.
+    let in_memstats = |a: u64| (memstats..memstats + numgc + 8).contains(&a);
+    let gc_fields: Vec<u64> = (0..6).map(|i| gc::HEAP_IN_USE + 8 * i).collect();
+    let controller = unique(q.iter().filter_map(|&a| {
+        let base = a.checked_sub(gc::HEAP_IN_USE)?;
+        (!in_memstats(a) && gc_fields.iter().all(|f| has(&q, base + f))).then_some(base)
+    }))?;
+    let apart = l.cachealloc_inuse - l.spanalloc_inuse;
+    let mheap = unique(q.iter().filter_map(|&a| {
+        let base = a.checked_sub(l.spanalloc_inuse)?;
+        let elsewhere = in_memstats(a) || (controller..controller + gc::SIZE as u64).contains(&a);
+        (!elsewhere && has(&q, a + apart)).then_some(base)
+    }))?;
+    let flush = instructions(table, text, "runtime.flushmcache")?;
+    let fq = loads(&flush, MemorySize::UInt64);
+    let allp = unique(fq.iter().copied().filter(|&a| fq.contains(&(a + 8))))?;
+    Some([memstats, controller, mheap, allp])
+}
+
+/// The one value an iterator gives (repeats allowed), or `None` for none or several.
+fn unique(values: impl Iterator<Item = u64>) -> Option<u64> {
+    let mut found = None;
+    for v in values {
+        match found {
+            None => found = Some(v),
+            Some(f) if f == v => {}
+            Some(_) => return None,
+        }
+    }
+    found
+}
+
+/// `runtime.allgs` from `runtime.forEachG`: its `for _, gp := range allgs` loads the slice's
+/// pointer and length, two RIP-relative quadwords eight bytes apart.
+fn from_for_each_g(code: &[Instruction]) -> Option<u64> {
+    let loads: Vec<u64> = code
+        .iter()
+        .filter(|i| {
+            i.mnemonic() == Mnemonic::Mov
+                && i.op0_kind() == OpKind::Register
+                && i.op1_kind() == OpKind::Memory
+                && i.memory_size() == MemorySize::UInt64
+        })
+        .filter_map(rip_target)
+        .collect();
+    loads
+        .windows(2)
+        .find(|w| w[1] == w[0].wrapping_add(8))
+        .map(|w| w[0])
 }
 
 #[cfg(test)]

@@ -157,13 +157,48 @@ pub enum WalkError {
     Deadline {
         buckets: usize,
     },
+    /// `runtime.allgs` says more goroutines than its mapping holds (or than its capacity).
+    BadAllgs {
+        ptr: u64,
+        len: u64,
+        cap: u64,
+    },
+    /// The same `g` twice in `allgs`.
+    GoroutineRepeat {
+        addr: u64,
+        index: usize,
+    },
+    /// A `g` whose status no runtime uses: not a goroutine.
+    GoroutineStatus {
+        addr: u64,
+        status: u32,
+    },
+    /// The deadline passed before every goroutine was read.
+    GoroutineDeadline {
+        read: usize,
+    },
+    /// `runtime.allp` says more Ps than a runtime has (or than its capacity).
+    BadAllp {
+        ptr: u64,
+        len: u64,
+    },
+    /// The goroutines would take more bytes than the process has mapped.
+    GoroutinesOverBudget {
+        budget: u64,
+        goroutines: u64,
+    },
 }
 
 impl WalkError {
     /// A walk that ran out of time or met a changing profile: worth another try later, unlike
     /// a damaged list.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, WalkError::Busy { .. } | WalkError::Deadline { .. })
+        matches!(
+            self,
+            WalkError::Busy { .. }
+                | WalkError::Deadline { .. }
+                | WalkError::GoroutineDeadline { .. }
+        )
     }
 }
 
@@ -203,6 +238,37 @@ impl fmt::Display for WalkError {
                 f,
                 "the timeout passed before a whole heap profile was read ({buckets} buckets in \
                  the last attempt)"
+            ),
+            WalkError::BadAllgs { ptr, len, cap } => write!(
+                f,
+                "runtime.allgs is corrupt: it says {len} goroutines (capacity {cap}) at \
+                 {ptr:#x}, more than its capacity or than the memory mapped there holds"
+            ),
+            WalkError::GoroutineRepeat { addr, index } => write!(
+                f,
+                "runtime.allgs is corrupt: goroutine {} (at {addr:#x}) is one it already \
+                 listed, so the list loops",
+                index + 1
+            ),
+            WalkError::GoroutineStatus { addr, status } => write!(
+                f,
+                "the goroutine at {addr:#x} has status {status}, which no Go runtime uses (a \
+                 corrupt runtime.allgs?)"
+            ),
+            WalkError::GoroutineDeadline { read } => write!(
+                f,
+                "the timeout passed before every goroutine was read ({read} read)"
+            ),
+            WalkError::BadAllp { ptr, len } => write!(
+                f,
+                "runtime.allp is corrupt: it says {len} Ps at {ptr:#x}, more than its \
+                 capacity or than a Go runtime runs"
+            ),
+            WalkError::GoroutinesOverBudget { budget, goroutines } => write!(
+                f,
+                "runtime.allgs lists {goroutines} goroutines, more than the {} MiB the process \
+                 has mapped could hold (a corrupt list?)",
+                budget >> 20
             ),
         }
     }
@@ -526,6 +592,11 @@ pub struct MemRecord<'a> {
     pub alloc_bytes: i64,
     pub free_objects: i64,
     pub free_bytes: i64,
+    /// Allocated in the cycles the profile has not published yet (the two `future` slots
+    /// other than the one the current cycle flushes), their frees not yet known. Zero before
+    /// the first GC, when every cycle is summed into the figures above.
+    pub recent_objects: i64,
+    pub recent_bytes: i64,
 }
 
 /// `memProfileInternal`'s rule: the active record plus the future slot the current cycle
@@ -552,6 +623,12 @@ pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord<'_>> {
             } else {
                 flushed(b)
             };
+            let mut recent = Cycle::default();
+            if !clear {
+                for k in [(index + 1) % 3, (index + 2) % 3] {
+                    recent.add(&b.future[k]);
+                }
+            }
             MemRecord {
                 bucket: b.addr,
                 stack: snapshot.stack(b),
@@ -559,6 +636,8 @@ pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord<'_>> {
                 alloc_bytes: c.alloc_bytes as i64,
                 free_objects: c.frees as i64,
                 free_bytes: c.free_bytes as i64,
+                recent_objects: recent.allocs as i64,
+                recent_bytes: recent.alloc_bytes as i64,
             }
         })
         .collect()
@@ -643,6 +722,12 @@ mod tests {
             (5, 1, 500, 100),
             "active + future[1]; future[0] and [2] are not yet published"
         );
+        assert_eq!(
+            (recs[0].recent_objects, recs[0].recent_bytes),
+            (9 + 7, 9 + 7),
+            "future[0] and [2]: allocated, not yet published"
+        );
+        assert_eq!((recs[1].recent_objects, recs[1].recent_bytes), (5, 500));
         assert_eq!(recs[1].stack, [0x402000]);
         assert_eq!((recs[1].alloc_objects, recs[1].alloc_bytes), (1, 50));
     }
@@ -677,6 +762,11 @@ mod tests {
         assert_eq!(
             (r.alloc_objects, r.free_objects, r.alloc_bytes, r.free_bytes),
             (3, 1, 24, 8)
+        );
+        assert_eq!(
+            (r.recent_objects, r.recent_bytes),
+            (0, 0),
+            "all are counted above"
         );
     }
 

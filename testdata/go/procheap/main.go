@@ -25,6 +25,7 @@ var (
 	keepNodes *node
 	keepInts  [][]int
 	keepDeep  [][]byte
+	keepNew   [][]byte
 	sink      []byte
 	sinkCount int
 )
@@ -88,6 +89,13 @@ func churn(n int) {
 	sink = nil
 }
 
+//go:noinline
+func recentSite(n int) {
+	for i := 0; i < n; i++ {
+		keepNew = append(keepNew, make([]byte, 512))
+	}
+}
+
 func main() {
 	// Every site must be sampled for sure (the default 512 KiB rate could miss the small
 	// ones), and the rate must not be 1, so that the profile's scaling is exercised.
@@ -105,6 +113,12 @@ func main() {
 	runtime.GC()
 	runtime.GC()
 	debug.SetGCPercent(-1)
+	recentSite(20000)
+	http.HandleFunc("/publish", func(w http.ResponseWriter, r *http.Request) {
+		runtime.GC()
+		runtime.GC()
+		fmt.Fprintln(w, "published")
+	})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

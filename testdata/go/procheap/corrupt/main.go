@@ -8,6 +8,11 @@
 //	corrupt unmapped  the newest bucket's allnext points into a page that was unmapped
 //	corrupt uffd      the newest bucket's allnext points into pages registered with a
 //	                  userfaultfd nobody serves: any read of them, the kernel's too, blocks
+//	corrupt allgs-len runtime.allgs claims 2^32 goroutines, far beyond its array's mapping
+//	corrupt allgs-loop runtime.allgs lists its first goroutine again in its last place
+//
+// The allgs modes keep a goroutine spinning, so that no thread goes idle and the scheduler's
+// deadlock check (which walks allgs) never runs, and create no goroutine after the damage.
 //
 // Reaching runtime.mbuckets takes a linkname the linker only allows with
 // -ldflags=-checklinkname=0.
@@ -36,6 +41,18 @@ type bucket struct {
 //go:linkname mbuckets runtime.mbuckets
 var mbuckets *bucket
 
+//go:linkname allgs runtime.allgs
+var allgs []unsafe.Pointer
+
+var spins int
+
+//go:noinline
+func spin() {
+	for {
+		spins++
+	}
+}
+
 var keep [][]byte
 
 //go:noinline
@@ -47,7 +64,7 @@ func retain(n int) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: corrupt loop|nstk|unmapped|uffd")
+		fmt.Fprintln(os.Stderr, "usage: corrupt loop|nstk|unmapped|uffd|allgs-len|allgs-loop")
 		os.Exit(2)
 	}
 	if len(os.Args) > 2 {
@@ -62,8 +79,18 @@ func main() {
 	// No new sample may add a bucket (and look at the damaged one) once it is damaged.
 	runtime.MemProfileRate = 0
 
+	if len(os.Args[1]) > 6 && os.Args[1][:6] == "allgs-" {
+		go spin()
+		time.Sleep(100 * time.Millisecond)
+	}
 	head := mbuckets
 	switch os.Args[1] {
+	case "allgs-len":
+		header := (*[3]uintptr)(unsafe.Pointer(&allgs))
+		header[1] = 1 << 32
+		header[2] = 1 << 32
+	case "allgs-loop":
+		allgs[len(allgs)-1] = allgs[0]
 	case "loop":
 		head.allnext = head
 	case "nstk":
@@ -89,7 +116,7 @@ func main() {
 		}
 		*(*uintptr)(unsafe.Pointer(&head.allnext)) = at
 	default:
-		fmt.Fprintln(os.Stderr, "usage: corrupt loop|nstk|unmapped|uffd")
+		fmt.Fprintln(os.Stderr, "usage: corrupt loop|nstk|unmapped|uffd|allgs-len|allgs-loop")
 		os.Exit(2)
 	}
 	fmt.Printf("ready %s\n", os.Args[1])

@@ -1,0 +1,3 @@
+module example.com/wal
+
+go 1.26
