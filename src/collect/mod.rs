@@ -883,7 +883,7 @@ impl Collector {
                     Err(Invalid(message)) => {
                         let e = FetchError::new(FailureKind::Other, message);
                         self.failed(&mut record, &e, began);
-                        record.error_kind = Some("invalid".into());
+                        record.error_kind = Some(FailureKind::Invalid.as_str().into());
                     }
                 }
                 let publish = record
@@ -914,7 +914,7 @@ impl Collector {
                         Err(e) => {
                             record.file = None;
                             record.error = Some(e.to_string());
-                            record.error_kind = Some("disk".into());
+                            record.error_kind = Some(FailureKind::Disk.as_str().into());
                             self.summary.errors += 1;
                             let _ = self.append(record).await;
                             return Err(e);

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use failure::{CaptureFailure, NOT_SERVED};
+pub use failure::{FailureKind, NOT_SERVED};
 pub use manifest::{CaptureRecord, ManifestRead, RecordKind};
 
 use crate::model::run_options::RunOptions;
