@@ -339,10 +339,7 @@ fn carry_memory_over(lane: &Lane, played: &Played, speed: f64) -> Result<(), Cli
     if let Some(cg) = recorded_cgroup {
         info.options.cgroup = Some(cg);
     }
-    let mut pretty = serde_json::to_vec_pretty(&info).expect("run info is plain data");
-    pretty.push(b'\n');
-    std::fs::write(&info_path, pretty).map_err(|e| io_error(&info_path, e))?;
-    Ok(())
+    heapwatch::store::write_info(&lane.collected, &info).map_err(|e| CliError::Store(e.to_string()))
 }
 
 /// What the demo found and where to look.
