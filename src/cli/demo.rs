@@ -126,7 +126,7 @@ fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
     let mut lanes = Vec::new();
     for build in BUILDS {
         let dir = recording.join(build);
-        let run = RunDir::open(&dir).map_err(|e| CliError::Store(e.to_string()))?;
+        let run = RunDir::open(&dir)?;
         lanes.push(Lane {
             build,
             recording: run,
@@ -339,7 +339,7 @@ fn carry_memory_over(lane: &Lane, played: &Played, speed: f64) -> Result<(), Cli
     if let Some(cg) = recorded_cgroup {
         info.options.cgroup = Some(cg);
     }
-    heapwatch::store::write_info(&lane.collected, &info).map_err(|e| CliError::Store(e.to_string()))
+    Ok(heapwatch::store::write_info(&lane.collected, &info)?)
 }
 
 /// What the demo found and where to look.

@@ -241,7 +241,7 @@ fn name_files(err: DiffError, base: &str, new: &str) -> CliError {
 // ---- runs ----
 
 fn open_run(path: &Path) -> Result<RunDir, CliError> {
-    RunDir::open(path).map_err(|e| CliError::Store(e.to_string()))
+    Ok(RunDir::open(path)?)
 }
 
 /// "build 2.1.0" from the run's label, else "run DIR".
@@ -478,8 +478,7 @@ fn runs_diff(
                 args.baseline_cycle,
                 args.cycle,
                 limits,
-            )
-            .map_err(|e| CliError::Store(e.to_string()))?;
+            )?;
             let bc = cycle_captures(base_run, &base_caps, Some(c.a_cycle), 1, true)?;
             let nc = cycle_captures(new_run, &new_caps, Some(c.b_cycle), 1, true)?;
             let (at_b, at_n) = captures::at_same_age(base_run, &bc, new_run, &nc)
