@@ -12,7 +12,7 @@ use crate::analyse::compare::{AgedSites, Comparison, CycleSide};
 use crate::analyse::growth::{CycleGrowth, GrowthBuilder, GrowthReport};
 use crate::analyse::select::{self, CycleBuild, SelectError, Selection};
 use crate::decode::DecodeLimits;
-use crate::index::{SiteSource, Sites};
+use crate::index::{SiteSource, Sites, SitesError};
 use crate::source::procmem::MemorySample;
 use crate::store::cluster::{TARGETS_DIR, read_cluster};
 use crate::store::{CaptureRecord, RUN_FILE, RecordKind, RunDir, RunInfo, StoreError};
@@ -69,7 +69,7 @@ pub fn growth(
     // and their entries appended, batch by batch.
     let source = SiteSource::open(run, limits);
     for batch in wanted.chunks(BATCH) {
-        let mut results: Vec<Option<Result<Sites, String>>> = vec![None; batch.len()];
+        let mut results: Vec<Option<Result<Sites, SitesError>>> = vec![None; batch.len()];
         std::thread::scope(|scope| {
             let chunk = batch.len().div_ceil(workers);
             for (slots, records) in results
@@ -96,8 +96,8 @@ pub fn growth(
                         builder.heap(record, &sites);
                     }
                 }
-                Some(Err(e)) if e.is_empty() => notes.missing += 1,
-                Some(Err(e)) => notes.unreadable.push(e),
+                Some(Err(SitesError::Missing)) => notes.missing += 1,
+                Some(Err(SitesError::Unreadable(e))) => notes.unreadable.push(e),
                 None => notes.missing += 1,
             }
         }
