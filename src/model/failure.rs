@@ -28,6 +28,20 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Every kind, `Other` last.
+    pub const ALL: [FailureKind; 10] = [
+        FailureKind::Refused,
+        FailureKind::Timeout,
+        FailureKind::Reset,
+        FailureKind::Status,
+        FailureKind::TooLarge,
+        FailureKind::Tls,
+        FailureKind::Invalid,
+        FailureKind::Disk,
+        FailureKind::NotServed,
+        FailureKind::Other,
+    ];
+
     /// The manifest's `error_kind`.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -46,20 +60,10 @@ impl FailureKind {
 
     /// An `error_kind` read back; one this build does not know is `Other`.
     pub fn parse(text: &str) -> FailureKind {
-        [
-            FailureKind::Refused,
-            FailureKind::Timeout,
-            FailureKind::Reset,
-            FailureKind::Status,
-            FailureKind::TooLarge,
-            FailureKind::Tls,
-            FailureKind::Invalid,
-            FailureKind::Disk,
-            FailureKind::NotServed,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == text)
-        .unwrap_or(FailureKind::Other)
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == text)
+            .unwrap_or(FailureKind::Other)
     }
 
     /// True when the failure means the target process is not there.
@@ -74,18 +78,7 @@ mod tests {
 
     #[test]
     fn every_kind_reads_back_as_written() {
-        for k in [
-            FailureKind::Refused,
-            FailureKind::Timeout,
-            FailureKind::Reset,
-            FailureKind::Status,
-            FailureKind::TooLarge,
-            FailureKind::Tls,
-            FailureKind::Invalid,
-            FailureKind::Disk,
-            FailureKind::NotServed,
-            FailureKind::Other,
-        ] {
+        for k in FailureKind::ALL {
             assert_eq!(FailureKind::parse(k.as_str()), k);
         }
         assert_eq!(FailureKind::parse("new-kind"), FailureKind::Other);
