@@ -42,6 +42,22 @@ pub struct SiteGrowth {
     pub share: f64,
 }
 
+/// The last heap capture of a cycle, split as its source saw it: the heap as of the last
+/// finished GC cycle (what `/debug/pprof/heap` serves) and what was allocated after it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unpublished {
+    pub seq: u64,
+    /// The stored file holding it (a duplicate's earlier twin).
+    pub file: Option<String>,
+    /// Seconds after the cycle's first capture.
+    pub at_s: f64,
+    /// `inuse_space`: the heap as of the last finished GC cycle.
+    pub inuse_bytes: i64,
+    /// `recent_space`: allocated in the cycles the profile has not published yet (frees not
+    /// known).
+    pub recent_bytes: i64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct CycleGrowth {
     pub index: u32,
@@ -73,6 +89,10 @@ pub struct CycleGrowth {
     /// (`run --oom-hold`), when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oom_held_ms: Option<i64>,
+    /// What the cycle's last heap capture saw beyond its published heap, when its source
+    /// reads the allocations not yet published (`proc:`'s `recent_space`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unpublished: Option<Unpublished>,
     pub heap_first: Option<i64>,
     pub heap_last: Option<i64>,
     pub total_bytes_per_sec: Option<f64>,
@@ -465,6 +485,20 @@ fn cycle(
         end: CycleEnd::StillAnswering,
         killed,
         oom_held_ms: None,
+        unpublished: heap.last().and_then(|r| {
+            let recent_bytes = *r.totals.get("recent_space")?;
+            let file = r.file.clone().or_else(|| {
+                let twin = r.dup_of?;
+                heap.iter().find(|h| h.seq == twin)?.file.clone()
+            });
+            Some(Unpublished {
+                seq: r.seq,
+                file,
+                at_s: secs(r.t_ms),
+                inuse_bytes: r.totals.get("inuse_space").copied().unwrap_or(0),
+                recent_bytes,
+            })
+        }),
         heap_first: heap
             .first()
             .and_then(|r| r.totals.get("inuse_space").copied()),

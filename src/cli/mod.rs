@@ -20,6 +20,7 @@ mod report;
 mod run;
 mod top;
 mod triage;
+mod watch;
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -122,6 +123,10 @@ enum Command {
     /// stdin ends (heapwatch gone, however it went). Started by heapwatch itself.
     #[command(name = "oom-hold-guard", hide = true)]
     OomHoldGuard { cgroup: std::path::PathBuf },
+    /// Record every Go process on this node (or under a cgroup), one node per container, until
+    /// stopped: slowly, then at the burst interval near each container's limit, across restarts
+    /// and OOM kills.
+    Watch(Box<watch::WatchArgs>),
 }
 
 pub fn run() -> Result<ExitCode, CliError> {
@@ -145,6 +150,7 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::OomHoldGuard { cgroup } => heapwatch::launch::hold::guard(&cgroup)
             .map(|()| ExitCode::SUCCESS)
             .map_err(CliError::Store),
+        Command::Watch(args) => watch::run(*args),
     }
 }
 

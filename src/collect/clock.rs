@@ -143,3 +143,37 @@ impl Stop {
         }
     }
 }
+
+/// Asks a sleeping collector for a capture now rather than at its next due time: a new
+/// process in its container, or its memory crossing into burst mode between two baseline
+/// captures. Set from any thread; a nudge while the collector is busy is kept for its next
+/// sleep.
+#[derive(Debug, Clone, Default)]
+pub struct Nudge(Arc<NudgeShared>);
+
+#[derive(Debug, Default)]
+struct NudgeShared {
+    pending: AtomicBool,
+    wake: Notify,
+}
+
+impl Nudge {
+    pub fn new() -> Nudge {
+        Nudge::default()
+    }
+
+    pub fn nudge(&self) {
+        self.0.pending.store(true, Ordering::SeqCst);
+        self.0.wake.notify_one();
+    }
+
+    /// Whether a nudge came since the last call.
+    pub fn take(&self) -> bool {
+        self.0.pending.swap(false, Ordering::SeqCst)
+    }
+
+    /// Resolves at the next nudge (at once for one that came while nobody waited).
+    pub async fn wait(&self) {
+        self.0.wake.notified().await;
+    }
+}

@@ -16,8 +16,8 @@ use super::marks::{self, EventLog, Mark, MarkError, TailTally, Tailer};
 use super::sampler::{Sampler, SamplerTally};
 use super::targets::{self, OpenedTarget, TargetError, TargetOptions};
 use super::{
-    Clock as _, CollectConfig, CollectError, CollectSummary, Collector, Observer, OutsideMemory,
-    Stop, SystemClock,
+    Clock as _, CollectConfig, CollectError, CollectSummary, Collector, Nudge, Observer,
+    OutsideMemory, Stop, SystemClock,
 };
 use crate::source::Target;
 use crate::source::procmem::MemoryProbe;
@@ -115,9 +115,42 @@ pub struct Node {
     writer: RunWriter,
     existing: ManifestRead,
     config: CollectConfig,
+    /// Wakes its collector early; its memory sampler nudges it at the burst share too.
+    nudge: Option<Nudge>,
+    /// Captures to delete, chosen by a budget outside the node.
+    deletions: Option<tokio::sync::mpsc::UnboundedReceiver<u64>>,
 }
 
 impl Node {
+    /// Its entry in a cluster run's `run.json`, its directory under `targets/` named as on
+    /// disk (the last part of its directory).
+    pub fn entry(&self) -> ClusterTarget {
+        let dir_name = self
+            .dir
+            .file_name()
+            .map_or_else(|| self.name.clone(), |n| n.to_string_lossy().into_owned());
+        ClusterTarget {
+            name: self.name.clone(),
+            target: self.target.clone(),
+            source: self.opened.source.kind().as_str().to_string(),
+            dir: format!("{TARGETS_DIR}/{dir_name}"),
+        }
+    }
+
+    /// The node's collector captures at once when `nudge` is told (at most once per burst
+    /// interval), and its memory sampler tells it when memory crosses the burst share of the
+    /// limit or jumps.
+    pub fn with_nudge(mut self, nudge: Nudge) -> Node {
+        self.nudge = Some(nudge);
+        self
+    }
+
+    /// The node's collector deletes (and records as deleted) the captures named here by seq.
+    pub fn with_deletions(mut self, deletions: tokio::sync::mpsc::UnboundedReceiver<u64>) -> Node {
+        self.deletions = Some(deletions);
+        self
+    }
+
     /// The node with its run writer replaced, e.g. by one that also pushes each record.
     pub fn wrap_writer<E>(
         mut self,
@@ -194,25 +227,11 @@ pub fn start(targets: Vec<TargetSpec>, options: StartOptions) -> Result<Collecti
         } else {
             options.out.clone()
         };
-        let (writer, existing) = RunWriter::open(&dir)?;
-        let config = CollectConfig {
-            limit: spec.limit,
-            ..options.config.clone()
-        };
-        let info = node_info(&spec, &opened, &dir, &options, &config, started_ms);
-        writer.write_info(&info)?;
-        nodes.push(Node {
-            name: spec.name,
-            target: spec.target.to_string(),
-            dir,
-            opened,
-            writer,
-            existing,
-            config,
-        });
+        nodes.push(open_node(spec, opened, dir, &options, started_ms)?);
     }
     if cluster {
-        write_cluster_info(&options, &nodes, started_ms)?;
+        let entries: Vec<ClusterTarget> = nodes.iter().map(Node::entry).collect();
+        write_cluster_info(&options, &entries, Some(started_ms))?;
     }
     let events = if marks.is_empty() {
         None
@@ -268,6 +287,35 @@ fn check_same_target(dir: &Path, target: &Target) -> Result<(), StartError> {
     )))
 }
 
+/// A target opened, with its run directory in `dir` opened (resumed when it exists) and its
+/// `run.json` written: ready to record.
+pub fn open_node(
+    spec: TargetSpec,
+    opened: OpenedTarget,
+    dir: PathBuf,
+    options: &StartOptions,
+    started_ms: i64,
+) -> Result<Node, StartError> {
+    let (writer, existing) = RunWriter::open(&dir)?;
+    let config = CollectConfig {
+        limit: spec.limit,
+        ..options.config.clone()
+    };
+    let info = node_info(&spec, &opened, &dir, options, &config, started_ms);
+    writer.write_info(&info)?;
+    Ok(Node {
+        name: spec.name,
+        target: spec.target.to_string(),
+        dir,
+        opened,
+        writer,
+        existing,
+        config,
+        nudge: None,
+        deletions: None,
+    })
+}
+
 /// A node's `run.json`: a run resumed keeps its first start and notes this one (and, when
 /// retargeted, names the new target).
 fn node_info(
@@ -316,16 +364,19 @@ fn node_info(
 }
 
 /// `RUN/run.json` of a cluster run; a resumed one keeps its first start, its nodes and logs.
-fn write_cluster_info(
+/// `RUN/run.json` with `entries` added (or updated by name). `started_ms` is this session's
+/// start, noted once per session: `None` for a node added to a session already noted.
+pub fn write_cluster_info(
     options: &StartOptions,
-    nodes: &[Node],
-    started_ms: i64,
+    entries: &[ClusterTarget],
+    started_ms: Option<i64>,
 ) -> Result<(), StartError> {
+    let now_ms = started_ms.unwrap_or_else(|| SystemClock::new().unix_ms());
     let mut info = ClusterInfo {
         schema: crate::model::SCHEMA,
         tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
         kind: CLUSTER_KIND.to_string(),
-        started_ms,
+        started_ms: now_ms,
         resumed_ms: Vec::new(),
         label: options.label.clone(),
         targets: Vec::new(),
@@ -335,20 +386,16 @@ fn write_cluster_info(
     if let Some(old) = cluster::read_cluster(&options.out)? {
         info.started_ms = old.started_ms;
         info.resumed_ms = old.resumed_ms;
-        info.resumed_ms.push(started_ms);
+        if let Some(started_ms) = started_ms {
+            info.resumed_ms.push(started_ms);
+        }
         info.label = info.label.or(old.label);
         info.targets = old.targets;
         info.logs = old.logs;
         info.marks = old.marks;
     }
-    for node in nodes {
-        let entry = ClusterTarget {
-            name: node.name.clone(),
-            target: node.target.clone(),
-            source: node.opened.source.kind().as_str().to_string(),
-            dir: format!("{TARGETS_DIR}/{}", node.name),
-        };
-        match info.targets.iter_mut().find(|t| t.name == node.name) {
+    for entry in entries.iter().cloned() {
+        match info.targets.iter_mut().find(|t| t.name == entry.name) {
             Some(t) => *t = entry,
             None => info.targets.push(entry),
         }
@@ -458,8 +505,9 @@ impl Collection {
     }
 }
 
-/// One node, start to end: its exit watcher, memory sampler and collector.
-async fn collect_node(
+/// One node, start to end: its exit watcher, memory sampler and collector. A task of the
+/// caller's runtime; it ends when `stop` is set or its collector ends on its own.
+pub async fn collect_node(
     node: Node,
     memory_interval: Duration,
     stop: Stop,
@@ -473,6 +521,8 @@ async fn collect_node(
         writer,
         existing,
         config,
+        nudge,
+        deletions,
     } = node;
     // A reply that does not name its process (HTTP, Envoy) is filed under the process the
     // probe sees, so a new pid opens a new boot cycle.
@@ -482,7 +532,15 @@ async fn collect_node(
         probe,
         ..
     } = opened;
-    let outside = Arc::new(OutsideMemory::default());
+    let mut outside = OutsideMemory::default();
+    if let Some(nudge) = &nudge {
+        outside.nudge = nudge.clone();
+        outside.nudge_permille.store(
+            (config.burst_at * 1000.0) as u32,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    let outside = Arc::new(outside);
     // How watched processes end (exit code or signal), where the kernel tells (root). One
     // watcher per node: each takes only the ends of the processes it watches.
     let exits = ExitWatcher::start().ok().map(Arc::new);
@@ -515,6 +573,12 @@ async fn collect_node(
     }
     if let Some(exits) = &exits {
         collector = collector.with_exits(exits.clone());
+    }
+    if let Some(nudge) = nudge {
+        collector = collector.with_nudge(nudge);
+    }
+    if let Some(deletions) = deletions {
+        collector = collector.with_deletions(deletions);
     }
     let result = collector.run_async(&mut *observer).await;
     // Both join threads of their own: off the runtime's workers.

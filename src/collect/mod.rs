@@ -2,6 +2,7 @@
 //! each reply, makes it durable, appends its manifest line, spots restarts (boot cycles) and
 //! duplicate captures, and thins old captures to stay under a disk budget.
 
+pub mod budget;
 pub mod clock;
 pub mod cluster;
 mod cycles;
@@ -15,6 +16,7 @@ pub mod sampler;
 mod status;
 pub mod targets;
 mod tasks;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,7 +27,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-pub use clock::{Clock, FakeClock, Sleep, Stop, SystemClock};
+pub use clock::{Clock, FakeClock, Nudge, Sleep, Stop, SystemClock};
 pub use cluster::start;
 pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
@@ -182,6 +184,11 @@ pub struct OutsideMemory {
     pub pid: AtomicU32,
     /// `bytes` is a cgroup's charge (else a process's RSS).
     pub from_cgroup: std::sync::atomic::AtomicBool,
+    /// Told by the sampler when `killable` crosses this share of the limit (in thousandths;
+    /// zero: never) or jumps by a twentieth of it in one sample, so a collector paced slowly
+    /// (`heapwatch watch`'s baseline) bursts at once rather than at its next capture.
+    pub nudge_permille: AtomicU32,
+    pub nudge: Nudge,
 }
 
 struct Task {
@@ -255,6 +262,12 @@ pub struct Collector {
     goroutine_cost: Cost,
     /// The content the current attempt decoded, for the indexer once it is durable.
     to_index: Option<IndexContent>,
+    /// Wakes the collector for a heap capture before its due time (at most one per burst
+    /// interval).
+    nudge: Option<Nudge>,
+    /// Captures to delete, chosen outside (the node-wide disk budget of `heapwatch watch`):
+    /// taken at the top of the loop, each recorded with a `delete` record.
+    deletions: Option<tokio::sync::mpsc::UnboundedReceiver<u64>>,
 }
 
 /// What the inbox held at the top of the loop.
@@ -382,7 +395,22 @@ impl Collector {
             ends_to_tell: Vec::new(),
             heap_cost: Cost::default(),
             goroutine_cost: Cost::default(),
+            nudge: None,
+            deletions: None,
         }
+    }
+
+    /// Captures named (by seq) on this channel are deleted and recorded as deleted.
+    pub fn with_deletions(mut self, deletions: tokio::sync::mpsc::UnboundedReceiver<u64>) -> Self {
+        self.deletions = Some(deletions);
+        self
+    }
+
+    /// A nudge makes the heap capture (the probe while the target does not answer) due at
+    /// once, or one burst interval after the previous one if that is later.
+    pub fn with_nudge(mut self, nudge: Nudge) -> Self {
+        self.nudge = Some(nudge);
+        self
     }
 
     /// Records sent here are appended to the manifest before the next attempt and when the
@@ -618,7 +646,26 @@ impl Collector {
         }
         // While the target is not answering, only the first task (the main profile) probes.
         let probe = tasks[0].want;
+        let mut last_began: Option<Duration> = None;
         loop {
+            if let Err(e) = self.delete_requested().await {
+                if e.is_disk_full() {
+                    self.summary.reason = StopReason::DiskFull;
+                    self.summary.disk_error = Some(e.to_string());
+                    break;
+                }
+                return Err(e.into());
+            }
+            if self.nudge.as_ref().is_some_and(Nudge::take) {
+                let soonest =
+                    last_began.map_or(self.clock.now(), |b| b + self.config.burst_interval);
+                for t in tasks
+                    .iter_mut()
+                    .filter(|t| t.want == probe || t.want == Want::Heap)
+                {
+                    t.due = t.due.min(soonest);
+                }
+            }
             self.note_exits().await?;
             let inbox = self.record_events().await;
             for end in std::mem::take(&mut self.ends_to_tell) {
@@ -687,6 +734,9 @@ impl Collector {
             }
             let want = next.want;
             let began = now;
+            if want == probe || want == Want::Heap {
+                last_began = Some(began);
+            }
             let result = match self.attempt(want, &mut observer).await {
                 Some(result) => result,
                 // Stopped mid-request: the attempt is not recorded, the stop is.
@@ -1151,6 +1201,30 @@ impl Collector {
     async fn thin(&mut self) -> Result<(), StoreError> {
         let current = self.cycles.current();
         while let Some(victim) = self.retention.next_victim(current) {
+            self.delete(victim).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the captures asked for on the deletions channel that are still kept.
+    async fn delete_requested(&mut self) -> Result<(), StoreError> {
+        let mut asked = Vec::new();
+        if let Some(rx) = &mut self.deletions {
+            while let Ok(seq) = rx.try_recv() {
+                asked.push(seq);
+            }
+        }
+        for seq in asked {
+            if let Some(victim) = self.retention.take(seq) {
+                self.delete(victim).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes one stored capture, its `delete` record first.
+    async fn delete(&mut self, victim: retention::Kept) -> Result<(), StoreError> {
+        {
             let mut record = CaptureRecord::new(
                 self.next_seq,
                 RecordKind::Delete,

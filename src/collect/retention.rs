@@ -59,6 +59,16 @@ impl Retention {
         });
     }
 
+    /// Takes a capture out of what is kept, for a deletion decided elsewhere (the node-wide
+    /// budget of `heapwatch watch`); `None` if it is not kept (deleted already, unknown).
+    pub fn take(&mut self, seq: u64) -> Option<Kept> {
+        let index = self.kept.iter().position(|k| k.seq == seq)?;
+        let victim = self.kept.remove(index);
+        self.used -= victim.bytes;
+        self.exhausted_at = None;
+        Some(victim)
+    }
+
     /// The next capture to delete, if the budget is passed and one may go.
     pub fn next_victim(&mut self, current: u32) -> Option<Kept> {
         let budget = self.budget?;
@@ -111,6 +121,18 @@ mod tests {
         r.file = Some(format!("profiles/{seq:06}-heap.pb.gz"));
         r.bytes = bytes;
         r
+    }
+
+    #[test]
+    fn a_capture_taken_for_deletion_elsewhere_is_no_longer_counted() {
+        let mut r = Retention::resume(&[], None);
+        for seq in 1..=3 {
+            r.stored(&rec(seq, 1, 100));
+        }
+        assert_eq!(r.take(2).map(|k| k.seq), Some(2));
+        assert!(r.take(2).is_none());
+        assert_eq!(r.used, 200);
+        assert_eq!(r.kept.iter().map(|k| k.seq).collect::<Vec<_>>(), [1, 3]);
     }
 
     #[test]

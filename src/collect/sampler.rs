@@ -48,6 +48,7 @@ impl Sampler {
                 let mut last_sync = Instant::now();
                 let mut last_detail: Option<Instant> = None;
                 let mut split = Split::default();
+                let mut last_killable = 0u64;
                 while !stop_thread.load(Ordering::Relaxed) {
                     if !probe.ready() {
                         std::thread::sleep(interval);
@@ -77,9 +78,19 @@ impl Sampler {
                     outside
                         .from_cgroup
                         .store(sample.usage.is_some(), Ordering::Relaxed);
-                    outside
-                        .killable
-                        .store(split.killable(&sample).unwrap_or(0), Ordering::Relaxed);
+                    let killable = split.killable(&sample).unwrap_or(0);
+                    outside.killable.store(killable, Ordering::Relaxed);
+                    if let Some(limit) = sample.limit.filter(|&l| l > 0) {
+                        if nudge_due(
+                            last_killable,
+                            killable,
+                            limit,
+                            outside.nudge_permille.load(Ordering::Relaxed),
+                        ) {
+                            outside.nudge.nudge();
+                        }
+                    }
+                    last_killable = killable;
                     outside.pid.store(
                         sample.pid.filter(|_| sample.alive).unwrap_or(0),
                         Ordering::Relaxed,
@@ -118,6 +129,17 @@ impl Sampler {
             .and_then(|h| h.join().ok())
             .unwrap_or_default()
     }
+}
+
+/// Whether memory that can get the target killed went from `before` to `now` across the burst
+/// share of `limit` (`permille` thousandths; zero: never), or rose by a twentieth of the limit
+/// in one sample: either way a collector paced slowly should capture now.
+fn nudge_due(before: u64, now: u64, limit: u64, permille: u32) -> bool {
+    if permille == 0 || before == 0 {
+        return false;
+    }
+    let at = (u128::from(limit) * u128::from(permille) / 1000) as u64;
+    (before < at && now >= at) || now.saturating_sub(before) >= limit / 20
 }
 
 /// The memory that can get the target killed, between two detailed samples: what the last
@@ -166,6 +188,21 @@ impl Split {
 mod tests {
     use super::*;
     use crate::source::procmem::CgroupBreakdown;
+
+    #[test]
+    fn a_slow_collector_is_nudged_at_the_burst_share_and_on_a_jump_only() {
+        let mib = 1 << 20;
+        // Crossing 60% of 100 MiB upward, not staying above it, not going down through it.
+        assert!(nudge_due(59 * mib, 61 * mib, 100 * mib, 600));
+        assert!(!nudge_due(61 * mib, 62 * mib, 100 * mib, 600));
+        assert!(!nudge_due(62 * mib, 40 * mib, 100 * mib, 600));
+        // A twentieth of the limit in one sample, below the burst share too.
+        assert!(nudge_due(10 * mib, 15 * mib, 100 * mib, 600));
+        assert!(!nudge_due(10 * mib, 14 * mib, 100 * mib, 600));
+        // Off, and nothing known before.
+        assert!(!nudge_due(59 * mib, 61 * mib, 100 * mib, 0));
+        assert!(!nudge_due(0, 61 * mib, 100 * mib, 600));
+    }
 
     fn sample(usage: u64, anon: Option<u64>) -> MemorySample {
         MemorySample {

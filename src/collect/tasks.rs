@@ -10,7 +10,7 @@ use crate::model::build::BuildInfo;
 use crate::source::{BodyTap, FetchError, Reply, Source, Want};
 
 impl Collector {
-    /// Sleeps until `wake` on the clock, or until the stop is set.
+    /// Sleeps until `wake` on the clock, until the stop is set, or until a nudge.
     /// (The future holds no borrow of the collector, which is `Send` but not `Sync`.)
     pub(super) fn sleep_or_stop(
         &self,
@@ -18,10 +18,18 @@ impl Collector {
     ) -> impl Future<Output = ()> + Send + 'static {
         let sleep = self.clock.sleep_until(wake);
         let stop = self.stop.clone();
+        let nudge = self.nudge.clone();
         async move {
+            let nudged = async {
+                match nudge {
+                    Some(n) => n.wait().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = sleep => {}
                 () = stop.wait() => {}
+                () = nudged => {}
             }
         }
     }

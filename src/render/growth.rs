@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::analyse::envoy::EnvoyReport;
-use crate::analyse::growth::{CycleGrowth, GrowthReport};
+use crate::analyse::growth::{CycleGrowth, GrowthReport, Unpublished};
 use crate::render::ends::end_words;
 use crate::render::verdict::spike_words;
 use crate::units::format_bytes;
@@ -101,6 +101,27 @@ pub fn build(c: &CycleGrowth) -> String {
     parts.join(", ")
 }
 
+/// The last capture's heap beyond what the profile published: "at the last capture (#31,
+/// 3.1 s): 57.8 MiB in use as of the last GC, and 65.0 MiB allocated since, not yet published
+/// (recent_space; `heapwatch top RUN/profiles/… --sample recent_space` names where)".
+pub fn unpublished_words(u: &Unpublished) -> String {
+    let mut s = format!(
+        "at the last capture (#{}, {:.1} s): {} in use as of the last GC, and {} allocated \
+         since, not yet published (recent_space",
+        u.seq,
+        u.at_s,
+        format_bytes(u.inuse_bytes),
+        format_bytes(u.recent_bytes)
+    );
+    if let Some(file) = &u.file {
+        s.push_str(&format!(
+            "; `heapwatch top RUN/{file} --sample recent_space` names where"
+        ));
+    }
+    s.push(')');
+    s
+}
+
 fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
     let _ = writeln!(
         out,
@@ -124,6 +145,9 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
         ),
         None => writeln!(out, "  end: {}", end_words(&c.end)),
     };
+    if let Some(u) = &c.unpublished {
+        let _ = writeln!(out, "  {}", unpublished_words(u));
+    }
     if let (Some(a), Some(b)) = (c.heap_first, c.heap_last) {
         let mut line = format!(
             "  heap in use {} → {} (first → last capture)",

@@ -227,7 +227,9 @@ fn collect_flags_a_proc_pid_alone_in_its_cgroup_is_measured_by_the_cgroups_charg
         // The cgroup's charge and limit beside the process's RSS.
         assert_eq!(s["limit"], 512u64 << 20, "{s}");
         let usage = s["usage"].as_u64().unwrap_or_else(|| panic!("{s}"));
-        assert!((16 << 20..512 << 20).contains(&usage), "{s}");
+        // The 16 MiB working set, less what reclaim took back at that moment (seen once at
+        // 15.7 MiB on a loaded machine).
+        assert!((12 << 20..512 << 20).contains(&usage), "{s}");
         assert!(s["rss"].as_u64().is_some(), "{s}");
     }
 }

@@ -121,6 +121,21 @@ fn the_daemonset_names_the_image_one_capability_and_the_mounts_discovery_reads()
         flag("--out").starts_with("/var/lib/heapwatch/"),
         "runs land on the writable mount"
     );
+    assert_eq!(flag("--disk-budget"), "2GiB");
+    // The arguments are the real command's: here they parse, and `watch` stops at the first
+    // thing this machine lacks (a cgroup root named kubepods, or the run directory), never at
+    // a flag.
+    let dir = util::tempdir();
+    let not_a_dir = util::write(dir.path(), "file", b"x");
+    let mut given: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let at = given.iter().position(|a| a == "--out").unwrap();
+    given[at + 1] = not_a_dir.display().to_string();
+    let at = given.iter().position(|a| a == "--cgroup-root").unwrap();
+    given[at + 1] = "heapwatch-no-such-root".into();
+    let out = util::heapwatch().args(&given).output().unwrap();
+    let err = util::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("heapwatch-no-such-root"), "{err}");
 }
 
 #[test]

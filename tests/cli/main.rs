@@ -35,3 +35,4 @@ mod report;
 mod run;
 mod secrets;
 mod triage;
+mod watch;

@@ -207,6 +207,15 @@ fn check_goroutines(variant: &str, toolchain: &str, flags: &[&str], go_version: 
             "{variant}: site {site}: ours {sites:#?}"
         );
     }
+    // And the other way: every site we name is one the dump names, as often (the main
+    // goroutine, goid 1, has none in either).
+    for (site, n) in &sites {
+        assert_eq!(
+            theirs_sites.get(site),
+            Some(n),
+            "{variant}: our site {site} is not the dump's: {theirs_sites:#?}"
+        );
+    }
     assert_eq!(
         running_funcs.get("main.spin"),
         Some(&1),

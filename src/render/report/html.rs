@@ -331,6 +331,18 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
         )),
         _ => facts.push(("end".into(), end_words(&c.end))),
     }
+    if let Some(held) = c.oom_held_ms {
+        facts.push((
+            "OOM hold".into(),
+            format!("the kernel held it {held} ms at its limit for a last capture"),
+        ));
+    }
+    if let Some(u) = &c.unpublished {
+        facts.push((
+            "last capture".into(),
+            crate::render::growth::unpublished_words(u),
+        ));
+    }
     if let Some(p) = &c.profiling {
         facts.push((
             "profiling cost".into(),

@@ -187,6 +187,41 @@ pub fn markdown(m: &ReportModel) -> String {
         out.push('\n');
     }
 
+    let unpublished: Vec<_> = g
+        .cycles
+        .iter()
+        .filter_map(|c| Some((c.index, c.unpublished.as_ref()?)))
+        .collect();
+    if !unpublished.is_empty() {
+        let _ = writeln!(
+            out,
+            "### The last capture, beyond the published heap
+"
+        );
+        let _ = writeln!(
+            out,
+            "A heap profile shows the heap as of the last finished GC cycle; `proc:` captures \
+             also read what was allocated since (`recent_space`, frees not yet known).\n"
+        );
+        let _ = writeln!(
+            out,
+            "| cycle | capture | at | in use (last GC) | allocated since | file |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        for (cycle, u) in unpublished {
+            let _ = writeln!(
+                out,
+                "| {cycle} | #{} | {} | {} | {} | {} |",
+                u.seq,
+                seconds(u.at_s),
+                format_bytes(u.inuse_bytes),
+                format_bytes(u.recent_bytes),
+                u.file.as_deref().map_or("-".to_string(), code)
+            );
+        }
+        out.push('\n');
+    }
+
     let storms: Vec<_> = g
         .cycles
         .iter()

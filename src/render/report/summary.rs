@@ -90,6 +90,12 @@ struct CycleSummary<'a> {
     killed: bool,
     /// How it ended, in the report's words.
     end: String,
+    /// How long the kernel held it at its OOM kill for a last capture (`run --oom-hold`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oom_held_ms: Option<i64>,
+    /// The last capture's heap beyond the published one (`proc:` sources).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unpublished: Option<&'a crate::analyse::growth::Unpublished>,
     /// The in-use heap's rate over the cycle's growth episode (the reading), 0 without one.
     heap_bytes_per_sec: f64,
     /// Whether that episode still went on at the end of the cycle.
@@ -244,6 +250,8 @@ pub fn json(m: &ReportModel) -> String {
             died_after_s: c.died_after_s.map(ms),
             killed: c.killed,
             end: crate::render::ends::end_words(&c.end),
+            oom_held_ms: c.oom_held_ms,
+            unpublished: c.unpublished.as_ref(),
             heap_bytes_per_sec: whole(c.reading.as_ref().map_or(0.0, |r| r.bytes_per_sec)),
             growing_at_end: c.reading.as_ref().is_some_and(|r| r.ongoing),
             reading: c.reading.as_ref(),

@@ -532,11 +532,24 @@ impl GoroutineEncoder {
         }
     }
 
-    fn site(&mut self, syms: &Symbols, gopc: u64) -> i64 {
+    /// The `created_by` label of a goroutine, as a `debug=2` dump prints `created by`: none
+    /// for the main goroutine (goid 1) nor for a site in an unexported runtime function
+    /// (`showframe` hides those).
+    fn site(&mut self, syms: &Symbols, goid: u64, gopc: u64) -> i64 {
+        if goid == 1 {
+            return 0;
+        }
         if let Some(&id) = self.sites.get(&gopc) {
             return id;
         }
         let id = match syms.table.creation_site(gopc.wrapping_sub(syms.bias)) {
+            Some((name, _, _))
+                if name
+                    .strip_prefix("runtime.")
+                    .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_uppercase())) =>
+            {
+                0
+            }
             Some((name, file, line)) => self.tables.intern(&format!("{name} {file}:{line}")),
             None => 0,
         };
@@ -575,7 +588,7 @@ impl GoroutineEncoder {
             };
             let key = (
                 stack,
-                self.site(syms, g.gopc),
+                self.site(syms, g.goid, g.gopc),
                 self.func(syms, g.startpc),
                 running,
             );

@@ -1,0 +1,377 @@
+//! `heapwatch watch`: one long-running collection of every Go container on a node. Discovery
+//! (`crate::node`) is rescanned every few hundred milliseconds; each container with a Go
+//! process becomes a node of a cluster run (`OUT/targets/NAME/`), recorded by the collector
+//! every cluster node has ([`cluster::collect_node`]): a `proc:cgroup:` source that follows
+//! whichever Go process runs in the container (a new pid is a new boot cycle), a memory
+//! sampler on the container's cgroup (its OOM-kill counter, anonymous memory against the
+//! limit), a slow baseline, and burst mode near the limit. Nodes come and go at run time:
+//! each is a task of one runtime with a stop of its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use super::budget::NodeBudget;
+use super::cluster::{self, NodeOutcome, StartError, StartOptions, TargetSpec};
+use super::targets::{self, TargetOptions};
+use super::{Clock as _, Nudge, Observer, Stop, SystemClock};
+use crate::node::{self, Discovery, GoProcess, NodeError};
+use crate::store::CaptureRecord;
+use crate::store::cluster::{TARGETS_DIR, read_cluster};
+
+#[derive(Debug, Error)]
+pub enum WatchError {
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("cannot start the watcher's runtime: {0}; raise the open-file limit")]
+    Runtime(std::io::Error),
+    #[error("{path}: {why}")]
+    Out { path: PathBuf, why: String },
+}
+
+/// What `watch` needs, already validated.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// The run directory and the collector's settings (`config.interval` is the baseline).
+    pub start: StartOptions,
+    pub discovery: node::Options,
+    /// Time between rescans of the node.
+    pub rescan: Duration,
+    /// A container not seen for this long has its collector stopped (it comes back as a
+    /// further session of the same node if it reappears).
+    pub gone_after: Duration,
+    /// One disk budget for every container's captures, and the window kept whole before each
+    /// kill (and at the newest end of each node): see [`super::budget`].
+    pub disk_budget: Option<(u64, Duration)>,
+}
+
+/// How one container's recording went: one entry per session (a container seen again after
+/// it was gone, or in a new cgroup, is recorded again into the same directory).
+pub struct ContainerOutcome {
+    pub name: String,
+    pub dir: PathBuf,
+    pub sessions: Vec<NodeOutcome>,
+}
+
+pub struct WatchOutcome {
+    pub containers: Vec<ContainerOutcome>,
+}
+
+/// A container being recorded.
+struct Running {
+    cgroup: PathBuf,
+    pids: BTreeSet<u32>,
+    stop: Stop,
+    nudge: Nudge,
+    last_seen: Instant,
+    handle: tokio::task::JoinHandle<NodeOutcome>,
+}
+
+/// One directory name under `targets/` for a container's name: `namespace_pod_container`
+/// (Kubernetes names have no `_`), else the cgroup path and executable made safe.
+pub fn dir_name(name: &str) -> String {
+    targets::safe_name(name.replace('/', "_").trim_matches('_'))
+}
+
+/// Tells the watcher's caller about process ends as they are written.
+struct EndTeller {
+    name: String,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Observer for EndTeller {
+    fn attempt(&mut self, _: &CaptureRecord, _: &super::LiveStatus) {}
+
+    fn ended(&mut self, record: &CaptureRecord) {
+        let pid = record
+            .pid
+            .map_or("its process".into(), |p| format!("pid {p}"));
+        let how = match (record.exit_code, record.signal) {
+            (_, Some(s)) => format!("killed by signal {s}"),
+            (Some(c), _) => format!("exited with code {c}"),
+            _ => "ended".into(),
+        };
+        if let Ok(mut lines) = self.lines.lock() {
+            lines.push(format!(
+                "{}: cycle {}: {pid} {how}",
+                self.name, record.cycle
+            ));
+        }
+    }
+}
+
+/// The containers with Go processes in a scan: name, cgroup directory, the pids in it. A
+/// container is named after its oldest Go process; two cgroups of one name (a kubelet restart
+/// whose old container is not yet removed) give the one with the newest process.
+fn containers(scan: &node::Scan) -> BTreeMap<String, (Arc<node::Container>, BTreeSet<u32>)> {
+    let mut by_cgroup: BTreeMap<PathBuf, Vec<&GoProcess>> = BTreeMap::new();
+    for p in &scan.processes {
+        by_cgroup
+            .entry(p.container.cgroup.clone())
+            .or_default()
+            .push(p);
+    }
+    let mut out: BTreeMap<String, (Arc<node::Container>, BTreeSet<u32>, u64)> = BTreeMap::new();
+    for (_, procs) in by_cgroup {
+        let Some(oldest) = procs.iter().min_by_key(|p| (p.start_ticks, p.pid)) else {
+            continue;
+        };
+        let newest = procs.iter().map(|p| p.start_ticks).max().unwrap_or(0);
+        let pids = procs.iter().map(|p| p.pid).collect();
+        let name = oldest.name();
+        match out.get(&name) {
+            Some((_, _, seen)) if *seen >= newest => {}
+            _ => {
+                out.insert(name, (oldest.container.clone(), pids, newest));
+            }
+        }
+    }
+    out.into_iter()
+        .map(|(name, (container, pids, _))| (name, (container, pids)))
+        .collect()
+}
+
+/// A cluster run's directory, or a new one; never a single target's run.
+fn prepare_out(out: &Path) -> Result<(), WatchError> {
+    if out.join(crate::store::MANIFEST_FILE).is_file() {
+        return Err(WatchError::Out {
+            path: out.to_path_buf(),
+            why: "a run of one target already; watch needs a new --out or a watch run".into(),
+        });
+    }
+    read_cluster(out).map_err(|e| WatchError::Start(e.into()))?;
+    std::fs::create_dir_all(out.join(TARGETS_DIR)).map_err(|e| WatchError::Out {
+        path: out.to_path_buf(),
+        why: e.to_string(),
+    })
+}
+
+/// Watches the node until `stop` is set; `say` is told what happens (a container found, a
+/// process ended, a note from discovery), one line at a time.
+pub fn watch(
+    options: WatchOptions,
+    stop: Stop,
+    mut say: impl FnMut(&str),
+) -> Result<WatchOutcome, WatchError> {
+    let mut discovery = Discovery::new(&options.discovery)?;
+    let hierarchy = discovery.hierarchy().clone();
+    let start = &options.start;
+    prepare_out(&start.out)?;
+    let started_ms = SystemClock::new().unix_ms();
+    cluster::write_cluster_info(start, &[], Some(started_ms))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("heapwatch-watch")
+        .enable_all()
+        .build()
+        .map_err(WatchError::Runtime)?;
+    let ends = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    let mut ending: Vec<(String, tokio::task::JoinHandle<NodeOutcome>)> = Vec::new();
+    let mut outcomes: BTreeMap<String, Vec<NodeOutcome>> = BTreeMap::new();
+    // What could not be opened, by name and cgroup: said once, tried again at each rescan.
+    let mut refused: BTreeSet<(String, PathBuf)> = BTreeSet::new();
+    let mut noted: BTreeSet<String> = BTreeSet::new();
+    let mut budget = options
+        .disk_budget
+        .map(|(bytes, window)| NodeBudget::new(bytes, window));
+    while !stop.is_set() {
+        let scan = discovery.rescan();
+        for note in &scan.notes {
+            if noted.len() < 1024 && noted.insert(note.message.clone()) {
+                say(&format!("note: {note}"));
+            }
+        }
+        let now = Instant::now();
+        for (name, (container, pids)) in containers(&scan) {
+            let cgroup = container.cgroup.clone();
+            if let Some(r) = running.get_mut(&name) {
+                if r.cgroup == cgroup && !r.handle.is_finished() {
+                    // A new pid in the container: its next boot cycle, captured now.
+                    if pids.iter().any(|p| !r.pids.contains(p)) {
+                        r.nudge.nudge();
+                    }
+                    r.pids = pids;
+                    r.last_seen = now;
+                    continue;
+                }
+                // A new cgroup for the name (a kubelet restart), or a collector that ended.
+                if let Some(old) = running.remove(&name) {
+                    old.stop.set();
+                    ending.push((name.clone(), old.handle));
+                }
+            }
+            // The lowest limit of the container and its ancestors (a pod's, the node's).
+            let limit = container.memory(&hierarchy).ok().and_then(|m| m.limit);
+            let target = format!("proc:cgroup:{}", cgroup.display());
+            let spec = TargetSpec {
+                name: name.clone(),
+                target: target.as_str().into(),
+                options: TargetOptions {
+                    interval: start.config.interval,
+                    timeout: start.config.timeout,
+                    ..TargetOptions::default()
+                },
+                limit,
+            };
+            let opened = match targets::open_target(&spec.target, &spec.options) {
+                Ok(opened) => opened,
+                Err(e) => {
+                    if refused.insert((name.clone(), cgroup.clone())) {
+                        say(&format!("{name}: not recorded: {e}"));
+                    }
+                    continue;
+                }
+            };
+            let dir = start.out.join(TARGETS_DIR).join(dir_name(&name));
+            let nudge = Nudge::new();
+            let mut node =
+                cluster::open_node(spec, opened, dir, start, started_ms)?.with_nudge(nudge.clone());
+            if let Some(budget) = &mut budget {
+                let (send, deletions) = tokio::sync::mpsc::unbounded_channel();
+                budget.add(&name, &node.dir, send);
+                node = node.with_deletions(deletions);
+            }
+            cluster::write_cluster_info(start, &[node.entry()], None)?;
+            say(&format!(
+                "{name}: recording pid {} ({})",
+                pids.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                node.dir.display()
+            ));
+            let node_stop = Stop::new();
+            let observer = Box::new(EndTeller {
+                name: name.clone(),
+                lines: ends.clone(),
+            });
+            let handle = runtime.spawn(cluster::collect_node(
+                node,
+                start.memory_interval,
+                node_stop.clone(),
+                observer,
+            ));
+            running.insert(
+                name,
+                Running {
+                    cgroup,
+                    pids,
+                    stop: node_stop,
+                    nudge,
+                    last_seen: now,
+                    handle,
+                },
+            );
+        }
+        // Containers gone for a while: their collectors end (their last records durable).
+        let gone: Vec<String> = running
+            .iter()
+            .filter(|(_, r)| now.duration_since(r.last_seen) >= options.gone_after)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in gone {
+            if let Some(r) = running.remove(&name) {
+                say(&format!("{name}: gone, its recording ends"));
+                r.stop.set();
+                ending.push((name, r.handle));
+            }
+        }
+        if let Some(budget) = &mut budget {
+            budget.enforce();
+        }
+        for (name, handle) in finished(&runtime, &mut ending) {
+            outcomes.entry(name).or_default().push(handle);
+        }
+        for line in ends
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default()
+        {
+            say(&line);
+        }
+        // Sleeps until the next rescan, in steps short enough for Ctrl-C to feel immediate.
+        let next = now + options.rescan;
+        while !stop.is_set() {
+            let left = next.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+    for r in running.values() {
+        r.stop.set();
+    }
+    ending.extend(running.into_iter().map(|(n, r)| (n, r.handle)));
+    for (name, handle) in ending {
+        if let Some(outcome) = join(&runtime, handle) {
+            outcomes.entry(name).or_default().push(outcome);
+        }
+    }
+    for line in ends
+        .lock()
+        .map(|mut l| std::mem::take(&mut *l))
+        .unwrap_or_default()
+    {
+        say(&line);
+    }
+    // A blocking fetch cut short by the stop may still run on its thread.
+    runtime.shutdown_background();
+    Ok(WatchOutcome {
+        containers: outcomes
+            .into_iter()
+            .map(|(name, sessions)| ContainerOutcome {
+                dir: start.out.join(TARGETS_DIR).join(dir_name(&name)),
+                name,
+                sessions,
+            })
+            .collect(),
+    })
+}
+
+/// The collectors among `ending` that are done, taken out of it.
+fn finished(
+    runtime: &tokio::runtime::Runtime,
+    ending: &mut Vec<(String, tokio::task::JoinHandle<NodeOutcome>)>,
+) -> Vec<(String, NodeOutcome)> {
+    let (done, still): (Vec<_>, Vec<_>) = std::mem::take(ending)
+        .into_iter()
+        .partition(|(_, h)| h.is_finished());
+    *ending = still;
+    done.into_iter()
+        .filter_map(|(name, h)| join(runtime, h).map(|o| (name, o)))
+        .collect()
+}
+
+fn join(
+    runtime: &tokio::runtime::Runtime,
+    handle: tokio::task::JoinHandle<NodeOutcome>,
+) -> Option<NodeOutcome> {
+    match runtime.block_on(handle) {
+        Ok(outcome) => Some(outcome),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_container_name_is_one_directory_name() {
+        assert_eq!(dir_name("jobs/grower-0/grow"), "jobs_grower-0_grow");
+        assert_eq!(
+            dir_name("/system.slice/api.service:api"),
+            "system.slice_api.service-api"
+        );
+        assert_eq!(dir_name("../.."), ".._..");
+        assert_eq!(dir_name(".."), "node");
+    }
+}
