@@ -1561,3 +1561,71 @@ fn goroutine_captures_are_spread_apart_by_what_they_cost_next_to_heap_captures()
     let huge = goroutine_gaps(5_000);
     assert!(huge.iter().all(|&g| g <= 60_000 + 5_000), "{huge:?}");
 }
+
+/// Tells a nudge during its first fetch: a container's memory crossing into burst mode while
+/// its collector is paced by a slow baseline.
+struct NudgeDuringFetch {
+    inner: ScriptedSource,
+    nudge: super::Nudge,
+    fetches: u32,
+}
+
+impl Source for NudgeDuringFetch {
+    fn target(&self) -> &str {
+        self.inner.target()
+    }
+    fn kind(&self) -> SourceKind {
+        self.inner.kind()
+    }
+    fn supports(&self, want: Want) -> bool {
+        self.inner.supports(want)
+    }
+    fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+        self.fetches += 1;
+        if self.fetches == 1 {
+            self.nudge.nudge();
+        }
+        self.inner.fetch(want, timeout)
+    }
+}
+
+#[test]
+fn a_nudge_brings_the_next_capture_one_burst_interval_after_the_last_not_a_baseline_later() {
+    let run = |nudged: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(FakeClock::new(1_000_000));
+        let nudge = super::Nudge::new();
+        let source = NudgeDuringFetch {
+            inner: ScriptedSource::new(clock.clone(), vec![Step::Ok(EARLY, ms(5))]),
+            nudge: if nudged {
+                nudge.clone()
+            } else {
+                super::Nudge::new()
+            },
+            fetches: 0,
+        };
+        let config = CollectConfig {
+            interval: ms(10_000),
+            burst_interval: ms(100),
+            ..heap_only(ms(5000))
+        };
+        let (writer, existing) = RunWriter::open(dir.path()).unwrap();
+        Collector::new(
+            config,
+            Box::new(source),
+            clock,
+            writer,
+            &existing,
+            Stop::new(),
+        )
+        .with_nudge(nudge)
+        .run(&mut NoObserver)
+        .unwrap();
+        attempts(RunDir::open(dir.path()).unwrap().manifest.records)
+            .iter()
+            .map(|r| r.t_ms - 1_000_000)
+            .collect::<Vec<i64>>()
+    };
+    assert_eq!(run(true), [0, 100]);
+    assert_eq!(run(false), [0]);
+}

@@ -392,7 +392,7 @@ fn watch_disk_budget_thins_the_quiet_container_and_keeps_every_pre_kill_window()
             "--baseline",
             "250ms",
             "--disk-budget",
-            "64KiB",
+            "16KiB",
             "--keep-before-kill",
             "2s",
         ],
@@ -420,11 +420,11 @@ fn watch_disk_budget_thins_the_quiet_container_and_keeps_every_pre_kill_window()
         !api_deleted.is_empty(),
         "the quiet container was thinned: kept {} ({} bytes); watch said {}",
         api_kept.len(),
-        fs::read_to_string(&log).unwrap_or_default(),
         api_kept
             .iter()
             .map(|r| r["bytes"].as_u64().unwrap_or(0))
-            .sum::<u64>()
+            .sum::<u64>(),
+        fs::read_to_string(&log).unwrap_or_default()
     );
     // Oldest first: every capture deleted is older than every one kept but the first.
     let first_t = api_kept.iter().map(t_ms).min().unwrap();
