@@ -15,9 +15,9 @@ pub mod pipeline;
 pub mod push;
 pub mod render;
 pub mod replay;
-pub mod scan;
 pub mod source;
 pub mod store;
+pub mod time;
 pub mod units;
 
 /// What a test needs from the machine (Go, root, …) and what it says without it: the same

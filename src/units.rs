@@ -142,24 +142,6 @@ pub fn group_thousands(value: i64) -> String {
     out
 }
 
-/// Unix milliseconds as UTC calendar fields (year, month, day, hour, minute, second), by the
-/// civil-from-days algorithm: no time-zone database needed.
-pub fn utc_fields(ms: i64) -> (i64, i64, i64, i64, i64, i64) {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 /// A Kubernetes quantity in base units: `128Mi` → 134217728, `500m` → 0.5, `2` → 2,
 /// `1e3` → 1000, `1.5G` → 1.5e9.
 pub fn parse_quantity(text: &str) -> Result<f64, String> {

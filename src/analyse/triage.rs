@@ -12,7 +12,8 @@ pub use resources::trim_ratio;
 
 use serde::Serialize;
 
-use kube::{Event, KubeError, Pod, Terminated, parse_time};
+use crate::time::parse_rfc3339 as parse_time;
+use kube::{Event, KubeError, Pod, Terminated};
 
 /// Sibling replicas whose last deaths lie further apart than this died independently.
 const TOGETHER_WITHIN_S: f64 = 120.0;
@@ -285,10 +286,10 @@ pub fn triage(input: &TriageInput) -> Result<TriageReport, KubeError> {
         }
     }
     Ok(TriageReport {
-        as_of: kube::format_time(input.now_ms),
+        as_of: crate::time::rfc3339(input.now_ms),
         events_given: input.events.is_some(),
-        events_from: window.0.map(kube::format_time),
-        events_to: window.1.map(kube::format_time),
+        events_from: window.0.map(crate::time::rfc3339),
+        events_to: window.1.map(crate::time::rfc3339),
         pods,
     })
 }

@@ -785,7 +785,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     // The worst node decides: the store first, then a target that answered garbage, then
     // one that never answered; the others are said here.
     let rank = |e: &CliError| match e {
-        CliError::Store(_) => 0,
+        CliError::Store(_) | CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 0,
         CliError::Unreachable(_) => 2,
         _ => 1,
     };

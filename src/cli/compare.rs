@@ -61,7 +61,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode, CliError> {
 }
 
 fn open(p: &Path) -> Result<RunDir, CliError> {
-    RunDir::open(p).map_err(|e| CliError::Store(e.to_string()))
+    Ok(RunDir::open(p)?)
 }
 
 fn compare_runs(
@@ -70,8 +70,13 @@ fn compare_runs(
     (pick_a, pick_b): (Option<u32>, Option<u32>),
     args: &CompareArgs,
 ) -> Result<Comparison, CliError> {
-    heapwatch::scan::compare(a, b, pick_a, pick_b, &args.decode.limits())
-        .map_err(|e| CliError::Store(e.to_string()))
+    Ok(heapwatch::pipeline::scan::compare(
+        a,
+        b,
+        pick_a,
+        pick_b,
+        &args.decode.limits(),
+    )?)
 }
 
 /// One side of a comparison with a cluster in it: a cluster, or a single run that stands

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use heapwatch::analyse::rules::{self, Rule};
 use heapwatch::replay::Timeline;
@@ -48,12 +48,6 @@ fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
-}
-
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Writes the embedded recording under `dir`, refusing any path that would leave it.
@@ -132,7 +126,7 @@ fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
     let mut lanes = Vec::new();
     for build in BUILDS {
         let dir = recording.join(build);
-        let run = RunDir::open(&dir).map_err(|e| CliError::Store(e.to_string()))?;
+        let run = RunDir::open(&dir)?;
         lanes.push(Lane {
             build,
             recording: run,
@@ -235,7 +229,7 @@ fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliEr
     let replay_stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let replay = scope.spawn(|| {
-            let started_ms = unix_ms();
+            let started_ms = heapwatch::time::now_ms();
             let build = lane.build;
             let mut announce = |line: String| {
                 if line.contains("died") {
@@ -345,10 +339,7 @@ fn carry_memory_over(lane: &Lane, played: &Played, speed: f64) -> Result<(), Cli
     if let Some(cg) = recorded_cgroup {
         info.options.cgroup = Some(cg);
     }
-    let mut pretty = serde_json::to_vec_pretty(&info).expect("run info is plain data");
-    pretty.push(b'\n');
-    std::fs::write(&info_path, pretty).map_err(|e| io_error(&info_path, e))?;
-    Ok(())
+    Ok(heapwatch::store::write_info(&lane.collected, &info)?)
 }
 
 /// What the demo found and where to look.

@@ -19,7 +19,8 @@ use heapwatch::store::{RecordKind, RunDir};
 use heapwatch::units;
 
 use super::{CliError, DecodeFlags, load_profile};
-use captures::{StoredCapture, by_seq, cycle_captures, stack_growth, stored_captures};
+use captures::{StoredCapture, by_seq, cycle_captures, stored_captures};
+use heapwatch::pipeline::flamegraphs::stack_growth;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -240,7 +241,7 @@ fn name_files(err: DiffError, base: &str, new: &str) -> CliError {
 // ---- runs ----
 
 fn open_run(path: &Path) -> Result<RunDir, CliError> {
-    RunDir::open(path).map_err(|e| CliError::Store(e.to_string()))
+    Ok(RunDir::open(path)?)
 }
 
 /// "build 2.1.0" from the run's label, else "run DIR".
@@ -332,7 +333,7 @@ fn growth(
         (f, t) => {
             // By default the last cycle that died (the growth worth drawing), else the last.
             let died = || {
-                let (report, _) = heapwatch::scan::growth(run, None, limits).ok()?;
+                let (report, _) = heapwatch::pipeline::scan::growth(run, None, limits).ok()?;
                 let ended = report
                     .cycles
                     .iter()
@@ -404,12 +405,9 @@ fn growth(
     let growth = stack_growth(
         &render_flame::folded(&fp, fi),
         &render_flame::folded(&tp, ti),
+        args.keep_profiler,
     );
-    let (added_stacks, profiler) = if args.keep_profiler {
-        (growth.added, 0)
-    } else {
-        heapwatch::analyse::reduce::without_profiler(growth.added)
-    };
+    let (added_stacks, profiler) = (growth.added, growth.profiler);
     let added: i64 = added_stacks.iter().map(|(_, v)| v).sum();
     let mut subtitle = format!(
         "added from capture #{} ({:.1} s) to #{} ({:.1} s): {} in {}",
@@ -452,13 +450,9 @@ fn growth(
 /// The captures before the rise into a cycle's heap peak and at it, when the cycle has no
 /// sustained growth but such a rise (what `flame --growth` draws by default then).
 fn rise_into_peak(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Option<(u64, u64)> {
-    let (report, _) = heapwatch::scan::growth(run, None, limits).ok()?;
+    let (report, _) = heapwatch::pipeline::scan::growth(run, None, limits).ok()?;
     let c = report.cycles.iter().find(|c| c.index == cycle)?;
-    if !c.sites.is_empty() {
-        return None;
-    }
-    let e = c.episode.as_ref()?;
-    e.from_seq.zip(e.to_seq)
+    heapwatch::pipeline::flamegraphs::rise_into_peak(c)
 }
 
 /// The capture of each run to compare: `--from` in the base run and `--to` in the new one,
@@ -478,14 +472,13 @@ fn runs_diff(
         ),
         (b, n) => {
             // The pair of cycles compare leads with, at the end of the span both cover.
-            let c = heapwatch::scan::compare(
+            let c = heapwatch::pipeline::scan::compare(
                 base_run,
                 new_run,
                 args.baseline_cycle,
                 args.cycle,
                 limits,
-            )
-            .map_err(|e| CliError::Store(e.to_string()))?;
+            )?;
             let bc = cycle_captures(base_run, &base_caps, Some(c.a_cycle), 1, true)?;
             let nc = cycle_captures(new_run, &new_caps, Some(c.b_cycle), 1, true)?;
             let (at_b, at_n) = captures::at_same_age(base_run, &bc, new_run, &nc)

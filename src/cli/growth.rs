@@ -39,7 +39,7 @@ pub fn run(args: GrowthArgs) -> Result<ExitCode, CliError> {
     if let Some(c) = ClusterRun::open(&args.run).map_err(check::failed)? {
         return run_cluster(&c, &args);
     }
-    let run = RunDir::open(&args.run).map_err(|e| CliError::Store(e.to_string()))?;
+    let run = RunDir::open(&args.run)?;
     emit(&node_growth(run, &args, "")?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -21,9 +21,8 @@ pub struct IndexArgs {
 }
 
 pub fn run(args: IndexArgs) -> Result<ExitCode, CliError> {
-    let run = RunDir::open(&args.run).map_err(|e| CliError::Store(e.to_string()))?;
-    let done =
-        index::rebuild(&run, &args.decode.limits()).map_err(|e| CliError::Store(e.to_string()))?;
+    let run = RunDir::open(&args.run)?;
+    let done = index::rebuild(&run, &args.decode.limits())?;
     for problem in &done.unreadable {
         eprintln!("heapwatch: skipped {problem}");
     }

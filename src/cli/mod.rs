@@ -46,6 +46,15 @@ pub enum CliError {
     Output(io::Error),
     #[error("{0}")]
     Store(String),
+    /// A run directory that cannot be read (exit 2, as `Store`).
+    #[error(transparent)]
+    Run(#[from] heapwatch::store::StoreError),
+    /// A run that cannot be analysed (exit 2, as `Store`).
+    #[error(transparent)]
+    Scan(#[from] heapwatch::pipeline::scan::ScanError),
+    /// A site index that cannot be built (exit 2, as `Store`).
+    #[error(transparent)]
+    Index(#[from] heapwatch::index::IndexError),
     #[error("{0}")]
     Unreachable(String),
 }
@@ -55,6 +64,7 @@ impl CliError {
         match self {
             CliError::Usage(_) | CliError::Profile { .. } | CliError::Read { .. } => 2,
             CliError::Output(_) | CliError::Store(_) => 2,
+            CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 2,
             CliError::Unreachable(_) => 3,
         }
     }

@@ -14,7 +14,7 @@ pub struct RecordFlags {
     #[arg(long, short = 'o')]
     pub out: PathBuf,
     /// Time between heap captures.
-    #[arg(long, default_value = "500ms", value_parser = units::parse_duration_flag)]
+    #[arg(long, default_value = heapwatch::model::run_options::DEFAULT_INTERVAL_FLAG, value_parser = units::parse_duration_flag)]
     pub interval: Duration,
     /// Interval once memory passes --burst-at of the limit.
     #[arg(long, default_value = "100ms", value_parser = units::parse_duration_flag)]

@@ -66,7 +66,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
             args.speed
         )));
     }
-    let run = RunDir::open(&args.run).map_err(|e| CliError::Store(e.to_string()))?;
+    let run = RunDir::open(&args.run)?;
     let timeline = Timeline::from_run(&run).map_err(CliError::Store)?;
     let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))

@@ -11,7 +11,6 @@ use std::process::ExitCode;
 
 use heapwatch::analyse::cluster::NodeOutcomes;
 use heapwatch::analyse::rules::{Outcome, Rule};
-use heapwatch::analyse::triage::kube;
 use heapwatch::analyse::triage::{UsageFigure, WorkerFigure};
 use heapwatch::pipeline::CyclePicks;
 use heapwatch::pipeline::cluster::ClusterRun;
@@ -76,7 +75,7 @@ pub struct Args {
 }
 
 fn parse_at(text: &str) -> Result<i64, String> {
-    kube::parse_time(text)
+    heapwatch::time::parse_rfc3339(text)
         .ok_or_else(|| format!("{text:?} is not an RFC 3339 time (2024-05-02T12:00:00Z)"))
 }
 

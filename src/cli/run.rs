@@ -323,7 +323,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         .zip(&args.also)
         .enumerate()
         .map(|(i, (source, target))| {
-            let out = heapwatch::scan::also_dir(&args.record.out, i + 1);
+            let out = heapwatch::pipeline::scan::also_dir(&args.record.out, i + 1);
             SubRun {
                 info: args.info(
                     &out,
@@ -409,7 +409,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
                     "heapwatch run: --also {}: {} in {}",
                     args.also[i],
                     super::collect::attempts_line(s),
-                    heapwatch::scan::also_dir(&args.record.out, i + 1).display()
+                    heapwatch::pipeline::scan::also_dir(&args.record.out, i + 1).display()
                 ),
                 Err(e) => eprintln!("heapwatch run: --also {}: {e}", args.also[i]),
             }

@@ -40,11 +40,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         Some(path) => Some(read(path, kube::parse_events)?),
         None => None,
     };
-    let now_ms = args.at.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64)
-    });
+    let now_ms = args.at.unwrap_or_else(heapwatch::time::now_ms);
     let input = TriageInput {
         pods: &pods,
         events: events.as_deref(),
@@ -110,6 +106,6 @@ pub(super) fn parse_workers(text: &str) -> Result<WorkerFigure, String> {
 }
 
 fn parse_at(text: &str) -> Result<i64, String> {
-    kube::parse_time(text)
+    heapwatch::time::parse_rfc3339(text)
         .ok_or_else(|| format!("{text:?} is not an RFC 3339 time (2024-05-02T12:00:00Z)"))
 }

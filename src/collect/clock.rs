@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -32,10 +32,7 @@ pub struct SystemClock {
 
 impl SystemClock {
     pub fn new() -> SystemClock {
-        let start_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let start_unix_ms = crate::time::now_ms();
         SystemClock {
             start: Instant::now(),
             start_unix_ms,

@@ -24,7 +24,7 @@ use crate::source::procmem::MemoryProbe;
 use crate::store::cluster::{
     self, CLUSTER_KIND, ClusterInfo, ClusterTarget, LogSpec, MarkSpec, TARGETS_DIR,
 };
-use crate::store::{ManifestRead, RUN_FILE, RunDir, RunInfo, RunWriter, StoreError};
+use crate::store::{ManifestRead, RunDir, RunInfo, RunWriter, StoreError};
 
 #[derive(Debug, Error)]
 pub enum StartError {
@@ -410,18 +410,8 @@ pub fn write_cluster_info(
             info.marks.push(mark.clone());
         }
     }
-    let path = options.out.join(RUN_FILE);
-    let bytes = serde_json::to_vec_pretty(&info).map_err(|e| StoreError::Corrupt {
-        path: path.clone(),
-        why: e.to_string(),
-    })?;
     // Whole or not at all: written aside, then renamed over the old one.
-    let temp = options.out.join(format!("{RUN_FILE}.partial"));
-    crate::store::write_synced(&temp, &bytes)?;
-    std::fs::rename(&temp, &path).map_err(|source| StoreError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    crate::store::write_info(&options.out, &info)?;
     Ok(())
 }
 

@@ -8,7 +8,6 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One watched process's end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +60,8 @@ impl ExitWatcher {
                     for (pid, status) in socket.exits() {
                         let watched = s.watched.lock().is_ok_and(|w| w.contains(&pid));
                         if watched {
-                            let exit = ProcessExit::from_wait_status(pid, unix_ms(), status);
+                            let exit =
+                                ProcessExit::from_wait_status(pid, crate::time::now_ms(), status);
                             if let Ok(mut ended) = s.ended.lock() {
                                 ended.push(exit);
                             }
@@ -108,13 +108,6 @@ impl Drop for ExitWatcher {
     fn drop(&mut self) {
         self.finish();
     }
-}
-
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// The netlink side, in the kernel's own layout (`linux/connector.h`, `linux/cn_proc.h`).

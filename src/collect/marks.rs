@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use regex::Regex;
 use thiserror::Error;
@@ -334,7 +334,8 @@ impl Tailer {
                     let last = flag.load(Ordering::Relaxed);
                     for tail in &mut tails {
                         for line in tail.poll() {
-                            let Some(event) = event_for(&line, &tail.name, &marks, unix_ms())
+                            let Some(event) =
+                                event_for(&line, &tail.name, &marks, crate::time::now_ms())
                             else {
                                 continue;
                             };
@@ -380,13 +381,6 @@ impl Tailer {
     }
 }
 
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// The time a log line gives for itself, in unix ms: an RFC 3339 / ISO 8601 timestamp at its
 /// start (`2026-12-03T10:15:02.123Z`, `…+01:00`, `2026-12-03 10:15:02,123`; after an opening
 /// `[` too), or a JSON line's `"time"` / `"ts"` field (text as above, or unix seconds). A
@@ -397,7 +391,7 @@ pub fn line_time(line: &str) -> Option<i64> {
         let value: serde_json::Value = serde_json::from_str(trimmed).ok()?;
         let field = value.get("time").or_else(|| value.get("ts"))?;
         return match field {
-            serde_json::Value::String(s) => timestamp(s),
+            serde_json::Value::String(s) => crate::time::parse_leading(s),
             serde_json::Value::Number(n) => {
                 let secs = n.as_f64()?;
                 // Unix seconds (zap) or milliseconds.
@@ -406,87 +400,7 @@ pub fn line_time(line: &str) -> Option<i64> {
             _ => None,
         };
     }
-    timestamp(trimmed.strip_prefix('[').unwrap_or(trimmed))
-}
-
-/// Parses a timestamp at the start of `s`.
-fn timestamp(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    let digits = |from: usize, n: usize| -> Option<i64> {
-        let part = b.get(from..from + n)?;
-        part.iter().all(u8::is_ascii_digit).then(|| {
-            part.iter()
-                .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'))
-        })
-    };
-    let year = digits(0, 4)?;
-    let month = digits(5, 2)?;
-    let day = digits(8, 2)?;
-    let hour = digits(11, 2)?;
-    let minute = digits(14, 2)?;
-    let second = digits(17, 2)?;
-    if b.get(4) != Some(&b'-')
-        || b.get(7) != Some(&b'-')
-        || !matches!(b.get(10), Some(b'T' | b't' | b' '))
-        || b.get(13) != Some(&b':')
-        || b.get(16) != Some(&b':')
-    {
-        return None;
-    }
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let mut at = 19;
-    let mut millis = 0i64;
-    if matches!(b.get(at), Some(b'.' | b',')) {
-        at += 1;
-        let start = at;
-        while b.get(at).is_some_and(u8::is_ascii_digit) {
-            if at - start < 3 {
-                millis = millis * 10 + i64::from(b[at] - b'0');
-            }
-            at += 1;
-        }
-        if at == start {
-            return None;
-        }
-        for _ in (at - start)..3 {
-            millis *= 10;
-        }
-    }
-    let offset_min = match b.get(at) {
-        Some(b'Z' | b'z') => 0,
-        Some(&sign @ (b'+' | b'-')) => {
-            let hours = digits(at + 1, 2)?;
-            let minutes = if b.get(at + 3) == Some(&b':') {
-                digits(at + 4, 2)?
-            } else {
-                digits(at + 3, 2).unwrap_or(0)
-            };
-            let total = hours * 60 + minutes;
-            if sign == b'-' { -total } else { total }
-        }
-        _ => 0,
-    };
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + hour * 3600 + minute * 60 + second.min(59) - offset_min * 60;
-    Some(secs * 1000 + millis)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    crate::time::parse_leading(trimmed.strip_prefix('[').unwrap_or(trimmed))
 }
 
 #[cfg(test)]

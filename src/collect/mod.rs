@@ -74,7 +74,7 @@ pub struct CollectConfig {
 impl Default for CollectConfig {
     fn default() -> Self {
         CollectConfig {
-            interval: Duration::from_millis(500),
+            interval: Duration::from_millis(crate::model::run_options::DEFAULT_INTERVAL_MS),
             burst_interval: Duration::from_millis(100),
             burst_at: 0.6,
             limit: None,
@@ -933,7 +933,7 @@ impl Collector {
                     Err(Invalid(message)) => {
                         let e = FetchError::new(FailureKind::Other, message);
                         self.failed(&mut record, &e, began);
-                        record.error_kind = Some("invalid".into());
+                        record.error_kind = Some(FailureKind::Invalid.as_str().into());
                     }
                 }
                 let publish = record
@@ -964,7 +964,7 @@ impl Collector {
                         Err(e) => {
                             record.file = None;
                             record.error = Some(e.to_string());
-                            record.error_kind = Some("disk".into());
+                            record.error_kind = Some(FailureKind::Disk.as_str().into());
                             self.summary.errors += 1;
                             let _ = self.append(record).await;
                             return Err(e);

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use super::OutsideMemory;
 use super::exits::ExitWatcher;
@@ -28,13 +28,6 @@ pub struct SamplerTally {
     pub kills: u64,
     pub peak: u64,
     pub error: Option<String>,
-}
-
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl Sampler {
@@ -62,12 +55,12 @@ impl Sampler {
                         continue;
                     }
                     let mut detailed = last_detail.is_none_or(|t| t.elapsed() >= DETAIL_EVERY);
-                    let mut sample = probe.sample(unix_ms(), kills, detailed);
+                    let mut sample = probe.sample(crate::time::now_ms(), kills, detailed);
                     // Memory moving fast (a file written into the page cache, or a heap
                     // growing): look where it went now rather than guess for up to 500 ms.
                     if !detailed && split.jumped(&sample) {
                         detailed = true;
-                        sample = probe.sample(unix_ms(), kills, true);
+                        sample = probe.sample(crate::time::now_ms(), kills, true);
                     }
                     if detailed {
                         last_detail = Some(Instant::now());
@@ -118,7 +111,7 @@ impl Sampler {
                     std::thread::sleep(interval);
                 }
                 if probe.ready() {
-                    let _ = log.append(&probe.sample(unix_ms(), kills, true), true);
+                    let _ = log.append(&probe.sample(crate::time::now_ms(), kills, true), true);
                 }
                 tally
             })

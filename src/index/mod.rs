@@ -303,6 +303,15 @@ pub struct SiteSource<'r> {
 /// A capture's figures, and the entry to append when they came from decoding.
 pub type Sites = (Vec<SiteFigures>, Option<Built>);
 
+/// Why a capture's site figures cannot be had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SitesError {
+    /// Its profile is not on disk (thinned by `--max-disk`, or a name that cannot be a file).
+    Missing,
+    /// Its profile cannot be decoded; the words name the file.
+    Unreadable(String),
+}
+
 impl<'r> SiteSource<'r> {
     pub fn open(run: &'r RunDir, limits: &'r DecodeLimits) -> SiteSource<'r> {
         SiteSource {
@@ -314,19 +323,19 @@ impl<'r> SiteSource<'r> {
         }
     }
 
-    /// `Err("")` when the capture's file is missing; `Err(why)` naming the file when it cannot
-    /// be decoded.
-    pub fn sites(&self, record: &CaptureRecord) -> Result<Sites, String> {
-        let path = self.run.file_path(record).ok_or_else(String::new)?;
-        let key = EntryKey::of(record, &path).ok_or_else(String::new)?;
+    /// The capture's site figures, from the index or its profile.
+    pub fn sites(&self, record: &CaptureRecord) -> Result<Sites, SitesError> {
+        let path = self.run.file_path(record).ok_or(SitesError::Missing)?;
+        let key = EntryKey::of(record, &path).ok_or(SitesError::Missing)?;
         match self.index.sites(record, &key, self.limits) {
             Some(Ok(sites)) => return Ok((sites, None)),
             // Refused as decoding would refuse it, without reading the profile.
-            Some(Err(e)) => return Err(format!("{}: {e}", path.display())),
+            Some(Err(e)) => return Err(SitesError::Unreadable(format!("{}: {e}", path.display()))),
             None => {}
         }
         let own = self.own.of_cycle(record.cycle);
-        let (figures, gunzipped) = build_file(&path, record.kind, self.limits, own)?;
+        let (figures, gunzipped) =
+            build_file(&path, record.kind, self.limits, own).map_err(SitesError::Unreadable)?;
         let sites = figures.site_figures(record.kind);
         Ok((
             sites,
@@ -497,18 +506,7 @@ impl Drop for Lock {
 /// The captures an analysis reads: stored heap and goroutine profiles, once each (a duplicate
 /// names the earlier file), not deleted since.
 pub fn indexed_captures(run: &RunDir) -> Vec<&CaptureRecord> {
-    let records = &run.manifest.records;
-    let deleted: std::collections::BTreeSet<u64> =
-        records.iter().filter_map(|r| r.deleted_seq).collect();
-    records
-        .iter()
-        .filter(|r| {
-            r.is_ok()
-                && r.dup_of.is_none()
-                && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine)
-                && !deleted.contains(&r.seq)
-        })
-        .collect()
+    run.manifest.counted()
 }
 
 /// What `heapwatch index` did.
@@ -545,7 +543,7 @@ pub fn rebuild(run: &RunDir, limits: &DecodeLimits) -> Result<Rebuild, IndexErro
         .map_or(2, |n| n.get())
         .clamp(1, 8);
     for batch in captures.chunks(16) {
-        let results: Vec<Result<Sites, String>> = std::thread::scope(|scope| {
+        let results: Vec<Result<Sites, SitesError>> = std::thread::scope(|scope| {
             let chunk = batch.len().div_ceil(workers).max(1);
             let handles: Vec<_> = batch
                 .chunks(chunk)
@@ -564,8 +562,8 @@ pub fn rebuild(run: &RunDir, limits: &DecodeLimits) -> Result<Rebuild, IndexErro
             match result {
                 Ok((_, None)) => done.fresh += 1,
                 Ok((_, Some(b))) => built.push(b),
-                Err(e) if e.is_empty() => {}
-                Err(e) => done.unreadable.push(e),
+                Err(SitesError::Missing) => {}
+                Err(SitesError::Unreadable(e)) => done.unreadable.push(e),
             }
         }
         done.rebuilt += built.len();

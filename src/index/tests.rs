@@ -145,7 +145,9 @@ fn an_entry_over_the_ceiling_on_decompressed_size_is_refused() {
         assert_eq!(index.sites(r, &key, &below).unwrap().unwrap_err(), decoded);
         // Through the source, the error names the file as a decoding error does.
         let source = SiteSource::open(&run, &below);
-        let why = source.sites(r).unwrap_err();
+        let SitesError::Unreadable(why) = source.sites(r).unwrap_err() else {
+            panic!("capture #{} read as missing, not refused", r.seq);
+        };
         assert!(
             why.contains(&path.display().to_string()) && why.contains("larger than"),
             "{why}"

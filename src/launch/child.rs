@@ -10,7 +10,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use super::LaunchError;
 use super::hold::{Held, OomHold};
@@ -239,7 +239,7 @@ pub fn supervise(
         watch.pid.store(pid, Ordering::Relaxed);
         on_event(LifeEvent::Started {
             pid,
-            t_ms: unix_ms(),
+            t_ms: crate::time::now_ms(),
         });
         let mut watchdog_killed = false;
         // When the kill was seen: the kernel's OOM kill (its counter rose) or the watchdog's.
@@ -260,7 +260,7 @@ pub fn supervise(
             if watch.interrupt.load(Ordering::Relaxed) {
                 on_event(LifeEvent::Interrupted {
                     pid: Some(pid),
-                    t_ms: unix_ms(),
+                    t_ms: crate::time::now_ms(),
                 });
                 stop(&mut child);
                 watch.pid.store(0, Ordering::Relaxed);
@@ -271,12 +271,12 @@ pub fn supervise(
                     // SAFETY: kill(2) on our own unreaped child: the pid cannot be reused yet.
                     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                     watchdog_killed = true;
-                    killed_ms = Some(unix_ms());
+                    killed_ms = Some(crate::time::now_ms());
                 }
             }
             if let Some(hold) = watch.hold {
                 if held.is_none() && oom_held.is_none() && hold.under_oom() {
-                    held = Some(hold.begin(unix_ms()));
+                    held = Some(hold.begin(crate::time::now_ms()));
                 }
                 if let Some(h) = held.filter(|h| hold.done(h)) {
                     let lasted = hold.release(&h);
@@ -293,12 +293,12 @@ pub fn supervise(
             if killed_ms.is_none() {
                 let kills = (watch.oom_kills)();
                 if matches!((kills_before, kills), (Some(a), Some(b)) if b > a) {
-                    killed_ms = Some(unix_ms());
+                    killed_ms = Some(crate::time::now_ms());
                 }
             }
             std::thread::sleep(watch_poll(policy));
         };
-        let t_ms = killed_ms.unwrap_or_else(unix_ms);
+        let t_ms = killed_ms.unwrap_or_else(crate::time::now_ms);
         watch.pid.store(0, Ordering::Relaxed);
         let lived = started.elapsed();
         let kills_after = (watch.oom_kills)();
@@ -336,7 +336,7 @@ pub fn supervise(
             if watch.interrupt.load(Ordering::Relaxed) {
                 on_event(LifeEvent::Interrupted {
                     pid: None,
-                    t_ms: unix_ms(),
+                    t_ms: crate::time::now_ms(),
                 });
                 return Ok((Ending::Interrupted, restarts));
             }
@@ -361,13 +361,6 @@ fn stop(child: &mut Child) {
     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     let _ = child.kill();
     let _ = child.wait();
-}
-
-pub fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

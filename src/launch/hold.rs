@@ -222,7 +222,7 @@ impl Holder {
                     while !stop.load(Ordering::Relaxed) {
                         let under = hold.under_oom();
                         match held {
-                            None if under => held = Some(hold.begin(unix_ms())),
+                            None if under => held = Some(hold.begin(crate::time::now_ms())),
                             Some(h) if hold.done(&h) => {
                                 hold.release(&h);
                                 held = None;
@@ -291,8 +291,4 @@ pub fn guard(dir: &Path) -> Result<(), String> {
             control.display()
         )),
     }
-}
-
-fn unix_ms() -> i64 {
-    super::child::unix_ms()
 }

@@ -6,6 +6,7 @@ pub mod aggregate;
 pub mod build;
 pub mod capture;
 pub mod envoy;
+pub mod failure;
 pub mod memory;
 pub mod run_options;
 

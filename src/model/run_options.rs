@@ -11,6 +11,13 @@ use serde_json::Value;
 
 use crate::units::parse_quantity;
 
+/// Time between heap captures when `--interval` is not given, the one place it is written:
+/// the flag's default, the collector's default configuration, and what a replay assumes of a
+/// capture that recorded none.
+pub const DEFAULT_INTERVAL_MS: u64 = 500;
+/// [`DEFAULT_INTERVAL_MS`] as the `--interval` flag's default text.
+pub const DEFAULT_INTERVAL_FLAG: &str = "500ms";
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunOptions {
     #[serde(
@@ -267,5 +274,13 @@ mod tests {
         assert_eq!(again["future"]["x"], 1);
         let shown = serde_json::from_str::<RunOptions>(r#"{"cpu_limit": "500m"}"#).unwrap();
         assert_eq!(shown.cpu_limit.unwrap().to_string(), "500m");
+    }
+
+    #[test]
+    fn the_interval_flag_default_is_the_default_interval() {
+        assert_eq!(
+            crate::units::parse_duration(DEFAULT_INTERVAL_FLAG).unwrap(),
+            std::time::Duration::from_millis(DEFAULT_INTERVAL_MS)
+        );
     }
 }

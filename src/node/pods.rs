@@ -41,9 +41,7 @@ impl Stamp {
     /// A directory changed in the last two seconds may change again within the same tick of
     /// the file system's clock, unseen: such a stamp is not kept, so the next look lists again.
     fn settled(&self) -> bool {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+        let now = crate::time::now_secs();
         now - self.mtime >= 2
     }
 }

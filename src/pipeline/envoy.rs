@@ -3,7 +3,7 @@
 
 use crate::analyse::envoy::{self, EnvoyLimits, EnvoyReport};
 use crate::model::envoy::{EnvoySnapshot, HeapDumpState};
-use crate::store::{CaptureFailure, RecordKind, RunDir, RunInfo};
+use crate::store::{RecordKind, RunDir, RunInfo};
 
 /// Envoy's findings from a run's `envoy` records.
 pub struct EnvoyFindings {
@@ -62,10 +62,7 @@ pub fn heap_dump_state(run: &RunDir) -> HeapDumpState {
         return HeapDumpState::Available;
     }
     heaps()
-        .find_map(|r| match r.failure() {
-            Some(CaptureFailure::NotServed { why }) => Some(why),
-            _ => None,
-        })
+        .find_map(|r| r.not_served_why())
         .map_or(HeapDumpState::NotAsked, HeapDumpState::NotAvailable)
 }
 

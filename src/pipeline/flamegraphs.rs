@@ -2,14 +2,15 @@
 //! last stored heap capture, or the rise into its peak), and against the baseline the two
 //! builds' in-use heaps at the compared age. Reads the profiles; `render::flame` draws.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use super::Analysis;
+use super::scan;
+use crate::analyse::growth::CycleGrowth;
 use crate::decode::{self, DecodeLimits};
 use crate::model::Profile;
 use crate::render::flame::{self, FlameOptions};
 use crate::render::report::Flamegraph;
-use crate::scan;
 use crate::store::{CaptureRecord, RunDir};
 use crate::units;
 
@@ -41,6 +42,60 @@ fn capture_at(c: &Capture, start_ms: i64) -> String {
     )
 }
 
+/// What grew from one capture's stacks to a later one's: the stacks that gained (sorted), the
+/// profile writer's own stacks left out unless `keep_profiler`, and what shrank (not drawn).
+/// The one computation behind `flame --growth` and the report's growth flamegraphs.
+pub struct StackGrowth {
+    pub added: Vec<(String, i64)>,
+    /// What the profile writer's own stacks added, left out of `added`.
+    pub profiler: i64,
+    pub shrunk_stacks: usize,
+    pub shrunk_by: i64,
+}
+
+pub fn stack_growth(
+    from: &[(String, i64)],
+    to: &[(String, i64)],
+    keep_profiler: bool,
+) -> StackGrowth {
+    let mut change: HashMap<&str, i64> = HashMap::new();
+    for (stack, v) in from {
+        *change.entry(stack).or_default() -= v;
+    }
+    for (stack, v) in to {
+        *change.entry(stack).or_default() += v;
+    }
+    let mut added: Vec<(String, i64)> = change
+        .iter()
+        .filter(|(_, d)| **d > 0)
+        .map(|(s, d)| (s.to_string(), *d))
+        .collect();
+    added.sort();
+    let shrunk: Vec<i64> = change.values().copied().filter(|d| *d < 0).collect();
+    let (added, profiler) = if keep_profiler {
+        (added, 0)
+    } else {
+        crate::analyse::reduce::without_profiler(added)
+    };
+    StackGrowth {
+        added,
+        profiler,
+        shrunk_stacks: shrunk.len(),
+        shrunk_by: -shrunk.iter().sum::<i64>(),
+    }
+}
+
+/// The captures a boot cycle's growth flamegraph spans when it is not first to last: the rise
+/// into its heap peak (seqs before the rise and at the peak), when the cycle has no sustained
+/// growth but such a rise.
+pub fn rise_into_peak(c: &CycleGrowth) -> Option<(u64, u64)> {
+    if !c.sites.is_empty() {
+        return None;
+    }
+    let e = c.episode.as_ref()?;
+    e.from_seq.zip(e.to_seq)
+}
+
 /// A growth flamegraph per boot cycle (first to last stored heap capture) and, with a
 /// baseline, a differential one at the compared age. A flamegraph that cannot be drawn is
 /// left out; the tables still say what grew.
@@ -49,15 +104,10 @@ pub fn draw(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Fla
     for c in &a.growth.cycles {
         let heaps = scan::stored_heaps(&a.run, c.index);
         // Without sustained growth, the rise into the cycle's peak is what it added.
-        let rise = c
-            .episode
-            .as_ref()
-            .filter(|_| c.sites.is_empty())
-            .and_then(|e| e.from_seq.zip(e.to_seq))
-            .and_then(|(from, to)| {
-                let find = |seq| heaps.iter().find(|r| r.seq == seq);
-                find(from).zip(find(to))
-            });
+        let rise = rise_into_peak(c).and_then(|(from, to)| {
+            let find = |seq| heaps.iter().find(|r| r.seq == seq);
+            find(from).zip(find(to))
+        });
         let (Some(first), Some(last)) = rise
             .map(|(f, t)| (Some(f), Some(t)))
             .unwrap_or((heaps.first(), heaps.last()))
@@ -71,16 +121,11 @@ pub fn draw(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Fla
         else {
             continue;
         };
-        let mut growth: BTreeMap<String, i64> = inuse(&last).into_iter().collect();
-        for (stack, v) in inuse(&first) {
-            *growth.entry(stack).or_default() -= v;
-        }
-        let growth: Vec<(String, i64)> = growth.into_iter().filter(|(_, v)| *v > 0).collect();
-        let (growth, profiler) = if keep_profiler {
-            (growth, 0)
-        } else {
-            crate::analyse::reduce::without_profiler(growth)
-        };
+        let StackGrowth {
+            added: growth,
+            profiler,
+            ..
+        } = stack_growth(&inuse(&first), &inuse(&last), keep_profiler);
         let span = format!(
             "from {} to {}{}",
             capture_at(&first, c.start_ms),

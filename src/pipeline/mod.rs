@@ -7,6 +7,7 @@ pub mod cluster;
 mod envoy;
 pub mod flamegraphs;
 pub mod report;
+pub mod scan;
 
 use std::path::Path;
 
@@ -17,9 +18,9 @@ use crate::analyse::growth::GrowthReport;
 use crate::analyse::rules::{self, Findings, HeapRatio, Outcome, Rule};
 use crate::decode::DecodeLimits;
 use crate::model::memory::MemorySample;
-use crate::scan::{self, ScanError, ScanNotes};
 use crate::store::cluster::{self as store_cluster, Event};
 use crate::store::{RunDir, StoreError};
+use scan::{ScanError, ScanNotes};
 
 pub use envoy::{
     EnvoyFindings, Sourced, cpu_limit_source, envoy_findings, envoy_snapshots, has_envoy,

@@ -61,14 +61,12 @@ pub fn kube_input(extras: &ReportInputs) -> Result<Option<KubeInput>, PipelineEr
         std::fs::metadata(path)
             .and_then(|m| m.modified())
             .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
+            .and_then(crate::time::system_ms)
     };
-    let now_ms = extras.at_ms.or_else(modified).unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64)
-    });
+    let now_ms = extras
+        .at_ms
+        .or_else(modified)
+        .unwrap_or_else(crate::time::now_ms);
     Ok(Some(KubeInput {
         file: path.file_name().map_or_else(
             || path.display().to_string(),

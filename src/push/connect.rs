@@ -10,8 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 use super::PushError;
 
@@ -342,33 +340,27 @@ fn connect_error(content_type: &str, body: &[u8]) -> (Option<String>, String) {
     (None, text.lines().next().unwrap_or("").trim().to_string())
 }
 
+/// The push's TLS: the one client builder (`source::tls`), its errors worded for
+/// `--push-cacert`.
 fn tls_config(cacert: Option<&std::path::Path>) -> Result<rustls::ClientConfig, PushError> {
-    let mut roots = rustls::RootCertStore::empty();
-    match cacert {
-        Some(path) => {
-            let bytes = std::fs::read(path).map_err(|e| PushError::io(path, e))?;
-            let bad =
-                |why: String| PushError::Config(format!("--push-cacert {}: {why}", path.display()));
-            for cert in CertificateDer::pem_slice_iter(&bytes) {
-                let cert = cert.map_err(|e| bad(format!("bad PEM: {e}")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| bad(format!("not a CA certificate: {e}")))?;
-            }
-            if roots.is_empty() {
-                return Err(bad("no certificate in this PEM file".into()));
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    use crate::source::tls::{ClientTls, TlsSetupError};
+    let flag = |path: &std::path::Path, why: String| {
+        PushError::Config(format!("--push-cacert {}: {why}", path.display()))
+    };
+    ClientTls {
+        cacert,
+        ..ClientTls::default()
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| PushError::Config(format!("TLS: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    .config()
+    .map_err(|e| match e {
+        TlsSetupError::Read { path, source, .. } => PushError::io(&path, source),
+        TlsSetupError::BadPem { path, why, .. } => flag(&path, format!("bad PEM: {why}")),
+        TlsSetupError::NoCertificate { path, .. } => {
+            flag(&path, "no certificate in this PEM file".into())
+        }
+        TlsSetupError::NotCa { path, why } => flag(&path, format!("not a CA certificate: {why}")),
+        other => PushError::Config(other.to_string()),
+    })
 }
 
 /// The rustls error under a reqwest error, if the failure was a TLS one. It sits inside an

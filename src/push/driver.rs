@@ -387,7 +387,7 @@ impl<T: Transport> Pusher<T> {
                 jobs.push(Job {
                     pending,
                     earlier,
-                    restamp_at_ns: self.options.restamp.then(unix_ns),
+                    restamp_at_ns: self.options.restamp.then(crate::time::now_ns),
                 });
             }
             if jobs.is_empty() {
@@ -556,10 +556,4 @@ async fn wait_deadline(
         Some(rx) => rx.await,
         None => std::future::pending().await,
     }
-}
-
-pub(super) fn unix_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }

@@ -228,7 +228,10 @@ impl Labeler {
             labels.insert("heapwatch_node", node.clone());
         }
         if let Some(ns) = captured_at {
-            labels.insert("heapwatch_captured_at", rfc3339_ms(ns));
+            labels.insert(
+                "heapwatch_captured_at",
+                crate::time::rfc3339_ms(ns.div_euclid(1_000_000)),
+            );
         }
         labels
             .into_iter()
@@ -292,16 +295,6 @@ pub fn redacted_target(target: &str) -> String {
     }
     shown.push_str(rest);
     shown
-}
-
-/// Unix nanoseconds as RFC 3339 UTC with milliseconds: `2026-12-02T12:27:00.626Z`.
-pub fn rfc3339_ms(ns: i64) -> String {
-    let ms = ns.div_euclid(1_000_000);
-    let (y, mo, d, h, mi, s) = crate::units::utc_fields(ms);
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z",
-        ms.rem_euclid(1000)
-    )
 }
 
 #[cfg(test)]
@@ -492,14 +485,6 @@ mod tests {
         assert_eq!(a.len(), 36);
         assert_eq!(&a[14..15], "8", "version nibble: {a}");
         assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "variant: {a}");
-    }
-
-    #[test]
-    fn captured_at_is_rfc3339_utc_with_milliseconds() {
-        assert_eq!(
-            rfc3339_ms(1_796_214_420_626_123_456),
-            "2026-12-02T12:27:00.626Z"
-        );
     }
 
     #[test]

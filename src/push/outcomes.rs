@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Failing, Flight, Outgoing, Pusher, Stop, unix_ns};
+use super::{Failing, Flight, Outgoing, Pusher, Stop};
 use crate::push::PushError;
 use crate::push::connect::{Answer, Refusal, Transport};
 use crate::push::journal::{Outcome, PushRecord};
@@ -180,7 +180,7 @@ impl<T: Transport> Pusher<T> {
             code: refusal.and_then(|r| r.code.clone()),
             message: refusal.map(|r| r.message.clone()),
             attempts: capture.attempts,
-            t_ms: unix_ns() / 1_000_000,
+            t_ms: crate::time::now_ms(),
             restamped: self.options.restamp,
         }
     }

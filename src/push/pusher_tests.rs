@@ -9,7 +9,7 @@ use prost::Message;
 use super::*;
 use crate::decode::{self, pb};
 use crate::push::connect::Answer;
-use crate::push::driver::{self, CYCLE_WAIT};
+use crate::push::driver::CYCLE_WAIT;
 use crate::push::journal::{self, Outcome};
 use crate::push::wire::PushRequest;
 use crate::push::{BATCH_CAPTURES, IN_FLIGHT};
@@ -378,7 +378,7 @@ async fn restamped_captures_carry_the_push_time_and_their_own_as_a_label() {
         restamp: true,
         ..fast()
     };
-    let before = driver::unix_ns();
+    let before = crate::time::now_ns();
     push_run(dir.path(), server(), transport.clone(), options)
         .await
         .unwrap();
@@ -398,7 +398,10 @@ async fn restamped_captures_carry_the_push_time_and_their_own_as_a_label() {
         .iter()
         .find(|l| l.name == "heapwatch_captured_at")
         .unwrap();
-    assert_eq!(label.value, crate::push::labels::rfc3339_ms(time(&stored)));
+    assert_eq!(
+        label.value,
+        crate::time::rfc3339_ms(time(&stored).div_euclid(1_000_000))
+    );
     assert!(records(dir.path())[0].restamped);
 }
 

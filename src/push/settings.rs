@@ -84,7 +84,7 @@ pub fn resolve(run: &Path, flags: &LabelFlags) -> Result<LabelOptions, PushError
     if let Some((_, mut raw)) = info {
         if kept.unwrap_or_default() != settings {
             keep_settings(&mut raw, &settings);
-            store::write_info_json(run, &raw).map_err(|e| PushError::Run {
+            store::write_info(run, &raw).map_err(|e| PushError::Run {
                 path: run.join(RUN_FILE),
                 why: e.to_string(),
             })?;

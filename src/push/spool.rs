@@ -136,7 +136,7 @@ impl Spool {
                 resend: true,
                 to: server.to.clone(),
                 tenant: server.tenant.clone(),
-                t_ms: unix_ms(),
+                t_ms: crate::time::now_ms(),
             };
             journal.append(&[JournalLine::Resend(mark)])?;
             journal.sync()?;
@@ -395,12 +395,6 @@ impl Spool {
         self.queue.remove(&seq);
         self.taken.remove(&seq);
     }
-}
-
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

@@ -404,8 +404,9 @@ fn cpu_meaning(c: &CpuFinding) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyse::triage::kube::{self, parse_time};
+    use crate::analyse::triage::kube;
     use crate::analyse::triage::{TriageInput, UsageFigure, triage};
+    use crate::time::parse_rfc3339 as parse_time;
 
     fn worded(pods: &str, usage: &[UsageFigure]) -> TriageReport {
         let pods = kube::parse_pods(pods.as_bytes()).unwrap();

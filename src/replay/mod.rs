@@ -73,7 +73,10 @@ impl Timeline {
             let (Some(first), Some(last)) = (good.first(), good.last()) else {
                 continue;
             };
-            let interval = last.interval_ms.unwrap_or(500) as i64;
+            let interval = last
+                .interval_ms
+                .unwrap_or(crate::model::run_options::DEFAULT_INTERVAL_MS)
+                as i64;
             let died = rs
                 .iter()
                 .filter(|r| !r.is_ok() && r.seq > last.seq)

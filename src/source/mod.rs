@@ -10,7 +10,7 @@ pub mod proc;
 pub mod procfind;
 pub mod procmem;
 pub mod target;
-mod tls;
+pub(crate) mod tls;
 
 pub use target::{Secret, Target};
 
@@ -95,43 +95,8 @@ pub struct Reply {
     pub pid: Option<u32>,
 }
 
-/// Why a fetch failed, in classes the collector acts on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureKind {
-    /// Nothing listens: the process is gone (or not started yet).
-    Refused,
-    /// Connected, but no complete answer in time: the target is stalled.
-    Timeout,
-    /// The connection broke mid-request or mid-body.
-    Reset,
-    /// An HTTP status other than 200.
-    Status,
-    /// The body passed the size cap.
-    TooLarge,
-    /// TLS set-up or verification failed.
-    Tls,
-    /// Anything else (bad URL, protocol error).
-    Other,
-}
-
-impl FailureKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureKind::Refused => "refused",
-            FailureKind::Timeout => "timeout",
-            FailureKind::Reset => "reset",
-            FailureKind::Status => "status",
-            FailureKind::TooLarge => "too-large",
-            FailureKind::Tls => "tls",
-            FailureKind::Other => "other",
-        }
-    }
-
-    /// True when the failure means the target process is not there.
-    pub fn means_gone(self) -> bool {
-        matches!(self, FailureKind::Refused)
-    }
-}
+/// Why a fetch failed, in classes the collector acts on: the one failure type (`model::failure`).
+pub use crate::model::failure::FailureKind;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchError {

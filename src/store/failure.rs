@@ -4,34 +4,10 @@
 
 use super::CaptureRecord;
 
-/// The class of a failed capture.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CaptureFailure {
-    /// Nothing listened: the process was gone (or not started yet).
-    Refused,
-    /// Connected, but no complete answer in time.
-    Timeout,
-    /// The connection broke mid-request or mid-body.
-    Reset,
-    /// An HTTP status other than 200.
-    Status,
-    /// The body passed the size cap.
-    TooLarge,
-    /// TLS set-up or verification failed.
-    Tls,
-    /// The reply did not decode as what was asked for.
-    Invalid,
-    /// The capture could not be made durable.
-    Disk,
-    /// The target does not serve this kind of data at all (Envoy's `/heap_dump` answering
-    /// 501), and was not asked again; `why` is its answer.
-    NotServed { why: String },
-    /// Anything else, or a kind this build does not know.
-    Other,
-}
+pub use crate::model::failure::FailureKind;
 
-/// The `error_kind` a collector writes for [`CaptureFailure::NotServed`].
-pub const NOT_SERVED: &str = "not-served";
+/// The `error_kind` a collector writes for [`FailureKind::NotServed`].
+pub const NOT_SERVED: &str = FailureKind::NotServed.as_str();
 
 /// What the Envoy source says when `/heap_dump` is not served: `…/heap_dump: not available
 /// (WHY); not asked again`. Runs written before [`NOT_SERVED`] existed record it as `status`.
@@ -39,26 +15,23 @@ const NOT_AVAILABLE: &str = "not available";
 
 impl CaptureRecord {
     /// Why this capture failed; `None` when it did not.
-    pub fn failure(&self) -> Option<CaptureFailure> {
+    pub fn failure(&self) -> Option<FailureKind> {
         let message = self.error.as_deref()?;
-        let kind = self.error_kind.as_deref().unwrap_or("other");
+        let kind = FailureKind::parse(self.error_kind.as_deref().unwrap_or("other"));
         Some(match kind {
-            NOT_SERVED => CaptureFailure::NotServed {
-                why: reason_inside(message).unwrap_or(message).to_string(),
-            },
-            "status" | "other" if message.contains(NOT_AVAILABLE) => CaptureFailure::NotServed {
-                why: reason_inside(message).unwrap_or(message).to_string(),
-            },
-            "refused" => CaptureFailure::Refused,
-            "timeout" => CaptureFailure::Timeout,
-            "reset" => CaptureFailure::Reset,
-            "status" => CaptureFailure::Status,
-            "too-large" => CaptureFailure::TooLarge,
-            "tls" => CaptureFailure::Tls,
-            "invalid" => CaptureFailure::Invalid,
-            "disk" => CaptureFailure::Disk,
-            _ => CaptureFailure::Other,
+            FailureKind::Status | FailureKind::Other if message.contains(NOT_AVAILABLE) => {
+                FailureKind::NotServed
+            }
+            kind => kind,
         })
+    }
+
+    /// What the target said when it does not serve this kind of data at all
+    /// ([`FailureKind::NotServed`]); `None` for any other capture.
+    pub fn not_served_why(&self) -> Option<String> {
+        let message = self.error.as_deref()?;
+        (self.failure()? == FailureKind::NotServed)
+            .then(|| reason_inside(message).unwrap_or(message).to_string())
     }
 }
 
@@ -95,33 +68,32 @@ mod tests {
     fn kinds_read_back_as_variants() {
         assert_eq!(
             failed(Some("refused"), "x").failure(),
-            Some(CaptureFailure::Refused)
+            Some(FailureKind::Refused)
         );
         assert_eq!(
             failed(Some("status"), "HTTP 500").failure(),
-            Some(CaptureFailure::Status)
+            Some(FailureKind::Status)
         );
         assert_eq!(
             failed(Some("new-kind"), "x").failure(),
-            Some(CaptureFailure::Other)
+            Some(FailureKind::Other)
         );
-        assert_eq!(failed(None, "x").failure(), Some(CaptureFailure::Other));
+        assert_eq!(failed(None, "x").failure(), Some(FailureKind::Other));
+        assert_eq!(failed(Some("status"), "HTTP 500").not_served_why(), None);
     }
 
     #[test]
     fn a_heap_dump_not_served_keeps_its_reason_old_runs_and_new() {
         let message = "http://e/heap_dump: not available (HTTP 501: no tcmalloc (built with x)); not asked again";
-        let want = CaptureFailure::NotServed {
-            why: "HTTP 501: no tcmalloc (built with x)".into(),
-        };
+        let why = Some("HTTP 501: no tcmalloc (built with x)".to_string());
+        for kind in ["status", NOT_SERVED] {
+            let r = failed(Some(kind), message);
+            assert_eq!(r.failure(), Some(FailureKind::NotServed));
+            assert_eq!(r.not_served_why(), why);
+        }
         assert_eq!(
-            failed(Some("status"), message).failure(),
-            Some(want.clone())
-        );
-        assert_eq!(failed(Some(NOT_SERVED), message).failure(), Some(want));
-        assert_eq!(
-            failed(Some(NOT_SERVED), "gone").failure(),
-            Some(CaptureFailure::NotServed { why: "gone".into() })
+            failed(Some(NOT_SERVED), "gone").not_served_why(),
+            Some("gone".into())
         );
     }
 }

@@ -16,6 +16,26 @@ pub struct ManifestRead {
     pub bad_lines: Vec<(usize, String)>,
 }
 
+impl ManifestRead {
+    /// The captures an analysis counts, the one rule for it: good heap and goroutine captures,
+    /// once each (a capture identical to an earlier one names the earlier file), not deleted
+    /// since by retention; in manifest order. Whether the file is still on disk is the
+    /// caller's to ask (`pipeline::scan` does, for everything it reads).
+    pub fn counted(&self) -> Vec<&CaptureRecord> {
+        let deleted: std::collections::BTreeSet<u64> =
+            self.records.iter().filter_map(|r| r.deleted_seq).collect();
+        self.records
+            .iter()
+            .filter(|r| {
+                r.is_ok()
+                    && r.dup_of.is_none()
+                    && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine)
+                    && !deleted.contains(&r.seq)
+            })
+            .collect()
+    }
+}
+
 /// Parses manifest text. A last line without its newline is torn and set aside; a complete
 /// line that is not a valid record is reported, not fatal.
 pub fn parse(text: &[u8]) -> ManifestRead {

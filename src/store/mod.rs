@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use failure::{CaptureFailure, NOT_SERVED};
+pub use failure::{FailureKind, NOT_SERVED};
 pub use manifest::{CaptureRecord, ManifestRead, RecordKind};
 
 use crate::model::run_options::RunOptions;
@@ -419,17 +419,15 @@ impl PartialFile {
     }
 }
 
-/// Writes `RUN/run.json` atomically (a run's push labels are changed after it began).
-pub fn write_info(root: &Path, info: &RunInfo) -> Result<(), StoreError> {
-    let mut text = serde_json::to_vec_pretty(info).expect("run info is plain data");
-    text.push(b'\n');
-    write_durable(root, RUN_FILE, &text, &mut 0)
-}
-
-/// Writes `RUN/run.json` atomically from its JSON as read and changed: fields this version
-/// does not know are kept.
-pub fn write_info_json(root: &Path, info: &serde_json::Value) -> Result<(), StoreError> {
-    let mut text = serde_json::to_vec_pretty(info).expect("JSON values serialize");
+/// Writes `RUN/run.json` atomically and durably (temporary name, fsync, rename, fsync of the
+/// folder), pretty, with a last newline: the one writer of run.json, for a target's `RunInfo`,
+/// a cluster's `ClusterInfo`, and a run.json as read and changed (a `serde_json::Value`, so
+/// fields this version does not know are kept; a run's push labels are changed after it began).
+pub fn write_info(root: &Path, info: &impl serde::Serialize) -> Result<(), StoreError> {
+    let mut text = serde_json::to_vec_pretty(info).map_err(|e| StoreError::Corrupt {
+        path: root.join(RUN_FILE),
+        why: e.to_string(),
+    })?;
     text.push(b'\n');
     write_durable(root, RUN_FILE, &text, &mut 0)
 }

@@ -467,8 +467,7 @@ fn old_captures_are_refused_once_reported_in_one_line_and_restamp_sends_them() {
 
 /// `YYYY-MM-DDTHH:MM` of unix ms, to hold a label against the manifest's time.
 fn utc_prefix(ms: i64) -> String {
-    let (y, mo, d, h, mi, _) = heapwatch::units::utc_fields(ms);
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}")
+    heapwatch::time::rfc3339(ms)[..16].to_string()
 }
 
 #[test]

@@ -93,10 +93,7 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 
 /// Unix time in milliseconds.
 pub fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    heapwatch::time::now_ms()
 }
 
 /// A loopback TCP port that was free a moment ago (bound to port 0, then released).

@@ -355,8 +355,8 @@ fn normalise(raw: RawEvent) -> Event {
             .or(series.count)
             .unwrap_or(1)
             .max(1),
-        first_ms: first.as_deref().and_then(parse_time),
-        last_ms: last.as_deref().and_then(parse_time),
+        first_ms: first.as_deref().and_then(crate::time::parse_rfc3339),
+        last_ms: last.as_deref().and_then(crate::time::parse_rfc3339),
     }
 }
 
@@ -370,77 +370,6 @@ pub fn quantity_value(value: &Value) -> Result<(String, f64), String> {
         }
         other => Err(format!("{other} is not a quantity")),
     }
-}
-
-/// An RFC 3339 time (`2024-05-02T10:31:07Z`, with optional fraction and offset) as unix ms.
-pub fn parse_time(text: &str) -> Option<i64> {
-    let t = text.trim();
-    let b = t.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    let num = |range: std::ops::Range<usize>| -> Option<i64> {
-        let s = t.get(range)?;
-        if s.bytes().all(|c| c.is_ascii_digit()) {
-            s.parse().ok()
-        } else {
-            None
-        }
-    };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let mut rest = &t[19..];
-    let mut millis = 0i64;
-    if let Some(fraction) = rest.strip_prefix('.') {
-        let end = fraction
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(fraction.len());
-        let digits = &fraction[..end];
-        if digits.is_empty() {
-            return None;
-        }
-        let padded: String = digits.chars().chain("000".chars()).take(3).collect();
-        millis = padded.parse().ok()?;
-        rest = &fraction[end..];
-    }
-    let offset_s = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.as_bytes().first()? {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            let (h, m) = rest[1..].split_once(':')?;
-            sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60)
-        }
-    };
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
-    Some(secs * 1000 + millis)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Unix ms as an RFC 3339 UTC time, to the second.
-pub fn format_time(ms: i64) -> String {
-    let (year, month, day, h, m, sec) = crate::units::utc_fields(ms);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{sec:02}Z")
 }
 
 #[cfg(test)]
@@ -463,21 +392,6 @@ mod tests {
         assert!(parse_quantity("Mi").is_err());
         assert!(parse_quantity("1MiB").is_err());
         assert!(parse_quantity("").is_err());
-    }
-
-    #[test]
-    fn times_round_trip() {
-        let t = parse_time("2024-05-02T10:31:07Z").unwrap();
-        assert_eq!(t, 1_714_645_867_000);
-        assert_eq!(format_time(t), "2024-05-02T10:31:07Z");
-        assert_eq!(
-            parse_time("2024-05-02T12:31:07.250+02:00").unwrap(),
-            t + 250
-        );
-        assert_eq!(parse_time("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(format_time(951_782_400_000), "2000-02-29T00:00:00Z");
-        assert_eq!(parse_time("yesterday"), None);
-        assert_eq!(parse_time("2024-13-02T10:31:07Z"), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! boot cycle to use, two runs aligned on time since start, and what grew between two
 //! captures. Errors name the run and say why a capture cannot be used.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use heapwatch::store::{CaptureRecord, RecordKind, RunDir};
@@ -31,17 +31,11 @@ impl StoredCapture<'_> {
 /// Every heap and goroutine profile of a run still on disk, once each (a capture identical to
 /// an earlier one is stored only once), in boot-cycle and time order.
 pub(crate) fn stored_captures(run: &RunDir) -> Vec<StoredCapture<'_>> {
-    let records = &run.manifest.records;
-    let deleted: BTreeSet<u64> = records.iter().filter_map(|r| r.deleted_seq).collect();
     let cycle_start = cycle_starts(run);
-    let mut stored: Vec<StoredCapture<'_>> = records
-        .iter()
-        .filter(|r| {
-            r.is_ok()
-                && r.dup_of.is_none()
-                && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine)
-                && !deleted.contains(&r.seq)
-        })
+    let mut stored: Vec<StoredCapture<'_>> = run
+        .manifest
+        .counted()
+        .into_iter()
         .filter_map(|r| {
             let path = run.file_path(r).filter(|p| p.is_file())?;
             let start = cycle_start.get(&r.cycle).copied().unwrap_or(r.t_ms);
@@ -56,7 +50,7 @@ pub(crate) fn stored_captures(run: &RunDir) -> Vec<StoredCapture<'_>> {
     stored
 }
 
-/// Unix ms of the start of each boot cycle ([`heapwatch::scan::cycle_start_ms`]).
+/// Unix ms of the start of each boot cycle ([`heapwatch::pipeline::scan::cycle_start_ms`]).
 fn cycle_starts(run: &RunDir) -> BTreeMap<u32, i64> {
     let mut cycles: Vec<u32> = run.manifest.records.iter().map(|r| r.cycle).collect();
     cycles.sort_unstable();
@@ -66,7 +60,7 @@ fn cycle_starts(run: &RunDir) -> BTreeMap<u32, i64> {
         .filter_map(|c| {
             Some((
                 c,
-                heapwatch::scan::cycle_start_ms(&run.manifest.records, c)?,
+                heapwatch::pipeline::scan::cycle_start_ms(&run.manifest.records, c)?,
             ))
         })
         .collect()
@@ -185,39 +179,10 @@ pub(crate) fn at_same_age<'c, 'a>(
     // The one rule for "the capture at age X" (scan::capture_at_age), over stored captures.
     let at_age = |run: &RunDir, c: &[&'c StoredCapture<'a>]| -> Option<&'c StoredCapture<'a>> {
         let cycle = c.first()?.record.cycle;
-        let start = heapwatch::scan::cycle_start_ms(&run.manifest.records, cycle)?;
+        let start = heapwatch::pipeline::scan::cycle_start_ms(&run.manifest.records, cycle)?;
         let records: Vec<&CaptureRecord> = c.iter().map(|x| x.record).collect();
-        let chosen = heapwatch::scan::capture_at_age(&records, start, age)?;
+        let chosen = heapwatch::pipeline::scan::capture_at_age(&records, start, age)?;
         c.iter().find(|x| x.record.seq == chosen.seq).copied()
     };
     Some((at_age(base_run, base)?, at_age(new_run, new)?))
-}
-
-/// Per-stack growth from one capture to a later one: positive changes only (what was added).
-pub(crate) struct StackGrowth {
-    pub added: Vec<(String, i64)>,
-    pub shrunk_stacks: usize,
-    pub shrunk_by: i64,
-}
-
-pub(crate) fn stack_growth(from: &[(String, i64)], to: &[(String, i64)]) -> StackGrowth {
-    let mut change: HashMap<&str, i64> = HashMap::new();
-    for (stack, v) in from {
-        *change.entry(stack).or_default() -= v;
-    }
-    for (stack, v) in to {
-        *change.entry(stack).or_default() += v;
-    }
-    let mut added: Vec<(String, i64)> = change
-        .iter()
-        .filter(|(_, d)| **d > 0)
-        .map(|(s, d)| (s.to_string(), *d))
-        .collect();
-    added.sort();
-    let shrunk: Vec<i64> = change.values().copied().filter(|d| *d < 0).collect();
-    StackGrowth {
-        added,
-        shrunk_stacks: shrunk.len(),
-        shrunk_by: -shrunk.iter().sum::<i64>(),
-    }
 }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::cluster_chart::{self, SharedTimeline};
 use super::html::STYLE;
 use super::markdown::{code, text};
-use super::{ReportModel, escape, seconds, utc};
+use super::{ReportModel, escape, seconds};
 use crate::analyse::rules::Status;
 use crate::store::cluster::{Event, TimeFrom};
 
@@ -128,7 +128,7 @@ pub fn html(m: &ClusterModel) -> String {
         out,
         "<section id=\"timeline\">\n<h2>Timeline</h2>\n<figure class=\"chart\">\n{}\n<figcaption>{}</figcaption>\n</figure>\n</section>",
         cluster_chart::svg(&timeline, "Memory of every node"),
-        timeline.caption(&escape(&utc(timeline.start_ms)))
+        timeline.caption(&escape(&crate::time::readable(timeline.start_ms)))
     );
 
     out.push_str("<section id=\"events\">\n<h2>Events</h2>\n");

@@ -547,7 +547,7 @@ fn events(out: &mut String, m: &ReportModel) {
     for e in run.events {
         let when = match start {
             Some(s) => format!("{} into the run", seconds((e.t_ms - s) as f64 / 1000.0)),
-            None => super::utc(e.t_ms),
+            None => crate::time::readable(e.t_ms),
         };
         let _ = writeln!(
             out,

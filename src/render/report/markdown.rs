@@ -344,7 +344,7 @@ pub fn markdown(m: &ReportModel) -> String {
         for e in run.events {
             let when = match run.info {
                 Some(i) => seconds((e.t_ms - i.started_ms) as f64 / 1000.0),
-                None => super::utc(e.t_ms),
+                None => crate::time::readable(e.t_ms),
             };
             let _ = writeln!(
                 out,

@@ -408,26 +408,24 @@ pub fn seconds(s: f64) -> String {
     format!("{s:.1} s")
 }
 
-/// Unix milliseconds as `2026-12-02 12:27:18 UTC` (from the run, so reports stay reproducible).
-pub fn utc(ms: i64) -> String {
-    let (y, m, d, h, mi, s) = crate::units::utc_fields(ms);
-    format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02} UTC")
-}
-
 /// `run.json` options people care about, as (name, value) pairs in a stable order.
 pub fn collection_facts(info: &RunInfo) -> Vec<(&'static str, String)> {
     let o = &info.options;
     let mut facts = vec![
         ("target", info.target.clone()),
         ("source", info.source.clone()),
-        ("started", utc(info.started_ms)),
+        ("started", crate::time::readable(info.started_ms)),
         ("collected by", info.tool.clone()),
     ];
     if let Some(l) = &info.label {
         facts.push(("build label", l.clone()));
     }
     if !info.resumed_ms.is_empty() {
-        let when: Vec<String> = info.resumed_ms.iter().map(|&t| utc(t)).collect();
+        let when: Vec<String> = info
+            .resumed_ms
+            .iter()
+            .map(|&t| crate::time::readable(t))
+            .collect();
         facts.push(("resumed", when.join(", ")));
     }
     if let Some(i) = o.interval_ms {
@@ -479,12 +477,5 @@ mod tests {
             escape("<script>alert('x')</script> & \"y\""),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;y&quot;"
         );
-    }
-
-    #[test]
-    fn unix_ms_reads_as_a_utc_date() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(1_796_214_438_879), "2026-12-02 12:27:18 UTC");
-        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
     }
 }

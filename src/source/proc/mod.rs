@@ -20,7 +20,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -607,9 +607,7 @@ impl ProcSource {
     }
 
     fn now_nanos() -> i64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64)
+        crate::time::now_ns()
     }
 
     /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`.

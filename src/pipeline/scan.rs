@@ -12,7 +12,7 @@ use crate::analyse::compare::{AgedSites, Comparison, CycleSide};
 use crate::analyse::growth::{CycleGrowth, GrowthBuilder, GrowthReport};
 use crate::analyse::select::{self, CycleBuild, SelectError, Selection};
 use crate::decode::DecodeLimits;
-use crate::index::{SiteSource, Sites};
+use crate::index::{SiteSource, Sites, SitesError};
 use crate::source::procmem::MemorySample;
 use crate::store::cluster::{TARGETS_DIR, read_cluster};
 use crate::store::{CaptureRecord, RUN_FILE, RecordKind, RunDir, RunInfo, StoreError};
@@ -49,17 +49,7 @@ pub fn growth(
     if records.is_empty() {
         return Err(ScanError::Empty(run.root.clone()));
     }
-    let deleted: std::collections::BTreeSet<u64> =
-        records.iter().filter_map(|r| r.deleted_seq).collect();
-    let mut wanted: Vec<&CaptureRecord> = records
-        .iter()
-        .filter(|r| {
-            r.is_ok()
-                && r.dup_of.is_none()
-                && matches!(r.kind, RecordKind::Heap | RecordKind::Goroutine)
-                && !deleted.contains(&r.seq)
-        })
-        .collect();
+    let mut wanted: Vec<&CaptureRecord> = run.manifest.counted();
     wanted.sort_by_key(|r| (r.cycle, r.t_ms, r.seq));
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
@@ -79,7 +69,7 @@ pub fn growth(
     // and their entries appended, batch by batch.
     let source = SiteSource::open(run, limits);
     for batch in wanted.chunks(BATCH) {
-        let mut results: Vec<Option<Result<Sites, String>>> = vec![None; batch.len()];
+        let mut results: Vec<Option<Result<Sites, SitesError>>> = vec![None; batch.len()];
         std::thread::scope(|scope| {
             let chunk = batch.len().div_ceil(workers);
             for (slots, records) in results
@@ -106,8 +96,8 @@ pub fn growth(
                         builder.heap(record, &sites);
                     }
                 }
-                Some(Err(e)) if e.is_empty() => notes.missing += 1,
-                Some(Err(e)) => notes.unreadable.push(e),
+                Some(Err(SitesError::Missing)) => notes.missing += 1,
+                Some(Err(SitesError::Unreadable(e))) => notes.unreadable.push(e),
                 None => notes.missing += 1,
             }
         }
@@ -222,22 +212,13 @@ pub fn cycle_start_ms(records: &[CaptureRecord], cycle: u32) -> Option<i64> {
 /// The heap captures of a boot cycle whose profile is on disk, once each (an identical later
 /// capture is stored only as its first), in time order.
 pub fn stored_heaps(run: &RunDir, cycle: u32) -> Vec<&CaptureRecord> {
-    let deleted: std::collections::BTreeSet<u64> = run
-        .manifest
-        .records
-        .iter()
-        .filter_map(|r| r.deleted_seq)
-        .collect();
     let mut heaps: Vec<&CaptureRecord> = run
         .manifest
-        .records
-        .iter()
+        .counted()
+        .into_iter()
         .filter(|r| {
-            r.is_ok()
-                && r.kind == RecordKind::Heap
-                && r.dup_of.is_none()
+            r.kind == RecordKind::Heap
                 && r.cycle == cycle
-                && !deleted.contains(&r.seq)
                 && run.file_path(r).is_some_and(|p| p.is_file())
         })
         .collect();

@@ -1,0 +1,86 @@
+//! Why a capture failed: the one type for it, from the source that saw the failure, through
+//! the manifest's `error_kind` (its `as_str`), to the analyses that read a run back.
+
+/// The class of a failed capture, as a source reports it and as the manifest records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Nothing listens: the process is gone (or not started yet).
+    Refused,
+    /// Connected, but no complete answer in time: the target is stalled.
+    Timeout,
+    /// The connection broke mid-request or mid-body.
+    Reset,
+    /// An HTTP status other than 200.
+    Status,
+    /// The body passed the size cap.
+    TooLarge,
+    /// TLS set-up or verification failed.
+    Tls,
+    /// The reply did not decode as what was asked for (the collector's check).
+    Invalid,
+    /// The capture could not be made durable (the collector's store).
+    Disk,
+    /// The target does not serve this kind of data at all (Envoy's `/heap_dump` answering
+    /// 501), and was not asked again; the message says why.
+    NotServed,
+    /// Anything else (bad URL, protocol error), or a kind this build does not know.
+    Other,
+}
+
+impl FailureKind {
+    /// Every kind, `Other` last.
+    pub const ALL: [FailureKind; 10] = [
+        FailureKind::Refused,
+        FailureKind::Timeout,
+        FailureKind::Reset,
+        FailureKind::Status,
+        FailureKind::TooLarge,
+        FailureKind::Tls,
+        FailureKind::Invalid,
+        FailureKind::Disk,
+        FailureKind::NotServed,
+        FailureKind::Other,
+    ];
+
+    /// The manifest's `error_kind`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Refused => "refused",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Reset => "reset",
+            FailureKind::Status => "status",
+            FailureKind::TooLarge => "too-large",
+            FailureKind::Tls => "tls",
+            FailureKind::Invalid => "invalid",
+            FailureKind::Disk => "disk",
+            FailureKind::NotServed => "not-served",
+            FailureKind::Other => "other",
+        }
+    }
+
+    /// An `error_kind` read back; one this build does not know is `Other`.
+    pub fn parse(text: &str) -> FailureKind {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == text)
+            .unwrap_or(FailureKind::Other)
+    }
+
+    /// True when the failure means the target process is not there.
+    pub fn means_gone(self) -> bool {
+        matches!(self, FailureKind::Refused)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_reads_back_as_written() {
+        for k in FailureKind::ALL {
+            assert_eq!(FailureKind::parse(k.as_str()), k);
+        }
+        assert_eq!(FailureKind::parse("new-kind"), FailureKind::Other);
+    }
+}
