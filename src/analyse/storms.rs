@@ -36,6 +36,15 @@ pub struct ProfilingCost {
     pub alloc_share: f64,
 }
 
+/// A window whose site kept this share of what it allocated is growth, not a storm.
+const KEPT_SHARE: f64 = 0.5;
+
+/// The value of a series at time `at`: its last point at or before it.
+fn value_at(times: &[f64], values: &[f64], at: f64) -> Option<f64> {
+    let i = times.partition_point(|&t| t <= at + 1e-9);
+    values.get(i.checked_sub(1)?).copied()
+}
+
 /// A storm window runs at least this many times the site's typical allocation rate.
 const STORM_FACTOR: f64 = 4.0;
 const STORM_FLOOR_BPS: f64 = 8.0 * 1024.0 * 1024.0;
@@ -93,11 +102,21 @@ pub(crate) fn storms(
             }
         }
         let (typical, bar) = typical_rate(&spans);
+        let held = inuse.series().find(|(n, _)| *n == name).map(|(_, v)| v);
         let mut windows: Vec<StormWindow> = Vec::new();
         for &(from, to, r) in &spans {
             // The first window publishes everything allocated since process start (the
             // first GC): start-up work, not a storm.
             if r < bar || from == 0 {
+                continue;
+            }
+            // A window that kept at least half of what it allocated is the site's growth (a
+            // store filling up), which the reading reports, not a storm that drops it all.
+            let allocated = values[to] - values[from];
+            let kept = held.and_then(|v| {
+                Some(value_at(inuse.times(), v, t[to])? - value_at(inuse.times(), v, t[from])?)
+            });
+            if kept.is_some_and(|k| k >= KEPT_SHARE * allocated) {
                 continue;
             }
             match windows.last_mut() {
@@ -158,4 +177,46 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
     xs.sort_by(|a, b| a.total_cmp(b));
     xs[xs.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    /// 20 s of captures every 0.5 s; from 10 to 13 s the site allocates 16 MiB/s (1 MiB/s
+    /// before and after), and `keeps` of it stays in use.
+    fn grids(keeps: f64) -> (SeriesGrid, SeriesGrid) {
+        let (mut alloc, mut inuse) = (SeriesGrid::default(), SeriesGrid::default());
+        let (mut allocated, mut held) = (0.0, 0.0);
+        for i in 0..=40 {
+            let t = i as f64 * 0.5;
+            let rate = if (10.0..13.0).contains(&t) { 16.0 } else { 1.0 };
+            allocated += rate * 0.5 * MIB;
+            if rate > 1.0 {
+                held += keeps * rate * 0.5 * MIB;
+            }
+            alloc.push(t, [("main.store", allocated)]);
+            inuse.push(t, [("main.store", held)]);
+        }
+        (alloc, inuse)
+    }
+
+    #[test]
+    fn a_burst_that_drops_what_it_allocates_is_a_storm_and_one_that_keeps_it_is_growth() {
+        let (alloc, inuse) = grids(0.0);
+        let (found, _) = storms(&alloc, &inuse);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].inuse_flat);
+        assert!(found[0].peak_bytes_per_sec > 10.0 * MIB, "{found:?}");
+
+        // A store filling up at the same rate: the reading's growth, not a storm.
+        let (alloc, inuse) = grids(1.0);
+        let (found, _) = storms(&alloc, &inuse);
+        assert!(found.is_empty(), "{found:?}");
+        // Keeping less than half is still a storm beside a slower growth.
+        let (alloc, inuse) = grids(0.3);
+        assert_eq!(storms(&alloc, &inuse).0.len(), 1);
+    }
 }

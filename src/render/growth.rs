@@ -103,11 +103,12 @@ pub fn build(c: &CycleGrowth) -> String {
 
 /// The last capture's heap beyond what the profile published: "at the last capture (#31,
 /// 3.1 s): 57.8 MiB in use as of the last GC, and 65.0 MiB allocated since, not yet published
-/// (recent_space; `heapwatch top RUN/profiles/… --sample recent_space` names where)".
+/// (recent_space, frees not yet known; `heapwatch top RUN/profiles/… --sample recent_space`
+/// names where)". What was allocated since may be garbage already: it is no part of the heap.
 pub fn unpublished_words(u: &Unpublished) -> String {
     let mut s = format!(
         "at the last capture (#{}, {:.1} s): {} in use as of the last GC, and {} allocated \
-         since, not yet published (recent_space",
+         since, not yet published (recent_space, frees not yet known",
         u.seq,
         u.at_s,
         format_bytes(u.inuse_bytes),

@@ -1089,7 +1089,7 @@ fn run_holds_the_command_at_its_oom_kill_until_a_capture_is_taken() {
         assert!(int(u, "recent_bytes") > 0, "{u}");
     }
     assert!(
-        text.contains("allocated since, not yet published (recent_space"),
+        text.contains("allocated since, not yet published (recent_space, frees not yet known"),
         "{text}"
     );
     let report = dir.path().join("report");
