@@ -12,6 +12,16 @@ pub fn json(c: &Comparison) -> String {
     out
 }
 
+/// What a table calls each side: its build, or "A (build)" and "B (build)" when both ran the
+/// same build (two columns both headed "2.15.3" say nothing).
+pub fn side_labels(c: &Comparison) -> (String, String) {
+    if c.a == c.b {
+        (format!("A ({})", c.a), format!("B ({})", c.b))
+    } else {
+        (c.a.clone(), c.b.clone())
+    }
+}
+
 pub fn text(c: &Comparison, limit: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(

@@ -178,16 +178,17 @@ fn baseline(out: &mut String, m: &ReportModel) {
         }
     }
     if !c.regressions.is_empty() {
+        let sides = crate::render::compare::side_labels(c);
         let _ = writeln!(
             out,
             "<h3>Sites that grow more, or only, in {}</h3>",
-            escape(&c.b)
+            escape(&sides.1)
         );
         let _ = writeln!(
             out,
             "<table><tr><th>site</th><th class=\"num\">{a} rate</th><th class=\"num\">{b} rate</th><th class=\"num\">{a} peak in use</th><th class=\"num\">{b} peak in use</th><th>why</th></tr>",
-            a = escape(&c.a),
-            b = escape(&c.b)
+            a = escape(&sides.0),
+            b = escape(&sides.1)
         );
         for r in c.regressions.iter().take(ROWS) {
             let _ = writeln!(

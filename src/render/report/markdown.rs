@@ -286,13 +286,11 @@ pub fn markdown(m: &ReportModel) -> String {
         }
         let _ = writeln!(out, "{line}\n");
         if !c.regressions.is_empty() {
+            let (a, b) = crate::render::compare::side_labels(c);
+            let (a, b) = (text(&a), text(&b));
             let _ = writeln!(
                 out,
-                "| site | {} rate | {} rate | {} peak in use | {} peak in use |",
-                text(&c.a),
-                text(&c.b),
-                text(&c.a),
-                text(&c.b)
+                "| site | {a} rate | {b} rate | {a} peak in use | {b} peak in use |"
             );
             let _ = writeln!(out, "|---|---|---|---|---|");
             for r in c.regressions.iter().take(TOP + 2) {
