@@ -150,8 +150,9 @@ pub fn episode_bounds(heap: &[(f64, f64)]) -> Option<(usize, usize, usize)> {
 /// trend that is more than noise.
 ///
 /// A heap published seldom (one GC cycle every second or two) may show its plateau in only a
-/// few publications before the cycle ends. Then fewer spacings do, when the outside memory,
-/// sampled far more often, held over the same stretch (`memory_held`).
+/// few publications before the cycle ends, and a few figures wobbling with the GC's timing can
+/// line up as a rise. Then the outside memory, sampled far more often, decides: fewer spacings
+/// do, and a late "rise" is none, when it held over the same stretch (`memory_held`).
 fn held_since(heap: &[(f64, f64)], b: usize, q: usize, memory_held: &dyn Fn(f64) -> bool) -> bool {
     let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
     spacings.sort_by(f64::total_cmp);
@@ -167,11 +168,13 @@ fn held_since(heap: &[(f64, f64)], b: usize, q: usize, memory_held: &dyn Fn(f64)
     let rise = heap[q..].iter().map(|h| h.1).fold(f64::MIN, f64::max) - heap[b].1;
     let (t, v): (Vec<f64>, Vec<f64>) = heap[q..].iter().copied().unzip();
     // Held: it rose on by little since, or what it did since is noise about a level (a
-    // plateau under GOMEMLIMIT wobbles by a fifth of its height with the GC's timing).
+    // plateau under GOMEMLIMIT wobbles by a fifth of its height with the GC's timing), or the
+    // outside memory held over the same stretch: a bounded cache under churn publishes its
+    // not-yet-swept garbage as in use, a few figures that can line up as a rise.
     theil_sen(&t, &v).is_none_or(|late| {
         late.slope * since < (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES)
             || late.r2 < LATE_TREND_R2
-    })
+    }) || memory_held(since)
 }
 
 /// Whether the outside memory held over its last `since` seconds: sampled over most of that
@@ -573,6 +576,42 @@ mod tests {
         let r = read(&ReadingInput {
             memory: &flat,
             at_limit: true,
+            ..input(&heap, &grid)
+        })
+        .unwrap();
+        assert!(r.ongoing, "{r:?}");
+    }
+
+    /// The bounded cache of a CI run: its published heap wobbled 53–63 MiB after the fill
+    /// (garbage not yet swept counts as in use), four figures that fit a rise of ~2 MiB/s,
+    /// while the cgroup's memory held.
+    #[test]
+    fn a_plateau_whose_few_figures_wobble_upward_is_held_when_the_memory_held() {
+        let heap: Vec<(f64, f64)> = [
+            (0.0, 5.3),
+            (3.219, 11.0),
+            (4.02, 30.0),
+            (4.82, 53.0),
+            (6.43, 55.5),
+            (8.05, 63.3),
+            (9.66, 60.5),
+        ]
+        .iter()
+        .map(|&(t, m)| (t, m * MIB))
+        .collect();
+        let grid = SeriesGrid::default();
+        let r = read(&input(&heap, &grid)).unwrap();
+        assert!(r.ongoing, "without the memory, a rise: {r:?}");
+        let flat = memory(|t| 101.0 * MIB + 0.1 * MIB * (t - 7.0));
+        let r = read(&ReadingInput {
+            memory: &flat,
+            ..input(&heap, &grid)
+        })
+        .unwrap();
+        assert!(!r.ongoing, "{r:?}");
+        let climbing = memory(|t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
+        let r = read(&ReadingInput {
+            memory: &climbing,
             ..input(&heap, &grid)
         })
         .unwrap();
