@@ -1,0 +1,251 @@
+//! The reading on series recorded from real runs and shaped ones.
+use super::*;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn input<'a>(heap: &'a [(f64, f64)], grid: &'a SeriesGrid) -> ReadingInput<'a> {
+    ReadingInput {
+        heap,
+        seqs: &[],
+        sites: grid,
+        memory: &[],
+        memory_of: "cgroup memory",
+        limit: Some(256 << 20),
+        died_s: None,
+        at_limit: false,
+    }
+}
+
+fn series(f: impl Fn(f64) -> f64, until: f64) -> Vec<(f64, f64)> {
+    (0..)
+        .map(|i| i as f64 * 0.5)
+        .take_while(|&t| t <= until)
+        .map(|t| (t, f(t)))
+        .collect()
+}
+
+#[test]
+fn an_idle_start_then_a_flood_is_rated_from_its_onset() {
+    // Idle at 4 MiB for 20 s, then 20 MiB/s for 7 s.
+    let heap = series(
+        |t| {
+            4.0 * MIB
+                + if t > 20.0 {
+                    20.0 * MIB * (t - 20.0)
+                } else {
+                    0.0
+                }
+        },
+        27.0,
+    );
+    let grid = SeriesGrid::default();
+    let r = read(&ReadingInput {
+        died_s: Some(27.2),
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert_eq!(r.onset_s, 20.0);
+    assert_eq!(r.end_s, 27.0);
+    assert!((r.bytes_per_sec - 20.0 * MIB).abs() < 0.01 * MIB, "{r:?}");
+    assert!(r.ongoing);
+    assert_eq!(r.forecast, None, "it died: no forecast");
+}
+
+/// A bounded cache recorded under `heapwatch run` (flood -idle 3s -rate 30MiB -cap 48MiB):
+/// one GC cycle every 1.6 s, so the heap's plateau shows in three publications before
+/// the run ends, while its cgroup memory, sampled every 50 ms, held for 5 s.
+fn seldom_published_plateau() -> Vec<(f64, f64)> {
+    [
+        (0.0, 6101799.0),
+        (3.421, 12236923.0),
+        (4.023, 28411339.0),
+        (4.827, 55740525.0),
+        (6.436, 57971479.0),
+        (8.043, 55740525.0),
+        (9.654, 57971479.0),
+    ]
+    .to_vec()
+}
+
+/// Cgroup memory every 50 ms to 12 s: flat at 4 MiB to 3 s, a ramp to 101 MiB at 7 s,
+/// then `after` for the rest.
+fn memory(after: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+    (0..=240)
+        .map(|i| {
+            let t = i as f64 * 0.05;
+            let v = match t {
+                t if t < 3.0 => 4.0 * MIB,
+                t if t < 7.0 => 4.0 * MIB + 24.25 * MIB * (t - 3.0),
+                t => after(t),
+            };
+            (t, v)
+        })
+        .collect()
+}
+
+#[test]
+fn a_plateau_published_seldom_is_held_when_the_memory_held() {
+    let heap = seldom_published_plateau();
+    let grid = SeriesGrid::default();
+    let flat = memory(|t| 101.0 * MIB + 0.1 * MIB * (t - 7.0));
+    let r = read(&ReadingInput {
+        memory: &flat,
+        died_s: Some(12.0),
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(!r.ongoing, "{r:?}");
+    assert_eq!(r.end_s, 4.827);
+    assert_eq!(r.rate_now(), 0.0);
+
+    // The same publications without the memory's word are too few to call it held.
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!(r.ongoing, "{r:?}");
+
+    // Memory still climbing: the heap's few flat figures do not make it a plateau.
+    let climbing = memory(|t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
+    let r = read(&ReadingInput {
+        memory: &climbing,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(r.ongoing, "{r:?}");
+
+    // Flat because it reached its limit: no plateau.
+    let r = read(&ReadingInput {
+        memory: &flat,
+        at_limit: true,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(r.ongoing, "{r:?}");
+}
+
+/// The bounded cache of a CI run: its published heap wobbled 53–63 MiB after the fill
+/// (garbage not yet swept counts as in use), four figures that fit a rise of ~2 MiB/s,
+/// while the cgroup's memory held.
+#[test]
+fn a_plateau_whose_few_figures_wobble_upward_is_held_when_the_memory_held() {
+    let heap: Vec<(f64, f64)> = [
+        (0.0, 5.3),
+        (3.219, 11.0),
+        (4.02, 30.0),
+        (4.82, 53.0),
+        (6.43, 55.5),
+        (8.05, 63.3),
+        (9.66, 60.5),
+    ]
+    .iter()
+    .map(|&(t, m)| (t, m * MIB))
+    .collect();
+    let grid = SeriesGrid::default();
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!(r.ongoing, "without the memory, a rise: {r:?}");
+    let flat = memory(|t| 101.0 * MIB + 0.1 * MIB * (t - 7.0));
+    let r = read(&ReadingInput {
+        memory: &flat,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(!r.ongoing, "{r:?}");
+    let climbing = memory(|t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
+    let r = read(&ReadingInput {
+        memory: &climbing,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(r.ongoing, "{r:?}");
+}
+
+#[test]
+fn an_idle_start_that_published_nothing_does_not_dilute_the_rate() {
+    // One figure at 0 s, none during 3 s of idle (no GC), then 30 MiB/s every 0.2 s: too
+    // few figures for two segments to be fitted.
+    let mut heap = vec![(0.0, 4.0 * MIB)];
+    heap.extend((0..5).map(|i| {
+        let t = 3.2 + i as f64 * 0.2;
+        (t, 4.0 * MIB + 30.0 * MIB * (t - 3.0))
+    }));
+    let grid = SeriesGrid::default();
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!((r.bytes_per_sec - 30.0 * MIB).abs() < 0.5 * MIB, "{r:?}");
+    assert!((r.onset_s - 3.0).abs() < 0.05, "{r:?}");
+    assert_eq!(r.from_bytes, (4.0 * MIB) as i64);
+}
+
+#[test]
+fn a_cache_that_fills_and_holds_is_not_going_and_has_no_forecast() {
+    let heap = series(|t| (4.0 + 10.0 * t.min(6.0)) * MIB, 40.0);
+    let grid = SeriesGrid::default();
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!(!r.ongoing, "{r:?}");
+    // Near its top (within a fifth of the rise) from 5.0 s.
+    assert!((r.end_s - 5.0).abs() < 0.6, "{r:?}");
+    assert!((r.held_s.unwrap() - 35.0).abs() < 0.6);
+    assert!((r.bytes_per_sec - 10.0 * MIB).abs() < 0.1 * MIB, "{r:?}");
+    assert_eq!(r.forecast, None);
+    assert_eq!(r.rate_now(), 0.0);
+}
+
+#[test]
+fn a_noisy_plateau_ends_where_it_was_reached() {
+    // 30 MiB/s to 48 MiB, then ±15 % of sampling noise with a late spike.
+    let heap: Vec<(f64, f64)> = series(
+        |t| {
+            let base = (4.0 + 30.0 * t).min(48.0);
+            let wobble = if (t * 2.0) as i64 % 3 == 0 {
+                1.15
+            } else {
+                0.95
+            };
+            (if t > 2.0 { base * wobble } else { base }) * MIB
+        },
+        14.0,
+    );
+    let grid = SeriesGrid::default();
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!(!r.ongoing, "{r:?}");
+    assert!(r.end_s < 3.0, "{r:?}");
+    assert_eq!(r.forecast, None);
+}
+
+#[test]
+fn a_gomemlimit_plateau_that_wobbles_to_its_highest_late_held() {
+    // The in-use heap (MiB) of testdata/go/cmd/flood -cap 40MiB -storm-rate 200MiB under
+    // GOMEMLIMIT=96MiB, as captured: full by 2.8 s, then ±8 MiB with the GC's timing.
+    let mib = [
+        1, 3, 10, 16, 21, 24, 30, 35, 40, 46, 43, 43, 45, 42, 43, 35, 34, 33, 38, 39, 41, 42, 42,
+        45, 47, 41, 41, 39, 40, 40, 37, 37, 35, 35, 37, 38, 39, 41, 42, 43, 43, 47, 49, 47, 47, 48,
+        48, 47, 48, 53, 51, 50, 47, 44, 41, 43, 42, 41, 40, 42, 41, 46, 43, 47, 44, 50,
+    ];
+    let heap: Vec<(f64, f64)> = mib
+        .iter()
+        .enumerate()
+        .map(|(i, &m)| (i as f64 * 0.2, m as f64 * MIB))
+        .collect();
+    let grid = SeriesGrid::default();
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!(!r.ongoing, "{r:?}");
+    assert!(r.end_s < 3.0, "{r:?}");
+    assert_eq!(r.forecast, None);
+}
+
+#[test]
+fn growth_still_going_is_forecast_with_its_range() {
+    let heap = series(|t| (4.0 + 2.0 * t) * MIB, 30.0);
+    let grid = SeriesGrid::default();
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!(r.ongoing);
+    let f = r.forecast.expect("a forecast");
+    // (256 - 4) / 2 = 126 s.
+    assert!((f.at_s - 126.0).abs() < 1.0, "{f:?}");
+    assert!(f.earliest_s <= f.at_s && f.at_s <= f.latest_s);
+    assert_eq!(f.of, "in-use heap");
+}
+
+#[test]
+fn a_flat_heap_has_no_reading() {
+    let heap = series(|_| 40.0 * MIB, 30.0);
+    let grid = SeriesGrid::default();
+    assert_eq!(read(&input(&heap, &grid)), None);
+}
