@@ -63,9 +63,9 @@ pub struct RunArgs {
     #[arg(long)]
     restarts: Option<u32>,
     /// At the kernel's OOM kill, hold the command at its limit until a capture is taken, at
-    /// most this long, then let the kernel kill it (cgroup v1; 0s: no hold). The last capture
-    /// is then the fullest heap.
-    #[arg(long, default_value = "2s", value_parser = units::parse_duration_flag)]
+    /// most this long, then let the kernel kill it (cgroup v1; off by default: a held Go
+    /// process may see ENOMEM and exit 2 itself instead of being killed).
+    #[arg(long, default_value = "0s", value_parser = units::parse_duration_flag)]
     oom_hold: Duration,
     /// Which ends are restarted, as a Pod's restartPolicy: Always (a clean exit too, the
     /// kubelet's default), OnFailure (all but exit code 0) or Never.

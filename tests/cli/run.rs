@@ -992,6 +992,8 @@ fn run_holds_the_command_at_its_oom_kill_until_a_capture_is_taken() {
             "1s",
             "--burst-interval",
             "100ms",
+            "--oom-hold",
+            "2s",
         ],
     );
     let (status, _) = util::wait_for_exit(&mut child.0, CYCLE_DEADLINE * 2);
