@@ -23,8 +23,10 @@ const NEAR_TOP: f64 = 0.2;
 const HELD_SHARE: f64 = 0.5;
 const HELD_SPACINGS: f64 = 3.0;
 /// Publications after the heap came near its top that may show it held, with the outside
-/// memory's word for the time between them.
+/// memory's word for the time between them; up to this many the outside memory may overrule
+/// what looks like a trend in them (more are a trend the heap itself shows).
 const MIN_HELD_PUBLICATIONS: usize = 2;
+const FEW_PUBLICATIONS: usize = 6;
 /// The peak is the first capture within this share of the largest one (a plateau's noise does
 /// not move it to the plateau's end).
 const PEAK_TOLERANCE: f64 = 0.01;
@@ -171,10 +173,54 @@ fn held_since(heap: &[(f64, f64)], b: usize, q: usize, memory_held: &dyn Fn(f64)
     // plateau under GOMEMLIMIT wobbles by a fifth of its height with the GC's timing), or the
     // outside memory held over the same stretch: a bounded cache under churn publishes its
     // not-yet-swept garbage as in use, a few figures that can line up as a rise.
-    theil_sen(&t, &v).is_none_or(|late| {
-        late.slope * since < (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES)
-            || late.r2 < LATE_TREND_R2
-    }) || memory_held(since)
+    theil_sen(&t, &v)
+        .is_none_or(|late| late.slope * since < allowed_rise(rise) || late.r2 < LATE_TREND_R2)
+        || (after <= FEW_PUBLICATIONS && memory_held(since))
+}
+
+/// How much a held level may still rise after its rise of `rise` bytes.
+fn allowed_rise(rise: f64) -> f64 {
+    (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES)
+}
+
+/// When the outside memory came to the level it kept to its end: the first sample after the
+/// last one further than `allowed` from its closing level (the median of its last samples).
+fn memory_settled(memory: &[(f64, f64)], allowed: f64) -> Option<f64> {
+    const CLOSING: usize = 5;
+    let mut closing: Vec<f64> = memory.iter().rev().take(CLOSING).map(|m| m.1).collect();
+    closing.sort_by(f64::total_cmp);
+    let level = *closing.get(closing.len() / 2)?;
+    let first = memory
+        .iter()
+        .rposition(|&(_, v)| (v - level).abs() >= allowed)
+        .map_or(0, |i| i + 1);
+    memory.get(first).map(|m| m.0)
+}
+
+/// The rise as it stood when the outside memory settled, when the heap's highest figure came
+/// later: under a soft limit (GOMEMLIMIT) or with garbage not yet swept, a late publication
+/// can stand above the plateau while the memory has not moved for seconds. The rise then ends
+/// where the heap came near its top before the memory settled, if the memory held from a
+/// publication after that to the end, and the heap itself (without the memory's word) held
+/// from there too: a leak that eats the GC's headroom under a flat memory
+/// is a trend in the heap and stays one.
+fn bounds_when_memory_settled(
+    heap: &[(f64, f64)],
+    memory: &[(f64, f64)],
+    rise: f64,
+    p_max: usize,
+) -> Option<(usize, usize, usize)> {
+    let settled = memory_settled(memory, allowed_rise(rise))?;
+    let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    spacings.sort_by(f64::total_cmp);
+    let spacing = *spacings.get(spacings.len() / 2)?;
+    let k = heap.iter().rposition(|h| h.0 <= settled + spacing)?;
+    if k >= p_max {
+        return None;
+    }
+    let (b, q, p) = episode_bounds(&heap[..=k])?;
+    let since = memory.last()?.0 - (heap[q].0 + spacing);
+    (outside_held(memory, since, rise) && held_since(heap, b, q, &|_| false)).then_some((b, q, p))
 }
 
 /// Whether the outside memory held over its last `since` seconds: sampled over most of that
@@ -194,7 +240,7 @@ fn outside_held(memory: &[(f64, f64)], since: f64, rise: f64) -> bool {
         return false;
     }
     let (t, v): (Vec<f64>, Vec<f64>) = tail.into_iter().unzip();
-    let allowed = (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES);
+    let allowed = allowed_rise(rise);
     let spread =
         v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min);
     spread < allowed
@@ -284,7 +330,7 @@ pub struct ReadingInput<'a> {
 /// The reading of one cycle; `None` when the heap had no rise worth one.
 pub fn read(input: &ReadingInput) -> Option<Reading> {
     let heap = input.heap;
-    let (b0, q0, p_max) = episode_bounds(heap)?;
+    let (mut b0, mut q0, mut p_max) = episode_bounds(heap)?;
     let chord = |from: usize, to: usize| {
         ((heap[to].1 - heap[from].1) / (heap[to].0 - heap[from].0).max(1e-9)).max(0.0)
     };
@@ -292,7 +338,13 @@ pub fn read(input: &ReadingInput) -> Option<Reading> {
     // changed its rate for good on the way (a load, then a slower leak): it starts there.
     let rise = heap[p_max].1 - heap[b0].1;
     let memory_held = |since: f64| !input.at_limit && outside_held(input.memory, since, rise);
-    let held = held_since(heap, b0, q0, &memory_held);
+    let mut held = held_since(heap, b0, q0, &memory_held);
+    if !held && !input.at_limit {
+        if let Some(bounds) = bounds_when_memory_settled(heap, input.memory, rise, p_max) {
+            (b0, q0, p_max) = bounds;
+            held = true;
+        }
+    }
     let (b, p) = if held {
         (b0, q0)
     } else {

@@ -249,3 +249,152 @@ fn a_flat_heap_has_no_reading() {
     let grid = SeriesGrid::default();
     assert_eq!(read(&input(&heap, &grid)), None);
 }
+
+/// The in-use heap (MiB) of a CI-like run of flood -cap 40MiB -storm-rate 200MiB under
+/// GOMEMLIMIT=96MiB with the machine busy: full by 2.4 s, then 35–45 MiB with the GC's
+/// timing, and a last stretch of publications that climbs to its highest figure.
+fn gomemlimit_late_climb() -> Vec<(f64, f64)> {
+    [
+        (0.0, 5.3),
+        (1.206, 9.0),
+        (1.408, 15.4),
+        (1.608, 20.1),
+        (1.809, 26.9),
+        (2.01, 32.2),
+        (2.212, 35.3),
+        (2.413, 41.2),
+        (2.614, 40.5),
+        (2.815, 43.2),
+        (3.016, 42.6),
+        (3.217, 44.8),
+        (3.419, 43.6),
+        (3.62, 40.4),
+        (3.82, 41.0),
+        (4.022, 42.1),
+        (4.223, 42.6),
+        (4.423, 43.2),
+        (4.624, 44.8),
+        (4.826, 42.7),
+        (5.027, 42.0),
+        (5.227, 39.5),
+        (5.428, 36.1),
+        (5.63, 37.8),
+        (5.831, 36.2),
+        (6.032, 35.7),
+        (6.233, 36.2),
+        (6.434, 36.2),
+        (6.636, 36.7),
+        (6.837, 34.5),
+        (7.037, 39.3),
+        (7.241, 37.2),
+        (7.443, 36.7),
+        (7.644, 40.1),
+        (7.845, 41.6),
+        (8.046, 39.4),
+        (8.248, 39.3),
+        (8.449, 37.9),
+        (8.651, 38.3),
+        (8.851, 40.6),
+        (9.053, 37.2),
+        (9.254, 37.7),
+        (9.456, 42.5),
+        (9.657, 38.8),
+        (9.858, 37.4),
+        (10.059, 36.6),
+        (10.26, 38.8),
+        (10.461, 39.5),
+        (10.662, 36.7),
+        (10.863, 38.5),
+        (11.064, 35.6),
+        (11.265, 37.2),
+        (11.466, 35.6),
+        (11.667, 36.0),
+        (11.868, 35.6),
+        (12.069, 37.8),
+        (12.27, 36.8),
+        (12.472, 40.7),
+        (12.673, 40.4),
+        (12.875, 44.6),
+        (13.076, 46.3),
+        (13.277, 49.4),
+        (13.478, 48.4),
+        (13.679, 54.8),
+    ]
+    .iter()
+    .map(|&(t, m)| (t, m * MIB))
+    .collect()
+}
+
+/// That run's cgroup memory every 50 ms: 3.2 MiB to 1 s, a ramp to 87.2 MiB at 2.7 s, then
+/// `after` with a spike now and then.
+fn gomemlimit_memory(after: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+    (1..=277)
+        .map(|i| {
+            let t = i as f64 * 0.05;
+            let v = match t {
+                t if t < 1.0 => 3.2 * MIB,
+                t if t < 2.7 => 3.2 * MIB + (87.2 - 3.2) * MIB * (t - 1.0) / 1.7,
+                t if i % 40 == 0 => after(t) + 1.5 * MIB,
+                t => after(t),
+            };
+            (t, v)
+        })
+        .collect()
+}
+
+#[test]
+fn a_late_climb_the_memory_never_saw_ends_no_plateau() {
+    let heap = gomemlimit_late_climb();
+    let grid = SeriesGrid::default();
+    // From the heap alone the last publications are the highest: a rise into the end.
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!(r.ongoing, "{r:?}");
+    // The memory held at 87–89 MiB from 2.7 s on: the rise ended when it settled.
+    let flat = gomemlimit_memory(|t| 87.2 * MIB + 0.12 * MIB * (t - 2.7));
+    let r = read(&ReadingInput {
+        memory: &flat,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(!r.ongoing, "{r:?}");
+    assert!(r.end_s < 3.0 && r.held_s.unwrap() > 10.0, "{r:?}");
+    assert_eq!(r.forecast, None);
+    // At its limit the memory cannot move: that says nothing.
+    let r = read(&ReadingInput {
+        memory: &flat,
+        at_limit: true,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(r.ongoing, "{r:?}");
+    // The memory still climbing at the end: the climb is growth.
+    let climbing = gomemlimit_memory(|t| 87.2 * MIB + 6.0 * MIB * (t - 2.7));
+    let r = read(&ReadingInput {
+        memory: &climbing,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(r.ongoing, "{r:?}");
+}
+
+#[test]
+fn a_leak_eating_the_gc_headroom_under_flat_memory_goes_on() {
+    // Full at 40 MiB by 2.4 s, then a leak of 2 MiB/s in 40 publications: under GOMEMLIMIT
+    // the GC runs harder and the memory stays flat, but the heap's own trend is growth.
+    let mut heap: Vec<(f64, f64)> = (0..=12)
+        .map(|i| (i as f64 * 0.2, (5.0 + 35.0 * i as f64 / 12.0) * MIB))
+        .collect();
+    heap.extend((1..=56).map(|i| {
+        let t = 2.4 + i as f64 * 0.2;
+        let wobble = if i % 3 == 0 { 2.0 } else { -1.0 };
+        (t, (40.0 + 2.0 * (t - 2.4) + wobble) * MIB)
+    }));
+    let grid = SeriesGrid::default();
+    let flat = gomemlimit_memory(|t| 87.2 * MIB + 0.12 * MIB * (t - 2.7));
+    let r = read(&ReadingInput {
+        memory: &flat,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(r.ongoing, "{r:?}");
+}
