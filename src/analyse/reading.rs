@@ -329,6 +329,50 @@ pub struct ReadingInput<'a> {
 
 /// The reading of one cycle; `None` when the heap had no rise worth one.
 pub fn read(input: &ReadingInput) -> Option<Reading> {
+    without_a_last_wobble(input).unwrap_or_else(|| read_figures(input))
+}
+
+/// A cycle still alive at its end whose heap came near its top only in its last publication,
+/// after it had held a level: when that figure stands above the level by no more than the
+/// level's own wobble, one figure is no trend (a steady service's heap wobbles, and a wobble
+/// can fall last). The reading is then that of the publications before it, with the figure
+/// kept as the cycle's last. `None` when the rule does not apply. A rise still going before
+/// the last figure (a leak published at each doubling of the heap) is left alone.
+fn without_a_last_wobble(input: &ReadingInput) -> Option<Option<Reading>> {
+    let heap = input.heap;
+    if input.died_s.is_some()
+        || heap.len() <= FORECAST_POINTS
+        || episode_bounds(heap).is_none_or(|(_, q, _)| q + 1 != heap.len())
+    {
+        return None;
+    }
+    let n = heap.len() - 1;
+    let before = read_figures(&ReadingInput {
+        heap: &heap[..n],
+        seqs: &input.seqs[..input.seqs.len().min(n)],
+        ..*input
+    });
+    if before.as_ref().is_some_and(|r| r.ongoing) {
+        return None;
+    }
+    let level_from = before.as_ref().map_or(0.0, |r| r.end_s);
+    let level: Vec<f64> = heap[..n]
+        .iter()
+        .filter(|h| h.0 >= level_from)
+        .map(|h| h.1)
+        .collect();
+    let high = level.iter().copied().fold(f64::MIN, f64::max);
+    let low = level.iter().copied().fold(f64::MAX, f64::min);
+    if heap[n].1 - high > high - low {
+        return None;
+    }
+    Some(before.map(|mut r| {
+        r.last_bytes = heap[n].1 as i64;
+        r
+    }))
+}
+
+fn read_figures(input: &ReadingInput) -> Option<Reading> {
     let heap = input.heap;
     let (mut b0, mut q0, mut p_max) = episode_bounds(heap)?;
     let chord = |from: usize, to: usize| {

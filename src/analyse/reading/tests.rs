@@ -398,3 +398,79 @@ fn a_leak_eating_the_gc_headroom_under_flat_memory_goes_on() {
     .unwrap();
     assert!(r.ongoing, "{r:?}");
 }
+
+/// The in-use heap (MiB) of testdata/go/cmd/steady (-working-set 8MiB -rate 4MiB) collected
+/// over HTTP every 200 ms for 40 s and stopped with Ctrl-C: a wobble of 9.5–11.6 MiB, and
+/// its highest figure published last.
+fn steady_with_a_last_wobble() -> Vec<(f64, f64)> {
+    [
+        (0.0, 7.95),
+        (0.202, 9.54),
+        (1.008, 10.99),
+        (1.813, 9.54),
+        (2.617, 10.75),
+        (3.422, 11.06),
+        (5.027, 11.56),
+        (6.629, 10.42),
+        (8.231, 11.06),
+        (9.835, 10.42),
+        (11.44, 10.42),
+        (12.241, 9.54),
+        (13.844, 9.54),
+        (15.447, 10.42),
+        (17.049, 10.11),
+        (17.85, 9.54),
+        (19.452, 9.54),
+        (21.056, 10.75),
+        (22.658, 11.06),
+        (24.266, 10.99),
+        (25.067, 9.54),
+        (26.669, 10.96),
+        (27.47, 9.54),
+        (29.072, 9.54),
+        (29.873, 9.54),
+        (31.475, 10.11),
+        (33.077, 11.06),
+        (34.68, 10.42),
+        (36.282, 10.42),
+        (37.083, 9.54),
+        (38.685, 12.66),
+    ]
+    .iter()
+    .map(|&(t, m)| (t, m * MIB))
+    .collect()
+}
+
+#[test]
+fn a_steady_heap_whose_last_figure_is_its_highest_is_not_growing() {
+    let heap = steady_with_a_last_wobble();
+    let grid = SeriesGrid::default();
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!(!r.ongoing, "{r:?}");
+    assert_eq!(r.rate_now(), 0.0);
+    assert_eq!(
+        r.last_bytes,
+        (12.66 * MIB) as i64,
+        "the last figure is kept"
+    );
+    // Two figures at the top are more than a wobble falling last.
+    let mut two = heap.clone();
+    two.push((39.487, 12.9 * MIB));
+    assert!(read(&input(&two, &grid)).unwrap().ongoing);
+    // A cycle that died rose into its death, however few its figures at the top.
+    let r = read(&ReadingInput {
+        died_s: Some(38.9),
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(r.ongoing, "{r:?}");
+}
+
+#[test]
+fn a_jump_past_the_wobble_in_the_last_figure_is_a_rise() {
+    // The same steady heap, and a last figure three times its level: no wobble.
+    let mut heap = steady_with_a_last_wobble();
+    heap.last_mut().unwrap().1 = 33.0 * MIB;
+    let grid = SeriesGrid::default();
+    assert!(read(&input(&heap, &grid)).unwrap().ongoing);
+}
