@@ -382,7 +382,9 @@ fn read_figures(input: &ReadingInput) -> Option<Reading> {
     // changed its rate for good on the way (a load, then a slower leak): it starts there.
     let rise = heap[p_max].1 - heap[b0].1;
     let memory_held = |since: f64| !input.at_limit && outside_held(input.memory, since, rise);
-    let mut held = held_since(heap, b0, q0, &memory_held);
+    // A heap that fell out of the band near its top after the peak is no rise going on.
+    let fell = heap[heap.len() - 1].1 < heap[p_max].1 - NEAR_TOP * rise;
+    let mut held = fell || held_since(heap, b0, q0, &memory_held);
     if !held && !input.at_limit {
         if let Some(bounds) = bounds_when_memory_settled(heap, input.memory, rise, p_max) {
             (b0, q0, p_max) = bounds;

@@ -474,3 +474,57 @@ fn a_jump_past_the_wobble_in_the_last_figure_is_a_rise() {
     let grid = SeriesGrid::default();
     assert!(read(&input(&heap, &grid)).unwrap().ongoing);
 }
+
+#[test]
+fn a_rise_that_fell_back_is_not_going_on() {
+    // testdata/go/cmd/steady collected for 40 s: a wobble of 10.6–12.2 MiB rose to 13.2 MiB
+    // at 36.5 s, and its last two figures fell back to 10.6 MiB.
+    let heap: Vec<(f64, f64)> = [
+        (0.0, 10.11),
+        (0.402, 12.09),
+        (1.208, 11.27),
+        (2.013, 11.52),
+        (3.617, 12.02),
+        (5.22, 10.64),
+        (6.822, 10.64),
+        (8.425, 11.52),
+        (10.027, 12.09),
+        (11.63, 12.15),
+        (13.232, 10.64),
+        (13.836, 11.27),
+        (14.639, 10.64),
+        (15.644, 11.52),
+        (17.246, 10.64),
+        (18.848, 11.14),
+        (19.65, 10.64),
+        (21.252, 11.52),
+        (22.053, 10.64),
+        (23.655, 11.17),
+        (24.456, 10.64),
+        (26.059, 10.64),
+        (27.662, 10.64),
+        (28.463, 10.64),
+        (30.066, 10.64),
+        (31.667, 10.64),
+        (33.269, 12.05),
+        (34.873, 12.58),
+        (36.475, 13.23),
+        (37.276, 10.64),
+        (38.879, 10.64),
+    ]
+    .iter()
+    .map(|&(t, m)| (t, m * MIB))
+    .collect();
+    let grid = SeriesGrid::default();
+    let r = read(&input(&heap, &grid)).unwrap();
+    assert!(!r.ongoing, "{r:?}");
+    assert_eq!(r.rate_now(), 0.0);
+    assert_eq!(r.forecast, None);
+    // Without the fall, into a death, the same figures rise into it.
+    let r = read(&ReadingInput {
+        died_s: Some(36.6),
+        ..input(&heap[..heap.len() - 2], &grid)
+    })
+    .unwrap();
+    assert!(r.ongoing, "{r:?}");
+}
