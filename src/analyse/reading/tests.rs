@@ -67,15 +67,36 @@ fn seldom_published_plateau() -> Vec<(f64, f64)> {
     .to_vec()
 }
 
-/// Cgroup memory every 50 ms to 12 s: flat at 4 MiB to 3 s, a ramp to 101 MiB at 7 s,
-/// then `after` for the rest.
-fn memory(after: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
-    (0..=240)
-        .map(|i| {
-            let t = i as f64 * 0.05;
+/// Cgroup memory as sampled every 50 ms to `until` s: flat at `idle` MiB to `from` s, a ramp
+/// to `top` MiB at `to` s, then what the caller gives.
+struct Ramp {
+    until: f64,
+    idle: f64,
+    from: f64,
+    top: f64,
+    to: f64,
+}
+
+/// The bounded cache's fill: flat at 4 MiB to 3 s, a ramp to 101 MiB at 7 s, to 12 s.
+const FILL: Ramp = Ramp {
+    until: 12.0,
+    idle: 4.0,
+    from: 3.0,
+    top: 101.0,
+    to: 7.0,
+};
+
+fn memory(ramp: Ramp, after: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+    (1..)
+        .map(|i| i as f64 * 0.05)
+        .take_while(|&t| t <= ramp.until)
+        .map(|t| {
             let v = match t {
-                t if t < 3.0 => 4.0 * MIB,
-                t if t < 7.0 => 4.0 * MIB + 24.25 * MIB * (t - 3.0),
+                t if t < ramp.from => ramp.idle * MIB,
+                t if t < ramp.to => {
+                    (ramp.idle + (ramp.top - ramp.idle) * (t - ramp.from) / (ramp.to - ramp.from))
+                        * MIB
+                }
                 t => after(t),
             };
             (t, v)
@@ -87,7 +108,7 @@ fn memory(after: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
 fn a_plateau_published_seldom_is_held_when_the_memory_held() {
     let heap = seldom_published_plateau();
     let grid = SeriesGrid::default();
-    let flat = memory(|t| 101.0 * MIB + 0.1 * MIB * (t - 7.0));
+    let flat = memory(FILL, |t| 101.0 * MIB + 0.1 * MIB * (t - 7.0));
     let r = read(&ReadingInput {
         memory: &flat,
         died_s: Some(12.0),
@@ -103,7 +124,7 @@ fn a_plateau_published_seldom_is_held_when_the_memory_held() {
     assert!(r.ongoing, "{r:?}");
 
     // Memory still climbing: the heap's few flat figures do not make it a plateau.
-    let climbing = memory(|t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
+    let climbing = memory(FILL, |t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
     let r = read(&ReadingInput {
         memory: &climbing,
         ..input(&heap, &grid)
@@ -141,14 +162,14 @@ fn a_plateau_whose_few_figures_wobble_upward_is_held_when_the_memory_held() {
     let grid = SeriesGrid::default();
     let r = read(&input(&heap, &grid)).unwrap();
     assert!(r.ongoing, "without the memory, a rise: {r:?}");
-    let flat = memory(|t| 101.0 * MIB + 0.1 * MIB * (t - 7.0));
+    let flat = memory(FILL, |t| 101.0 * MIB + 0.1 * MIB * (t - 7.0));
     let r = read(&ReadingInput {
         memory: &flat,
         ..input(&heap, &grid)
     })
     .unwrap();
     assert!(!r.ongoing, "{r:?}");
-    let climbing = memory(|t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
+    let climbing = memory(FILL, |t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
     let r = read(&ReadingInput {
         memory: &climbing,
         ..input(&heap, &grid)
@@ -325,21 +346,22 @@ fn gomemlimit_late_climb() -> Vec<(f64, f64)> {
     .collect()
 }
 
-/// That run's cgroup memory every 50 ms: 3.2 MiB to 1 s, a ramp to 87.2 MiB at 2.7 s, then
-/// `after` with a spike now and then.
-fn gomemlimit_memory(after: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
-    (1..=277)
-        .map(|i| {
-            let t = i as f64 * 0.05;
-            let v = match t {
-                t if t < 1.0 => 3.2 * MIB,
-                t if t < 2.7 => 3.2 * MIB + (87.2 - 3.2) * MIB * (t - 1.0) / 1.7,
-                t if i % 40 == 0 => after(t) + 1.5 * MIB,
-                t => after(t),
-            };
-            (t, v)
-        })
-        .collect()
+/// That run's cgroup memory: 3.2 MiB to 1 s, a ramp to 87.2 MiB at 2.7 s, to 13.85 s.
+const GOMEMLIMIT_FILL: Ramp = Ramp {
+    until: 13.85,
+    idle: 3.2,
+    from: 1.0,
+    top: 87.2,
+    to: 2.7,
+};
+
+/// A spike of 1.5 MiB every 2 s, as that run's memory showed.
+fn spikes(t: f64) -> f64 {
+    if (t / 0.05).round() as i64 % 40 == 0 {
+        1.5 * MIB
+    } else {
+        0.0
+    }
 }
 
 #[test]
@@ -350,7 +372,9 @@ fn a_late_climb_the_memory_never_saw_ends_no_plateau() {
     let r = read(&input(&heap, &grid)).unwrap();
     assert!(r.ongoing, "{r:?}");
     // The memory held at 87–89 MiB from 2.7 s on: the rise ended when it settled.
-    let flat = gomemlimit_memory(|t| 87.2 * MIB + 0.12 * MIB * (t - 2.7));
+    let flat = memory(GOMEMLIMIT_FILL, |t| {
+        87.2 * MIB + 0.12 * MIB * (t - 2.7) + spikes(t)
+    });
     let r = read(&ReadingInput {
         memory: &flat,
         ..input(&heap, &grid)
@@ -368,7 +392,9 @@ fn a_late_climb_the_memory_never_saw_ends_no_plateau() {
     .unwrap();
     assert!(r.ongoing, "{r:?}");
     // The memory still climbing at the end: the climb is growth.
-    let climbing = gomemlimit_memory(|t| 87.2 * MIB + 6.0 * MIB * (t - 2.7));
+    let climbing = memory(GOMEMLIMIT_FILL, |t| {
+        87.2 * MIB + 6.0 * MIB * (t - 2.7) + spikes(t)
+    });
     let r = read(&ReadingInput {
         memory: &climbing,
         ..input(&heap, &grid)
@@ -390,7 +416,9 @@ fn a_leak_eating_the_gc_headroom_under_flat_memory_goes_on() {
         (t, (40.0 + 2.0 * (t - 2.4) + wobble) * MIB)
     }));
     let grid = SeriesGrid::default();
-    let flat = gomemlimit_memory(|t| 87.2 * MIB + 0.12 * MIB * (t - 2.7));
+    let flat = memory(GOMEMLIMIT_FILL, |t| {
+        87.2 * MIB + 0.12 * MIB * (t - 2.7) + spikes(t)
+    });
     let r = read(&ReadingInput {
         memory: &flat,
         ..input(&heap, &grid)
