@@ -117,7 +117,6 @@ pub fn growth(
     for c in &mut report.cycles {
         spike_sites(run, c, limits);
     }
-    crate::render::verdict::word_growth(&mut report);
     Ok((report, notes))
 }
 

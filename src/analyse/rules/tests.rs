@@ -79,7 +79,6 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
         profiling: None,
         memstats: None,
         runtime: None,
-        verdict: String::new(),
     }
 }
 
@@ -92,7 +91,6 @@ fn report(cycles: Vec<CycleGrowth>) -> GrowthReport {
             died: 0,
             same_top_site: None,
             ages_s: vec![],
-            summary: String::new(),
         },
         cycles,
     }
@@ -105,6 +103,7 @@ fn check(text: &str, growth: &GrowthReport, ratio: Option<&HeapRatio>) -> Outcom
         comparison: None,
         heap_ratio: ratio,
         envoy: None,
+        quoted: crate::render::QUOTED,
     };
     evaluate(&parse(text).unwrap(), &findings)
 }
@@ -207,6 +206,7 @@ fn check_envoy(text: &str, growth: &GrowthReport, e: &EnvoyReport) -> Outcome {
         comparison: None,
         heap_ratio: None,
         envoy: Some(e),
+        quoted: crate::render::QUOTED,
     };
     evaluate(&parse(text).unwrap(), &findings)
 }

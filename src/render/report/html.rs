@@ -229,15 +229,15 @@ fn baseline(out: &mut String, m: &ReportModel) {
 
 fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     let verdict = if m.envoy_only() {
-        "No heap profiles: Envoy's admin figures only (the verdict is in the Envoy section)."
+        "No heap profiles: Envoy's admin figures only (the verdict is in the Envoy section).".into()
     } else {
-        &c.verdict
+        crate::render::verdict::cycle_verdict(c, m.run.growth.limit_bytes)
     };
     let _ = writeln!(
         out,
         "<section class=\"cycle\" id=\"cycle-{0}\">\n<h2>Boot cycle {0} <small class=\"note\">({2})</small></h2>\n<p class=\"verdict\">{1}</p>",
         c.index,
-        escape(verdict),
+        escape(&verdict),
         escape(&crate::render::growth::build(c))
     );
     let timeline = Timeline::of_cycle(&m.run, pos);
@@ -289,10 +289,16 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
         facts.push(("process memory".into(), s));
     }
     if let Some(b) = &c.breakdown {
-        facts.push(("where the memory went".into(), b.summary.clone()));
+        facts.push((
+            "where the memory went".into(),
+            crate::render::memory::breakdown_words(b),
+        ));
     }
     if let Some(a) = &c.at_limit {
-        facts.push(("at the limit".into(), a.summary.clone()));
+        facts.push((
+            "at the limit".into(),
+            crate::render::memory::at_limit_words(a),
+        ));
     }
     if let Some(t) = rules::cycle_time_to_limit(c) {
         facts.push(("limit reached at".into(), seconds(t)));
@@ -615,7 +621,10 @@ fn collection(out: &mut String, m: &ReportModel) {
     let _ = writeln!(
         out,
         "<p class=\"note\">{}</p>",
-        escape(&run.growth.across.summary)
+        escape(&crate::render::verdict::across_summary(
+            &run.growth.cycles,
+            &run.growth.across
+        ))
     );
     for n in &run.notes {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(n));

@@ -122,8 +122,8 @@ impl ReportModel<'_> {
         }
         match g.cycles.as_slice() {
             [] => parts.push("no boot cycle with a good capture".into()),
-            [one] => parts.push(one.verdict.clone()),
-            _ => parts.push(g.across.summary.clone()),
+            [one] => parts.push(crate::render::verdict::cycle_verdict(one, g.limit_bytes)),
+            _ => parts.push(crate::render::verdict::across_summary(&g.cycles, &g.across)),
         }
         parts.join(". ")
     }

@@ -8,6 +8,8 @@ use serde::Serialize;
 
 use super::{EnvoyView, KubeView, ReportModel, Tally, tally, usual_interval_ms};
 use crate::analyse::rules::{self, Outcome};
+use crate::render::verdict::{across_summary, cycle_verdict};
+use crate::render::worded::{self, at_limit_json, breakdown_json};
 
 /// Rows kept per table.
 const TOP: usize = 5;
@@ -20,7 +22,7 @@ struct Summary<'a> {
     captures: Tally,
     memory_samples: usize,
     cycles: Vec<CycleSummary<'a>>,
-    across: &'a str,
+    across: String,
     baseline: Option<BaselineSummary>,
     rules: &'a [Outcome],
     failed: bool,
@@ -110,9 +112,9 @@ struct CycleSummary<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     memory_peak_anon: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    breakdown: Option<&'a crate::analyse::breakdown::MemoryBreakdown>,
+    breakdown: Option<worded::Summary<'a, crate::analyse::breakdown::MemoryBreakdown>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    at_limit: Option<&'a crate::analyse::breakdown::AtLimit>,
+    at_limit: Option<worded::Summary<'a, crate::analyse::breakdown::AtLimit>>,
     peaks: &'a crate::analyse::spikes::Peaks,
     #[serde(skip_serializing_if = "Option::is_none")]
     episode: Option<&'a crate::analyse::spikes::Episode>,
@@ -259,10 +261,10 @@ pub fn json(m: &ReportModel) -> String {
             memory_bytes_per_sec: c.memory_bytes_per_sec.map(whole),
             memory_peak: c.memory_peak,
             time_to_limit_s: rules::cycle_time_to_limit(c).map(ms),
-            verdict: c.verdict.clone(),
+            verdict: cycle_verdict(c, run.growth.limit_bytes),
             memory_peak_anon: c.memory_peak_anon,
-            breakdown: c.breakdown.as_ref(),
-            at_limit: c.at_limit.as_ref(),
+            breakdown: c.breakdown.as_ref().map(breakdown_json),
+            at_limit: c.at_limit.as_ref().map(at_limit_json),
             peaks: &c.peaks,
             episode: c.episode.as_ref(),
             other_episodes: &c.other_episodes,
@@ -356,7 +358,7 @@ pub fn json(m: &ReportModel) -> String {
         captures: tally(run.records, usual_interval_ms(info)),
         memory_samples: run.memory.len(),
         cycles,
-        across: &run.growth.across.summary,
+        across: across_summary(&run.growth.cycles, &run.growth.across),
         baseline,
         rules: m.rules,
         failed: m.failed(),

@@ -1,0 +1,114 @@
+//! Analysis results paired with their words, as JSON carries them. The analysis holds figures
+//! and typed evidence only; where a JSON object also carries a sentence (`verdict`, `summary`,
+//! `why`, `meaning`), a view here writes the result's own fields (flattened) and then the
+//! sentence, made by `render` from the finished result at serialisation. Every sentence stands
+//! last in its object, as it always has, so the documents are unchanged byte for byte.
+
+use serde::Serialize;
+
+use crate::analyse::breakdown::{AtLimit, MemoryBreakdown};
+use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
+use crate::analyse::reading::Reading;
+use crate::analyse::spikes::Episode;
+use crate::render::memory::{at_limit_words, breakdown_words};
+use crate::render::verdict::{across_summary, cycle_verdict};
+
+/// A result with its words under `summary`.
+#[derive(Serialize)]
+pub struct Summary<'a, T> {
+    #[serde(flatten)]
+    pub of: &'a T,
+    pub summary: String,
+}
+
+/// A result with its words under `verdict`.
+#[derive(Serialize)]
+pub struct Verdict<'a, T> {
+    #[serde(flatten)]
+    pub of: &'a T,
+    pub verdict: String,
+}
+
+/// A result with its words under `meaning` (`null` where there are none).
+#[derive(Serialize)]
+pub struct Meaning<'a, T, W = String> {
+    #[serde(flatten)]
+    pub of: &'a T,
+    pub meaning: W,
+}
+
+/// The growth report: `growth --json`'s document (beside Envoy's findings).
+#[derive(Serialize)]
+pub struct GrowthJson<'a> {
+    pub schema: u32,
+    pub limit_bytes: Option<u64>,
+    pub cycles: Vec<CycleJson<'a>>,
+    pub across: Summary<'a, AcrossCycles>,
+}
+
+impl<'a> GrowthJson<'a> {
+    pub fn new(report: &'a GrowthReport) -> GrowthJson<'a> {
+        GrowthJson {
+            schema: report.schema,
+            limit_bytes: report.limit_bytes,
+            cycles: report
+                .cycles
+                .iter()
+                .map(|c| CycleJson::new(c, report.limit_bytes))
+                .collect(),
+            across: Summary {
+                of: &report.across,
+                summary: across_summary(&report.cycles, &report.across),
+            },
+        }
+    }
+}
+
+/// One boot cycle: its figures (those `CycleGrowth` serialises itself), then the ones it
+/// leaves here, with the memory words, then the verdict.
+#[derive(Serialize)]
+pub struct CycleJson<'a> {
+    #[serde(flatten)]
+    pub cycle: &'a CycleGrowth,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<Summary<'a, MemoryBreakdown>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_limit: Option<Summary<'a, AtLimit>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_peak_anon: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub episode: Option<&'a Episode>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub other_episodes: &'a [Episode],
+    pub reading: Option<&'a Reading>,
+    pub verdict: String,
+}
+
+impl<'a> CycleJson<'a> {
+    pub fn new(c: &'a CycleGrowth, limit: Option<u64>) -> CycleJson<'a> {
+        CycleJson {
+            cycle: c,
+            breakdown: c.breakdown.as_ref().map(breakdown_json),
+            at_limit: c.at_limit.as_ref().map(at_limit_json),
+            memory_peak_anon: c.memory_peak_anon,
+            episode: c.episode.as_ref(),
+            other_episodes: &c.other_episodes,
+            reading: c.reading.as_ref(),
+            verdict: cycle_verdict(c, limit),
+        }
+    }
+}
+
+pub fn breakdown_json(b: &MemoryBreakdown) -> Summary<'_, MemoryBreakdown> {
+    Summary {
+        of: b,
+        summary: breakdown_words(b),
+    }
+}
+
+pub fn at_limit_json(a: &AtLimit) -> Summary<'_, AtLimit> {
+    Summary {
+        of: a,
+        summary: at_limit_words(a),
+    }
+}
