@@ -7,9 +7,11 @@
 use serde::Serialize;
 
 use crate::analyse::breakdown::{AtLimit, MemoryBreakdown};
+use crate::analyse::compare::{AfterBaseline, Comparison, PairVerdict, Regression};
 use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
 use crate::analyse::reading::Reading;
 use crate::analyse::spikes::Episode;
+use crate::render::compare::{after_words, compared, pair_verdict, verdict, why_worse};
 use crate::render::memory::{at_limit_words, breakdown_words};
 use crate::render::verdict::{across_summary, cycle_verdict};
 
@@ -27,6 +29,14 @@ pub struct Verdict<'a, T> {
     #[serde(flatten)]
     pub of: &'a T,
     pub verdict: String,
+}
+
+/// A result with its words under `why`.
+#[derive(Serialize)]
+pub struct Why<'a, T> {
+    #[serde(flatten)]
+    pub of: &'a T,
+    pub why: String,
 }
 
 /// A result with its words under `meaning` (`null` where there are none).
@@ -110,5 +120,58 @@ pub fn at_limit_json(a: &AtLimit) -> Summary<'_, AtLimit> {
     Summary {
         of: a,
         summary: at_limit_words(a),
+    }
+}
+
+/// `compare --json`'s document: the comparison's figures, each regression with why it is worse
+/// (an improvement with no words), what B did after A's data, the other pairs with their
+/// verdicts, then which cycles were compared and the verdict.
+#[derive(Serialize)]
+pub struct ComparisonJson<'a> {
+    #[serde(flatten)]
+    pub of: &'a Comparison,
+    pub regressions: Vec<Why<'a, Regression>>,
+    pub improvements: Vec<Why<'a, Regression>>,
+    pub after_a: Option<Summary<'a, AfterBaseline>>,
+    pub other_pairs: Vec<Verdict<'a, PairVerdict>>,
+    pub compared: String,
+    pub verdict: String,
+}
+
+impl<'a> ComparisonJson<'a> {
+    pub fn new(c: &'a Comparison) -> ComparisonJson<'a> {
+        ComparisonJson {
+            of: c,
+            regressions: c
+                .regressions
+                .iter()
+                .map(|r| Why {
+                    of: r,
+                    why: why_worse(r),
+                })
+                .collect(),
+            improvements: c
+                .improvements
+                .iter()
+                .map(|r| Why {
+                    of: r,
+                    why: String::new(),
+                })
+                .collect(),
+            after_a: c.after_a.as_ref().map(|a| Summary {
+                of: a,
+                summary: after_words(a),
+            }),
+            other_pairs: c
+                .other_pairs
+                .iter()
+                .map(|o| Verdict {
+                    of: o,
+                    verdict: pair_verdict(&o.pair),
+                })
+                .collect(),
+            compared: compared(c),
+            verdict: verdict(c),
+        }
     }
 }

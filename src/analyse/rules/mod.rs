@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use super::breakdown::AtLimit;
-use super::compare::Comparison;
+use super::compare::{Comparison, Regression};
 use super::envoy::EnvoyReport;
 use super::growth::{CycleGrowth, GrowthReport};
 use crate::model::capture::{CaptureRecord, RecordKind};
@@ -55,6 +55,8 @@ pub struct Findings<'a> {
 pub struct Quoted {
     /// How long the cgroup sat at its limit ("at its limit from 3.0 s for 1.2 s, …").
     pub at_limit: fn(&AtLimit) -> String,
+    /// Why a site is worse in B ("grows 2 MiB/s in B against 0 B/s in A; …").
+    pub why_worse: fn(&Regression) -> String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -246,7 +248,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 .comparison
                 .and_then(|c| c.regressions.first())
                 .map_or(String::new(), |r| {
-                    format!("; worst site {}: {}", r.name, r.why)
+                    format!("; worst site {}: {}", r.name, (f.quoted.why_worse)(r))
                 });
             let (this, base) = f.comparison.map_or((String::new(), String::new()), |c| {
                 (

@@ -160,7 +160,7 @@ fn baseline(out: &mut String, m: &ReportModel) {
         out,
         "<section id=\"baseline\">\n<h2>Against {} <small class=\"note\">(baseline)</small></h2>\n<p class=\"verdict\">{}</p>",
         escape(b.label()),
-        escape(&c.verdict)
+        escape(&crate::render::compare::verdict(c))
     );
     if let Some(r) = b.heap_ratio {
         if let Some(ratio) = r.ratio() {
@@ -200,7 +200,7 @@ fn baseline(out: &mut String, m: &ReportModel) {
                 rate(r.b_bytes_per_sec),
                 format_bytes(r.a_inuse),
                 format_bytes(r.b_inuse),
-                escape(&r.why)
+                escape(&crate::render::compare::why_worse(r))
             );
         }
         out.push_str("</table>\n");

@@ -113,7 +113,7 @@ impl ReportModel<'_> {
         let g = self.run.growth;
         let mut parts = Vec::new();
         if let Some(b) = &self.baseline {
-            parts.push(b.comparison.verdict.clone());
+            parts.push(crate::render::compare::verdict(b.comparison));
         }
         if let Some(e) = self.envoy.as_ref().filter(|_| self.envoy_only()) {
             let (code, summary) = envoy_verdict(e.report);

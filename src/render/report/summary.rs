@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::{EnvoyView, KubeView, ReportModel, Tally, tally, usual_interval_ms};
 use crate::analyse::rules::{self, Outcome};
+use crate::render::compare;
 use crate::render::verdict::{across_summary, cycle_verdict};
 use crate::render::worded::{self, at_limit_json, breakdown_json};
 
@@ -313,8 +314,8 @@ pub fn json(m: &ReportModel) -> String {
         cycle: b.comparison.b_cycle,
         baseline_build: b.comparison.a.clone(),
         baseline_cycle: b.comparison.a_cycle,
-        after_baseline_ends: b.comparison.after_a.as_ref().map(|a| a.summary.clone()),
-        verdict: b.comparison.verdict.clone(),
+        after_baseline_ends: b.comparison.after_a.as_ref().map(compare::after_words),
+        verdict: compare::verdict(b.comparison),
         age_s: ms(b.comparison.age_s),
         heap_ratio: b
             .heap_ratio
@@ -332,7 +333,7 @@ pub fn json(m: &ReportModel) -> String {
                 baseline_inuse: r.a_inuse,
                 inuse: r.b_inuse,
                 new_in_this_build: r.new_in_b,
-                why: r.why.clone(),
+                why: compare::why_worse(r),
             })
             .collect(),
         improvements: b
