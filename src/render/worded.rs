@@ -11,8 +11,13 @@ use crate::analyse::compare::{AfterBaseline, Comparison, PairVerdict, Regression
 use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
 use crate::analyse::reading::Reading;
 use crate::analyse::spikes::Episode;
+use crate::analyse::triage::{
+    ContainerTriage, CpuFinding, MemoryFinding, PodTriage, ProbeFinding, ReplicaFinding,
+    Termination, TriageReport,
+};
 use crate::render::compare::{after_words, compared, pair_verdict, verdict, why_worse};
 use crate::render::memory::{at_limit_words, breakdown_words};
+use crate::render::triage_words::container_words;
 use crate::render::verdict::{across_summary, cycle_verdict};
 
 /// A result with its words under `summary`.
@@ -174,4 +179,82 @@ impl<'a> ComparisonJson<'a> {
             verdict: verdict(c),
         }
     }
+}
+
+/// A Kubernetes triage: its figures, then every pod with the words of its containers.
+#[derive(Serialize)]
+pub struct TriageJson<'a> {
+    #[serde(flatten)]
+    pub of: &'a TriageReport,
+    pub pods: Vec<PodJson<'a>>,
+}
+
+impl<'a> TriageJson<'a> {
+    pub fn new(report: &'a TriageReport) -> TriageJson<'a> {
+        TriageJson {
+            of: report,
+            pods: report.pods.iter().map(PodJson::new).collect(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct PodJson<'a> {
+    #[serde(flatten)]
+    pub of: &'a PodTriage,
+    pub containers: Vec<ContainerJson<'a>>,
+}
+
+impl<'a> PodJson<'a> {
+    pub fn new(pod: &'a PodTriage) -> PodJson<'a> {
+        PodJson {
+            of: pod,
+            containers: pod
+                .containers
+                .iter()
+                .map(|c| ContainerJson::new(c, &pod.qos_class))
+                .collect(),
+        }
+    }
+}
+
+/// One container: its state, then each finding with what it means, then the verdict.
+#[derive(Serialize)]
+pub struct ContainerJson<'a> {
+    #[serde(flatten)]
+    pub of: &'a ContainerTriage,
+    pub termination: Option<Meaning<'a, Termination>>,
+    pub replicas: Option<Meaning<'a, ReplicaFinding>>,
+    pub probes: Option<Meaning<'a, ProbeFinding>>,
+    pub memory: Meaning<'a, MemoryFinding>,
+    pub cpu: Meaning<'a, CpuFinding, Option<String>>,
+    pub verdict: Summary<'a, crate::analyse::triage::Verdict>,
+}
+
+impl<'a> ContainerJson<'a> {
+    pub fn new(c: &'a ContainerTriage, qos_class: &str) -> ContainerJson<'a> {
+        let words = container_words(c, qos_class);
+        ContainerJson {
+            of: c,
+            termination: c.termination.as_ref().zip(words.termination).map(meaning),
+            replicas: c.replicas.as_ref().zip(words.replicas).map(meaning),
+            probes: c.probes.as_ref().zip(words.probes).map(meaning),
+            memory: Meaning {
+                of: &c.memory,
+                meaning: words.memory,
+            },
+            cpu: Meaning {
+                of: &c.cpu,
+                meaning: words.cpu,
+            },
+            verdict: Summary {
+                of: &c.verdict,
+                summary: words.verdict,
+            },
+        }
+    }
+}
+
+fn meaning<T>((of, meaning): (&T, String)) -> Meaning<'_, T> {
+    Meaning { of, meaning }
 }

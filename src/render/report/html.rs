@@ -521,7 +521,7 @@ fn kubernetes(out: &mut String, m: &ReportModel) {
                 escape(&death),
                 escape(&memory),
                 escape(c.verdict.code),
-                escape(&c.verdict.summary)
+                escape(&crate::render::triage_words::verdict_summary(c))
             );
         }
     }

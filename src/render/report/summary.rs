@@ -222,13 +222,13 @@ fn envoy(e: &EnvoyView) -> serde_json::Value {
 struct KubeSummary<'a> {
     file: &'a str,
     #[serde(flatten)]
-    report: &'a crate::analyse::triage::TriageReport,
+    report: worded::TriageJson<'a>,
 }
 
 fn kubernetes(k: &KubeView) -> serde_json::Value {
     let mut v = serde_json::to_value(KubeSummary {
         file: &k.file,
-        report: k.report,
+        report: worded::TriageJson::new(k.report),
     })
     .expect("the triage is plain data");
     round_all(&mut v);
