@@ -10,7 +10,7 @@ use crate::analyse::growth::{CycleGrowth, GrowthReport, Unpublished};
 use crate::render::ends::end_words;
 use crate::render::memory::{at_limit_words, breakdown_words};
 use crate::render::verdict::{across_summary, cycle_verdict, spike_words};
-use crate::render::worded::GrowthJson;
+use crate::render::worded::{EnvoyJson, GrowthJson};
 use crate::units::format_bytes;
 
 /// Envoy's findings beside the growth analysis.
@@ -27,7 +27,7 @@ struct GrowthDoc<'a> {
     #[serde(flatten)]
     report: GrowthJson<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    envoy: Option<&'a EnvoyReport>,
+    envoy: Option<EnvoyJson<'a>>,
 }
 
 fn rate(bps: f64) -> String {
@@ -38,7 +38,7 @@ fn rate(bps: f64) -> String {
 pub fn json(report: &GrowthReport, envoy: Option<&EnvoyPart>) -> String {
     let doc = GrowthDoc {
         report: GrowthJson::new(report),
-        envoy: envoy.map(|e| e.report),
+        envoy: envoy.map(|e| EnvoyJson::new(e.report)),
     };
     let mut out = serde_json::to_string_pretty(&doc).expect("growth report is plain data");
     out.push('\n');

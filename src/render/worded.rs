@@ -8,6 +8,9 @@ use serde::Serialize;
 
 use crate::analyse::breakdown::{AtLimit, MemoryBreakdown};
 use crate::analyse::compare::{AfterBaseline, Comparison, PairVerdict, Regression};
+use crate::analyse::envoy::{
+    ConfigVolume, EnvoyGrowth, EnvoyReport, EnvoyVerdict, HeapShare, WorkerMultiplier,
+};
 use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
 use crate::analyse::reading::Reading;
 use crate::analyse::spikes::Episode;
@@ -16,6 +19,9 @@ use crate::analyse::triage::{
     Termination, TriageReport,
 };
 use crate::render::compare::{after_words, compared, pair_verdict, verdict, why_worse};
+use crate::render::envoy_words::{
+    config_meaning, heap_explanation, verdict_words, workers_meaning,
+};
 use crate::render::memory::{at_limit_words, breakdown_words};
 use crate::render::triage_words::container_words;
 use crate::render::verdict::{across_summary, cycle_verdict};
@@ -257,4 +263,54 @@ impl<'a> ContainerJson<'a> {
 
 fn meaning<T>((of, meaning): (&T, String)) -> Meaning<'_, T> {
     Meaning { of, meaning }
+}
+
+/// Envoy's findings: the report's counts, then the heap with why its shares differ, the
+/// growth, the workers and configuration with what they mean, and the verdict.
+#[derive(Serialize)]
+pub struct EnvoyJson<'a> {
+    #[serde(flatten)]
+    pub of: &'a EnvoyReport,
+    pub heap: Option<Explained<'a, HeapShare>>,
+    pub growth: Option<&'a EnvoyGrowth>,
+    pub workers: Option<Meaning<'a, WorkerMultiplier>>,
+    pub config: Option<Meaning<'a, ConfigVolume>>,
+    pub connections: Option<u64>,
+    pub heap_dump: &'a crate::model::envoy::HeapDumpState,
+    pub verdict: Summary<'a, EnvoyVerdict>,
+}
+
+/// A result with its words under `explanation`.
+#[derive(Serialize)]
+pub struct Explained<'a, T> {
+    #[serde(flatten)]
+    pub of: &'a T,
+    pub explanation: String,
+}
+
+impl<'a> EnvoyJson<'a> {
+    pub fn new(r: &'a EnvoyReport) -> EnvoyJson<'a> {
+        EnvoyJson {
+            of: r,
+            heap: r.heap.as_ref().map(|h| Explained {
+                of: h,
+                explanation: heap_explanation(h),
+            }),
+            growth: r.growth.as_ref(),
+            workers: r.workers.as_ref().map(|w| Meaning {
+                of: w,
+                meaning: workers_meaning(w),
+            }),
+            config: r.config.as_ref().map(|c| Meaning {
+                of: c,
+                meaning: config_meaning(c),
+            }),
+            connections: r.connections,
+            heap_dump: &r.heap_dump,
+            verdict: Summary {
+                of: &r.verdict,
+                summary: verdict_words(r),
+            },
+        }
+    }
 }

@@ -461,7 +461,7 @@ fn envoy(out: &mut String, m: &ReportModel) {
         "<section id=\"envoy\">\n<h2>Envoy <small class=\"note\">{}</small></h2>\n<p class=\"verdict\"><strong>{}</strong>: {}</p>",
         escape(e.target),
         escape(code),
-        escape(summary)
+        escape(&summary)
     );
     out.push_str("<dl class=\"facts prose\">");
     for (k, text) in envoy_facts(e) {

@@ -87,7 +87,7 @@ pub fn markdown(m: &ReportModel) -> String {
     if let Some(e) = &m.envoy {
         let (verdict, summary) = super::envoy_verdict(e.report);
         let _ = writeln!(out, "### Envoy {}\n", code(e.target));
-        let _ = writeln!(out, "**{}**: {}\n", text(verdict), text(summary));
+        let _ = writeln!(out, "**{}**: {}\n", text(verdict), text(&summary));
         let _ = writeln!(out, "| | |");
         let _ = writeln!(out, "|---|---|");
         for (k, v) in envoy_facts(e) {

@@ -209,14 +209,14 @@ pub fn usual_interval_ms(info: Option<&RunInfo>) -> Option<u64> {
 }
 
 /// Envoy's verdict (code and sentence), or what to say when Envoy never answered.
-pub fn envoy_verdict(r: &EnvoyReport) -> (&str, &str) {
+pub fn envoy_verdict(r: &EnvoyReport) -> (&'static str, String) {
     if r.snapshots == 0 {
         (
             "no-snapshots",
-            "Envoy never answered /memory or /stats: the run holds no snapshot (the failed attempts are in the manifest)",
+            "Envoy never answered /memory or /stats: the run holds no snapshot (the failed attempts are in the manifest)".into(),
         )
     } else {
-        (r.verdict.code, &r.verdict.summary)
+        (r.verdict.code, crate::render::envoy_words::verdict_words(r))
     }
 }
 
@@ -272,7 +272,10 @@ pub fn envoy_facts(e: &EnvoyView) -> Vec<(&'static str, String)> {
                 ),
             };
             facts.push(("live-data share", share));
-            facts.push(("why they differ", h.explanation.clone()));
+            facts.push((
+                "why they differ",
+                crate::render::envoy_words::heap_explanation(h),
+            ));
             let mut heap = format!(
                 "allocated {} of heap_size {}",
                 bytes(h.allocated),
@@ -349,10 +352,16 @@ pub fn envoy_facts(e: &EnvoyView) -> Vec<(&'static str, String)> {
         facts.push(("limits", limits.join(", ")));
     }
     if let Some(w) = &r.workers {
-        facts.push(("worker multiplier", w.meaning.clone()));
+        facts.push((
+            "worker multiplier",
+            crate::render::envoy_words::workers_meaning(w),
+        ));
     }
     if let Some(c) = &r.config {
-        facts.push(("clusters per listener", c.meaning.clone()));
+        facts.push((
+            "clusters per listener",
+            crate::render::envoy_words::config_meaning(c),
+        ));
     }
     if let Some(c) = r.connections {
         facts.push(("connections", c.to_string()));

@@ -203,7 +203,7 @@ struct EnvoySummary<'a> {
     memory_limit_from: Option<&'a str>,
     cpu_limit_from: Option<&'a str>,
     #[serde(flatten)]
-    report: &'a crate::analyse::envoy::EnvoyReport,
+    report: worded::EnvoyJson<'a>,
 }
 
 fn envoy(e: &EnvoyView) -> serde_json::Value {
@@ -211,7 +211,7 @@ fn envoy(e: &EnvoyView) -> serde_json::Value {
         target: e.target,
         memory_limit_from: e.memory_from,
         cpu_limit_from: e.cpu_from,
-        report: e.report,
+        report: worded::EnvoyJson::new(e.report),
     })
     .expect("the envoy findings are plain data");
     round_all(&mut v);
