@@ -402,7 +402,7 @@ fn classify(t: &Terminated) -> Termination {
     }
 }
 
-/// The verdict's code; `render::triage_words` writes its summary.
+/// The verdict's code (`render::triage_words::verdict_summary` words it).
 fn verdict(c: &ContainerTriage) -> Verdict {
     let liveness = c
         .probes
