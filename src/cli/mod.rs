@@ -79,6 +79,9 @@ pub enum CliError {
     /// The node watcher failed (exit 2).
     #[error(transparent)]
     Watch(#[from] heapwatch::collect::watch::WatchError),
+    /// A run that cannot be replayed (exit 2).
+    #[error(transparent)]
+    Replay(#[from] heapwatch::replay::ReplayError),
     #[error("{0}")]
     Unreachable(String),
 }
@@ -91,6 +94,7 @@ impl CliError {
             CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 2,
             CliError::Pipeline(_) | CliError::Collect(_) | CliError::Node { .. } => 2,
             CliError::Marks(_) | CliError::Launch(_) | CliError::Push(_) | CliError::Watch(_) => 2,
+            CliError::Replay(_) => 2,
             CliError::Unreachable(_) => 3,
         }
     }
