@@ -12,6 +12,7 @@ pub mod cluster_chart;
 pub mod html;
 pub mod markdown;
 mod marks;
+pub mod markup;
 pub mod summary;
 
 use std::collections::BTreeMap;
