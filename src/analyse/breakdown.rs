@@ -43,8 +43,6 @@ pub struct MemoryBreakdown {
     /// they are more than [`MEMSTATS_SKEW_MS`] away from the peak (they are read every few
     /// seconds, the memory every few milliseconds).
     pub memstats_at_s: Option<f64>,
-    /// The breakdown in words, written by `render::memory` before any output.
-    pub summary: String,
 }
 
 /// Go figures read further than this from the peak say when they were read.
@@ -63,8 +61,6 @@ pub struct AtLimit {
     /// Page cache at the limit: most of it reclaimable.
     pub file: Option<u64>,
     pub anon: Option<u64>,
-    /// The stretch in words, written by `render::memory` before any output.
-    pub summary: String,
 }
 
 fn sub(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -129,7 +125,6 @@ pub fn at_peak(
         dirty: cg.and_then(|c| c.file_dirty),
         cache_inherited: false,
         memstats_at_s,
-        summary: String::new(),
     };
     Some(b)
 }
@@ -199,7 +194,6 @@ pub fn at_limit(
         killed,
         file: cg.and_then(|c| c.file),
         anon: cg.and_then(|c| c.anon),
-        summary: String::new(),
     };
     Some(a)
 }

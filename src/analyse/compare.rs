@@ -52,9 +52,6 @@ pub struct Regression {
     pub grows_faster: bool,
     #[serde(skip)]
     pub holds_more: bool,
-    /// What made it worse, in words (from the figures and flags above): written by
-    /// `render::compare` before any output; empty for improvements.
-    pub why: String,
 }
 
 /// A site that rose in B after A's last capture.
@@ -83,8 +80,6 @@ pub struct AfterBaseline {
     /// B's in-use heap after A's last capture went above its peak before it.
     #[serde(skip)]
     pub heap_rose: bool,
-    /// All of the above in words, written by `render::compare` before any output.
-    pub summary: String,
 }
 
 /// One compared pair of cycles that does not lead the comparison.
@@ -94,8 +89,7 @@ pub struct PairVerdict {
     pub b_cycle: u32,
     pub worst_site: Option<String>,
     pub score: f64,
-    /// The pair's own verdict, written by `render::compare` from `pair` before any output.
-    pub verdict: String,
+    /// The pair compared (its verdict is `render::compare::pair_verdict`'s words of it).
     #[serde(skip)]
     pub pair: Box<Comparison>,
 }
@@ -124,22 +118,24 @@ pub struct Comparison {
     /// Each side's growth episode: onset, end, rate, whether it still went on, and when it died.
     pub a_episode: SideEpisode,
     pub b_episode: SideEpisode,
+    // The fields from here on are written to JSON by `render::worded::ComparisonJson`, each
+    // with its words, and then which cycles were compared and the verdict.
+    #[serde(skip)]
     pub regressions: Vec<Regression>,
     /// Sites that improved in B, best first.
+    #[serde(skip)]
     pub improvements: Vec<Regression>,
     /// B after A's last capture, when B has data there.
+    #[serde(skip)]
     pub after_a: Option<AfterBaseline>,
     /// The other pairs of cycles compared, worst first.
+    #[serde(skip)]
     pub other_pairs: Vec<PairVerdict>,
     /// B's build as the selection named it, and whether both sides ran it.
     #[serde(skip)]
     pub selection_b_build: String,
     #[serde(skip)]
     pub selection_same_build: bool,
-    /// Which cycles and builds were compared, and the verdict: words written by
-    /// `render::compare` before any output.
-    pub compared: String,
-    pub verdict: String,
 }
 
 /// One side's cycle as the comparison words it: its episode and its end.
@@ -292,7 +288,6 @@ fn after_baseline(
         heap_rose: peak.is_some_and(|p| before_peak.is_none_or(|b| p.0 > b)),
         sites,
         b_end,
-        summary: String::new(),
     })
 }
 
@@ -343,7 +338,6 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
             only_in_b,
             grows_faster,
             holds_more,
-            why: String::new(),
         };
         if only_in_b || grows_faster || holds_more {
             worse.push(row());
@@ -384,8 +378,6 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         other_pairs: Vec::new(),
         selection_b_build: String::new(),
         selection_same_build: false,
-        compared: String::new(),
-        verdict: String::new(),
     }
 }
 
@@ -415,7 +407,6 @@ pub fn compare(pairs: &[(CycleSide, CycleSide)], selection: &Selection) -> Optio
             b_cycle: c.b_cycle,
             worst_site: c.regressions.first().map(|r| r.name.clone()),
             score: badness(&c),
-            verdict: String::new(),
             pair: Box::new(c),
         })
         .collect();

@@ -35,12 +35,21 @@ pub struct EnvoyReport {
     pub restarts: usize,
     /// Seconds covered by the snapshots of the last boot cycle.
     pub span_s: f64,
+    // The fields from here on are written to JSON by `render::worded::EnvoyJson`, with the
+    // words of the heap, workers, configuration and verdict.
+    #[serde(skip)]
     pub heap: Option<HeapShare>,
+    #[serde(skip)]
     pub growth: Option<EnvoyGrowth>,
+    #[serde(skip)]
     pub workers: Option<WorkerMultiplier>,
+    #[serde(skip)]
     pub config: Option<ConfigVolume>,
+    #[serde(skip)]
     pub connections: Option<u64>,
+    #[serde(skip)]
     pub heap_dump: HeapDumpState,
+    #[serde(skip)]
     pub verdict: EnvoyVerdict,
 }
 
@@ -61,7 +70,6 @@ pub struct HeapShare {
     pub live_share: Option<f64>,
     /// pageheap_free + total_thread_cache: held by tcmalloc, not returned to the OS.
     pub held_not_returned: Option<u64>,
-    pub explanation: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -88,7 +96,6 @@ pub struct WorkerMultiplier {
     /// concurrency / CPUs of the limit (rounded up).
     pub multiplier: Option<f64>,
     pub multiplied: bool,
-    pub meaning: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -97,7 +104,6 @@ pub struct ConfigVolume {
     pub listeners_active: Option<u64>,
     pub clusters_per_listener: Option<f64>,
     pub whole_mesh: bool,
-    pub meaning: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -105,7 +111,6 @@ pub struct EnvoyVerdict {
     /// `live-data`, `held-not-returned`, `mixed` or `no-data`.
     pub code: &'static str,
     pub growing: bool,
-    pub summary: String,
 }
 
 /// Analyses snapshots in time order.
@@ -136,7 +141,6 @@ pub fn analyse(
     let verdict = EnvoyVerdict {
         code,
         growing: growth.as_ref().is_some_and(|g| g.growing),
-        summary: String::new(),
     };
     EnvoyReport {
         snapshots: snapshots.len(),
@@ -195,7 +199,6 @@ fn heap_share(s: &EnvoySnapshot) -> Option<HeapShare> {
             naive_share: naive,
             live_share,
             held_not_returned: held,
-            explanation: String::new(),
         });
     }
     let allocated = s.stats.get("server.memory_allocated")?;
@@ -212,7 +215,6 @@ fn heap_share(s: &EnvoySnapshot) -> Option<HeapShare> {
         naive_share: naive,
         live_share: None,
         held_not_returned: None,
-        explanation: String::new(),
     })
 }
 
@@ -313,7 +315,6 @@ fn workers(concurrency: u64, cpu: Option<f64>) -> WorkerMultiplier {
         cpu_limit_cores: cpu,
         multiplier,
         multiplied,
-        meaning: String::new(),
     }
 }
 
@@ -327,7 +328,6 @@ fn config(clusters: u64, listeners: Option<u64>) -> ConfigVolume {
         listeners_active: listeners,
         clusters_per_listener: per,
         whole_mesh,
-        meaning: String::new(),
     }
 }
 

@@ -115,28 +115,30 @@ pub struct CycleGrowth {
     pub runtime: Option<RuntimeView>,
     /// The peaks of in-use heap, process and cgroup memory, with their times.
     pub peaks: Peaks,
+    // The fields from here on are written to JSON by `render::worded::CycleJson`, after the
+    // ones above and with the words of `breakdown` and `at_limit` and the verdict beside them.
     /// Where the memory went at the cycle's peak usage.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip)]
     pub breakdown: Option<MemoryBreakdown>,
     /// How long the cgroup sat at its limit, measured, when it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip)]
     pub at_limit: Option<AtLimit>,
     /// The peak of anonymous memory (what the kernel cannot reclaim), when the split is known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip)]
     pub memory_peak_anon: Option<u64>,
     /// The biggest rise of the in-use heap into its peak, with the sites that made it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip)]
     pub episode: Option<Episode>,
     /// Other transient episodes of the cycle, biggest rise first.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip)]
     pub other_episodes: Vec<Episode>,
     /// Whether the in-use heap as a whole grew to the end (not levelling off): the reading's.
     #[serde(skip)]
     pub heap_sustained: bool,
     /// The cycle's growth episode, read once: `total_bytes_per_sec`, `total_fit_r2`,
     /// `limit_at_s`, `heap_sustained` and `sites` are its figures, quoted everywhere.
+    #[serde(skip)]
     pub reading: Option<Reading>,
-    pub verdict: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -145,10 +147,10 @@ pub struct AcrossCycles {
     pub died: usize,
     pub same_top_site: Option<String>,
     pub ages_s: Vec<f64>,
-    pub summary: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// Written to JSON by `render::worded::GrowthJson`, with the words.
+#[derive(Debug, Clone)]
 pub struct GrowthReport {
     pub schema: u32,
     pub limit_bytes: Option<u64>,
@@ -349,7 +351,7 @@ impl GrowthBuilder {
     }
 }
 
-/// The figures across cycles; `summary` is left for the words (`render::verdict`).
+/// The figures across cycles (`render::verdict::across_summary` words them).
 fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
     let ages: Vec<f64> = cycles.iter().filter_map(|c| c.died_after_s).collect();
     let tops: Vec<Option<&str>> = cycles
@@ -365,7 +367,6 @@ fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
         died: ages.len(),
         same_top_site,
         ages_s: ages,
-        summary: String::new(),
     }
 }
 
@@ -538,7 +539,6 @@ fn cycle(
         episode: spikes::episode(&heap_series, limit),
         heap_sustained: reading.as_ref().is_some_and(|r| r.ongoing),
         reading,
-        verdict: String::new(),
     };
     let mut c = c;
     c.unflatten_storms();

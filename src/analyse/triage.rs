@@ -58,6 +58,8 @@ pub struct TriageReport {
     /// The span the events cover (Kubernetes keeps them for an hour by default).
     pub events_from: Option<String>,
     pub events_to: Option<String>,
+    /// In JSON through `render::worded::TriageJson`, with the words of every container.
+    #[serde(skip)]
     pub pods: Vec<PodTriage>,
 }
 
@@ -80,6 +82,8 @@ pub struct PodTriage {
     /// `status` (as Kubernetes reported it) or `derived` (from the resources).
     pub qos_source: &'static str,
     pub age_s: Option<f64>,
+    /// In JSON through `render::worded::PodJson`, with their words.
+    #[serde(skip)]
     pub containers: Vec<ContainerTriage>,
 }
 
@@ -92,11 +96,19 @@ pub struct ContainerTriage {
     pub state: String,
     pub running_for_s: Option<f64>,
     pub restarts_per_day: Option<f64>,
+    // The findings are written to JSON by `render::worded::ContainerJson`, each with its
+    // words.
+    #[serde(skip)]
     pub termination: Option<Termination>,
+    #[serde(skip)]
     pub replicas: Option<ReplicaFinding>,
+    #[serde(skip)]
     pub probes: Option<ProbeFinding>,
+    #[serde(skip)]
     pub memory: MemoryFinding,
+    #[serde(skip)]
     pub cpu: CpuFinding,
+    #[serde(skip)]
     pub verdict: Verdict,
 }
 
@@ -143,7 +155,6 @@ pub struct Termination {
     pub finished_at: Option<String>,
     /// How long that run lasted.
     pub lived_s: Option<f64>,
-    pub meaning: String,
     #[serde(skip)]
     finished_ms: Option<i64>,
 }
@@ -178,8 +189,6 @@ pub struct ReplicaFinding {
     /// The node, when the replicas that restarted all ran on one.
     #[serde(skip)]
     pub only_node: Option<String>,
-    /// The pattern in words, written by `render::triage_words` before any output.
-    pub meaning: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -209,7 +218,6 @@ pub struct ProbeFinding {
     pub node_oom_events: u32,
     /// Whether the events reach back to the last death (false: they cannot explain it).
     pub cover_last_death: Option<bool>,
-    pub meaning: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -230,7 +238,6 @@ pub struct MemoryFinding {
     /// `replicas` (fitted over sibling replicas of different ages) or `since-start`.
     pub growth_basis: Option<&'static str>,
     pub limit_in_s: Option<f64>,
-    pub meaning: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -246,8 +253,6 @@ pub struct CpuFinding {
     /// The container is an Envoy (Istio's proxy or an Envoy image).
     #[serde(skip)]
     pub envoy: bool,
-    /// The worker count against the limit in words, written by `render::triage_words`.
-    pub meaning: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -255,7 +260,6 @@ pub struct Verdict {
     /// `oom`, `liveness-kill`, `crash`, `killed`, `sigterm`, `exited`, `exit-code`,
     /// `unknown`, `no-restarts`.
     pub code: &'static str,
-    pub summary: String,
 }
 
 /// Triage of every container of every pod. Fails only on a resource quantity that does not
@@ -347,10 +351,7 @@ fn pod_facts(pod: &Pod, input: &TriageInput) -> Result<PodTriage, KubeError> {
             probes: None,
             memory: resources::memory_facts(pod, spec, input.usage)?,
             cpu: resources::cpu_facts(pod, spec, input.workers)?,
-            verdict: Verdict {
-                code: "unknown",
-                summary: String::new(),
-            },
+            verdict: Verdict { code: "unknown" },
         });
     }
     Ok(PodTriage {
@@ -397,12 +398,11 @@ fn classify(t: &Terminated) -> Termination {
         started_at: t.started_at.clone(),
         finished_at: t.finished_at.clone(),
         lived_s: started.zip(finished).map(|(a, b)| seconds(b - a)),
-        meaning: String::new(),
         finished_ms: finished,
     }
 }
 
-/// The verdict's code; `render::triage_words` writes its summary.
+/// The verdict's code (`render::triage_words::verdict_summary` words it).
 fn verdict(c: &ContainerTriage) -> Verdict {
     let liveness = c
         .probes
@@ -426,10 +426,7 @@ fn verdict(c: &ContainerTriage) -> Verdict {
             None => "unknown",
         }
     };
-    Verdict {
-        code,
-        summary: String::new(),
-    }
+    Verdict { code }
 }
 
 /// A span of time as people say it: `45s`, `12m 5s`, `3h 12m`, `228d`.

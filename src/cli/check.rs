@@ -112,7 +112,7 @@ pub fn failed(e: PipelineError) -> CliError {
             CliError::Usage(e.to_string())
         }
         PipelineError::Read { path, source } => CliError::Read { path, source },
-        other => CliError::Store(other.to_string()),
+        other => CliError::Pipeline(other),
     }
 }
 

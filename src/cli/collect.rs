@@ -292,9 +292,9 @@ fn start_error(e: StartError) -> CliError {
     match e {
         StartError::Target(TargetError::Unreachable(m)) => CliError::Unreachable(m),
         StartError::Target(TargetError::Usage(m)) | StartError::Layout(m) => usage(m),
-        StartError::Marks(e @ MarkError::Write { .. }) => CliError::Store(e.to_string()),
+        StartError::Marks(e @ MarkError::Write { .. }) => CliError::Marks(e),
         StartError::Marks(e) => usage(e.to_string()),
-        StartError::Store(e) => CliError::Store(e.to_string()),
+        StartError::Store(e) => CliError::Run(e),
     }
 }
 
@@ -750,11 +750,14 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
 
     let mut failures = Vec::new();
     for node in outcome.nodes {
-        let summary = match &node.result {
-            Ok(summary) => summary.clone(),
-            Err(e) if !cluster => return Err(CliError::Store(e.to_string())),
+        let summary = match node.result {
+            Ok(ref summary) => summary.clone(),
+            Err(e) if !cluster => return Err(e.into()),
             Err(e) => {
-                failures.push(CliError::Store(format!("{}: {e}", node.name)));
+                failures.push(CliError::Node {
+                    node: node.name,
+                    source: e,
+                });
                 continue;
             }
         };
@@ -786,6 +789,7 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     // one that never answered; the others are said here.
     let rank = |e: &CliError| match e {
         CliError::Store(_) | CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 0,
+        CliError::Collect(_) | CliError::Node { .. } | CliError::Marks(_) => 0,
         CliError::Unreachable(_) => 2,
         _ => 1,
     };

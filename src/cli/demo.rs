@@ -213,7 +213,7 @@ fn describe_recording(lanes: &[Lane]) {
 /// Replays one recording in a thread of this process and collects it with a child
 /// `heapwatch collect`, as a user would.
 fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliError> {
-    let timeline = Timeline::from_run(&lane.recording).map_err(CliError::Store)?;
+    let timeline = Timeline::from_run(&lane.recording)?;
     let info = lane.recording.info.as_ref();
     // The build that was OOM-killed dies mid-answer, as the kill cut it; the other one lived.
     let killed = lane

@@ -70,7 +70,7 @@ pub struct Args {
 /// A flamegraph is of one process: a cluster run's root is refused with the paths of its
 /// nodes, each an ordinary run.
 fn refuse_cluster(path: &Path) -> Result<(), CliError> {
-    let cluster = ClusterRun::open(path).map_err(|e| CliError::Store(e.to_string()))?;
+    let cluster = ClusterRun::open(path)?;
     match cluster {
         None => Ok(()),
         Some(c) => Err(CliError::Usage(format!(

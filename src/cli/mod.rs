@@ -55,6 +55,33 @@ pub enum CliError {
     /// A site index that cannot be built (exit 2, as `Store`).
     #[error(transparent)]
     Index(#[from] heapwatch::index::IndexError),
+    /// A run that cannot be read or analysed, as the pipeline says it (exit 2).
+    #[error(transparent)]
+    Pipeline(#[from] heapwatch::pipeline::PipelineError),
+    /// The collector failed on its one target: its store, mostly (exit 2).
+    #[error(transparent)]
+    Collect(#[from] heapwatch::collect::CollectError),
+    /// The collector failed on one node of a cluster run (exit 2).
+    #[error("{node}: {source}")]
+    Node {
+        node: String,
+        source: heapwatch::collect::CollectError,
+    },
+    /// The marks file could not be written (exit 2).
+    #[error(transparent)]
+    Marks(#[from] heapwatch::collect::marks::MarkError),
+    /// Starting, confining or recording a child failed (exit 2).
+    #[error(transparent)]
+    Launch(#[from] heapwatch::launch::LaunchError),
+    /// A push that could not go on (exit 2).
+    #[error(transparent)]
+    Push(#[from] heapwatch::push::PushError),
+    /// The node watcher failed (exit 2).
+    #[error(transparent)]
+    Watch(#[from] heapwatch::collect::watch::WatchError),
+    /// A run that cannot be replayed (exit 2).
+    #[error(transparent)]
+    Replay(#[from] heapwatch::replay::ReplayError),
     #[error("{0}")]
     Unreachable(String),
 }
@@ -65,6 +92,9 @@ impl CliError {
             CliError::Usage(_) | CliError::Profile { .. } | CliError::Read { .. } => 2,
             CliError::Output(_) | CliError::Store(_) => 2,
             CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 2,
+            CliError::Pipeline(_) | CliError::Collect(_) | CliError::Node { .. } => 2,
+            CliError::Marks(_) | CliError::Launch(_) | CliError::Push(_) | CliError::Watch(_) => 2,
+            CliError::Replay(_) => 2,
             CliError::Unreachable(_) => 3,
         }
     }

@@ -73,14 +73,12 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     let client = Arc::new(client);
     let mut problems: Vec<CliError> = Vec::new();
     for run in &runs {
-        let stats = runtime
-            .block_on(push::push_run(
-                run,
-                server.clone(),
-                Arc::clone(&client),
-                options.clone(),
-            ))
-            .map_err(|e| CliError::Store(e.to_string()))?;
+        let stats = runtime.block_on(push::push_run(
+            run,
+            server.clone(),
+            Arc::clone(&client),
+            options.clone(),
+        ))?;
         emit(&format!("{}\n", summary(run, &stats)))?;
         let rejected = stats.rejected.is_some();
         problems.extend(problems_of(run, &server.to, &args, &stats));

@@ -67,7 +67,7 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
         )));
     }
     let run = RunDir::open(&args.run)?;
-    let timeline = Timeline::from_run(&run).map_err(CliError::Store)?;
+    let timeline = Timeline::from_run(&run)?;
     let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
         .map_err(|e| CliError::Usage(format!("cannot install the Ctrl-C handler: {e}")))?;

@@ -375,8 +375,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
     status.finish();
     // The cgroup goes in every case; an error in removing it is said, after the run's own.
     let released = confinement.release();
-    let outcome = outcome.map_err(|e| CliError::Store(e.to_string()))?;
-    released.map_err(|e| CliError::Store(e.to_string()))?;
+    let outcome = outcome?;
+    released?;
 
     if !quiet {
         let kills = outcome

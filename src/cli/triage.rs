@@ -49,9 +49,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         now_ms,
     };
     let shown = args.pod.display().to_string();
-    let mut report =
-        triage::triage(&input).map_err(|e| CliError::Usage(format!("{shown}: {e}")))?;
-    heapwatch::render::triage_words::word_triage(&mut report);
+    let report = triage::triage(&input).map_err(|e| CliError::Usage(format!("{shown}: {e}")))?;
     emit(&if args.json {
         render::json(&shown, &report)
     } else {

@@ -133,7 +133,7 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
     })
     .map_err(|e| match e {
         WatchError::Node(_) | WatchError::Out { .. } => usage(e.to_string()),
-        _ => CliError::Store(e.to_string()),
+        _ => CliError::Watch(e),
     })?;
     let mut failed = Vec::new();
     for c in &outcome.containers {

@@ -79,8 +79,7 @@ pub fn envoy_findings(
         memory_bytes: memory.as_ref().map(|m| m.0),
         cpu_cores: cpu.as_ref().map(|c| c.0),
     };
-    let mut report = envoy::analyse(&envoy_snapshots(run), &limits, heap_dump_state(run));
-    crate::render::envoy_words::word_envoy(&mut report);
+    let report = envoy::analyse(&envoy_snapshots(run), &limits, heap_dump_state(run));
     Some(EnvoyFindings {
         target: run
             .info

@@ -139,7 +139,6 @@ pub fn prepare(
             };
             let mut report = triage::triage(&input)
                 .map_err(|e| PipelineError::Input(format!("{}: {e}", k.path)))?;
-            crate::render::triage_words::word_triage(&mut report);
             if from_run && !workers.is_empty() {
                 for c in report.pods.iter_mut().flat_map(|p| p.containers.iter_mut()) {
                     if c.cpu.workers_source.as_deref() == Some("--concurrency") {

@@ -117,7 +117,6 @@ pub fn growth(
     for c in &mut report.cycles {
         spike_sites(run, c, limits);
     }
-    crate::render::verdict::word_growth(&mut report);
     Ok((report, notes))
 }
 
@@ -429,10 +428,8 @@ pub fn compare(
             ))
         })
         .collect();
-    let mut comparison = crate::analyse::compare::compare(&pairs, &selection)
-        .ok_or_else(|| ScanError::Empty(b.root.clone()))?;
-    crate::render::compare::word_comparison(&mut comparison);
-    Ok(comparison)
+    crate::analyse::compare::compare(&pairs, &selection)
+        .ok_or_else(|| ScanError::Empty(b.root.clone()))
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use crate::render::ends::end_words;
 use crate::units::format_bytes;
 
 pub fn json(c: &Comparison) -> String {
-    let mut out = serde_json::to_string_pretty(c).expect("comparison is plain data");
+    let doc = crate::render::worded::ComparisonJson::new(c);
+    let mut out = serde_json::to_string_pretty(&doc).expect("comparison is plain data");
     out.push('\n');
     out
 }
@@ -30,7 +31,7 @@ pub fn text(c: &Comparison, limit: usize) -> String {
          episode, site peaks over the first {:.1} s, which both cycles cover; chosen: {}",
         c.a, c.a_cycle, c.b, c.b_cycle, c.age_s, c.chosen
     );
-    let _ = writeln!(out, "verdict: {}", c.verdict);
+    let _ = writeln!(out, "verdict: {}", verdict(c));
     if !c.regressions.is_empty() {
         let _ = writeln!(
             out,
@@ -60,28 +61,26 @@ pub fn text(c: &Comparison, limit: usize) -> String {
         let _ = writeln!(out, "better in B: {}", names.join(", "));
     }
     if let Some(after) = &c.after_a {
-        let _ = writeln!(out, "{}", after.summary);
+        let _ = writeln!(out, "{}", after_words(after));
     }
     for o in &c.other_pairs {
         let _ = writeln!(
             out,
             "also compared: cycle {} of B against cycle {} of A: {}",
-            o.b_cycle, o.a_cycle, o.verdict
+            o.b_cycle,
+            o.a_cycle,
+            pair_verdict(&o.pair)
         );
     }
     out
 }
 
-/// Writes the words of a finished comparison into it: what B did after A's data, which cycles
-/// were compared, each pair's verdict and the leading verdict.
-pub fn word_comparison(c: &mut Comparison) {
-    for o in &mut c.other_pairs {
-        word_pair(&mut o.pair);
-        o.verdict = o.pair.verdict.clone();
-    }
-    word_pair(c);
+/// The comparison's verdict: its leading pair's, then whether both sides ran one build, and
+/// which other cycles were compared.
+pub fn verdict(c: &Comparison) -> String {
+    let mut verdict = pair_verdict(c);
     if c.selection_same_build {
-        c.verdict.push_str(&format!(
+        verdict.push_str(&format!(
             "; both sides ran build {}: there was no other build to compare with",
             c.selection_b_build
         ));
@@ -92,28 +91,28 @@ pub fn word_comparison(c: &mut Comparison) {
             .iter()
             .map(|o| o.b_cycle.to_string())
             .collect();
-        c.verdict.push_str(&format!(
+        verdict.push_str(&format!(
             "; the worst of {} cycles of {} (also compared: cycle {})",
             c.other_pairs.len() + 1,
             c.selection_b_build,
             list.join(", ")
         ));
     }
+    verdict
+}
+
+/// Which cycles of which builds were compared: "cycle 3 of 2.1.0 against cycle 1 of 2.0.2,
+/// over the first 7.4 s".
+pub fn compared(c: &Comparison) -> String {
+    format!(
+        "cycle {} of {} against cycle {} of {}, over the first {:.1} s",
+        c.b_cycle, c.b, c.a_cycle, c.a, c.age_s
+    )
 }
 
 /// One pair's words: "SITE regressed in B: WHY (cycle 3 of B against cycle 1 of A, over the
 /// first 7.4 s); after A's last capture at …".
-fn word_pair(c: &mut Comparison) {
-    for r in &mut c.regressions {
-        r.why = why_worse(r);
-    }
-    if let Some(after) = c.after_a.as_mut() {
-        after.summary = after_words(after);
-    }
-    c.compared = format!(
-        "cycle {} of {} against cycle {} of {}, over the first {:.1} s",
-        c.b_cycle, c.b, c.a_cycle, c.a, c.age_s
-    );
+pub fn pair_verdict(c: &Comparison) -> String {
     let whole_ratio = c
         .a_heap_peak
         .zip(c.b_heap_peak)
@@ -129,20 +128,21 @@ fn word_pair(c: &mut Comparison) {
         // A site that holds more while the whole heap holds less is no regression of B.
         (Some(r), Some(ratio)) if ratio < 1.0 && !b_died_alone => verdict.push_str(&format!(
             "; no regression of the whole heap (B's in-use peak is {ratio:.2}x A's); {} holds more in B: {}",
-            r.name, r.why
+            r.name,
+            why_worse(r)
         )),
-        (Some(r), _) => verdict.push_str(&format!("; {} regressed in B: {}", r.name, r.why)),
+        (Some(r), _) => verdict.push_str(&format!("; {} regressed in B: {}", r.name, why_worse(r))),
         (None, _) => verdict.push_str("; no site regressed in B"),
     }
-    verdict.push_str(&format!(" ({})", c.compared));
+    verdict.push_str(&format!(" ({})", compared(c)));
     if let Some(after) = c
         .after_a
         .as_ref()
         .filter(|x| x.b_heap_peak.is_some() || !x.sites.is_empty() || x.b_end.is_some())
     {
-        verdict.push_str(&format!("; {}", after.summary));
+        verdict.push_str(&format!("; {}", after_words(after)));
     }
-    c.verdict = verdict;
+    verdict
 }
 
 /// One side's episode: "grew 19.5 MiB/s from 20.0 s (95 % of the rise in main.store)", or
@@ -212,7 +212,7 @@ fn picture(c: &Comparison) -> String {
 
 /// "only in B: 12 MiB in use at its peak (at 7.0 s)", or "grows 2 MiB/s in B against 0 B/s
 /// in A; peaks at 90 MiB (at 7.0 s) in B against 4 MiB in A".
-fn why_worse(r: &Regression) -> String {
+pub fn why_worse(r: &Regression) -> String {
     let at = r
         .b_peak_at_s
         .map_or(String::new(), |t| format!(" (at {t:.1} s)"));
@@ -240,7 +240,7 @@ fn why_worse(r: &Regression) -> String {
     why.join("; ")
 }
 
-fn after_words(after: &AfterBaseline) -> String {
+pub fn after_words(after: &AfterBaseline) -> String {
     let (a_last, b_last) = (after.a_last_s, after.b_last_s);
     let mut parts = Vec::new();
     if let (true, Some(v), Some(t)) = (after.heap_rose, after.b_heap_peak, after.b_heap_peak_at_s) {

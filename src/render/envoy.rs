@@ -7,21 +7,25 @@ use serde::Serialize;
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::triage::format_span;
 use crate::model::envoy::HeapDumpState;
+use crate::render::envoy_words::{
+    config_meaning, heap_explanation, verdict_words, workers_meaning,
+};
+use crate::render::worded::EnvoyJson;
 use crate::units::format_bytes;
 
 #[derive(Serialize)]
-struct EnvoyJson<'a> {
+struct EnvoyDoc<'a> {
     schema: u32,
     target: &'a str,
     #[serde(flatten)]
-    report: &'a EnvoyReport,
+    report: EnvoyJson<'a>,
 }
 
 pub fn json(target: &str, report: &EnvoyReport) -> String {
-    let doc = EnvoyJson {
+    let doc = EnvoyDoc {
         schema: crate::model::SCHEMA,
         target,
-        report,
+        report: EnvoyJson::new(report),
     };
     let mut out = serde_json::to_string_pretty(&doc).expect("envoy report is plain data");
     out.push('\n');
@@ -66,7 +70,7 @@ pub fn text(target: &str, r: &EnvoyReport) -> String {
         }
         s.push_str(&format!(" [{}]", h.source));
         line(&mut out, "heap", &s);
-        line(&mut out, "", &h.explanation);
+        line(&mut out, "", &heap_explanation(h));
         if let Some(held) = h.held_not_returned {
             line(
                 &mut out,
@@ -108,10 +112,10 @@ pub fn text(target: &str, r: &EnvoyReport) -> String {
         line(&mut out, "growth", &s);
     }
     if let Some(w) = &r.workers {
-        line(&mut out, "workers", &w.meaning);
+        line(&mut out, "workers", &workers_meaning(w));
     }
     if let Some(c) = &r.config {
-        line(&mut out, "config", &c.meaning);
+        line(&mut out, "config", &config_meaning(c));
     }
     if let Some(c) = r.connections {
         line(&mut out, "connections", &c.to_string());
@@ -127,7 +131,7 @@ pub fn text(target: &str, r: &EnvoyReport) -> String {
     line(
         &mut out,
         "verdict",
-        &format!("{}: {}", r.verdict.code, r.verdict.summary),
+        &format!("{}: {}", r.verdict.code, verdict_words(r)),
     );
     out
 }

@@ -1,33 +1,25 @@
 //! The words of an Envoy report: why the live share differs from the naive one, what the
-//! worker count and the configuration volume mean, and the verdict. The analysis gives the
-//! figures; these sentences are written into its report before any output.
+//! worker count and the configuration volume mean, and the verdict, made from the finished
+//! report whenever an output needs them.
 
 use crate::analyse::envoy::{ConfigVolume, EnvoyReport, EnvoyVerdict, HeapShare, WorkerMultiplier};
 use crate::analyse::envoy::{EnvoyGrowth, clamp};
 use crate::analyse::triage::format_span;
 use crate::units::format_bytes;
 
-/// Writes every sentence of a finished report into it.
-pub fn word_envoy(report: &mut EnvoyReport) {
-    if let Some(h) = report.heap.as_mut() {
-        h.explanation = heap_explanation(h);
-    }
-    if let Some(w) = report.workers.as_mut() {
-        w.meaning = workers_meaning(w);
-    }
-    if let Some(c) = report.config.as_mut() {
-        c.meaning = config_meaning(c);
-    }
-    report.verdict.summary = verdict_summary(
+/// The verdict in words, beside its code.
+pub fn verdict_words(report: &EnvoyReport) -> String {
+    verdict_summary(
         &report.verdict,
         report.heap.as_ref(),
         report.growth.as_ref(),
         report.workers.as_ref(),
         report.config.as_ref(),
-    );
+    )
 }
 
-fn heap_explanation(h: &HeapShare) -> String {
+/// Why the live share differs from the naive one.
+pub fn heap_explanation(h: &HeapShare) -> String {
     let naive = h.naive_share;
     if h.source == "stats" {
         return format!(
@@ -52,7 +44,8 @@ fn heap_explanation(h: &HeapShare) -> String {
     }
 }
 
-fn workers_meaning(w: &WorkerMultiplier) -> String {
+/// What the worker count means against the CPU limit.
+pub fn workers_meaning(w: &WorkerMultiplier) -> String {
     let concurrency = w.concurrency;
     match (w.cpu_limit_cores, w.multiplier) {
         (Some(c), Some(m)) if w.multiplied => format!(
@@ -70,7 +63,8 @@ fn workers_meaning(w: &WorkerMultiplier) -> String {
     }
 }
 
-fn config_meaning(c: &ConfigVolume) -> String {
+/// What the configuration volume means.
+pub fn config_meaning(c: &ConfigVolume) -> String {
     let clusters = c.active_clusters;
     match (c.listeners_active, c.clusters_per_listener) {
         (Some(l), Some(p)) if c.whole_mesh => format!(

@@ -8,7 +8,9 @@ use serde::Serialize;
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::growth::{CycleGrowth, GrowthReport, Unpublished};
 use crate::render::ends::end_words;
-use crate::render::verdict::spike_words;
+use crate::render::memory::{at_limit_words, breakdown_words};
+use crate::render::verdict::{across_summary, cycle_verdict, spike_words};
+use crate::render::worded::{EnvoyJson, GrowthJson};
 use crate::units::format_bytes;
 
 /// Envoy's findings beside the growth analysis.
@@ -21,11 +23,11 @@ pub struct EnvoyPart<'a> {
 }
 
 #[derive(Serialize)]
-struct GrowthJson<'a> {
+struct GrowthDoc<'a> {
     #[serde(flatten)]
-    report: &'a GrowthReport,
+    report: GrowthJson<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    envoy: Option<&'a EnvoyReport>,
+    envoy: Option<EnvoyJson<'a>>,
 }
 
 fn rate(bps: f64) -> String {
@@ -34,9 +36,9 @@ fn rate(bps: f64) -> String {
 
 /// The growth report as JSON, with Envoy's findings under `envoy` when there are any.
 pub fn json(report: &GrowthReport, envoy: Option<&EnvoyPart>) -> String {
-    let doc = GrowthJson {
-        report,
-        envoy: envoy.map(|e| e.report),
+    let doc = GrowthDoc {
+        report: GrowthJson::new(report),
+        envoy: envoy.map(|e| EnvoyJson::new(e.report)),
     };
     let mut out = serde_json::to_string_pretty(&doc).expect("growth report is plain data");
     out.push('\n');
@@ -64,15 +66,19 @@ pub fn text(report: &GrowthReport, limit: usize, envoy: Option<&EnvoyPart>) -> S
             let _ = writeln!(
                 out,
                 "across cycles: {} (boot cycles the collector saw)",
-                report.across.summary
+                across_summary(&report.cycles, &report.across)
             );
         }
         return out;
     }
     for c in &report.cycles {
-        cycle(&mut out, c, limit);
+        cycle(&mut out, c, limit, report.limit_bytes);
     }
-    let _ = writeln!(out, "across cycles: {}", report.across.summary);
+    let _ = writeln!(
+        out,
+        "across cycles: {}",
+        across_summary(&report.cycles, &report.across)
+    );
     if let Some(e) = envoy {
         out.push('\n');
         out.push_str(&envoy_text(e));
@@ -123,7 +129,7 @@ pub fn unpublished_words(u: &Unpublished) -> String {
     s
 }
 
-fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
+fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64>) {
     let _ = writeln!(
         out,
         "boot cycle {} ({}): {} capture attempts over {:.1} s: {} good ({} heap profiles stored, {} duplicate heap captures, {} goroutine profiles and runtime figures), {} failed",
@@ -137,7 +143,7 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
         c.captures.saturating_sub(c.stored + c.duplicates),
         c.errors
     );
-    let _ = writeln!(out, "  verdict: {}", c.verdict);
+    let _ = writeln!(out, "  verdict: {}", cycle_verdict(c, limit_bytes));
     let _ = match c.oom_held_ms {
         Some(held) => writeln!(
             out,
@@ -198,7 +204,7 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
             "  {:>6} {:>12} {:>12} {:>12}  site",
             "share", "rate", "at onset", "at end"
         );
-        for s in c.rise_sites().iter().take(limit) {
+        for s in c.rise_sites().iter().take(rows) {
             let _ = writeln!(
                 out,
                 "  {:>5.0}% {:>12} {:>12} {:>12}  {}",
@@ -224,10 +230,10 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
         let _ = writeln!(out, "  peaks: {}", peaks.join(", "));
     }
     if let Some(b) = &c.breakdown {
-        let _ = writeln!(out, "  where the memory went: {}", b.summary);
+        let _ = writeln!(out, "  where the memory went: {}", breakdown_words(b));
     }
     if let Some(a) = &c.at_limit {
-        let _ = writeln!(out, "  the cgroup sat {}", a.summary);
+        let _ = writeln!(out, "  the cgroup sat {}", at_limit_words(a));
     }
     // The reading is the rise into the peak; a spike is shown on its own only without one, or
     // when it fell back (its fall is no part of the reading).
@@ -252,7 +258,7 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
                 e.to_seq.unwrap_or_default(),
                 e.from_seq.unwrap_or_default()
             );
-            for s in e.sites.iter().take(limit) {
+            for s in e.sites.iter().take(rows) {
                 let _ = writeln!(
                     out,
                     "  {:>12} {:>12} {:>5.0}%  {}",
@@ -264,12 +270,12 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
             }
         }
     }
-    for e in c.other_episodes.iter().take(limit) {
+    for e in c.other_episodes.iter().take(rows) {
         let _ = writeln!(out, "  another transient episode: {}", spike_words(e));
     }
     if !c.alloc_storms.is_empty() {
         let _ = writeln!(out, "  allocation storms (cumulative alloc_space):");
-        for s in c.alloc_storms.iter().take(limit) {
+        for s in c.alloc_storms.iter().take(rows) {
             let windows: Vec<String> = s
                 .windows
                 .iter()
@@ -295,7 +301,7 @@ fn cycle(out: &mut String, c: &CycleGrowth, limit: usize) {
     }
     if !c.goroutine_growth.is_empty() {
         let _ = writeln!(out, "  goroutine growth:");
-        for g in c.goroutine_growth.iter().take(limit) {
+        for g in c.goroutine_growth.iter().take(rows) {
             let _ = writeln!(
                 out,
                 "  {:>10.1}/s {:>6} → {:<6} {}",

@@ -1,5 +1,5 @@
 //! The words of a cycle's memory at its peak (where it went, by kind) and of its stretch at
-//! the limit, written into the growth report before any output, as `summary`.
+//! the limit: the `summary` of each in the growth report's JSON.
 
 use crate::analyse::breakdown::{AtLimit, MemoryBreakdown};
 use crate::units::format_bytes;

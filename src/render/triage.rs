@@ -6,21 +6,23 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::analyse::triage::{ContainerTriage, PodTriage, TriageReport, format_span};
+use crate::render::triage_words::container_words;
+use crate::render::worded::TriageJson;
 use crate::units::format_bytes;
 
 #[derive(Serialize)]
-struct TriageJson<'a> {
+struct TriageDoc<'a> {
     schema: u32,
     file: &'a str,
     #[serde(flatten)]
-    report: &'a TriageReport,
+    report: TriageJson<'a>,
 }
 
 pub fn json(file: &str, report: &TriageReport) -> String {
-    let doc = TriageJson {
+    let doc = TriageDoc {
         schema: crate::model::SCHEMA,
         file,
-        report,
+        report: TriageJson::new(report),
     };
     let mut out = serde_json::to_string_pretty(&doc).expect("triage report is plain data");
     out.push('\n');
@@ -86,7 +88,7 @@ fn pod_text(out: &mut String, pod: &PodTriage, events_given: bool) {
     }
     let _ = writeln!(out, "  {}", facts.join(", "));
     for c in &pod.containers {
-        container_text(out, c, events_given);
+        container_text(out, c, &pod.qos_class, events_given);
     }
 }
 
@@ -94,7 +96,8 @@ fn line(out: &mut String, label: &str, text: &str) {
     let _ = writeln!(out, "    {label:<12} {text}");
 }
 
-fn container_text(out: &mut String, c: &ContainerTriage, events_given: bool) {
+fn container_text(out: &mut String, c: &ContainerTriage, qos_class: &str, events_given: bool) {
+    let words = container_words(c, qos_class);
     let mut head = format!(
         "  container {}: {} restart{}",
         c.name,
@@ -112,11 +115,11 @@ fn container_text(out: &mut String, c: &ContainerTriage, events_given: bool) {
         head.push_str(", not ready");
     }
     let _ = writeln!(out, "{head}");
-    if let Some(r) = &c.replicas {
-        line(out, "replicas", &r.meaning);
+    if let Some(r) = &words.replicas {
+        line(out, "replicas", r);
     }
-    match &c.probes {
-        Some(p) => line(out, "probes", &p.meaning),
+    match &words.probes {
+        Some(p) => line(out, "probes", p),
         None if !events_given && c.restarts > 0 => line(
             out,
             "probes",
@@ -138,14 +141,17 @@ fn container_text(out: &mut String, c: &ContainerTriage, events_given: bool) {
             if let Some(l) = t.lived_s {
                 s.push_str(&format!(" after a run of {}", format_span(l)));
             }
-            s.push_str(&format!(": {}", t.meaning));
+            s.push_str(&format!(
+                ": {}",
+                words.termination.as_deref().unwrap_or_default()
+            ));
             line(out, "last death", &s);
         }
         None if c.restarts > 0 => line(out, "last death", "not recorded in the pod status"),
         None => {}
     }
-    line(out, "memory", &c.memory.meaning);
-    if let Some(m) = &c.cpu.meaning {
+    line(out, "memory", &words.memory);
+    if let Some(m) = &words.cpu {
         line(out, "workers", m);
     } else if let Some(l) = c.cpu.limit_cores {
         line(out, "cpu", &format!("limit {l} CPU"));
@@ -158,6 +164,6 @@ fn container_text(out: &mut String, c: &ContainerTriage, events_given: bool) {
     line(
         out,
         "verdict",
-        &format!("{}: {}", c.verdict.code, c.verdict.summary),
+        &format!("{}: {}", c.verdict.code, words.verdict),
     );
 }

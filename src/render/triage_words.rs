@@ -1,41 +1,46 @@
 //! The words of a Kubernetes triage: each container's last termination, probe events,
 //! replicas, memory and verdict, from the classes, patterns, codes and figures the triage
-//! found; written into its report before any output.
+//! found, made from the finished triage whenever an output needs them.
 
 use crate::analyse::triage::{
     BLIND_RATIO, ContainerTriage, CpuFinding, MemoryFinding, NEAR_LIMIT, ProbeFinding,
-    ProbePattern, ReplicaFinding, ReplicaPattern, Termination, TerminationClass, TriageReport,
-    format_span, trim_ratio,
+    ProbePattern, ReplicaFinding, ReplicaPattern, Termination, TerminationClass, format_span,
+    trim_ratio,
 };
 use crate::units::format_bytes;
 
-/// Writes every sentence of a finished triage into it.
-pub fn word_triage(report: &mut TriageReport) {
-    for pod in &mut report.pods {
-        for c in &mut pod.containers {
-            c.memory.meaning = memory_meaning(&c.memory, &pod.qos_class);
-        }
-    }
-    for c in report.pods.iter_mut().flat_map(|p| p.containers.iter_mut()) {
-        let liveness_kills = c
-            .probes
+/// The sentences of one container's triage: what each finding means, and the verdict.
+pub struct ContainerWords {
+    pub termination: Option<String>,
+    pub replicas: Option<String>,
+    pub probes: Option<String>,
+    pub memory: String,
+    /// The worker count against the CPU limit, when there is one to tell.
+    pub cpu: Option<String>,
+    pub verdict: String,
+}
+
+/// The words of one container of a pod (its memory is read against the pod's QoS class).
+pub fn container_words(c: &ContainerTriage, qos_class: &str) -> ContainerWords {
+    let liveness_kills = c
+        .probes
+        .as_ref()
+        .is_some_and(|p| p.pattern == ProbePattern::LivenessKills);
+    ContainerWords {
+        termination: c
+            .termination
             .as_ref()
-            .is_some_and(|p| p.pattern == ProbePattern::LivenessKills);
-        if let Some(t) = c.termination.as_mut() {
-            t.meaning = termination_meaning(t, liveness_kills);
-        }
-        if let Some(p) = c.probes.as_mut() {
-            p.meaning = probes_meaning(p);
-        }
-        if let Some(r) = c.replicas.as_mut() {
-            r.meaning = replicas_meaning(r);
-        }
-        c.cpu.meaning = cpu_meaning(&c.cpu);
-        c.verdict.summary = verdict_summary(c);
+            .map(|t| termination_meaning(t, liveness_kills)),
+        replicas: c.replicas.as_ref().map(replicas_meaning),
+        probes: c.probes.as_ref().map(probes_meaning),
+        memory: memory_meaning(&c.memory, qos_class),
+        cpu: cpu_meaning(&c.cpu),
+        verdict: verdict_summary(c),
     }
 }
 
-fn verdict_summary(c: &ContainerTriage) -> String {
+/// The container's verdict in words, beside its code.
+pub fn verdict_summary(c: &ContainerTriage) -> String {
     let probes = c.probes.as_ref();
     let class = c.termination.as_ref().map(|t| t.class);
     let limit = c.memory.limit.as_deref();
@@ -408,9 +413,10 @@ mod tests {
     use crate::analyse::triage::{TriageInput, UsageFigure, triage};
     use crate::time::parse_rfc3339 as parse_time;
 
-    fn worded(pods: &str, usage: &[UsageFigure]) -> TriageReport {
+    /// The memory words of the first container of the first pod.
+    fn memory_words(pods: &str, usage: &[UsageFigure]) -> String {
         let pods = kube::parse_pods(pods.as_bytes()).unwrap();
-        let mut report = triage(&TriageInput {
+        let report = triage(&TriageInput {
             pods: &pods,
             events: None,
             usage,
@@ -418,8 +424,8 @@ mod tests {
             now_ms: parse_time("2024-05-02T12:00:00Z").unwrap(),
         })
         .unwrap();
-        word_triage(&mut report);
-        report
+        let pod = &report.pods[0];
+        container_words(&pod.containers[0], &pod.qos_class).memory
     }
 
     #[test]
@@ -427,13 +433,8 @@ mod tests {
         let burstable = r#"{"kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[
             {"name":"a","resources":{"requests":{"memory":"128Mi","cpu":"10m"},
              "limits":{"memory":"1Gi","cpu":"2"}}}]}}"#;
-        let report = worded(burstable, &[]);
-        let m = &report.pods[0].containers[0].memory;
-        assert!(
-            m.meaning.starts_with("8x: the scheduler reserves 128Mi"),
-            "{}",
-            m.meaning
-        );
+        let m = memory_words(burstable, &[]);
+        assert!(m.starts_with("8x: the scheduler reserves 128Mi"), "{m}");
     }
 
     #[test]
@@ -463,12 +464,7 @@ mod tests {
                     bytes,
                 }
             });
-        let report = worded(&list, &usage);
-        let m = &report.pods[0].containers[0].memory;
-        assert!(
-            m.meaning.contains("uses 737Mi (72 % of its 1Gi limit)"),
-            "{}",
-            m.meaning
-        );
+        let m = memory_words(&list, &usage);
+        assert!(m.contains("uses 737Mi (72 % of its 1Gi limit)"), "{m}");
     }
 }

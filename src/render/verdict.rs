@@ -1,33 +1,20 @@
 //! The words of `growth`: one verdict per boot cycle (sustained growth, a transient spike,
-//! storms, goroutines, the limit, how the cycle ended) and one summary across cycles. The
-//! analysis gives the figures; these sentences are written into its report before any output.
+//! storms, goroutines, the limit, how the cycle ended) and one summary across cycles, made from
+//! the finished analysis whenever an output needs them.
 
 use crate::analyse::ends::CycleEnd;
-use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
+use crate::analyse::growth::{AcrossCycles, CycleGrowth};
 use crate::analyse::reading::{Forecast, Reading};
 use crate::analyse::spikes::{Episode, Peak};
 use crate::render::ends::end_words;
-use crate::render::memory::{at_limit_words, breakdown_words};
+use crate::render::memory::at_limit_words;
 use crate::units::format_bytes;
 
 /// A spike that reached this share of the limit is never called "no growth".
 const LARGE_SHARE: f64 = 0.5;
 
-/// Writes every cycle's verdict (and the memory words it quotes) and the summary across cycles
-/// into a finished report.
-pub fn word_growth(report: &mut GrowthReport) {
-    for c in &mut report.cycles {
-        if let Some(b) = c.breakdown.as_mut() {
-            b.summary = breakdown_words(b);
-        }
-        if let Some(a) = c.at_limit.as_mut() {
-            a.summary = at_limit_words(a);
-        }
-        c.verdict = cycle_verdict(c, report.limit_bytes);
-    }
-    report.across.summary = across_summary(&report.cycles, &report.across);
-}
-
+/// A cycle's verdict: its episode (or why it has none), its storms, goroutines, the limit, how
+/// it ended and its GOMAXPROCS against the CPU limit.
 pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
     let rate = |bps: f64| format!("{}/s", format_bytes(bps as i64));
     let mut parts = Vec::new();
@@ -68,7 +55,8 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
     }
     if let Some(a) = &c.at_limit {
         // The end of the cycle is said once, below.
-        let words = a.summary.trim_end_matches(", then OOM-killed");
+        let words = at_limit_words(a);
+        let words = words.trim_end_matches(", then OOM-killed");
         parts.push(format!("the cgroup sat {words}"));
     }
     if let (Some(limit), Some(f), None) = (
@@ -331,13 +319,12 @@ fn rise_sites_words(cycles: &[CycleGrowth]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyse::growth::GrowthBuilder;
+    use crate::analyse::growth::{GrowthBuilder, GrowthReport};
     use crate::model::capture::{CaptureRecord, RecordKind};
     use crate::model::memory::MemorySample;
 
-    fn worded(mut report: GrowthReport) -> GrowthReport {
-        word_growth(&mut report);
-        report
+    fn verdict(report: &GrowthReport) -> String {
+        cycle_verdict(&report.cycles[0], report.limit_bytes)
     }
 
     #[test]
@@ -354,26 +341,20 @@ mod tests {
             stats.totals.insert(k.into(), v);
         }
         let records = vec![heap, stats];
-        let report = worded(GrowthBuilder::default().cpu_limit(Some(2.0)).finish(
-            &records,
-            &[],
-            None,
-        ));
+        let report = GrowthBuilder::default()
+            .cpu_limit(Some(2.0))
+            .finish(&records, &[], None);
         let rt = report.cycles[0]
             .runtime
             .as_ref()
             .expect("stats give a runtime view");
         assert_eq!((rt.gomaxprocs, rt.num_cpu), (Some(16), Some(16)));
         assert_eq!(rt.multiplier, Some(8.0));
-        assert!(
-            report.cycles[0]
-                .verdict
-                .contains("GOMAXPROCS 16 against a CPU limit of 2")
-        );
-        let unknown = worded(GrowthBuilder::default().finish(&records, &[], None));
+        assert!(verdict(&report).contains("GOMAXPROCS 16 against a CPU limit of 2"));
+        let unknown = GrowthBuilder::default().finish(&records, &[], None);
         let rt = unknown.cycles[0].runtime.as_ref().unwrap();
         assert_eq!(rt.multiplier, None);
-        assert!(!unknown.cycles[0].verdict.contains("GOMAXPROCS"));
+        assert!(!verdict(&unknown).contains("GOMAXPROCS"));
     }
 
     /// A flat heap and memory creeping 1 KiB/s under a 1 GiB limit, then the same cycle sat at
@@ -401,24 +382,24 @@ mod tests {
                 })
                 .collect()
         };
-        let far = worded(builder.finish(&records, &creeping(300 << 20, 1024), Some(gib)));
+        let far = builder.finish(&records, &creeping(300 << 20, 1024), Some(gib));
         let c = &far.cycles[0];
         assert_eq!(c.limit_at_s, None, "{:?}", c.limit_at_s);
-        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
+        let words = verdict(&far);
+        assert!(!words.contains("would be reached"), "{words}");
 
         let mut builder = GrowthBuilder::default();
         for r in &records {
             builder.heap(r, &[]);
         }
-        let at = worded(builder.finish(&records, &creeping(gib - (4 << 20), 64 << 10), Some(gib)));
-        let c = &at.cycles[0];
-        let a = c.at_limit.as_ref().expect("measured at the limit");
+        let at = builder.finish(&records, &creeping(gib - (4 << 20), 64 << 10), Some(gib));
+        let a = at.cycles[0]
+            .at_limit
+            .as_ref()
+            .expect("measured at the limit");
         assert_eq!(a.since_s, 0.0);
-        assert!(!c.verdict.contains("would be reached"), "{}", c.verdict);
-        assert!(
-            c.verdict.contains("at its limit from 0.0 s"),
-            "{}",
-            c.verdict
-        );
+        let words = verdict(&at);
+        assert!(!words.contains("would be reached"), "{words}");
+        assert!(words.contains("at its limit from 0.0 s"), "{words}");
     }
 }

@@ -41,10 +41,19 @@ pub enum State {
     Over,
 }
 
+/// Why a run cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{}: the run has no successful capture to replay", .0.display())]
+    NoGoodCapture(PathBuf),
+    #[error("{}: no stored heap profile to replay", .0.display())]
+    NoHeapProfile(PathBuf),
+}
+
 impl Timeline {
     /// Builds the timeline from a run. A cycle lasts from its first good capture until the first
     /// failed attempt after its last good one (or its last capture plus one interval).
-    pub fn from_run(run: &RunDir) -> Result<Timeline, String> {
+    pub fn from_run(run: &RunDir) -> Result<Timeline, ReplayError> {
         let records: Vec<&CaptureRecord> = run
             .manifest
             .records
@@ -56,12 +65,7 @@ impl Timeline {
             .filter(|r| r.is_ok())
             .map(|r| r.t_ms)
             .min()
-            .ok_or_else(|| {
-                format!(
-                    "{}: the run has no successful capture to replay",
-                    run.root.display()
-                )
-            })?;
+            .ok_or_else(|| ReplayError::NoGoodCapture(run.root.clone()))?;
         let mut cycles: Vec<BootCycle> = Vec::new();
         let mut by_cycle: BTreeMap<u32, Vec<&CaptureRecord>> = BTreeMap::new();
         for r in &records {
@@ -118,10 +122,7 @@ impl Timeline {
             }
         }
         if cycles.is_empty() {
-            return Err(format!(
-                "{}: no stored heap profile to replay",
-                run.root.display()
-            ));
+            return Err(ReplayError::NoHeapProfile(run.root.clone()));
         }
         Ok(Timeline { cycles })
     }

@@ -21,15 +21,18 @@ use crate::util;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The analysis with its words, as the report and `growth` show it.
+/// The analysis, as the report and `growth` word it.
 fn analysed(
     snapshots: &[EnvoySnapshot],
     limits: &EnvoyLimits,
     heap_dump: HeapDumpState,
 ) -> EnvoyReport {
-    let mut report = envoy::analyse(snapshots, limits, heap_dump);
-    heapwatch::render::envoy_words::word_envoy(&mut report);
-    report
+    envoy::analyse(snapshots, limits, heap_dump)
+}
+
+/// The verdict's sentence.
+fn verdict(report: &EnvoyReport) -> String {
+    heapwatch::render::envoy_words::verdict_words(report)
 }
 const NOT_IMPLEMENTED: &str = "Heap profile is not implemented in current build";
 
@@ -199,17 +202,13 @@ fn the_first_published_case_is_mostly_live_data() {
     let live = heap.live_share.expect("live share");
     assert!((live - 0.915).abs() < 0.001, "{live}");
     assert_eq!(heap.held_not_returned, Some(4_145_152 + 22_500_080));
+    let explanation = heapwatch::render::envoy_words::heap_explanation(heap);
     assert!(
-        heap.explanation.contains("pageheap_unmapped") && heap.explanation.contains("91.5 %"),
-        "{}",
-        heap.explanation
+        explanation.contains("pageheap_unmapped") && explanation.contains("91.5 %"),
+        "{explanation}"
     );
-    assert_eq!(
-        report.verdict.code, "live-data",
-        "{}",
-        report.verdict.summary
-    );
-    assert!(report.verdict.summary.contains("mostly live data"));
+    assert_eq!(report.verdict.code, "live-data", "{}", verdict(&report));
+    assert!(verdict(&report).contains("mostly live data"));
     assert!(
         text.contains("naive 67.1 %") && text.contains("live share 91.5 %"),
         "{text}"
@@ -228,17 +227,15 @@ fn the_second_published_case_is_memory_held_not_returned() {
     assert!((live - 0.006).abs() < 0.0005, "{live}");
     assert_eq!(heap.held_not_returned, Some(11_155_046_400 + 24_026_688));
     assert_eq!(
-        report.verdict.code, "held-not-returned",
+        report.verdict.code,
+        "held-not-returned",
         "{}",
-        report.verdict.summary
+        verdict(&report)
     );
     assert!(
-        report
-            .verdict
-            .summary
-            .contains("memory held, not returned: only 0.6 %"),
+        verdict(&report).contains("memory held, not returned: only 0.6 %"),
         "{}",
-        report.verdict.summary
+        verdict(&report)
     );
     assert!(text.contains("10.4 GiB not returned to the OS"), "{text}");
 }
@@ -257,12 +254,9 @@ fn a_gateway_with_sixteen_workers_on_two_cpus_carries_the_whole_mesh() {
     assert!(config.whole_mesh);
     assert_eq!(report.connections, Some(512));
     assert!(
-        report
-            .verdict
-            .summary
-            .contains("16 workers on 2 CPUs and 1564 clusters for 4 listeners"),
+        verdict(&report).contains("16 workers on 2 CPUs and 1564 clusters for 4 listeners"),
         "{}",
-        report.verdict.summary
+        verdict(&report)
     );
     assert!(text.contains("16 workers on a 2 CPU limit (8x)"), "{text}");
     let doc: serde_json::Value =
@@ -309,7 +303,7 @@ fn no_figures_at_all_is_no_data() {
     let snapshot = double.source().snapshot(0, TIMEOUT).expect("snapshot");
     let report = analysed(&[snapshot], &gateway_limits(), HeapDumpState::NotAsked);
     assert!(report.heap.is_none());
-    assert_eq!(report.verdict.code, "no-data", "{}", report.verdict.summary);
+    assert_eq!(report.verdict.code, "no-data", "{}", verdict(&report));
 }
 
 #[test]
@@ -365,13 +359,10 @@ fn a_growing_series_gives_a_rate_and_the_time_to_the_limit() {
     assert!((left - 214.0).abs() < 0.5, "{left}");
     assert!(report.verdict.growing);
     assert!(
-        report.verdict.summary.contains("growing 60.0 MiB/min")
-            && report
-                .verdict
-                .summary
-                .contains("the 1.00 GiB limit in about 3m 34s"),
+        verdict(&report).contains("growing 60.0 MiB/min")
+            && verdict(&report).contains("the 1.00 GiB limit in about 3m 34s"),
         "{}",
-        report.verdict.summary
+        verdict(&report)
     );
     // Each snapshot asked /stats for only the counters heapwatch reads.
     let served = double.served();

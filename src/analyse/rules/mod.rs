@@ -8,7 +8,8 @@
 
 use serde::Serialize;
 
-use super::compare::Comparison;
+use super::breakdown::AtLimit;
+use super::compare::{Comparison, Regression};
 use super::envoy::EnvoyReport;
 use super::growth::{CycleGrowth, GrowthReport};
 use crate::model::capture::{CaptureRecord, RecordKind};
@@ -44,6 +45,18 @@ pub struct Findings<'a> {
     pub heap_ratio: Option<&'a HeapRatio>,
     /// Envoy's admin figures, when the run holds `envoy` records.
     pub envoy: Option<&'a EnvoyReport>,
+    /// The sentences of other outputs that an outcome quotes, made by `render`.
+    pub quoted: Quoted,
+}
+
+/// The words an outcome's reason quotes from the other outputs, so a rule says what `growth`
+/// and `compare` say: handed in by the caller (`render` words them; the rules only figure).
+#[derive(Clone, Copy)]
+pub struct Quoted {
+    /// How long the cgroup sat at its limit ("at its limit from 3.0 s for 1.2 s, …").
+    pub at_limit: fn(&AtLimit) -> String,
+    /// Why a site is worse in B ("grows 2 MiB/s in B against 0 B/s in A; …").
+    pub why_worse: fn(&Regression) -> String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -189,7 +202,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                     let how = if c.killed && c.died_after_s.is_some_and(|d| d <= t + 1e-9) {
                         format!("OOM-killed {t:.1} s after the first capture")
                     } else if let Some(a) = c.at_limit.as_ref().filter(|a| a.since_s <= t + 1e-9) {
-                        format!("the cgroup sat {}", a.summary)
+                        format!("the cgroup sat {}", (f.quoted.at_limit)(a))
                     } else {
                         format!("{limit} reached {t:.1} s after the first capture at this rate")
                     };
@@ -235,7 +248,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 .comparison
                 .and_then(|c| c.regressions.first())
                 .map_or(String::new(), |r| {
-                    format!("; worst site {}: {}", r.name, r.why)
+                    format!("; worst site {}: {}", r.name, (f.quoted.why_worse)(r))
                 });
             let (this, base) = f.comparison.map_or((String::new(), String::new()), |c| {
                 (

@@ -4,6 +4,12 @@ use crate::analyse::growth::{AcrossCycles, SiteGrowth};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// Stand-ins for render's words: the rules only place them.
+const QUOTED: Quoted = Quoted {
+    at_limit: |a| format!("at its limit from {:.1} s", a.since_s),
+    why_worse: |r| format!("B peaks at {}", r.b_inuse),
+};
+
 fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
     CycleGrowth {
         index,
@@ -79,7 +85,6 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
         profiling: None,
         memstats: None,
         runtime: None,
-        verdict: String::new(),
     }
 }
 
@@ -92,7 +97,6 @@ fn report(cycles: Vec<CycleGrowth>) -> GrowthReport {
             died: 0,
             same_top_site: None,
             ages_s: vec![],
-            summary: String::new(),
         },
         cycles,
     }
@@ -105,6 +109,7 @@ fn check(text: &str, growth: &GrowthReport, ratio: Option<&HeapRatio>) -> Outcom
         comparison: None,
         heap_ratio: ratio,
         envoy: None,
+        quoted: QUOTED,
     };
     evaluate(&parse(text).unwrap(), &findings)
 }
@@ -207,6 +212,7 @@ fn check_envoy(text: &str, growth: &GrowthReport, e: &EnvoyReport) -> Outcome {
         comparison: None,
         heap_ratio: None,
         envoy: Some(e),
+        quoted: QUOTED,
     };
     evaluate(&parse(text).unwrap(), &findings)
 }

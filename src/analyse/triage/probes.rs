@@ -42,7 +42,6 @@ pub(super) fn probes(
         back_off: 0,
         node_oom_events: 0,
         cover_last_death: None,
-        meaning: String::new(),
     };
     let mut probe_kills = 0;
     for e in mine {

@@ -73,7 +73,6 @@ pub(super) fn replicas(raw: &[Pod], pods: &mut [PodTriage]) {
             spread_s,
             nodes: nodes.len(),
             only_node: (nodes.len() == 1).then(|| nodes[0].to_string()),
-            meaning: String::new(),
         };
         for &(p, c) in &members {
             pods[p].containers[c].replicas = Some(finding.clone());

@@ -102,7 +102,6 @@ pub(super) fn memory_facts(
         growth_bytes_per_min: None,
         growth_basis: None,
         limit_in_s: None,
-        meaning: String::new(),
     })
 }
 
@@ -159,7 +158,6 @@ pub(super) fn cpu_facts(
         workers_per_cpu: per_cpu,
         multiplied,
         envoy,
-        meaning: None,
     })
 }
 

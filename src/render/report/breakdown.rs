@@ -39,7 +39,7 @@ pub fn svg(b: &MemoryBreakdown) -> Option<String> {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"breakdown\" width=\"{WIDTH}\" height=\"{}\" viewBox=\"0 0 {WIDTH} {}\" role=\"img\"><title>{}</title>",
         HEIGHT + 18.0 * parts.len() as f64,
         HEIGHT + 18.0 * parts.len() as f64,
-        escape(&b.summary)
+        escape(&crate::render::memory::breakdown_words(b))
     );
     let mut x = 0.0;
     for (i, (name, v, colour)) in parts.iter().enumerate() {
@@ -82,12 +82,15 @@ mod tests {
             go_held_free: Some(50 << 20),
             mapped_files: Some(300 << 20),
             other_cache: Some(350 << 20),
-            summary: "<b>".into(),
             ..MemoryBreakdown::default()
         };
         let svg = svg(&b).unwrap();
         assert_eq!(svg.matches("<rect").count(), 8);
-        assert!(svg.contains("&lt;b&gt;") && !svg.contains("<b>"));
+        let title = format!(
+            "<title>{}</title>",
+            escape(&crate::render::memory::breakdown_words(&b))
+        );
+        assert!(svg.contains(&title), "{svg}");
         assert!(svg.contains("limit 1.00 GiB"));
         let plain = MemoryBreakdown {
             total: 1 << 20,

@@ -167,7 +167,10 @@ pub fn html(m: &ClusterModel) -> String {
                 "<p>Boot cycle {} ({}): {}</p>",
                 c.index,
                 escape(&c.build),
-                escape(&c.verdict)
+                escape(&crate::render::verdict::cycle_verdict(
+                    c,
+                    n.model.run.growth.limit_bytes
+                ))
             );
         }
         if !n.model.rules.is_empty() {

@@ -7,14 +7,16 @@
 use std::fmt::Write as _;
 
 use super::chart::{self, Timeline};
+use super::markup::Markup;
 use super::{
-    Flamegraph, ReportModel, collection_facts, envoy_facts, envoy_verdict, escape, rate, seconds,
-    tally, usual_interval_ms,
+    Flamegraph, ReportModel, collection_facts, envoy_facts, envoy_verdict, rate, seconds, tally,
+    usual_interval_ms,
 };
 use crate::analyse::growth::CycleGrowth;
 use crate::analyse::rules::{self, Status};
 use crate::render::ends::end_words;
 use crate::units::format_bytes;
+use crate::{html, htmlln, markup};
 
 /// Rows per table.
 const ROWS: usize = 10;
@@ -59,19 +61,19 @@ pub fn html(m: &ReportModel) -> String {
     let run = &m.run;
     let label = run.label();
     let mut out = String::new();
-    let _ = write!(
+    html!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>heapwatch report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
-        escape(label)
+        label
     );
-    let _ = writeln!(
+    htmlln!(
         out,
         "<header>\n<h1>heapwatch report <small>{}</small></h1>\n<p class=\"headline\" id=\"headline\">{}</p>\n</header>",
-        escape(label),
-        escape(&m.headline())
+        label,
+        &m.headline()
     );
     nav(&mut out, m);
     gate(&mut out, m);
@@ -83,11 +85,11 @@ pub fn html(m: &ReportModel) -> String {
     }
     events(&mut out, m);
     collection(&mut out, m);
-    let _ = writeln!(
+    htmlln!(
         out,
         "<footer>Written by heapwatch {} from <code>{}</code>. Beside this page: <code>report.md</code>, <code>summary.json</code>, and every flamegraph under <code>flamegraphs/</code> (open one alone to zoom and search).</footer>\n</body>\n</html>",
         env!("CARGO_PKG_VERSION"),
-        escape(&run.name)
+        &run.name
     );
     out
 }
@@ -115,7 +117,7 @@ fn nav(out: &mut String, m: &ReportModel) {
     links.push(("collection".into(), "how it was collected".into()));
     out.push_str("<nav>");
     for (id, text) in links {
-        let _ = write!(out, "<a href=\"#{id}\">{}</a>", escape(&text));
+        html!(out, "<a href=\"#{id}\">{}</a>", &text);
     }
     out.push_str("</nav>\n");
 }
@@ -129,7 +131,7 @@ fn gate(out: &mut String, m: &ReportModel) {
     } else {
         ("passed", "passed")
     };
-    let _ = writeln!(
+    htmlln!(
         out,
         "<section id=\"gate\" class=\"gate {class}\">\n<h2>CI rules: {word}</h2>"
     );
@@ -142,12 +144,12 @@ fn gate(out: &mut String, m: &ReportModel) {
             Status::Pass => ("pass", "pass"),
             Status::Unknown => ("unknown", "not checked"),
         };
-        let _ = writeln!(
+        htmlln!(
             out,
             "<tr><td class=\"rule\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"{class}\">{text}</td><td>{}</td></tr>",
-            escape(&o.rule),
-            escape(&o.shown),
-            escape(&o.reason)
+            &o.rule,
+            &o.shown,
+            &o.reason
         );
     }
     out.push_str("</table>\n</section>\n");
@@ -156,22 +158,22 @@ fn gate(out: &mut String, m: &ReportModel) {
 fn baseline(out: &mut String, m: &ReportModel) {
     let Some(b) = &m.baseline else { return };
     let c = b.comparison;
-    let _ = writeln!(
+    htmlln!(
         out,
         "<section id=\"baseline\">\n<h2>Against {} <small class=\"note\">(baseline)</small></h2>\n<p class=\"verdict\">{}</p>",
-        escape(b.label()),
-        escape(&c.verdict)
+        b.label(),
+        &crate::render::compare::verdict(c)
     );
     if let Some(r) = b.heap_ratio {
         if let Some(ratio) = r.ratio() {
-            let _ = writeln!(
+            htmlln!(
                 out,
                 "<p>Peak in-use heap over the first {} of cycle {} of {} and cycle {} of {}: {} against {}, <strong>{ratio:.2}x</strong>.</p>",
                 seconds(r.age_s),
                 c.b_cycle,
-                escape(&c.b),
+                &c.b,
                 c.a_cycle,
-                escape(&c.a),
+                &c.a,
                 format_bytes(r.bytes),
                 format_bytes(r.baseline_bytes),
             );
@@ -179,44 +181,44 @@ fn baseline(out: &mut String, m: &ReportModel) {
     }
     if !c.regressions.is_empty() {
         let sides = crate::render::compare::side_labels(c);
-        let _ = writeln!(
+        htmlln!(
             out,
             "<h3>Sites that grow more, or only, in {}</h3>",
-            escape(&sides.1)
+            &sides.1
         );
-        let _ = writeln!(
+        htmlln!(
             out,
-            "<table><tr><th>site</th><th class=\"num\">{a} rate</th><th class=\"num\">{b} rate</th><th class=\"num\">{a} peak in use</th><th class=\"num\">{b} peak in use</th><th>why</th></tr>",
-            a = escape(&sides.0),
-            b = escape(&sides.1)
+            "<table><tr><th>site</th><th class=\"num\">{0} rate</th><th class=\"num\">{1} rate</th><th class=\"num\">{0} peak in use</th><th class=\"num\">{1} peak in use</th><th>why</th></tr>",
+            &sides.0,
+            &sides.1
         );
         for r in c.regressions.iter().take(ROWS) {
-            let _ = writeln!(
+            htmlln!(
                 out,
                 "<tr><td class=\"site\">{}{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-                escape(&r.name),
-                if r.new_in_b { " <em>(new)</em>" } else { "" },
+                &r.name,
+                Markup::literal(if r.new_in_b { " <em>(new)</em>" } else { "" }),
                 rate(r.a_bytes_per_sec),
                 rate(r.b_bytes_per_sec),
                 format_bytes(r.a_inuse),
                 format_bytes(r.b_inuse),
-                escape(&r.why)
+                &crate::render::compare::why_worse(r)
             );
         }
         out.push_str("</table>\n");
     }
     if !c.improvements.is_empty() {
-        let names: Vec<String> = c
+        let names: Vec<Markup> = c
             .improvements
             .iter()
             .take(ROWS)
-            .map(|r| format!("<code>{}</code>", escape(&r.name)))
+            .map(|r| markup!("<code>{}</code>", r.name))
             .collect();
-        let _ = writeln!(
+        htmlln!(
             out,
             "<p>Better in {}: {}</p>",
-            escape(&c.b),
-            names.join(", ")
+            &c.b,
+            Markup::join(&names, ", ")
         );
     }
     for (i, f) in m.flamegraphs.iter().enumerate() {
@@ -229,16 +231,16 @@ fn baseline(out: &mut String, m: &ReportModel) {
 
 fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     let verdict = if m.envoy_only() {
-        "No heap profiles: Envoy's admin figures only (the verdict is in the Envoy section)."
+        "No heap profiles: Envoy's admin figures only (the verdict is in the Envoy section).".into()
     } else {
-        &c.verdict
+        crate::render::verdict::cycle_verdict(c, m.run.growth.limit_bytes)
     };
-    let _ = writeln!(
+    htmlln!(
         out,
         "<section class=\"cycle\" id=\"cycle-{0}\">\n<h2>Boot cycle {0} <small class=\"note\">({2})</small></h2>\n<p class=\"verdict\">{1}</p>",
         c.index,
-        escape(verdict),
-        escape(&crate::render::growth::build(c))
+        &verdict,
+        &crate::render::growth::build(c)
     );
     let timeline = Timeline::of_cycle(&m.run, pos);
     let caption = format!("{}: boot cycle {}", m.run.label(), c.index);
@@ -247,10 +249,10 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     } else {
         timeline.caption()
     };
-    let _ = writeln!(
+    htmlln!(
         out,
         "<figure class=\"chart\">\n{}\n<figcaption>{explained}</figcaption>\n</figure>",
-        chart::svg(&timeline, &caption)
+        Markup::drawn(chart::svg(&timeline, &caption))
     );
 
     let mut facts: Vec<(String, String)> = vec![(
@@ -289,10 +291,16 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
         facts.push(("process memory".into(), s));
     }
     if let Some(b) = &c.breakdown {
-        facts.push(("where the memory went".into(), b.summary.clone()));
+        facts.push((
+            "where the memory went".into(),
+            crate::render::memory::breakdown_words(b),
+        ));
     }
     if let Some(a) = &c.at_limit {
-        facts.push(("at the limit".into(), a.summary.clone()));
+        facts.push((
+            "at the limit".into(),
+            crate::render::memory::at_limit_words(a),
+        ));
     }
     if let Some(t) = rules::cycle_time_to_limit(c) {
         facts.push(("limit reached at".into(), seconds(t)));
@@ -369,11 +377,11 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     }
     out.push_str("<dl class=\"facts\">");
     for (k, v) in facts {
-        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(&k), escape(&v));
+        html!(out, "<dt>{}</dt><dd>{}</dd>", &k, &v);
     }
     out.push_str("</dl>\n");
     if let Some(bar) = c.breakdown.as_ref().and_then(super::breakdown::svg) {
-        let _ = writeln!(
+        htmlln!(
             out,
             "<figure class=\"breakdown\">\n{bar}\n<figcaption>Where the memory went at the cycle's peak, against the limit: anonymous memory is what the kernel kills on; page cache is reclaimed first.</figcaption>\n</figure>"
         );
@@ -389,10 +397,10 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     } else {
         out.push_str("<table><tr><th>site</th><th class=\"num\">share of the rise</th><th class=\"num\">rate</th><th class=\"num\">at the onset</th><th class=\"num\">at the end</th></tr>\n");
         for s in c.rise_sites().iter().take(ROWS) {
-            let _ = writeln!(
+            htmlln!(
                 out,
                 "<tr><td class=\"site\">{}</td><td class=\"num\">{:.0} %</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-                escape(&s.name),
+                &s.name,
                 s.share * 100.0,
                 rate(s.bytes_per_sec),
                 format_bytes(s.before),
@@ -409,13 +417,13 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
                 .iter()
                 .map(|w| format!("{:.1}–{:.1} s", w.start_s, w.end_s))
                 .collect();
-            let _ = writeln!(
+            htmlln!(
                 out,
                 "<tr><td class=\"site\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&s.name),
+                &s.name,
                 rate(s.peak_bytes_per_sec),
                 rate(s.typical_bytes_per_sec),
-                escape(&when.join(", ")),
+                &when.join(", "),
                 if s.inuse_flat {
                     "flat (freed by the GC)"
                 } else {
@@ -428,10 +436,10 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     if !c.goroutine_growth.is_empty() {
         out.push_str("<h3>Goroutine growth</h3>\n<table><tr><th>first frame outside the runtime</th><th class=\"num\">rate</th><th class=\"num\">first</th><th class=\"num\">last</th></tr>\n");
         for g in c.goroutine_growth.iter().take(ROWS) {
-            let _ = writeln!(
+            htmlln!(
                 out,
                 "<tr><td class=\"site\">{}</td><td class=\"num\">{:.1}/s</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-                escape(&g.name),
+                &g.name,
                 g.per_sec,
                 g.first,
                 g.last
@@ -450,16 +458,16 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
 fn envoy(out: &mut String, m: &ReportModel) {
     let Some(e) = &m.envoy else { return };
     let (code, summary) = envoy_verdict(e.report);
-    let _ = writeln!(
+    htmlln!(
         out,
         "<section id=\"envoy\">\n<h2>Envoy <small class=\"note\">{}</small></h2>\n<p class=\"verdict\"><strong>{}</strong>: {}</p>",
-        escape(e.target),
-        escape(code),
-        escape(summary)
+        e.target,
+        code,
+        &summary
     );
     out.push_str("<dl class=\"facts prose\">");
     for (k, text) in envoy_facts(e) {
-        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(&text));
+        html!(out, "<dt>{}</dt><dd>{}</dd>", k, &text);
     }
     out.push_str("</dl>\n");
     out.push_str("<p class=\"note\">heap_size counts pages tcmalloc already gave back to the OS (pageheap_unmapped), so allocated / heap_size understates live data; free pages and thread caches are held by tcmalloc and not returned.</p>\n</section>\n");
@@ -468,19 +476,19 @@ fn envoy(out: &mut String, m: &ReportModel) {
 fn kubernetes(out: &mut String, m: &ReportModel) {
     let Some(k) = &m.kube else { return };
     let r = k.report;
-    let _ = writeln!(
+    htmlln!(
         out,
         "<section id=\"kubernetes\">\n<h2>Kubernetes <small class=\"note\">{} as of {}</small></h2>",
-        escape(&k.file),
-        escape(&r.as_of)
+        &k.file,
+        &r.as_of
     );
     match (&r.events_from, &r.events_to) {
         (Some(a), Some(b)) => {
-            let _ = writeln!(
+            htmlln!(
                 out,
                 "<p class=\"note\">Events from {} to {}.</p>",
-                escape(a),
-                escape(b)
+                a,
+                b
             );
         }
         _ if r.events_given => out.push_str("<p class=\"note\">The events file holds no events.</p>\n"),
@@ -506,34 +514,34 @@ fn kubernetes(out: &mut String, m: &ReportModel) {
                 (Some(req), None) => format!("request {req}, no limit ({})", pod.qos_class),
                 (None, None) => format!("no request, no limit ({})", pod.qos_class),
             };
-            let _ = writeln!(
+            htmlln!(
                 out,
                 "<tr><td class=\"site\">{}</td><td class=\"site\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td><strong>{}</strong>: {}</td></tr>",
-                escape(&name),
-                escape(&c.name),
+                &name,
+                &c.name,
                 c.restarts,
-                escape(&death),
-                escape(&memory),
-                escape(c.verdict.code),
-                escape(&c.verdict.summary)
+                &death,
+                &memory,
+                c.verdict.code,
+                &crate::render::triage_words::verdict_summary(c)
             );
         }
     }
     out.push_str("</table>\n");
-    let _ = writeln!(
+    htmlln!(
         out,
         "<details open><summary>The checklist, question by question</summary>\n<pre class=\"checklist\">{}</pre>\n</details>\n</section>",
-        escape(&crate::render::triage::text(&k.file, r))
+        &crate::render::triage::text(&k.file, r)
     );
 }
 
 fn flame(out: &mut String, f: &Flamegraph, i: usize) {
-    let _ = writeln!(
+    htmlln!(
         out,
         "<figure class=\"flame\">\n{}\n<figcaption>{} <a href=\"{}\">Open alone</a> to zoom and search.</figcaption>\n</figure>",
-        inline_svg(&f.svg, &format!("fg{i}-")),
-        escape(&f.caption),
-        escape(&f.file)
+        Markup::drawn(inline_svg(&f.svg, &format!("fg{i}-"))),
+        &f.caption,
+        &f.file
     );
 }
 
@@ -550,13 +558,13 @@ fn events(out: &mut String, m: &ReportModel) {
             Some(s) => format!("{} into the run", seconds((e.t_ms - s) as f64 / 1000.0)),
             None => crate::time::readable(e.t_ms),
         };
-        let _ = writeln!(
+        htmlln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-            escape(&when),
-            escape(&e.label),
-            escape(&e.log),
-            escape(&e.line)
+            &when,
+            &e.label,
+            &e.log,
+            &e.line
         );
     }
     out.push_str("</table>\n</section>\n");
@@ -569,7 +577,7 @@ fn collection(out: &mut String, m: &ReportModel) {
         Some(info) => {
             out.push_str("<dl class=\"facts\">");
             for (k, v) in collection_facts(info) {
-                let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(&v));
+                html!(out, "<dt>{}</dt><dd>{}</dd>", k, &v);
             }
             out.push_str("</dl>\n");
         }
@@ -611,14 +619,14 @@ fn collection(out: &mut String, m: &ReportModel) {
     if !run.memory.is_empty() {
         s.push_str(&format!("; {} memory samples", run.memory.len()));
     }
-    let _ = writeln!(out, "<p>{}.</p>", escape(&s));
-    let _ = writeln!(
+    htmlln!(out, "<p>{}.</p>", &s);
+    htmlln!(
         out,
         "<p class=\"note\">{}</p>",
-        escape(&run.growth.across.summary)
+        &crate::render::verdict::across_summary(&run.growth.cycles, &run.growth.across)
     );
     for n in &run.notes {
-        let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(n));
+        htmlln!(out, "<p class=\"note\">{}</p>", n);
     }
     out.push_str("</section>\n");
 }

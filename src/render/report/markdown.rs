@@ -87,7 +87,7 @@ pub fn markdown(m: &ReportModel) -> String {
     if let Some(e) = &m.envoy {
         let (verdict, summary) = super::envoy_verdict(e.report);
         let _ = writeln!(out, "### Envoy {}\n", code(e.target));
-        let _ = writeln!(out, "**{}**: {}\n", text(verdict), text(summary));
+        let _ = writeln!(out, "**{}**: {}\n", text(verdict), text(&summary));
         let _ = writeln!(out, "| | |");
         let _ = writeln!(out, "|---|---|");
         for (k, v) in envoy_facts(e) {
@@ -277,7 +277,7 @@ pub fn markdown(m: &ReportModel) -> String {
     if let Some(b) = &m.baseline {
         let c = b.comparison;
         let _ = writeln!(out, "### Against {}\n", text(b.label()));
-        let mut line = text(&c.verdict);
+        let mut line = text(&crate::render::compare::verdict(c));
         if let Some(r) = b.heap_ratio.and_then(|r| r.ratio()) {
             line.push_str(&format!(
                 ". Peak in-use heap {r:.2}x the baseline's over the first {}.",

@@ -12,6 +12,7 @@ pub mod cluster_chart;
 pub mod html;
 pub mod markdown;
 mod marks;
+pub mod markup;
 pub mod summary;
 
 use std::collections::BTreeMap;
@@ -113,7 +114,7 @@ impl ReportModel<'_> {
         let g = self.run.growth;
         let mut parts = Vec::new();
         if let Some(b) = &self.baseline {
-            parts.push(b.comparison.verdict.clone());
+            parts.push(crate::render::compare::verdict(b.comparison));
         }
         if let Some(e) = self.envoy.as_ref().filter(|_| self.envoy_only()) {
             let (code, summary) = envoy_verdict(e.report);
@@ -122,8 +123,8 @@ impl ReportModel<'_> {
         }
         match g.cycles.as_slice() {
             [] => parts.push("no boot cycle with a good capture".into()),
-            [one] => parts.push(one.verdict.clone()),
-            _ => parts.push(g.across.summary.clone()),
+            [one] => parts.push(crate::render::verdict::cycle_verdict(one, g.limit_bytes)),
+            _ => parts.push(crate::render::verdict::across_summary(&g.cycles, &g.across)),
         }
         parts.join(". ")
     }
@@ -209,14 +210,14 @@ pub fn usual_interval_ms(info: Option<&RunInfo>) -> Option<u64> {
 }
 
 /// Envoy's verdict (code and sentence), or what to say when Envoy never answered.
-pub fn envoy_verdict(r: &EnvoyReport) -> (&str, &str) {
+pub fn envoy_verdict(r: &EnvoyReport) -> (&'static str, String) {
     if r.snapshots == 0 {
         (
             "no-snapshots",
-            "Envoy never answered /memory or /stats: the run holds no snapshot (the failed attempts are in the manifest)",
+            "Envoy never answered /memory or /stats: the run holds no snapshot (the failed attempts are in the manifest)".into(),
         )
     } else {
-        (r.verdict.code, &r.verdict.summary)
+        (r.verdict.code, crate::render::envoy_words::verdict_words(r))
     }
 }
 
@@ -272,7 +273,10 @@ pub fn envoy_facts(e: &EnvoyView) -> Vec<(&'static str, String)> {
                 ),
             };
             facts.push(("live-data share", share));
-            facts.push(("why they differ", h.explanation.clone()));
+            facts.push((
+                "why they differ",
+                crate::render::envoy_words::heap_explanation(h),
+            ));
             let mut heap = format!(
                 "allocated {} of heap_size {}",
                 bytes(h.allocated),
@@ -349,10 +353,16 @@ pub fn envoy_facts(e: &EnvoyView) -> Vec<(&'static str, String)> {
         facts.push(("limits", limits.join(", ")));
     }
     if let Some(w) = &r.workers {
-        facts.push(("worker multiplier", w.meaning.clone()));
+        facts.push((
+            "worker multiplier",
+            crate::render::envoy_words::workers_meaning(w),
+        ));
     }
     if let Some(c) = &r.config {
-        facts.push(("clusters per listener", c.meaning.clone()));
+        facts.push((
+            "clusters per listener",
+            crate::render::envoy_words::config_meaning(c),
+        ));
     }
     if let Some(c) = r.connections {
         facts.push(("connections", c.to_string()));

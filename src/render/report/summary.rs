@@ -8,6 +8,9 @@ use serde::Serialize;
 
 use super::{EnvoyView, KubeView, ReportModel, Tally, tally, usual_interval_ms};
 use crate::analyse::rules::{self, Outcome};
+use crate::render::compare;
+use crate::render::verdict::{across_summary, cycle_verdict};
+use crate::render::worded::{self, at_limit_json, breakdown_json};
 
 /// Rows kept per table.
 const TOP: usize = 5;
@@ -20,7 +23,7 @@ struct Summary<'a> {
     captures: Tally,
     memory_samples: usize,
     cycles: Vec<CycleSummary<'a>>,
-    across: &'a str,
+    across: String,
     baseline: Option<BaselineSummary>,
     rules: &'a [Outcome],
     failed: bool,
@@ -110,9 +113,9 @@ struct CycleSummary<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     memory_peak_anon: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    breakdown: Option<&'a crate::analyse::breakdown::MemoryBreakdown>,
+    breakdown: Option<worded::Summary<'a, crate::analyse::breakdown::MemoryBreakdown>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    at_limit: Option<&'a crate::analyse::breakdown::AtLimit>,
+    at_limit: Option<worded::Summary<'a, crate::analyse::breakdown::AtLimit>>,
     peaks: &'a crate::analyse::spikes::Peaks,
     #[serde(skip_serializing_if = "Option::is_none")]
     episode: Option<&'a crate::analyse::spikes::Episode>,
@@ -200,7 +203,7 @@ struct EnvoySummary<'a> {
     memory_limit_from: Option<&'a str>,
     cpu_limit_from: Option<&'a str>,
     #[serde(flatten)]
-    report: &'a crate::analyse::envoy::EnvoyReport,
+    report: worded::EnvoyJson<'a>,
 }
 
 fn envoy(e: &EnvoyView) -> serde_json::Value {
@@ -208,7 +211,7 @@ fn envoy(e: &EnvoyView) -> serde_json::Value {
         target: e.target,
         memory_limit_from: e.memory_from,
         cpu_limit_from: e.cpu_from,
-        report: e.report,
+        report: worded::EnvoyJson::new(e.report),
     })
     .expect("the envoy findings are plain data");
     round_all(&mut v);
@@ -219,13 +222,13 @@ fn envoy(e: &EnvoyView) -> serde_json::Value {
 struct KubeSummary<'a> {
     file: &'a str,
     #[serde(flatten)]
-    report: &'a crate::analyse::triage::TriageReport,
+    report: worded::TriageJson<'a>,
 }
 
 fn kubernetes(k: &KubeView) -> serde_json::Value {
     let mut v = serde_json::to_value(KubeSummary {
         file: &k.file,
-        report: k.report,
+        report: worded::TriageJson::new(k.report),
     })
     .expect("the triage is plain data");
     round_all(&mut v);
@@ -259,10 +262,10 @@ pub fn json(m: &ReportModel) -> String {
             memory_bytes_per_sec: c.memory_bytes_per_sec.map(whole),
             memory_peak: c.memory_peak,
             time_to_limit_s: rules::cycle_time_to_limit(c).map(ms),
-            verdict: c.verdict.clone(),
+            verdict: cycle_verdict(c, run.growth.limit_bytes),
             memory_peak_anon: c.memory_peak_anon,
-            breakdown: c.breakdown.as_ref(),
-            at_limit: c.at_limit.as_ref(),
+            breakdown: c.breakdown.as_ref().map(breakdown_json),
+            at_limit: c.at_limit.as_ref().map(at_limit_json),
             peaks: &c.peaks,
             episode: c.episode.as_ref(),
             other_episodes: &c.other_episodes,
@@ -311,8 +314,8 @@ pub fn json(m: &ReportModel) -> String {
         cycle: b.comparison.b_cycle,
         baseline_build: b.comparison.a.clone(),
         baseline_cycle: b.comparison.a_cycle,
-        after_baseline_ends: b.comparison.after_a.as_ref().map(|a| a.summary.clone()),
-        verdict: b.comparison.verdict.clone(),
+        after_baseline_ends: b.comparison.after_a.as_ref().map(compare::after_words),
+        verdict: compare::verdict(b.comparison),
         age_s: ms(b.comparison.age_s),
         heap_ratio: b
             .heap_ratio
@@ -330,7 +333,7 @@ pub fn json(m: &ReportModel) -> String {
                 baseline_inuse: r.a_inuse,
                 inuse: r.b_inuse,
                 new_in_this_build: r.new_in_b,
-                why: r.why.clone(),
+                why: compare::why_worse(r),
             })
             .collect(),
         improvements: b
@@ -356,7 +359,7 @@ pub fn json(m: &ReportModel) -> String {
         captures: tally(run.records, usual_interval_ms(info)),
         memory_samples: run.memory.len(),
         cycles,
-        across: &run.growth.across.summary,
+        across: across_summary(&run.growth.cycles, &run.growth.across),
         baseline,
         rules: m.rules,
         failed: m.failed(),

@@ -1,0 +1,147 @@
+//! HTML whose text is escaped by construction. [`html!`](crate::html) and
+//! [`markup!`](crate::markup) format like `write!` and `format!`, but every argument goes
+//! through [`ToHtml`]: text (`str`, `String`) is always escaped, numbers are written as they
+//! are (with their format spec), and only a [`Markup`], HTML built by these macros, goes in as
+//! it is. Text reaches the page no other way: the format string is a literal and names no
+//! variable of its own (`{name}` captures are left to the literal's constants).
+
+use std::fmt;
+
+/// HTML built by [`markup!`](crate::markup): its text already escaped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Markup(String);
+
+impl Markup {
+    /// Wraps what `format!` made of [`Html`] arguments; only the macros call it.
+    #[doc(hidden)]
+    pub fn built(html: String) -> Markup {
+        Markup(html)
+    }
+
+    /// Markup written in this crate's source: tags and entities, no text from a run.
+    pub fn literal(html: &'static str) -> Markup {
+        Markup(html.to_string())
+    }
+
+    /// An SVG drawn by a renderer of this crate (the charts, the flamegraphs through
+    /// `html::inline_svg`), whose writers escape its text themselves.
+    pub fn drawn(svg: String) -> Markup {
+        Markup(svg)
+    }
+
+    /// Pieces of markup joined by a separator (itself markup).
+    pub fn join(parts: &[Markup], separator: &'static str) -> Markup {
+        let parts: Vec<&str> = parts.iter().map(|m| m.0.as_str()).collect();
+        Markup(parts.join(separator))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// How a value goes into HTML.
+pub trait ToHtml {
+    fn fmt_html(&self, f: &mut fmt::Formatter) -> fmt::Result;
+}
+
+impl ToHtml for str {
+    fn fmt_html(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let mut rest = self;
+        while let Some(at) = rest.find(['&', '<', '>', '"', '\'']) {
+            f.write_str(&rest[..at])?;
+            f.write_str(match rest.as_bytes()[at] {
+                b'&' => "&amp;",
+                b'<' => "&lt;",
+                b'>' => "&gt;",
+                b'"' => "&quot;",
+                _ => "&#39;",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        f.write_str(rest)
+    }
+}
+
+impl ToHtml for String {
+    fn fmt_html(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.as_str().fmt_html(f)
+    }
+}
+
+impl ToHtml for Markup {
+    fn fmt_html(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<T: ToHtml + ?Sized> ToHtml for &T {
+    fn fmt_html(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        (**self).fmt_html(f)
+    }
+}
+
+macro_rules! numbers {
+    ($($t:ty),*) => {$(
+        impl ToHtml for $t {
+            fn fmt_html(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                fmt::Display::fmt(self, f)
+            }
+        }
+    )*};
+}
+numbers!(u8, u16, u32, u64, usize, i32, i64, f64);
+
+/// One argument of the macros: shown through [`ToHtml`].
+#[doc(hidden)]
+pub struct Html<'a, T: ?Sized>(pub &'a T);
+
+impl<T: ToHtml + ?Sized> fmt::Display for Html<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.0.fmt_html(f)
+    }
+}
+
+/// `write!` for HTML: every argument escaped unless it is [`Markup`].
+#[macro_export]
+macro_rules! html {
+    ($out:expr, $fmt:literal $(, $arg:expr)* $(,)?) => {{
+        use ::std::fmt::Write as _;
+        let _ = ::std::write!($out, $fmt $(, $crate::render::report::markup::Html(&$arg))*);
+    }};
+}
+
+/// `writeln!` for HTML.
+#[macro_export]
+macro_rules! htmlln {
+    ($out:expr, $fmt:literal $(, $arg:expr)* $(,)?) => {{
+        use ::std::fmt::Write as _;
+        let _ = ::std::writeln!($out, $fmt $(, $crate::render::report::markup::Html(&$arg))*);
+    }};
+}
+
+/// `format!` for HTML: a [`Markup`].
+#[macro_export]
+macro_rules! markup {
+    ($fmt:literal $(, $arg:expr)* $(,)?) => {
+        $crate::render::report::markup::Markup::built(::std::format!(
+            $fmt $(, $crate::render::report::markup::Html(&$arg))*
+        ))
+    };
+}
+
+#[cfg(test)]
+mod tests {
+
+    #[test]
+    fn text_is_escaped_numbers_keep_their_format_and_markup_stays() {
+        let inner = markup!("<code>{}</code>", "a<b & 'c'");
+        assert_eq!(inner.as_str(), "<code>a&lt;b &amp; &#39;c&#39;</code>");
+        let mut out = String::new();
+        htmlln!(out, "<p title=\"{}\">{:.1} {}</p>", "\"x\"", 2.26f64, inner);
+        assert_eq!(
+            out,
+            "<p title=\"&quot;x&quot;\">2.3 <code>a&lt;b &amp; &#39;c&#39;</code></p>\n"
+        );
+    }
+}
