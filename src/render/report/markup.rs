@@ -23,8 +23,9 @@ impl Markup {
         Markup(html.to_string())
     }
 
-    /// An SVG drawn by a renderer of this crate (the charts, the flamegraphs through
-    /// `html::inline_svg`), whose writers escape its text themselves.
+    /// Markup drawn by another writer of this crate that escapes its own text: the charts'
+    /// SVG (plotters) and the cluster chart's caption, the flamegraphs (inferno, through
+    /// `html::inline_svg`).
     pub fn drawn(svg: String) -> Markup {
         Markup(svg)
     }
