@@ -84,11 +84,11 @@ mod tests {
         };
         let svg = svg(&b).unwrap();
         assert_eq!(svg.matches("<rect").count(), 8);
-        let title = format!(
+        let title = crate::markup!(
             "<title>{}</title>",
-            crate::render::report::escape(&crate::render::memory::breakdown_words(&b))
+            crate::render::memory::breakdown_words(&b)
         );
-        assert!(svg.contains(&title), "{svg}");
+        assert!(svg.contains(title.as_str()), "{svg}");
         assert!(svg.contains("limit 1.00 GiB"));
         let plain = MemoryBreakdown {
             total: 1 << 20,

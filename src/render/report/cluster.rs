@@ -130,7 +130,7 @@ pub fn html(m: &ClusterModel) -> String {
         out,
         "<section id=\"timeline\">\n<h2>Timeline</h2>\n<figure class=\"chart\">\n{}\n<figcaption>{}</figcaption>\n</figure>\n</section>",
         Markup::drawn(cluster_chart::svg(&timeline, "Memory of every node")),
-        Markup::drawn(timeline.caption(&super::escape(&crate::time::readable(timeline.start_ms))))
+        timeline.caption(&crate::time::readable(timeline.start_ms))
     );
 
     out.push_str("<section id=\"events\">\n<h2>Events</h2>\n");
