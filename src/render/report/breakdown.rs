@@ -1,10 +1,8 @@
 //! The stacked bar of where a cycle's memory went at its peak: Go heap allocated, held free, runtime,
 //! other anonymous, mapped files, other page cache, against the limit. Plain SVG, no script.
 
-use std::fmt::Write as _;
-
-use super::escape;
 use crate::analyse::breakdown::MemoryBreakdown;
+use crate::html;
 use crate::units::format_bytes;
 
 const WIDTH: f64 = 640.0;
@@ -34,32 +32,32 @@ pub fn svg(b: &MemoryBreakdown) -> Option<String> {
     }
     let scale = b.limit.unwrap_or(b.total).max(b.total).max(1) as f64;
     let mut out = String::new();
-    let _ = write!(
+    html!(
         out,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"breakdown\" width=\"{WIDTH}\" height=\"{}\" viewBox=\"0 0 {WIDTH} {}\" role=\"img\"><title>{}</title>",
         HEIGHT + 18.0 * parts.len() as f64,
         HEIGHT + 18.0 * parts.len() as f64,
-        escape(&crate::render::memory::breakdown_words(b))
+        &crate::render::memory::breakdown_words(b)
     );
     let mut x = 0.0;
     for (i, (name, v, colour)) in parts.iter().enumerate() {
         let w = *v as f64 / scale * WIDTH;
-        let _ = write!(
+        html!(
             out,
             "<rect x=\"{x:.1}\" y=\"0\" width=\"{w:.1}\" height=\"{HEIGHT}\" fill=\"{colour}\"><title>{} {}</title></rect>\
              <rect x=\"0\" y=\"{:.0}\" width=\"10\" height=\"10\" fill=\"{colour}\"/>\
              <text x=\"14\" y=\"{:.0}\" font-size=\"11\">{} {}</text>",
-            escape(name),
+            name,
             format_bytes(*v as i64),
             HEIGHT + 6.0 + 18.0 * i as f64,
             HEIGHT + 15.0 + 18.0 * i as f64,
-            escape(name),
+            name,
             format_bytes(*v as i64)
         );
         x += w;
     }
     if let Some(l) = b.limit {
-        let _ = write!(
+        html!(
             out,
             "<line x1=\"{WIDTH}\" y1=\"0\" x2=\"{WIDTH}\" y2=\"{HEIGHT}\" stroke=\"#000\" stroke-width=\"2\"><title>limit {}</title></line>",
             format_bytes(l as i64)
@@ -86,11 +84,11 @@ mod tests {
         };
         let svg = svg(&b).unwrap();
         assert_eq!(svg.matches("<rect").count(), 8);
-        let title = format!(
+        let title = crate::markup!(
             "<title>{}</title>",
-            escape(&crate::render::memory::breakdown_words(&b))
+            crate::render::memory::breakdown_words(&b)
         );
-        assert!(svg.contains(&title), "{svg}");
+        assert!(svg.contains(title.as_str()), "{svg}");
         assert!(svg.contains("limit 1.00 GiB"));
         let plain = MemoryBreakdown {
             total: 1 << 20,

@@ -270,10 +270,7 @@ pub fn svg(timeline: &Timeline, caption: &str) -> String {
     let drawn = draw(timeline, caption, &mut out);
     match drawn {
         Ok(()) => out,
-        Err(e) => format!(
-            "<p class=\"note\">chart not drawn: {}</p>",
-            super::escape(&e)
-        ),
+        Err(e) => crate::markup!("<p class=\"note\">chart not drawn: {}</p>", e).into_string(),
     }
 }
 

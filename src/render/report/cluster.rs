@@ -10,9 +10,11 @@ use serde::Serialize;
 use super::cluster_chart::{self, SharedTimeline};
 use super::html::STYLE;
 use super::markdown::{code, text};
-use super::{ReportModel, escape, seconds};
+use super::markup::Markup;
+use super::{ReportModel, seconds};
 use crate::analyse::rules::Status;
 use crate::store::cluster::{Event, TimeFrom};
+use crate::{html, htmlln};
 
 /// One node of the report: its name, its directory in the run, and its own report's model.
 pub struct NodeReport<'a> {
@@ -85,23 +87,23 @@ pub fn html(m: &ClusterModel) -> String {
     let title = m.title();
     let timeline = m.timeline();
     let mut out = String::new();
-    let _ = write!(
+    html!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>heapwatch cluster report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
-        escape(title)
+        title
     );
-    let _ = writeln!(
+    htmlln!(
         out,
         "<header>\n<h1>heapwatch cluster report <small>{} · {} nodes</small></h1>\n</header>",
-        escape(title),
+        title,
         m.nodes.len()
     );
     out.push_str("<nav>");
     for n in &m.nodes {
-        let _ = write!(out, "<a href=\"#node-{0}\">{0}</a>", escape(n.name));
+        html!(out, "<a href=\"#node-{0}\">{0}</a>", n.name);
     }
     out.push_str("<a href=\"#timeline\">timeline</a><a href=\"#events\">events</a></nav>\n");
 
@@ -114,21 +116,21 @@ pub fn html(m: &ClusterModel) -> String {
         } else {
             "<span class=\"pass\">passed</span>".to_string()
         };
-        let _ = writeln!(
+        htmlln!(
             out,
             "<tr><td><a href=\"#node-{0}\">{0}</a></td><td>{1}</td><td>{rules}</td><td><a href=\"{2}/index.html\">{2}/index.html</a></td></tr>",
-            escape(n.name),
-            escape(&n.model.headline()),
-            escape(&n.folder)
+            n.name,
+            &n.model.headline(),
+            &n.folder
         );
     }
     out.push_str("</table>\n</section>\n");
 
-    let _ = writeln!(
+    htmlln!(
         out,
         "<section id=\"timeline\">\n<h2>Timeline</h2>\n<figure class=\"chart\">\n{}\n<figcaption>{}</figcaption>\n</figure>\n</section>",
-        cluster_chart::svg(&timeline, "Memory of every node"),
-        timeline.caption(&escape(&crate::time::readable(timeline.start_ms)))
+        Markup::drawn(cluster_chart::svg(&timeline, "Memory of every node")),
+        timeline.caption(&crate::time::readable(timeline.start_ms))
     );
 
     out.push_str("<section id=\"events\">\n<h2>Events</h2>\n");
@@ -139,14 +141,14 @@ pub fn html(m: &ClusterModel) -> String {
             "<table><tr><th class=\"num\">time</th><th>label</th><th>log</th><th>line</th></tr>\n",
         );
         for e in m.events {
-            let _ = writeln!(
+            htmlln!(
                 out,
                 "<tr><td class=\"num\">{} <small class=\"note\">({} time)</small></td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
                 seconds(event_s(&timeline, e)),
                 time_from(e),
-                escape(&e.label),
-                escape(&e.log),
-                escape(&e.line)
+                &e.label,
+                &e.log,
+                &e.line
             );
         }
         out.push_str("</table>\n");
@@ -154,50 +156,47 @@ pub fn html(m: &ClusterModel) -> String {
     out.push_str("</section>\n");
 
     for n in &m.nodes {
-        let _ = writeln!(
+        htmlln!(
             out,
             "<section class=\"node\" id=\"node-{0}\">\n<h2>Node {0} <small class=\"note\">{1}</small></h2>\n<p class=\"verdict\">{2}</p>",
-            escape(n.name),
-            escape(n.dir),
-            escape(&n.model.headline())
+            n.name,
+            n.dir,
+            &n.model.headline()
         );
         for c in &n.model.run.growth.cycles {
-            let _ = writeln!(
+            htmlln!(
                 out,
                 "<p>Boot cycle {} ({}): {}</p>",
                 c.index,
-                escape(&c.build),
-                escape(&crate::render::verdict::cycle_verdict(
-                    c,
-                    n.model.run.growth.limit_bytes
-                ))
+                &c.build,
+                &crate::render::verdict::cycle_verdict(c, n.model.run.growth.limit_bytes)
             );
         }
         if !n.model.rules.is_empty() {
             out.push_str("<table><tr><th>rule</th><th class=\"num\">measured</th><th>result</th><th>why</th></tr>\n");
             for o in n.model.rules {
                 let (class, word) = status_word(o.status);
-                let _ = writeln!(
+                htmlln!(
                     out,
                     "<tr><td class=\"rule\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"{class}\">{word}</td><td>{}</td></tr>",
-                    escape(&o.rule),
-                    escape(&o.shown),
-                    escape(&o.reason)
+                    &o.rule,
+                    &o.shown,
+                    &o.reason
                 );
             }
             out.push_str("</table>\n");
         }
-        let _ = writeln!(
+        htmlln!(
             out,
             "<p>The node's full report: <a href=\"{0}/index.html\">{0}/index.html</a></p>\n</section>",
-            escape(&n.folder)
+            &n.folder
         );
     }
-    let _ = writeln!(
+    htmlln!(
         out,
         "<footer>Written by heapwatch {} from <code>{}</code>. Beside this page: <code>report.md</code>, <code>summary.json</code>, and each node's own report under <code>nodes/</code>.</footer>\n</body>\n</html>",
         env!("CARGO_PKG_VERSION"),
-        escape(&m.name)
+        &m.name
     );
     out
 }

@@ -7,7 +7,9 @@ use plotters::prelude::*;
 
 use super::RunView;
 use super::marks::{Mark, Stagger};
+use super::markup::Markup;
 use crate::analyse::boundaries;
+use crate::markup;
 use crate::render::ends::end_words;
 use crate::store::RecordKind;
 use crate::store::cluster::Event;
@@ -152,34 +154,39 @@ pub fn colour(pos: usize) -> RGBColor {
 }
 
 impl SharedTimeline {
-    /// What the chart draws, in words (HTML, `from` escaped already), naming only what is
-    /// there: the thin memory line where it was sampled (for which nodes, when not all), the
-    /// ends, the events.
-    pub fn caption(&self, from: &str) -> String {
-        let mut text =
-            format!("Every node's memory on one time axis from {from}: heap in use (thick)");
-        let sampled: Vec<String> = self
+    /// What the chart draws, in words, naming only what is there: the thin memory line where
+    /// it was sampled (for which nodes, when not all), the ends, the events.
+    pub fn caption(&self, from: &str) -> Markup {
+        let mut text = markup!(
+            "Every node's memory on one time axis from {}: heap in use (thick)",
+            from
+        );
+        let sampled: Vec<Markup> = self
             .nodes
             .iter()
             .filter(|n| !n.memory.is_empty())
-            .map(|n| super::escape(&n.name))
+            .map(|n| markup!("{}", n.name))
             .collect();
         if sampled.len() == self.nodes.len() && !sampled.is_empty() {
-            text.push_str(" and cgroup or process memory (thin)");
+            text.push(&Markup::literal(" and cgroup or process memory (thin)"));
         } else if !sampled.is_empty() {
-            text.push_str(&format!(
+            text.push(&markup!(
                 " and cgroup or process memory (thin; sampled for {} only)",
-                sampled.join(", ")
+                Markup::join(&sampled, ", ")
             ));
         }
-        text.push_str(" in the node's colour");
+        text.push(&Markup::literal(" in the node's colour"));
         if self.nodes.iter().any(|n| !n.ends.is_empty()) {
-            text.push_str(", a vertical line where a node was OOM-killed or ended");
+            text.push(&Markup::literal(
+                ", a vertical line where a node was OOM-killed or ended",
+            ));
         }
         if !self.events.is_empty() {
-            text.push_str(", dashed grey lines at the marked log lines");
+            text.push(&Markup::literal(
+                ", dashed grey lines at the marked log lines",
+            ));
         }
-        text.push('.');
+        text.push(&Markup::literal("."));
         text
     }
 }
@@ -189,10 +196,7 @@ pub fn svg(t: &SharedTimeline, caption: &str) -> String {
     let mut out = String::new();
     match draw(t, caption, &mut out) {
         Ok(()) => out,
-        Err(e) => format!(
-            "<p class=\"note\">chart not drawn: {}</p>",
-            super::escape(&e)
-        ),
+        Err(e) => markup!("<p class=\"note\">chart not drawn: {}</p>", e).into_string(),
     }
 }
 
@@ -321,10 +325,13 @@ mod tests {
             events: Vec::new(),
         };
         let from = "Every node's memory on one time axis from T: heap in use (thick)";
-        assert_eq!(t.caption("T"), format!("{from} in the node's colour."));
+        assert_eq!(
+            t.caption("T").as_str(),
+            format!("{from} in the node's colour.")
+        );
         t.nodes[1] = node("<ctrl2>", true);
         assert_eq!(
-            t.caption("T"),
+            t.caption("T").as_str(),
             format!(
                 "{from} and cgroup or process memory (thin; sampled for &lt;ctrl2&gt; only) in \
                  the node's colour."
@@ -334,7 +341,7 @@ mod tests {
         t.nodes[0].ends = vec![(4.5, "OOM kill".into())];
         t.events = vec![(2.0, "read-only".into(), "ctrl1".into())];
         assert_eq!(
-            t.caption("T"),
+            t.caption("T").as_str(),
             format!(
                 "{from} and cgroup or process memory (thin) in the node's colour, a vertical \
                  line where a node was OOM-killed or ended, dashed grey lines at the marked log \

@@ -23,8 +23,9 @@ impl Markup {
         Markup(html.to_string())
     }
 
-    /// An SVG drawn by a renderer of this crate (the charts, the flamegraphs through
-    /// `html::inline_svg`), whose writers escape its text themselves.
+    /// Markup drawn by another writer of this crate that escapes its own text: the charts'
+    /// SVG (plotters), the flamegraphs (inferno, through
+    /// `html::inline_svg`).
     pub fn drawn(svg: String) -> Markup {
         Markup(svg)
     }
@@ -33,6 +34,15 @@ impl Markup {
     pub fn join(parts: &[Markup], separator: &'static str) -> Markup {
         let parts: Vec<&str> = parts.iter().map(|m| m.0.as_str()).collect();
         Markup(parts.join(separator))
+    }
+
+    /// Appends more markup.
+    pub fn push(&mut self, more: &Markup) {
+        self.0.push_str(&more.0);
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
     }
 
     pub fn as_str(&self) -> &str {
@@ -142,6 +152,14 @@ mod tests {
         assert_eq!(
             out,
             "<p title=\"&quot;x&quot;\">2.3 <code>a&lt;b &amp; &#39;c&#39;</code></p>\n"
+        );
+    }
+
+    #[test]
+    fn markup_is_escaped() {
+        assert_eq!(
+            markup!("{}", "<script>alert('x')</script> & \"y\"").as_str(),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;y&quot;"
         );
     }
 }

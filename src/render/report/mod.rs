@@ -395,21 +395,6 @@ pub fn memory_peak(c: &crate::analyse::growth::CycleGrowth) -> String {
     }
 }
 
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 pub fn rate(bps: f64) -> String {
     format!("{}/s", format_bytes(bps as i64))
 }
@@ -475,17 +460,4 @@ pub fn collection_facts(info: &RunInfo) -> Vec<(&'static str, String)> {
         facts.push(("forced GC", "yes (?gc=1)".into()));
     }
     facts
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn markup_is_escaped() {
-        assert_eq!(
-            escape("<script>alert('x')</script> & \"y\""),
-            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;y&quot;"
-        );
-    }
 }
