@@ -40,6 +40,11 @@ pub struct WatchArgs {
     /// Time between memory samples of each container's cgroup.
     #[arg(long, default_value = "100ms", value_parser = units::parse_duration_flag)]
     memory_interval: Duration,
+    /// Time between memory samples of a container far from its limit (its anonymous memory
+    /// under half of --burst-at of it, or no limit known): one reading of its cgroup, and where
+    /// the memory goes every fifth; at --memory-interval again once it nears the limit or jumps.
+    #[arg(long, default_value = "1s", value_parser = units::parse_duration_flag)]
+    far_interval: Duration,
     /// Time between looks for processes that started or ended.
     #[arg(long, default_value = "500ms", value_parser = units::parse_duration_flag)]
     rescan: Duration,
@@ -74,6 +79,7 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
         ("--baseline", args.baseline),
         ("--burst-interval", args.burst_interval),
         ("--memory-interval", args.memory_interval),
+        ("--far-interval", args.far_interval),
         ("--rescan", args.rescan),
         ("--timeout", args.timeout),
     ] {
@@ -124,6 +130,10 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
         rescan: args.rescan,
         gone_after: Duration::from_secs(60),
         disk_budget: args.disk_budget.map(|b| (b, args.keep_before_kill)),
+        far: Some(heapwatch::collect::sampler::Far {
+            interval: args.far_interval.max(args.memory_interval),
+            detail_every: 5 * args.far_interval.max(args.memory_interval),
+        }),
     };
     let stop = Stop::new();
     let on_signal = stop.clone();

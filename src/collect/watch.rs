@@ -16,6 +16,8 @@ use thiserror::Error;
 
 use super::budget::NodeBudget;
 use super::cluster::{self, Node, NodeOutcome, StartError, StartOptions, TargetSpec};
+use super::exits::ExitWatcher;
+use super::sampler::{Far, NodeSampler};
 use super::targets::{self, TargetOptions};
 use super::{Clock as _, Nudge, Observer, Stop, SystemClock};
 use crate::model::run_options::PushSettings;
@@ -49,6 +51,9 @@ pub struct WatchOptions {
     /// One disk budget for every container's captures, and the window kept whole before each
     /// kill (and at the newest end of each node): see [`super::budget`].
     pub disk_budget: Option<(u64, Duration)>,
+    /// The slower memory sampling of a container far from its limit (under half its burst
+    /// share); `None` samples every container every `start.memory_interval`.
+    pub far: Option<Far>,
 }
 
 /// How one container's recording went: one entry per session (a container seen again after
@@ -200,6 +205,24 @@ pub fn watch(
         .enable_all()
         .build()
         .map_err(WatchError::Runtime)?;
+    // One memory sampler and one exit watcher for the whole node: a thread each, however many
+    // containers there are.
+    let sampler = NodeSampler::start();
+    // Stopped however watch returns.
+    struct Stopping(NodeSampler);
+    impl Drop for Stopping {
+        fn drop(&mut self) {
+            self.0.stop();
+        }
+    }
+    let _stopping = Stopping(sampler.clone());
+    let exits = match ExitWatcher::start() {
+        Ok(w) => Some(w),
+        Err(e) => {
+            say(&format!("note: exit statuses will not be known: {e}"));
+            None
+        }
+    };
     let ends = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
     let mut ending: Vec<(String, tokio::task::JoinHandle<NodeOutcome>)> = Vec::new();
@@ -273,8 +296,12 @@ pub fn watch(
             let nudge = Nudge::new();
             let mut own = start.clone();
             own.run_options.push = pod_push_settings(&name, &container);
-            let node =
-                cluster::open_node(spec, opened, dir, &own, started_ms)?.with_nudge(nudge.clone());
+            let mut node = cluster::open_node(spec, opened, dir, &own, started_ms)?
+                .with_nudge(nudge.clone())
+                .with_node_sampler(sampler.clone(), options.far);
+            if let Some(exits) = &exits {
+                node = node.with_exit_watcher(exits.subscriber());
+            }
             cluster::write_cluster_info(start, &[node.entry()], None)?;
             let mut node = match attach(node) {
                 Ok(node) => node,
