@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// One watched process's end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,12 +35,33 @@ impl ProcessExit {
     }
 }
 
+/// How long after an exit event its process is looked at again: time for an exec's new
+/// program to take the pid over (see [`still_running`]).
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// Whether `pid` runs on, not a zombie: a multithreaded process that calls `execve` from a
+/// thread other than its first has that first thread end, and the kernel reports the end
+/// under the process's pid, although the process lives on as the new program (as a Go
+/// program's `syscall.Exec` usually does). A process that really ended is a zombie, or gone.
+fn still_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    match stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+    {
+        Some(state) => !matches!(state, "Z" | "X" | "x"),
+        None => false,
+    }
+}
+
 #[derive(Default)]
 struct Shared {
     /// Each watched pid, with the subscriber it is reported to.
     watched: Mutex<HashMap<u32, usize>>,
-    /// Per subscriber, the ends not yet taken.
-    ended: Mutex<HashMap<usize, Vec<ProcessExit>>>,
+    /// Per subscriber, the ends heard and not yet taken, with when each was heard.
+    heard: Mutex<HashMap<usize, Vec<(ProcessExit, Instant)>>>,
     next_id: AtomicUsize,
 }
 
@@ -83,8 +105,8 @@ impl ExitWatcher {
                         if let Some(to) = to {
                             let exit =
                                 ProcessExit::from_wait_status(pid, crate::time::now_ms(), status);
-                            if let Ok(mut ended) = s.ended.lock() {
-                                ended.entry(to).or_default().push(exit);
+                            if let Ok(mut heard) = s.heard.lock() {
+                                heard.entry(to).or_default().push((exit, Instant::now()));
                             }
                         }
                     }
@@ -120,15 +142,25 @@ impl ExitWatcher {
         }
     }
 
-    /// The watched processes that ended since the last call, oldest first.
+    /// The watched processes that ended since the last call, oldest first. An end heard less
+    /// than [`SETTLE`] ago is waited for (rare, and at most that long), so none is left behind
+    /// by the collector's last call; one whose process runs on was an exec, not an end.
     pub fn take(&self) -> Vec<ProcessExit> {
-        self.hub
+        let mine = self
+            .hub
             .shared
-            .ended
+            .heard
             .lock()
             .ok()
-            .and_then(|mut e| e.remove(&self.id))
-            .unwrap_or_default()
+            .and_then(|mut h| h.remove(&self.id))
+            .unwrap_or_default();
+        if let Some((_, newest)) = mine.last() {
+            std::thread::sleep(SETTLE.saturating_sub(newest.elapsed()));
+        }
+        mine.into_iter()
+            .map(|(exit, _)| exit)
+            .filter(|exit| !still_running(exit.pid))
+            .collect()
     }
 
     /// This subscriber is done: its pids are no longer watched. The thread ends with the last
@@ -137,8 +169,8 @@ impl ExitWatcher {
         if let Ok(mut w) = self.hub.shared.watched.lock() {
             w.retain(|_, to| *to != self.id);
         }
-        if let Ok(mut e) = self.hub.shared.ended.lock() {
-            e.remove(&self.id);
+        if let Ok(mut h) = self.hub.shared.heard.lock() {
+            h.remove(&self.id);
         }
     }
 }
