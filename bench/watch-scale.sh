@@ -10,6 +10,7 @@
 # Needs root (v1 memory cgroups), cargo, go.
 # Settings: COUNTS="10 50" WARMUP=15 SECONDS_MEASURED=60 BENCH_DIR=$TMPDIR
 # WATCH_ARGS="--memory-interval 1s" adds flags to watch's command.
+# THREADS=1 also prints, on stderr, watch's CPU by thread name over its whole life.
 # OLD=/path/to/heapwatch measures that binary too, on the same node in the same run, just
 # before this tree's (e.g. an earlier commit's release build: see docs/benchmarks.md).
 set -euo pipefail
@@ -107,6 +108,13 @@ measure() {
     printf '| %s | %s | %s | %s %% | %s MiB | %s MiB | %s | %s | %s |\n' \
         "$label" "$count" "$nodes" "$cpu" "$((rss / 1024))" "$((hwm / 1024))" "$threads" \
         "$((stored_after - stored_before))" "$(cut -d' ' -f1 /proc/loadavg)"
+    if [ -n "${THREADS:-}" ]; then
+        for t in /proc/"$WATCH"/task/*; do
+            printf '%s %s\n' "$(cat "$t/comm")" "$(awk '{print $14 + $15}' "$t/stat")"
+        done | awk -v label="$label" -v n="$count" -v hz="$HZ" \
+            '{cpu[$1] += $2; threads[$1]++} END {for (k in cpu) printf "%s %s: %s: %d thread(s), %.2f s\n", label, n, k, threads[k], cpu[k] / hz}' \
+            | sort -t: -k3 -rn >&2
+    fi
     kill -TERM "$WATCH" 2>/dev/null || true
     wait "$WATCH" 2>/dev/null || true
     WATCH=
