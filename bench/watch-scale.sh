@@ -10,6 +10,9 @@
 # Needs root (v1 memory cgroups), cargo, go.
 # Settings: COUNTS="10 50" WARMUP=15 SECONDS_MEASURED=60 BENCH_DIR=$TMPDIR
 # WATCH_ARGS="--memory-interval 1s" adds flags to watch's command.
+# THREADS=1 also prints, on stderr, watch's CPU by thread name over its whole life.
+# OLD=/path/to/heapwatch measures that binary too, on the same node in the same run, just
+# before this tree's (e.g. an earlier commit's release build: see docs/benchmarks.md).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -83,12 +86,13 @@ status() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 
 HZ=$(getconf CLK_TCK)
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-printf '%s\n' "| Go processes | containers recorded | CPU (share of one core) | RSS at end | peak RSS | threads | captures stored in ${SECONDS_MEASURED} s | load |"
-printf '%s\n' "|---|---|---|---|---|---|---|---|"
-for count in $COUNTS; do
-    layout "$count"
-    out=$WORK/run-$count
-    "$HW" watch --out "$out" --cgroup-root "$CG_ROOT" --pods-dir "$PODS" --baseline 10s -q ${WATCH_ARGS:-} &
+printf '%s\n' "| binary | Go processes | containers recorded | CPU (share of one core) | RSS at end | peak RSS | threads | captures stored in ${SECONDS_MEASURED} s | load |"
+printf '%s\n' "|---|---|---|---|---|---|---|---|---|"
+# measure LABEL BINARY COUNT: one watch over the node laid out, its row of the table
+measure() {
+    local label=$1 bin=$2 count=$3 out t0 t1 stored_before stored_after rss hwm threads nodes cpu
+    out=$WORK/run-$count-$label
+    "$bin" watch --out "$out" --cgroup-root "$CG_ROOT" --pods-dir "$PODS" --baseline 10s -q ${WATCH_ARGS:-} &
     WATCH=$!
     sleep "$WARMUP"
     stored_before=$(cat "$out"/targets/*/manifest.jsonl 2>/dev/null | grep -c '"file"' || true)
@@ -101,8 +105,23 @@ for count in $COUNTS; do
     threads=$(status "$WATCH" Threads)
     nodes=$(find "$out/targets" -mindepth 1 -maxdepth 1 -type d | wc -l)
     cpu=$(echo "scale=2; ($t1 - $t0) * 100 / ($HZ * $SECONDS_MEASURED)" | bc)
-    printf '| %s | %s | %s %% | %s MiB | %s MiB | %s | %s | %s |\n' \
-        "$count" "$nodes" "$cpu" "$((rss / 1024))" "$((hwm / 1024))" "$threads" \
+    printf '| %s | %s | %s | %s %% | %s MiB | %s MiB | %s | %s | %s |\n' \
+        "$label" "$count" "$nodes" "$cpu" "$((rss / 1024))" "$((hwm / 1024))" "$threads" \
         "$((stored_after - stored_before))" "$(cut -d' ' -f1 /proc/loadavg)"
+    if [ -n "${THREADS:-}" ]; then
+        for t in /proc/"$WATCH"/task/*; do
+            printf '%s %s\n' "$(cat "$t/comm")" "$(awk '{print $14 + $15}' "$t/stat")"
+        done | awk -v label="$label" -v n="$count" -v hz="$HZ" \
+            '{cpu[$1] += $2; threads[$1]++} END {for (k in cpu) printf "%s %s: %s: %d thread(s), %.2f s\n", label, n, k, threads[k], cpu[k] / hz}' \
+            | sort -t: -k3 -rn >&2
+    fi
+    kill -TERM "$WATCH" 2>/dev/null || true
+    wait "$WATCH" 2>/dev/null || true
+    WATCH=
+}
+for count in $COUNTS; do
+    layout "$count"
+    if [ -n "${OLD:-}" ]; then measure old "$OLD" "$count"; fi
+    measure new "$HW" "$count"
     teardown
 done

@@ -1,6 +1,7 @@
 //! `heapwatch watch`: every Go container on this node recorded, each into `OUT/targets/NAME/`,
 //! slowly until it nears its limit, then at the burst interval until it dies.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use heapwatch::node;
 use heapwatch::units;
 
 use super::CliError;
+use super::collect_push::{self, CollectPushFlags, LivePush};
 
 #[derive(clap::Args)]
 pub struct WatchArgs {
@@ -38,6 +40,11 @@ pub struct WatchArgs {
     /// Time between memory samples of each container's cgroup.
     #[arg(long, default_value = "100ms", value_parser = units::parse_duration_flag)]
     memory_interval: Duration,
+    /// Time between memory samples of a container far from its limit (its anonymous memory
+    /// under half of --burst-at of it, or no limit known): one reading of its cgroup, and where
+    /// the memory goes every fifth; at --memory-interval again once it nears the limit or jumps.
+    #[arg(long, default_value = "1s", value_parser = units::parse_duration_flag)]
+    far_interval: Duration,
     /// Time between looks for processes that started or ended.
     #[arg(long, default_value = "500ms", value_parser = units::parse_duration_flag)]
     rescan: Duration,
@@ -56,6 +63,11 @@ pub struct WatchArgs {
     /// No lines about containers found and processes ended.
     #[arg(long, short = 'q')]
     quiet: bool,
+    /// `--push URL` sends every container's captures to Pyroscope as they are stored, each
+    /// with its pod's labels (namespace, pod, container; service_name namespace/container
+    /// unless --service says another).
+    #[command(flatten)]
+    push: CollectPushFlags,
 }
 
 fn usage(message: String) -> CliError {
@@ -67,6 +79,7 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
         ("--baseline", args.baseline),
         ("--burst-interval", args.burst_interval),
         ("--memory-interval", args.memory_interval),
+        ("--far-interval", args.far_interval),
         ("--rescan", args.rescan),
         ("--timeout", args.timeout),
     ] {
@@ -80,6 +93,9 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
             args.burst_at
         )));
     }
+    let push = args
+        .push
+        .prepare(heapwatch::decode::DecodeLimits::default())?;
     let config = CollectConfig {
         interval: args.baseline,
         burst_interval: args.burst_interval,
@@ -114,6 +130,10 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
         rescan: args.rescan,
         gone_after: Duration::from_secs(60),
         disk_budget: args.disk_budget.map(|b| (b, args.keep_before_kill)),
+        far: Some(heapwatch::collect::sampler::Far {
+            interval: args.far_interval.max(args.memory_interval),
+            detail_every: 5 * args.far_interval.max(args.memory_interval),
+        }),
     };
     let stop = Stop::new();
     let on_signal = stop.clone();
@@ -126,12 +146,38 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
             args.out.display()
         );
     }
-    let outcome = watch(options, stop, |line| {
-        if !quiet {
-            eprintln!("heapwatch: {line}");
+    // One live push per container directory: a container recorded again (a new cgroup for its
+    // name) has its earlier push drained first, so no capture is sent twice.
+    let mut pushes: BTreeMap<PathBuf, LivePush> = BTreeMap::new();
+    let attach = |node: heapwatch::collect::cluster::Node| {
+        let Some(push) = &push else {
+            return Ok(node);
+        };
+        let dir = node.dir.clone();
+        if let Some(line) = pushes.remove(&dir).and_then(|old| old.finish(quiet)) {
+            eprintln!("{line}");
         }
-    })
-    .map_err(|e| match e {
+        node.wrap_writer(|writer| {
+            let (writer, live) = collect_push::attach(push.clone(), &dir, writer)?;
+            pushes.insert(dir.clone(), live);
+            Ok::<_, CliError>(writer)
+        })
+        .map_err(|e| e.to_string())
+    };
+    let watched = watch(
+        options,
+        stop,
+        |line| {
+            if !quiet {
+                eprintln!("heapwatch: {line}");
+            }
+        },
+        attach,
+    );
+    for line in collect_push::finish_all(pushes.into_values().collect(), quiet) {
+        eprintln!("{line}");
+    }
+    let outcome = watched.map_err(|e| match e {
         WatchError::Node(_) | WatchError::Out { .. } => usage(e.to_string()),
         _ => CliError::Watch(e),
     })?;

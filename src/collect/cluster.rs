@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use super::exits::ExitWatcher;
 use super::marks::{self, EventLog, Mark, MarkError, TailTally, Tailer};
+use super::sampler::{Far, NodeSampler};
 use super::sampler::{Sampler, SamplerTally};
 use super::targets::{self, OpenedTarget, TargetError, TargetOptions};
 use super::{
@@ -119,6 +120,11 @@ pub struct Node {
     nudge: Option<Nudge>,
     /// Captures to delete, chosen by a budget outside the node.
     deletions: Option<tokio::sync::mpsc::UnboundedReceiver<u64>>,
+    /// A memory sampler shared with other nodes (and its slower pace far from the limit), in
+    /// place of a thread of the node's own.
+    sampler: Option<(NodeSampler, Option<Far>)>,
+    /// A subscriber of an exit watcher shared with other nodes, in place of one of its own.
+    exits: Option<ExitWatcher>,
 }
 
 impl Node {
@@ -148,6 +154,20 @@ impl Node {
     /// The node's collector deletes (and records as deleted) the captures named here by seq.
     pub fn with_deletions(mut self, deletions: tokio::sync::mpsc::UnboundedReceiver<u64>) -> Node {
         self.deletions = Some(deletions);
+        self
+    }
+
+    /// The node's memory is sampled by `sampler`'s thread, with `far`'s slower pace while it
+    /// is far from its limit.
+    pub fn with_node_sampler(mut self, sampler: NodeSampler, far: Option<Far>) -> Node {
+        self.sampler = Some((sampler, far));
+        self
+    }
+
+    /// The node's process ends come from `exits` (a subscriber of a watcher shared with other
+    /// nodes).
+    pub fn with_exit_watcher(mut self, exits: ExitWatcher) -> Node {
+        self.exits = Some(exits);
         self
     }
 
@@ -313,6 +333,8 @@ pub fn open_node(
         config,
         nudge: None,
         deletions: None,
+        sampler: None,
+        exits: None,
     })
 }
 
@@ -523,6 +545,8 @@ pub async fn collect_node(
         config,
         nudge,
         deletions,
+        sampler: shared_sampler,
+        exits: shared_exits,
     } = node;
     // A reply that does not name its process (HTTP, Envoy) is filed under the process the
     // probe sees, so a new pid opens a new boot cycle.
@@ -543,16 +567,17 @@ pub async fn collect_node(
     let outside = Arc::new(outside);
     // How watched processes end (exit code or signal), where the kernel tells (root). One
     // watcher per node: each takes only the ends of the processes it watches.
-    let exits = ExitWatcher::start().ok().map(Arc::new);
+    let exits = shared_exits
+        .or_else(|| ExitWatcher::start().ok())
+        .map(Arc::new);
     let sampler = match probe {
         Some(p) => match writer.memory_log() {
-            Ok(log) => Some(Sampler::start(
-                p,
-                memory_interval,
-                log,
-                outside.clone(),
-                exits.clone(),
-            )),
+            Ok(log) => Some(match shared_sampler {
+                Some((node, far)) => {
+                    node.add(p, memory_interval, far, log, outside.clone(), exits.clone())
+                }
+                None => Sampler::start(p, memory_interval, log, outside.clone(), exits.clone()),
+            }),
             Err(e) => {
                 return NodeOutcome {
                     name,

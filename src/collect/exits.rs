@@ -4,10 +4,11 @@
 //! the connector cannot be opened (not root, a kernel without it), there is no watcher and the
 //! run says less.
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// One watched process's end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,16 +35,58 @@ impl ProcessExit {
     }
 }
 
-#[derive(Default)]
-struct Shared {
-    watched: Mutex<HashSet<u32>>,
-    ended: Mutex<Vec<ProcessExit>>,
+/// How long after an exit event its process is looked at again: time for an exec's new
+/// program to take the pid over (see [`still_running`]).
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// Whether `pid` runs on, not a zombie: a multithreaded process that calls `execve` from a
+/// thread other than its first has that first thread end, and the kernel reports the end
+/// under the process's pid, although the process lives on as the new program (as a Go
+/// program's `syscall.Exec` usually does). A process that really ended is a zombie, or gone.
+fn still_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    match stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+    {
+        Some(state) => !matches!(state, "Z" | "X" | "x"),
+        None => false,
+    }
 }
 
-pub struct ExitWatcher {
+#[derive(Default)]
+struct Shared {
+    /// Each watched pid, with the subscriber it is reported to.
+    watched: Mutex<HashMap<u32, usize>>,
+    /// Per subscriber, the ends heard and not yet taken, with when each was heard.
+    heard: Mutex<HashMap<usize, Vec<(ProcessExit, Instant)>>>,
+    next_id: AtomicUsize,
+}
+
+/// The connector's socket and its reading thread, shared by every [`ExitWatcher`] made from
+/// one [`ExitWatcher::start`] (every container of a node: one socket, one thread, rather than
+/// each hearing every exit on the machine). Stopped when the last of them is dropped.
+struct Hub {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.lock().ok().and_then(|mut h| h.take()) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One subscriber's view of the node's process ends: only those of the pids it watches.
+pub struct ExitWatcher {
+    hub: Arc<Hub>,
+    id: usize,
 }
 
 impl ExitWatcher {
@@ -58,48 +101,76 @@ impl ExitWatcher {
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     for (pid, status) in socket.exits() {
-                        let watched = s.watched.lock().is_ok_and(|w| w.contains(&pid));
-                        if watched {
+                        let to = s.watched.lock().ok().and_then(|w| w.get(&pid).copied());
+                        if let Some(to) = to {
                             let exit =
                                 ProcessExit::from_wait_status(pid, crate::time::now_ms(), status);
-                            if let Ok(mut ended) = s.ended.lock() {
-                                ended.push(exit);
+                            if let Ok(mut heard) = s.heard.lock() {
+                                heard.entry(to).or_default().push((exit, Instant::now()));
                             }
                         }
                     }
                 }
             })
             .map_err(|e| format!("cannot start the exit watcher thread: {e}"))?;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         Ok(ExitWatcher {
-            shared,
-            stop,
-            handle: Mutex::new(Some(handle)),
+            hub: Arc::new(Hub {
+                shared,
+                stop,
+                handle: Mutex::new(Some(handle)),
+            }),
+            id,
         })
     }
 
-    /// From now on, this process's end is reported.
+    /// Another subscriber on the same socket and thread, told only of its own pids' ends.
+    pub fn subscriber(&self) -> ExitWatcher {
+        ExitWatcher {
+            hub: self.hub.clone(),
+            id: self.hub.shared.next_id.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// From now on, this process's end is reported (to this subscriber only).
     pub fn watch(&self, pid: u32) {
         if pid == 0 {
             return;
         }
-        if let Ok(mut w) = self.shared.watched.lock() {
-            w.insert(pid);
+        if let Ok(mut w) = self.hub.shared.watched.lock() {
+            w.insert(pid, self.id);
         }
     }
 
-    /// The watched processes that ended since the last call, oldest first.
+    /// The watched processes that ended since the last call, oldest first. An end heard less
+    /// than [`SETTLE`] ago is waited for (rare, and at most that long), so none is left behind
+    /// by the collector's last call; one whose process runs on was an exec, not an end.
     pub fn take(&self) -> Vec<ProcessExit> {
-        self.shared
-            .ended
+        let mine = self
+            .hub
+            .shared
+            .heard
             .lock()
-            .map(|mut e| std::mem::take(&mut *e))
-            .unwrap_or_default()
+            .ok()
+            .and_then(|mut h| h.remove(&self.id))
+            .unwrap_or_default();
+        if let Some((_, newest)) = mine.last() {
+            std::thread::sleep(SETTLE.saturating_sub(newest.elapsed()));
+        }
+        mine.into_iter()
+            .map(|(exit, _)| exit)
+            .filter(|exit| !still_running(exit.pid))
+            .collect()
     }
 
+    /// This subscriber is done: its pids are no longer watched. The thread ends with the last
+    /// subscriber.
     pub fn finish(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.lock().ok().and_then(|mut h| h.take()) {
-            let _ = h.join();
+        if let Ok(mut w) = self.hub.shared.watched.lock() {
+            w.retain(|_, to| *to != self.id);
+        }
+        if let Ok(mut h) = self.hub.shared.heard.lock() {
+            h.remove(&self.id);
         }
     }
 }
@@ -316,5 +387,53 @@ mod tests {
         assert_eq!(seen.len(), 1, "{seen:?}");
         assert_eq!((seen[0].pid, seen[0].exit_code), (child.id(), Some(7)));
         watcher.finish();
+    }
+
+    #[test]
+    fn subscribers_of_one_watcher_each_take_only_their_own_processes_ends() {
+        let first = match ExitWatcher::start() {
+            Ok(w) => w,
+            Err(e) => {
+                use crate::prerequisite::{Need, skip};
+                skip(Need::Root, &format!("no process events here ({e})"));
+                return;
+            }
+        };
+        let second = first.subscriber();
+        let spawn = |code: u32| {
+            std::process::Command::new("sh")
+                .args(["-c", &format!("sleep 0.3; exit {code}")])
+                .spawn()
+                .unwrap()
+        };
+        let (mut a, mut b) = (spawn(3), spawn(4));
+        first.watch(a.id());
+        second.watch(b.id());
+        a.wait().unwrap();
+        b.wait().unwrap();
+        let started = std::time::Instant::now();
+        let (mut one, mut two) = (Vec::new(), Vec::new());
+        while (one.is_empty() || two.is_empty())
+            && started.elapsed() < std::time::Duration::from_secs(3)
+        {
+            one.extend(first.take());
+            two.extend(second.take());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let seen = |v: &[ProcessExit]| v.iter().map(|e| (e.pid, e.exit_code)).collect::<Vec<_>>();
+        assert_eq!(seen(&one), [(a.id(), Some(3))]);
+        assert_eq!(seen(&two), [(b.id(), Some(4))]);
+        // The first one gone, the second still hears its own.
+        drop(first);
+        let mut c = spawn(5);
+        second.watch(c.id());
+        c.wait().unwrap();
+        let started = std::time::Instant::now();
+        let mut three = Vec::new();
+        while three.is_empty() && started.elapsed() < std::time::Duration::from_secs(3) {
+            three.extend(second.take());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(seen(&three), [(c.id(), Some(5))]);
     }
 }

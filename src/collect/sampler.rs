@@ -3,8 +3,9 @@
 //! Usage is read every tick; where it goes (`memory.stat`, `smaps_rollup`) every
 //! [`DETAIL_EVERY`], as it costs several times more (docs/benchmarks.md).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -16,9 +17,19 @@ use crate::store::MemoryLog;
 /// How often a sample also says where the memory goes.
 pub const DETAIL_EVERY: Duration = Duration::from_millis(500);
 
-pub struct Sampler {
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<SamplerTally>>,
+/// A memory sampler: a thread of its own (`collect`, `run`), or one probe of a
+/// [`NodeSampler`] that samples every container of a node from one thread (`watch`).
+pub struct Sampler(Kind);
+
+enum Kind {
+    Own {
+        stop: Arc<AtomicBool>,
+        handle: Option<JoinHandle<SamplerTally>>,
+    },
+    Shared {
+        node: Arc<NodeShared>,
+        id: u64,
+    },
 }
 
 /// What the sampler saw over the run.
@@ -30,105 +41,305 @@ pub struct SamplerTally {
     pub error: Option<String>,
 }
 
+/// One probe's sampling state, from sample to sample.
+struct Probing {
+    probe: MemoryProbe,
+    interval: Duration,
+    /// With a slower pace far from the limit: that pace, and its detail interval.
+    far: Option<Far>,
+    log: MemoryLog,
+    outside: Arc<OutsideMemory>,
+    exits: Option<Arc<ExitWatcher>>,
+    tally: SamplerTally,
+    kills: Option<u64>,
+    last_sync: Instant,
+    last_detail: Option<Instant>,
+    split: Split,
+    last_killable: u64,
+    /// When the next sample is due.
+    due: Instant,
+    /// The log failed: no more samples.
+    failed: bool,
+}
+
+/// The slower pace of a container far from its limit.
+#[derive(Debug, Clone, Copy)]
+pub struct Far {
+    /// Time between samples while the memory that can get it killed is under half its burst
+    /// share of the limit (or no limit is known, so no burst is due).
+    pub interval: Duration,
+    /// Time between detailed samples then.
+    pub detail_every: Duration,
+}
+
+impl Probing {
+    fn new(
+        probe: MemoryProbe,
+        interval: Duration,
+        far: Option<Far>,
+        log: MemoryLog,
+        outside: Arc<OutsideMemory>,
+        exits: Option<Arc<ExitWatcher>>,
+    ) -> Probing {
+        Probing {
+            probe,
+            interval,
+            far,
+            log,
+            outside,
+            exits,
+            tally: SamplerTally::default(),
+            kills: None,
+            last_sync: Instant::now(),
+            last_detail: None,
+            split: Split::default(),
+            last_killable: 0,
+            due: Instant::now(),
+            failed: false,
+        }
+    }
+
+    /// One sample, its figures handed to the collector and written to the log; sets when the
+    /// next is due.
+    fn tick(&mut self) {
+        let outside = &self.outside;
+        if !self.probe.ready() {
+            self.due = Instant::now() + self.interval;
+            return;
+        }
+        let last_killable = self.last_killable;
+        let permille = outside.nudge_permille.load(Ordering::Relaxed);
+        let far = self.far.filter(|_| {
+            far_from_limit(
+                last_killable,
+                outside.limit.load(Ordering::Relaxed),
+                permille,
+            )
+        });
+        let detail_every = far.map_or(DETAIL_EVERY, |f| f.detail_every);
+        let mut detailed = self.last_detail.is_none_or(|t| t.elapsed() >= detail_every);
+        let mut sample = self
+            .probe
+            .sample(crate::time::now_ms(), self.kills, detailed);
+        // Memory moving fast (a file written into the page cache, or a heap growing): look
+        // where it went now rather than guess for up to 500 ms.
+        if !detailed && self.split.jumped(&sample) {
+            detailed = true;
+            sample = self.probe.sample(crate::time::now_ms(), self.kills, true);
+        }
+        if detailed {
+            self.last_detail = Some(Instant::now());
+        }
+        self.kills = sample.oom_kills.or(self.kills);
+        if let (Some(exits), Some(pid)) = (&self.exits, sample.pid) {
+            exits.watch(pid);
+        }
+        if sample.killed {
+            self.tally.kills += 1;
+        }
+        let bytes = sample.bytes().unwrap_or(0);
+        self.tally.peak = self.tally.peak.max(bytes);
+        outside.bytes.store(bytes, Ordering::Relaxed);
+        outside
+            .from_cgroup
+            .store(sample.usage.is_some(), Ordering::Relaxed);
+        let killable = self.split.killable(&sample).unwrap_or(0);
+        outside.killable.store(killable, Ordering::Relaxed);
+        let mut nudged = false;
+        if let Some(limit) = sample.limit.filter(|&l| l > 0) {
+            if nudge_due(last_killable, killable, limit, permille) {
+                outside.nudge.nudge();
+                nudged = true;
+            }
+        }
+        self.last_killable = killable;
+        outside.pid.store(
+            sample.pid.filter(|_| sample.alive).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+        if let Some(limit) = sample.limit {
+            outside.limit.store(limit, Ordering::Relaxed);
+        }
+        // A kill or a quarter second since the last fsync: make it durable.
+        let sync = sample.killed || self.last_sync.elapsed() >= Duration::from_millis(250);
+        if let Err(e) = self.log.append(&sample, sync) {
+            self.tally.error = Some(e.to_string());
+            self.failed = true;
+            return;
+        }
+        if sync {
+            self.last_sync = Instant::now();
+        }
+        self.tally.samples += 1;
+        // The pace for the next: slow only while still far, and not right after a jump.
+        let limit = sample.limit.unwrap_or(0);
+        let still_far = self
+            .far
+            .filter(|_| !nudged && !sample.killed && far_from_limit(killable, limit, permille));
+        self.due = Instant::now() + still_far.map_or(self.interval, |f| f.interval);
+    }
+
+    /// A last detailed sample, and what was seen.
+    fn close(mut self) -> SamplerTally {
+        if !self.failed && self.probe.ready() {
+            let _ = self.log.append(
+                &self.probe.sample(crate::time::now_ms(), self.kills, true),
+                true,
+            );
+        }
+        self.tally
+    }
+}
+
 impl Sampler {
+    /// A sampler on a thread of its own, sampling every `interval`.
     pub fn start(
         probe: MemoryProbe,
         interval: Duration,
-        mut log: MemoryLog,
+        log: MemoryLog,
         outside: Arc<OutsideMemory>,
         exits: Option<Arc<ExitWatcher>>,
     ) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_thread = stop.clone();
+        let mut probing = Probing::new(probe, interval, None, log, outside, exits);
         let handle = std::thread::Builder::new()
             .name("heapwatch-memory".into())
             .spawn(move || {
-                let mut tally = SamplerTally::default();
-                let mut kills = None;
-                let mut last_sync = Instant::now();
-                let mut last_detail: Option<Instant> = None;
-                let mut split = Split::default();
-                let mut last_killable = 0u64;
-                while !stop_thread.load(Ordering::Relaxed) {
-                    if !probe.ready() {
-                        std::thread::sleep(interval);
-                        continue;
-                    }
-                    let mut detailed = last_detail.is_none_or(|t| t.elapsed() >= DETAIL_EVERY);
-                    let mut sample = probe.sample(crate::time::now_ms(), kills, detailed);
-                    // Memory moving fast (a file written into the page cache, or a heap
-                    // growing): look where it went now rather than guess for up to 500 ms.
-                    if !detailed && split.jumped(&sample) {
-                        detailed = true;
-                        sample = probe.sample(crate::time::now_ms(), kills, true);
-                    }
-                    if detailed {
-                        last_detail = Some(Instant::now());
-                    }
-                    kills = sample.oom_kills.or(kills);
-                    if let (Some(exits), Some(pid)) = (&exits, sample.pid) {
-                        exits.watch(pid);
-                    }
-                    if sample.killed {
-                        tally.kills += 1;
-                    }
-                    let bytes = sample.bytes().unwrap_or(0);
-                    tally.peak = tally.peak.max(bytes);
-                    outside.bytes.store(bytes, Ordering::Relaxed);
-                    outside
-                        .from_cgroup
-                        .store(sample.usage.is_some(), Ordering::Relaxed);
-                    let killable = split.killable(&sample).unwrap_or(0);
-                    outside.killable.store(killable, Ordering::Relaxed);
-                    if let Some(limit) = sample.limit.filter(|&l| l > 0) {
-                        if nudge_due(
-                            last_killable,
-                            killable,
-                            limit,
-                            outside.nudge_permille.load(Ordering::Relaxed),
-                        ) {
-                            outside.nudge.nudge();
-                        }
-                    }
-                    last_killable = killable;
-                    outside.pid.store(
-                        sample.pid.filter(|_| sample.alive).unwrap_or(0),
-                        Ordering::Relaxed,
-                    );
-                    if let Some(limit) = sample.limit {
-                        outside.limit.store(limit, Ordering::Relaxed);
-                    }
-                    // A kill or a quarter second since the last fsync: make it durable.
-                    let sync = sample.killed || last_sync.elapsed() >= Duration::from_millis(250);
-                    if let Err(e) = log.append(&sample, sync) {
-                        tally.error = Some(e.to_string());
-                        break;
-                    }
-                    if sync {
-                        last_sync = Instant::now();
-                    }
-                    tally.samples += 1;
-                    std::thread::sleep(interval);
+                while !stop_thread.load(Ordering::Relaxed) && !probing.failed {
+                    probing.tick();
+                    std::thread::sleep(probing.due.saturating_duration_since(Instant::now()));
                 }
-                if probe.ready() {
-                    let _ = log.append(&probe.sample(crate::time::now_ms(), kills, true), true);
-                }
-                tally
+                probing.close()
             })
             .expect("spawn the memory sampler thread");
-        Sampler {
+        Sampler(Kind::Own {
             stop,
             handle: Some(handle),
+        })
+    }
+
+    pub fn finish(self) -> SamplerTally {
+        match self.0 {
+            Kind::Own { stop, mut handle } => {
+                stop.store(true, Ordering::Relaxed);
+                handle
+                    .take()
+                    .and_then(|h| h.join().ok())
+                    .unwrap_or_default()
+            }
+            Kind::Shared { node, id } => {
+                let probing = node
+                    .probes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                node.changed.notify_all();
+                probing.map(Probing::close).unwrap_or_default()
+            }
+        }
+    }
+}
+
+/// One thread sampling the memory of every container of a node, each at its own pace: a
+/// wake-up per due sample rather than a thread per container.
+#[derive(Clone)]
+pub struct NodeSampler {
+    node: Arc<NodeShared>,
+    handle: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+struct NodeShared {
+    probes: Mutex<BTreeMap<u64, Probing>>,
+    /// Told when a probe is added or taken away, and at the stop.
+    changed: Condvar,
+    next_id: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl NodeSampler {
+    pub fn start() -> NodeSampler {
+        let node = Arc::new(NodeShared {
+            probes: Mutex::new(BTreeMap::new()),
+            changed: Condvar::new(),
+            next_id: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let shared = node.clone();
+        let handle = std::thread::Builder::new()
+            .name("heapwatch-memory".into())
+            .spawn(move || {
+                let mut probes = shared.probes.lock().unwrap_or_else(|p| p.into_inner());
+                while !shared.stop.load(Ordering::Relaxed) {
+                    let now = Instant::now();
+                    for probing in probes.values_mut() {
+                        if probing.due <= now && !probing.failed {
+                            probing.tick();
+                        }
+                    }
+                    let next = probes
+                        .values()
+                        .filter(|p| !p.failed)
+                        .map(|p| p.due)
+                        .min()
+                        .unwrap_or(now + Duration::from_secs(1));
+                    let wait = next.saturating_duration_since(Instant::now());
+                    probes = shared
+                        .changed
+                        .wait_timeout(probes, wait)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                }
+            })
+            .expect("spawn the memory sampler thread");
+        NodeSampler {
+            node,
+            handle: Arc::new(Mutex::new(Some(handle))),
         }
     }
 
-    pub fn finish(mut self) -> SamplerTally {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default()
+    /// Samples `probe` from now on, every `interval`, or every `far.interval` while it is far
+    /// from its limit.
+    pub fn add(
+        &self,
+        probe: MemoryProbe,
+        interval: Duration,
+        far: Option<Far>,
+        log: MemoryLog,
+        outside: Arc<OutsideMemory>,
+        exits: Option<Arc<ExitWatcher>>,
+    ) -> Sampler {
+        let id = self.node.next_id.fetch_add(1, Ordering::Relaxed);
+        let probing = Probing::new(probe, interval, far, log, outside, exits);
+        self.node
+            .probes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, probing);
+        self.node.changed.notify_all();
+        Sampler(Kind::Shared {
+            node: self.node.clone(),
+            id,
+        })
     }
+
+    /// Stops the thread (probes not finished are left unsampled).
+    pub fn stop(&self) {
+        self.node.stop.store(true, Ordering::Relaxed);
+        self.node.changed.notify_all();
+        if let Some(h) = self.handle.lock().ok().and_then(|mut h| h.take()) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Whether memory that can get the target killed (`killable`) is under half the burst share
+/// (`permille` thousandths) of `limit`, or no burst can come (no limit known, bursts off): a
+/// container that may be sampled at the slower pace.
+fn far_from_limit(killable: u64, limit: u64, permille: u32) -> bool {
+    limit == 0
+        || permille == 0
+        || u128::from(killable) * 2000 < u128::from(limit) * u128::from(permille)
 }
 
 /// Whether memory that can get the target killed went from `before` to `now` across the burst
@@ -202,6 +413,18 @@ mod tests {
         // Off, and nothing known before.
         assert!(!nudge_due(59 * mib, 61 * mib, 100 * mib, 0));
         assert!(!nudge_due(0, 61 * mib, 100 * mib, 600));
+    }
+
+    #[test]
+    fn a_container_is_far_from_its_limit_under_half_its_burst_share_or_with_no_limit() {
+        let mib = 1 << 20;
+        // Burst at 60% of 100 MiB: far below 30 MiB.
+        assert!(far_from_limit(29 * mib, 100 * mib, 600));
+        assert!(!far_from_limit(30 * mib, 100 * mib, 600));
+        assert!(!far_from_limit(90 * mib, 100 * mib, 600));
+        // No limit known, or no burst asked for: nothing to be near.
+        assert!(far_from_limit(90 * mib, 0, 600));
+        assert!(far_from_limit(90 * mib, 100 * mib, 0));
     }
 
     fn sample(usage: u64, anon: Option<u64>) -> MemorySample {

@@ -15,9 +15,12 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use super::budget::NodeBudget;
-use super::cluster::{self, NodeOutcome, StartError, StartOptions, TargetSpec};
+use super::cluster::{self, Node, NodeOutcome, StartError, StartOptions, TargetSpec};
+use super::exits::ExitWatcher;
+use super::sampler::{Far, NodeSampler};
 use super::targets::{self, TargetOptions};
 use super::{Clock as _, Nudge, Observer, Stop, SystemClock};
+use crate::model::run_options::PushSettings;
 use crate::node::{self, Discovery, GoProcess, NodeError};
 use crate::store::CaptureRecord;
 use crate::store::cluster::{TARGETS_DIR, read_cluster};
@@ -48,6 +51,9 @@ pub struct WatchOptions {
     /// One disk budget for every container's captures, and the window kept whole before each
     /// kill (and at the newest end of each node): see [`super::budget`].
     pub disk_budget: Option<(u64, Duration)>,
+    /// The slower memory sampling of a container far from its limit (under half its burst
+    /// share); `None` samples every container every `start.memory_interval`.
+    pub far: Option<Far>,
 }
 
 /// How one container's recording went: one entry per session (a container seen again after
@@ -76,6 +82,31 @@ struct Running {
 /// (Kubernetes names have no `_`), else the cgroup path and executable made safe.
 pub fn dir_name(name: &str) -> String {
     targets::safe_name(name.replace('/', "_").trim_matches('_'))
+}
+
+/// The push labels a container's run keeps (run.json `options.push`), as Grafana users filter
+/// Kubernetes profiles: `namespace`, `pod`, `container`, and `service_name` as
+/// `namespace/container` (the name Grafana Alloy gives a Kubernetes target that sets none). A
+/// push of the run, live (`watch --push`) or later (`heapwatch push`), sends them; `--service`
+/// and `--push-label` on its command line go over them. `None` for a container the kubelet's
+/// files do not name.
+pub fn pod_push_settings(name: &str, container: &node::Container) -> Option<PushSettings> {
+    container.kube.as_ref()?;
+    // A named container is `namespace/pod/container`; Kubernetes names hold no `/`.
+    let mut parts = name.splitn(3, '/');
+    let (namespace, pod, container) = (parts.next()?, parts.next()?, parts.next()?);
+    let labels = [
+        ("namespace", namespace),
+        ("pod", pod),
+        ("container", container),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    Some(PushSettings {
+        service: Some(format!("{namespace}/{container}")),
+        labels,
+    })
 }
 
 /// Tells the watcher's caller about process ends as they are written.
@@ -152,11 +183,15 @@ fn prepare_out(out: &Path) -> Result<(), WatchError> {
 }
 
 /// Watches the node until `stop` is set; `say` is told what happens (a container found, a
-/// process ended, a note from discovery), one line at a time.
+/// process ended, a note from discovery), one line at a time. `attach` is given each
+/// container's node once its run.json (with its pod labels) and the cluster's are written, and
+/// may wrap its writer (the live push); an error leaves the container unrecorded until a later
+/// rescan, said once.
 pub fn watch(
     options: WatchOptions,
     stop: Stop,
     mut say: impl FnMut(&str),
+    mut attach: impl FnMut(Node) -> Result<Node, String>,
 ) -> Result<WatchOutcome, WatchError> {
     let mut discovery = Discovery::new(&options.discovery)?;
     let hierarchy = discovery.hierarchy().clone();
@@ -170,6 +205,24 @@ pub fn watch(
         .enable_all()
         .build()
         .map_err(WatchError::Runtime)?;
+    // One memory sampler and one exit watcher for the whole node: a thread each, however many
+    // containers there are.
+    let sampler = NodeSampler::start();
+    // Stopped however watch returns.
+    struct Stopping(NodeSampler);
+    impl Drop for Stopping {
+        fn drop(&mut self) {
+            self.0.stop();
+        }
+    }
+    let _stopping = Stopping(sampler.clone());
+    let exits = match ExitWatcher::start() {
+        Ok(w) => Some(w),
+        Err(e) => {
+            say(&format!("note: exit statuses will not be known: {e}"));
+            None
+        }
+    };
     let ends = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
     let mut ending: Vec<(String, tokio::task::JoinHandle<NodeOutcome>)> = Vec::new();
@@ -200,10 +253,14 @@ pub fn watch(
                     r.last_seen = now;
                     continue;
                 }
-                // A new cgroup for the name (a kubelet restart), or a collector that ended.
+                // A new cgroup for the name (a kubelet restart), or a collector that ended:
+                // the old one is done writing before the directory is opened again (one
+                // writer per manifest, and its records all offered to its push).
                 if let Some(old) = running.remove(&name) {
                     old.stop.set();
-                    ending.push((name.clone(), old.handle));
+                    if let Some(outcome) = join(&runtime, old.handle) {
+                        outcomes.entry(name.clone()).or_default().push(outcome);
+                    }
                 }
             }
             // The lowest limit of the container and its ancestors (a pod's, the node's).
@@ -228,16 +285,38 @@ pub fn watch(
                     continue;
                 }
             };
+            // A session of the name still ending (gone, then back): done before this one.
+            while let Some(i) = ending.iter().position(|(n, _)| *n == name) {
+                let (_, handle) = ending.swap_remove(i);
+                if let Some(outcome) = join(&runtime, handle) {
+                    outcomes.entry(name.clone()).or_default().push(outcome);
+                }
+            }
             let dir = start.out.join(TARGETS_DIR).join(dir_name(&name));
             let nudge = Nudge::new();
-            let mut node =
-                cluster::open_node(spec, opened, dir, start, started_ms)?.with_nudge(nudge.clone());
+            let mut own = start.clone();
+            own.run_options.push = pod_push_settings(&name, &container);
+            let mut node = cluster::open_node(spec, opened, dir, &own, started_ms)?
+                .with_nudge(nudge.clone())
+                .with_node_sampler(sampler.clone(), options.far);
+            if let Some(exits) = &exits {
+                node = node.with_exit_watcher(exits.subscriber());
+            }
+            cluster::write_cluster_info(start, &[node.entry()], None)?;
+            let mut node = match attach(node) {
+                Ok(node) => node,
+                Err(e) => {
+                    if refused.insert((name.clone(), cgroup.clone())) {
+                        say(&format!("{name}: not recorded: {e}"));
+                    }
+                    continue;
+                }
+            };
             if let Some(budget) = &mut budget {
                 let (send, deletions) = tokio::sync::mpsc::unbounded_channel();
                 budget.add(&name, &node.dir, send);
                 node = node.with_deletions(deletions);
             }
-            cluster::write_cluster_info(start, &[node.entry()], None)?;
             say(&format!(
                 "{name}: recording pid {} ({})",
                 pids.iter()

@@ -15,6 +15,9 @@ use serde_json::Value;
 use crate::kubenode::{KubeNode, Layout, Life, Qos, Supervised};
 use crate::util::{self, Reaped};
 
+mod bad_input;
+mod push;
+
 const MIB: u64 = 1 << 20;
 const STARTUP: Duration = Duration::from_secs(30);
 const OOM_SITE: &str = "main.(*routerDataModel).buildEventList";
@@ -229,7 +232,11 @@ fn watch_records_every_go_container_of_a_node_and_each_oom_killed_life_to_its_en
         .iter()
         .filter(|r| r["kind"] == "exit")
         .collect();
-    assert_eq!(exits.len(), LIVES, "one exit record per kill: {exits:#?}");
+    assert_eq!(
+        exits.len(),
+        LIVES,
+        "one exit record per kill: {exits:#?}\n{said}"
+    );
     assert!(exits.iter().all(|e| e["signal"] == 9), "{exits:#?}");
     let killed = fs::read_to_string(grower_dir.join("memory.jsonl"))
         .expect("memory.jsonl")
