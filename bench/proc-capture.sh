@@ -8,6 +8,9 @@
 #   target-cpu    the target's CPU over CPU_WINDOW s alone, then with collect proc:PID at 1ms
 # for docs/benchmarks.md. Needs cargo, go and GNU time (/usr/bin/time).
 # Settings: STACKS=100000 CHURN=8MiB N=200 DURATION=10 CPU_WINDOW=10 BENCH_DIR=$TMPDIR
+# BASE=DIR (optional): a directory holding another build's heapwatch and proc_capture (e.g. main's
+# release build copied there); source-alone and collect-1ms then run for it too, on the same
+# target in the same run, labelled "base", before this tree's ("this").
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,13 +48,24 @@ grep -q '^listening on' "$WORK/target.out" || { echo "the target did not start" 
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-echo "== source-alone ($N captures; target $STACKS stacks, churn $CHURN/s)"
-"$PROBE" "$TARGET_PID" "$N"
+BUILDS="this=$ROOT/target/release"
+if [ -n "${BASE:-}" ]; then
+    [ -x "$BASE/heapwatch" ] && [ -x "$BASE/proc_capture" ] \
+        || { echo "BASE=$BASE needs heapwatch and proc_capture in it" >&2; exit 2; }
+    BUILDS="base=$BASE this=$ROOT/target/release"
+fi
+for build in $BUILDS; do
+    name=${build%%=*} dir=${build#*=}
+    probe="$dir/proc_capture"; [ -x "$probe" ] || probe="$dir/examples/proc_capture"
+    echo "== source-alone [$name] ($N captures; target $STACKS stacks, churn $CHURN/s)"
+    "$probe" "$TARGET_PID" "$N"
 
-echo "== collect-1ms (${DURATION}s)"
-/usr/bin/time -f '{"collector_cpu_s":%U+%S,"collector_peak_rss_kib":%M}' \
-    "$HW" collect "proc:$TARGET_PID" --out "$WORK/run" --interval 1ms --duration "${DURATION}s" \
-    --memstats-interval 0 2>&1 | tail -2
+    echo "== collect-1ms [$name] (${DURATION}s)"
+    rm -rf "$WORK/run"
+    /usr/bin/time -f '{"collector_cpu_s":%U+%S,"collector_peak_rss_kib":%M}' \
+        "$dir/heapwatch" collect "proc:$TARGET_PID" --out "$WORK/run" --interval 1ms \
+        --duration "${DURATION}s" --memstats-interval 0 2>&1 | tail -2
+done
 
 echo "== target-cpu (${CPU_WINDOW}s windows)"
 before=$(cpu_ticks "$TARGET_PID"); sleep "$CPU_WINDOW"; alone=$(( $(cpu_ticks "$TARGET_PID") - before ))
