@@ -16,6 +16,18 @@ fn input<'a>(heap: &'a [(f64, f64)], grid: &'a SeriesGrid) -> ReadingInput<'a> {
     }
 }
 
+/// Whether `heap` reads as a rise still going, with `memory` beside it.
+fn ongoing_with(heap: &[(f64, f64)], memory: &[(f64, f64)], at_limit: bool) -> bool {
+    let grid = SeriesGrid::default();
+    read(&ReadingInput {
+        memory,
+        at_limit,
+        ..input(heap, &grid)
+    })
+    .unwrap()
+    .ongoing
+}
+
 fn series(f: impl Fn(f64) -> f64, until: f64) -> Vec<(f64, f64)> {
     (0..)
         .map(|i| i as f64 * 0.5)
@@ -125,21 +137,10 @@ fn a_plateau_published_seldom_is_held_when_the_memory_held() {
 
     // Memory still climbing: the heap's few flat figures do not make it a plateau.
     let climbing = memory(FILL, |t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
-    let r = read(&ReadingInput {
-        memory: &climbing,
-        ..input(&heap, &grid)
-    })
-    .unwrap();
-    assert!(r.ongoing, "{r:?}");
+    assert!(ongoing_with(&heap, &climbing, false));
 
     // Flat because it reached its limit: no plateau.
-    let r = read(&ReadingInput {
-        memory: &flat,
-        at_limit: true,
-        ..input(&heap, &grid)
-    })
-    .unwrap();
-    assert!(r.ongoing, "{r:?}");
+    assert!(ongoing_with(&heap, &flat, true));
 }
 
 /// The bounded cache of a CI run: its published heap wobbled 53–63 MiB after the fill
@@ -163,19 +164,9 @@ fn a_plateau_whose_few_figures_wobble_upward_is_held_when_the_memory_held() {
     let r = read(&input(&heap, &grid)).unwrap();
     assert!(r.ongoing, "without the memory, a rise: {r:?}");
     let flat = memory(FILL, |t| 101.0 * MIB + 0.1 * MIB * (t - 7.0));
-    let r = read(&ReadingInput {
-        memory: &flat,
-        ..input(&heap, &grid)
-    })
-    .unwrap();
-    assert!(!r.ongoing, "{r:?}");
+    assert!(!ongoing_with(&heap, &flat, false));
     let climbing = memory(FILL, |t| 101.0 * MIB + 8.0 * MIB * (t - 7.0));
-    let r = read(&ReadingInput {
-        memory: &climbing,
-        ..input(&heap, &grid)
-    })
-    .unwrap();
-    assert!(r.ongoing, "{r:?}");
+    assert!(ongoing_with(&heap, &climbing, false));
 }
 
 #[test]
@@ -384,23 +375,12 @@ fn a_late_climb_the_memory_never_saw_ends_no_plateau() {
     assert!(r.end_s < 3.0 && r.held_s.unwrap() > 10.0, "{r:?}");
     assert_eq!(r.forecast, None);
     // At its limit the memory cannot move: that says nothing.
-    let r = read(&ReadingInput {
-        memory: &flat,
-        at_limit: true,
-        ..input(&heap, &grid)
-    })
-    .unwrap();
-    assert!(r.ongoing, "{r:?}");
+    assert!(ongoing_with(&heap, &flat, true));
     // The memory still climbing at the end: the climb is growth.
     let climbing = memory(GOMEMLIMIT_FILL, |t| {
         87.2 * MIB + 6.0 * MIB * (t - 2.7) + spikes(t)
     });
-    let r = read(&ReadingInput {
-        memory: &climbing,
-        ..input(&heap, &grid)
-    })
-    .unwrap();
-    assert!(r.ongoing, "{r:?}");
+    assert!(ongoing_with(&heap, &climbing, false));
 }
 
 #[test]
@@ -415,16 +395,10 @@ fn a_leak_eating_the_gc_headroom_under_flat_memory_goes_on() {
         let wobble = if i % 3 == 0 { 2.0 } else { -1.0 };
         (t, (40.0 + 2.0 * (t - 2.4) + wobble) * MIB)
     }));
-    let grid = SeriesGrid::default();
     let flat = memory(GOMEMLIMIT_FILL, |t| {
         87.2 * MIB + 0.12 * MIB * (t - 2.7) + spikes(t)
     });
-    let r = read(&ReadingInput {
-        memory: &flat,
-        ..input(&heap, &grid)
-    })
-    .unwrap();
-    assert!(r.ongoing, "{r:?}");
+    assert!(ongoing_with(&heap, &flat, false));
 }
 
 /// The in-use heap (MiB) of testdata/go/cmd/steady (-working-set 8MiB -rate 4MiB) collected
