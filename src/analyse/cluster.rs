@@ -39,25 +39,10 @@ pub fn pair_nodes(a: &[&str], b: &[&str]) -> NodePairing {
 }
 
 /// The rules' outcomes on one node.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct NodeOutcomes {
     pub node: String,
     pub outcomes: Vec<Outcome>,
-}
-
-/// The one line CI prints when rules trip on any node, each failure led by the node that
-/// crossed the bar (`ctrl2: growth>1MiB/s tripped …`); `None` when none did.
-pub fn failure_line(nodes: &[NodeOutcomes]) -> Option<String> {
-    let failed: Vec<String> = nodes
-        .iter()
-        .flat_map(|n| {
-            n.outcomes
-                .iter()
-                .filter(|o| o.status == Status::Fail)
-                .map(move |o| format!("{}: {} tripped ({}): {}", n.node, o.rule, o.shown, o.reason))
-        })
-        .collect();
-    (!failed.is_empty()).then(|| failed.join("; "))
 }
 
 /// The first rule that could not be checked on some node, with that node.
@@ -73,14 +58,16 @@ pub fn first_unknown(nodes: &[NodeOutcomes]) -> Option<(&str, &Outcome)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analyse::rules::{Evidence, Metric};
 
-    fn outcome(rule: &str, status: Status) -> Outcome {
+    pub(crate) fn outcome(rule: &str, status: Status) -> Outcome {
         Outcome {
             rule: rule.into(),
+            metric: Metric::Kills,
             status,
-            value: Some(1.0),
-            shown: "1".into(),
-            reason: "why".into(),
+            measured: Some(1.0),
+            cycle: Some(1),
+            evidence: Evidence::Kills { n: 1 },
         }
     }
 
@@ -93,7 +80,7 @@ mod tests {
     }
 
     #[test]
-    fn the_failure_line_names_each_node_that_crossed_a_bar() {
+    fn the_first_rule_that_could_not_be_checked_names_its_node() {
         let nodes = vec![
             NodeOutcomes {
                 node: "ctrl1".into(),
@@ -108,10 +95,9 @@ mod tests {
             },
         ];
         assert_eq!(
-            failure_line(&nodes).as_deref(),
-            Some("ctrl2: kills>0 tripped (1): why")
+            first_unknown(&nodes).map(|(n, o)| (n, o.rule.as_str())),
+            Some(("ctrl2", "heap>1"))
         );
-        assert_eq!(first_unknown(&nodes).map(|(n, _)| n), Some("ctrl2"));
-        assert_eq!(failure_line(&nodes[..1]), None);
+        assert_eq!(first_unknown(&nodes[..1]).map(|(n, _)| n), None);
     }
 }

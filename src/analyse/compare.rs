@@ -75,11 +75,20 @@ pub struct AfterBaseline {
     pub b_heap_peak: Option<i64>,
     pub b_heap_peak_at_s: Option<f64>,
     pub sites: Vec<LaterSite>,
-    /// How B's cycle ended, in the words of the growth report, when it ended after A's data.
-    pub b_end: Option<String>,
+    /// How B's cycle ended, when it ended after A's data (written to JSON by
+    /// `render::worded::AfterJson`, in words).
+    #[serde(skip)]
+    pub b_end: Option<BEnd>,
     /// B's in-use heap after A's last capture went above its peak before it.
     #[serde(skip)]
     pub heap_rose: bool,
+}
+
+/// How B's cycle ended after A's data: OOM-killed, or stopped answering, at `at_s`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BEnd {
+    pub oom_killed: bool,
+    pub at_s: f64,
 }
 
 /// One compared pair of cycles that does not lead the comparison.
@@ -272,14 +281,14 @@ fn after_baseline(
     sites.truncate(LATER_SITES);
     let peak = heap_peak(b.heap, a_last + 1e-6, f64::INFINITY);
     let before_peak = heap_peak(b.heap, 0.0, a_last).map(|p| p.0);
-    let b_end = b.growth.died_after_s.filter(|&d| d > a_last).map(|d| {
-        let how = if b.growth.killed {
-            "OOM-killed"
-        } else {
-            "stopped answering"
-        };
-        format!("{how} at {d:.1} s")
-    });
+    let b_end = b
+        .growth
+        .died_after_s
+        .filter(|&d| d > a_last)
+        .map(|at_s| BEnd {
+            oom_killed: b.growth.killed,
+            at_s,
+        });
     Some(AfterBaseline {
         a_last_s: a_last,
         b_last_s: b_last,

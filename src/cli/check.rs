@@ -11,6 +11,7 @@ use heapwatch::analyse::rules::{self, Outcome, Rule, Status};
 use heapwatch::analyse::triage::kube;
 use heapwatch::pipeline::cluster::{self, BaselineRun, ClusterRun};
 use heapwatch::pipeline::{self, Analysis, CyclePicks, Options, PipelineError};
+use heapwatch::render::rules as words;
 use heapwatch::units;
 
 use super::{CliError, DecodeFlags, emit};
@@ -161,14 +162,15 @@ pub fn baseline_run<'a>(path: Option<&'a Path>, opened: Option<&'a ClusterRun>) 
 /// Exit 1 with the one-line reason when a rule tripped; an input error (exit 2) when a rule
 /// could not be checked on this run at all (a gate that cannot look must not pass); else 0.
 pub fn gate(outcomes: &[Outcome]) -> Result<ExitCode, CliError> {
-    if let Some(line) = rules::failure_line(outcomes) {
+    if let Some(line) = words::failure_line(outcomes) {
         eprintln!("heapwatch: check failed: {line}");
         return Ok(ExitCode::from(1));
     }
     if let Some(o) = outcomes.iter().find(|o| o.status == Status::Unknown) {
         return Err(CliError::Usage(format!(
             "--fail-on {}: cannot be checked on this run: {}",
-            o.rule, o.reason
+            o.rule,
+            words::reason(o)
         )));
     }
     Ok(ExitCode::SUCCESS)
@@ -203,7 +205,9 @@ fn outcome_lines(outcomes: &[Outcome], node: Option<(&str, usize)>) -> String {
         let node = node.map_or(String::new(), |(n, w)| format!("{n:<w$}  "));
         text.push_str(&format!(
             "{status:<4} {node}{:<width$}  {:>12}  {}\n",
-            o.rule, o.shown, o.reason
+            o.rule,
+            words::shown(o),
+            words::reason(o)
         ));
     }
     text
@@ -251,14 +255,15 @@ pub fn node_outcomes(
 
 /// [`gate`] over every node: exit 1 naming each node that crossed a bar.
 pub fn cluster_gate(nodes: &[NodeOutcomes]) -> Result<ExitCode, CliError> {
-    if let Some(line) = cluster_findings::failure_line(nodes) {
+    if let Some(line) = words::cluster_failure_line(nodes) {
         eprintln!("heapwatch: check failed: {line}");
         return Ok(ExitCode::from(1));
     }
     if let Some((node, o)) = cluster_findings::first_unknown(nodes) {
         return Err(CliError::Usage(format!(
             "--fail-on {}: cannot be checked on node {node}: {}",
-            o.rule, o.reason
+            o.rule,
+            words::reason(o)
         )));
     }
     Ok(ExitCode::SUCCESS)

@@ -175,7 +175,6 @@ impl Analysis {
             comparison: self.baseline.as_ref().map(|b| &b.comparison),
             heap_ratio: self.baseline.as_ref().and_then(|b| b.heap_ratio.as_ref()),
             envoy: self.envoy.as_ref().map(|e| &e.report),
-            quoted: crate::render::QUOTED,
         };
         rules::evaluate_all(rules_given, &findings)
     }

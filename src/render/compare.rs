@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analyse::compare::{AfterBaseline, Comparison, Regression, SideEpisode};
+use crate::analyse::compare::{AfterBaseline, BEnd, Comparison, Regression, SideEpisode};
 use crate::render::ends::end_words;
 use crate::units::format_bytes;
 
@@ -259,7 +259,7 @@ pub fn after_words(after: &AfterBaseline) -> String {
         ));
     }
     if let Some(e) = &after.b_end {
-        parts.push(format!("B was {e}"));
+        parts.push(format!("B was {}", b_end_words(e)));
     }
     if parts.is_empty() {
         format!("after A's last capture at {a_last:.1} s, B ran to {b_last:.1} s with nothing new")
@@ -269,4 +269,14 @@ pub fn after_words(after: &AfterBaseline) -> String {
             parts.join("; ")
         )
     }
+}
+
+/// How B's cycle ended after A's data: "OOM-killed at 3.5 s", "stopped answering at 3.5 s".
+pub fn b_end_words(e: &BEnd) -> String {
+    let how = if e.oom_killed {
+        "OOM-killed"
+    } else {
+        "stopped answering"
+    };
+    format!("{how} at {:.1} s", e.at_s)
 }

@@ -12,14 +12,9 @@ pub mod growth;
 pub mod memory;
 pub mod pprof;
 pub mod report;
+pub mod rules;
 pub mod top;
 pub mod triage;
 pub mod triage_words;
 pub mod verdict;
 pub mod worded;
-
-/// The sentences the `--fail-on` rules quote, as the other outputs word them.
-pub const QUOTED: crate::analyse::rules::Quoted = crate::analyse::rules::Quoted {
-    at_limit: memory::at_limit_words,
-    why_worse: compare::why_worse,
-};

@@ -18,7 +18,9 @@ use crate::analyse::triage::{
     ContainerTriage, CpuFinding, MemoryFinding, PodTriage, ProbeFinding, ReplicaFinding,
     Termination, TriageReport,
 };
-use crate::render::compare::{after_words, compared, pair_verdict, verdict, why_worse};
+use crate::render::compare::{
+    after_words, b_end_words, compared, pair_verdict, verdict, why_worse,
+};
 use crate::render::envoy_words::{
     config_meaning, heap_explanation, verdict_words, workers_meaning,
 };
@@ -134,6 +136,15 @@ pub fn at_limit_json(a: &AtLimit) -> Summary<'_, AtLimit> {
     }
 }
 
+/// What B did after A's data: its figures, how B's cycle ended then, in words, and the summary.
+#[derive(Serialize)]
+pub struct AfterJson<'a> {
+    #[serde(flatten)]
+    pub of: &'a AfterBaseline,
+    pub b_end: Option<String>,
+    pub summary: String,
+}
+
 /// `compare --json`'s document: the comparison's figures, each regression with why it is worse
 /// (an improvement with no words), what B did after A's data, the other pairs with their
 /// verdicts, then which cycles were compared and the verdict.
@@ -143,7 +154,7 @@ pub struct ComparisonJson<'a> {
     pub of: &'a Comparison,
     pub regressions: Vec<Why<'a, Regression>>,
     pub improvements: Vec<Why<'a, Regression>>,
-    pub after_a: Option<Summary<'a, AfterBaseline>>,
+    pub after_a: Option<AfterJson<'a>>,
     pub other_pairs: Vec<Verdict<'a, PairVerdict>>,
     pub compared: String,
     pub verdict: String,
@@ -169,8 +180,9 @@ impl<'a> ComparisonJson<'a> {
                     why: String::new(),
                 })
                 .collect(),
-            after_a: c.after_a.as_ref().map(|a| Summary {
+            after_a: c.after_a.as_ref().map(|a| AfterJson {
                 of: a,
+                b_end: a.b_end.as_ref().map(b_end_words),
                 summary: after_words(a),
             }),
             other_pairs: c

@@ -13,7 +13,6 @@ use super::compare::{Comparison, Regression};
 use super::envoy::EnvoyReport;
 use super::growth::{CycleGrowth, GrowthReport};
 use crate::model::capture::{CaptureRecord, RecordKind};
-use crate::units::format_bytes;
 
 mod parse;
 
@@ -45,18 +44,6 @@ pub struct Findings<'a> {
     pub heap_ratio: Option<&'a HeapRatio>,
     /// Envoy's admin figures, when the run holds `envoy` records.
     pub envoy: Option<&'a EnvoyReport>,
-    /// The sentences of other outputs that an outcome quotes, made by `render`.
-    pub quoted: Quoted,
-}
-
-/// The words an outcome's reason quotes from the other outputs, so a rule says what `growth`
-/// and `compare` say: handed in by the caller (`render` words them; the rules only figure).
-#[derive(Clone, Copy)]
-pub struct Quoted {
-    /// How long the cgroup sat at its limit ("at its limit from 3.0 s for 1.2 s, …").
-    pub at_limit: fn(&AtLimit) -> String,
-    /// Why a site is worse in B ("grows 2 MiB/s in B against 0 B/s in A; …").
-    pub why_worse: fn(&Regression) -> String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -68,28 +55,186 @@ pub enum Status {
     Unknown,
 }
 
-/// What checking one rule found.
-#[derive(Debug, Clone, Serialize)]
+/// What checking one rule found: the worst figure across boot cycles, where it was, and the
+/// evidence behind it (`render::rules` words it).
+#[derive(Debug, Clone)]
 pub struct Outcome {
     pub rule: String,
+    pub metric: Metric,
     pub status: Status,
-    /// The worst figure across boot cycles, in the metric's base unit.
-    pub value: Option<f64>,
-    /// The figure as people read it.
-    pub shown: String,
-    /// Which cycle, which site, and why.
-    pub reason: String,
+    /// The worst figure, in the metric's base unit; infinite for "never" (time to the limit)
+    /// and for a baseline that lived where B was OOM-killed (regression). `None` when unknown.
+    pub measured: Option<f64>,
+    /// The boot cycle the figure comes from.
+    pub cycle: Option<u32>,
+    pub evidence: Evidence,
 }
 
-fn rate(bps: f64) -> String {
-    format!("{}/s", format_bytes(bps as i64))
+impl Outcome {
+    /// The figure as JSON keeps it: finite, to three decimals.
+    pub fn value(&self) -> Option<f64> {
+        self.measured
+            .filter(|v| v.is_finite())
+            .map(|v| (v * 1000.0).round() / 1000.0)
+    }
 }
 
-/// One measured figure: value, which cycle, and a phrase that explains it.
+/// Why a rule could not be checked on a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Missing {
+    /// No boot cycle has captures.
+    NoCycles,
+    /// Time to the limit with no limit known.
+    NoLimit,
+    /// A regression rule without `--baseline`.
+    NoBaseline,
+    /// The baseline has no in-use heap to compare with.
+    BaselineHasNoHeap,
+    /// No process memory was sampled.
+    NoMemory,
+    /// Envoy gave only its `/stats` gauges: the naive share (allocated / heap size).
+    EnvoyGaugesOnly { naive_share: f64 },
+    /// Neither Envoy's `/memory` nor Go's MemStats.
+    NoLiveShare,
+}
+
+/// How a growing heap's cycle ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GrowthEnd {
+    OomKilled {
+        at_s: f64,
+    },
+    Died {
+        at_s: f64,
+    },
+    /// Still alive at the last capture.
+    LastCapture,
+}
+
+/// The site that holds most of a rise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopSite {
+    pub name: String,
+    pub share: f64,
+}
+
+/// The sides of a comparison, as a rule names them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sides {
+    pub b_cycle: u32,
+    pub b: String,
+    pub a_cycle: u32,
+    pub a: String,
+}
+
+/// The figures behind an outcome, one variant per way a rule can be met.
+#[derive(Debug, Clone)]
+pub enum Evidence {
+    Missing(Missing),
+    /// growth: the cycle's in-use heap did not rise.
+    HeapDidNotRise,
+    /// growth: a rise still going at the cycle's end.
+    HeapGrows {
+        bytes_per_sec: f64,
+        onset_s: f64,
+        end: GrowthEnd,
+        top: Option<TopSite>,
+    },
+    /// growth: a rise that ended, then held or fell.
+    HeapHeld {
+        bytes_per_sec: f64,
+        onset_s: f64,
+        end_s: f64,
+        held_s: f64,
+        top: Option<TopSite>,
+    },
+    /// growth: Envoy's own fit of the figure compared with the limit.
+    EnvoyGrowth {
+        series: String,
+        bytes_per_sec: f64,
+        fit_r2: f64,
+        first: u64,
+        last: u64,
+        growing: bool,
+    },
+    /// time-to-limit: the cycle was OOM-killed at `t`.
+    OomKilled {
+        t: f64,
+    },
+    /// time-to-limit: the cgroup was measured at its limit.
+    SatAtLimit(AtLimit),
+    /// time-to-limit: the limit reached at `t` at the cycle's rate.
+    LimitForecast {
+        limit: Option<u64>,
+        t: f64,
+    },
+    /// time-to-limit: Envoy's figure is at the limit.
+    EnvoyAtLimit {
+        series: String,
+        limit: Option<u64>,
+    },
+    /// time-to-limit: Envoy's figure reaches the limit at `t`, `left_s` after its last snapshot.
+    EnvoyReaches {
+        series: String,
+        limit: Option<u64>,
+        t: f64,
+        bytes_per_sec: f64,
+        left_s: f64,
+    },
+    /// time-to-limit: nothing grows toward the limit.
+    NoGrowthTowardLimit,
+    /// regression: B was OOM-killed and A was not.
+    BOomKilled {
+        sides: Sides,
+        died_s: f64,
+    },
+    /// regression: B's peak in-use heap against the baseline's over the span both cover.
+    PeakAgainstBaseline {
+        ratio: HeapRatio,
+        sides: Option<Sides>,
+        worst: Option<Regression>,
+    },
+    Goroutines {
+        per_sec: f64,
+        fastest: Option<String>,
+    },
+    NoStorm,
+    Storm {
+        name: String,
+        peak_bytes_per_sec: f64,
+        typical_bytes_per_sec: f64,
+    },
+    HeapReached {
+        bytes: i64,
+    },
+    MemoryReached {
+        bytes: u64,
+    },
+    Kills {
+        n: usize,
+    },
+    Restarts {
+        cycles: usize,
+    },
+    EnvoyRestarts {
+        n: usize,
+    },
+    EnvoyLiveShare {
+        live: f64,
+        naive: f64,
+        held_not_returned: u64,
+    },
+    GoLiveShare {
+        live: f64,
+        held_not_returned: Option<i64>,
+    },
+}
+
+/// One measured figure: value, which cycle, and its evidence.
 struct Measure {
     value: f64,
     cycle: Option<u32>,
-    detail: String,
+    evidence: Evidence,
 }
 
 /// The in-use heap's rate at the end of the cycle, from the cycle's reading: the episode's
@@ -98,33 +243,35 @@ pub fn cycle_growth(c: &CycleGrowth) -> f64 {
     c.reading.as_ref().map_or(0.0, |r| r.rate_now())
 }
 
-/// The growth rule's words for a cycle, from its reading.
-fn growth_words(c: &CycleGrowth) -> String {
+/// The growth rule's evidence for a cycle, from its reading.
+fn growth_evidence(c: &CycleGrowth) -> Evidence {
     let Some(r) = &c.reading else {
-        return "in-use heap did not rise".into();
+        return Evidence::HeapDidNotRise;
     };
-    let top = c.rise_sites().first().map_or(String::new(), |s| {
-        format!(", {:.0} % of the rise in {}", s.share * 100.0, s.name)
+    let top = c.rise_sites().first().map(|s| TopSite {
+        name: s.name.clone(),
+        share: s.share,
     });
     if r.ongoing {
         let end = match c.died_after_s.filter(|_| c.end.is_death()) {
-            Some(d) if c.killed => format!(" until it was OOM-killed at {d:.1} s"),
-            Some(d) => format!(" until it died at {d:.1} s"),
-            None => " to the last capture".into(),
+            Some(at_s) if c.killed => GrowthEnd::OomKilled { at_s },
+            Some(at_s) => GrowthEnd::Died { at_s },
+            None => GrowthEnd::LastCapture,
         };
-        format!(
-            "in-use heap grew {} from {:.1} s{end}{top}",
-            rate(r.bytes_per_sec),
-            r.onset_s
-        )
+        Evidence::HeapGrows {
+            bytes_per_sec: r.bytes_per_sec,
+            onset_s: r.onset_s,
+            end,
+            top,
+        }
     } else {
-        format!(
-            "in-use heap not growing at the end: it rose {} from {:.1} to {:.1} s{top}, then held or fell for {:.1} s",
-            rate(r.bytes_per_sec),
-            r.onset_s,
-            r.end_s,
-            r.held_s.unwrap_or(0.0)
-        )
+        Evidence::HeapHeld {
+            bytes_per_sec: r.bytes_per_sec,
+            onset_s: r.onset_s,
+            end_s: r.end_s,
+            held_s: r.held_s.unwrap_or(0.0),
+            top,
+        }
     }
 }
 
@@ -152,16 +299,16 @@ fn worst(measures: Vec<Measure>, above: bool) -> Option<Measure> {
     })
 }
 
-fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
+fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
     let cycles = &f.growth.cycles;
-    let per_cycle = |value: &dyn Fn(&CycleGrowth) -> Option<(f64, String)>| {
+    let per_cycle = |value: &dyn Fn(&CycleGrowth) -> Option<(f64, Evidence)>| {
         cycles
             .iter()
             .filter_map(|c| {
-                value(c).map(|(v, detail)| Measure {
+                value(c).map(|(v, evidence)| Measure {
                     value: v,
                     cycle: Some(c.index),
-                    detail,
+                    evidence,
                 })
             })
             .collect::<Vec<_>>()
@@ -176,7 +323,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 if envoy_only && c.heap_first.is_none() && c.sites.is_empty() {
                     return None;
                 }
-                Some((cycle_growth(c), growth_words(c)))
+                Some((cycle_growth(c), growth_evidence(c)))
             }));
             worst(measures, true)
         }
@@ -189,22 +336,19 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 && envoy_limit.is_none()
                 && !cycles.iter().any(|c| c.killed)
             {
-                return Err("no memory limit known (collect with --limit or --cgroup)".into());
+                return Err(Missing::NoLimit);
             }
-            let limit = f
-                .growth
-                .limit_bytes
-                .map_or("the limit".to_string(), |l| format_bytes(l as i64));
+            let limit = f.growth.limit_bytes;
             let mut hits: Vec<Measure> =
                 f.envoy.and_then(envoy_time_to_limit).into_iter().collect();
             hits.extend(per_cycle(&|c| {
                 cycle_time_to_limit(c).map(|t| {
                     let how = if c.killed && c.died_after_s.is_some_and(|d| d <= t + 1e-9) {
-                        format!("OOM-killed {t:.1} s after the first capture")
+                        Evidence::OomKilled { t }
                     } else if let Some(a) = c.at_limit.as_ref().filter(|a| a.since_s <= t + 1e-9) {
-                        format!("the cgroup sat {}", (f.quoted.at_limit)(a))
+                        Evidence::SatAtLimit(a.clone())
                     } else {
-                        format!("{limit} reached {t:.1} s after the first capture at this rate")
+                        Evidence::LimitForecast { limit, t }
                     };
                     (t, how)
                 })
@@ -213,12 +357,18 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 return Ok(Some(Measure {
                     value: f64::INFINITY,
                     cycle: None,
-                    detail: "memory does not grow toward the limit".into(),
+                    evidence: Evidence::NoGrowthTowardLimit,
                 }));
             }
             worst(hits, false)
         }
         Metric::Regression => {
+            let sides = |c: &Comparison| Sides {
+                b_cycle: c.b_cycle,
+                b: c.b.clone(),
+                a_cycle: c.a_cycle,
+                a: c.a.clone(),
+            };
             // B died of memory where A did not: the worst regression there is, whatever the
             // heaps read before the death.
             if let Some(c) = f
@@ -228,53 +378,33 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 return Ok(Some(Measure {
                     value: f64::INFINITY,
                     cycle: Some(c.b_cycle),
-                    detail: format!(
-                        "B (cycle {} of {}) was OOM-killed at {:.1} s and A, the baseline (cycle {} of {}), was not",
-                        c.b_cycle,
-                        c.b,
-                        c.b_episode.died_s.unwrap_or(c.b_episode.span_s),
-                        c.a_cycle,
-                        c.a
-                    ),
+                    evidence: Evidence::BOomKilled {
+                        sides: sides(c),
+                        died_s: c.b_episode.died_s.unwrap_or(c.b_episode.span_s),
+                    },
                 }));
             }
             let Some(ratio) = f.heap_ratio else {
-                return Err("needs --baseline RUN".into());
+                return Err(Missing::NoBaseline);
             };
             let Some(value) = ratio.ratio() else {
-                return Err("the baseline has no in-use heap to compare with".into());
+                return Err(Missing::BaselineHasNoHeap);
             };
-            let site = f
-                .comparison
-                .and_then(|c| c.regressions.first())
-                .map_or(String::new(), |r| {
-                    format!("; worst site {}: {}", r.name, (f.quoted.why_worse)(r))
-                });
-            let (this, base) = f.comparison.map_or((String::new(), String::new()), |c| {
-                (
-                    format!(" (B: cycle {} of {})", c.b_cycle, c.b),
-                    format!(" (A: cycle {} of {})", c.a_cycle, c.a),
-                )
-            });
             Some(Measure {
                 value,
                 cycle: Some(f.comparison.map_or(1, |c| c.b_cycle)),
-                detail: format!(
-                    "peak in-use heap {}{this} against {} in the baseline{base} over the first {:.1} s ({value:.2}x){site}",
-                    format_bytes(ratio.bytes),
-                    format_bytes(ratio.baseline_bytes),
-                    ratio.age_s
-                ),
+                evidence: Evidence::PeakAgainstBaseline {
+                    ratio: ratio.clone(),
+                    sides: f.comparison.map(sides),
+                    worst: f.comparison.and_then(|c| c.regressions.first()).cloned(),
+                },
             })
         }
         Metric::Goroutines => worst(
             per_cycle(&|c| {
                 let per_sec = c.goroutine_growth.iter().map(|g| g.per_sec).sum::<f64>() + 0.0;
-                let top = c
-                    .goroutine_growth
-                    .first()
-                    .map_or(String::new(), |g| format!(", fastest in {}", g.name));
-                Some((per_sec, format!("goroutines grew {per_sec:.1}/s{top}")))
+                let fastest = c.goroutine_growth.first().map(|g| g.name.clone());
+                Some((per_sec, Evidence::Goroutines { per_sec, fastest }))
             }),
             true,
         ),
@@ -283,15 +413,14 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 Some(
                     c.alloc_storms
                         .first()
-                        .map_or((0.0, "no allocation storm".to_string()), |s| {
+                        .map_or((0.0, Evidence::NoStorm), |s| {
                             (
                                 s.peak_bytes_per_sec,
-                                format!(
-                                    "{} allocated {} (typically {})",
-                                    s.name,
-                                    rate(s.peak_bytes_per_sec),
-                                    rate(s.typical_bytes_per_sec)
-                                ),
+                                Evidence::Storm {
+                                    name: s.name.clone(),
+                                    peak_bytes_per_sec: s.peak_bytes_per_sec,
+                                    typical_bytes_per_sec: s.typical_bytes_per_sec,
+                                },
                             )
                         }),
                 )
@@ -304,22 +433,18 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 .map(|&(cycle, bytes)| Measure {
                     value: bytes as f64,
                     cycle: Some(cycle),
-                    detail: format!("in-use heap reached {}", format_bytes(bytes)),
+                    evidence: Evidence::HeapReached { bytes },
                 })
                 .collect(),
             true,
         ),
         Metric::Memory => {
             let seen = per_cycle(&|c| {
-                c.memory_peak.map(|m| {
-                    (
-                        m as f64,
-                        format!("process memory reached {}", format_bytes(m as i64)),
-                    )
-                })
+                c.memory_peak
+                    .map(|m| (m as f64, Evidence::MemoryReached { bytes: m }))
             });
             if seen.is_empty() {
-                return Err("no process memory sampled (collect with --pid or --cgroup)".into());
+                return Err(Missing::NoMemory);
             }
             worst(seen, true)
         }
@@ -332,10 +457,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
             Some(Measure {
                 value: killed.len() as f64,
                 cycle: killed.first().copied(),
-                detail: format!(
-                    "{} OOM kill(s): the kernel's oom_kill counter rose (a SIGKILL alone is not counted)",
-                    killed.len()
-                ),
+                evidence: Evidence::Kills { n: killed.len() },
             })
         }
         Metric::Restarts => {
@@ -345,13 +467,15 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                 Measure {
                     value: envoy as f64,
                     cycle: None,
-                    detail: format!("Envoy's server.uptime dropped {envoy} time(s)"),
+                    evidence: Evidence::EnvoyRestarts { n: envoy },
                 }
             } else {
                 Measure {
                     value: n as f64,
                     cycle: None,
-                    detail: format!("{} boot cycles, so {n} restart(s)", cycles.len()),
+                    evidence: Evidence::Restarts {
+                        cycles: cycles.len(),
+                    },
                 }
             })
         }
@@ -363,13 +487,11 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
                     Some(live) => seen.push(Measure {
                         value: live,
                         cycle: None,
-                        detail: format!(
-                            "Envoy: live data is {:.1} % of the mapped heap (naive allocated / \
-                             heap_size {:.1} %), {} held and not returned",
-                            live * 100.0,
-                            h.naive_share * 100.0,
-                            format_bytes(clamp(h.held_not_returned.unwrap_or(0)))
-                        ),
+                        evidence: Evidence::EnvoyLiveShare {
+                            live,
+                            naive: h.naive_share,
+                            held_not_returned: h.held_not_returned.unwrap_or(0),
+                        },
                     }),
                     None => naive_only = Some(h.naive_share),
                 }
@@ -377,28 +499,18 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
             seen.extend(per_cycle(&|c| {
                 let m = c.memstats.as_ref()?;
                 let live = m.live_share?;
-                let held = m.held_not_returned.map_or(String::new(), |h| {
-                    format!(", {} held and not returned", format_bytes(h))
-                });
                 Some((
                     live,
-                    format!(
-                        "MemStats: HeapAlloc is {:.1} % of the heap the runtime retains{held}",
-                        live * 100.0
-                    ),
+                    Evidence::GoLiveShare {
+                        live,
+                        held_not_returned: m.held_not_returned,
+                    },
                 ))
             }));
             if seen.is_empty() {
                 return Err(match naive_only {
-                    Some(naive) => format!(
-                        "Envoy reported only the /stats gauges: the naive share is {:.1} %, \
-                         the live share (needs /memory's pageheap_unmapped) is unknown",
-                        naive * 100.0
-                    ),
-                    None => "no live-share figures (needs Envoy's /memory or Go MemStats: \
-                             collect from an http:// or agent: target with --memstats-interval \
-                             above 0, 5s by default)"
-                        .into(),
+                    Some(naive_share) => Missing::EnvoyGaugesOnly { naive_share },
+                    None => Missing::NoLiveShare,
                 });
             }
             worst(seen, false)
@@ -407,50 +519,21 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, String> {
     Ok(found)
 }
 
-fn show(metric: Metric, value: f64) -> String {
-    match metric {
-        Metric::Growth | Metric::Storm => rate(value),
-        Metric::Heap | Metric::Memory => format_bytes(value as i64),
-        Metric::TimeToLimit if value.is_infinite() => "never".into(),
-        Metric::TimeToLimit => format!("{value:.1} s"),
-        Metric::Regression if value.is_infinite() => "B OOM-killed".into(),
-        Metric::Regression => format!("{value:.2}x"),
-        Metric::Goroutines => format!("{value:.1}/s"),
-        Metric::Kills | Metric::Restarts => format!("{value:.0}"),
-        Metric::LiveShare => format!("{:.1} %", value * 100.0),
-    }
-}
-
-fn clamp(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 /// Envoy's growth as the growth rule sees it: the fitted rate of the figure compared with the
 /// limit when it grows steadily, else zero.
 fn envoy_growth(e: &EnvoyReport) -> Option<Measure> {
     let g = e.growth.as_ref()?;
-    let value = if g.growing { g.bytes_per_sec } else { 0.0 };
-    let detail = if g.growing {
-        format!(
-            "Envoy's {} grew {} (R² {:.2}), {} → {}",
-            g.series,
-            rate(g.bytes_per_sec),
-            g.fit_r2,
-            format_bytes(clamp(g.first)),
-            format_bytes(clamp(g.last))
-        )
-    } else {
-        format!(
-            "Envoy's {} does not grow steadily ({}, R² {:.2})",
-            g.series,
-            rate(g.bytes_per_sec),
-            g.fit_r2
-        )
-    };
     Some(Measure {
-        value,
+        value: if g.growing { g.bytes_per_sec } else { 0.0 },
         cycle: None,
-        detail,
+        evidence: Evidence::EnvoyGrowth {
+            series: g.series.to_string(),
+            bytes_per_sec: g.bytes_per_sec,
+            fit_r2: g.fit_r2,
+            first: g.first,
+            last: g.last,
+            growing: g.growing,
+        },
     })
 }
 
@@ -459,84 +542,60 @@ fn envoy_growth(e: &EnvoyReport) -> Option<Measure> {
 fn envoy_time_to_limit(e: &EnvoyReport) -> Option<Measure> {
     let g = e.growth.as_ref()?;
     let left = g.limit_in_s?;
-    let limit = g
-        .limit
-        .map_or("the limit".to_string(), |l| format_bytes(clamp(l)));
     let t = e.span_s + left;
-    let detail = if left <= 0.0 {
-        format!("Envoy's {} is at {limit} already", g.series)
+    let evidence = if left <= 0.0 {
+        Evidence::EnvoyAtLimit {
+            series: g.series.to_string(),
+            limit: g.limit,
+        }
     } else {
-        format!(
-            "Envoy's {} reaches {limit} {t:.1} s after the first snapshot at {} ({} after the last)",
-            g.series,
-            rate(g.bytes_per_sec),
-            super::triage::format_span(left)
-        )
+        Evidence::EnvoyReaches {
+            series: g.series.to_string(),
+            limit: g.limit,
+            t,
+            bytes_per_sec: g.bytes_per_sec,
+            left_s: left,
+        }
     };
     Some(Measure {
         value: t,
         cycle: None,
-        detail,
+        evidence,
     })
 }
 
 /// Checks one rule.
 pub fn evaluate(rule: &Rule, findings: &Findings) -> Outcome {
-    let measured = match measure(rule, findings) {
-        Ok(m) => m,
-        Err(why) => {
-            return Outcome {
-                rule: rule.text.clone(),
-                status: Status::Unknown,
-                value: None,
-                shown: "-".into(),
-                reason: why,
-            };
-        }
+    let unknown = |why: Missing| Outcome {
+        rule: rule.text.clone(),
+        metric: rule.metric,
+        status: Status::Unknown,
+        measured: None,
+        cycle: None,
+        evidence: Evidence::Missing(why),
     };
-    let Some(m) = measured else {
-        return Outcome {
-            rule: rule.text.clone(),
-            status: Status::Unknown,
-            value: None,
-            shown: "-".into(),
-            reason: "the run has no boot cycle with captures".into(),
-        };
+    let m = match measure(rule, findings) {
+        Ok(Some(m)) => m,
+        Ok(None) => return unknown(Missing::NoCycles),
+        Err(why) => return unknown(why),
     };
-    let above = trips_above(rule.metric);
-    let tripped = if above {
+    let tripped = if trips_above(rule.metric) {
         m.value > rule.bar
     } else {
         m.value < rule.bar
     };
-    let place = m
-        .cycle
-        .filter(|_| rule.metric != Metric::Regression)
-        .map_or(String::new(), |c| format!("boot cycle {c}: "));
     Outcome {
         rule: rule.text.clone(),
+        metric: rule.metric,
         status: if tripped { Status::Fail } else { Status::Pass },
-        value: m
-            .value
-            .is_finite()
-            .then_some((m.value * 1000.0).round() / 1000.0),
-        shown: show(rule.metric, m.value),
-        reason: format!("{place}{}", m.detail),
+        measured: Some(m.value),
+        cycle: m.cycle,
+        evidence: m.evidence,
     }
 }
 
 pub fn evaluate_all(rules: &[Rule], findings: &Findings) -> Vec<Outcome> {
     rules.iter().map(|r| evaluate(r, findings)).collect()
-}
-
-/// The one line CI prints when rules trip, `None` when none did.
-pub fn failure_line(outcomes: &[Outcome]) -> Option<String> {
-    let failed: Vec<String> = outcomes
-        .iter()
-        .filter(|o| o.status == Status::Fail)
-        .map(|o| format!("{} tripped ({}): {}", o.rule, o.shown, o.reason))
-        .collect();
-    (!failed.is_empty()).then(|| failed.join("; "))
 }
 
 /// Largest in-use heap captured in each boot cycle, from the manifest totals.

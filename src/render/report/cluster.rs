@@ -180,8 +180,8 @@ pub fn html(m: &ClusterModel) -> String {
                     out,
                     "<tr><td class=\"rule\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"{class}\">{word}</td><td>{}</td></tr>",
                     &o.rule,
-                    &o.shown,
-                    &o.reason
+                    &crate::render::rules::shown(o),
+                    &crate::render::rules::reason(o)
                 );
             }
             out.push_str("</table>\n");
@@ -253,8 +253,8 @@ pub fn markdown(m: &ClusterModel) -> String {
                 out,
                 "- {} {word} ({}): {}",
                 code(&o.rule),
-                text(&o.shown),
-                text(&o.reason)
+                text(&crate::render::rules::shown(o)),
+                text(&crate::render::rules::reason(o))
             );
         }
     }

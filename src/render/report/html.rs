@@ -148,8 +148,8 @@ fn gate(out: &mut String, m: &ReportModel) {
             out,
             "<tr><td class=\"rule\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"{class}\">{text}</td><td>{}</td></tr>",
             &o.rule,
-            &o.shown,
-            &o.reason
+            &crate::render::rules::shown(o),
+            &crate::render::rules::reason(o)
         );
     }
     out.push_str("</table>\n</section>\n");

@@ -66,8 +66,8 @@ pub fn markdown(m: &ReportModel) -> String {
                 out,
                 "| {} | {} | {result} | {} |",
                 code(&o.rule),
-                text(&o.shown),
-                text(&o.reason)
+                text(&crate::render::rules::shown(o)),
+                text(&crate::render::rules::reason(o))
             );
         }
         out.push('\n');

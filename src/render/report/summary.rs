@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::{EnvoyView, KubeView, ReportModel, Tally, tally, usual_interval_ms};
-use crate::analyse::rules::{self, Outcome};
+use crate::analyse::rules;
 use crate::render::compare;
 use crate::render::verdict::{across_summary, cycle_verdict};
 use crate::render::worded::{self, at_limit_json, breakdown_json};
@@ -25,7 +25,7 @@ struct Summary<'a> {
     cycles: Vec<CycleSummary<'a>>,
     across: String,
     baseline: Option<BaselineSummary>,
-    rules: &'a [Outcome],
+    rules: Vec<crate::render::rules::OutcomeView<'a>>,
     failed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     envoy: Option<serde_json::Value>,
@@ -361,7 +361,11 @@ pub fn json(m: &ReportModel) -> String {
         cycles,
         across: across_summary(&run.growth.cycles, &run.growth.across),
         baseline,
-        rules: m.rules,
+        rules: m
+            .rules
+            .iter()
+            .map(crate::render::rules::outcome_view)
+            .collect(),
         failed: m.failed(),
         envoy: m.envoy.as_ref().map(envoy),
         kubernetes: m.kube.as_ref().map(kubernetes),
