@@ -8,13 +8,15 @@
 
 use serde::Serialize;
 
-use super::breakdown::AtLimit;
-use super::compare::{Comparison, Regression};
+use super::compare::Comparison;
 use super::envoy::EnvoyReport;
 use super::growth::{CycleGrowth, GrowthReport};
 use crate::model::capture::{CaptureRecord, RecordKind};
 
+mod evidence;
 mod parse;
+
+pub use evidence::{Evidence, GrowthEnd, Missing, Sides, TopSite};
 
 use parse::trips_above;
 pub use parse::{Metric, Rule, RuleError, parse};
@@ -77,157 +79,6 @@ impl Outcome {
             .filter(|v| v.is_finite())
             .map(|v| (v * 1000.0).round() / 1000.0)
     }
-}
-
-/// Why a rule could not be checked on a run.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Missing {
-    /// No boot cycle has captures.
-    NoCycles,
-    /// Time to the limit with no limit known.
-    NoLimit,
-    /// A regression rule without `--baseline`.
-    NoBaseline,
-    /// The baseline has no in-use heap to compare with.
-    BaselineHasNoHeap,
-    /// No process memory was sampled.
-    NoMemory,
-    /// Envoy gave only its `/stats` gauges: the naive share (allocated / heap size).
-    EnvoyGaugesOnly { naive_share: f64 },
-    /// Neither Envoy's `/memory` nor Go's MemStats.
-    NoLiveShare,
-}
-
-/// How a growing heap's cycle ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum GrowthEnd {
-    OomKilled {
-        at_s: f64,
-    },
-    Died {
-        at_s: f64,
-    },
-    /// Still alive at the last capture.
-    LastCapture,
-}
-
-/// The site that holds most of a rise.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TopSite {
-    pub name: String,
-    pub share: f64,
-}
-
-/// The sides of a comparison, as a rule names them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sides {
-    pub b_cycle: u32,
-    pub b: String,
-    pub a_cycle: u32,
-    pub a: String,
-}
-
-/// The figures behind an outcome, one variant per way a rule can be met.
-#[derive(Debug, Clone)]
-pub enum Evidence {
-    Missing(Missing),
-    /// growth: the cycle's in-use heap did not rise.
-    HeapDidNotRise,
-    /// growth: a rise still going at the cycle's end.
-    HeapGrows {
-        bytes_per_sec: f64,
-        onset_s: f64,
-        end: GrowthEnd,
-        top: Option<TopSite>,
-    },
-    /// growth: a rise that ended, then held or fell.
-    HeapHeld {
-        bytes_per_sec: f64,
-        onset_s: f64,
-        end_s: f64,
-        held_s: f64,
-        top: Option<TopSite>,
-    },
-    /// growth: Envoy's own fit of the figure compared with the limit.
-    EnvoyGrowth {
-        series: String,
-        bytes_per_sec: f64,
-        fit_r2: f64,
-        first: u64,
-        last: u64,
-        growing: bool,
-    },
-    /// time-to-limit: the cycle was OOM-killed at `t`.
-    OomKilled {
-        t: f64,
-    },
-    /// time-to-limit: the cgroup was measured at its limit.
-    SatAtLimit(AtLimit),
-    /// time-to-limit: the limit reached at `t` at the cycle's rate.
-    LimitForecast {
-        limit: Option<u64>,
-        t: f64,
-    },
-    /// time-to-limit: Envoy's figure is at the limit.
-    EnvoyAtLimit {
-        series: String,
-        limit: Option<u64>,
-    },
-    /// time-to-limit: Envoy's figure reaches the limit at `t`, `left_s` after its last snapshot.
-    EnvoyReaches {
-        series: String,
-        limit: Option<u64>,
-        t: f64,
-        bytes_per_sec: f64,
-        left_s: f64,
-    },
-    /// time-to-limit: nothing grows toward the limit.
-    NoGrowthTowardLimit,
-    /// regression: B was OOM-killed and A was not.
-    BOomKilled {
-        sides: Sides,
-        died_s: f64,
-    },
-    /// regression: B's peak in-use heap against the baseline's over the span both cover.
-    PeakAgainstBaseline {
-        ratio: HeapRatio,
-        sides: Option<Sides>,
-        worst: Option<Regression>,
-    },
-    Goroutines {
-        per_sec: f64,
-        fastest: Option<String>,
-    },
-    NoStorm,
-    Storm {
-        name: String,
-        peak_bytes_per_sec: f64,
-        typical_bytes_per_sec: f64,
-    },
-    HeapReached {
-        bytes: i64,
-    },
-    MemoryReached {
-        bytes: u64,
-    },
-    Kills {
-        n: usize,
-    },
-    Restarts {
-        cycles: usize,
-    },
-    EnvoyRestarts {
-        n: usize,
-    },
-    EnvoyLiveShare {
-        live: f64,
-        naive: f64,
-        held_not_returned: u64,
-    },
-    GoLiveShare {
-        live: f64,
-        held_not_returned: Option<i64>,
-    },
 }
 
 /// One measured figure: value, which cycle, and its evidence.
