@@ -41,16 +41,19 @@ struct InFlight {
     peer: u16,
 }
 
-/// Without /proc/net/tcp: a client that closes connection A and at once opens B can have B's
-/// head read before A's thread has seen the end of A, so wait this long for earlier requests
-/// to finish before calling it an overlap.
+/// How long an earlier connection may outlive the head of a new request before the two count
+/// as an overlap. A client that gives up on connection A and opens B at once may have B's head
+/// read before A is closed: hyper closes an abandoned connection from its own task, which a
+/// loaded machine runs a little later (CI once saw A still established as B arrived). Without
+/// /proc/net/tcp, it also covers A's thread not having seen the end of A yet. A request the
+/// collector really sends beside one it still waits for keeps both open far longer.
 const OVERLAP_GRACE: Duration = Duration::from_millis(50);
 
 impl InFlight {
     /// Counts the requests in flight when this one starts, this one included, into
     /// `max_active`. A request counts while its connection is established in the kernel
-    /// (neither side has closed it): the client closes a connection before it opens the
-    /// next, so this does not depend on when the server's threads get to run.
+    /// (neither side has closed it), [`OVERLAP_GRACE`] after this one's head was read, so
+    /// this does not depend on when the server's threads get to run.
     fn start(stats: &Arc<Stats>, local: u16, peer: u16) -> InFlight {
         let deadline = Instant::now() + OVERLAP_GRACE;
         loop {
@@ -60,7 +63,15 @@ impl InFlight {
             let others = match established_peers(local) {
                 // Already closed by the client (this thread ran late): not in flight now.
                 Some(live) if !live.contains(&peer) => 0,
-                Some(live) => open.iter().filter(|p| live.contains(p)).count(),
+                Some(live) => {
+                    let others = open.iter().filter(|p| live.contains(p)).count();
+                    if others > 0 && Instant::now() < deadline {
+                        drop(open);
+                        thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                    others
+                }
                 None if Instant::now() < deadline && !open.is_empty() => {
                     drop(open);
                     thread::sleep(Duration::from_millis(2));
