@@ -126,7 +126,8 @@ impl RunArgs {
         })
     }
 
-    /// `run.json` for a run directory; a run resumed keeps its first start and notes this one.
+    /// `run.json` for a run directory; a run resumed continues the one it had
+    /// (`RunInfo::continuing`).
     fn info(
         &self,
         out: &Path,
@@ -138,7 +139,7 @@ impl RunArgs {
         let previous = heapwatch::store::RunDir::open(out)
             .ok()
             .and_then(|r| r.info);
-        let mut info = RunInfo {
+        let info = RunInfo {
             schema: heapwatch::model::SCHEMA,
             tool: concat!("heapwatch ", env!("CARGO_PKG_VERSION")).to_string(),
             target: target.to_string(),
@@ -168,15 +169,11 @@ impl RunArgs {
             limit_bytes: self.limit,
             label: self.record.label.clone(),
         };
-        // A new cgroup each time, so the target is this start's; the first start is kept.
-        if let Some(old) = previous {
-            info.started_ms = old.started_ms;
-            info.resumed_ms = old.resumed_ms;
-            info.resumed_ms.push(started_ms);
-            info.label = info.label.or(old.label);
-            info.limit_bytes = info.limit_bytes.or(old.limit_bytes);
+        // A new cgroup each time, so the target is this start's.
+        match previous {
+            Some(old) => info.continuing(old),
+            None => info,
         }
-        info
     }
 }
 

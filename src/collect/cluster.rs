@@ -338,8 +338,7 @@ pub fn open_node(
     })
 }
 
-/// A node's `run.json`: a run resumed keeps its first start and notes this one (and, when
-/// retargeted, names the new target).
+/// A node's `run.json`; a run resumed continues the one it had (`RunInfo::continuing`).
 fn node_info(
     spec: &TargetSpec,
     opened: &OpenedTarget,
@@ -366,16 +365,8 @@ fn node_info(
         limit_bytes: config.limit,
         label: options.label.clone(),
     };
-    if let Ok(previous) = RunDir::open(dir) {
-        if let Some(mut old) = previous.info {
-            old.resumed_ms.push(info.started_ms);
-            if info.limit_bytes.is_some() {
-                old.limit_bytes = info.limit_bytes;
-            }
-            old.target = info.target;
-            old.source = info.source;
-            info = old;
-        }
+    if let Some(previous) = RunDir::open(dir).ok().and_then(|r| r.info) {
+        info = info.continuing(previous);
     }
     if let Some(MemoryProbe::Cgroup(cg)) = &opened.probe {
         if info.limit_bytes.is_none() {

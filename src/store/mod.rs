@@ -81,6 +81,24 @@ pub struct RunInfo {
     pub label: Option<String>,
 }
 
+impl RunInfo {
+    /// This start's `run.json` over a run that already has one (the one rule for resuming,
+    /// `collect` and `run` alike): the first start is kept and this one noted after the
+    /// earlier ones; the target, source, tool and options are this start's; a label, a limit
+    /// and push settings this start does not give are kept from before (a run's push labels
+    /// may have been set after it began, by `heapwatch push --service`).
+    pub fn continuing(mut self, previous: RunInfo) -> RunInfo {
+        let this_start = self.started_ms;
+        self.started_ms = previous.started_ms;
+        self.resumed_ms = previous.resumed_ms;
+        self.resumed_ms.push(this_start);
+        self.label = self.label.or(previous.label);
+        self.limit_bytes = self.limit_bytes.or(previous.limit_bytes);
+        self.options.push = self.options.push.or(previous.options.push);
+        self
+    }
+}
+
 /// A run directory opened for writing by one collector.
 pub struct RunWriter {
     root: PathBuf,
@@ -593,6 +611,51 @@ mod tests {
         assert!(
             text.contains(r#""target":"envoy:http://admin:***@h:1""#),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_resumed_run_keeps_its_first_start_and_what_this_start_does_not_give() {
+        let info = |started_ms, label: Option<&str>, limit, interval_ms| RunInfo {
+            schema: 1,
+            tool: "heapwatch".into(),
+            target: "proc:1".into(),
+            source: "proc".into(),
+            started_ms,
+            resumed_ms: vec![],
+            options: crate::model::run_options::RunOptions {
+                interval_ms,
+                ..Default::default()
+            },
+            limit_bytes: limit,
+            label: label.map(str::to_string),
+        };
+        let mut first = info(100, Some("2.0.2"), Some(256 << 20), Some(500));
+        first.options.push = Some(crate::model::run_options::PushSettings {
+            service: Some("ctrl".into()),
+            ..Default::default()
+        });
+        let second = info(200, None, None, Some(100)).continuing(first.clone());
+        assert_eq!(
+            (second.started_ms, second.resumed_ms.as_slice()),
+            (100, &[200][..])
+        );
+        assert_eq!(second.label.as_deref(), Some("2.0.2"));
+        assert_eq!(second.limit_bytes, Some(256 << 20));
+        assert_eq!(
+            second.options.interval_ms,
+            Some(100),
+            "this start's options"
+        );
+        assert_eq!(
+            second.options.push, first.options.push,
+            "push labels set later are kept"
+        );
+        let third = info(300, Some("2.1.0"), Some(128 << 20), None).continuing(second);
+        assert_eq!(third.resumed_ms, [200, 300]);
+        assert_eq!(
+            (third.label.as_deref(), third.limit_bytes),
+            (Some("2.1.0"), Some(128 << 20))
         );
     }
 }
