@@ -173,18 +173,7 @@ pub fn html(m: &ClusterModel) -> String {
             );
         }
         if !n.model.rules.is_empty() {
-            out.push_str("<table><tr><th>rule</th><th class=\"num\">measured</th><th>result</th><th>why</th></tr>\n");
-            for o in n.model.rules {
-                let (class, word) = status_word(o.status);
-                htmlln!(
-                    out,
-                    "<tr><td class=\"rule\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"{class}\">{word}</td><td>{}</td></tr>",
-                    &o.rule,
-                    &crate::render::rules::shown(o),
-                    &crate::render::rules::reason(o)
-                );
-            }
-            out.push_str("</table>\n");
+            super::html::rules_table(&mut out, n.model.rules);
         }
         htmlln!(
             out,

@@ -13,7 +13,7 @@ use super::{
     usual_interval_ms,
 };
 use crate::analyse::growth::CycleGrowth;
-use crate::analyse::rules::{self, Status};
+use crate::analyse::rules::{self, Outcome, Status};
 use crate::render::ends::end_words;
 use crate::units::format_bytes;
 use crate::{html, htmlln, markup};
@@ -135,10 +135,17 @@ fn gate(out: &mut String, m: &ReportModel) {
         out,
         "<section id=\"gate\" class=\"gate {class}\">\n<h2>CI rules: {word}</h2>"
     );
+    rules_table(out, m.rules);
+    out.push_str("</section>\n");
+}
+
+/// The `--fail-on` rules, a row each: the rule, its figure, its result and why (a run's
+/// report and each node of a cluster's).
+pub(super) fn rules_table(out: &mut String, rules: &[Outcome]) {
     out.push_str(
         "<table><tr><th>rule</th><th class=\"num\">measured</th><th>result</th><th>why</th></tr>\n",
     );
-    for o in m.rules {
+    for o in rules {
         let (class, text) = match o.status {
             Status::Fail => ("fail", "fail"),
             Status::Pass => ("pass", "pass"),
@@ -152,7 +159,7 @@ fn gate(out: &mut String, m: &ReportModel) {
             &crate::render::rules::reason(o)
         );
     }
-    out.push_str("</table>\n</section>\n");
+    out.push_str("</table>\n");
 }
 
 fn baseline(out: &mut String, m: &ReportModel) {
