@@ -131,13 +131,13 @@ pub fn attach(
         .map_err(|e| CliError::Usage(format!("starting the push thread: {e}")))?;
     let enqueuer = match ready_rx.recv() {
         Ok(Ok(enqueuer)) => enqueuer,
-        Ok(Err(why)) => return Err(CliError::Store(format!("--push {shown}: {why}"))),
+        Ok(Err(why)) => return Err(CliError::Failed(format!("--push {shown}: {why}"))),
         Err(_) => {
             let why = match thread.join() {
                 Ok(Err(e)) => e.to_string(),
                 _ => "the push thread ended".to_string(),
             };
-            return Err(CliError::Store(format!("--push {shown}: {why}")));
+            return Err(CliError::Failed(format!("--push {shown}: {why}")));
         }
     };
     let writer = writer.on_append(Box::new(move |record| enqueuer.enqueue(record)));

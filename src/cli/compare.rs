@@ -103,9 +103,10 @@ impl<'a> Side<'a> {
         match self {
             Side::Single(p) => open(p).map(Some),
             Side::Cluster(c) => match c.node_dir(name) {
-                Some(dir) => RunDir::open(&dir)
-                    .map(Some)
-                    .map_err(|e| CliError::Store(format!("node {name}: {e}"))),
+                Some(dir) => RunDir::open(&dir).map(Some).map_err(|e| CliError::InNode {
+                    node: name.to_string(),
+                    source: Box::new(e.into()),
+                }),
                 None => Ok(None),
             },
         }
@@ -130,8 +131,11 @@ fn compare_clusters(
         let (Some(run_a), Some(run_b)) = (a.run_for(name)?, b.run_for(name)?) else {
             continue;
         };
-        let comparison = compare_runs(&run_a, &run_b, picks, args)
-            .map_err(|e| CliError::Store(format!("node {name}: {e}")))?;
+        let comparison =
+            compare_runs(&run_a, &run_b, picks, args).map_err(|e| CliError::InNode {
+                node: name.clone(),
+                source: Box::new(e),
+            })?;
         parts.push(NodePart {
             name: name.clone(),
             body: if args.json {
@@ -145,8 +149,12 @@ fn compare_clusters(
         });
     }
     Ok(if args.json {
-        render_cluster::json(&parts, render_cluster::unpaired_json(&pairing))
-            .map_err(|e| CliError::Store(format!("compare JSON of a node: {e}")))?
+        render_cluster::json(&parts, render_cluster::unpaired_json(&pairing)).map_err(|source| {
+            CliError::Json {
+                what: "compare JSON of a node",
+                source,
+            }
+        })?
     } else {
         let unpaired = render_cluster::unpaired_text(&pairing);
         let mut out = render_cluster::text(&parts);

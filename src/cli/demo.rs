@@ -149,7 +149,7 @@ fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(CliError::Store("a replay thread panicked".into())))
+                    .unwrap_or_else(|_| Err(CliError::Failed("a replay thread panicked".into())))
             })
             .collect()
     });
@@ -241,7 +241,7 @@ fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliEr
                     started_ms,
                     lives: tally.cycles,
                 })
-                .map_err(|e| CliError::Store(format!("replay of {build}: {e}")))
+                .map_err(|e| CliError::Failed(format!("replay of {build}: {e}")))
         });
         let mut collect = Command::new(exe);
         collect
@@ -276,10 +276,10 @@ fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliEr
         replay_stop.store(true, Ordering::Relaxed);
         let played = replay
             .join()
-            .unwrap_or_else(|_| Err(CliError::Store("the replay thread panicked".into())));
+            .unwrap_or_else(|_| Err(CliError::Failed("the replay thread panicked".into())));
         let status = status.map_err(|e| io_error(exe, e))?;
         if !status.success() {
-            return Err(CliError::Store(format!(
+            return Err(CliError::Failed(format!(
                 "heapwatch collect of the {} replay exited with {status}",
                 lane.build
             )));
@@ -326,7 +326,7 @@ fn carry_memory_over(lane: &Lane, played: &Played, speed: f64) -> Result<(), Cli
     let info_path = lane.collected.join(RUN_FILE);
     let bytes = std::fs::read(&info_path).map_err(|e| io_error(&info_path, e))?;
     let mut info: RunInfo = serde_json::from_slice(&bytes)
-        .map_err(|e| CliError::Store(format!("{}: {e}", info_path.display())))?;
+        .map_err(|e| CliError::Failed(format!("{}: {e}", info_path.display())))?;
     info.options.memory_source = Some(
         "the recording's memory.jsonl, moved onto this run's clock by heapwatch demo (a replay serves profiles, not the kernel's view)"
             .into(),
@@ -347,7 +347,7 @@ fn tell(args: &Args, headline: &str) -> Result<(), CliError> {
     let summary_path = args.out.join("summary.json");
     let text = std::fs::read(&summary_path).map_err(|e| io_error(&summary_path, e))?;
     let summary: serde_json::Value = serde_json::from_slice(&text)
-        .map_err(|e| CliError::Store(format!("{}: {e}", summary_path.display())))?;
+        .map_err(|e| CliError::Failed(format!("{}: {e}", summary_path.display())))?;
     say("\nwhat it found:");
     say(&format!("  {headline}"));
     if let Some(site) = summary["baseline"]["regressions"][0]["name"].as_str() {

@@ -482,7 +482,7 @@ fn runs_diff(
             let bc = cycle_captures(base_run, &base_caps, Some(c.a_cycle), 1, true)?;
             let nc = cycle_captures(new_run, &new_caps, Some(c.b_cycle), 1, true)?;
             let (at_b, at_n) = captures::at_same_age(base_run, &bc, new_run, &nc)
-                .ok_or_else(|| CliError::Store("no stored heap captures to compare".into()))?;
+                .ok_or_else(|| CliError::Failed("no stored heap captures to compare".into()))?;
             let base = match b {
                 Some(seq) => by_seq(base_run, &base_caps, seq)?,
                 None => at_b,

@@ -40,20 +40,26 @@ pub fn run(args: GrowthArgs) -> Result<ExitCode, CliError> {
         return run_cluster(&c, &args);
     }
     let run = RunDir::open(&args.run)?;
-    emit(&node_growth(run, &args, "")?)?;
+    emit(&node_growth(run, &args, None)?)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// The growth of one run as the command prints it; problems go to stderr, after `who`.
-fn node_growth(run: RunDir, args: &GrowthArgs, who: &str) -> Result<String, CliError> {
+fn node_growth(run: RunDir, args: &GrowthArgs, node: Option<&str>) -> Result<String, CliError> {
     let options = Options {
         limit: args.limit,
         cpu_limit: args.cpu_limit,
         decode: args.decode.limits(),
         ..Options::default()
     };
-    let a = pipeline::analyse_runs(run, None, &options)
-        .map_err(|e| CliError::Store(format!("{who}{e}")))?;
+    let a = pipeline::analyse_runs(run, None, &options).map_err(|e| match node {
+        Some(name) => CliError::InNode {
+            node: name.to_string(),
+            source: Box::new(e.into()),
+        },
+        None => e.into(),
+    })?;
+    let who = node.map_or(String::new(), |name| format!("node {name}: "));
     for problem in &a.notes.unreadable {
         eprintln!("heapwatch: {who}skipped {problem}");
     }
@@ -79,7 +85,7 @@ fn node_growth(run: RunDir, args: &GrowthArgs, who: &str) -> Result<String, CliE
 fn run_cluster(c: &ClusterRun, args: &GrowthArgs) -> Result<ExitCode, CliError> {
     let mut parts = Vec::new();
     for (name, run) in c.open_nodes().map_err(check::failed)? {
-        let body = node_growth(run, args, &format!("node {name}: "))?;
+        let body = node_growth(run, args, Some(&name))?;
         let dir = c
             .info
             .targets
@@ -96,8 +102,10 @@ fn run_cluster(c: &ClusterRun, args: &GrowthArgs) -> Result<ExitCode, CliError> 
         });
     }
     emit(&if args.json {
-        render_cluster::json(&parts, vec![])
-            .map_err(|e| CliError::Store(format!("growth JSON of a node: {e}")))?
+        render_cluster::json(&parts, vec![]).map_err(|source| CliError::Json {
+            what: "growth JSON of a node",
+            source,
+        })?
     } else {
         render_cluster::text(&parts)
     })?;

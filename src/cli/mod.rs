@@ -44,8 +44,21 @@ pub enum CliError {
     Read { path: String, source: io::Error },
     #[error("writing output: {0}")]
     Output(io::Error),
+    /// A step of the command failed; the message says which and why (exit 2).
     #[error("{0}")]
-    Store(String),
+    Failed(String),
+    /// A failure on one node of a cluster run, led by the node's name (exit 2).
+    #[error("node {node}: {source}")]
+    InNode { node: String, source: Box<CliError> },
+    /// A JSON document could not be made (exit 2).
+    #[error("{what}: {source}")]
+    Json {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+    /// A replay's server could not serve (exit 2).
+    #[error("replay on {addr}: {source}")]
+    Serve { addr: String, source: io::Error },
     /// A run directory that cannot be read (exit 2, as `Store`).
     #[error(transparent)]
     Run(#[from] heapwatch::store::StoreError),
@@ -90,7 +103,8 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) | CliError::Profile { .. } | CliError::Read { .. } => 2,
-            CliError::Output(_) | CliError::Store(_) => 2,
+            CliError::Output(_) | CliError::Failed(_) | CliError::InNode { .. } => 2,
+            CliError::Json { .. } | CliError::Serve { .. } => 2,
             CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 2,
             CliError::Pipeline(_) | CliError::Collect(_) | CliError::Node { .. } => 2,
             CliError::Marks(_) | CliError::Launch(_) | CliError::Push(_) | CliError::Watch(_) => 2,
@@ -179,7 +193,7 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Ps(args) => ps::run(args),
         Command::OomHoldGuard { cgroup } => heapwatch::launch::hold::guard(&cgroup)
             .map(|()| ExitCode::SUCCESS)
-            .map_err(CliError::Store),
+            .map_err(CliError::Failed),
         Command::Watch(args) => watch::run(*args),
     }
 }

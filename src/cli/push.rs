@@ -115,7 +115,7 @@ fn runs_of(run: &Path) -> Result<Vec<PathBuf>, CliError> {
         .unwrap_or_default();
     found.sort();
     if found.is_empty() {
-        return Err(CliError::Store(format!(
+        return Err(CliError::Failed(format!(
             "{}: not a heapwatch run directory (no manifest.jsonl, no targets/*/manifest.jsonl)",
             run.display()
         )));
@@ -256,7 +256,7 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
             ),
             _ => String::new(),
         };
-        problems.push(CliError::Store(format!(
+        problems.push(CliError::Failed(format!(
             "{to} refused the push: {r}{hint}; {} captures of {} left unsent",
             s.unsent,
             run.display()
@@ -273,7 +273,7 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
         )));
     }
     if s.refused > 0 {
-        problems.push(CliError::Store(refusal_message(
+        problems.push(CliError::Failed(refusal_message(
             run,
             to,
             s,
@@ -281,7 +281,7 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
         )));
     }
     if s.unanswered > 0 || s.tally.already_unanswered > 0 {
-        problems.push(CliError::Store(unanswered_advice(
+        problems.push(CliError::Failed(unanswered_advice(
             s.unanswered + s.tally.already_unanswered,
             run,
             to,
@@ -289,7 +289,7 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
     }
     if s.refused == 0 && s.tally.already_refused > 0 {
         // Not sent again, but the run is still not whole in the store: say so every time.
-        problems.push(CliError::Store(format!(
+        problems.push(CliError::Failed(format!(
             "{} captures of {} were refused by {to} in an earlier push (recorded in {}); \
              --restamp or --retry-refused sends them again",
             s.tally.already_refused,
@@ -302,7 +302,7 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
             1 => String::new(),
             n => format!(" (and {} more captures that could not be read)", n - 1),
         };
-        problems.push(CliError::Store(format!("{first}{more}")));
+        problems.push(CliError::Failed(format!("{first}{more}")));
     }
     problems
 }

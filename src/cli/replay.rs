@@ -90,8 +90,12 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
                     .unwrap_or_else(|| "replay".into()),
                 app_version: run.info.as_ref().and_then(|i| i.label.clone()),
             };
-            server::serve_agent(&timeline, &options, stop, &mut announce)
-                .map_err(|e| CliError::Store(format!("replay on {addr}: {e}")))?
+            server::serve_agent(&timeline, &options, stop, &mut announce).map_err(|source| {
+                CliError::Serve {
+                    addr: addr.to_string(),
+                    source,
+                }
+            })?
         }
         None => {
             let options = ReplayOptions {
@@ -99,8 +103,12 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
                 speed: args.speed,
                 die_mid_response: args.die_mid_response,
             };
-            server::serve(&timeline, &options, stop, &mut announce)
-                .map_err(|e| CliError::Store(format!("replay on {}: {e}", args.listen)))?
+            server::serve(&timeline, &options, stop, &mut announce).map_err(|source| {
+                CliError::Serve {
+                    addr: args.listen.to_string(),
+                    source,
+                }
+            })?
         }
     };
     eprintln!(

@@ -213,7 +213,7 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
         for other in &failed[1..] {
             eprintln!("heapwatch: {other}");
         }
-        return Err(CliError::Store(first.clone()));
+        return Err(CliError::Failed(first.clone()));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -102,7 +102,7 @@ pub(crate) fn cycle_captures<'c, 'a>(
             .iter()
             .filter(|r| r.kind == RecordKind::Heap)
             .count();
-        return Err(CliError::Store(format!(
+        return Err(CliError::Failed(format!(
             "{shown}: no stored heap captures ({attempts} heap capture attempts in the manifest)"
         )));
     }
@@ -126,7 +126,7 @@ pub(crate) fn cycle_captures<'c, 'a>(
     let mut fit = by_cycle.into_values().filter(|c| c.len() >= need);
     let chosen = if first { fit.next() } else { fit.next_back() };
     chosen.ok_or_else(|| {
-        CliError::Store(format!(
+        CliError::Failed(format!(
             "{shown}: no boot cycle has {need} stored heap captures{what}"
         ))
     })

@@ -41,8 +41,10 @@ pub(super) fn write(
             .iter()
             .find(|t| t.name == node.name)
             .map_or_else(String::new, |t| t.dir.clone());
-        let p = prepare(a, None, rules_given, options, extras)
-            .map_err(|e| CliError::Store(format!("node {}: {e}", node.name)))?;
+        let p = prepare(a, None, rules_given, options, extras).map_err(|e| CliError::InNode {
+            node: node.name.clone(),
+            source: Box::new(e.into()),
+        })?;
         prepared.push((node.name, dir, p));
     }
     let models: Vec<ReportModel> = prepared.iter().map(|(_, _, p)| p.model()).collect();
