@@ -44,12 +44,16 @@ pub fn svg(b: &MemoryBreakdown) -> Option<String> {
         let w = *v as f64 / scale * WIDTH;
         html!(
             out,
-            "<rect x=\"{x:.1}\" y=\"0\" width=\"{w:.1}\" height=\"{HEIGHT}\" fill=\"{colour}\"><title>{} {}</title></rect>\
-             <rect x=\"0\" y=\"{:.0}\" width=\"10\" height=\"10\" fill=\"{colour}\"/>\
+            "<rect x=\"{:.1}\" y=\"0\" width=\"{:.1}\" height=\"{HEIGHT}\" fill=\"{}\"><title>{} {}</title></rect>\
+             <rect x=\"0\" y=\"{:.0}\" width=\"10\" height=\"10\" fill=\"{}\"/>\
              <text x=\"14\" y=\"{:.0}\" font-size=\"11\">{} {}</text>",
+            x,
+            w,
+            colour,
             name,
             format_bytes(*v as i64),
             HEIGHT + 6.0 + 18.0 * i as f64,
+            colour,
             HEIGHT + 15.0 + 18.0 * i as f64,
             name,
             format_bytes(*v as i64)

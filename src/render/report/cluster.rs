@@ -109,19 +109,20 @@ pub fn html(m: &ClusterModel) -> String {
 
     out.push_str("<section id=\"nodes\">\n<h2>Nodes</h2>\n<table><tr><th>node</th><th>verdict</th><th>rules</th><th>full report</th></tr>\n");
     for n in &m.nodes {
-        let rules = if n.model.rules.is_empty() {
-            "<span class=\"unknown\">none given</span>".to_string()
+        let rules = Markup::literal(if n.model.rules.is_empty() {
+            "<span class=\"unknown\">none given</span>"
         } else if n.model.failed() {
-            "<span class=\"fail\">failed</span>".to_string()
+            "<span class=\"fail\">failed</span>"
         } else {
-            "<span class=\"pass\">passed</span>".to_string()
-        };
+            "<span class=\"pass\">passed</span>"
+        });
         htmlln!(
             out,
-            "<tr><td><a href=\"#node-{0}\">{0}</a></td><td>{1}</td><td>{rules}</td><td><a href=\"{2}/index.html\">{2}/index.html</a></td></tr>",
+            "<tr><td><a href=\"#node-{0}\">{0}</a></td><td>{1}</td><td>{3}</td><td><a href=\"{2}/index.html\">{2}/index.html</a></td></tr>",
             n.name,
             &n.model.headline(),
-            &n.folder
+            &n.folder,
+            rules
         );
     }
     out.push_str("</table>\n</section>\n");

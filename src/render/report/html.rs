@@ -117,7 +117,7 @@ fn nav(out: &mut String, m: &ReportModel) {
     links.push(("collection".into(), "how it was collected".into()));
     out.push_str("<nav>");
     for (id, text) in links {
-        html!(out, "<a href=\"#{id}\">{}</a>", &text);
+        html!(out, "<a href=\"#{}\">{}</a>", &id, &text);
     }
     out.push_str("</nav>\n");
 }
@@ -133,7 +133,9 @@ fn gate(out: &mut String, m: &ReportModel) {
     };
     htmlln!(
         out,
-        "<section id=\"gate\" class=\"gate {class}\">\n<h2>CI rules: {word}</h2>"
+        "<section id=\"gate\" class=\"gate {}\">\n<h2>CI rules: {}</h2>",
+        class,
+        word
     );
     rules_table(out, m.rules);
     out.push_str("</section>\n");
@@ -153,9 +155,11 @@ pub(super) fn rules_table(out: &mut String, rules: &[Outcome]) {
         };
         htmlln!(
             out,
-            "<tr><td class=\"rule\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"{class}\">{text}</td><td>{}</td></tr>",
+            "<tr><td class=\"rule\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
             &o.rule,
             &crate::render::rules::shown(o),
+            class,
+            text,
             &crate::render::rules::reason(o)
         );
     }
@@ -175,7 +179,7 @@ fn baseline(out: &mut String, m: &ReportModel) {
         if let Some(ratio) = r.ratio() {
             htmlln!(
                 out,
-                "<p>Peak in-use heap over the first {} of cycle {} of {} and cycle {} of {}: {} against {}, <strong>{ratio:.2}x</strong>.</p>",
+                "<p>Peak in-use heap over the first {} of cycle {} of {} and cycle {} of {}: {} against {}, <strong>{:.2}x</strong>.</p>",
                 seconds(r.age_s),
                 c.b_cycle,
                 &c.b,
@@ -183,6 +187,7 @@ fn baseline(out: &mut String, m: &ReportModel) {
                 &c.a,
                 format_bytes(r.bytes),
                 format_bytes(r.baseline_bytes),
+                ratio,
             );
         }
     }
@@ -258,8 +263,9 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     };
     htmlln!(
         out,
-        "<figure class=\"chart\">\n{}\n<figcaption>{explained}</figcaption>\n</figure>",
-        Markup::drawn(chart::svg(&timeline, &caption))
+        "<figure class=\"chart\">\n{}\n<figcaption>{}</figcaption>\n</figure>",
+        Markup::drawn(chart::svg(&timeline, &caption)),
+        &explained
     );
 
     let mut facts: Vec<(String, String)> = vec![(
@@ -390,7 +396,8 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     if let Some(bar) = c.breakdown.as_ref().and_then(super::breakdown::svg) {
         htmlln!(
             out,
-            "<figure class=\"breakdown\">\n{bar}\n<figcaption>Where the memory went at the cycle's peak, against the limit: anonymous memory is what the kernel kills on; page cache is reclaimed first.</figcaption>\n</figure>"
+            "<figure class=\"breakdown\">\n{}\n<figcaption>Where the memory went at the cycle's peak, against the limit: anonymous memory is what the kernel kills on; page cache is reclaimed first.</figcaption>\n</figure>",
+            Markup::drawn(bar)
         );
     }
 

@@ -2,8 +2,9 @@
 //! [`markup!`](crate::markup) format like `write!` and `format!`, but every argument goes
 //! through [`ToHtml`]: text (`str`, `String`) is always escaped, numbers are written as they
 //! are (with their format spec), and only a [`Markup`], HTML built by these macros, goes in as
-//! it is. Text reaches the page no other way: the format string is a literal and names no
-//! variable of its own (`{name}` captures are left to the literal's constants).
+//! it is. Text reaches the page no other way: the format string is a literal, and the only
+//! names it captures itself are constants (`{STYLE}`, `{WIDTH}`); a test holds every use of
+//! the macros to that.
 
 use std::fmt;
 
@@ -160,6 +161,60 @@ mod tests {
         assert_eq!(
             markup!("{}", "<script>alert('x')</script> & \"y\"").as_str(),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;y&quot;"
+        );
+    }
+
+    /// A `{name}` inside the format string is formatted by `format_args!` itself, around
+    /// [`Html`](super::Html): only constants (ALL_CAPS, written in this crate) may be named so.
+    #[test]
+    fn the_macros_name_no_variable_in_their_format_strings() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![root.clone()];
+        let mut found = Vec::new();
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for name in ["html!(", "htmlln!(", "markup!("] {
+                for (at, _) in text.match_indices(name) {
+                    // The first string literal after the macro's name is its format string.
+                    let rest = &text[at + name.len()..];
+                    let Some(open) = rest.find('"') else { continue };
+                    let mut literal = String::new();
+                    let mut chars = rest[open + 1..].chars();
+                    while let Some(c) = chars.next() {
+                        match c {
+                            '\\' => {
+                                chars.next();
+                            }
+                            '"' => break,
+                            c => literal.push(c),
+                        }
+                    }
+                    let mut pieces = literal.split('{');
+                    pieces.next();
+                    for piece in pieces {
+                        let inside = piece.split('}').next().unwrap_or("");
+                        let ident = inside.split(':').next().unwrap_or("");
+                        let variable = ident
+                            .starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+                            && ident.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                        if variable {
+                            let line = text[..at].lines().count() + 1;
+                            found.push(format!("{}:{line}: {{{ident}}}", path.display()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "variables named inside a format string: {found:#?}"
         );
     }
 }
