@@ -69,7 +69,7 @@ pub fn run(args: DiffArgs) -> Result<ExitCode, CliError> {
         base_file: &base_shown,
         new_file: &new_shown,
         diff: &found,
-        limit: args.n,
+        rows: args.n,
         all: args.all,
     };
     emit(&if args.json {

@@ -88,7 +88,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode, CliError> {
         sample: profile.sample_type_name(index),
         unit: profile.sample_type_unit(index),
         table: &table,
-        limit: args.n,
+        rows: args.n,
         by_cum: args.cum,
     };
     emit(&if args.json {

@@ -23,7 +23,7 @@ pub fn side_labels(c: &Comparison) -> (String, String) {
     }
 }
 
-pub fn text(c: &Comparison, limit: usize) -> String {
+pub fn text(c: &Comparison, rows: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -38,7 +38,7 @@ pub fn text(c: &Comparison, limit: usize) -> String {
             "{:>12} {:>12} {:>12} {:>12}  site",
             "A rate", "B rate", "A peak", "B peak"
         );
-        for r in c.regressions.iter().take(limit) {
+        for r in c.regressions.iter().take(rows) {
             let _ = writeln!(
                 out,
                 "{:>12} {:>12} {:>12} {:>12}  {}{}",
@@ -55,7 +55,7 @@ pub fn text(c: &Comparison, limit: usize) -> String {
         let names: Vec<&str> = c
             .improvements
             .iter()
-            .take(limit)
+            .take(rows)
             .map(|r| r.name.as_str())
             .collect();
         let _ = writeln!(out, "better in B: {}", names.join(", "));

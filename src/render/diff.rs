@@ -13,7 +13,7 @@ pub struct DiffView<'a> {
     pub base_file: &'a str,
     pub new_file: &'a str,
     pub diff: &'a ProfileDiff,
-    pub limit: usize,
+    pub rows: usize,
     /// Show the sites whose figures did not move, too.
     pub all: bool,
 }
@@ -73,7 +73,7 @@ pub fn json(view: &DiffView) -> String {
         sites: view.eligible().count(),
         rows: view
             .eligible()
-            .take(view.limit)
+            .take(view.rows)
             .map(|r| RowJson {
                 name: &r.name,
                 base_flat: r.base_flat,
@@ -101,7 +101,7 @@ pub fn text(view: &DiffView) -> String {
     let d = view.diff;
     let unit = d.unit.as_str();
     let eligible = view.eligible().count();
-    let shown = eligible.min(view.limit);
+    let shown = eligible.min(view.rows);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -131,7 +131,7 @@ pub fn text(view: &DiffView) -> String {
         "{:>12} {:>12} {:>12} {:>12}  {:<6}  site",
         "flat Δ", "cum Δ", "base flat", "new flat", "status"
     );
-    for r in view.eligible().take(view.limit) {
+    for r in view.eligible().take(view.rows) {
         let _ = writeln!(
             out,
             "{:>12} {:>12} {:>12} {:>12}  {:<6}  {}",

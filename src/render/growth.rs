@@ -45,7 +45,7 @@ pub fn json(report: &GrowthReport, envoy: Option<&EnvoyPart>) -> String {
     out
 }
 
-pub fn text(report: &GrowthReport, limit: usize, envoy: Option<&EnvoyPart>) -> String {
+pub fn text(report: &GrowthReport, rows: usize, envoy: Option<&EnvoyPart>) -> String {
     let mut out = String::new();
     let envoy_text = |e: &EnvoyPart| {
         if e.report.snapshots == 0 {
@@ -72,7 +72,7 @@ pub fn text(report: &GrowthReport, limit: usize, envoy: Option<&EnvoyPart>) -> S
         return out;
     }
     for c in &report.cycles {
-        cycle(&mut out, c, limit, report.limit_bytes);
+        cycle(&mut out, c, rows, report.limit_bytes);
     }
     let _ = writeln!(
         out,

@@ -13,7 +13,7 @@ pub struct TopView<'a> {
     pub sample: &'a str,
     pub unit: &'a str,
     pub table: &'a SiteTable,
-    pub limit: usize,
+    pub rows: usize,
     pub by_cum: bool,
 }
 
@@ -50,7 +50,7 @@ pub fn json(view: &TopView) -> String {
             .table
             .sites
             .iter()
-            .take(view.limit)
+            .take(view.rows)
             .map(|s| RowJson {
                 name: &s.name,
                 flat: s.flat,
@@ -72,7 +72,7 @@ fn percent(part: i64, total: i64) -> String {
 
 pub fn text(view: &TopView) -> String {
     let table = view.table;
-    let shown = table.sites.len().min(view.limit);
+    let shown = table.sites.len().min(view.rows);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -91,7 +91,7 @@ pub fn text(view: &TopView) -> String {
         "flat", "flat%", "sum%", "cum", "cum%"
     );
     let mut running = 0i64;
-    for site in table.sites.iter().take(view.limit) {
+    for site in table.sites.iter().take(view.rows) {
         running += site.flat;
         let _ = writeln!(
             out,
