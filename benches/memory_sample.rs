@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use heapwatch::source::procmem::{self, CgroupMemory, MemoryProbe};
+use heapwatch::source::procmem::{self, CgroupMemory, Detail, MemoryProbe};
 
 /// A cgroup made for the bench with one process in it; both gone on drop.
 struct Made {
@@ -60,16 +60,16 @@ fn bench(c: &mut Criterion) {
     let me = MemoryProbe::Pid(std::process::id());
     let mut group = c.benchmark_group("memory_sample");
     group.bench_function("cgroup every tick", |b| {
-        b.iter(|| black_box(probe.sample(0, Some(0), false)))
+        b.iter(|| black_box(probe.sample(0, Some(0), Detail::Usage)))
     });
     group.bench_function("cgroup detailed", |b| {
-        b.iter(|| black_box(probe.sample(0, Some(0), true)))
+        b.iter(|| black_box(probe.sample(0, Some(0), Detail::Full)))
     });
     group.bench_function("memory.stat and events alone", |b| {
         b.iter(|| black_box(cgroup.breakdown()))
     });
     group.bench_function("pid every tick", |b| {
-        b.iter(|| black_box(me.sample(0, None, false)))
+        b.iter(|| black_box(me.sample(0, None, Detail::Usage)))
     });
     group.bench_function("smaps_rollup alone", |b| {
         b.iter(|| black_box(procmem::process_breakdown(std::process::id())))

@@ -11,11 +11,19 @@ use std::time::{Duration, Instant};
 
 use super::OutsideMemory;
 use super::exits::ExitWatcher;
-use crate::source::procmem::{MemoryProbe, MemorySample};
+use crate::source::procmem::{Detail, MemoryProbe, MemorySample};
 use crate::store::MemoryLog;
 
 /// How often a sample also says where the memory goes.
 pub const DETAIL_EVERY: Duration = Duration::from_millis(500);
+
+/// How often the memory log is made durable: the samples of the last quarter second at most
+/// are lost to a crash of heapwatch itself (a kill is made durable at once).
+const SYNC_EVERY: Duration = Duration::from_millis(250);
+
+/// The same while a container is far from its limit (`watch`): a sample a second, made
+/// durable in fives.
+const FAR_SYNC_EVERY: Duration = Duration::from_secs(5);
 
 /// A memory sampler: a thread of its own (`collect`, `run`), or one probe of a
 /// [`NodeSampler`] that samples every container of a node from one thread (`watch`).
@@ -118,14 +126,25 @@ impl Probing {
         });
         let detail_every = far.map_or(DETAIL_EVERY, |f| f.detail_every);
         let mut detailed = self.last_detail.is_none_or(|t| t.elapsed() >= detail_every);
-        let mut sample = self
-            .probe
-            .sample(crate::time::now_ms(), self.kills, detailed);
+        // Far from the limit, where the cgroup's memory goes is enough: the process's own
+        // split (`smaps_rollup`) is read near the limit.
+        let depth = if far.is_some() {
+            Detail::Cgroup
+        } else {
+            Detail::Full
+        };
+        let mut sample = self.probe.sample(
+            crate::time::now_ms(),
+            self.kills,
+            if detailed { depth } else { Detail::Usage },
+        );
         // Memory moving fast (a file written into the page cache, or a heap growing): look
         // where it went now rather than guess for up to 500 ms.
         if !detailed && self.split.jumped(&sample) {
             detailed = true;
-            sample = self.probe.sample(crate::time::now_ms(), self.kills, true);
+            sample = self
+                .probe
+                .sample(crate::time::now_ms(), self.kills, Detail::Full);
         }
         if detailed {
             self.last_detail = Some(Instant::now());
@@ -160,8 +179,9 @@ impl Probing {
         if let Some(limit) = sample.limit {
             outside.limit.store(limit, Ordering::Relaxed);
         }
-        // A kill or a quarter second since the last fsync: make it durable.
-        let sync = sample.killed || self.last_sync.elapsed() >= Duration::from_millis(250);
+        // A kill, or the pace's time since the last fsync: make it durable.
+        let sync_every = far.map_or(SYNC_EVERY, |_| FAR_SYNC_EVERY);
+        let sync = sample.killed || self.last_sync.elapsed() >= sync_every;
         if let Err(e) = self.log.append(&sample, sync) {
             self.tally.error = Some(e.to_string());
             self.failed = true;
@@ -183,7 +203,9 @@ impl Probing {
     fn close(mut self) -> SamplerTally {
         if !self.failed && self.probe.ready() {
             let _ = self.log.append(
-                &self.probe.sample(crate::time::now_ms(), self.kills, true),
+                &self
+                    .probe
+                    .sample(crate::time::now_ms(), self.kills, Detail::Full),
                 true,
             );
         }

@@ -182,6 +182,24 @@ fn prepare_out(out: &Path) -> Result<(), WatchError> {
     })
 }
 
+/// Raises the soft limit on open files to the hard one: each container keeps a few small
+/// files open between memory samples, its profiles and logs too, and a node has hundreds of
+/// containers, where a container runtime's default soft limit may be 1024.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the one struct given, which lives here.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 /// Watches the node until `stop` is set; `say` is told what happens (a container found, a
 /// process ended, a note from discovery), one line at a time. `attach` is given each
 /// container's node once its run.json (with its pod labels) and the cluster's are written, and
@@ -193,6 +211,7 @@ pub fn watch(
     mut say: impl FnMut(&str),
     mut attach: impl FnMut(Node) -> Result<Node, String>,
 ) -> Result<WatchOutcome, WatchError> {
+    raise_open_file_limit();
     let mut discovery = Discovery::new(&options.discovery)?;
     let hierarchy = discovery.hierarchy().clone();
     let start = &options.start;

@@ -101,10 +101,7 @@ impl MemoryCgroup {
     }
 
     pub fn memory(&self) -> CgroupMemory {
-        CgroupMemory {
-            path: self.path.clone(),
-            v2: self.version == CgroupVersion::V2,
-        }
+        CgroupMemory::at(self.path.clone(), self.version == CgroupVersion::V2)
     }
 
     pub fn pids(&self) -> Vec<u32> {
@@ -340,5 +337,70 @@ mod tests {
         assert!(!path.exists(), "{} was not removed", path.display());
         let status = child.wait().unwrap();
         assert!(!status.success(), "the process in it was killed");
+    }
+
+    /// The files a memory sample reads are kept open between samples: each read must still
+    /// be the kernel's figure of that moment, a new limit included, and nothing once the
+    /// cgroup is gone (skipped without root, a failure under CI).
+    #[test]
+    fn kept_files_give_each_sample_the_figures_of_its_moment() {
+        let roots = CgroupRoots::default();
+        let name = format!("heapwatch-unit-kept-{}", std::process::id());
+        let cg = match MemoryCgroup::create(&roots, &name, 256 << 20) {
+            Ok(cg) => cg,
+            Err(e) => {
+                use crate::prerequisite::{Need, skip};
+                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
+                return;
+            }
+        };
+        let memory = cg.memory();
+        let probe = crate::source::procmem::MemoryProbe::Cgroup(memory.clone());
+        let sample = || probe.sample(0, None, crate::source::procmem::Detail::Usage);
+        let before = sample();
+        assert_eq!(before.limit, Some(256 << 20));
+        assert!(!before.alive);
+        // A process that fills 32 MiB of page cache, charged to the cgroup, then waits.
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"echo $$ > "$1" && dd if=/dev/zero of="$2/fill" bs=1M count=32 2>/dev/null && exec sleep 30"#)
+            .arg("sh")
+            .arg(cg.procs_file())
+            .arg(dir.path())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let mut now = sample();
+        while now.usage.unwrap_or(0) < before.usage.unwrap_or(0) + (32 << 20)
+            && started.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+            now = sample();
+        }
+        assert!(
+            now.usage.unwrap_or(0) >= before.usage.unwrap_or(0) + (32 << 20),
+            "usage read through the kept file never rose: {before:?} then {now:?}"
+        );
+        assert_eq!(now.pid, Some(child.id()));
+        assert!(now.rss.is_some_and(|r| r > 0), "{now:?}");
+        let file = match cg.version {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.max",
+        };
+        // Lowered: on v1 the memory limit may not pass the memory+swap one made with it.
+        fs::write(cg.path.join(file), (128u64 << 20).to_string()).unwrap();
+        assert_eq!(sample().limit, Some(128 << 20), "a new limit is read");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let path = cg.path.clone();
+        cg.remove().unwrap();
+        assert!(!path.exists());
+        let gone = sample();
+        assert_eq!(
+            (gone.usage, gone.limit, gone.alive),
+            (None, None, false),
+            "{gone:?}"
+        );
     }
 }

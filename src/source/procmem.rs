@@ -3,10 +3,11 @@
 //! target, so it keeps working while the target stalls at its limit and before it opens
 //! its profile endpoint.
 
-use std::fs;
+use std::fs::{self, File};
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 pub use crate::model::memory::{CgroupBreakdown, MemorySample, ProcessBreakdown};
 
@@ -24,21 +25,46 @@ pub enum MemoryProbe {
 pub struct CgroupMemory {
     pub path: PathBuf,
     pub v2: bool,
+    /// The files read at every sample, kept open between samples (shared by clones).
+    kept: Arc<Mutex<Kept>>,
+}
+
+/// Small kernel files kept open and read again from the start (a read at offset 0 makes the
+/// kernel write them afresh), so a sample costs no path lookup: the cgroup's usage, limit and
+/// OOM count, and the status of the process last measured. `cgroup.procs` is not among them:
+/// a v1 cgroup keeps the pid list an open file read first for a while.
+#[derive(Debug, Default)]
+struct Kept {
+    files: Vec<(&'static str, File)>,
+    status: Option<(u32, File)>,
+}
+
+/// Reads a kept file from its start; `None` when the read fails (the file is then closed, so
+/// the next read opens it again) or the text does not fit the buffer.
+fn read_from_start(file: &File) -> Option<String> {
+    let mut buf = [0u8; 4096];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    (n < buf.len())
+        .then(|| String::from_utf8(buf[..n].to_vec()).ok())
+        .flatten()
 }
 
 impl CgroupMemory {
+    /// A memory cgroup at `path`, v1 or v2, as it is known to be.
+    pub fn at(path: PathBuf, v2: bool) -> CgroupMemory {
+        CgroupMemory {
+            path,
+            v2,
+            kept: Arc::default(),
+        }
+    }
+
     /// A cgroup directory; v2 when it has `memory.current`, v1 when `memory.usage_in_bytes`.
     pub fn open(path: &Path) -> Result<CgroupMemory, String> {
         if path.join("memory.current").is_file() {
-            Ok(CgroupMemory {
-                path: path.to_path_buf(),
-                v2: true,
-            })
+            Ok(CgroupMemory::at(path.to_path_buf(), true))
         } else if path.join("memory.usage_in_bytes").is_file() {
-            Ok(CgroupMemory {
-                path: path.to_path_buf(),
-                v2: false,
-            })
+            Ok(CgroupMemory::at(path.to_path_buf(), false))
         } else {
             Err(format!(
                 "{}: not a memory cgroup (neither memory.current nor memory.usage_in_bytes)",
@@ -47,13 +73,51 @@ impl CgroupMemory {
         }
     }
 
-    fn read_number(&self, file: &str) -> Option<u64> {
-        let text = fs::read_to_string(self.path.join(file)).ok()?;
-        text.trim().parse().ok()
+    /// A file read at every sample, through the file kept open (opened again once when the
+    /// read fails: a cgroup made again at the same path).
+    fn read_kept(&self, name: &'static str) -> Option<String> {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        for _ in 0..2 {
+            let at = match kept.files.iter().position(|(n, _)| *n == name) {
+                Some(at) => at,
+                None => {
+                    let file = File::open(self.path.join(name)).ok()?;
+                    kept.files.push((name, file));
+                    kept.files.len() - 1
+                }
+            };
+            match read_from_start(&kept.files[at].1) {
+                Some(text) => return Some(text),
+                None => {
+                    kept.files.swap_remove(at);
+                }
+            }
+        }
+        None
     }
 
-    fn read_counter(&self, file: &str, key: &str) -> Option<u64> {
-        let text = fs::read_to_string(self.path.join(file)).ok()?;
+    fn read_number(&self, file: &'static str) -> Option<u64> {
+        self.read_kept(file)?.trim().parse().ok()
+    }
+
+    /// The RSS of a process in the cgroup, through its status file kept open while it is the
+    /// one measured.
+    fn process_rss(&self, pid: u32) -> Option<u64> {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.status.as_ref().is_none_or(|(p, _)| *p != pid) {
+            kept.status = File::open(format!("/proc/{pid}/status"))
+                .ok()
+                .map(|f| (pid, f));
+        }
+        let text = kept.status.as_ref().and_then(|(_, f)| read_from_start(f));
+        if text.is_none() {
+            kept.status = None;
+        }
+        rss_in_status(&text?)
+    }
+
+    fn read_counter(&self, file: &'static str, key: &str) -> Option<u64> {
+        let text = self.read_kept(file)?;
         text.lines().find_map(|l| {
             let (k, v) = l.split_once(' ')?;
             (k == key).then(|| v.trim().parse().ok()).flatten()
@@ -97,7 +161,11 @@ impl CgroupMemory {
 
 /// RSS of a process in bytes, `None` when it is gone.
 pub fn process_rss(pid: u32) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    rss_in_status(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+/// `VmRSS` of a `/proc/PID/status` text, in bytes.
+fn rss_in_status(status: &str) -> Option<u64> {
     status.lines().find_map(|l| {
         let kb = l
             .strip_prefix("VmRSS:")?
@@ -106,6 +174,19 @@ pub fn process_rss(pid: u32) -> Option<u64> {
             .trim();
         kb.parse::<u64>().ok().map(|k| k * 1024)
     })
+}
+
+/// How much a sample reads beyond usage, limit, the OOM-kill count and the pid's RSS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Nothing more: a few small reads.
+    Usage,
+    /// Where a cgroup's memory goes (`memory.stat`, the charge failures and events, PSI), but
+    /// not the process's `smaps_rollup`, which walks its page tables under its mmap lock. What
+    /// the kernel kills by is the cgroup's anonymous memory, which `memory.stat` gives.
+    Cgroup,
+    /// All of it, `smaps_rollup` too.
+    Full,
 }
 
 impl MemoryProbe {
@@ -129,12 +210,12 @@ impl MemoryProbe {
     }
 
     /// One sample: usage, limit, the OOM-kill count and the pid measured, every time (a few
-    /// small reads); with `detailed`, also where the memory goes (`memory.stat`, the charge
-    /// failures and events, PSI, the process's `smaps_rollup`), which costs more.
-    pub fn sample(&self, t_ms: i64, previous_kills: Option<u64>, detailed: bool) -> MemorySample {
+    /// small reads); then as much of where the memory goes as `detail` asks, which costs more.
+    pub fn sample(&self, t_ms: i64, previous_kills: Option<u64>, detail: Detail) -> MemorySample {
+        let full = detail == Detail::Full;
         match self {
-            MemoryProbe::Pid(pid) => pid_sample(*pid, t_ms, detailed),
-            MemoryProbe::Follow(cell) => pid_sample(cell.load(Ordering::Relaxed), t_ms, detailed),
+            MemoryProbe::Pid(pid) => pid_sample(*pid, t_ms, full),
+            MemoryProbe::Follow(cell) => pid_sample(cell.load(Ordering::Relaxed), t_ms, full),
             MemoryProbe::Cgroup(cg) => {
                 let oom_kills = cg.oom_kills();
                 let pids = cg.pids();
@@ -143,14 +224,14 @@ impl MemoryProbe {
                     t_ms,
                     source: "cgroup".into(),
                     pid,
-                    rss: pid.and_then(process_rss),
+                    rss: pid.and_then(|p| cg.process_rss(p)),
                     usage: cg.usage(),
                     limit: cg.limit(),
                     killed: matches!((previous_kills, oom_kills), (Some(a), Some(b)) if b > a),
                     oom_kills,
                     alive: !pids.is_empty(),
-                    cgroup: detailed.then(|| cg.breakdown()),
-                    process: pid.filter(|_| detailed).and_then(process_breakdown),
+                    cgroup: (detail != Detail::Usage).then(|| cg.breakdown()),
+                    process: pid.filter(|_| full).and_then(process_breakdown),
                 }
             }
         }
