@@ -938,6 +938,11 @@ fn resuming_a_run_with_another_program_is_refused_unless_retargeted() {
 /// `heapwatch run FLAGS --out RUN -- replay -rate 40MiB` (testdata/go/cmd/replay keeps all it
 /// reads), stopped with Ctrl-C should the test end first.
 fn run_replay(replay: &Path, run: &Path, flags: &[&str]) -> Stopped {
+    run_replay_at(replay, run, flags, "40MiB")
+}
+
+/// The same, the replay growing by `rate` a second.
+fn run_replay_at(replay: &Path, run: &Path, flags: &[&str], rate: &str) -> Stopped {
     Stopped(
         util::heapwatch()
             .args(["run", "-q"])
@@ -946,7 +951,7 @@ fn run_replay(replay: &Path, run: &Path, flags: &[&str]) -> Stopped {
             .arg(run)
             .arg("--")
             .arg(replay)
-            .args(["-rate", "40MiB"])
+            .args(["-rate", rate])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -1140,7 +1145,9 @@ fn a_held_command_dies_with_heapwatch_when_heapwatch_is_killed() {
     };
     let dir = util::tempdir();
     let run = dir.path().join("run");
-    let mut child = run_replay(
+    // Slow enough that the first capture, at the start, comes long before the hold even on a
+    // loaded machine: a capture that began during the hold would end it (the next is 30 s on).
+    let mut child = run_replay_at(
         &replay,
         &run,
         &[
@@ -1155,6 +1162,7 @@ fn a_held_command_dies_with_heapwatch_when_heapwatch_is_killed() {
             "--oom-hold",
             "60s",
         ],
+        "8MiB",
     );
     wait_until("run.json", Duration::from_secs(10), || {
         run.join("run.json").is_file()
