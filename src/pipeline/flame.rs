@@ -16,7 +16,7 @@ use super::cluster::ClusterRun;
 use super::flamegraphs::stack_growth;
 use super::scan::{self, ScanError};
 use crate::analyse::diff::{self, DiffError, Side};
-use crate::analyse::select::parse_run_arg;
+use crate::analyse::select::{self, parse_run_arg};
 use crate::decode::{self, DecodeError, DecodeLimits};
 use crate::model::Profile;
 use crate::render::flame::{FlameOptions, folded};
@@ -349,20 +349,31 @@ fn run_file(run: &RunDir, capture: &StoredCapture<'_>) -> String {
     )
 }
 
+/// `flame --growth`: `--from` and `--to` when given, else the cycle's default span
+/// ([`GrowthSpan::of_cycle`]) of `--cycle`, of the cycle of the one capture given, or of the
+/// last cycle that died (else the last).
 fn growth(run: &RunDir, args: &FlameRequest) -> Result<FlameGraph, FlameError> {
     let limits = &args.limits;
     let shown = run.root.display().to_string();
     let captures = stored_captures(run);
     let picked_from = args.from.map(|s| by_seq(run, &captures, s)).transpose()?;
     let picked_to = args.to.map(|s| by_seq(run, &captures, s)).transpose()?;
-    let mut rise_drawn = false;
-    let (from, to) = match (picked_from, picked_to) {
-        (Some(f), Some(t)) => (f, t),
+    let span = match (picked_from, picked_to) {
+        (Some(from), Some(to)) => GrowthSpan {
+            from,
+            to,
+            rise: false,
+        },
         (f, t) => {
+            let report = std::cell::OnceCell::new();
+            let report = || {
+                report
+                    .get_or_init(|| scan::growth(run, None, limits).ok().map(|(r, _)| r))
+                    .as_ref()
+            };
             // By default the last cycle that died (the growth worth drawing), else the last.
             let died = || {
-                let (report, _) = scan::growth(run, None, limits).ok()?;
-                let ended = report
+                let ended = report()?
                     .cycles
                     .iter()
                     .filter(|c| c.end.is_death() && c.stored >= 2);
@@ -370,25 +381,23 @@ fn growth(run: &RunDir, args: &FlameRequest) -> Result<FlameGraph, FlameError> {
             };
             let cycle = args.cycle.or(f.or(t).map(|c| c.record.cycle)).or_else(died);
             let in_cycle = cycle_captures(run, &captures, cycle, 2, false)?;
-            let rise = match (f, t) {
-                (None, None) => {
-                    rise_into_peak(run, in_cycle[0].record.cycle, limits).and_then(|(from, to)| {
-                        let find = |seq| in_cycle.iter().find(|c| c.record.seq == seq).copied();
-                        find(from).zip(find(to))
-                    })
-                }
-                _ => None,
+            let rise = || {
+                let n = in_cycle[0].record.cycle;
+                let c = report()?.cycles.iter().find(|c| c.index == n)?;
+                super::flamegraphs::rise_into_peak(c)
             };
-            rise_drawn = rise.is_some();
-            match rise {
-                Some(pair) => pair,
-                None => (
-                    f.unwrap_or(in_cycle[0]),
-                    t.unwrap_or(in_cycle[in_cycle.len() - 1]),
-                ),
+            match (f, t) {
+                (None, None) => GrowthSpan::of_cycle(&in_cycle, rise()),
+                _ => None,
             }
+            .unwrap_or(GrowthSpan {
+                from: f.unwrap_or(in_cycle[0]),
+                to: t.unwrap_or(in_cycle[in_cycle.len() - 1]),
+                rise: false,
+            })
         }
     };
+    let (from, to) = (span.from, span.to);
     if from.record.cycle != to.record.cycle {
         return Err(FlameError::AcrossCycles {
             run: shown,
@@ -423,11 +432,62 @@ fn growth(run: &RunDir, args: &FlameRequest) -> Result<FlameGraph, FlameError> {
             to: to.record.seq,
         });
     }
+    growth_graph(
+        run,
+        &span,
+        args.sample.as_deref(),
+        args.keep_profiler,
+        limits,
+    )
+}
+
+/// The two captures of one boot cycle a growth flamegraph spans.
+pub struct GrowthSpan<'c, 'a> {
+    pub from: &'c StoredCapture<'a>,
+    pub to: &'c StoredCapture<'a>,
+    /// The rise into the cycle's heap peak rather than first to last.
+    pub rise: bool,
+}
+
+impl<'c, 'a> GrowthSpan<'c, 'a> {
+    /// What a boot cycle added by default, from its stored heap captures (time order): the
+    /// rise into its peak (`rise`, from [`rise_into_peak`](super::flamegraphs::rise_into_peak))
+    /// when both its captures are stored, else first to last. `None` with fewer than two.
+    pub fn of_cycle(in_cycle: &[&'c StoredCapture<'a>], rise: Option<(u64, u64)>) -> Option<Self> {
+        let find = |seq| in_cycle.iter().find(|c| c.record.seq == seq).copied();
+        if let Some((from, to)) = rise.and_then(|(f, t)| find(f).zip(find(t))) {
+            return Some(GrowthSpan {
+                from,
+                to,
+                rise: true,
+            });
+        }
+        match in_cycle {
+            [from, .., to] => Some(GrowthSpan {
+                from,
+                to,
+                rise: false,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The one growth flamegraph, of `flame --growth` and of the report: the stacks that grew
+/// from one capture to the other ([`stack_growth`]), titled with the boot cycle's build.
+pub fn growth_graph(
+    run: &RunDir,
+    span: &GrowthSpan<'_, '_>,
+    sample: Option<&str>,
+    keep_profiler: bool,
+    limits: &DecodeLimits,
+) -> Result<FlameGraph, FlameError> {
+    let (from, to) = (span.from, span.to);
     let (fp, tp) = (
         load_profile(&from.path, limits)?,
         load_profile(&to.path, limits)?,
     );
-    let wanted = args.sample.as_deref().or(default_sample(to));
+    let wanted = sample.or(default_sample(to));
     let (fi, ti) = diff::sample_indices(&fp, &tp, wanted).map_err(|e| {
         name_files(
             e,
@@ -436,7 +496,7 @@ fn growth(run: &RunDir, args: &FlameRequest) -> Result<FlameGraph, FlameError> {
         )
     })?;
     let count = count_name(&tp, ti);
-    let growth = stack_growth(&folded(&fp, fi), &folded(&tp, ti), args.keep_profiler);
+    let growth = stack_growth(&folded(&fp, fi), &folded(&tp, ti), keep_profiler);
     let (added_stacks, profiler) = (growth.added, growth.profiler);
     let added: i64 = added_stacks.iter().map(|(_, v)| v).sum();
     let mut subtitle = format!(
@@ -454,7 +514,7 @@ fn growth(run: &RunDir, args: &FlameRequest) -> Result<FlameGraph, FlameError> {
             amount(profiler, &count)
         ));
     }
-    if rise_drawn {
+    if span.rise {
         subtitle.push_str(" (the rise into the peak: the cycle has no sustained growth)");
     }
     if growth.shrunk_stacks > 0 {
@@ -464,12 +524,12 @@ fn growth(run: &RunDir, args: &FlameRequest) -> Result<FlameGraph, FlameError> {
             amount(growth.shrunk_by, &count)
         ));
     }
+    let cycle = to.record.cycle;
     let options = FlameOptions {
         title: format!(
-            "Growth of {} — {}, boot cycle {}",
+            "Growth of {}, boot cycle {cycle} of {}",
             noun(&tp, ti),
-            build_of(run),
-            to.record.cycle
+            cycle_build(run, cycle)
         ),
         subtitle: Some(subtitle),
         count_name: count,
@@ -480,12 +540,13 @@ fn growth(run: &RunDir, args: &FlameRequest) -> Result<FlameGraph, FlameError> {
     })
 }
 
-/// The captures before the rise into a cycle's heap peak and at it, when the cycle has no
-/// sustained growth but such a rise (what `flame --growth` draws by default then).
-fn rise_into_peak(run: &RunDir, cycle: u32, limits: &DecodeLimits) -> Option<(u64, u64)> {
-    let (report, _) = scan::growth(run, None, limits).ok()?;
-    let c = report.cycles.iter().find(|c| c.index == cycle)?;
-    super::flamegraphs::rise_into_peak(c)
+/// The build a boot cycle ran, as `growth` and `compare` name it.
+fn cycle_build(run: &RunDir, cycle: u32) -> String {
+    let label = scan::run_label(run);
+    select::cycle_builds(&run.manifest.records, &label)
+        .into_iter()
+        .find(|b| b.index == cycle)
+        .map_or(label, |b| b.label)
 }
 
 /// The capture of each run to compare: `--from` in the base run and `--to` in the new one,
