@@ -71,6 +71,9 @@ pub enum CliError {
     /// A run that cannot be read or analysed, as the pipeline says it (exit 2).
     #[error(transparent)]
     Pipeline(#[from] heapwatch::pipeline::PipelineError),
+    /// Nothing to draw for `flame`, as the pipeline says why (exit 2).
+    #[error(transparent)]
+    Flame(#[from] heapwatch::pipeline::flame::FlameError),
     /// The collector failed on its one target: its store, mostly (exit 2).
     #[error(transparent)]
     Collect(#[from] heapwatch::collect::CollectError),
@@ -108,7 +111,7 @@ impl CliError {
             CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 2,
             CliError::Pipeline(_) | CliError::Collect(_) | CliError::Node { .. } => 2,
             CliError::Marks(_) | CliError::Launch(_) | CliError::Push(_) | CliError::Watch(_) => 2,
-            CliError::Replay(_) => 2,
+            CliError::Replay(_) | CliError::Flame(_) => 2,
             CliError::Unreachable(_) => 3,
         }
     }

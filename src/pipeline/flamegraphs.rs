@@ -5,14 +5,15 @@
 use std::collections::HashMap;
 
 use super::Analysis;
+use super::captures::{StoredCapture, stored_captures};
+use super::flame::{GrowthSpan, Stacks, growth_graph};
 use super::scan;
 use crate::analyse::growth::CycleGrowth;
 use crate::decode::{self, DecodeLimits};
 use crate::model::Profile;
 use crate::render::flame::{self, FlameOptions};
 use crate::render::report::Flamegraph;
-use crate::store::{CaptureRecord, RunDir};
-use crate::units;
+use crate::store::{CaptureRecord, RecordKind, RunDir};
 
 /// A stored heap capture: its record and decoded profile.
 struct Capture<'a> {
@@ -32,14 +33,6 @@ fn inuse(c: &Capture) -> Vec<(String, i64)> {
         .find_sample_type("inuse_space")
         .unwrap_or_else(|| c.profile.default_sample_index());
     flame::folded(&c.profile, index)
-}
-
-fn capture_at(c: &Capture, start_ms: i64) -> String {
-    format!(
-        "capture #{} at {:.1} s",
-        c.record.seq,
-        (c.record.t_ms - start_ms) as f64 / 1000.0
-    )
 }
 
 /// What grew from one capture's stacks to a later one's: the stacks that gained (sorted), the
@@ -96,64 +89,40 @@ pub fn rise_into_peak(c: &CycleGrowth) -> Option<(u64, u64)> {
     e.from_seq.zip(e.to_seq)
 }
 
-/// A growth flamegraph per boot cycle (first to last stored heap capture) and, with a
+/// A growth flamegraph per boot cycle ([`GrowthSpan::of_cycle`], drawn as `flame --growth`
+/// draws it) and, with a
 /// baseline, a differential one at the compared age. A flamegraph that cannot be drawn is
 /// left out; the tables still say what grew.
 pub fn draw(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Flamegraph> {
     let mut out = Vec::new();
+    let captures = stored_captures(&a.run);
     for c in &a.growth.cycles {
-        let heaps = scan::stored_heaps(&a.run, c.index);
+        let heaps: Vec<&StoredCapture> = captures
+            .iter()
+            .filter(|s| s.record.kind == RecordKind::Heap && s.record.cycle == c.index)
+            .collect();
         // Without sustained growth, the rise into the cycle's peak is what it added.
-        let rise = rise_into_peak(c).and_then(|(from, to)| {
-            let find = |seq| heaps.iter().find(|r| r.seq == seq);
-            find(from).zip(find(to))
-        });
-        let (Some(first), Some(last)) = rise
-            .map(|(f, t)| (Some(f), Some(t)))
-            .unwrap_or((heaps.first(), heaps.last()))
-        else {
+        let Some(span) = GrowthSpan::of_cycle(&heaps, rise_into_peak(c)) else {
             continue;
         };
-        if first.seq == last.seq {
-            continue;
-        }
-        let (Some(first), Some(last)) = (load(&a.run, first, limits), load(&a.run, last, limits))
-        else {
+        let Ok(graph) = growth_graph(&a.run, &span, None, keep_profiler, limits) else {
             continue;
         };
-        let StackGrowth {
-            added: growth,
-            profiler,
-            ..
-        } = stack_growth(&inuse(&first), &inuse(&last), keep_profiler);
+        let Stacks::Plain(growth) = &graph.stacks else {
+            continue;
+        };
+        let at = |s: &StoredCapture| format!("capture #{} at {:.1} s", s.record.seq, s.age_s);
         let span = format!(
             "from {} to {}{}",
-            capture_at(&first, c.start_ms),
-            capture_at(&last, c.start_ms),
-            if rise.is_some() {
+            at(span.from),
+            at(span.to),
+            if span.rise {
                 " (the rise into the peak)"
             } else {
                 ""
             }
         );
-        let options = FlameOptions {
-            title: format!(
-                "In-use {}, boot cycle {} of {}",
-                if rise.is_some() { "rise" } else { "growth" },
-                c.index,
-                c.build
-            ),
-            subtitle: Some(if profiler > 0 {
-                format!(
-                    "{span}; widths: bytes added; the profile writer's {} left out",
-                    units::format_bytes(profiler)
-                )
-            } else {
-                format!("{span}; widths: bytes added")
-            }),
-            count_name: "bytes".into(),
-        };
-        if let Ok(svg) = flame::flame_svg(&growth, &options) {
+        if let Ok(svg) = flame::flame_svg(growth, &graph.options) {
             out.push(Flamegraph {
                 file: format!("flamegraphs/cycle-{}-growth.svg", c.index),
                 cycle: Some(c.index),

@@ -3,8 +3,10 @@
 //! sits beside `scan` rather than in `analyse/` because it reads run directories; `analyse/`
 //! stays pure. [`cluster`] runs it over every node of a cluster run.
 
+pub mod captures;
 pub mod cluster;
 mod envoy;
+pub mod flame;
 pub mod flamegraphs;
 pub mod report;
 pub mod scan;

@@ -634,7 +634,7 @@ fn flame_growth_draws_the_cycle_that_died_not_the_one_stopped_after_it() {
     assert!(out.status.success(), "{}", util::stderr(&out));
     let text = fs::read_to_string(&svg).unwrap();
     assert!(
-        text.contains("boot cycle 1<"),
+        text.contains("Growth of heap in use, boot cycle 1 of "),
         "the cycle that died is drawn"
     );
     assert!(text.contains("storeRawMsg"), "its growth is drawn");

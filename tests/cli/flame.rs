@@ -123,7 +123,7 @@ fn golden_diff_of_two_controller_builds() {
 #[test]
 fn golden_growth_of_a_leaking_run() {
     let svg = flame(&[p(&run_dir("hiddenleak")), "--growth"]);
-    assert!(svg.contains("Growth of heap in use — run hiddenleak, boot cycle 1"));
+    assert!(svg.contains("Growth of heap in use, boot cycle 1 of hiddenleak"));
     // Default: the first and the last stored heap capture of the cycle.
     assert!(subtitle(&svg).starts_with("added from capture #1 (0.0 s) to #96 ("));
     assert!(svg.contains("main.(*sessionTable).remember ("));
@@ -186,7 +186,7 @@ fn a_site_only_in_base_stays_in_the_diff() {
 fn growth_between_chosen_captures_of_a_chosen_cycle() {
     let run = run_dir("oomgrow");
     let svg = flame(&[p(&run), "--growth", "--cycle", "2"]);
-    assert!(svg.contains("run oomgrow, boot cycle 2"));
+    assert!(svg.contains("Growth of heap in use, boot cycle 2 of oomgrow<"));
     assert!(
         subtitle(&svg).starts_with("added from capture #79 "),
         "{}",
