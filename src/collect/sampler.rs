@@ -126,9 +126,11 @@ impl Probing {
         });
         let detail_every = far.map_or(DETAIL_EVERY, |f| f.detail_every);
         let mut detailed = self.last_detail.is_none_or(|t| t.elapsed() >= detail_every);
-        // Far from the limit, where the cgroup's memory goes is enough: the process's own
-        // split (`smaps_rollup`) is read near the limit.
-        let depth = if far.is_some() {
+        // Where a node's containers are watched (a far pace is set), where the cgroup's memory
+        // goes is enough: what the kernel kills by and every figure the analysis reads are in
+        // it, and the process's own split (`smaps_rollup`) walks its page tables under its
+        // mmap lock. `collect` and `run` read both.
+        let depth = if self.far.is_some() {
             Detail::Cgroup
         } else {
             Detail::Full
@@ -142,9 +144,7 @@ impl Probing {
         // where it went now rather than guess for up to 500 ms.
         if !detailed && self.split.jumped(&sample) {
             detailed = true;
-            sample = self
-                .probe
-                .sample(crate::time::now_ms(), self.kills, Detail::Full);
+            sample = self.probe.sample(crate::time::now_ms(), self.kills, depth);
         }
         if detailed {
             self.last_detail = Some(Instant::now());
