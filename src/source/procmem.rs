@@ -57,13 +57,13 @@ struct Held {
 /// gone) drops it and tries a fresh open, so a reading is what reading the path anew gives.
 fn read_held(held: &mut Option<fs::File>, path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
     if let Some(file) = held.as_ref() {
-        if read_from_start(file, buf).is_ok() {
+        if read_from_start(file, buf, MAX_HELD_FILE).is_ok() {
             return Ok(());
         }
         *held = None;
     }
     let file = fs::File::open(path)?;
-    read_from_start(&file, buf)?;
+    read_from_start(&file, buf, MAX_HELD_FILE)?;
     *held = Some(file);
     Ok(())
 }
@@ -71,12 +71,14 @@ fn read_held(held: &mut Option<fs::File>, path: &Path, buf: &mut Vec<u8>) -> io:
 /// The most a held file is read to: these are a few lines.
 const MAX_HELD_FILE: usize = 64 << 10;
 
-/// The whole of a small kernel file, read with `pread` from offset 0.
-fn read_from_start(file: &fs::File, buf: &mut Vec<u8>) -> io::Result<()> {
+/// The whole of a small kernel file (cgroup, /proc) into `buf`, read with `pread` from offset
+/// 0 without asking its size first (these files say 0 or 4096). A file of `max` bytes or more
+/// is an error (`InvalidData`), read no further.
+pub fn read_from_start(file: &fs::File, buf: &mut Vec<u8>, max: usize) -> io::Result<()> {
     buf.clear();
     loop {
         if buf.len() == buf.capacity() {
-            if buf.len() >= MAX_HELD_FILE {
+            if buf.len() >= max {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "file too long"));
             }
             buf.reserve(512);
@@ -99,12 +101,12 @@ fn read_from_start(file: &fs::File, buf: &mut Vec<u8>) -> io::Result<()> {
 }
 
 /// A file that holds one number (surrounding white space allowed).
-fn parse_number(bytes: &[u8]) -> Option<u64> {
+pub fn parse_number(bytes: &[u8]) -> Option<u64> {
     std::str::from_utf8(bytes).ok()?.trim().parse().ok()
 }
 
 /// The value of `key` in a file of `key value` lines.
-fn parse_counter(bytes: &[u8], key: &str) -> Option<u64> {
+pub fn parse_counter(bytes: &[u8], key: &str) -> Option<u64> {
     std::str::from_utf8(bytes).ok()?.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()
@@ -333,46 +335,23 @@ fn main_pid(pids: &[u32]) -> Option<u32> {
         .or_else(|| oldest(&mut pids.iter().copied()))
 }
 
-/// Whether a process runs a Go executable (it has `.go.buildinfo`), remembered per file.
+/// Whether a process runs a Go executable, remembered per file for every probe.
 fn runs_go(pid: u32) -> bool {
+    use crate::source::procfind::{FileKey, runs_go};
     use std::collections::HashMap;
-    use std::os::unix::fs::MetadataExt as _;
-    use std::sync::Mutex;
-    type FileId = (u64, u64, i64, u64);
-    static KNOWN: Mutex<Option<HashMap<FileId, bool>>> = Mutex::new(None);
-    let exe = format!("/proc/{pid}/exe");
-    let Ok(meta) = fs::metadata(&exe) else {
-        return false;
-    };
-    let key = (meta.dev(), meta.ino(), meta.mtime(), meta.size());
-    if let Some(&go) = KNOWN
-        .lock()
-        .ok()
-        .and_then(|k| k.as_ref().and_then(|m| m.get(&key).copied()))
-        .as_ref()
-    {
-        return go;
+    static KNOWN: Mutex<Option<HashMap<FileKey, bool>>> = Mutex::new(None);
+    let mut known = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
+    let map = known.get_or_insert_with(HashMap::new);
+    if map.len() > 1024 {
+        map.clear();
     }
-    let go = fs::File::open(&exe)
-        .and_then(|mut f| crate::source::procfind::elf_has_section(&mut f, ".go.buildinfo"))
-        .unwrap_or(false);
-    if let Ok(mut known) = KNOWN.lock() {
-        let map = known.get_or_insert_with(HashMap::new);
-        if map.len() > 1024 {
-            map.clear();
-        }
-        map.insert(key, go);
-    }
-    go
+    runs_go(Path::new(&format!("/proc/{pid}/exe")), map)
 }
 
 /// When a process started, in clock ticks since boot (`/proc/PID/stat` field 22).
 fn start_ticks(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in brackets and may hold spaces; field 3 is
-    // the first of them, so field 22 is the 20th.
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    crate::source::procfind::parse_stat(&stat).map(|(_, _, start)| start)
 }
 
 /// A process's resident memory by kind from `/proc/PID/smaps_rollup`: the kernel's exact
