@@ -47,6 +47,10 @@ pub struct LivePush {
     /// Fired (or dropped) when the collector is done: the push thread starts the drain.
     done: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<PushStats, PushError>>>,
+    /// What else sends what is left in the spool, said beside `heapwatch push`: the next
+    /// `collect --push` of the run, or under `watch` nothing (its container directories are
+    /// not collected into again by hand).
+    resumed_by: Option<&'static str>,
 }
 
 impl CollectPushFlags {
@@ -147,6 +151,7 @@ pub fn attach(
         drain,
         done: Some(done_tx),
         thread: Some(thread),
+        resumed_by: Some("the next `collect --push` of the run"),
     };
     Ok((writer, live))
 }
@@ -162,6 +167,13 @@ pub fn finish_all(pushes: Vec<LivePush>, quiet: bool) -> Vec<String> {
 }
 
 impl LivePush {
+    /// The push of a container `watch` records: its end-of-run lines name `heapwatch push`
+    /// alone for what is left, not a next `collect --push`.
+    pub fn in_watch(mut self) -> LivePush {
+        self.resumed_by = None;
+        self
+    }
+
     /// Tells the push thread the collector is done: its drain starts.
     fn begin_drain(&mut self) {
         if let Some(done) = self.done.take() {
@@ -221,9 +233,11 @@ impl LivePush {
             line.push_str(&format!("; unreadable: {first}"));
         }
         if stats.unsent > 0 {
+            let or = self
+                .resumed_by
+                .map_or(String::new(), |by| format!("{by} or "));
             line.push_str(&format!(
-                "; they stay in the spool: the next `collect --push` of the run or \
-                 `heapwatch push {} --to {}` sends them",
+                "; they stay in the spool: {or}`heapwatch push {} --to {}` sends them",
                 self.run.display(),
                 self.url
             ));

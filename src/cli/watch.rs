@@ -159,7 +159,7 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
         }
         node.wrap_writer(|writer| {
             let (writer, live) = collect_push::attach(push.clone(), &dir, writer)?;
-            pushes.insert(dir.clone(), live);
+            pushes.insert(dir.clone(), live.in_watch());
             Ok::<_, CliError>(writer)
         })
         .map_err(|e| e.to_string())

@@ -101,7 +101,7 @@ impl MemoryCgroup {
     }
 
     pub fn memory(&self) -> CgroupMemory {
-        CgroupMemory::at(self.path.clone(), self.version == CgroupVersion::V2)
+        CgroupMemory::new(self.path.clone(), self.version == CgroupVersion::V2)
     }
 
     pub fn pids(&self) -> Vec<u32> {

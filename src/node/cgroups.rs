@@ -4,7 +4,7 @@
 //! finds it gone says so instead of failing the walk.
 
 use std::fs;
-use std::io::{self, Read as _};
+use std::io;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::{NodeError, Note, NoteKind};
 use crate::launch::cgroup::{CgroupRoots, CgroupVersion, detect};
+use crate::source::procmem::{parse_counter, parse_number, read_from_start};
 
 /// Bounds on a walk: a node has hundreds of cgroups, not hundreds of thousands.
 const MAX_DEPTH: usize = 32;
@@ -207,39 +208,22 @@ pub const MAX_KERNEL_FILE: usize = 8 << 20;
 /// files say 0 or 4096): one read for the whole file, and one that finds the end. A file
 /// longer than [`MAX_KERNEL_FILE`] is an error (`InvalidData`), read no further.
 pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
-    let mut file = fs::File::open(path)?;
-    buf.clear();
-    loop {
-        if buf.len() >= MAX_KERNEL_FILE {
+    let file = fs::File::open(path)?;
+    read_from_start(&file, buf, MAX_KERNEL_FILE).map_err(|e| {
+        if e.kind() == io::ErrorKind::InvalidData {
             buf.clear();
-            return Err(io::Error::new(
+            io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
                     "{}: longer than {} MiB",
                     path.display(),
                     MAX_KERNEL_FILE >> 20
                 ),
-            ));
+            )
+        } else {
+            e
         }
-        if buf.len() == buf.capacity() {
-            buf.reserve(4096);
-        }
-        let len = buf.len();
-        let cap = buf.capacity();
-        buf.resize(cap, 0);
-        match file.read(&mut buf[len..]) {
-            Ok(0) => {
-                buf.truncate(len);
-                return Ok(());
-            }
-            Ok(n) => buf.truncate(len + n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => buf.truncate(len),
-            Err(e) => {
-                buf.truncate(len);
-                return Err(e);
-            }
-        }
-    }
+    })
 }
 
 /// A container's memory now.
@@ -270,14 +254,11 @@ fn read_file(dir: &Path, name: &str) -> Result<Option<String>, NodeError> {
 }
 
 fn number(text: Option<String>) -> Option<u64> {
-    text?.trim().parse().ok()
+    parse_number(text?.as_bytes())
 }
 
 fn counter(text: Option<String>, key: &str) -> Option<u64> {
-    text?.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok()).flatten()
-    })
+    parse_counter(text?.as_bytes(), key)
 }
 
 /// Reads a container's memory; `Vanished` when its cgroup went away meanwhile.

@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
 use super::cgroups::read_into;
-use crate::source::procfind::ProcessId;
+use crate::source::procfind::{ProcessId, parse_stat};
 
 /// The file a process runs, by identity rather than path: the same binary in two containers
 /// is judged once, and a process that execs into another binary is seen to change.
@@ -72,44 +72,22 @@ pub fn own_ns_pid(pid: u32) -> Option<u32> {
     (pids.len() > 1).then(|| pids.last().copied()).flatten()
 }
 
-/// The kernel's per-task flags (include/linux/sched.h): a task being torn down, a kernel thread.
-const PF_EXITING: u64 = 0x4;
+/// The kernel's per-task flag of a kernel thread (include/linux/sched.h).
 const PF_KTHREAD: u64 = 0x0020_0000;
 
 /// The live process with this pid (a zombie, or one being torn down, is gone), as
 /// `source::procfind::ProcessId::of` judges it, with `buf` reused from call to call.
 pub fn process_id(pid: u32, buf: &mut Vec<u8>) -> Option<ProcessId> {
     read_into(Path::new(&format!("/proc/{pid}/stat")), buf).ok()?;
-    let (state, flags, start_ticks) = parse_stat(&String::from_utf8_lossy(buf))?;
-    let alive = !matches!(state, 'Z' | 'X' | 'x') && flags & PF_EXITING == 0;
-    alive.then_some(ProcessId { pid, start_ticks })
-}
-
-/// State, flags and start time of `/proc/PID/stat`, counted after the command name's last
-/// `)` (the name may hold spaces and brackets).
-fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // Fields 4 to 8, then flags (field 9), then 10 to 21, then starttime (field 22).
-    let flags = fields.nth(5)?.parse().ok()?;
-    let start = fields.nth(12)?.parse().ok()?;
-    Some((state, flags, start))
+    ProcessId::from_stat(pid, &String::from_utf8_lossy(buf))
 }
 
 /// Whether this pid is a kernel thread (flags, field 9 of `/proc/PID/stat`).
 pub fn is_kernel_thread(pid: u32) -> bool {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return false;
-    };
-    // After the name: state (3), ppid, pgrp, session, tty, tpgid, then flags (9).
-    rest.split_whitespace()
-        .nth(6)
-        .and_then(|f| f.parse::<u64>().ok())
-        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| parse_stat(&stat))
+        .is_some_and(|(_, flags, _)| flags & PF_KTHREAD != 0)
 }
 
 #[cfg(test)]

@@ -90,8 +90,12 @@ impl ProcessId {
     /// A process being torn down (killed, its memory already released, not yet a zombie)
     /// counts as gone.
     pub fn of(pid: u32) -> Option<ProcessId> {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (state, flags, start_ticks) = parse_stat(&stat)?;
+        ProcessId::from_stat(pid, &fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    /// [`ProcessId::of`] from the text of the process's `/proc/PID/stat`.
+    pub fn from_stat(pid: u32, stat: &str) -> Option<ProcessId> {
+        let (state, flags, start_ticks) = parse_stat(stat)?;
         let exiting = flags & PF_EXITING != 0;
         (!matches!(state, 'Z' | 'X' | 'x') && !exiting).then_some(ProcessId { pid, start_ticks })
     }
@@ -105,9 +109,9 @@ impl ProcessId {
 /// The kernel's per-task flag for "getting shut down" (include/linux/sched.h).
 const PF_EXITING: u64 = 0x4;
 
-/// State, flags and start time from `/proc/PID/stat`. The command name (field 2) may hold
-/// spaces and brackets, so fields are counted after its last `)`.
-fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
+/// State, flags and start time (clock ticks since boot) from `/proc/PID/stat`. The command
+/// name (field 2) may hold spaces and brackets, so fields are counted after its last `)`.
+pub fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
     let state = fields.next()?.chars().next()?;
@@ -122,7 +126,7 @@ fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
 pub struct ProcFinder {
     selector: ProcSelector,
     proc_root: PathBuf,
-    go_binaries: HashMap<(u64, u64, i64, u64), bool>,
+    go_binaries: HashMap<FileKey, bool>,
 }
 
 impl ProcFinder {
@@ -299,23 +303,34 @@ impl ProcFinder {
             .min_by_key(|p| (p.start_ticks, p.pid))
     }
 
-    /// Whether the process runs a Go binary (its ELF has `.go.buildinfo`), cached per file.
+    /// Whether the process runs a Go binary, cached per file.
     fn is_go(&mut self, pid: u32) -> bool {
-        let exe = self.proc_root.join(format!("{pid}/exe"));
-        let Ok(meta) = fs::metadata(&exe) else {
-            return false;
-        };
-        let key = (meta.dev(), meta.ino(), meta.mtime(), meta.size());
-        if let Some(&known) = self.go_binaries.get(&key) {
-            return known;
-        }
-        let Ok(mut file) = File::open(&exe) else {
-            return false;
-        };
-        let go = elf_has_section(&mut file, ".go.buildinfo").unwrap_or(false);
-        self.go_binaries.insert(key, go);
-        go
+        runs_go(
+            &self.proc_root.join(format!("{pid}/exe")),
+            &mut self.go_binaries,
+        )
     }
+}
+
+/// A file by identity: device, inode, modification time and size.
+pub type FileKey = (u64, u64, i64, u64);
+
+/// Whether a process's executable (`exe`, its `/proc/PID/exe`) is a Go binary (its ELF has
+/// `.go.buildinfo`), looked up in `known` first, by the file's identity, and remembered there.
+pub fn runs_go(exe: &Path, known: &mut HashMap<FileKey, bool>) -> bool {
+    let Ok(meta) = fs::metadata(exe) else {
+        return false;
+    };
+    let key = (meta.dev(), meta.ino(), meta.mtime(), meta.size());
+    if let Some(&go) = known.get(&key) {
+        return go;
+    }
+    let Ok(mut file) = File::open(exe) else {
+        return false;
+    };
+    let go = elf_has_section(&mut file, ".go.buildinfo").unwrap_or(false);
+    known.insert(key, go);
+    go
 }
 
 /// The base name of an executable link, without the ` (deleted)` the kernel appends when the

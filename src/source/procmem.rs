@@ -1,9 +1,10 @@
-//! Process and cgroup memory read from outside the target: RSS from `/proc/PID/status`,
+//! Process and cgroup memory read from outside the target: RSS from `/proc/PID/statm`,
 //! usage, limit and OOM-kill count from a v1 or v2 memory cgroup. Needs no answer from the
 //! target, so it keeps working while the target stalls at its limit and before it opens
 //! its profile endpoint.
 
-use std::fs::{self, File};
+use std::fs;
+use std::io;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,50 +22,129 @@ pub enum MemoryProbe {
     Follow(Arc<AtomicU32>),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct CgroupMemory {
     pub path: PathBuf,
     pub v2: bool,
-    /// The files read at every sample, kept open between samples (shared by clones).
-    kept: Arc<Mutex<Kept>>,
+    /// The files read at every sample, kept open between samples.
+    held: Mutex<Held>,
 }
 
-/// Small kernel files kept open and read again from the start (a read at offset 0 makes the
-/// kernel write them afresh), so a sample costs no path lookup: the cgroup's usage, limit and
-/// OOM count, and the status of the process last measured. `cgroup.procs` is not among them:
-/// a v1 cgroup keeps the pid list an open file read first for a while.
+impl Clone for CgroupMemory {
+    /// The same cgroup, with files of its own opened when first read.
+    fn clone(&self) -> CgroupMemory {
+        CgroupMemory::new(self.path.clone(), self.v2)
+    }
+}
+
+/// The files a sample reads, open from one sample to the next and read again from offset 0
+/// (the kernel makes a seq_file anew at offset 0): an open and a close fewer per file and
+/// sample. `cgroup.procs` is not among them: v1 keeps the pid list of an open file and
+/// serves it again until nobody has read it for a second, so a held one would miss a
+/// restart; it is opened afresh each time.
 #[derive(Debug, Default)]
-struct Kept {
-    files: Vec<(&'static str, File)>,
-    status: Option<(u32, File)>,
+struct Held {
+    usage: Option<fs::File>,
+    limit: Option<fs::File>,
+    events: Option<fs::File>,
+    /// `/proc/PID/statm` of the process last measured.
+    statm: Option<(u32, fs::File)>,
+    buf: Vec<u8>,
 }
 
-/// Reads a kept file from its start; `None` when the read fails (the file is then closed, so
-/// the next read opens it again) or the text does not fit the buffer.
-fn read_from_start(file: &File) -> Option<String> {
-    let mut buf = [0u8; 4096];
-    let n = file.read_at(&mut buf, 0).ok()?;
-    (n < buf.len())
-        .then(|| String::from_utf8(buf[..n].to_vec()).ok())
-        .flatten()
+/// Reads `path` into `buf` through `held`, opening it when it is not yet open. A read of a
+/// held file that fails (a cgroup removed and made again under the same name, a process
+/// gone) drops it and tries a fresh open, so a reading is what reading the path anew gives.
+fn read_held(held: &mut Option<fs::File>, path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
+    if let Some(file) = held.as_ref() {
+        if read_from_start(file, buf, MAX_HELD_FILE).is_ok() {
+            return Ok(());
+        }
+        *held = None;
+    }
+    let file = fs::File::open(path)?;
+    read_from_start(&file, buf, MAX_HELD_FILE)?;
+    *held = Some(file);
+    Ok(())
+}
+
+/// The most a held file is read to: these are a few lines.
+const MAX_HELD_FILE: usize = 64 << 10;
+
+/// The whole of a small kernel file (cgroup, /proc) into `buf`, read with `pread` from offset
+/// 0 without asking its size first (these files say 0 or 4096). A file of `max` bytes or more
+/// is an error (`InvalidData`), read no further.
+pub fn read_from_start(file: &fs::File, buf: &mut Vec<u8>, max: usize) -> io::Result<()> {
+    buf.clear();
+    loop {
+        if buf.len() == buf.capacity() {
+            if buf.len() >= max {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "file too long"));
+            }
+            buf.reserve(512);
+        }
+        let len = buf.len();
+        buf.resize(buf.capacity(), 0);
+        match file.read_at(&mut buf[len..], len as u64) {
+            Ok(0) => {
+                buf.truncate(len);
+                return Ok(());
+            }
+            Ok(n) => buf.truncate(len + n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => buf.truncate(len),
+            Err(e) => {
+                buf.truncate(len);
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// A file that holds one number (surrounding white space allowed).
+pub fn parse_number(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
+}
+
+/// The value of `key` in a file of `key value` lines.
+pub fn parse_counter(bytes: &[u8], key: &str) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// Resident memory in bytes from `/proc/PID/statm` (its second field, in pages: the same
+/// counters as `VmRSS` of `status`, which the kernel spends far longer writing). A process
+/// with no memory map (a zombie) writes zeros there and no `VmRSS` in `status`: `None`.
+fn parse_statm(bytes: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut fields = text.split_ascii_whitespace();
+    let size: u64 = fields.next()?.parse().ok()?;
+    let resident: u64 = fields.next()?.parse().ok()?;
+    (size > 0).then(|| resident * page_size())
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf reads a constant of the system; it has no memory effects.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
 }
 
 impl CgroupMemory {
-    /// A memory cgroup at `path`, v1 or v2, as it is known to be.
-    pub fn at(path: PathBuf, v2: bool) -> CgroupMemory {
+    pub fn new(path: PathBuf, v2: bool) -> CgroupMemory {
         CgroupMemory {
             path,
             v2,
-            kept: Arc::default(),
+            held: Mutex::new(Held::default()),
         }
     }
 
     /// A cgroup directory; v2 when it has `memory.current`, v1 when `memory.usage_in_bytes`.
     pub fn open(path: &Path) -> Result<CgroupMemory, String> {
         if path.join("memory.current").is_file() {
-            Ok(CgroupMemory::at(path.to_path_buf(), true))
+            Ok(CgroupMemory::new(path.to_path_buf(), true))
         } else if path.join("memory.usage_in_bytes").is_file() {
-            Ok(CgroupMemory::at(path.to_path_buf(), false))
+            Ok(CgroupMemory::new(path.to_path_buf(), false))
         } else {
             Err(format!(
                 "{}: not a memory cgroup (neither memory.current nor memory.usage_in_bytes)",
@@ -73,82 +153,49 @@ impl CgroupMemory {
         }
     }
 
-    /// A file read at every sample, through the file kept open (opened again once when the
-    /// read fails: a cgroup made again at the same path).
-    fn read_kept(&self, name: &'static str) -> Option<String> {
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        for _ in 0..2 {
-            let at = match kept.files.iter().position(|(n, _)| *n == name) {
-                Some(at) => at,
-                None => {
-                    let file = File::open(self.path.join(name)).ok()?;
-                    kept.files.push((name, file));
-                    kept.files.len() - 1
-                }
-            };
-            match read_from_start(&kept.files[at].1) {
-                Some(text) => return Some(text),
-                None => {
-                    kept.files.swap_remove(at);
-                }
-            }
-        }
-        None
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn read_number(&self, file: &'static str) -> Option<u64> {
-        self.read_kept(file)?.trim().parse().ok()
-    }
-
-    /// The RSS of a process in the cgroup, through its status file kept open while it is the
-    /// one measured.
-    fn process_rss(&self, pid: u32) -> Option<u64> {
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.status.as_ref().is_none_or(|(p, _)| *p != pid) {
-            kept.status = File::open(format!("/proc/{pid}/status"))
-                .ok()
-                .map(|f| (pid, f));
-        }
-        let text = kept.status.as_ref().and_then(|(_, f)| read_from_start(f));
-        if text.is_none() {
-            kept.status = None;
-        }
-        rss_in_status(&text?)
-    }
-
-    fn read_counter(&self, file: &'static str, key: &str) -> Option<u64> {
-        let text = self.read_kept(file)?;
-        text.lines().find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == key).then(|| v.trim().parse().ok()).flatten()
-        })
+    fn read_number(&self, file: &str) -> Option<u64> {
+        let text = fs::read_to_string(self.path.join(file)).ok()?;
+        text.trim().parse().ok()
     }
 
     pub fn usage(&self) -> Option<u64> {
-        if self.v2 {
-            self.read_number("memory.current")
+        let file = if self.v2 {
+            "memory.current"
         } else {
-            self.read_number("memory.usage_in_bytes")
-        }
+            "memory.usage_in_bytes"
+        };
+        let held = &mut *self.held();
+        read_held(&mut held.usage, &self.path.join(file), &mut held.buf).ok()?;
+        parse_number(&held.buf)
     }
 
     /// The limit, `None` when unlimited.
     pub fn limit(&self) -> Option<u64> {
-        let limit = if self.v2 {
-            self.read_number("memory.max")
+        let file = if self.v2 {
+            "memory.max"
         } else {
-            self.read_number("memory.limit_in_bytes")
-        }?;
+            "memory.limit_in_bytes"
+        };
+        let held = &mut *self.held();
+        read_held(&mut held.limit, &self.path.join(file), &mut held.buf).ok()?;
+        let limit = parse_number(&held.buf)?;
         // v1 writes "no limit" as a huge page-rounded number.
         (limit < (1 << 62)).then_some(limit)
     }
 
     pub fn oom_kills(&self) -> Option<u64> {
-        if self.v2 {
-            self.read_counter("memory.events", "oom_kill")
+        let file = if self.v2 {
+            "memory.events"
         } else {
-            self.read_counter("memory.oom_control", "oom_kill")
-        }
+            "memory.oom_control"
+        };
+        let held = &mut *self.held();
+        read_held(&mut held.events, &self.path.join(file), &mut held.buf).ok()?;
+        parse_counter(&held.buf, "oom_kill")
     }
 
     /// Processes in the cgroup.
@@ -157,23 +204,28 @@ impl CgroupMemory {
             .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
             .unwrap_or_default()
     }
+
+    /// [`process_rss`] of a process of the cgroup, its `statm` kept open while it is the one
+    /// measured.
+    fn rss(&self, pid: u32) -> Option<u64> {
+        let held = &mut *self.held();
+        let mut file = match held.statm.take() {
+            Some((p, file)) if p == pid => Some(file),
+            _ => None,
+        };
+        read_held(&mut file, &statm_path(pid), &mut held.buf).ok()?;
+        held.statm = file.map(|f| (pid, f));
+        parse_statm(&held.buf)
+    }
+}
+
+fn statm_path(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/statm"))
 }
 
 /// RSS of a process in bytes, `None` when it is gone.
 pub fn process_rss(pid: u32) -> Option<u64> {
-    rss_in_status(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
-}
-
-/// `VmRSS` of a `/proc/PID/status` text, in bytes.
-fn rss_in_status(status: &str) -> Option<u64> {
-    status.lines().find_map(|l| {
-        let kb = l
-            .strip_prefix("VmRSS:")?
-            .trim()
-            .trim_end_matches("kB")
-            .trim();
-        kb.parse::<u64>().ok().map(|k| k * 1024)
-    })
+    parse_statm(&fs::read(statm_path(pid)).ok()?)
 }
 
 /// How much a sample reads beyond usage, limit, the OOM-kill count and the pid's RSS.
@@ -224,7 +276,7 @@ impl MemoryProbe {
                     t_ms,
                     source: "cgroup".into(),
                     pid,
-                    rss: pid.and_then(|p| cg.process_rss(p)),
+                    rss: pid.and_then(|p| cg.rss(p)),
                     usage: cg.usage(),
                     limit: cg.limit(),
                     killed: matches!((previous_kills, oom_kills), (Some(a), Some(b)) if b > a),
@@ -296,46 +348,23 @@ fn main_pid(pids: &[u32]) -> Option<u32> {
         .or_else(|| oldest(&mut pids.iter().copied()))
 }
 
-/// Whether a process runs a Go executable (it has `.go.buildinfo`), remembered per file.
+/// Whether a process runs a Go executable, remembered per file for every probe.
 fn runs_go(pid: u32) -> bool {
+    use crate::source::procfind::{FileKey, runs_go};
     use std::collections::HashMap;
-    use std::os::unix::fs::MetadataExt as _;
-    use std::sync::Mutex;
-    type FileId = (u64, u64, i64, u64);
-    static KNOWN: Mutex<Option<HashMap<FileId, bool>>> = Mutex::new(None);
-    let exe = format!("/proc/{pid}/exe");
-    let Ok(meta) = fs::metadata(&exe) else {
-        return false;
-    };
-    let key = (meta.dev(), meta.ino(), meta.mtime(), meta.size());
-    if let Some(&go) = KNOWN
-        .lock()
-        .ok()
-        .and_then(|k| k.as_ref().and_then(|m| m.get(&key).copied()))
-        .as_ref()
-    {
-        return go;
+    static KNOWN: Mutex<Option<HashMap<FileKey, bool>>> = Mutex::new(None);
+    let mut known = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
+    let map = known.get_or_insert_with(HashMap::new);
+    if map.len() > 1024 {
+        map.clear();
     }
-    let go = fs::File::open(&exe)
-        .and_then(|mut f| crate::source::procfind::elf_has_section(&mut f, ".go.buildinfo"))
-        .unwrap_or(false);
-    if let Ok(mut known) = KNOWN.lock() {
-        let map = known.get_or_insert_with(HashMap::new);
-        if map.len() > 1024 {
-            map.clear();
-        }
-        map.insert(key, go);
-    }
-    go
+    runs_go(Path::new(&format!("/proc/{pid}/exe")), map)
 }
 
 /// When a process started, in clock ticks since boot (`/proc/PID/stat` field 22).
 fn start_ticks(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in brackets and may hold spaces; field 3 is
-    // the first of them, so field 22 is the 20th.
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    crate::source::procfind::parse_stat(&stat).map(|(_, _, start)| start)
 }
 
 /// A process's resident memory by kind from `/proc/PID/smaps_rollup`: the kernel's exact
@@ -505,6 +534,121 @@ mod tests {
             me.rss_anon.unwrap() > 0 && me.rss_file.unwrap() > 0,
             "{me:?}"
         );
+    }
+
+    /// `VmRSS` of `/proc/PID/status`, which the sampler read before `statm`.
+    fn status_rss(pid: u32) -> Option<u64> {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status.lines().find_map(|l| {
+            let kb = l
+                .strip_prefix("VmRSS:")?
+                .trim()
+                .trim_end_matches("kB")
+                .trim();
+            kb.parse::<u64>().ok().map(|k| k * 1024)
+        })
+    }
+
+    fn sleeper_in(procs: &Path) -> std::process::Child {
+        let child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"echo $$ > "$1" && exec sleep 30"#)
+            .arg("sh")
+            .arg(procs)
+            .spawn()
+            .unwrap();
+        // Until the exec: sleep's memory, not the shell's.
+        let started = std::time::Instant::now();
+        while fs::read_link(format!("/proc/{}/exe", child.id()))
+            .is_ok_and(|e| !e.ends_with("sleep"))
+            && started.elapsed() < std::time::Duration::from_secs(5)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child
+    }
+
+    #[test]
+    fn statm_gives_the_rss_status_gives() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let rss = process_rss(pid);
+        assert!(rss.is_some_and(|r| r > 0), "{rss:?}");
+        assert_eq!(rss, status_rss(pid));
+        assert_eq!(
+            parse_statm(b"2700 1612 1337 13 0 212 0\n"),
+            Some(1612 * page_size())
+        );
+        // A zombie: no memory map, zeros in statm, no VmRSS in status.
+        assert_eq!(parse_statm(b"0 0 0 0 0 0 0\n"), None);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(process_rss(pid), None, "gone");
+    }
+
+    /// The files kept open from sample to sample read what a fresh open reads: a new limit, a
+    /// new process, a removed cgroup (nothing), and one made again under the same name.
+    #[test]
+    fn a_held_cgroup_reads_what_a_fresh_open_reads() {
+        use crate::launch::cgroup::{CgroupRoots, CgroupVersion, MemoryCgroup};
+        let roots = CgroupRoots::default();
+        let name = format!("heapwatch-unit-held-{}", std::process::id());
+        let cg = match MemoryCgroup::create(&roots, &name, 64 << 20) {
+            Ok(cg) => cg,
+            Err(e) => {
+                use crate::prerequisite::{Need, skip};
+                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
+                return;
+            }
+        };
+        let limit_file = match cg.version {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.max",
+        };
+        let probe = MemoryProbe::Cgroup(cg.memory());
+        let MemoryProbe::Cgroup(memory) = &probe else {
+            unreachable!()
+        };
+        let fresh = CgroupMemory::open(&cg.path).unwrap();
+        let mut child = sleeper_in(&cg.procs_file());
+        let s = probe.sample(0, None, Detail::Usage);
+        assert_eq!(s.pid, Some(child.id()));
+        assert_eq!(s.rss, status_rss(child.id()));
+        assert_eq!(s.limit, Some(64 << 20));
+        assert_eq!(s.oom_kills, Some(0));
+        assert!(s.alive);
+        assert_eq!(memory.usage(), fresh.usage());
+        fs::write(cg.path.join(limit_file), (32u64 << 20).to_string()).unwrap();
+        assert_eq!(probe.sample(0, None, Detail::Usage).limit, Some(32 << 20));
+        // A restart: a new process, its own statm.
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut child = sleeper_in(&cg.procs_file());
+        let s = probe.sample(0, None, Detail::Usage);
+        assert_eq!(s.pid, Some(child.id()));
+        assert_eq!(s.rss, status_rss(child.id()));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Removed: nothing read, and not alive.
+        let path = cg.path.clone();
+        cg.remove().unwrap();
+        let s = probe.sample(0, Some(0), Detail::Usage);
+        assert_eq!(
+            (s.usage, s.limit, s.oom_kills, s.pid),
+            (None, None, None, None)
+        );
+        assert!(!s.alive && !s.killed);
+        // Made again under the same name: read anew.
+        let again = MemoryCgroup::create(&roots, &name, 16 << 20).unwrap();
+        assert_eq!(again.path, path);
+        let s = probe.sample(0, None, Detail::Usage);
+        assert_eq!(s.limit, Some(16 << 20));
+        assert!(s.usage.is_some() && s.oom_kills == Some(0), "{s:?}");
+        again.remove().unwrap();
     }
 
     #[test]

@@ -243,8 +243,7 @@ impl Reader {
 
 fn start_time(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = stat.rsplit_once(')')?.1;
-    after.split_ascii_whitespace().nth(19)?.parse().ok()
+    crate::source::procfind::parse_stat(&stat).map(|(_, _, start)| start)
 }
 
 impl ProcSource {
