@@ -64,11 +64,14 @@ struct Plan {
     publisher: Publisher,
     clock: Arc<dyn Clock>,
     max_decompressed: u64,
+    /// False when the source hands over what the body gunzips to ([`Intake::without_gunzip`]).
+    gunzip: bool,
 }
 
 struct Jobs {
     to_file: Sender<Piece>,
-    to_gunzip: Sender<Piece>,
+    /// `None` when nothing is gunzipped.
+    to_gunzip: Option<Sender<Piece>>,
     writing: JoinHandle<Result<Option<Duration>, StoreError>>,
     gunzipping: Option<JoinHandle<Streamed>>,
     verdict: Option<oneshot::Sender<Option<String>>>,
@@ -90,11 +93,21 @@ impl Intake {
                 publisher,
                 clock,
                 max_decompressed,
+                gunzip: true,
             }),
             jobs: None,
             batch: Vec::new(),
             told: 0,
             ended: false,
+        }
+    }
+
+    /// Only the file is written: the source gave the protobuf the body gunzips to, so
+    /// gunzipping the body again would only repeat its work ([`Intake::gunzipped`] then answers
+    /// [`Streamed::Recheck`]). Too late once pieces were told (the gunzip has started).
+    pub(super) fn without_gunzip(&mut self) {
+        if let Some(plan) = &mut self.plan {
+            plan.gunzip = false;
         }
     }
 
@@ -114,7 +127,9 @@ impl Intake {
         }
         let jobs = self.jobs();
         let _ = jobs.to_file.send(Piece::End);
-        let _ = jobs.to_gunzip.send(Piece::End);
+        if let Some(to_gunzip) = &jobs.to_gunzip {
+            let _ = to_gunzip.send(Piece::End);
+        }
         self.told = body.len() as u64;
         self.ended = true;
     }
@@ -168,9 +183,13 @@ impl Intake {
 
     fn pass_on(&mut self, piece: Arc<[u8]>) {
         let jobs = self.jobs();
+        let Some(to_gunzip) = &jobs.to_gunzip else {
+            let _ = jobs.to_file.send(Piece::Bytes(piece));
+            return;
+        };
         let _ = jobs.to_file.send(Piece::Bytes(piece.clone()));
         // Gone once the gunzip refused the body: the file is still written, to be removed.
-        let _ = jobs.to_gunzip.send(Piece::Bytes(piece));
+        let _ = to_gunzip.send(Piece::Bytes(piece));
     }
 
     /// The two jobs on the blocking pool, started on first use: the writer of the temporary
@@ -190,9 +209,9 @@ impl Jobs {
             publisher,
             clock,
             max_decompressed,
+            gunzip,
         } = plan;
         let (to_file, file_pieces) = mpsc::channel();
-        let (to_gunzip, gunzip_pieces) = mpsc::channel();
         let (verdict, told) = oneshot::channel::<Option<String>>();
         let writing = tokio::task::spawn_blocking(move || {
             let mut file = PartialFile::new(temp);
@@ -217,14 +236,20 @@ impl Jobs {
                 }
             }
         });
-        let gunzipping = tokio::task::spawn_blocking(move || {
-            gunzip(Pieces::new(gunzip_pieces), max_decompressed)
-        });
+        let (to_gunzip, gunzipping) = if gunzip {
+            let (to_gunzip, gunzip_pieces) = mpsc::channel();
+            let job = tokio::task::spawn_blocking(move || {
+                self::gunzip(Pieces::new(gunzip_pieces), max_decompressed)
+            });
+            (Some(to_gunzip), Some(job))
+        } else {
+            (None, None)
+        };
         Jobs {
             to_file,
             to_gunzip,
             writing,
-            gunzipping: Some(gunzipping),
+            gunzipping,
             verdict: Some(verdict),
         }
     }

@@ -335,7 +335,10 @@ impl Collector {
             .map(|r| r.cycle)
             .max()
             .unwrap_or(0);
-        let indexer = CaptureIndexer::start(writer.root());
+        let indexer = {
+            let clock = clock.clone();
+            CaptureIndexer::start_paced(writer.root(), Arc::new(move || clock.now()))
+        };
         let own_codes = OwnCodes::of(&existing.records);
         Collector {
             config,
@@ -896,6 +899,11 @@ impl Collector {
                 if let (Some(exits), Some(pid)) = (&self.exits, record.pid) {
                     exits.watch(pid);
                 }
+                // What the body gunzips to, from a source that made it (proc): checked and
+                // summed as it is, never gunzipped again.
+                let made = reply
+                    .raw
+                    .filter(|_| matches!(want, Want::Heap | Want::Goroutine));
                 let bytes: Arc<[u8]> = reply.bytes.into();
                 // A profile was written under a temporary name and gunzipped on the blocking
                 // pool as it arrived; its fsync runs now, while this task checks it. It gets its
@@ -910,6 +918,9 @@ impl Collector {
                     intake = Some(self.intake(seq, kind)?);
                 }
                 if let Some(intake) = &mut intake {
+                    if made.is_some() {
+                        intake.without_gunzip();
+                    }
                     intake.end(&bytes);
                 }
                 let outcome = match want {
@@ -920,9 +931,10 @@ impl Collector {
                     }
                     _ => {
                         let pid = record.pid;
-                        let streamed = match &mut intake {
-                            Some(intake) => intake.gunzipped().await,
-                            None => Streamed::Recheck,
+                        let streamed = match (&mut intake, made) {
+                            (_, Some(raw)) => Made(raw),
+                            (Some(intake), None) => Gunzipped(intake.gunzipped().await),
+                            (None, None) => Gunzipped(Streamed::Recheck),
                         };
                         self.profile(&mut record, bytes.clone(), pid, streamed)
                             .await
@@ -1136,19 +1148,32 @@ impl Collector {
 
     /// A pprof profile, gunzipped and summed as it streamed in, or else now, on the blocking
     /// pool (a few ms of CPU for a large one, which would otherwise hold up every target
-    /// sharing the runtime's thread).
+    /// sharing the runtime's thread); or, from a source that made it, its protobuf summed as
+    /// given, under the same ceiling.
     async fn profile(
         &mut self,
         record: &mut CaptureRecord,
         bytes: Arc<[u8]>,
         pid: Option<u32>,
-        streamed: Streamed,
+        streamed: Body,
     ) -> Result<(), Invalid> {
         let limits = self.config.decode;
         let (raw, summary) = match streamed {
-            Streamed::Profile(raw, summary) => (raw, summary),
-            Streamed::Invalid(message) => return Err(Invalid(message)),
-            Streamed::Recheck => {
+            Made(raw) => {
+                let summed = tokio::task::spawn_blocking(move || {
+                    if raw.len() as u64 > limits.max_decompressed {
+                        let max = limits.max_decompressed;
+                        return Err(Invalid(decode::DecodeError::TooLarge { max }.to_string()));
+                    }
+                    let summary = decode::summarize(&raw).map_err(|e| Invalid(e.to_string()))?;
+                    Ok::<_, Invalid>((raw, summary))
+                })
+                .await;
+                joined(summed)?
+            }
+            Gunzipped(Streamed::Profile(raw, summary)) => (raw, summary),
+            Gunzipped(Streamed::Invalid(message)) => return Err(Invalid(message)),
+            Gunzipped(Streamed::Recheck) => {
                 let decoded = tokio::task::spawn_blocking(move || {
                     let raw =
                         decode::decompress(&bytes, &limits).map_err(|e| Invalid(e.to_string()))?;
@@ -1253,6 +1278,14 @@ mod streaming_tests;
 mod tests;
 
 struct Invalid(String);
+
+/// A profile's body as the collector checks it: what the gunzip beside the request made of
+/// it, or the protobuf the source made and gzipped itself.
+enum Body {
+    Gunzipped(Streamed),
+    Made(Vec<u8>),
+}
+use Body::{Gunzipped, Made};
 
 /// A goroutine reply in text (op 0x01, or `?debug=2`) rather than a gzipped pprof profile.
 fn is_stack_dump(bytes: &[u8]) -> bool {

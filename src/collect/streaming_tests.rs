@@ -56,7 +56,11 @@ impl Source for Streaming {
                 *counted.lock().unwrap() += 1;
             }
             match told.reply {
-                Ok(bytes) => Ok(Reply { bytes, pid: None }),
+                Ok(bytes) => Ok(Reply {
+                    bytes,
+                    pid: None,
+                    raw: None,
+                }),
                 Err(kind) => Err(FetchError::new(kind, "scripted failure mid-body")),
             }
         }))

@@ -574,13 +574,25 @@ pub fn rebuild(run: &RunDir, limits: &DecodeLimits) -> Result<Rebuild, IndexErro
 
 /// The collector's side: indexes each stored capture on a thread of its own, from the bytes
 /// it already decompressed, after the profile is durable, so it never delays a capture. When
-/// the thread falls behind, a capture is left out (an analysis builds its entry later).
+/// the thread falls behind, a capture is left out (an analysis builds its entry later). It
+/// also spends at most [`INDEX_SHARE`] of a core ([`CaptureIndexer::start_paced`]): it earns
+/// that share of the time on the collector's clock, up to [`INDEX_ALLOWANCE`] in hand (which
+/// it starts with), pays each entry's own time out of it, and leaves out the captures that
+/// come while it is in debt, so captures taken back to
+/// back (a burst, `--interval 1ms`) are indexed only now and then during the run.
+/// Every capture a run stored still gets its entry, built by the first command that reads
+/// the index (`rebuild`); the index answers the same either way.
 pub struct CaptureIndexer {
     jobs: Option<std::sync::mpsc::SyncSender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// The newest heap capture's in-use bytes per site, for the live status line.
     latest_heap: std::sync::Arc<std::sync::Mutex<Option<HeapSites>>>,
+    /// The collector's clock, when the indexer is paced.
+    now: Option<Clock>,
 }
+
+/// The time on the collector's clock.
+pub type Clock = std::sync::Arc<dyn Fn() -> std::time::Duration + Send + Sync>;
 
 /// One indexed heap capture's in-use bytes per site (the profile writer's own site left out).
 #[derive(Debug, Clone, PartialEq)]
@@ -601,10 +613,29 @@ struct Job {
     path: PathBuf,
     content: Content,
     own: OwnCode,
+    /// When it was queued, on the collector's clock (paced indexers only).
+    at: Option<std::time::Duration>,
 }
 
+/// The share of one core the collector's indexer may take (see [`CaptureIndexer`]).
+pub const INDEX_SHARE: f64 = 0.1;
+
+/// How much indexing time the paced indexer may hold in hand: what it spends at once on a
+/// run's first captures, or after a quiet spell.
+pub const INDEX_ALLOWANCE: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl CaptureIndexer {
+    /// Indexes every capture it is given, unless its queue is full.
     pub fn start(root: &Path) -> CaptureIndexer {
+        CaptureIndexer::started(root, None)
+    }
+
+    /// Indexes captures within [`INDEX_SHARE`] of a core, `now` telling the time.
+    pub fn start_paced(root: &Path, now: Clock) -> CaptureIndexer {
+        CaptureIndexer::started(root, Some(now))
+    }
+
+    fn started(root: &Path, now: Option<Clock>) -> CaptureIndexer {
         let (jobs, inbox) = std::sync::mpsc::sync_channel::<Job>(4);
         let root = root.to_path_buf();
         let latest_heap = std::sync::Arc::new(std::sync::Mutex::new(None));
@@ -613,8 +644,20 @@ impl CaptureIndexer {
             .name("site-index".into())
             .spawn(move || {
                 let mut writer = IndexWriter::open(&root).ok();
+                // Indexing time in hand (seconds; below zero, in debt), as of `earned_at`.
+                let mut credit = INDEX_ALLOWANCE.as_secs_f64();
+                let mut earned_at: Option<std::time::Duration> = None;
                 for job in inbox {
                     let Some(w) = writer.as_mut() else { continue };
+                    if let Some(at) = job.at {
+                        let since = earned_at.map_or(0.0, |e| at.saturating_sub(e).as_secs_f64());
+                        credit = (credit + since * INDEX_SHARE).min(INDEX_ALLOWANCE.as_secs_f64());
+                        earned_at = Some(at);
+                        if credit <= 0.0 {
+                            continue;
+                        }
+                    }
+                    let began = std::time::Instant::now();
                     let Some(key) = EntryKey::of(&job.record, &job.path) else {
                         continue;
                     };
@@ -656,6 +699,7 @@ impl CaptureIndexer {
                     };
                     // The index is a cache: a failure here costs a decode later, nothing more.
                     let _ = w.append(std::slice::from_ref(&built));
+                    credit -= began.elapsed().as_secs_f64();
                 }
             })
             .ok();
@@ -663,6 +707,7 @@ impl CaptureIndexer {
             jobs: thread.is_some().then_some(jobs),
             thread,
             latest_heap,
+            now,
         }
     }
 
@@ -680,6 +725,7 @@ impl CaptureIndexer {
                 path,
                 content,
                 own: own.clone(),
+                at: self.now.as_ref().map(|now| now()),
             });
         }
     }

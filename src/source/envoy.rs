@@ -194,7 +194,11 @@ impl EnvoySource {
     ) -> Result<Reply, FetchError> {
         match want {
             Want::Heap => match self.heap_dump_async(timeout, tap).await? {
-                HeapDump::Profile(bytes) => Ok(Reply { bytes, pid: None }),
+                HeapDump::Profile(bytes) => Ok(Reply {
+                    bytes,
+                    pid: None,
+                    raw: None,
+                }),
                 HeapDump::NotAvailable(why) => Err(FetchError::new(
                     FailureKind::Status,
                     format!(
@@ -207,7 +211,11 @@ impl EnvoySource {
                 let snapshot = self.snapshot_async(0, timeout).await?;
                 let bytes =
                     serde_json::to_vec(&snapshot.totals()).expect("a map of numbers serialises");
-                Ok(Reply { bytes, pid: None })
+                Ok(Reply {
+                    bytes,
+                    pid: None,
+                    raw: None,
+                })
             }
             other => Err(FetchError::new(
                 FailureKind::Other,

@@ -103,7 +103,11 @@ impl HttpSource {
         if status != 200 {
             return Err(self.client.status_error(endpoint, status, &bytes));
         }
-        Ok(Reply { bytes, pid: None })
+        Ok(Reply {
+            bytes,
+            pid: None,
+            raw: None,
+        })
     }
 }
 

@@ -93,6 +93,10 @@ pub struct Reply {
     pub bytes: Vec<u8>,
     /// The target's process id, when the source knows it (agent sockets name it).
     pub pid: Option<u32>,
+    /// What `bytes` gunzip to, from a source that made the profile itself and gzipped it
+    /// (proc): the collector checks and sums these instead of gunzipping `bytes` again. `None`
+    /// from a source that relays what the target served.
+    pub raw: Option<Vec<u8>>,
 }
 
 /// Why a fetch failed, in classes the collector acts on: the one failure type (`model::failure`).

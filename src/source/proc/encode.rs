@@ -331,7 +331,10 @@ pub struct Encoder {
     /// changes, so a bucket seen before costs one lookup; the stack is compared all the same,
     /// so memory that is not what it was is symbolised afresh rather than trusted.
     buckets: PcMap<(Vec<u64>, Vec<u8>)>,
+    /// The last profile's protobuf, before gzip (see [`Encoder::take_raw`]).
     raw: Vec<u8>,
+    /// Its length, so a buffer taken away is reserved at once at that size the next time.
+    raw_len: usize,
     stack: Vec<u64>,
 }
 
@@ -363,8 +366,16 @@ impl Encoder {
             period_type,
             bytes_key,
             raw: Vec::new(),
+            raw_len: 0,
             stack: Vec::new(),
         }
+    }
+
+    /// The protobuf the last [`Encoder::heap_profile_gz`] gzipped, handed over whole (what the
+    /// gzipped bytes decompress to), so the collector need not gunzip what was just gzipped.
+    /// Empty before the first profile, or when already taken.
+    pub fn take_raw(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.raw)
     }
 
     fn is_runtime(&mut self, syms: &Symbols, pc: u64) -> bool {
@@ -405,6 +416,7 @@ impl Encoder {
         time_nanos: i64,
     ) -> Vec<u8> {
         self.raw.clear();
+        self.raw.reserve(self.raw_len);
         let mut locs = Vec::new();
         let mut body = Vec::new();
         for r in records {
@@ -474,6 +486,7 @@ impl Encoder {
         head.encode(&mut self.raw)
             .expect("a Vec grows to hold any message");
         self.raw.extend_from_slice(&self.tables.encoded);
+        self.raw_len = self.raw.len();
         let mut gz = GzEncoder::new(
             Vec::with_capacity(self.raw.len() / 3 + 64),
             Compression::fast(),
@@ -780,9 +793,22 @@ mod tests {
             content(&first),
             content(&Encoder::new(&[]).heap_profile_gz(&old, 1, &syms, 1))
         );
-        let cached = content(&kept.heap_profile_gz(&now, 1, &syms, 2));
+        let gz = kept.heap_profile_gz(&now, 1, &syms, 2);
+        // What the collector is handed instead of gunzipping: exactly what the bytes gunzip to,
+        // and once only.
+        let mut gunzipped = Vec::new();
+        use std::io::Read as _;
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_end(&mut gunzipped)
+            .unwrap();
+        assert_eq!(kept.take_raw(), gunzipped);
+        assert!(kept.take_raw().is_empty());
+        let cached = content(&gz);
         let fresh = content(&Encoder::new(&[]).heap_profile_gz(&now, 1, &syms, 2));
         assert_eq!(cached, fresh);
+        // A taken buffer is made again for the next profile.
+        let again = kept.heap_profile_gz(&now, 1, &syms, 3);
+        assert_eq!(content(&again), fresh);
         assert_eq!(cached.0.len(), 3);
         assert!(
             cached.0.iter().any(|(frames, _)| frames.len() == 3),

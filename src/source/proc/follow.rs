@@ -192,6 +192,7 @@ mod tests {
             Ok(Reply {
                 bytes: self.0.to_string().into_bytes(),
                 pid: None,
+                raw: None,
             })
         }
     }

@@ -725,8 +725,13 @@ impl Source for ProcSource {
     }
 
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
+        let mut raw = None;
         let bytes = match want {
-            Want::Heap => self.capture_heap(timeout)?,
+            Want::Heap => {
+                let gz = self.capture_heap(timeout)?;
+                raw = Some(self.encoder.take_raw()).filter(|r| !r.is_empty());
+                gz
+            }
             Want::Goroutine => self.capture_goroutines(timeout)?,
             Want::MemStats => self.capture_memstats(timeout)?,
             Want::Stats => {
@@ -739,6 +744,7 @@ impl Source for ProcSource {
         Ok(Reply {
             bytes,
             pid: Some(self.pid),
+            raw,
         })
     }
 
