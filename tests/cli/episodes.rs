@@ -262,15 +262,19 @@ fn idle_then_flood_beside_a_storm_is_one_episode_everywhere() {
     if let Some(storm_at) = v.find(PARSE) {
         assert!(store_at < storm_at, "{v}");
     }
+    // Found, and not read as the growth. Whether its in-use reads flat depends on when GCs
+    // publish its unswept garbage: the churn that starts with the flood steps its in-use from
+    // 0 to a level, which the storm's whole-cycle fit reads as growth in some runs.
     assert!(
         c["alloc_storms"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|s| s["name"] == PARSE && s["inuse_flat"] == true),
+            .any(|s| s["name"] == PARSE),
         "the loud storm is found beside the growth: {}",
         c["alloc_storms"]
     );
+    assert_ne!(r["sites"][0]["name"], PARSE, "{r}");
     assert!(c["limit_at_s"].is_null() && r["forecast"].is_null(), "{r}");
     assert!(!v.contains("would be reached"), "{v}");
     assert!(v.contains(&format!("OOM-killed {died:.1} s")), "{v}");
