@@ -346,17 +346,33 @@ pub fn is_event(record: &serde_json::Value) -> bool {
     ["delete", "cycle", "stop", "exit"].contains(&record["kind"].as_str().unwrap_or(""))
 }
 
+/// Spawns `command`, whose program a test may have just copied: while another test's thread
+/// forks, the child holds the copy's write descriptor until it execs, and exec'ing the copy
+/// then fails with "Text file busy" (ETXTBSY); that passes within moments, so it is tried again.
+pub fn spawn_fresh_copy(command: &mut Command, program: &Path) -> std::process::Child {
+    const ETXTBSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Ok(child) => return child,
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("start {}: {e}", program.display()),
+        }
+    }
+}
+
 /// Starts a Go fixture that prints `listening on ADDR` first (`steady`, `spike`, …), with its
 /// stdout read for that line and its stderr dropped; returns the process and ADDR.
 pub fn start_listening(program: &Path, args: &[&str]) -> (Reaped, String) {
-    let mut target = Reaped(
-        Command::new(program)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", program.display())),
-    );
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut target = Reaped(spawn_fresh_copy(&mut command, program));
     let mut first = String::new();
     BufReader::new(target.0.stdout.take().unwrap())
         .read_line(&mut first)
