@@ -58,8 +58,12 @@ pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
         .records
         .iter()
         .find(|r| r.kind == RecordKind::Exit && r.cycle == e.index);
-    // Only the kernel's own count says OOM: a SIGKILL alone may be anyone's `kill -9`.
-    let kernel_killed = e.memory.iter().any(|m| m.killed);
+    // Only the kernel's own count says OOM: a SIGKILL alone may be anyone's `kill -9`. A rise
+    // the memory sampler saw is filed by time and pid, so it may land on the life after the
+    // one killed; a process that exited by itself, or by another signal, was not that kill.
+    let ended_otherwise =
+        exit.is_some_and(|x| x.exit_code.is_some() || x.signal.is_some_and(|s| s != 9));
+    let kernel_killed = !ended_otherwise && e.memory.iter().any(|m| m.killed);
     let counted = |x: &CaptureRecord, key: &str| x.totals.get(key).is_some_and(|&n| n > 0);
     let exit_says = exit.is_some_and(|x| counted(x, "oom_kill") || counted(x, "watchdog_kill"));
     if kernel_killed || exit_says {
@@ -179,6 +183,11 @@ mod tests {
         assert_eq!(
             end(&[exit(None, Some(3))], &[], true, None),
             CycleEnd::Exited { code: 3 }
+        );
+        // A kill the sampler filed under this life, which then exited by itself.
+        assert_eq!(
+            end(&[exit(None, Some(0))], &[&killed], true, None),
+            CycleEnd::Exited { code: 0 }
         );
         assert_eq!(
             end(&[], &[], true, Some(Some(11))),

@@ -37,10 +37,26 @@ impl Collector {
             record.pid = Some(exit.pid);
             record.exit_code = exit.exit_code;
             record.signal = exit.signal;
+            if let Some(rise) = self.oom_kills_since_last_exit() {
+                record.totals.insert("oom_kill".into(), rise as i64);
+            }
             self.ends_to_tell.push(record.clone());
             self.append(record).await?;
         }
         Ok(())
+    }
+
+    /// How much the cgroup's `oom_kill` count rose since the last exit noted (`None` without a
+    /// cgroup). Read when the exit is heard: the kernel counts its kill before the victim can
+    /// finish exiting, while the memory sampler, on its own pace, may first look only after a
+    /// restarted process has taken the cgroup over and file the kill under the new life.
+    fn oom_kills_since_last_exit(&mut self) -> Option<u64> {
+        let Some(MemoryProbe::Cgroup(cg)) = &self.pid_probe else {
+            return None;
+        };
+        let now = cg.oom_kills()?;
+        let before = self.oom_kills_seen.replace(now)?;
+        Some(now.saturating_sub(before))
     }
 
     /// The collector stops on purpose: a `stop` record says the target was not seen to end

@@ -246,6 +246,9 @@ pub struct Collector {
     cycle_of_pid: BTreeMap<u32, u32>,
     /// Exit statuses of the processes that answered, from the kernel.
     exits: Option<Arc<ExitWatcher>>,
+    /// The cgroup's `oom_kill` count when the last exit was noted (or at the start), so that
+    /// a SIGKILL's exit record says whether the kernel's count rose with it.
+    oom_kills_seen: Option<u64>,
     /// Idle back-off: the heap interval is multiplied by this (1, 2, 4, … up to
     /// `config.idle_backoff`) while consecutive heap captures find it flat.
     idle_factor: u32,
@@ -390,6 +393,7 @@ impl Collector {
                 .filter_map(|r| Some((r.pid?, r.cycle)))
                 .collect(),
             exits: None,
+            oom_kills_seen: None,
             idle_factor: 1,
             last_heap: None,
             indexer,
@@ -498,6 +502,9 @@ impl Collector {
     /// Where to look up the process of a reply that does not name it: a new pid there opens
     /// a new boot cycle, as the agent's does.
     pub fn with_pid_probe(mut self, probe: MemoryProbe) -> Self {
+        if let MemoryProbe::Cgroup(cg) = &probe {
+            self.oom_kills_seen = cg.oom_kills();
+        }
         self.pid_probe = Some(probe);
         self
     }

@@ -238,6 +238,12 @@ fn watch_records_every_go_container_of_a_node_and_each_oom_killed_life_to_its_en
         "one exit record per kill: {exits:#?}\n{said}"
     );
     assert!(exits.iter().all(|e| e["signal"] == 9), "{exits:#?}");
+    // Each exit record carries the kernel's count, read when the exit is heard: the sampler's
+    // own sample of the kill may come after the restart and be filed under the next life.
+    assert!(
+        exits.iter().all(|e| e["totals"]["oom_kill"] == 1),
+        "{exits:#?}"
+    );
     let killed = fs::read_to_string(grower_dir.join("memory.jsonl"))
         .expect("memory.jsonl")
         .lines()
@@ -531,6 +537,10 @@ fn watch_follows_a_container_restarted_by_a_kubelet_into_a_new_cgroup() {
     let exits: Vec<&Value> = rs.iter().filter(|r| r["kind"] == "exit").collect();
     assert_eq!(exits.len(), 2, "{exits:#?}\n{said}");
     assert!(exits.iter().all(|e| e["signal"] == 9), "{exits:#?}");
+    assert!(
+        exits.iter().all(|e| e["totals"]["oom_kill"] == 1),
+        "{exits:#?}"
+    );
     let killed = fs::read_to_string(d.join("memory.jsonl"))
         .unwrap()
         .lines()
