@@ -492,14 +492,30 @@ fn also_targets_are_recorded_into_sub_runs_of_their_own() {
     );
     // Both read the same process: each sees the working set it builds at start.
     let holds_working_set = |r: &Value| ok_heap(r) && int(&r["totals"], "inuse_space") >= 8 << 20;
-    wait_until(
-        "captures in the run and in its --also sub-run",
-        CYCLE_DEADLINE,
-        || {
-            records(&run).iter().any(holds_working_set)
-                && records(&also).iter().any(holds_working_set)
-        },
-    );
+    let started = Instant::now();
+    while !(records(&run).iter().any(holds_working_set)
+        && records(&also).iter().any(holds_working_set))
+    {
+        if started.elapsed() > CYCLE_DEADLINE {
+            // Which side lacks it, and what its newest records say.
+            let tail = |d: &Path| {
+                let rs = records(d);
+                let ok = rs.iter().filter(|r| ok_heap(r)).count();
+                let last: Vec<String> = rs.iter().rev().take(3).map(|r| r.to_string()).collect();
+                format!(
+                    "{}: {} records, {ok} good heap: {last:#?}",
+                    d.display(),
+                    rs.len()
+                )
+            };
+            panic!(
+                "no capture holding the working set in both within {CYCLE_DEADLINE:?}\n{}\n{}",
+                tail(&run),
+                tail(&also)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(interrupt_and_wait(&mut child.0).success());
     assert_eq!(run_info(&run)["source"], "proc");
     let info = run_info(&also);
