@@ -3,10 +3,11 @@
 //! hash of the function name, never from a random number), every name escaped by the writer.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::iter;
 
 use inferno::flamegraph::{self, Options, Palette, color};
+use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
+use quick_xml::{Reader, Writer};
 use thiserror::Error;
 
 use crate::model::Profile;
@@ -28,6 +29,8 @@ pub enum FlameError {
     Render(std::io::Error),
     #[error("inferno wrote a flamegraph that is not UTF-8")]
     NotUtf8,
+    #[error("inferno's flamegraph could not be read back as XML: {0}")]
+    Rewrite(String),
 }
 
 /// Widths beyond this are scaled down (and inferno's `factor` scales the figures back up):
@@ -73,10 +76,7 @@ pub fn flame_svg(folded: &[(String, i64)], options: &FlameOptions) -> Result<Str
         .filter_map(|(stack, v)| u64::try_from(v).ok().filter(|&v| v > 0).map(|v| (stack, v)))
         .collect();
     if stacks.is_empty() {
-        return Ok(empty_svg(
-            options,
-            "Nothing to draw: no stack has a positive value.",
-        ));
+        return empty_svg(options, "Nothing to draw: no stack has a positive value.");
     }
     let divisor = divisor(stacks.iter().map(|(_, v)| *v));
     let lines: Vec<String> = stacks
@@ -122,10 +122,7 @@ pub fn diff_flame_svg(
         _ => legend.to_string(),
     });
     if pairs.is_empty() {
-        return Ok(empty_svg(
-            &options,
-            "Nothing to draw: both sides are empty.",
-        ));
+        return empty_svg(&options, "Nothing to draw: both sides are empty.");
     }
 
     let divisor = divisor(pairs.values().map(|&(b, n)| b.max(n) as u64));
@@ -155,7 +152,7 @@ pub fn diff_flame_svg(
     opt.no_sort = true;
     let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
     let svg = render_lines(&mut opt, &texts)?;
-    Ok(retitle(&svg, &figures, &options.count_name))
+    retitle(&svg, &figures, &options.count_name)
 }
 
 /// Adds up repeated stacks and makes each one safe to hand to inferno, whose folded format
@@ -290,42 +287,80 @@ fn frame_figures(lines: &[DiffLine]) -> HashMap<(u64, u64), (i64, i64)> {
 }
 
 /// Replaces inferno's tooltip figures ("N bytes, P%; +D%", where N is the drawn width) with
-/// both sides and the change. The escaped name inferno wrote is kept as it is.
-fn retitle(svg: &str, figures: &HashMap<(u64, u64), (i64, i64)>, count_name: &str) -> String {
-    const OPEN: &str = "<g><title>";
-    const CLOSE: &str = "</title>";
-    let mut out = String::with_capacity(svg.len() + svg.len() / 8);
-    let mut rest = svg;
-    while let Some(at) = rest.find(OPEN) {
-        let (head, tail) = rest.split_at(at + OPEN.len());
-        out.push_str(head);
-        let Some(end) = tail.find(CLOSE) else {
-            rest = tail;
-            break;
-        };
-        let title = &tail[..end];
-        let after = &tail[end..];
-        let rect = after.find("/>").map_or("", |e| &after[..e]);
-        let key = attribute(rect, "fg:x").zip(attribute(rect, "fg:w"));
-        match (key.and_then(|k| figures.get(&k)), title.rfind(" (")) {
-            (Some(&(base, new)), Some(cut)) => {
-                out.push_str(&title[..cut]);
-                out.push_str(" (");
-                out.push_str(&change_text(base, new, count_name));
-                out.push(')');
+/// both sides and the change. The SVG is read as XML events and written back event by event,
+/// so everything but a frame's tooltip text keeps its bytes, and the escaped name inferno
+/// wrote is kept as it is. A frame's `<title>` comes before the `<rect>` that says where the
+/// frame is (`fg:x`, `fg:w`), so its text is held until that rect is read.
+fn retitle(
+    svg: &str,
+    figures: &HashMap<(u64, u64), (i64, i64)>,
+    count_name: &str,
+) -> Result<String, FlameError> {
+    let mut reader = Reader::from_str(svg);
+    let mut writer = Writer::new(Vec::with_capacity(svg.len() + svg.len() / 8));
+    // The escaped text of the title being read, then of the title read and not yet written.
+    let mut title: Option<String> = None;
+    let mut title_end: Option<Event<'_>> = None;
+    let rewrite = |e: quick_xml::Error| FlameError::Rewrite(e.to_string());
+    loop {
+        let event = reader.read_event().map_err(rewrite)?;
+        match (&event, title_end.is_some()) {
+            (Event::Eof, _) => break,
+            (Event::Start(t), false) if t.name().as_ref() == b"title" => {
+                title = Some(String::new());
             }
-            _ => out.push_str(title),
+            (Event::Text(t), false) if title.is_some() => {
+                let raw = std::str::from_utf8(t).map_err(|_| FlameError::NotUtf8)?;
+                title.get_or_insert_default().push_str(raw);
+                continue;
+            }
+            (Event::GeneralRef(r), false) if title.is_some() => {
+                let raw = std::str::from_utf8(r).map_err(|_| FlameError::NotUtf8)?;
+                let text = title.get_or_insert_default();
+                text.push('&');
+                text.push_str(raw);
+                text.push(';');
+                continue;
+            }
+            (Event::End(t), false) if title.is_some() && t.name().as_ref() == b"title" => {
+                title_end = Some(event.into_owned());
+                continue;
+            }
+            (_, true) => {
+                let text = title.take().unwrap_or_default();
+                let frame = match &event {
+                    Event::Empty(rect) | Event::Start(rect) if rect.name().as_ref() == b"rect" => {
+                        attribute(rect, "fg:x")
+                            .zip(attribute(rect, "fg:w"))
+                            .and_then(|k| figures.get(&k))
+                    }
+                    _ => None,
+                };
+                let text = match (frame, text.rfind(" (")) {
+                    (Some(&(base, new)), Some(cut)) => {
+                        format!("{} ({})", &text[..cut], change_text(base, new, count_name))
+                    }
+                    _ => text,
+                };
+                let io = |e: std::io::Error| FlameError::Render(e);
+                writer
+                    .write_event(Event::Text(BytesText::from_escaped(text)))
+                    .map_err(io)?;
+                if let Some(end) = title_end.take() {
+                    writer.write_event(end).map_err(io)?;
+                }
+            }
+            _ => {}
         }
-        rest = after;
+        writer.write_event(event).map_err(FlameError::Render)?;
     }
-    out.push_str(rest);
-    out
+    String::from_utf8(writer.into_inner()).map_err(|_| FlameError::NotUtf8)
 }
 
-fn attribute(tag: &str, name: &str) -> Option<u64> {
-    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
-    let len = tag[start..].find('"')?;
-    tag[start..start + len].parse().ok()
+/// An attribute of a tag as a number (`fg:x="120"`).
+fn attribute(tag: &BytesStart<'_>, name: &str) -> Option<u64> {
+    let value = tag.try_get_attribute(name).ok()??.value;
+    std::str::from_utf8(&value).ok()?.parse().ok()
 }
 
 /// "base 2.00 MiB, new 26.0 MiB, +24.0 MiB" or "base 8, new 158 goroutines, +150".
@@ -352,50 +387,65 @@ fn change_text(base: i64, new: i64, count_name: &str) -> String {
 }
 
 /// A small SVG with the title, the subtitle and a message, for a graph with no frames
-/// (inferno refuses to draw one).
-fn empty_svg(options: &FlameOptions, message: &str) -> String {
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        "<?xml version=\"1.0\" standalone=\"no\"?>\n\
-         <svg version=\"1.1\" width=\"1200\" height=\"110\" viewBox=\"0 0 1200 110\" \
-         xmlns=\"http://www.w3.org/2000/svg\">\n\
-         <rect x=\"0\" y=\"0\" width=\"100%\" height=\"110\" fill=\"#f8f8f8\"/>\n\
-         <text x=\"50%\" y=\"24\" text-anchor=\"middle\" font-family=\"Verdana\" \
-         font-size=\"17px\">{}</text>\n",
-        escape(&options.title)
-    );
-    if let Some(subtitle) = options.subtitle.as_deref().filter(|s| !s.is_empty()) {
-        let _ = writeln!(
-            svg,
-            "<text x=\"50%\" y=\"48\" text-anchor=\"middle\" font-family=\"Verdana\" \
-             font-size=\"12px\">{}</text>",
-            escape(subtitle)
-        );
-    }
-    let _ = write!(
-        svg,
-        "<text x=\"50%\" y=\"84\" text-anchor=\"middle\" font-family=\"Verdana\" \
-         font-size=\"12px\">{}</text>\n</svg>\n",
-        escape(message)
-    );
-    svg
-}
-
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push(' '),
-            c => out.push(c),
+/// (inferno refuses to draw one). Written by quick-xml, which escapes every text it is given.
+fn empty_svg(options: &FlameOptions, message: &str) -> Result<String, FlameError> {
+    let mut w = Writer::new(Vec::new());
+    let newline =
+        |w: &mut Writer<Vec<u8>>| w.write_event(Event::Text(BytesText::from_escaped("\n")));
+    let centred = |w: &mut Writer<Vec<u8>>, y: &str, size: &str, text: &str| {
+        // XML 1.0 has no place for control characters but these two.
+        let text: String = text
+            .chars()
+            .map(|c| {
+                if c.is_control() && c != '\n' && c != '\t' {
+                    ' '
+                } else {
+                    c
+                }
+            })
+            .collect();
+        w.create_element("text")
+            .with_attributes([
+                ("x", "50%"),
+                ("y", y),
+                ("text-anchor", "middle"),
+                ("font-family", "Verdana"),
+                ("font-size", size),
+            ])
+            .write_text_content(BytesText::new(&text))?;
+        newline(w)
+    };
+    let mut draw = || -> std::io::Result<()> {
+        w.write_event(Event::Decl(BytesDecl::new("1.0", None, Some("no"))))?;
+        newline(&mut w)?;
+        w.write_event(Event::Start(BytesStart::new("svg").with_attributes([
+            ("version", "1.1"),
+            ("width", "1200"),
+            ("height", "110"),
+            ("viewBox", "0 0 1200 110"),
+            ("xmlns", "http://www.w3.org/2000/svg"),
+        ])))?;
+        newline(&mut w)?;
+        w.create_element("rect")
+            .with_attributes([
+                ("x", "0"),
+                ("y", "0"),
+                ("width", "100%"),
+                ("height", "110"),
+                ("fill", "#f8f8f8"),
+            ])
+            .write_empty()?;
+        newline(&mut w)?;
+        centred(&mut w, "24", "17px", &options.title)?;
+        if let Some(subtitle) = options.subtitle.as_deref().filter(|s| !s.is_empty()) {
+            centred(&mut w, "48", "12px", subtitle)?;
         }
-    }
-    out
+        centred(&mut w, "84", "12px", message)?;
+        w.write_event(Event::End(BytesEnd::new("svg")))?;
+        newline(&mut w)
+    };
+    draw().map_err(FlameError::Render)?;
+    String::from_utf8(w.into_inner()).map_err(|_| FlameError::NotUtf8)
 }
 
 #[cfg(test)]
@@ -535,6 +585,31 @@ mod tests {
             fill("main.kept")
         );
         assert!(svg.contains("widths: larger of base, new"));
+    }
+
+    #[test]
+    fn the_rewrite_changes_only_the_tooltip_figures() {
+        // With no figures to put in, inferno's SVG comes back byte for byte.
+        let input = stacks(&[("main.main;a&b<c>'d\"", 3 << 20), ("main.main;e", 1 << 20)]);
+        let svg = flame_svg(&input, &opts()).unwrap();
+        assert_eq!(retitle(&svg, &HashMap::new(), "bytes").unwrap(), svg);
+        // A name with entities keeps them as inferno escaped them, and gets both sides.
+        let svg = diff_flame_svg(
+            &stacks(&[("main.main;a&b<c>'d\"", 1 << 20)]),
+            &input,
+            &opts(),
+        )
+        .unwrap();
+        let t = titles(&svg);
+        assert!(
+            t.iter().any(|t| t.starts_with("a&amp;b&lt;c&gt;")
+                && t.ends_with("(base 1.00 MiB, new 3.00 MiB, +2.00 MiB)")),
+            "{t:?}"
+        );
+        assert!(
+            t.contains(&"e (base 0 B, new 1.00 MiB, +1.00 MiB)".to_string()),
+            "{t:?}"
+        );
     }
 
     #[test]
