@@ -15,7 +15,7 @@ use heapwatch::analyse::triage::{UsageFigure, WorkerFigure};
 use heapwatch::pipeline::CyclePicks;
 use heapwatch::pipeline::cluster::ClusterRun;
 use heapwatch::pipeline::report::{self, ReportInputs};
-use heapwatch::render::report::{ReportModel, html, markdown, summary};
+use heapwatch::render::report::{ReportModel, flames, html, markdown, summary};
 use heapwatch::units;
 
 use super::check;
@@ -181,11 +181,12 @@ pub fn write_report_with(
     let analysed = check::analyse(run_path, baseline, &options)?;
     let prepared = report::prepare(analysed, kube, rules_given, &options, &extras.inputs)
         .map_err(check::failed)?;
-    let model = prepared.model();
+    let drawn = flames::draw(&prepared.flames);
+    let model = prepared.model(&drawn);
     write_files(out, &model)?;
     Ok(Written {
         headline: model.headline(),
-        flamegraphs: prepared.flamegraphs.len(),
+        flamegraphs: drawn.len(),
         outcomes: prepared.outcomes.clone(),
         nodes: None,
     })

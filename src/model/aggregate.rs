@@ -2,7 +2,7 @@
 //! stack even under recursion) and whole stacks, at function, file or line granularity. The
 //! rules are pprof's, so the figures match `go tool pprof -top` on the same file.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{Frame, FrameName, Profile};
 
@@ -228,4 +228,32 @@ pub fn stacks(profile: &Profile, sample_index: usize, granularity: Granularity) 
             value,
         })
         .collect()
+}
+
+/// Stands in for a stack without frames, which folded text cannot spell.
+const EMPTY_STACK: &str = "(no frames)";
+
+/// Folded stacks of one sample type of a profile (function granularity), root first and
+/// `;`-separated, sorted by stack. A `;` inside a function name becomes `:` so that it cannot
+/// split a frame. An out-of-range sample index gives no stacks.
+pub fn folded(profile: &Profile, sample_index: usize) -> Vec<(String, i64)> {
+    if sample_index >= profile.sample_types.len() {
+        return Vec::new();
+    }
+    let mut totals: BTreeMap<String, i64> = BTreeMap::new();
+    for stack in stacks(profile, sample_index, Granularity::Function) {
+        let mut line = String::new();
+        for (i, name) in stack.frames.iter().rev().enumerate() {
+            if i > 0 {
+                line.push(';');
+            }
+            line.extend(name.chars().map(|c| if c == ';' { ':' } else { c }));
+        }
+        if line.is_empty() {
+            line.push_str(EMPTY_STACK);
+        }
+        let total = totals.entry(line).or_insert(0);
+        *total = total.saturating_add(stack.value);
+    }
+    totals.into_iter().collect()
 }

@@ -1,6 +1,7 @@
 //! The flamegraphs of a report: per boot cycle what it added to the in-use heap (first to
 //! last stored heap capture, or the rise into its peak), and against the baseline the two
-//! builds' in-use heaps at the compared age. Reads the profiles; `render::flame` draws.
+//! builds' in-use heaps at the compared age. Reads the profiles; `render::report::flames`
+//! words and draws.
 
 use std::collections::HashMap;
 
@@ -11,8 +12,8 @@ use super::scan;
 use crate::analyse::growth::CycleGrowth;
 use crate::decode::{self, DecodeLimits};
 use crate::model::Profile;
-use crate::render::flame::{self, FlameOptions};
-use crate::render::report::Flamegraph;
+use crate::model::aggregate;
+use crate::render::report::flames::{CaptureAt, ReportFlame};
 use crate::store::{CaptureRecord, RecordKind, RunDir};
 
 /// A stored heap capture: its record and decoded profile.
@@ -32,7 +33,7 @@ fn inuse(c: &Capture) -> Vec<(String, i64)> {
         .profile
         .find_sample_type("inuse_space")
         .unwrap_or_else(|| c.profile.default_sample_index());
-    flame::folded(&c.profile, index)
+    aggregate::folded(&c.profile, index)
 }
 
 /// What grew from one capture's stacks to a later one's: the stacks that gained (sorted), the
@@ -89,11 +90,11 @@ pub fn rise_into_peak(c: &CycleGrowth) -> Option<(u64, u64)> {
     e.from_seq.zip(e.to_seq)
 }
 
-/// A growth flamegraph per boot cycle ([`GrowthSpan::of_cycle`], drawn as `flame --growth`
-/// draws it) and, with a
-/// baseline, a differential one at the compared age. A flamegraph that cannot be drawn is
-/// left out; the tables still say what grew.
-pub fn draw(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Flamegraph> {
+/// What the report's flamegraphs show ([`render::report::flames`](crate::render::report::flames)
+/// draws them): per boot cycle what it added ([`GrowthSpan::of_cycle`], as `flame --growth`
+/// takes it) and, with a baseline, both builds' in-use heaps at the compared age. A graph whose
+/// captures cannot be read is left out; the tables still say what grew.
+pub fn report_flames(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<ReportFlame> {
     let mut out = Vec::new();
     let captures = stored_captures(&a.run);
     for c in &a.growth.cycles {
@@ -108,31 +109,21 @@ pub fn draw(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Fla
         let Ok(graph) = growth_graph(&a.run, &span, None, keep_profiler, limits) else {
             continue;
         };
-        let Stacks::Plain(growth) = &graph.stacks else {
+        let Stacks::Plain(added) = graph.stacks else {
             continue;
         };
-        let at = |s: &StoredCapture| format!("capture #{} at {:.1} s", s.record.seq, s.age_s);
-        let span = format!(
-            "from {} to {}{}",
-            at(span.from),
-            at(span.to),
-            if span.rise {
-                " (the rise into the peak)"
-            } else {
-                ""
-            }
-        );
-        if let Ok(svg) = flame::flame_svg(growth, &graph.options) {
-            out.push(Flamegraph {
-                file: format!("flamegraphs/cycle-{}-growth.svg", c.index),
-                cycle: Some(c.index),
-                caption: format!(
-                    "What boot cycle {} added to the in-use heap {span}: each frame is as wide as the bytes added under it.",
-                    c.index
-                ),
-                svg,
-            });
-        }
+        let at = |s: &StoredCapture| CaptureAt {
+            seq: s.record.seq,
+            age_s: s.age_s,
+        };
+        out.push(ReportFlame::Growth {
+            cycle: c.index,
+            from: at(span.from),
+            to: at(span.to),
+            rise: span.rise,
+            added,
+            options: graph.options,
+        });
     }
     if let Some(b) = &a.baseline {
         let age = b.comparison.age_s;
@@ -143,25 +134,17 @@ pub fn draw(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -> Vec<Fla
                     .and_then(|r| load(&a.run, r, limits)),
             );
         if let Some((base, new)) = loaded {
-            let (build, base_label) = (&b.comparison.b, &b.comparison.a);
-            let options = FlameOptions {
-                title: format!("In-use heap, {build} against {base_label}"),
-                subtitle: Some(format!(
-                    "{age:.1} s into boot cycle {} of {build} and cycle {} of {base_label}: capture #{} of {base_label}, #{} of {build}",
-                    b.comparison.b_cycle, b.comparison.a_cycle, base.record.seq, new.record.seq
-                )),
-                count_name: "bytes".into(),
-            };
-            if let Ok(svg) = flame::diff_flame_svg(&inuse(&base), &inuse(&new), &options) {
-                out.push(Flamegraph {
-                    file: "flamegraphs/diff-vs-baseline.svg".into(),
-                    cycle: None,
-                    caption: format!(
-                        "In-use heap of {build} against {base_label} at {age:.1} s: red grew in {build}, blue shrank."
-                    ),
-                    svg,
-                });
-            }
+            out.push(ReportFlame::AgainstBaseline {
+                build: b.comparison.b.clone(),
+                base_label: b.comparison.a.clone(),
+                age_s: age,
+                cycle: b.comparison.b_cycle,
+                base_cycle: b.comparison.a_cycle,
+                seq: new.record.seq,
+                base_seq: base.record.seq,
+                base: inuse(&base),
+                new: inuse(&new),
+            });
         }
     }
     out

@@ -10,6 +10,7 @@ use crate::analyse::triage::kube::{self, Event, KubeError, Pod};
 use crate::analyse::triage::{
     self, ContainerTriage, TriageInput, TriageReport, UsageFigure, WorkerFigure,
 };
+use crate::render::report::flames::ReportFlame;
 use crate::render::report::{BaselineView, EnvoyView, Flamegraph, KubeView, ReportModel, RunView};
 
 /// What a report is given beside the run.
@@ -99,7 +100,8 @@ pub struct Prepared {
     pub kube: Option<KubeInput>,
     pub triaged: Option<TriageReport>,
     pub outcomes: Vec<Outcome>,
-    pub flamegraphs: Vec<Flamegraph>,
+    /// What the report's flamegraphs show, for `render::report::flames::draw`.
+    pub flames: Vec<ReportFlame>,
     pub notes: Vec<String>,
 }
 
@@ -172,7 +174,8 @@ pub fn prepare(
         }
     }
     let outcomes = analysed.evaluate(rules_given);
-    let flamegraphs = super::flamegraphs::draw(&analysed, &options.decode, extras.keep_profiler);
+    let flames =
+        super::flamegraphs::report_flames(&analysed, &options.decode, extras.keep_profiler);
     let mut notes: Vec<String> = analysed
         .notes
         .unreadable
@@ -190,14 +193,15 @@ pub fn prepare(
         kube,
         triaged,
         outcomes,
-        flamegraphs,
+        flames,
         notes,
     })
 }
 
 impl Prepared {
-    /// The report's model, borrowing from the analysis.
-    pub fn model(&self) -> ReportModel<'_> {
+    /// The report's model, borrowing from the analysis and the flamegraphs drawn from
+    /// [`Prepared::flames`].
+    pub fn model<'a>(&'a self, flamegraphs: &'a [Flamegraph]) -> ReportModel<'a> {
         let analysed = &self.analysed;
         ReportModel {
             run: RunView {
@@ -216,7 +220,7 @@ impl Prepared {
                 heap_ratio: b.heap_ratio.as_ref(),
             }),
             rules: &self.outcomes,
-            flamegraphs: &self.flamegraphs,
+            flamegraphs,
             peak_heap: &analysed.peak_heap,
             envoy: analysed.envoy.as_ref().map(|e| EnvoyView {
                 target: &e.target,

@@ -10,8 +10,6 @@ use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
 use quick_xml::{Reader, Writer};
 use thiserror::Error;
 
-use crate::model::Profile;
-use crate::model::aggregate::{self, Granularity};
 use crate::units;
 
 /// What a flamegraph is titled and what its widths count.
@@ -37,34 +35,6 @@ pub enum FlameError {
 /// inferno adds widths in a `u64` and colours differences with `isize` arithmetic that would
 /// overflow near `i64::MAX`.
 const MAX_TOTAL_WIDTH: u128 = 1 << 48;
-
-/// Stands in for a stack without frames, which folded text cannot spell.
-const EMPTY_STACK: &str = "(no frames)";
-
-/// Folded stacks of one sample type of a profile (function granularity), root first and
-/// `;`-separated, sorted by stack. A `;` inside a function name becomes `:` so that it cannot
-/// split a frame. An out-of-range sample index gives no stacks.
-pub fn folded(profile: &Profile, sample_index: usize) -> Vec<(String, i64)> {
-    if sample_index >= profile.sample_types.len() {
-        return Vec::new();
-    }
-    let mut stacks: BTreeMap<String, i64> = BTreeMap::new();
-    for stack in aggregate::stacks(profile, sample_index, Granularity::Function) {
-        let mut line = String::new();
-        for (i, name) in stack.frames.iter().rev().enumerate() {
-            if i > 0 {
-                line.push(';');
-            }
-            line.extend(name.chars().map(|c| if c == ';' { ':' } else { c }));
-        }
-        if line.is_empty() {
-            line.push_str(EMPTY_STACK);
-        }
-        let total = stacks.entry(line).or_insert(0);
-        *total = total.saturating_add(stack.value);
-    }
-    stacks.into_iter().collect()
-}
 
 /// Folded stacks "root;…;leaf" with values → SVG text. Deterministic output.
 ///
@@ -454,6 +424,7 @@ mod tests {
 
     use super::*;
     use crate::analyse::diff::testing::arb_profile;
+    use crate::model::aggregate::folded;
 
     fn opts() -> FlameOptions {
         FlameOptions {

@@ -8,8 +8,8 @@ use heapwatch::analyse::rules::Rule;
 use heapwatch::pipeline::Options;
 use heapwatch::pipeline::cluster::{self, ClusterRun};
 use heapwatch::pipeline::report::{Prepared, ReportInputs, dir_name, prepare};
-use heapwatch::render::report::ReportModel;
 use heapwatch::render::report::cluster::{self as page, ClusterModel, NodeReport};
+use heapwatch::render::report::{Flamegraph, ReportModel, flames};
 
 use super::{CliError, Written, check, write_file, write_files};
 
@@ -47,7 +47,15 @@ pub(super) fn write(
         })?;
         prepared.push((node.name, dir, p));
     }
-    let models: Vec<ReportModel> = prepared.iter().map(|(_, _, p)| p.model()).collect();
+    let drawn: Vec<Vec<Flamegraph>> = prepared
+        .iter()
+        .map(|(_, _, p)| flames::draw(&p.flames))
+        .collect();
+    let models: Vec<ReportModel> = prepared
+        .iter()
+        .zip(&drawn)
+        .map(|((_, _, p), d)| p.model(d))
+        .collect();
     let folder = |dir: &str, name: &str| {
         let leaf = Path::new(dir)
             .file_name()
@@ -77,7 +85,7 @@ pub(super) fn write(
     write_file(out, "summary.json", &page::json(&model))?;
     Ok(Written {
         headline: model.headline(),
-        flamegraphs: prepared.iter().map(|(_, _, p)| p.flamegraphs.len()).sum(),
+        flamegraphs: drawn.iter().map(Vec::len).sum(),
         outcomes: Vec::new(),
         nodes: Some(
             prepared

@@ -6,10 +6,11 @@ use super::{FlameError, FlameGraph, Stacks, default_sample, load_profile, name_f
 use crate::analyse::diff;
 use crate::analyse::select;
 use crate::decode::DecodeLimits;
+use crate::model::aggregate::folded;
 use crate::pipeline::captures::StoredCapture;
 use crate::pipeline::flamegraphs::stack_growth;
 use crate::pipeline::scan;
-use crate::render::flame::{FlameOptions, folded};
+use crate::render::flame::FlameOptions;
 use crate::store::RunDir;
 
 /// The two captures of one boot cycle a growth flamegraph spans.

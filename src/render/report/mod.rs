@@ -1,6 +1,7 @@
 //! `heapwatch report`: one run's findings as `index.html` (self-contained, for people),
 //! `report.md` (short, for a CI job summary) and `summary.json` (for tools). Pure: the caller
-//! reads the run, analyses it and draws the flamegraphs; this module only lays them out.
+//! reads the run and analyses it; [`flames`] draws the flamegraphs it found, and the rest
+//! lays them out.
 //! Every string that came from a profile, a run or a Kubernetes document is escaped on the way
 //! out. Two optional sections: Envoy's findings when the run holds `envoy` records, and the
 //! Kubernetes triage checklist when a pod file is given.
@@ -9,6 +10,7 @@ pub mod breakdown;
 pub mod chart;
 pub mod cluster;
 pub mod cluster_chart;
+pub mod flames;
 pub mod html;
 pub mod markdown;
 mod marks;
