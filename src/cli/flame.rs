@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use heapwatch::pipeline::flame::{self, FlameRequest, Stacks};
 use heapwatch::render::flame as render_flame;
+use heapwatch::render::flame_titles;
 
 use super::{CliError, DecodeFlags};
 
@@ -72,14 +73,15 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     };
     let graph = flame::flame(&request)?;
     let out = args.output.display().to_string();
+    let options = flame_titles::options(&graph.title);
     let svg = match &graph.stacks {
-        Stacks::Plain(stacks) => render_flame::flame_svg(stacks, &graph.options),
-        Stacks::Diff { base, new } => render_flame::diff_flame_svg(base, new, &graph.options),
+        Stacks::Plain(stacks) => render_flame::flame_svg(stacks, &options),
+        Stacks::Diff { base, new } => render_flame::diff_flame_svg(base, new, &options),
     }
     .map_err(|e| CliError::Output(io::Error::other(format!("{out}: {e}"))))?;
     write_svg(&args.output, &svg)?;
     if args.output != Path::new("-") {
-        println!("wrote {out}: {}", graph.options.title);
+        println!("wrote {out}: {}", options.title);
     }
     Ok(ExitCode::SUCCESS)
 }

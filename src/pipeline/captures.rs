@@ -67,16 +67,6 @@ pub struct StoredCapture<'a> {
     pub age_s: f64,
 }
 
-impl StoredCapture<'_> {
-    /// "#53 (cycle 1, 6.3 s)".
-    pub fn describe(&self) -> String {
-        format!(
-            "#{} (cycle {}, {:.1} s)",
-            self.record.seq, self.record.cycle, self.age_s
-        )
-    }
-}
-
 /// Every heap and goroutine profile of a run still on disk, once each (a capture identical to
 /// an earlier one is stored only once), in boot-cycle and time order.
 pub fn stored_captures(run: &RunDir) -> Vec<StoredCapture<'_>> {

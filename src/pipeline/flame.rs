@@ -21,10 +21,10 @@ use crate::analyse::select::parse_run_arg;
 use crate::decode::{self, DecodeError, DecodeLimits};
 use crate::model::Profile;
 use crate::model::aggregate::folded;
-use crate::render::flame::FlameOptions;
+use crate::render::flame_titles::FlameTitle;
 use crate::store::{RecordKind, RunDir, StoreError};
 pub use growth::{GrowthSpan, growth_graph};
-use words::{amount, binary, build_of, capital, count_name, file_name, noun};
+use words::{capture as capture_at, file_name, measure, program, run_name};
 
 /// What to draw, as the command line gave it.
 #[derive(Debug, Clone, Default)]
@@ -60,11 +60,12 @@ pub enum Stacks {
     },
 }
 
-/// A flamegraph before it is drawn: its stacks and what it is titled.
+/// A flamegraph before it is drawn: its stacks and what its title names
+/// (`render::flame_titles` words it).
 #[derive(Debug, Clone)]
 pub struct FlameGraph {
     pub stacks: Stacks,
-    pub options: FlameOptions,
+    pub title: FlameTitle,
 }
 
 /// Why there is nothing to draw. Every message names the file or run at fault.
@@ -209,23 +210,14 @@ fn profile_graph(req: &FlameRequest) -> Result<FlameGraph, FlameError> {
     let new = load_profile(&req.input, &req.limits)?;
     let Some(base_path) = &req.diff else {
         let index = sample_index(&new, req.sample.as_deref(), &shown)?;
-        let count = count_name(&new, index);
-        let total = new.total(index);
-        let options = FlameOptions {
-            title: format!(
-                "{} — {}",
-                capital(&noun(&new, index)),
-                file_name(&req.input)
-            ),
-            subtitle: Some(match binary(&new, 12) {
-                Some(b) => format!("{} in all · {b}", amount(total, &count)),
-                None => format!("{} in all", amount(total, &count)),
-            }),
-            count_name: count,
-        };
         return Ok(FlameGraph {
             stacks: Stacks::Plain(folded(&new, index)),
-            options,
+            title: FlameTitle::Profile {
+                measure: measure(&new, index),
+                file: file_name(&req.input),
+                total: new.total(index),
+                program: program(&new),
+            },
         });
     };
     let base_shown = base_path.display().to_string();
@@ -235,30 +227,20 @@ fn profile_graph(req: &FlameRequest) -> Result<FlameGraph, FlameError> {
     let base = load_profile(base_path, &req.limits)?;
     let (bi, ni) = diff::sample_indices(&base, &new, req.sample.as_deref())
         .map_err(|e| name_files(e, &base_shown, &shown))?;
-    let count = count_name(&new, ni);
-    let side = |p: &Profile, i: usize| {
-        let mut s = amount(p.total(i), &count);
-        if let Some(b) = binary(p, 8) {
-            s.push_str(&format!(" ({b})"));
-        }
-        s
-    };
-    let options = FlameOptions {
-        title: format!(
-            "{}: {} against {}",
-            capital(&noun(&new, ni)),
-            file_name(&req.input),
-            file_name(base_path)
-        ),
-        subtitle: Some(format!("base {} → new {}", side(&base, bi), side(&new, ni))),
-        count_name: count,
-    };
     Ok(FlameGraph {
         stacks: Stacks::Diff {
             base: folded(&base, bi),
             new: folded(&new, ni),
         },
-        options,
+        title: FlameTitle::ProfileDiff {
+            measure: measure(&new, ni),
+            file: file_name(&req.input),
+            total: new.total(ni),
+            program: program(&new),
+            base_file: file_name(base_path),
+            base_total: base.total(bi),
+            base_program: program(&base),
+        },
     })
 }
 
@@ -318,24 +300,15 @@ fn run_graph(req: &FlameRequest) -> Result<FlameGraph, FlameError> {
     let shown = capture.path.display().to_string();
     let wanted = req.sample.as_deref().or(default_sample(capture));
     let index = sample_index(&profile, wanted, &shown)?;
-    let count = count_name(&profile, index);
-    let options = FlameOptions {
-        title: format!(
-            "{} — {}, capture {}",
-            capital(&noun(&profile, index)),
-            build_of(&run),
-            capture.describe()
-        ),
-        subtitle: Some(format!(
-            "{} in all · {}",
-            amount(profile.total(index), &count),
-            run_file(&run, capture)
-        )),
-        count_name: count,
-    };
     Ok(FlameGraph {
         stacks: Stacks::Plain(folded(&profile, index)),
-        options,
+        title: FlameTitle::Capture {
+            measure: measure(&profile, index),
+            run: run_name(&run),
+            capture: capture_at(capture),
+            total: profile.total(index),
+            path: run_file(&run, capture),
+        },
     })
 }
 
@@ -489,28 +462,19 @@ fn runs_diff(
             &new.path.display().to_string(),
         )
     })?;
-    let count = count_name(&np, ni);
-    let options = FlameOptions {
-        title: format!(
-            "{}: {} against {}",
-            capital(&noun(&np, ni)),
-            build_of(new_run),
-            build_of(base_run)
-        ),
-        subtitle: Some(format!(
-            "base {} {} → new {} {}",
-            base.describe(),
-            amount(bp.total(bi), &count),
-            new.describe(),
-            amount(np.total(ni), &count)
-        )),
-        count_name: count,
-    };
     Ok(FlameGraph {
         stacks: Stacks::Diff {
             base: folded(&bp, bi),
             new: folded(&np, ni),
         },
-        options,
+        title: FlameTitle::RunsDiff {
+            measure: measure(&np, ni),
+            run: run_name(new_run),
+            capture: capture_at(new),
+            total: np.total(ni),
+            base_run: run_name(base_run),
+            base_capture: capture_at(base),
+            base_total: bp.total(bi),
+        },
     })
 }

@@ -122,7 +122,7 @@ pub fn report_flames(a: &Analysis, limits: &DecodeLimits, keep_profiler: bool) -
             to: at(span.to),
             rise: span.rise,
             added,
-            options: graph.options,
+            title: graph.title,
         });
     }
     if let Some(b) = &a.baseline {

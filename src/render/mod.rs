@@ -8,6 +8,7 @@ pub mod ends;
 pub mod envoy;
 pub mod envoy_words;
 pub mod flame;
+pub mod flame_titles;
 pub mod growth;
 pub mod memory;
 pub mod pprof;

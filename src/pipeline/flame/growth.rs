@@ -1,7 +1,7 @@
 //! The one growth flamegraph, of `flame --growth` and of the report: what a boot cycle added
 //! between two of its captures, by default first to last or the rise into its peak.
 
-use super::words::{amount, count_name, noun, signed, stacks};
+use super::words::{capture, measure};
 use super::{FlameError, FlameGraph, Stacks, default_sample, load_profile, name_files};
 use crate::analyse::diff;
 use crate::analyse::select;
@@ -10,7 +10,7 @@ use crate::model::aggregate::folded;
 use crate::pipeline::captures::StoredCapture;
 use crate::pipeline::flamegraphs::stack_growth;
 use crate::pipeline::scan;
-use crate::render::flame::FlameOptions;
+use crate::render::flame_titles::FlameTitle;
 use crate::store::RunDir;
 
 /// The two captures of one boot cycle a growth flamegraph spans.
@@ -67,48 +67,23 @@ pub fn growth_graph(
             &to.path.display().to_string(),
         )
     })?;
-    let count = count_name(&tp, ti);
     let growth = stack_growth(&folded(&fp, fi), &folded(&tp, ti), keep_profiler);
-    let (added_stacks, profiler) = (growth.added, growth.profiler);
-    let added: i64 = added_stacks.iter().map(|(_, v)| v).sum();
-    let mut subtitle = format!(
-        "added from capture #{} ({:.1} s) to #{} ({:.1} s): {} in {}",
-        from.record.seq,
-        from.age_s,
-        to.record.seq,
-        to.age_s,
-        signed(added, &count),
-        stacks(added_stacks.len())
-    );
-    if profiler > 0 {
-        subtitle.push_str(&format!(
-            "; the profile writer's {} left out (--keep-profiler keeps it)",
-            amount(profiler, &count)
-        ));
-    }
-    if span.rise {
-        subtitle.push_str(" (the rise into the peak: the cycle has no sustained growth)");
-    }
-    if growth.shrunk_stacks > 0 {
-        subtitle.push_str(&format!(
-            "; {} shrank by {} (not drawn)",
-            stacks(growth.shrunk_stacks),
-            amount(growth.shrunk_by, &count)
-        ));
-    }
+    let added: i64 = growth.added.iter().map(|(_, v)| v).sum();
     let cycle = to.record.cycle;
-    let options = FlameOptions {
-        title: format!(
-            "Growth of {}, boot cycle {cycle} of {}",
-            noun(&tp, ti),
-            cycle_build(run, cycle)
-        ),
-        subtitle: Some(subtitle),
-        count_name: count,
-    };
     Ok(FlameGraph {
-        stacks: Stacks::Plain(added_stacks),
-        options,
+        title: FlameTitle::Growth {
+            measure: measure(&tp, ti),
+            build: cycle_build(run, cycle),
+            from: capture(from),
+            to: capture(to),
+            added,
+            added_stacks: growth.added.len(),
+            profiler: growth.profiler,
+            rise: span.rise,
+            shrunk_stacks: growth.shrunk_stacks,
+            shrunk_by: growth.shrunk_by,
+        },
+        stacks: Stacks::Plain(growth.added),
     })
 }
 

@@ -5,6 +5,7 @@
 
 use super::Flamegraph;
 use crate::render::flame::{self, FlameOptions};
+use crate::render::flame_titles::{self, FlameTitle};
 
 /// A capture a flamegraph starts or ends at.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,8 +27,8 @@ pub enum ReportFlame {
         rise: bool,
         /// The stacks that gained, each by what it gained.
         added: Vec<(String, i64)>,
-        /// The title and subtitle `flame --growth` gives the same graph.
-        options: FlameOptions,
+        /// What the title names, as `flame --growth` titles the same graph.
+        title: FlameTitle,
     },
     /// The in-use heap of the run's build against the baseline's, at the compared age.
     AgainstBaseline {
@@ -56,7 +57,7 @@ fn draw_one(f: &ReportFlame) -> Option<Flamegraph> {
             to,
             rise,
             added,
-            options,
+            title,
         } => {
             let at = |c: &CaptureAt| format!("capture #{} at {:.1} s", c.seq, c.age_s);
             let span = format!(
@@ -75,7 +76,7 @@ fn draw_one(f: &ReportFlame) -> Option<Flamegraph> {
                 caption: format!(
                     "What boot cycle {cycle} added to the in-use heap {span}: each frame is as wide as the bytes added under it."
                 ),
-                svg: flame::flame_svg(added, options).ok()?,
+                svg: flame::flame_svg(added, &flame_titles::options(title)).ok()?,
             })
         }
         ReportFlame::AgainstBaseline {
