@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::growth::CycleGrowth;
 use super::reduce::{PROFILING_SITE, SiteFigures};
-use super::select::Selection;
+use super::select::{Chosen, Selection};
 
 /// Below this, in-use differences are sampling noise (Go samples one allocation per 512 KiB).
 const NOISE_BYTES: f64 = 1024.0 * 1024.0;
@@ -114,7 +114,7 @@ pub struct Comparison {
     /// True when both sides ran the same build (there was no other to compare with).
     pub same_build: bool,
     /// How the cycles were chosen.
-    pub chosen: String,
+    pub chosen: Chosen,
     /// The aligned span: both cycles have heap captures from their start to `age_s` seconds.
     pub age_s: f64,
     /// The largest in-use heap of each side over the aligned span, and when B's was.
@@ -372,7 +372,7 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         a_cycle: ia,
         b_cycle: ib,
         same_build: a.build == b.build,
-        chosen: String::new(),
+        chosen: Chosen::default(),
         age_s: span,
         a_heap_peak: a_peak.map(|p| p.0),
         b_heap_peak: b_peak.map(|p| p.0),

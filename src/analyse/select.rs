@@ -119,8 +119,19 @@ pub struct Selection {
     pub b_build: String,
     /// True when both sides run the same build (no other build was there to compare with).
     pub same_build: bool,
-    /// How the cycles were chosen, in words: "chosen with RUN@N", "B's newest build …".
-    pub how: String,
+    /// How the cycles were chosen.
+    pub how: Chosen,
+}
+
+/// How the cycles of a comparison were chosen (`render::compare::chosen_words` words it, and
+/// writes it into JSON as those words).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Chosen {
+    /// By default: B's newest build against A's newest other build.
+    NewestBuilds { b_build: String, a_build: String },
+    /// With `RUN@N`, `--cycle` or `--baseline-cycle`.
+    #[default]
+    Picked,
 }
 
 fn pick<'c>(
@@ -183,10 +194,11 @@ pub fn choose(
         .map(|(k, bc)| (a_cycles[k.min(a_cycles.len() - 1)].index, bc.index))
         .collect();
     let how = match (a_pick, b_pick) {
-        (None, None) => {
-            format!("the cycles of B's newest build ({b_build}) against A's build ({a_build})")
-        }
-        _ => "the cycles chosen with RUN@N / --cycle / --baseline-cycle".to_string(),
+        (None, None) => Chosen::NewestBuilds {
+            b_build: b_build.clone(),
+            a_build: a_build.clone(),
+        },
+        _ => Chosen::Picked,
     };
     Ok(Selection {
         pairs,

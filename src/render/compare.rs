@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::analyse::compare::{AfterBaseline, BEnd, Comparison, Regression, SideEpisode};
+use crate::analyse::select::Chosen;
 use crate::render::ends::end_words;
 use crate::units::format_bytes;
 
@@ -11,6 +12,24 @@ pub fn json(c: &Comparison) -> String {
     let mut out = serde_json::to_string_pretty(&doc).expect("comparison is plain data");
     out.push('\n');
     out
+}
+
+/// How the cycles were chosen, in words.
+pub fn chosen_words(c: &Chosen) -> String {
+    match c {
+        Chosen::NewestBuilds { b_build, a_build } => {
+            format!("the cycles of B's newest build ({b_build}) against A's build ({a_build})")
+        }
+        Chosen::Picked => "the cycles chosen with RUN@N / --cycle / --baseline-cycle".to_string(),
+    }
+}
+
+/// In JSON, how the cycles were chosen is its words, in the place the field takes in
+/// `Comparison` (serde's derive calls this; the words stay in render).
+impl serde::Serialize for Chosen {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&chosen_words(self))
+    }
 }
 
 /// What a table calls each side: its build, or "A (build)" and "B (build)" when both ran the
@@ -29,7 +48,12 @@ pub fn text(c: &Comparison, rows: usize) -> String {
         out,
         "A = {} (cycle {}, the baseline), B = {} (cycle {}): rates over each cycle's growth \
          episode, site peaks over the first {:.1} s, which both cycles cover; chosen: {}",
-        c.a, c.a_cycle, c.b, c.b_cycle, c.age_s, c.chosen
+        c.a,
+        c.a_cycle,
+        c.b,
+        c.b_cycle,
+        c.age_s,
+        chosen_words(&c.chosen)
     );
     let _ = writeln!(out, "verdict: {}", verdict(c));
     if !c.regressions.is_empty() {
