@@ -4,7 +4,13 @@
 //! ever be text. Flamegraphs lose inferno's script and event handlers here (their ids are
 //! prefixed so several can share the page); the files under `flamegraphs/` keep them.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
+
+use quick_xml::events::attributes::Attribute;
+use quick_xml::events::{BytesCData, BytesStart, BytesText, Event};
+use quick_xml::name::QName;
+use quick_xml::{Reader, Writer};
 
 use super::chart::{self, Timeline};
 use super::markup::Markup;
@@ -646,134 +652,156 @@ fn collection(out: &mut String, m: &ReportModel) {
 }
 
 /// A flamegraph SVG made fit to share a page: no XML prolog, no script, no event handler
-/// attributes, and every id (and reference to one) prefixed.
+/// attributes, and every id (and reference to one) prefixed. The SVG is read as XML events
+/// (quick-xml) and written back element by element: what is dropped is dropped whole, and
+/// text, already escaped by the writer that drew it, keeps its bytes. One that cannot be read
+/// is replaced by an empty SVG, so that nothing half-read reaches the page.
 pub fn inline_svg(svg: &str, prefix: &str) -> String {
-    let start = svg.find("<svg").unwrap_or(0);
     let scope = prefix.trim_end_matches('-');
-    let body = format!(
-        "<svg class=\"{scope}\"{}",
-        &svg[start..].trim_start_matches("<svg")
-    );
-    let without_scripts = scope_styles(&strip_elements(&body, "script"), scope, prefix);
-    let mut out = String::with_capacity(without_scripts.len());
-    let mut rest = without_scripts.as_str();
-    // Walk tag by tag; text between tags is already escaped by the writer.
-    while let Some(open) = rest.find('<') {
-        out.push_str(&rest[..open]);
-        let Some(close) = rest[open..].find('>') else {
-            break;
-        };
-        let tag = &rest[open..open + close + 1];
-        out.push_str(&rewrite_tag(tag, prefix));
-        rest = &rest[open + close + 1..];
-    }
-    out.push_str(rest);
-    out
+    inlined(svg, scope, prefix).unwrap_or_else(|| {
+        format!("<svg class=\"{scope}\" xmlns=\"http://www.w3.org/2000/svg\"></svg>")
+    })
 }
 
-/// Rewrites the CSS of `<style>` elements so that it applies inside this SVG only (its rules
-/// would otherwise restyle every SVG of the page) and names the prefixed ids.
-fn scope_styles(text: &str, scope: &str, prefix: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 256);
-    let mut rest = text;
-    while let Some(at) = rest.find("<style") {
-        let Some(open_end) = rest[at..].find('>') else {
-            break;
-        };
-        let css_start = at + open_end + 1;
-        let Some(css_len) = rest[css_start..].find("</style>") else {
-            break;
-        };
-        out.push_str(&rest[..css_start]);
-        for rule in rest[css_start..css_start + css_len].split_inclusive('}') {
-            match rule.split_once('{') {
-                Some((selectors, body)) if !selectors.trim().is_empty() => {
-                    let scoped: Vec<String> = selectors
-                        .split(',')
-                        .map(|sel| {
-                            format!(
-                                ".{scope} {}",
-                                sel.trim().replace('#', &format!("#{prefix}"))
-                            )
-                        })
-                        .collect();
-                    let _ = write!(out, "\n{} {{{body}", scoped.join(", "));
-                }
-                _ => out.push_str(rule),
-            }
-        }
-        rest = &rest[css_start + css_len..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Removes every `<name …>…</name>` element (and CDATA inside it).
-fn strip_elements(text: &str, name: &str) -> String {
-    let open_pat = format!("<{name}");
-    let close_pat = format!("</{name}>");
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(&open_pat) {
-        out.push_str(&rest[..at]);
-        let after = &rest[at..];
-        match after.find(&close_pat) {
-            Some(end) => rest = &after[end + close_pat.len()..],
-            None => {
-                rest = "";
-                break;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Drops `on…=` attributes and prefixes `id="…"`, `url(#…)` and `href="#…"`.
-fn rewrite_tag(tag: &str, prefix: &str) -> String {
-    if tag.starts_with("</") || tag.starts_with("<!") || tag.starts_with("<?") {
-        return tag.to_string();
-    }
-    let mut out = String::with_capacity(tag.len() + 16);
-    let mut rest = tag;
+fn inlined(svg: &str, scope: &str, prefix: &str) -> Option<String> {
+    let mut reader = Reader::from_str(svg);
+    let mut w = Writer::new(Vec::with_capacity(svg.len()));
+    let mut seen_svg = false;
+    // Elements open inside a `<script>` being dropped, and whether a `<style>` is open.
+    let mut skipping = 0usize;
+    let mut in_style = false;
+    // Elements open in what was written: a document that ends with one open is cut short.
+    let mut open = 0usize;
     loop {
-        // Attributes are ` name="value"` (the writer always quotes with ").
-        let Some(space) = rest.find(' ') else {
-            out.push_str(rest);
-            break;
-        };
-        out.push_str(&rest[..space]);
-        let attr_start = &rest[space + 1..];
-        let Some(eq) = attr_start.find("=\"") else {
-            out.push_str(&rest[space..]);
-            break;
-        };
-        let name = &attr_start[..eq];
-        let value_start = &attr_start[eq + 2..];
-        let Some(end) = value_start.find('"') else {
-            out.push_str(&rest[space..]);
-            break;
-        };
-        let value = &value_start[..end];
-        rest = &value_start[end + 1..];
-        if name.to_ascii_lowercase().starts_with("on") {
+        let event = reader.read_event().ok()?;
+        if skipping > 0 {
+            match event {
+                Event::Start(_) => skipping += 1,
+                Event::End(_) => skipping -= 1,
+                Event::Eof => return None,
+                _ => {}
+            }
             continue;
         }
-        let value = match name {
-            "id" => format!("{prefix}{value}"),
-            "href" | "xlink:href" if value.starts_with('#') => {
-                format!("#{prefix}{}", &value[1..])
+        let event = match event {
+            Event::Eof if open == 0 && seen_svg => break,
+            Event::Eof => return None,
+            Event::Start(t) | Event::Empty(t) if !seen_svg && t.name().as_ref() != b"svg" => {
+                continue;
             }
-            _ => value.replace("url(#", &format!("url(#{prefix}")),
+            // The prolog and anything else before the `<svg>` element.
+            _ if !seen_svg && !matches!(&event, Event::Start(_) | Event::Empty(_)) => continue,
+            Event::Start(t) if t.name().as_ref() == b"script" => {
+                skipping = 1;
+                continue;
+            }
+            Event::Empty(t) if t.name().as_ref() == b"script" => continue,
+            Event::Start(t) => {
+                in_style = t.name().as_ref() == b"style";
+                open += 1;
+                let first = !seen_svg;
+                seen_svg = true;
+                Event::Start(rewrite_tag(&t, prefix, first.then_some(scope))?)
+            }
+            Event::Empty(t) => {
+                let first = !seen_svg;
+                seen_svg = true;
+                Event::Empty(rewrite_tag(&t, prefix, first.then_some(scope))?)
+            }
+            Event::End(t) => {
+                in_style = false;
+                open = open.checked_sub(1)?;
+                Event::End(t)
+            }
+            Event::Text(t) if in_style => {
+                let css = scope_styles(std::str::from_utf8(&t).ok()?, scope, prefix);
+                Event::Text(BytesText::from_escaped(css))
+            }
+            Event::CData(c) if in_style => {
+                let css = scope_styles(std::str::from_utf8(&c).ok()?, scope, prefix);
+                Event::CData(BytesCData::new(css))
+            }
+            other => other,
         };
-        let _ = write!(out, " {name}=\"{value}\"");
+        w.write_event(event).ok()?;
+    }
+    String::from_utf8(w.into_inner()).ok()
+}
+
+/// Rewrites the rules of a `<style>` element's CSS so that they apply inside this SVG only
+/// (they would otherwise restyle every SVG of the page) and name the prefixed ids.
+fn scope_styles(css: &str, scope: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(css.len() + 256);
+    for rule in css.split_inclusive('}') {
+        match rule.split_once('{') {
+            Some((selectors, body)) if !selectors.trim().is_empty() => {
+                let scoped: Vec<String> = selectors
+                    .split(',')
+                    .map(|sel| {
+                        format!(
+                            ".{scope} {}",
+                            sel.trim().replace('#', &format!("#{prefix}"))
+                        )
+                    })
+                    .collect();
+                let _ = write!(out, "\n{} {{{body}", scoped.join(", "));
+            }
+            _ => out.push_str(rule),
+        }
     }
     out
+}
+
+/// The tag with its `on…` attributes dropped and `id="…"`, `url(#…)` and `href="#…"`
+/// prefixed; the first `<svg>` gets the page's class for it first. Values stay as the writer
+/// escaped them.
+fn rewrite_tag(
+    tag: &BytesStart<'_>,
+    prefix: &str,
+    class: Option<&str>,
+) -> Option<BytesStart<'static>> {
+    let name = std::str::from_utf8(tag.name().as_ref()).ok()?.to_string();
+    let mut out = BytesStart::new(name);
+    if let Some(class) = class {
+        out.push_attribute(("class", class));
+    }
+    for attr in tag.attributes().with_checks(false) {
+        let attr = attr.ok()?;
+        let key = std::str::from_utf8(attr.key.as_ref()).ok()?;
+        if key.to_ascii_lowercase().starts_with("on") {
+            continue;
+        }
+        let value = std::str::from_utf8(&attr.value).ok()?;
+        let value = match key {
+            "id" => format!("{prefix}{value}"),
+            "href" | "xlink:href" if value.starts_with('#') => format!("#{prefix}{}", &value[1..]),
+            _ => value.replace("url(#", &format!("url(#{prefix}")),
+        };
+        out.push_attribute(Attribute {
+            key: QName(attr.key.as_ref()),
+            value: Cow::Owned(value.into_bytes()),
+        });
+    }
+    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_svg_that_cannot_be_read_is_inlined_as_an_empty_one() {
+        for broken in [
+            "<svg><g><title>x</title></svg>",
+            "<svg onload=\"a\"><text>unclosed",
+        ] {
+            let out = inline_svg(broken, "fg3-");
+            assert_eq!(
+                out, "<svg class=\"fg3\" xmlns=\"http://www.w3.org/2000/svg\"></svg>",
+                "{broken}"
+            );
+        }
+    }
 
     #[test]
     fn inlined_flamegraphs_lose_scripts_and_handlers_and_keep_distinct_ids() {
