@@ -325,8 +325,11 @@ fn carry_memory_over(lane: &Lane, played: &Played, speed: f64) -> Result<(), Cli
 
     let info_path = lane.collected.join(RUN_FILE);
     let bytes = std::fs::read(&info_path).map_err(|e| io_error(&info_path, e))?;
-    let mut info: RunInfo = serde_json::from_slice(&bytes)
-        .map_err(|e| CliError::Failed(format!("{}: {e}", info_path.display())))?;
+    let mut info: RunInfo =
+        serde_json::from_slice(&bytes).map_err(|source| CliError::JsonFile {
+            path: info_path.display().to_string(),
+            source,
+        })?;
     info.options.memory_source = Some(
         "the recording's memory.jsonl, moved onto this run's clock by heapwatch demo (a replay serves profiles, not the kernel's view)"
             .into(),
@@ -346,8 +349,11 @@ fn carry_memory_over(lane: &Lane, played: &Played, speed: f64) -> Result<(), Cli
 fn tell(args: &Args, headline: &str) -> Result<(), CliError> {
     let summary_path = args.out.join("summary.json");
     let text = std::fs::read(&summary_path).map_err(|e| io_error(&summary_path, e))?;
-    let summary: serde_json::Value = serde_json::from_slice(&text)
-        .map_err(|e| CliError::Failed(format!("{}: {e}", summary_path.display())))?;
+    let summary: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|source| CliError::JsonFile {
+            path: summary_path.display().to_string(),
+            source,
+        })?;
     say("\nwhat it found:");
     say(&format!("  {headline}"));
     if let Some(site) = summary["baseline"]["regressions"][0]["name"].as_str() {

@@ -56,6 +56,12 @@ pub enum CliError {
         what: &'static str,
         source: serde_json::Error,
     },
+    /// A JSON file that cannot be read as what it should hold (exit 2).
+    #[error("{path}: {source}")]
+    JsonFile {
+        path: String,
+        source: serde_json::Error,
+    },
     /// A replay's server could not serve (exit 2).
     #[error("replay on {addr}: {source}")]
     Serve { addr: String, source: io::Error },
@@ -107,7 +113,7 @@ impl CliError {
         match self {
             CliError::Usage(_) | CliError::Profile { .. } | CliError::Read { .. } => 2,
             CliError::Output(_) | CliError::Failed(_) | CliError::InNode { .. } => 2,
-            CliError::Json { .. } | CliError::Serve { .. } => 2,
+            CliError::Json { .. } | CliError::JsonFile { .. } | CliError::Serve { .. } => 2,
             CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 2,
             CliError::Pipeline(_) | CliError::Collect(_) | CliError::Node { .. } => 2,
             CliError::Marks(_) | CliError::Launch(_) | CliError::Push(_) | CliError::Watch(_) => 2,
