@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::growth::{CycleGrowth, GrowthReport, Unpublished};
 use crate::render::ends::end_words;
-use crate::render::memory::{at_limit_words, breakdown_words};
+use crate::render::memory::{breakdown_words, cgroup_at_limit};
 use crate::render::verdict::{across_summary, cycle_verdict, spike_words};
 use crate::render::worded::{EnvoyJson, GrowthJson};
 use crate::units::format_bytes;
@@ -233,7 +233,7 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
         let _ = writeln!(out, "  where the memory went: {}", breakdown_words(b));
     }
     if let Some(a) = &c.at_limit {
-        let _ = writeln!(out, "  the cgroup sat {}", at_limit_words(a));
+        let _ = writeln!(out, "  {}", cgroup_at_limit(a));
     }
     // The reading is the rise into the peak; a spike is shown on its own only without one, or
     // when it fell back (its fall is no part of the reading).

@@ -86,10 +86,30 @@ pub fn breakdown_words(b: &MemoryBreakdown) -> String {
     s
 }
 
+/// Whether the stretch at the limit is one sample (it reads "for 0.0 s").
+fn one_sample(a: &AtLimit) -> bool {
+    a.for_s < 0.05
+}
+
+/// "the cgroup sat at its limit from 20.0 s for 69.0 s, …", or "the cgroup reached its limit
+/// at 7.4 s, …" when only one sample found it there.
+pub fn cgroup_at_limit(a: &AtLimit) -> String {
+    let words = at_limit_words(a);
+    match words.strip_prefix("at its limit at ") {
+        Some(rest) => format!("the cgroup reached its limit at {rest}"),
+        None => format!("the cgroup sat {words}"),
+    }
+}
+
 /// "at its limit from 20.0 s for 69.0 s, 12420 charge failures, 660 MiB of it page cache and
-/// 360 MiB anonymous, not killed".
+/// 360 MiB anonymous, not killed"; "at its limit at 7.4 s, …" when only one sample found it
+/// there.
 pub fn at_limit_words(a: &AtLimit) -> String {
-    let mut words = format!("at its limit from {:.1} s for {:.1} s", a.since_s, a.for_s);
+    let mut words = if one_sample(a) {
+        format!("at its limit at {:.1} s", a.since_s)
+    } else {
+        format!("at its limit from {:.1} s for {:.1} s", a.since_s, a.for_s)
+    };
     if let Some(n) = a.charge_failures {
         words.push_str(&format!(", {n} charge failures"));
     }
@@ -134,6 +154,28 @@ mod tests {
             }),
             ..MemorySample::default()
         }
+    }
+
+    #[test]
+    fn one_sample_at_the_limit_is_a_moment_not_a_stretch_of_no_time() {
+        let memory = [
+            sample(0, 300 * MIB, 10 * MIB, 0),
+            sample(7_400, 1020 * MIB, 10 * MIB, 5),
+        ];
+        let refs: Vec<&MemorySample> = memory.iter().collect();
+        let a = at_limit(&refs, 0, Some(1024 * MIB), true).expect("at the limit");
+        assert_eq!(a.for_s, 0.0);
+        assert!(
+            at_limit_words(&a).starts_with("at its limit at 7.4 s,"),
+            "{}",
+            at_limit_words(&a)
+        );
+        assert!(
+            cgroup_at_limit(&a).starts_with("the cgroup reached its limit at 7.4 s,"),
+            "{}",
+            cgroup_at_limit(&a)
+        );
+        assert!(!cgroup_at_limit(&a).contains("for 0.0 s"));
     }
 
     #[test]

@@ -133,7 +133,7 @@ fn evidence_words(e: &Evidence) -> String {
             rate(*bytes_per_sec)
         ),
         Evidence::OomKilled { t } => format!("OOM-killed {t:.1} s after the first capture"),
-        Evidence::SatAtLimit(a) => format!("the cgroup sat {}", memory::at_limit_words(a)),
+        Evidence::SatAtLimit(a) => memory::cgroup_at_limit(a),
         Evidence::LimitForecast { limit, t } => format!(
             "{} reached {t:.1} s after the first capture at this rate",
             limit_words(*limit)

@@ -7,7 +7,7 @@ use crate::analyse::growth::{AcrossCycles, CycleGrowth};
 use crate::analyse::reading::{Forecast, Reading};
 use crate::analyse::spikes::{Episode, Peak};
 use crate::render::ends::end_words;
-use crate::render::memory::at_limit_words;
+use crate::render::memory::cgroup_at_limit;
 use crate::units::format_bytes;
 
 /// A spike that reached this share of the limit is never called "no growth".
@@ -55,9 +55,8 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
     }
     if let Some(a) = &c.at_limit {
         // The end of the cycle is said once, below.
-        let words = at_limit_words(a);
-        let words = words.trim_end_matches(", then OOM-killed");
-        parts.push(format!("the cgroup sat {words}"));
+        let words = cgroup_at_limit(a);
+        parts.push(words.trim_end_matches(", then OOM-killed").to_string());
     }
     if let (Some(limit), Some(f), None) = (
         limit,
