@@ -257,3 +257,25 @@ pub fn folded(profile: &Profile, sample_index: usize) -> Vec<(String, i64)> {
     }
     totals.into_iter().collect()
 }
+
+#[cfg(test)]
+mod folded_tests {
+    use proptest::prelude::*;
+
+    use super::folded;
+    use crate::analyse::diff::testing::arb_profile;
+
+    proptest! {
+        #[test]
+        fn folded_stacks_add_up_to_the_profile_total(p in arb_profile()) {
+            for index in 0..p.sample_types.len() {
+                let stacks = folded(&p, index);
+                let sum: i64 = stacks.iter().map(|(_, v)| v).sum();
+                prop_assert_eq!(sum, p.total(index));
+                prop_assert!(stacks.windows(2).all(|w| w[0].0 < w[1].0));
+                prop_assert!(stacks.iter().all(|(s, _)| !s.is_empty()));
+            }
+            prop_assert!(folded(&p, p.sample_types.len()).is_empty());
+        }
+    }
+}

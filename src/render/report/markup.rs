@@ -26,7 +26,7 @@ impl Markup {
 
     /// Markup drawn by another writer of this crate that escapes its own text: the charts'
     /// SVG (plotters), the flamegraphs (inferno, through
-    /// `html::inline_svg`).
+    /// `inline::inline_svg`).
     pub fn drawn(svg: String) -> Markup {
         Markup(svg)
     }

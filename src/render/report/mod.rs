@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod cluster_chart;
 pub mod flames;
 pub mod html;
+mod inline;
 pub mod markdown;
 mod marks;
 pub mod markup;
