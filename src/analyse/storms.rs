@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::reduce::PROFILING_SITE;
-use super::series::{MIN_GROWTH_BYTES, SeriesGrid, theil_sen};
+use super::series::{MIN_GROWTH_BYTES, SeriesGrid};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StormWindow {
@@ -38,6 +38,9 @@ pub struct ProfilingCost {
 
 /// A window whose site kept this share of what it allocated is growth, not a storm.
 const KEPT_SHARE: f64 = 0.5;
+/// A storm whose site kept less than this share of what its windows allocated left its
+/// in-use flat.
+const FLAT_SHARE: f64 = 0.1;
 
 /// The value of a series at time `at`: its last point at or before it.
 fn value_at(times: &[f64], values: &[f64], at: f64) -> Option<f64> {
@@ -104,6 +107,9 @@ pub(crate) fn storms(
         let (typical, bar) = typical_rate(&spans);
         let held = inuse.series().find(|(n, _)| *n == name).map(|(_, v)| v);
         let mut windows: Vec<StormWindow> = Vec::new();
+        // What the storm's windows allocated, and how much of it the site still held at
+        // each window's end.
+        let (mut storm_allocated, mut storm_kept) = (0.0, 0.0);
         for &(from, to, r) in &spans {
             // The first window publishes everything allocated since process start (the
             // first GC): start-up work, not a storm.
@@ -119,6 +125,8 @@ pub(crate) fn storms(
             if kept.is_some_and(|k| k >= KEPT_SHARE * allocated) {
                 continue;
             }
+            storm_allocated += allocated;
+            storm_kept += kept.unwrap_or(0.0);
             match windows.last_mut() {
                 Some(w) if (w.end_s - t[from]).abs() < 1e-9 => {
                     let (a, b) = (w.end_s - w.start_s, t[to] - t[from]);
@@ -136,11 +144,11 @@ pub(crate) fn storms(
             continue;
         }
         let peak = windows.iter().map(|w| w.bytes_per_sec).fold(0.0, f64::max);
-        let inuse_flat = inuse
-            .series()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, v)| theil_sen(inuse.times(), v))
-            .is_none_or(|f| f.slope * span < MIN_GROWTH_BYTES);
+        // Flat meanwhile: over its windows the site kept next to nothing of what it
+        // allocated. (A fit over the whole cycle read a step, the level of unswept garbage a
+        // churn publishes once it starts, as growth; a site that grows besides is named by
+        // the reading, which then calls it not flat.)
+        let inuse_flat = storm_kept < (FLAT_SHARE * storm_allocated).max(MIN_GROWTH_BYTES);
         out.push(AllocStorm {
             name: name.to_string(),
             bytes_per_sec: mean,
@@ -215,8 +223,31 @@ mod tests {
         let (alloc, inuse) = grids(1.0);
         let (found, _) = storms(&alloc, &inuse);
         assert!(found.is_empty(), "{found:?}");
-        // Keeping less than half is still a storm beside a slower growth.
+        // Keeping less than half is still a storm beside a slower growth, but its in-use
+        // is not flat.
         let (alloc, inuse) = grids(0.3);
-        assert_eq!(storms(&alloc, &inuse).0.len(), 1);
+        let (found, _) = storms(&alloc, &inuse);
+        assert_eq!(found.len(), 1);
+        assert!(!found[0].inuse_flat, "{found:?}");
+    }
+
+    #[test]
+    fn a_step_to_a_level_after_the_storm_leaves_its_in_use_flat() {
+        // A storm from 3 to 6 s that frees all it allocates; from 10 s a churn publishes a
+        // level of unswept garbage (20 MiB). A Theil-Sen fit over the whole cycle reads that
+        // step as 1.1 MiB/s of growth (22 MiB over the cycle); the storm itself kept nothing.
+        let (mut alloc, mut inuse) = (SeriesGrid::default(), SeriesGrid::default());
+        let mut allocated = 0.0;
+        for i in 0..=40 {
+            let t = i as f64 * 0.5;
+            let rate = if (3.0..6.0).contains(&t) { 16.0 } else { 1.0 };
+            allocated += rate * 0.5 * MIB;
+            let level = if t >= 10.0 { 20.0 * MIB } else { 0.0 };
+            alloc.push(t, [("main.parse", allocated)]);
+            inuse.push(t, [("main.parse", level + (i % 2) as f64 * 0.1 * MIB)]);
+        }
+        let (found, _) = storms(&alloc, &inuse);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].inuse_flat, "{found:?}");
     }
 }
