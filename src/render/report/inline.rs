@@ -26,7 +26,7 @@ fn inlined(svg: &str, scope: &str, prefix: &str) -> Option<String> {
     let mut reader = Reader::from_str(svg);
     let mut w = Writer::new(Vec::with_capacity(svg.len()));
     let mut seen_svg = false;
-    // Elements open inside a `<script>` being dropped, and whether a `<style>` is open.
+    // Elements open inside a dropped element, and whether a `<style>` is open.
     let mut skipping = 0usize;
     let mut in_style = false;
     // Elements open in what was written: a document that ends with one open is cut short.
@@ -50,11 +50,11 @@ fn inlined(svg: &str, scope: &str, prefix: &str) -> Option<String> {
             }
             // The prolog and anything else before the `<svg>` element.
             _ if !seen_svg && !matches!(&event, Event::Start(_) | Event::Empty(_)) => continue,
-            Event::Start(t) if t.name().as_ref() == b"script" => {
+            Event::Start(t) if dropped_element(&t) => {
                 skipping = 1;
                 continue;
             }
-            Event::Empty(t) if t.name().as_ref() == b"script" => continue,
+            Event::Empty(t) if dropped_element(&t) => continue,
             Event::Start(t) => {
                 in_style = t.name().as_ref() == b"style";
                 open += 1;
@@ -87,6 +87,14 @@ fn inlined(svg: &str, scope: &str, prefix: &str) -> Option<String> {
     String::from_utf8(w.into_inner()).ok()
 }
 
+/// Elements dropped whole, whatever their namespace prefix: scripts, and `foreignObject`,
+/// which could carry HTML into the page (inferno draws none).
+fn dropped_element(tag: &BytesStart<'_>) -> bool {
+    let name = tag.local_name();
+    let name = name.as_ref();
+    name.eq_ignore_ascii_case(b"script") || name.eq_ignore_ascii_case(b"foreignObject")
+}
+
 /// Rewrites the rules of a `<style>` element's CSS so that they apply inside this SVG only
 /// (they would otherwise restyle every SVG of the page) and name the prefixed ids.
 fn scope_styles(css: &str, scope: &str, prefix: &str) -> String {
@@ -111,7 +119,7 @@ fn scope_styles(css: &str, scope: &str, prefix: &str) -> String {
     out
 }
 
-/// The tag with its `on…` attributes dropped and `id="…"`, `url(#…)` and `href="#…"`
+/// The tag with its `on…` attributes (of any namespace) and `javascript:` values dropped, and `id="…"`, `url(#…)` and `href="#…"`
 /// prefixed; the first `<svg>` gets the page's class for it first. Values stay as the writer
 /// escaped them.
 fn rewrite_tag(
@@ -127,10 +135,19 @@ fn rewrite_tag(
     for attr in tag.attributes().with_checks(false) {
         let attr = attr.ok()?;
         let key = std::str::from_utf8(attr.key.as_ref()).ok()?;
-        if key.to_ascii_lowercase().starts_with("on") {
+        let local = attr.key.local_name();
+        if local.as_ref().len() >= 2 && local.as_ref()[..2].eq_ignore_ascii_case(b"on") {
             continue;
         }
         let value = std::str::from_utf8(&attr.value).ok()?;
+        // A link that would run a script (inferno writes none).
+        if value
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("javascript:")
+        {
+            continue;
+        }
         let value = match key {
             "id" => format!("{prefix}{value}"),
             "href" | "xlink:href" if value.starts_with('#') => format!("#{prefix}{}", &value[1..]),
@@ -147,6 +164,16 @@ fn rewrite_tag(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefixed_scripts_handlers_and_script_links_are_dropped_too() {
+        let svg = "<svg xmlns:svg=\"http://www.w3.org/2000/svg\" xmlns:ev=\"http://www.w3.org/2001/xml-events\"><svg:script>alert(1)</svg:script><foreignObject><p>x</p></foreignObject><g ev:onclick=\"alert(2)\"><a href=\" JavaScript:alert(3)\"><text>kept</text></a></g></svg>";
+        let out = inline_svg(svg, "fg1-");
+        for gone in ["alert(1)", "alert(2)", "alert(3)", "<p>", "foreignObject"] {
+            assert!(!out.contains(gone), "{gone}: {out}");
+        }
+        assert!(out.contains("<a><text>kept</text></a>"), "{out}");
+    }
 
     #[test]
     fn an_svg_that_cannot_be_read_is_inlined_as_an_empty_one() {
