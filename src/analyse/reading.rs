@@ -160,7 +160,7 @@ fn held_since(heap: &[(f64, f64)], b: usize, q: usize, memory_held: &dyn Fn(f64)
     spacings.sort_by(f64::total_cmp);
     let spacing = spacings[spacings.len() / 2];
     let since = heap[heap.len() - 1].0 - heap[q].0;
-    if since <= HELD_SHARE * (heap[q].0 - heap[b].0) {
+    if since <= HELD_SHARE * (heap[q].0 - rise_start(heap, b, q)) {
         return false;
     }
     let after = heap.len() - 1 - q;
@@ -176,6 +176,33 @@ fn held_since(heap: &[(f64, f64)], b: usize, q: usize, memory_held: &dyn Fn(f64)
     theil_sen(&t, &v)
         .is_none_or(|late| late.slope * since < allowed_rise(rise) || late.r2 < LATE_TREND_R2)
         || (after <= FEW_PUBLICATIONS && memory_held(since))
+}
+
+/// When the rise from `heap[b]` to `heap[p]` started, as far as the figures tell: the onset's
+/// own time, unless that figure is far older than the rise (a quiet start publishes nothing,
+/// no GC running): then the first figure of the rise, as the rate's fit takes it. Measuring a
+/// held level against a rise that seems to start at the quiet start's last publication would
+/// ask a plateau to last half of the idle time too.
+fn rise_start(heap: &[(f64, f64)], b: usize, p: usize) -> f64 {
+    if lone_onset(heap, b, p) {
+        heap[b + 1].0
+    } else {
+        heap[b].0
+    }
+}
+
+/// Whether the onset's figure, `heap[b]`, lies far before the rest of the rise to `heap[p]`:
+/// more than three of the rise's usual publication spacings before the next figure.
+fn lone_onset(heap: &[(f64, f64)], b: usize, p: usize) -> bool {
+    if p < b + 3 {
+        return false;
+    }
+    let mut gaps: Vec<f64> = heap[b + 1..=p]
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .collect();
+    gaps.sort_by(f64::total_cmp);
+    heap[b + 1].0 - heap[b].0 > 3.0 * gaps[gaps.len() / 2]
 }
 
 /// How much a held level may still rise after its rise of `rise` bytes.
@@ -400,14 +427,7 @@ fn read_figures(input: &ReadingInput) -> Option<Reading> {
     // A quiet start publishes nothing (no GC runs): the onset's figure may be far older than
     // the rise. Then the rate is fitted from the first figure of the rise on, and the onset
     // is where that line leaves the onset's level.
-    let lone = p >= b + 3 && {
-        let mut gaps: Vec<f64> = heap[b + 1..=p]
-            .windows(2)
-            .map(|w| w[1].0 - w[0].0)
-            .collect();
-        gaps.sort_by(f64::total_cmp);
-        heap[b + 1].0 - heap[b].0 > 3.0 * gaps[gaps.len() / 2]
-    };
+    let lone = lone_onset(heap, b, p);
     let from = if lone { b + 1 } else { b };
     let points = &heap[from..=p];
     let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();

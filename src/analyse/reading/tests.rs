@@ -530,3 +530,43 @@ fn a_rise_that_fell_back_is_not_going_on() {
     .unwrap();
     assert!(r.ongoing, "{r:?}");
 }
+
+#[test]
+fn a_plateau_after_a_quiet_start_is_measured_against_the_rise_not_the_idle_time() {
+    // CI's failing run, as placed (episodes test, `flood -idle 3s -rate 30MiB -cap 48MiB
+    // -churn 40MiB -for 12s` under load): no GC while idle, so the onset's figure is the one
+    // from the start; the cache filled by 6.4 s and the cgroup's memory held at 101 MiB from
+    // 6.5 s to the exit at 12 s, while the heap published three figures about its level.
+    let heap = [
+        (0.0, 2.7),
+        (3.02, 5.9),
+        (3.22, 8.0),
+        (3.42, 13.3),
+        (4.03, 21.8),
+        (4.83, 40.4),
+        (6.44, 61.2),
+        (8.05, 49.5),
+        (9.65, 54.2),
+    ]
+    .map(|(t, v)| (t, v * MIB));
+    let memory: Vec<(f64, f64)> = (0..=24)
+        .map(|i| i as f64 * 0.5)
+        .map(|t| {
+            let v = if t < 3.0 {
+                3.5
+            } else {
+                (3.5 + 15.0 * (t - 3.0)).min(101.5)
+            };
+            (t, v * MIB)
+        })
+        .collect();
+    let grid = SeriesGrid::default();
+    let r = read(&ReadingInput {
+        memory: &memory,
+        died_s: Some(12.0),
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!(!r.ongoing, "{r:?}");
+    assert!(r.held_s.is_some_and(|h| h > 3.0), "{r:?}");
+}
