@@ -565,6 +565,16 @@ mod tests {
         {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        // And until the loader is done with it: its resident size holds.
+        let mut last = None;
+        while started.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let now = status_rss(child.id());
+            if now.is_some() && now == last {
+                break;
+            }
+            last = now;
+        }
         child
     }
 
