@@ -62,14 +62,31 @@ pub trait TargetMemory {
         Ok(u64::from_le_bytes(b))
     }
 
-    /// Fills `out` with `len` bytes from each address in turn (`out.len() == addrs.len() *
-    /// len`): many small reads, which a process can serve in one system call.
-    fn read_scattered(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
-        for (addr, chunk) in addrs.iter().zip(out.chunks_mut(len.max(1))) {
-            self.read(*addr, chunk)?;
-        }
-        Ok(())
+    /// Fills `out` with each range `(addr, len)` in turn, end to end (`out.len()` is their
+    /// lengths' sum): many reads, which a process can serve in one system call.
+    fn read_ranges(&self, ranges: &[(u64, usize)], out: &mut [u8]) -> Result<(), ReadFault> {
+        read_each(self, ranges, out)
     }
+}
+
+/// [`TargetMemory::read_ranges`] one range at a time.
+fn read_each<M: TargetMemory + ?Sized>(
+    mem: &M,
+    ranges: &[(u64, usize)],
+    out: &mut [u8],
+) -> Result<(), ReadFault> {
+    let mut at = 0;
+    for &(addr, len) in ranges {
+        let Some(chunk) = out.get_mut(at..at + len) else {
+            return Err(ReadFault::Other(format!(
+                "{} bytes given for ranges of more",
+                out.len()
+            )));
+        };
+        mem.read(addr, chunk)?;
+        at += len;
+    }
+    Ok(())
 }
 
 /// One readable range `[start, end)` of the target's address space.
@@ -195,16 +212,19 @@ impl TargetMemory for ProcessMemory {
         self.regions.span(addr)
     }
 
-    fn read_scattered(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
-        if len == 0 || out.len() != addrs.len() * len {
+    fn read_ranges(&self, ranges: &[(u64, usize)], out: &mut [u8]) -> Result<(), ReadFault> {
+        let total: usize = ranges.iter().map(|r| r.1).sum();
+        if out.len() != total {
             return Err(ReadFault::Other(format!(
-                "{} bytes asked for {} reads of {len}",
-                out.len(),
-                addrs.len()
+                "{} bytes given for ranges of {total}",
+                out.len()
             )));
         }
-        for (batch, buf) in addrs.chunks(IOV_MAX).zip(out.chunks_mut(IOV_MAX * len)) {
-            self.read_batch(batch, len, buf)?;
+        let mut at = 0;
+        for batch in ranges.chunks(IOV_MAX) {
+            let len: usize = batch.iter().map(|r| r.1).sum();
+            self.read_batch(batch, &mut out[at..at + len])?;
+            at += len;
         }
         Ok(())
     }
@@ -256,23 +276,30 @@ impl TargetMemory for ProcessMemory {
 const IOV_MAX: usize = 1024;
 
 impl ProcessMemory {
-    /// One `process_vm_readv` of up to `IOV_MAX` small ranges; any that is not wholly read
-    /// sends the batch to single reads, which name the fault.
-    fn read_batch(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
-        if addrs.iter().any(|&a| !self.regions.contains(a, len)) {
-            return self.read_each(addrs, len, out);
+    /// One `process_vm_readv` of up to `IOV_MAX` ranges; any that is not wholly read sends
+    /// the batch to single reads, which name the fault.
+    fn read_batch(&self, ranges: &[(u64, usize)], out: &mut [u8]) -> Result<(), ReadFault> {
+        if ranges
+            .iter()
+            .any(|&(a, len)| !self.regions.contains(a, len))
+        {
+            return read_each(self, ranges, out);
         }
         let local = libc::iovec {
             iov_base: out.as_mut_ptr().cast(),
             iov_len: out.len(),
         };
-        let remote: Vec<libc::iovec> = addrs
-            .iter()
-            .map(|&a| libc::iovec {
+        let mut remote = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; IOV_MAX];
+        for (iov, &(a, len)) in remote.iter_mut().zip(ranges) {
+            *iov = libc::iovec {
                 iov_base: a as usize as *mut libc::c_void,
                 iov_len: len,
-            })
-            .collect();
+            };
+        }
+        let remote = &remote[..ranges.len().min(IOV_MAX)];
         // SAFETY: `local` describes `out`, owned mutably for the call, and is exactly as long
         // as the remote ranges together; the kernel checks the remote side.
         let n = unsafe {
@@ -281,14 +308,7 @@ impl ProcessMemory {
         if n >= 0 && n as usize == out.len() {
             return Ok(());
         }
-        self.read_each(addrs, len, out)
-    }
-
-    fn read_each(&self, addrs: &[u64], len: usize, out: &mut [u8]) -> Result<(), ReadFault> {
-        for (addr, chunk) in addrs.iter().zip(out.chunks_mut(len.max(1))) {
-            self.read(*addr, chunk)?;
-        }
-        Ok(())
+        read_each(self, ranges, out)
     }
 }
 
@@ -455,27 +475,50 @@ mod tests {
     }
 
     #[test]
-    fn scattered_reads_of_own_memory_read_back_and_name_a_wild_address() {
+    fn range_reads_of_own_memory_read_back_and_name_a_wild_address() {
         let values: Vec<u64> = (0..3000u64).map(|i| i * 7 + 1).collect();
         let mut mem = ProcessMemory::new(std::process::id());
         mem.refresh().unwrap();
-        let addrs: Vec<u64> = (0..3000)
+        // Backwards, one value a range, but every tenth range two values long.
+        let ranges: Vec<(u64, usize)> = (0..3000)
             .rev()
-            .map(|i| &values[i] as *const u64 as u64)
+            .filter(|i| i % 10 != 1)
+            .map(|i| {
+                (
+                    &values[i] as *const u64 as u64,
+                    if i % 10 == 0 { 16 } else { 8 },
+                )
+            })
             .collect();
-        let mut out = vec![0u8; 8 * addrs.len()];
-        mem.read_scattered(&addrs, 8, &mut out).unwrap();
+        let want: Vec<u64> = (0..3000)
+            .rev()
+            .filter(|i| i % 10 != 1)
+            .flat_map(|i| {
+                if i % 10 == 0 {
+                    vec![values[i], values[i + 1]]
+                } else {
+                    vec![values[i]]
+                }
+            })
+            .collect();
+        let mut out = vec![0u8; 8 * want.len()];
+        mem.read_ranges(&ranges, &mut out).unwrap();
         let back: Vec<u64> = out
             .chunks(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
             .collect();
-        assert_eq!(back, values.iter().rev().copied().collect::<Vec<_>>());
-        let mut wild = addrs[..10].to_vec();
-        wild[5] = 8;
+        assert_eq!(back, want);
+        let mut wild = ranges[1..11].to_vec();
+        wild[5] = (8, 8);
+        let n: usize = wild.iter().map(|r| r.1).sum();
         assert_eq!(
-            mem.read_scattered(&wild, 8, &mut out[..80]),
+            mem.read_ranges(&wild, &mut out[..n]),
             Err(ReadFault::Unmapped { addr: 8, len: 8 })
         );
+        assert!(matches!(
+            mem.read_ranges(&wild, &mut out[..n - 1]),
+            Err(ReadFault::Other(_))
+        ));
     }
 
     #[test]

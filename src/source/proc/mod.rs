@@ -222,7 +222,11 @@ impl Reader {
                 while let Ok(mut job) = jobs.recv() {
                     let read = match job.job {
                         Job::Heap => {
-                            buffers.spare = std::mem::take(&mut job.spare);
+                            // An empty one: the capture it came back from failed, and what
+                            // the walk kept then is still the newest list read.
+                            if job.spare.head != 0 || buffers.spare.head == 0 {
+                                buffers.spare = std::mem::take(&mut job.spare);
+                            }
                             setup.heap(&job, &mut buffers)
                         }
                         Job::Goroutines => setup.goroutines(&job),

@@ -108,6 +108,9 @@ pub struct Bucket {
 pub struct Snapshot {
     /// `mProfCycle.read()`: the counter without its flushed bit.
     pub cycle: u32,
+    /// `runtime.mbuckets` when the list was read: a later walk reads only the buckets in
+    /// front of it (0: not a whole list).
+    pub head: u64,
     pub buckets: Vec<Bucket>,
     /// Every bucket's stack, one after the other. One buffer rather than one per bucket:
     /// in a process with a second thread each `malloc` and `free` that misses glibc's
@@ -354,48 +357,60 @@ fn cycle_at(body: &[u8], n: usize, k: usize) -> Cycle {
 /// (100,000 buckets: some 70 MiB of new pages) cost more than the walk itself.
 #[derive(Debug, Default)]
 pub struct Buffers {
-    /// A snapshot handed back once used; only its capacity is kept.
+    /// The last whole list read, handed back once used (see [`Snapshot::head`]); a snapshot
+    /// that is not a whole list lends only its capacity.
     pub spare: Snapshot,
     /// std's keyed hasher: the addresses are the target's to choose, and must not be able to
     /// make the set's lookups collide.
     seen: HashSet<u64>,
+    /// The buckets found in front of the known list by one pass.
+    fresh: Vec<Bucket>,
+    /// Where the list's records are, and the ranges and bytes of one window of reads.
+    plan: RecordPlan,
+    ranges: Vec<(u64, usize)>,
+    window: Vec<u8>,
 }
 
-/// One pass over the list from its current head, into `buckets` and `stacks` (cleared first).
-fn walk_once(
+/// What [`walk_from`] starts from: the buckets already in hand, counted against the limits.
+struct Known {
+    /// The head of the list in hand: the pass stops there (0: walk to the end).
+    head: u64,
+    buckets: usize,
+    bytes: u64,
+}
+
+/// One pass from `at` down the list until `known.head` or the list's end, into `fresh` (cleared
+/// first) with its stacks appended to `stacks`. True when it stopped at `known.head`.
+#[allow(clippy::too_many_arguments)]
+fn walk_from(
     mem: &dyn TargetMemory,
-    a: &Anchors,
+    mut at: u64,
+    known: &Known,
     layout: &Layout,
     limits: &Limits,
-    buckets: &mut Vec<Bucket>,
+    fresh: &mut Vec<Bucket>,
     stacks: &mut Vec<u64>,
     seen: &mut HashSet<u64>,
-) -> Result<(), WalkError> {
-    buckets.clear();
-    stacks.clear();
+) -> Result<bool, WalkError> {
+    fresh.clear();
     seen.clear();
-    let mut copied: u64 = 0;
-    let mut at = mem.read_u64(a.mbuckets).map_err(|fault| WalkError::Read {
-        what: "runtime.mbuckets",
-        fault,
-    })?;
+    let mut copied = known.bytes;
     let mut header = vec![0u8; layout.header];
     let mut body = Vec::new();
     while at != 0 {
-        if buckets.len() >= limits.max_buckets {
+        if at == known.head {
+            return Ok(true);
+        }
+        let index = known.buckets + fresh.len();
+        if index >= limits.max_buckets {
             return Err(WalkError::TooManyBuckets(limits.max_buckets));
         }
         if !seen.insert(at) {
-            return Err(WalkError::Cycle {
-                addr: at,
-                index: buckets.len(),
-            });
+            return Err(WalkError::Cycle { addr: at, index });
         }
         // Every 64 buckets: a clock read per bucket would cost more than the bucket.
-        if buckets.len() % 64 == 63 && limits.past() {
-            return Err(WalkError::Deadline {
-                buckets: buckets.len(),
-            });
+        if fresh.len() % 64 == 63 && limits.past() {
+            return Err(WalkError::Deadline { buckets: index });
         }
         mem.read(at, &mut header).map_err(|fault| WalkError::Read {
             what: "a bucket header",
@@ -417,7 +432,7 @@ fn walk_once(
         if copied > limits.max_bytes {
             return Err(WalkError::OverBudget {
                 budget: limits.max_bytes,
-                buckets: buckets.len() + 1,
+                buckets: index + 1,
             });
         }
         body.resize(8 * n + layout.record, 0);
@@ -434,7 +449,7 @@ fn walk_once(
             })?;
         let first = stacks.len();
         stacks.extend((0..n).map(|i| word(&body, i)));
-        buckets.push(Bucket {
+        fresh.push(Bucket {
             addr: at,
             stack: first..stacks.len(),
             active: cycle_at(&body, n, 0),
@@ -446,11 +461,233 @@ fn walk_once(
         });
         at = allnext;
     }
-    Ok(())
+    Ok(known.head == 0)
 }
 
-/// Records re-read per batch (one `process_vm_readv` for a live process).
-const REREAD_BATCH: usize = 1024;
+/// Where a list's records are, by address. The runtime packs buckets into 256 KiB chunks, so
+/// records a few hundred bytes apart are read as one range, with the stacks and headers between
+/// them: the kernel pins the target's pages once per range, and a read of each 128-byte record
+/// on its own cost more than copying the bytes between (docs/benchmarks.md).
+#[derive(Debug, Default)]
+struct RecordPlan {
+    /// The list it was made for: its head and length.
+    list: (u64, usize),
+    /// (record address, bucket index), in address order.
+    spots: Vec<(u64, u32)>,
+}
+
+impl RecordPlan {
+    /// Made for `buckets` (head first, starting at `head`): from the plan in hand when the list
+    /// is the one it was made for with `added` buckets in front (`extended`: that list's
+    /// head and the number added), from scratch otherwise.
+    fn update(
+        &mut self,
+        layout: &Layout,
+        head: u64,
+        buckets: &[Bucket],
+        extended: Option<(u64, usize)>,
+    ) {
+        let at = |b: &Bucket| b.addr + (layout.header + 8 * b.stack.len()) as u64;
+        match extended {
+            Some((known, added)) if self.list == (known, buckets.len() - added) => {
+                if added > 0 {
+                    for spot in &mut self.spots {
+                        spot.1 += added as u32;
+                    }
+                    let old = self.spots.len();
+                    let new = buckets[..added].iter().enumerate();
+                    self.spots.extend(new.map(|(i, b)| (at(b), i as u32)));
+                    self.spots[old..].sort_unstable();
+                    // Two sorted runs: the stable sort merges them in one pass.
+                    self.spots.sort();
+                }
+            }
+            _ => {
+                self.spots.clear();
+                let all = buckets.iter().enumerate();
+                self.spots.extend(all.map(|(i, b)| (at(b), i as u32)));
+                self.spots.sort_unstable();
+            }
+        }
+        self.list = (head, buckets.len());
+    }
+}
+
+/// Bytes between two records below which they are read as one range.
+const RECORD_GAP: u64 = 4096;
+/// Bytes of records (and what lies between them) read per window.
+const RECORD_WINDOW: usize = 1 << 20;
+/// Ranges per window: one `process_vm_readv` takes up to 1024.
+const RECORD_RANGES: usize = 1024;
+
+/// Reads every record the plan places, window by window in address order, handing each to
+/// `each` with its bucket's index; stops early when `each` says so. False when it was stopped.
+fn read_records(
+    mem: &dyn TargetMemory,
+    layout: &Layout,
+    plan: &RecordPlan,
+    limits: &Limits,
+    scratch: (&mut Vec<(u64, usize)>, &mut Vec<u8>),
+    what: &'static str,
+    mut each: impl FnMut(usize, &[u8]) -> bool,
+) -> Result<bool, WalkError> {
+    let (ranges, window) = scratch;
+    let rec = layout.record;
+    let spots = &plan.spots;
+    let mut i = 0;
+    while i < spots.len() {
+        if limits.past() {
+            return Err(WalkError::Deadline {
+                buckets: spots.len(),
+            });
+        }
+        let first = i;
+        ranges.clear();
+        let mut bytes = 0;
+        while let Some(&(a, _)) = spots.get(i) {
+            let end = a.saturating_add(rec as u64);
+            let full = ranges.len() == RECORD_RANGES || bytes >= RECORD_WINDOW;
+            match ranges.last_mut() {
+                Some((start, len))
+                    if a <= *start + *len as u64 + RECORD_GAP
+                        && end - *start <= RECORD_WINDOW as u64 =>
+                {
+                    let grown = (end.max(*start + *len as u64) - *start) as usize;
+                    bytes += grown - *len;
+                    *len = grown;
+                }
+                _ if full => break,
+                _ => {
+                    ranges.push((a, rec));
+                    bytes += rec;
+                }
+            }
+            i += 1;
+        }
+        window.resize(bytes, 0);
+        mem.read_ranges(ranges, window)
+            .map_err(|fault| WalkError::Read { what, fault })?;
+        let (mut r, mut offset) = (0, 0);
+        for &(a, bucket) in &spots[first..i] {
+            // Each record lies wholly in one range, the ranges in address order.
+            while a.saturating_add(rec as u64) > ranges[r].0 + ranges[r].1 as u64 {
+                offset += ranges[r].1;
+                r += 1;
+            }
+            let at = offset + (a - ranges[r].0) as usize;
+            if !each(bucket as usize, &window[at..at + rec]) {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Brings `list` to the list that starts at `head`. The runtime only ever prepends buckets and
+/// never frees, moves or changes one's stack, so when `list` is a whole list read before, only
+/// the buckets in front of its head are walked; the others' records are read where they are,
+/// in many-range reads, their stacks kept. A list that does not lead back to the known head is
+/// read whole; one that leads back through a bucket already known is damaged.
+fn bring_up_to(
+    mem: &dyn TargetMemory,
+    head: u64,
+    layout: &Layout,
+    limits: &Limits,
+    list: &mut Snapshot,
+    buffers: &mut Buffers,
+) -> Result<(), WalkError> {
+    if list.head == 0 {
+        list.buckets.clear();
+        list.stacks.clear();
+    }
+    let known = Known {
+        head: list.head,
+        buckets: list.buckets.len(),
+        bytes: (list.buckets.len() * (layout.header + layout.record) + 8 * list.stacks.len())
+            as u64,
+    };
+    let base = list.stacks.len();
+    let fresh = &mut buffers.fresh;
+    let reached = if known.head == 0 {
+        // A first walk reads every bucket: blocks, dozens of buckets a read.
+        let blocks = BlockReader::new(mem);
+        walk_from(
+            &blocks,
+            head,
+            &known,
+            layout,
+            limits,
+            fresh,
+            &mut list.stacks,
+            &mut buffers.seen,
+        )?
+    } else {
+        walk_from(
+            mem,
+            head,
+            &known,
+            layout,
+            limits,
+            fresh,
+            &mut list.stacks,
+            &mut buffers.seen,
+        )?
+    };
+    if !reached {
+        // Read whole after all: what was known goes.
+        list.buckets.clear();
+        list.stacks.drain(..base);
+        for b in fresh.iter_mut() {
+            b.stack = b.stack.start - base..b.stack.end - base;
+        }
+    } else if known.head != 0 {
+        let mut ahead: Vec<u64> = fresh.iter().map(|b| b.addr).collect();
+        ahead.sort_unstable();
+        if let Some(index) = list
+            .buckets
+            .iter()
+            .position(|b| ahead.binary_search(&b.addr).is_ok())
+        {
+            return Err(WalkError::Cycle {
+                addr: list.buckets[index].addr,
+                index: fresh.len() + index,
+            });
+        }
+    }
+    let extended = (reached && known.head != 0).then_some((known.head, fresh.len()));
+    if list.buckets.is_empty() {
+        // A first walk: its buckets are the list (and the list's spare room is the next
+        // pass's), rather than a second copy of 100,000 buckets.
+        std::mem::swap(&mut list.buckets, fresh);
+    } else if !fresh.is_empty() {
+        list.buckets.splice(0..0, fresh.drain(..));
+    }
+    list.head = head;
+    buffers.plan.update(layout, head, &list.buckets, extended);
+    if extended.is_some() {
+        // The known buckets' records, read where they are (the new ones' with them).
+        let buckets = &mut list.buckets;
+        read_records(
+            mem,
+            layout,
+            &buffers.plan,
+            limits,
+            (&mut buffers.ranges, &mut buffers.window),
+            "a bucket's record",
+            |i, record| {
+                let b = &mut buckets[i];
+                b.active = cycle_at(record, 0, 0);
+                b.future = [
+                    cycle_at(record, 0, 1),
+                    cycle_at(record, 0, 2),
+                    cycle_at(record, 0, 3),
+                ];
+                true
+            },
+        )?;
+    }
+    Ok(())
+}
 
 /// Reads every bucket's record again: true when the figures the profile is made of (the active
 /// record and the future slot of `cycle`) are as the walk saw them.
@@ -460,37 +697,21 @@ fn unchanged(
     buckets: &[Bucket],
     cycle: u32,
     limits: &Limits,
+    buffers: &mut Buffers,
 ) -> Result<bool, WalkError> {
     let index = (cycle % 3) as usize;
-    let mut records = vec![0u8; layout.record * REREAD_BATCH.min(buckets.len())];
-    let mut addrs = Vec::with_capacity(REREAD_BATCH);
-    for batch in buckets.chunks(REREAD_BATCH) {
-        if limits.past() {
-            return Err(WalkError::Deadline {
-                buckets: buckets.len(),
-            });
-        }
-        addrs.clear();
-        addrs.extend(
-            batch
-                .iter()
-                .map(|b| b.addr + (layout.header + 8 * b.stack.len()) as u64),
-        );
-        let out = &mut records[..layout.record * batch.len()];
-        mem.read_scattered(&addrs, layout.record, out)
-            .map_err(|fault| WalkError::Read {
-                what: "a bucket's record, read again",
-                fault,
-            })?;
-        for (b, record) in batch.iter().zip(out.chunks(layout.record)) {
-            if cycle_at(record, 0, 0) != b.active
-                || cycle_at(record, 0, 1 + index) != b.future[index]
-            {
-                return Ok(false);
-            }
-        }
-    }
-    Ok(true)
+    read_records(
+        mem,
+        layout,
+        &buffers.plan,
+        limits,
+        (&mut buffers.ranges, &mut buffers.window),
+        "a bucket's record, read again",
+        |i, record| {
+            let b = &buckets[i];
+            cycle_at(record, 0, 0) == b.active && cycle_at(record, 0, 1 + index) == b.future[index]
+        },
+    )
 }
 
 /// How long one attempt waits for a held active-profile lock: 40 × 250 µs = 10 ms.
@@ -514,7 +735,8 @@ pub fn walk(
     walk_reusing(mem, anchors, layout, limits, &mut Buffers::default())
 }
 
-/// [`walk`], filling the buffers a previous walk left in `buffers`.
+/// [`walk`], starting from the list a previous walk left in `buffers` (only the buckets added
+/// since are walked; see [`bring_up_to`]).
 pub fn walk_reusing(
     mem: &dyn TargetMemory,
     anchors: &Anchors,
@@ -522,15 +744,38 @@ pub fn walk_reusing(
     limits: &Limits,
     buffers: &mut Buffers,
 ) -> Result<Snapshot, WalkError> {
-    let Snapshot {
-        mut buckets,
-        mut stacks,
-        ..
-    } = std::mem::take(&mut buffers.spare);
-    let mut last = 0;
+    let mut list = std::mem::take(&mut buffers.spare);
+    match attempts(mem, anchors, layout, limits, &mut list, buffers) {
+        Ok(cycle) => {
+            list.cycle = cycle;
+            Ok(list)
+        }
+        Err(e) => {
+            // A list read whole but never read still is kept for the next walk; anything
+            // else lends only its room.
+            if !matches!(e, WalkError::Busy { .. }) {
+                list.head = 0;
+            }
+            buffers.spare = list;
+            Err(e)
+        }
+    }
+}
+
+/// Up to `limits.attempts` tries at a still list: its profile cycle when one is read.
+fn attempts(
+    mem: &dyn TargetMemory,
+    anchors: &Anchors,
+    layout: &Layout,
+    limits: &Limits,
+    list: &mut Snapshot,
+    buffers: &mut Buffers,
+) -> Result<u32, WalkError> {
     for _ in 0..limits.attempts.max(1) {
         if limits.past() {
-            return Err(WalkError::Deadline { buckets: last });
+            return Err(WalkError::Deadline {
+                buckets: list.buckets.len(),
+            });
         }
         let (mut before, mut held_before) = guard(mem, anchors, layout)?;
         // A GC's flush holds the lock for a pass over every bucket (milliseconds on a large
@@ -545,38 +790,26 @@ pub fn walk_reusing(
         if held_before {
             continue;
         }
-        walk_once(
-            &BlockReader::new(mem),
-            anchors,
-            layout,
-            limits,
-            &mut buckets,
-            &mut stacks,
-            &mut buffers.seen,
-        )?;
-        last = buckets.len();
+        let head = mem
+            .read_u64(anchors.mbuckets)
+            .map_err(|fault| WalkError::Read {
+                what: "runtime.mbuckets",
+                fault,
+            })?;
+        bring_up_to(mem, head, layout, limits, list, buffers)?;
         let (middle, held_middle) = guard(mem, anchors, layout)?;
         if middle != before || held_middle {
             continue;
         }
         let cycle = before >> 1;
-        if !unchanged(mem, layout, &buckets, cycle, limits)? {
+        if !unchanged(mem, layout, &list.buckets, cycle, limits, buffers)? {
             continue;
         }
         let (after, held_after) = guard(mem, anchors, layout)?;
         if before == after && !held_after {
-            return Ok(Snapshot {
-                cycle,
-                buckets,
-                stacks,
-            });
+            return Ok(cycle);
         }
     }
-    buffers.spare = Snapshot {
-        cycle: 0,
-        buckets,
-        stacks,
-    };
     Err(WalkError::Busy {
         attempts: limits.attempts.max(1),
     })
@@ -736,6 +969,7 @@ mod tests {
     fn before_the_first_gc_every_cycle_is_summed() {
         let snap = Snapshot {
             cycle: 0,
+            head: 0x2000,
             stacks: vec![1],
             buckets: vec![Bucket {
                 addr: 0x2000,
@@ -949,6 +1183,128 @@ mod tests {
         assert!(walk(&mem, &ANCHORS, &LAYOUT, &limits).is_ok());
     }
 
+    /// Writes one word into an image (a test's change to the target between walks).
+    fn poke(mem: &mut ImageMemory, addr: u64, value: u64) {
+        let (start, bytes) = mem
+            .segments
+            .iter_mut()
+            .find(|(start, bytes)| (*start..*start + bytes.len() as u64).contains(&addr))
+            .expect("an address in the image");
+        let at = (addr - *start) as usize;
+        bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    }
+
+    /// Counts the reads of a bucket header's length: the buckets a walk went through.
+    struct Counting<'a> {
+        inner: &'a ImageMemory,
+        headers: std::cell::Cell<usize>,
+    }
+
+    impl TargetMemory for Counting<'_> {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
+            if buf.len() == LAYOUT.header {
+                self.headers.set(self.headers.get() + 1);
+            }
+            self.inner.read(addr, buf)
+        }
+    }
+
+    /// Three one-PC buckets at 0x2000, 0x20b8, 0x2170, linked in that order; the list starts
+    /// at the second: the first is the bucket a later allocation site adds.
+    fn three_buckets() -> ImageMemory {
+        let mut mem = image(
+            2 << 1,
+            &[
+                (vec![0x401000], rec([1, 0, 10, 0], [0; 4], [0; 4], [0; 4])),
+                (vec![0x402000], rec([2, 1, 20, 10], [0; 4], [0; 4], [0; 4])),
+                (vec![0x403000], rec([3, 0, 30, 0], [0; 4], [0; 4], [0; 4])),
+            ],
+            &[0x2000, 0x20b8, 0x2170],
+        );
+        poke(&mut mem, 0x1000, 0x20b8);
+        mem
+    }
+
+    #[test]
+    fn a_later_walk_reads_only_the_buckets_added_in_front_and_every_record() {
+        let mut mem = three_buckets();
+        let mut buffers = Buffers::default();
+        let first = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers);
+        let first = first.unwrap();
+        assert_eq!((first.buckets.len(), first.head), (2, 0x20b8));
+        buffers.spare = first;
+        // A site is added in front, and an old one allocates again (its active count 3 → 4).
+        poke(&mut mem, 0x1000, 0x2000);
+        poke(&mut mem, 0x2170 + 56, 4);
+        let counting = Counting {
+            inner: &mem,
+            headers: std::cell::Cell::new(0),
+        };
+        let second = walk_reusing(
+            &counting,
+            &ANCHORS,
+            &LAYOUT,
+            &Limits::default(),
+            &mut buffers,
+        )
+        .unwrap();
+        assert_eq!(counting.headers.get(), 1, "only the new bucket is walked");
+        let fresh = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+        assert_eq!(mem_profile(&second), mem_profile(&fresh));
+        assert_eq!(second.head, 0x2000);
+        let stacks: Vec<_> = second.buckets.iter().map(|b| second.stack(b)[0]).collect();
+        assert_eq!(stacks, [0x401000, 0x402000, 0x403000], "head first");
+        assert_eq!(second.buckets[2].active.allocs, 4);
+    }
+
+    #[test]
+    fn a_list_that_does_not_lead_back_to_the_known_head_is_read_whole() {
+        let mut mem = three_buckets();
+        let mut buffers = Buffers::default();
+        buffers.spare =
+            walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+        // The new head leads straight to the last bucket: not the list read before.
+        poke(&mut mem, 0x1000, 0x2000);
+        poke(&mut mem, 0x2000 + 8, 0x2170);
+        let again =
+            walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+        let fresh = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+        assert_eq!(mem_profile(&again), mem_profile(&fresh));
+        assert_eq!(again.buckets.len(), 2);
+        assert_eq!(again.stacks.len(), 2, "the old list's stacks are gone");
+    }
+
+    #[test]
+    fn a_list_that_leads_back_through_a_known_bucket_is_refused() {
+        let mut mem = three_buckets();
+        let mut buffers = Buffers::default();
+        buffers.spare =
+            walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+        // new → last → the known head: the known list's last bucket would be read twice.
+        poke(&mut mem, 0x1000, 0x2000);
+        poke(&mut mem, 0x2000 + 8, 0x2170);
+        poke(&mut mem, 0x2170 + 8, 0x20b8);
+        let err = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers);
+        assert_eq!(
+            err,
+            Err(WalkError::Cycle {
+                addr: 0x2170,
+                index: 3
+            })
+        );
+        assert!(
+            matches!(
+                walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()),
+                Err(WalkError::Cycle { .. })
+            ),
+            "a walk from scratch refuses it too"
+        );
+        assert_eq!(
+            buffers.spare.head, 0,
+            "nothing of a refused list is trusted later"
+        );
+    }
+
     #[test]
     fn only_verified_releases_have_a_layout() {
         assert!(layout_for((1, 22)).is_none());
@@ -983,6 +1339,18 @@ mod tests {
                     prop_assert!(snap.buckets.len() <= 64);
                     prop_assert!(snap.buckets.iter().all(|b| snap.stack(b).len() <= LAYOUT.max_stack));
                     prop_assert_eq!(mem_profile(&snap).len(), snap.buckets.len());
+                }
+                // A second walk from the first one's list, after the head moved to a planted
+                // pointer: the same answer as a walk from scratch, or an error.
+                let mut buffers = Buffers::default();
+                if let Ok(first) = walk_reusing(&mem, &ANCHORS, &LAYOUT, &limits, &mut buffers) {
+                    buffers.spare = first;
+                }
+                let mut mem = mem;
+                mem.segments[0].1[0..8].copy_from_slice(&(0x2000 + links.first().copied().unwrap_or(0)).to_le_bytes());
+                let again = walk_reusing(&mem, &ANCHORS, &LAYOUT, &limits, &mut buffers);
+                if let (Ok(again), Ok(fresh)) = (again, walk(&mem, &ANCHORS, &LAYOUT, &limits)) {
+                    prop_assert_eq!(mem_profile(&again), mem_profile(&fresh));
                 }
             }
         }
