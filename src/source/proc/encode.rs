@@ -327,10 +327,12 @@ pub struct Encoder {
     /// `inuse_space`: what pprof shows by default, as for the runtime's own profile, whose
     /// last type it is (here two follow it).
     default_type: i64,
-    /// Bucket address → (its stack, its samples' encoded location ids). A bucket's stack never
-    /// changes, so a bucket seen before costs one lookup; the stack is compared all the same,
-    /// so memory that is not what it was is symbolised afresh rather than trusted.
-    buckets: PcMap<(Vec<u64>, Vec<u8>)>,
+    /// Bucket address → its samples' encoded location ids, for the list [`Encoder::list`]:
+    /// within one reading of the list each bucket's stack was read once (`walk::Snapshot::list`),
+    /// so a bucket seen before costs one lookup and no copy of its stack is kept. A list read
+    /// whole again starts the map afresh: memory that is not what it was is symbolised again.
+    buckets: PcMap<Vec<u8>>,
+    list: u64,
     /// The last profile's protobuf, before gzip (see [`Encoder::take_raw`]).
     raw: Vec<u8>,
     /// Its length, so a buffer taken away is reserved at once at that size the next time.
@@ -362,6 +364,7 @@ impl Encoder {
             runtime_pcs: PcMap::default(),
             final_pcs: PcMap::default(),
             buckets: PcMap::default(),
+            list: 0,
             sample_type,
             period_type,
             bytes_key,
@@ -407,21 +410,27 @@ impl Encoder {
         self.stack = stack;
     }
 
-    /// The gzipped profile `writeHeapProto` would write for these records.
+    /// The gzipped profile `writeHeapProto` would write for these records, read from the list
+    /// numbered `list` (see [`Snapshot::list`](super::walk::Snapshot::list); records that are not from one list each
+    /// time need a new number each time).
     pub fn heap_profile_gz(
         &mut self,
         records: &[MemRecord],
+        list: u64,
         rate: i64,
         syms: &Symbols,
         time_nanos: i64,
     ) -> Vec<u8> {
         self.raw.clear();
         self.raw.reserve(self.raw_len);
+        if list != self.list {
+            self.buckets.clear();
+            self.list = list;
+        }
         let mut locs = Vec::new();
         let mut body = Vec::new();
         for r in records {
-            let known = matches!(self.buckets.get(&r.bucket), Some((stack, _)) if stack.as_slice() == r.stack);
-            if !known {
+            if !self.buckets.contains_key(&r.bucket) {
                 locs.clear();
                 let lead = r
                     .stack
@@ -436,9 +445,9 @@ impl Encoder {
                 if !locs.is_empty() {
                     prost::encoding::uint64::encode_packed(1, &locs, &mut field);
                 }
-                self.buckets.insert(r.bucket, (r.stack.to_vec(), field));
+                self.buckets.insert(r.bucket, field);
             }
-            let Some((_, loc_field)) = self.buckets.get(&r.bucket) else {
+            let Some(loc_field) = self.buckets.get(&r.bucket) else {
                 continue;
             };
             let (ao, ab) = scale_heap_sample(r.alloc_objects, r.alloc_bytes, rate);
@@ -788,12 +797,12 @@ mod tests {
             rec(0x2000, &[0x1003, 0x1007, 0x100b], 5),
         ];
         let mut kept = Encoder::new(&[]);
-        let first = kept.heap_profile_gz(&old, 1, &syms, 1);
+        let first = kept.heap_profile_gz(&old, 7, 1, &syms, 1);
         assert_eq!(
             content(&first),
-            content(&Encoder::new(&[]).heap_profile_gz(&old, 1, &syms, 1))
+            content(&Encoder::new(&[]).heap_profile_gz(&old, 7, 1, &syms, 1))
         );
-        let gz = kept.heap_profile_gz(&now, 1, &syms, 2);
+        let gz = kept.heap_profile_gz(&now, 7, 1, &syms, 2);
         // What the collector is handed instead of gunzipping: exactly what the bytes gunzip to,
         // and once only.
         let mut gunzipped = Vec::new();
@@ -804,15 +813,25 @@ mod tests {
         assert_eq!(kept.take_raw(), gunzipped);
         assert!(kept.take_raw().is_empty());
         let cached = content(&gz);
-        let fresh = content(&Encoder::new(&[]).heap_profile_gz(&now, 1, &syms, 2));
+        let fresh = content(&Encoder::new(&[]).heap_profile_gz(&now, 7, 1, &syms, 2));
         assert_eq!(cached, fresh);
         // A taken buffer is made again for the next profile.
-        let again = kept.heap_profile_gz(&now, 1, &syms, 3);
+        let again = kept.heap_profile_gz(&now, 7, 1, &syms, 3);
         assert_eq!(content(&again), fresh);
         assert_eq!(cached.0.len(), 3);
         assert!(
             cached.0.iter().any(|(frames, _)| frames.len() == 3),
             "the cut stack is expanded: {cached:?}"
         );
+        // A list read whole again, where a bucket's address now holds another stack: that
+        // bucket is symbolised again, not taken from the last list.
+        let moved = [rec(0x2000, &[0x1007], 5)];
+        let relisted = content(&kept.heap_profile_gz(&moved, 8, 1, &syms, 4));
+        assert_eq!(
+            relisted.0,
+            content(&Encoder::new(&[]).heap_profile_gz(&moved, 8, 1, &syms, 4)).0,
+            "the same samples (the kept tables still hold the last list's locations)"
+        );
+        assert_ne!(relisted.0, cached.0);
     }
 }

@@ -624,9 +624,9 @@ impl ProcSource {
             bias: self.bias,
             hide_internal_runtime: self.layout.hides_internal_runtime,
         };
-        let gz = self
-            .encoder
-            .heap_profile_gz(&records, rate, &syms, Self::now_nanos());
+        let gz =
+            self.encoder
+                .heap_profile_gz(&records, snapshot.list, rate, &syms, Self::now_nanos());
         drop(records);
         self.spare = snapshot;
         Ok(gz)

@@ -111,6 +111,10 @@ pub struct Snapshot {
     /// `runtime.mbuckets` when the list was read: a later walk reads only the buckets in
     /// front of it (0: not a whole list).
     pub head: u64,
+    /// Which reading of the list from its end this one extends: a new number each time the
+    /// list is read whole. Within one, each bucket's stack was read once, so its address
+    /// stands for that stack.
+    pub list: u64,
     pub buckets: Vec<Bucket>,
     /// Every bucket's stack, one after the other. One buffer rather than one per bucket:
     /// in a process with a second thread each `malloc` and `free` that misses glibc's
@@ -583,6 +587,9 @@ fn read_records(
     Ok(true)
 }
 
+/// The numbers [`Snapshot::list`] takes, one per list read whole, unique in this process.
+static LISTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Brings `list` to the list that starts at `head`. The runtime only ever prepends buckets and
 /// never frees, moves or changes one's stack, so when `list` is a whole list read before, only
 /// the buckets in front of its head are walked; the others' records are read where they are,
@@ -663,6 +670,9 @@ fn bring_up_to(
         list.buckets.splice(0..0, fresh.drain(..));
     }
     list.head = head;
+    if extended.is_none() {
+        list.list = LISTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     buffers.plan.update(layout, head, &list.buckets, extended);
     if extended.is_some() {
         // The known buckets' records, read where they are (the new ones' with them).
@@ -970,6 +980,7 @@ mod tests {
         let snap = Snapshot {
             cycle: 0,
             head: 0x2000,
+            list: 1,
             stacks: vec![1],
             buckets: vec![Bucket {
                 addr: 0x2000,
