@@ -327,17 +327,33 @@ pub struct Encoder {
     /// `inuse_space`: what pprof shows by default, as for the runtime's own profile, whose
     /// last type it is (here two follow it).
     default_type: i64,
-    /// Bucket address → its samples' encoded location ids, for the list [`Encoder::list`]:
-    /// within one reading of the list each bucket's stack was read once (`walk::Snapshot::list`),
-    /// so a bucket seen before costs one lookup and no copy of its stack is kept. A list read
-    /// whole again starts the map afresh: memory that is not what it was is symbolised again.
-    buckets: PcMap<Vec<u8>>,
+    /// Each bucket's last encoded sample, for the list [`Encoder::list`], by the bucket's place
+    /// counted from the list's end (the oldest bucket is 0): the list only grows at its head,
+    /// so a bucket keeps its place, and a capture goes through them in order, with no lookup.
+    /// Within one reading of the list each bucket's stack was read once
+    /// (`walk::Snapshot::list`), so no copy of it is kept to compare; a list read whole again
+    /// starts afresh: memory that is not what it was is symbolised again.
+    samples: Vec<BucketSample>,
     list: u64,
     /// The last profile's protobuf, before gzip (see [`Encoder::take_raw`]).
     raw: Vec<u8>,
     /// Its length, so a buffer taken away is reserved at once at that size the next time.
     raw_len: usize,
     stack: Vec<u64>,
+}
+
+/// One bucket's `Sample` message as last written (its body: location ids, values, label), and
+/// the figures it was written from. Most buckets of a large profile do not move between two
+/// captures (sites that allocated once, at start), and their samples are copied, not written.
+#[derive(Default)]
+struct BucketSample {
+    /// The bucket's address (0: no sample yet).
+    bucket: u64,
+    /// The record's six figures and the sampling rate (none before the first values).
+    figures: Option<[i64; 7]>,
+    /// Bytes of `body` holding the location ids (written once).
+    locations: usize,
+    body: Vec<u8>,
 }
 
 impl Encoder {
@@ -363,7 +379,7 @@ impl Encoder {
             tables: t,
             runtime_pcs: PcMap::default(),
             final_pcs: PcMap::default(),
-            buckets: PcMap::default(),
+            samples: Vec::new(),
             list: 0,
             sample_type,
             period_type,
@@ -424,13 +440,24 @@ impl Encoder {
         self.raw.clear();
         self.raw.reserve(self.raw_len);
         if list != self.list {
-            self.buckets.clear();
+            self.samples.clear();
             self.list = list;
         }
+        self.samples
+            .resize_with(records.len(), BucketSample::default);
         let mut locs = Vec::new();
-        let mut body = Vec::new();
-        for r in records {
-            if !self.buckets.contains_key(&r.bucket) {
+        let mut samples = std::mem::take(&mut self.samples);
+        for (r, sample) in records.iter().zip(samples.iter_mut().rev()) {
+            let figures = [
+                r.alloc_objects,
+                r.alloc_bytes,
+                r.free_objects,
+                r.free_bytes,
+                r.recent_objects,
+                r.recent_bytes,
+                rate,
+            ];
+            if sample.bucket != r.bucket || r.bucket == 0 {
                 locs.clear();
                 let lead = r
                     .stack
@@ -441,49 +468,32 @@ impl Encoder {
                 if locs.is_empty() {
                     self.locations(syms, r.stack, &mut locs);
                 }
-                let mut field = Vec::new();
+                let mut body = Vec::new();
                 if !locs.is_empty() {
-                    prost::encoding::uint64::encode_packed(1, &locs, &mut field);
+                    prost::encoding::uint64::encode_packed(1, &locs, &mut body);
                 }
-                self.buckets.insert(r.bucket, field);
-            }
-            let Some(loc_field) = self.buckets.get(&r.bucket) else {
-                continue;
-            };
-            let (ao, ab) = scale_heap_sample(r.alloc_objects, r.alloc_bytes, rate);
-            let (io, ib) = scale_heap_sample(
-                r.alloc_objects - r.free_objects,
-                r.alloc_bytes - r.free_bytes,
-                rate,
-            );
-            let block = if r.alloc_objects > 0 {
-                r.alloc_bytes / r.alloc_objects
-            } else {
-                0
-            };
-            // `Sample` by hand (what prost would write for it): the location ids were encoded
-            // when the bucket was first seen; only the values and the label are new.
-            body.clear();
-            body.extend_from_slice(loc_field);
-            let (ro, rb) = scale_heap_sample(r.recent_objects, r.recent_bytes, rate);
-            prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib, ro, rb], &mut body);
-            if block != 0 {
-                let label = pb::Label {
-                    key: self.bytes_key,
-                    str: 0,
-                    num: block,
-                    num_unit: 0,
+                *sample = BucketSample {
+                    bucket: r.bucket,
+                    figures: None,
+                    locations: body.len(),
+                    body,
                 };
-                prost::encoding::message::encode(3, &label, &mut body);
             }
+            if sample.figures != Some(figures) {
+                sample.figures = Some(figures);
+                sample.body.truncate(sample.locations);
+                write_heap_values(r, rate, self.bytes_key, &mut sample.body);
+            }
+            // `Sample` by hand (what prost would write for it).
             prost::encoding::encode_key(
                 2,
                 prost::encoding::WireType::LengthDelimited,
                 &mut self.raw,
             );
-            prost::encoding::encode_varint(body.len() as u64, &mut self.raw);
-            self.raw.extend_from_slice(&body);
+            prost::encoding::encode_varint(sample.body.len() as u64, &mut self.raw);
+            self.raw.extend_from_slice(&sample.body);
         }
+        self.samples = samples;
         let head = pb::Profile {
             sample_type: self.sample_type.clone(),
             time_nanos,
@@ -503,6 +513,33 @@ impl Encoder {
         gz.write_all(&self.raw)
             .expect("writing to a Vec cannot fail");
         gz.finish().expect("writing to a Vec cannot fail")
+    }
+}
+
+/// A heap `Sample`'s values and its `bytes` label (the average object size), after its
+/// location ids: what `writeHeapProto` writes for one record.
+fn write_heap_values(r: &MemRecord, rate: i64, bytes_key: i64, body: &mut Vec<u8>) {
+    let (ao, ab) = scale_heap_sample(r.alloc_objects, r.alloc_bytes, rate);
+    let (io, ib) = scale_heap_sample(
+        r.alloc_objects - r.free_objects,
+        r.alloc_bytes - r.free_bytes,
+        rate,
+    );
+    let (ro, rb) = scale_heap_sample(r.recent_objects, r.recent_bytes, rate);
+    prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib, ro, rb], body);
+    let block = if r.alloc_objects > 0 {
+        r.alloc_bytes / r.alloc_objects
+    } else {
+        0
+    };
+    if block != 0 {
+        let label = pb::Label {
+            key: bytes_key,
+            str: 0,
+            num: block,
+            num_unit: 0,
+        };
+        prost::encoding::message::encode(3, &label, body);
     }
 }
 
