@@ -519,8 +519,10 @@ impl RecordPlan {
 
 /// Bytes between two records below which they are read as one range.
 const RECORD_GAP: u64 = 4096;
-/// Bytes of records (and what lies between them) read per window.
-const RECORD_WINDOW: usize = 1 << 20;
+/// Bytes of records (and what lies between them) read per window: few enough to still be in
+/// the cache when the records are taken out of them after the kernel's copy (1 MiB windows cost
+/// 48 ms a capture on the 100k-bucket target, 128 KiB ones 41 ms; docs/benchmarks.md).
+const RECORD_WINDOW: usize = 128 << 10;
 /// Ranges per window: one `process_vm_readv` takes up to 1024.
 const RECORD_RANGES: usize = 1024;
 
