@@ -13,6 +13,7 @@ use flate2::write::GzEncoder;
 use prost::Message as _;
 
 use super::pclntab::{Frame, Pclntab};
+use super::pieces::{Piece, Pieces};
 use super::walk::MemRecord;
 use crate::decode::pb;
 
@@ -335,12 +336,20 @@ pub struct Encoder {
     /// starts afresh: memory that is not what it was is symbolised again.
     samples: Vec<BucketSample>,
     list: u64,
+    /// The samples' bytes deflated in pieces of [`PIECE`] buckets, by place from the list's
+    /// end like `samples`: a piece none of whose samples was written again is not deflated
+    /// again (see [`super::pieces`]).
+    pieces: Pieces,
+    deflated: Vec<Piece>,
     /// The last profile's protobuf, before gzip (see [`Encoder::take_raw`]).
     raw: Vec<u8>,
     /// Its length, so a buffer taken away is reserved at once at that size the next time.
     raw_len: usize,
     stack: Vec<u64>,
 }
+
+/// Buckets per deflated piece of a heap profile's samples (~70 KB of protobuf).
+const PIECE: usize = 1024;
 
 /// One bucket's `Sample` message as last written (its body: location ids, values, label), and
 /// the figures it was written from. Most buckets of a large profile do not move between two
@@ -381,6 +390,8 @@ impl Encoder {
             final_pcs: PcMap::default(),
             samples: Vec::new(),
             list: 0,
+            pieces: Pieces::default(),
+            deflated: Vec::new(),
             sample_type,
             period_type,
             bytes_key,
@@ -441,13 +452,22 @@ impl Encoder {
         self.raw.reserve(self.raw_len);
         if list != self.list {
             self.samples.clear();
+            self.deflated.clear();
             self.list = list;
         }
-        self.samples
-            .resize_with(records.len(), BucketSample::default);
+        let n = records.len();
+        self.samples.resize_with(n, BucketSample::default);
         let mut locs = Vec::new();
         let mut samples = std::mem::take(&mut self.samples);
-        for (r, sample) in records.iter().zip(samples.iter_mut().rev()) {
+        // Each piece's first byte in `raw` and whether a sample of it was written again.
+        let pieces = n.div_ceil(PIECE);
+        let mut starts = vec![0; pieces];
+        let mut dirty = vec![false; pieces];
+        for (i, (r, sample)) in records.iter().zip(samples.iter_mut().rev()).enumerate() {
+            let piece = (n - 1 - i) / PIECE;
+            if i == 0 || (n - i) % PIECE == 0 {
+                starts[piece] = self.raw.len();
+            }
             let figures = [
                 r.alloc_objects,
                 r.alloc_bytes,
@@ -458,6 +478,7 @@ impl Encoder {
                 rate,
             ];
             if sample.bucket != r.bucket || r.bucket == 0 {
+                dirty[piece] = true;
                 locs.clear();
                 let lead = r
                     .stack
@@ -480,6 +501,7 @@ impl Encoder {
                 };
             }
             if sample.figures != Some(figures) {
+                dirty[piece] = true;
                 sample.figures = Some(figures);
                 sample.body.truncate(sample.locations);
                 write_heap_values(r, rate, self.bytes_key, &mut sample.body);
@@ -494,6 +516,7 @@ impl Encoder {
             self.raw.extend_from_slice(&sample.body);
         }
         self.samples = samples;
+        let samples_end = self.raw.len();
         let head = pb::Profile {
             sample_type: self.sample_type.clone(),
             time_nanos,
@@ -506,13 +529,22 @@ impl Encoder {
             .expect("a Vec grows to hold any message");
         self.raw.extend_from_slice(&self.tables.encoded);
         self.raw_len = self.raw.len();
-        let mut gz = GzEncoder::new(
-            Vec::with_capacity(self.raw.len() / 3 + 64),
-            Compression::fast(),
-        );
-        gz.write_all(&self.raw)
-            .expect("writing to a Vec cannot fail");
-        gz.finish().expect("writing to a Vec cannot fail")
+        self.deflated.resize_with(pieces, Piece::default);
+        for piece in 0..pieces {
+            let start = starts[piece];
+            let end = if piece == 0 {
+                samples_end
+            } else {
+                starts[piece - 1]
+            };
+            let kept = &mut self.deflated[piece];
+            if dirty[piece] || kept.inflated_len() != end - start {
+                self.pieces.piece_into(&self.raw[start..end], kept);
+            }
+        }
+        // In `raw`'s order: the newest buckets' piece first.
+        let in_order = self.deflated.iter().rev();
+        self.pieces.member(in_order, &self.raw[samples_end..])
     }
 }
 
@@ -801,6 +833,54 @@ mod tests {
             .collect();
         out.sort();
         (out, p.location.len(), p.function.len())
+    }
+
+    #[test]
+    fn only_the_pieces_holding_a_changed_sample_are_deflated_again() {
+        let table = crate::source::proc::pclntab::tests::fabricated();
+        let syms = Symbols {
+            table: &table,
+            bias: 0,
+            hide_internal_runtime: true,
+        };
+        let stack = [0x1003, 0x1007, 0x100b];
+        let records = |n: usize, grown: usize| -> Vec<MemRecord<'_>> {
+            // By place from the list's end, as the runtime's list grows at its head.
+            (0..n)
+                .map(|i| n - 1 - i)
+                .map(|place| MemRecord {
+                    bucket: 0x10_0000 + 0x100 * place as u64,
+                    stack: &stack,
+                    alloc_objects: 1 + place as i64 + i64::from(place == grown),
+                    alloc_bytes: 16,
+                    free_objects: 0,
+                    free_bytes: 0,
+                    recent_objects: 0,
+                    recent_bytes: 0,
+                })
+                .collect()
+        };
+        let mut kept = Encoder::new(&[]);
+        // 3 pieces (1024 + 1024 + 952 buckets), then the rest of the profile.
+        kept.heap_profile_gz(&records(3000, usize::MAX), 1, 1, &syms, 1);
+        assert_eq!(kept.pieces.deflated, 4);
+        // One sample moved, in the middle piece.
+        let now = records(3000, 1499);
+        let gz = kept.heap_profile_gz(&now, 1, 1, &syms, 2);
+        assert_eq!(
+            kept.pieces.deflated,
+            4 + 2,
+            "the middle piece, and the rest"
+        );
+        let fresh = Encoder::new(&[]).heap_profile_gz(&now, 1, 1, &syms, 2);
+        assert_eq!(content(&gz), content(&fresh));
+        // Ten buckets added in front, and the moved sample back where it was: the newest
+        // piece (now holding the ten), the middle one, and the rest.
+        let more = records(3010, usize::MAX);
+        let gz = kept.heap_profile_gz(&more, 1, 1, &syms, 3);
+        let fresh = Encoder::new(&[]).heap_profile_gz(&more, 1, 1, &syms, 3);
+        assert_eq!(content(&gz), content(&fresh));
+        assert_eq!(kept.pieces.deflated, 6 + 3);
     }
 
     #[test]

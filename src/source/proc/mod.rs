@@ -11,6 +11,7 @@ pub mod memory;
 pub mod memstats;
 pub mod module;
 pub mod pclntab;
+pub mod pieces;
 pub mod stripped;
 pub mod walk;
 
