@@ -440,9 +440,9 @@ impl Encoder {
     /// The gzipped profile `writeHeapProto` would write for these records, read from the list
     /// numbered `list` (see [`Snapshot::list`](super::walk::Snapshot::list); records that are not from one list each
     /// time need a new number each time).
-    pub fn heap_profile_gz(
+    pub fn heap_profile_gz<'a>(
         &mut self,
-        records: &[MemRecord],
+        records: impl ExactSizeIterator<Item = MemRecord<'a>>,
         list: u64,
         rate: i64,
         syms: &Symbols,
@@ -463,7 +463,7 @@ impl Encoder {
         let pieces = n.div_ceil(PIECE);
         let mut starts = vec![0; pieces];
         let mut dirty = vec![false; pieces];
-        for (i, (r, sample)) in records.iter().zip(samples.iter_mut().rev()).enumerate() {
+        for (i, (r, sample)) in records.zip(samples.iter_mut().rev()).enumerate() {
             let piece = (n - 1 - i) / PIECE;
             if i == 0 || (n - i) % PIECE == 0 {
                 starts[piece] = self.raw.len();
@@ -504,7 +504,7 @@ impl Encoder {
                 dirty[piece] = true;
                 sample.figures = Some(figures);
                 sample.body.truncate(sample.locations);
-                write_heap_values(r, rate, self.bytes_key, &mut sample.body);
+                write_heap_values(&r, rate, self.bytes_key, &mut sample.body);
             }
             // `Sample` by hand (what prost would write for it).
             prost::encoding::encode_key(
@@ -862,23 +862,23 @@ mod tests {
         };
         let mut kept = Encoder::new(&[]);
         // 3 pieces (1024 + 1024 + 952 buckets), then the rest of the profile.
-        kept.heap_profile_gz(&records(3000, usize::MAX), 1, 1, &syms, 1);
+        kept.heap_profile_gz(records(3000, usize::MAX).into_iter(), 1, 1, &syms, 1);
         assert_eq!(kept.pieces.deflated, 4);
         // One sample moved, in the middle piece.
         let now = records(3000, 1499);
-        let gz = kept.heap_profile_gz(&now, 1, 1, &syms, 2);
+        let gz = kept.heap_profile_gz(now.iter().cloned(), 1, 1, &syms, 2);
         assert_eq!(
             kept.pieces.deflated,
             4 + 2,
             "the middle piece, and the rest"
         );
-        let fresh = Encoder::new(&[]).heap_profile_gz(&now, 1, 1, &syms, 2);
+        let fresh = Encoder::new(&[]).heap_profile_gz(now.iter().cloned(), 1, 1, &syms, 2);
         assert_eq!(content(&gz), content(&fresh));
         // Ten buckets added in front, and the moved sample back where it was: the newest
         // piece (now holding the ten), the middle one, and the rest.
         let more = records(3010, usize::MAX);
-        let gz = kept.heap_profile_gz(&more, 1, 1, &syms, 3);
-        let fresh = Encoder::new(&[]).heap_profile_gz(&more, 1, 1, &syms, 3);
+        let gz = kept.heap_profile_gz(more.iter().cloned(), 1, 1, &syms, 3);
+        let fresh = Encoder::new(&[]).heap_profile_gz(more.iter().cloned(), 1, 1, &syms, 3);
         assert_eq!(content(&gz), content(&fresh));
         assert_eq!(kept.pieces.deflated, 6 + 3);
     }
@@ -914,12 +914,12 @@ mod tests {
             rec(0x2000, &[0x1003, 0x1007, 0x100b], 5),
         ];
         let mut kept = Encoder::new(&[]);
-        let first = kept.heap_profile_gz(&old, 7, 1, &syms, 1);
+        let first = kept.heap_profile_gz(old.iter().cloned(), 7, 1, &syms, 1);
         assert_eq!(
             content(&first),
-            content(&Encoder::new(&[]).heap_profile_gz(&old, 7, 1, &syms, 1))
+            content(&Encoder::new(&[]).heap_profile_gz(old.iter().cloned(), 7, 1, &syms, 1))
         );
-        let gz = kept.heap_profile_gz(&now, 7, 1, &syms, 2);
+        let gz = kept.heap_profile_gz(now.iter().cloned(), 7, 1, &syms, 2);
         // What the collector is handed instead of gunzipping: exactly what the bytes gunzip to,
         // and once only.
         let mut gunzipped = Vec::new();
@@ -930,10 +930,11 @@ mod tests {
         assert_eq!(kept.take_raw(), gunzipped);
         assert!(kept.take_raw().is_empty());
         let cached = content(&gz);
-        let fresh = content(&Encoder::new(&[]).heap_profile_gz(&now, 7, 1, &syms, 2));
+        let fresh =
+            content(&Encoder::new(&[]).heap_profile_gz(now.iter().cloned(), 7, 1, &syms, 2));
         assert_eq!(cached, fresh);
         // A taken buffer is made again for the next profile.
-        let again = kept.heap_profile_gz(&now, 7, 1, &syms, 3);
+        let again = kept.heap_profile_gz(now.iter().cloned(), 7, 1, &syms, 3);
         assert_eq!(content(&again), fresh);
         assert_eq!(cached.0.len(), 3);
         assert!(
@@ -943,10 +944,10 @@ mod tests {
         // A list read whole again, where a bucket's address now holds another stack: that
         // bucket is symbolised again, not taken from the last list.
         let moved = [rec(0x2000, &[0x1007], 5)];
-        let relisted = content(&kept.heap_profile_gz(&moved, 8, 1, &syms, 4));
+        let relisted = content(&kept.heap_profile_gz(moved.iter().cloned(), 8, 1, &syms, 4));
         assert_eq!(
             relisted.0,
-            content(&Encoder::new(&[]).heap_profile_gz(&moved, 8, 1, &syms, 4)).0,
+            content(&Encoder::new(&[]).heap_profile_gz(moved.iter().cloned(), 8, 1, &syms, 4)).0,
             "the same samples (the kept tables still hold the last list's locations)"
         );
         assert_ne!(relisted.0, cached.0);

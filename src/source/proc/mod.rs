@@ -619,16 +619,18 @@ impl ProcSource {
         let Read::Heap(rate, snapshot) = self.read(Job::Heap, timeout)? else {
             return Err(self.fail(FailureKind::Other, "the reader answered another question"));
         };
-        let records = walk::mem_profile(&snapshot);
         let syms = Symbols {
             table: &self.binary.pclntab,
             bias: self.bias,
             hide_internal_runtime: self.layout.hides_internal_runtime,
         };
-        let gz =
-            self.encoder
-                .heap_profile_gz(&records, snapshot.list, rate, &syms, Self::now_nanos());
-        drop(records);
+        let gz = self.encoder.heap_profile_gz(
+            walk::mem_records(&snapshot),
+            snapshot.list,
+            rate,
+            &syms,
+            Self::now_nanos(),
+        );
         self.spare = snapshot;
         Ok(gz)
     }

@@ -847,8 +847,13 @@ pub struct MemRecord<'a> {
 /// `memProfileInternal`'s rule: the active record plus the future slot the current cycle
 /// flushes; when every bucket is still empty after that (no GC yet), all cycles summed.
 pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord<'_>> {
+    mem_records(snapshot).collect()
+}
+
+/// [`mem_profile`]'s records one at a time, head first, with nothing collected.
+pub fn mem_records(snapshot: &Snapshot) -> impl ExactSizeIterator<Item = MemRecord<'_>> {
     let index = (snapshot.cycle % 3) as usize;
-    let flushed = |b: &Bucket| {
+    let flushed = move |b: &Bucket| {
         let mut c = b.active;
         c.add(&b.future[index]);
         c
@@ -857,35 +862,31 @@ pub fn mem_profile(snapshot: &Snapshot) -> Vec<MemRecord<'_>> {
         let c = flushed(b);
         c.allocs == 0 && c.frees == 0
     });
-    snapshot
-        .buckets
-        .iter()
-        .map(|b| {
-            let c = if clear {
-                let mut c = b.active;
-                b.future.iter().for_each(|f| c.add(f));
-                c
-            } else {
-                flushed(b)
-            };
-            let mut recent = Cycle::default();
-            if !clear {
-                for k in [(index + 1) % 3, (index + 2) % 3] {
-                    recent.add(&b.future[k]);
-                }
+    snapshot.buckets.iter().map(move |b| {
+        let c = if clear {
+            let mut c = b.active;
+            b.future.iter().for_each(|f| c.add(f));
+            c
+        } else {
+            flushed(b)
+        };
+        let mut recent = Cycle::default();
+        if !clear {
+            for k in [(index + 1) % 3, (index + 2) % 3] {
+                recent.add(&b.future[k]);
             }
-            MemRecord {
-                bucket: b.addr,
-                stack: snapshot.stack(b),
-                alloc_objects: c.allocs as i64,
-                alloc_bytes: c.alloc_bytes as i64,
-                free_objects: c.frees as i64,
-                free_bytes: c.free_bytes as i64,
-                recent_objects: recent.allocs as i64,
-                recent_bytes: recent.alloc_bytes as i64,
-            }
-        })
-        .collect()
+        }
+        MemRecord {
+            bucket: b.addr,
+            stack: snapshot.stack(b),
+            alloc_objects: c.allocs as i64,
+            alloc_bytes: c.alloc_bytes as i64,
+            free_objects: c.frees as i64,
+            free_bytes: c.free_bytes as i64,
+            recent_objects: recent.allocs as i64,
+            recent_bytes: recent.alloc_bytes as i64,
+        }
+    })
 }
 
 #[cfg(test)]
