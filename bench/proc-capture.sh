@@ -5,9 +5,10 @@
 #                 capture, profile size, attach cold and from the build-id cache, peak RSS)
 #   collect-1ms   heapwatch collect proc:PID --interval 1ms for DURATION s (the whole pipeline:
 #                 capture, decode, dedup, durable store): captures/s, CPU and peak RSS
+#   collect-100ms the same at --interval 100ms for RATE_WINDOW s: the CPU of ten captures a second
 #   target-cpu    the target's CPU over CPU_WINDOW s alone, then with collect proc:PID at 1ms
 # for docs/benchmarks.md. Needs cargo, go and GNU time (/usr/bin/time).
-# Settings: STACKS=100000 CHURN=8MiB N=200 DURATION=10 CPU_WINDOW=10 BENCH_DIR=$TMPDIR
+# Settings: STACKS=100000 CHURN=8MiB N=200 DURATION=10 CPU_WINDOW=10 RATE_WINDOW=10 BENCH_DIR=$TMPDIR
 # BASE=DIR (optional): a directory holding another build's heapwatch and proc_capture (e.g. main's
 # release build copied there); source-alone and collect-1ms then run for it too, on the same
 # target in the same run, labelled "base", before this tree's ("this").
@@ -19,6 +20,7 @@ CHURN=${CHURN:-8MiB}
 N=${N:-200}
 DURATION=${DURATION:-10}
 CPU_WINDOW=${CPU_WINDOW:-10}
+RATE_WINDOW=${RATE_WINDOW:-10}
 TICK=$(getconf CLK_TCK)
 [ -x /usr/bin/time ] || { echo "needs GNU time at /usr/bin/time (apt-get install -y time)" >&2; exit 2; }
 
@@ -65,6 +67,13 @@ for build in $BUILDS; do
     /usr/bin/time -f '{"collector_cpu_s":%U+%S,"collector_peak_rss_kib":%M}' \
         "$dir/heapwatch" collect "proc:$TARGET_PID" --out "$WORK/run" --interval 1ms \
         --duration "${DURATION}s" --memstats-interval 0 2>&1 | tail -2
+
+    # The goal's pace: ten captures a second, for RATE_WINDOW seconds.
+    echo "== collect-100ms [$name] (${RATE_WINDOW}s)"
+    rm -rf "$WORK/run"
+    /usr/bin/time -f '{"collector_cpu_s":%U+%S,"collector_peak_rss_kib":%M}' \
+        "$dir/heapwatch" collect "proc:$TARGET_PID" --out "$WORK/run" --interval 100ms \
+        --duration "${RATE_WINDOW}s" --memstats-interval 0 2>&1 | tail -2
 done
 
 echo "== target-cpu (${CPU_WINDOW}s windows)"
