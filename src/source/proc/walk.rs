@@ -530,14 +530,17 @@ const RECORD_RANGES: usize = 1024;
 /// `each` with its bucket's index; stops early when `each` says so. False when it was stopped.
 fn read_records(
     mem: &dyn TargetMemory,
-    layout: &Layout,
-    plan: &RecordPlan,
-    limits: &Limits,
-    scratch: (&mut Vec<(u64, usize)>, &mut Vec<u8>),
+    (layout, limits): (&Layout, &Limits),
+    buffers: &mut Buffers,
     what: &'static str,
     mut each: impl FnMut(usize, &[u8]) -> bool,
 ) -> Result<bool, WalkError> {
-    let (ranges, window) = scratch;
+    let Buffers {
+        plan,
+        ranges,
+        window,
+        ..
+    } = buffers;
     let rec = layout.record;
     let spots = &plan.spots;
     let mut i = 0;
@@ -617,31 +620,19 @@ fn bring_up_to(
     };
     let base = list.stacks.len();
     let fresh = &mut buffers.fresh;
-    let reached = if known.head == 0 {
-        // A first walk reads every bucket: blocks, dozens of buckets a read.
-        let blocks = BlockReader::new(mem);
-        walk_from(
-            &blocks,
-            head,
-            &known,
-            layout,
-            limits,
-            fresh,
-            &mut list.stacks,
-            &mut buffers.seen,
-        )?
-    } else {
-        walk_from(
-            mem,
-            head,
-            &known,
-            layout,
-            limits,
-            fresh,
-            &mut list.stacks,
-            &mut buffers.seen,
-        )?
-    };
+    // A first walk reads every bucket: through blocks, dozens of buckets a read.
+    let blocks = BlockReader::new(mem);
+    let reader: &dyn TargetMemory = if known.head == 0 { &blocks } else { mem };
+    let reached = walk_from(
+        reader,
+        head,
+        &known,
+        layout,
+        limits,
+        fresh,
+        &mut list.stacks,
+        &mut buffers.seen,
+    )?;
     if !reached {
         // Read whole after all: what was known goes.
         list.buckets.clear();
@@ -679,24 +670,17 @@ fn bring_up_to(
     if extended.is_some() {
         // The known buckets' records, read where they are (the new ones' with them).
         let buckets = &mut list.buckets;
-        read_records(
-            mem,
-            layout,
-            &buffers.plan,
-            limits,
-            (&mut buffers.ranges, &mut buffers.window),
-            "a bucket's record",
-            |i, record| {
-                let b = &mut buckets[i];
-                b.active = cycle_at(record, 0, 0);
-                b.future = [
-                    cycle_at(record, 0, 1),
-                    cycle_at(record, 0, 2),
-                    cycle_at(record, 0, 3),
-                ];
-                true
-            },
-        )?;
+        let bounds = (layout, limits);
+        read_records(mem, bounds, buffers, "a bucket's record", |i, record| {
+            let b = &mut buckets[i];
+            b.active = cycle_at(record, 0, 0);
+            b.future = [
+                cycle_at(record, 0, 1),
+                cycle_at(record, 0, 2),
+                cycle_at(record, 0, 3),
+            ];
+            true
+        })?;
     }
     Ok(())
 }
@@ -712,18 +696,11 @@ fn unchanged(
     buffers: &mut Buffers,
 ) -> Result<bool, WalkError> {
     let index = (cycle % 3) as usize;
-    read_records(
-        mem,
-        layout,
-        &buffers.plan,
-        limits,
-        (&mut buffers.ranges, &mut buffers.window),
-        "a bucket's record, read again",
-        |i, record| {
-            let b = &buckets[i];
-            cycle_at(record, 0, 0) == b.active && cycle_at(record, 0, 1 + index) == b.future[index]
-        },
-    )
+    let what = "a bucket's record, read again";
+    read_records(mem, (layout, limits), buffers, what, |i, record| {
+        let b = &buckets[i];
+        cycle_at(record, 0, 0) == b.active && cycle_at(record, 0, 1 + index) == b.future[index]
+    })
 }
 
 /// How long one attempt waits for a held active-profile lock: 40 × 250 µs = 10 ms.
@@ -1239,16 +1216,23 @@ mod tests {
         mem
     }
 
-    #[test]
-    fn a_later_walk_reads_only_the_buckets_added_in_front_and_every_record() {
+    /// `three_buckets` walked once (its list kept for the next walk), then the first bucket
+    /// put at the head: a site added in front.
+    fn walked_then_prepended() -> (ImageMemory, Buffers) {
         let mut mem = three_buckets();
         let mut buffers = Buffers::default();
         let first = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers);
         let first = first.unwrap();
         assert_eq!((first.buckets.len(), first.head), (2, 0x20b8));
         buffers.spare = first;
-        // A site is added in front, and an old one allocates again (its active count 3 → 4).
         poke(&mut mem, 0x1000, 0x2000);
+        (mem, buffers)
+    }
+
+    #[test]
+    fn a_later_walk_reads_only_the_buckets_added_in_front_and_every_record() {
+        let (mut mem, mut buffers) = walked_then_prepended();
+        // And an old site allocates again (its active count 3 → 4).
         poke(&mut mem, 0x2170 + 56, 4);
         let counting = Counting {
             inner: &mem,
@@ -1273,12 +1257,8 @@ mod tests {
 
     #[test]
     fn a_list_that_does_not_lead_back_to_the_known_head_is_read_whole() {
-        let mut mem = three_buckets();
-        let mut buffers = Buffers::default();
-        buffers.spare =
-            walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+        let (mut mem, mut buffers) = walked_then_prepended();
         // The new head leads straight to the last bucket: not the list read before.
-        poke(&mut mem, 0x1000, 0x2000);
         poke(&mut mem, 0x2000 + 8, 0x2170);
         let again =
             walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
@@ -1290,12 +1270,8 @@ mod tests {
 
     #[test]
     fn a_list_that_leads_back_through_a_known_bucket_is_refused() {
-        let mut mem = three_buckets();
-        let mut buffers = Buffers::default();
-        buffers.spare =
-            walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+        let (mut mem, mut buffers) = walked_then_prepended();
         // new → last → the known head: the known list's last bucket would be read twice.
-        poke(&mut mem, 0x1000, 0x2000);
         poke(&mut mem, 0x2000 + 8, 0x2170);
         poke(&mut mem, 0x2170 + 8, 0x20b8);
         let err = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers);
