@@ -101,10 +101,19 @@ pub struct Region {
 pub struct Regions(Vec<Region>);
 
 impl Regions {
+    /// Regions that touch or overlap are joined: two neighbouring mappings (a heap arena beside
+    /// another, split only by their flags) are one readable range, and a read may span both.
     pub fn new(mut regions: Vec<Region>) -> Regions {
         regions.retain(|r| r.start < r.end);
         regions.sort_by_key(|r| r.start);
-        Regions(regions)
+        let mut joined: Vec<Region> = Vec::with_capacity(regions.len());
+        for r in regions {
+            match joined.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => joined.push(r),
+            }
+        }
+        Regions(joined)
     }
 
     /// The region holding `addr`.
@@ -119,7 +128,7 @@ impl Regions {
         self.0.iter().map(|r| r.end - r.start).sum()
     }
 
-    /// True when `[addr, addr+len)` lies inside one region.
+    /// True when `[addr, addr+len)` lies inside one region (neighbouring mappings joined).
     pub fn contains(&self, addr: u64, len: usize) -> bool {
         let Some(end) = addr.checked_add(len as u64) else {
             return false;
@@ -519,6 +528,63 @@ mod tests {
             mem.read_ranges(&wild, &mut out[..n - 1]),
             Err(ReadFault::Other(_))
         ));
+    }
+
+    /// Two neighbouring mappings split only by their protection (the kernel keeps them as two
+    /// lines of the maps file): a read across the seam, alone or among many ranges, is served.
+    #[test]
+    fn reads_span_neighbouring_mappings() {
+        const PAGE: usize = 4096;
+        // SAFETY: a fresh private anonymous mapping of four pages, owned by this test alone;
+        // its second half is made read-only, which splits it into two mappings, then unmapped.
+        let base = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let bytes = std::slice::from_raw_parts_mut(p.cast::<u8>(), 4 * PAGE);
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = (i % 253) as u8;
+            }
+            assert_eq!(
+                libc::mprotect(
+                    p.cast::<u8>().add(2 * PAGE).cast(),
+                    2 * PAGE,
+                    libc::PROT_READ
+                ),
+                0
+            );
+            p as u64
+        };
+        let seam = base + 2 * PAGE as u64;
+        let mut mem = ProcessMemory::new(std::process::id());
+        let lines = mem.refresh().unwrap();
+        let split = |at: u64| lines.iter().any(|l| l.start == at || l.end == at);
+        assert!(split(seam), "the mapping was not split at {seam:#x}");
+        let want: Vec<u8> = (2 * PAGE - 100..2 * PAGE + 100)
+            .map(|i| (i % 253) as u8)
+            .collect();
+        let mut one = vec![0u8; 200];
+        assert_eq!(mem.read(seam - 100, &mut one), Ok(()));
+        assert_eq!(one, want);
+        assert_eq!(
+            mem.readable_span(seam - 1).map(|s| s.1 >= seam + 100),
+            Some(true)
+        );
+        let ranges = [(base, 8), (seam - 100, 200), (base + 3 * PAGE as u64, 8)];
+        let mut many = vec![0u8; 216];
+        assert_eq!(mem.read_ranges(&ranges, &mut many), Ok(()));
+        assert_eq!(&many[8..208], &want[..]);
+        // SAFETY: the mapping made above, unmapped once, nothing borrowed from it left.
+        assert_eq!(
+            unsafe { libc::munmap(base as *mut libc::c_void, 4 * PAGE) },
+            0
+        );
     }
 
     #[test]

@@ -40,7 +40,8 @@ impl Default for Pieces {
     }
 }
 
-/// The gzip header flate2's `GzEncoder` writes: no name, no time, OS unknown.
+/// A gzip header: no name, no time, no extra flags, OS unknown (flate2's `GzEncoder` writes
+/// the same but for XFL, 4 at its fastest level; readers ignore XFL).
 const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
 
 impl Pieces {

@@ -376,15 +376,50 @@ pub struct Buffers {
 }
 
 /// What [`walk_from`] starts from: the buckets already in hand, counted against the limits.
+#[derive(Default)]
 struct Known {
     /// The head of the list in hand: the pass stops there (0: walk to the end).
     head: u64,
+    /// What the head bucket held when it was read: its link and its stack. A pass that meets
+    /// `head` reads them again, so a list in hand is never taken for another at the same
+    /// address (the same pid after an exec, its allocator placing buckets where the old ones were).
+    head_next: u64,
+    head_stack: Vec<u64>,
     buckets: usize,
+    stacks: usize,
     bytes: u64,
 }
 
+impl Known {
+    fn of(list: &Snapshot, layout: &Layout) -> Known {
+        let Some(first) = list.buckets.first() else {
+            return Known::default();
+        };
+        Known {
+            head: list.head,
+            head_next: list.buckets.get(1).map_or(0, |b| b.addr),
+            head_stack: list.stack(first).to_vec(),
+            buckets: list.buckets.len(),
+            stacks: list.stacks.len(),
+            bytes: (list.buckets.len() * (layout.header + layout.record) + 8 * list.stacks.len())
+                as u64,
+        }
+    }
+}
+
+/// Where a pass of [`walk_from`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// At the known head, which still holds what it held.
+    Known,
+    /// At the list's end, without meeting the known head.
+    End,
+    /// At the known head, which no longer holds what it held: the list in hand is not this one.
+    Stale,
+}
+
 /// One pass from `at` down the list until `known.head` or the list's end, into `fresh` (cleared
-/// first) with its stacks appended to `stacks`. True when it stopped at `known.head`.
+/// first) with its stacks appended to `stacks`.
 #[allow(clippy::too_many_arguments)]
 fn walk_from(
     mem: &dyn TargetMemory,
@@ -395,7 +430,7 @@ fn walk_from(
     fresh: &mut Vec<Bucket>,
     stacks: &mut Vec<u64>,
     seen: &mut HashSet<u64>,
-) -> Result<bool, WalkError> {
+) -> Result<Reach, WalkError> {
     fresh.clear();
     seen.clear();
     let mut copied = known.bytes;
@@ -403,7 +438,7 @@ fn walk_from(
     let mut body = Vec::new();
     while at != 0 {
         if at == known.head {
-            return Ok(true);
+            return still_known(mem, known, layout, &mut header, &mut body);
         }
         let index = known.buckets + fresh.len();
         if index >= limits.max_buckets {
@@ -465,7 +500,34 @@ fn walk_from(
         });
         at = allnext;
     }
-    Ok(known.head == 0)
+    Ok(Reach::End)
+}
+
+/// Reads the known head bucket again: [`Reach::Known`] when its type, link and stack are what
+/// they were, [`Reach::Stale`] otherwise.
+fn still_known(
+    mem: &dyn TargetMemory,
+    known: &Known,
+    layout: &Layout,
+    header: &mut [u8],
+    body: &mut Vec<u8>,
+) -> Result<Reach, WalkError> {
+    let what = "the known head bucket, read again";
+    mem.read(known.head, header)
+        .map_err(|fault| WalkError::Read { what, fault })?;
+    let (next, typ, nstk) = (word(header, 1), word(header, 2), word(header, 5));
+    if typ != layout.mem_bucket || next != known.head_next {
+        return Ok(Reach::Stale);
+    }
+    if nstk != known.head_stack.len() as u64 {
+        return Ok(Reach::Stale);
+    }
+    body.resize(8 * known.head_stack.len(), 0);
+    let body_at = known.head.saturating_add(layout.header as u64);
+    mem.read(body_at, body)
+        .map_err(|fault| WalkError::Read { what, fault })?;
+    let same = (0..known.head_stack.len()).all(|i| word(body, i) == known.head_stack[i]);
+    Ok(if same { Reach::Known } else { Reach::Stale })
 }
 
 /// Where a list's records are, by address. The runtime packs buckets into 256 KiB chunks, so
@@ -553,12 +615,16 @@ fn read_records(
         let first = i;
         ranges.clear();
         let mut bytes = 0;
+        // Where the readable memory under the last range ends: a range never grows past it,
+        // so joining two records never makes a read that no single record needed.
+        let mut span_end = 0;
         while let Some(&(a, _)) = spots.get(i) {
             let end = a.saturating_add(rec as u64);
             let full = ranges.len() == RECORD_RANGES || bytes >= RECORD_WINDOW;
             match ranges.last_mut() {
                 Some((start, len))
-                    if a <= *start + *len as u64 + RECORD_GAP
+                    if a <= start.saturating_add(*len as u64).saturating_add(RECORD_GAP)
+                        && end <= span_end
                         && end - *start <= RECORD_WINDOW as u64 =>
                 {
                     let grown = (end.max(*start + *len as u64) - *start) as usize;
@@ -569,6 +635,7 @@ fn read_records(
                 _ => {
                     ranges.push((a, rec));
                     bytes += rec;
+                    span_end = mem.readable_span(a).map_or(end, |(_, hi)| hi);
                 }
             }
             i += 1;
@@ -612,27 +679,31 @@ fn bring_up_to(
         list.buckets.clear();
         list.stacks.clear();
     }
-    let known = Known {
-        head: list.head,
-        buckets: list.buckets.len(),
-        bytes: (list.buckets.len() * (layout.header + layout.record) + 8 * list.stacks.len())
-            as u64,
+    let mut known = Known::of(list, layout);
+    let mut pass = |known: &Known, list: &mut Snapshot| {
+        // A first walk reads every bucket: through blocks, dozens of buckets a read.
+        let blocks = BlockReader::new(mem);
+        let reader: &dyn TargetMemory = if known.head == 0 { &blocks } else { mem };
+        let (fresh, seen) = (&mut buffers.fresh, &mut buffers.seen);
+        let stacks = &mut list.stacks;
+        walk_from(reader, head, known, layout, limits, fresh, stacks, seen)
     };
-    let base = list.stacks.len();
+    let mut reach = pass(&known, list);
+    let again = matches!(
+        reach,
+        Ok(Reach::Stale) | Err(WalkError::TooManyBuckets(_) | WalkError::OverBudget { .. })
+    );
+    if known.head != 0 && again {
+        // The list in hand is not this list, or keeping it while reading this one whole would
+        // pass the limits: this one is read whole, from nothing.
+        list.buckets.clear();
+        list.stacks.clear();
+        known = Known::default();
+        reach = pass(&known, list);
+    }
+    let reached = reach? == Reach::Known;
+    let base = known.stacks;
     let fresh = &mut buffers.fresh;
-    // A first walk reads every bucket: through blocks, dozens of buckets a read.
-    let blocks = BlockReader::new(mem);
-    let reader: &dyn TargetMemory = if known.head == 0 { &blocks } else { mem };
-    let reached = walk_from(
-        reader,
-        head,
-        &known,
-        layout,
-        limits,
-        fresh,
-        &mut list.stacks,
-        &mut buffers.seen,
-    )?;
     if !reached {
         // Read whole after all: what was known goes.
         list.buckets.clear();
@@ -1246,7 +1317,11 @@ mod tests {
             &mut buffers,
         )
         .unwrap();
-        assert_eq!(counting.headers.get(), 1, "only the new bucket is walked");
+        assert_eq!(
+            counting.headers.get(),
+            2,
+            "only the new bucket is walked, and the known head's header read again"
+        );
         let fresh = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
         assert_eq!(mem_profile(&second), mem_profile(&fresh));
         assert_eq!(second.head, 0x2000);
@@ -1293,6 +1368,70 @@ mod tests {
             buffers.spare.head, 0,
             "nothing of a refused list is trusted later"
         );
+    }
+
+    #[test]
+    fn a_known_head_that_holds_another_stack_is_not_taken_for_the_list_in_hand() {
+        let (mut mem, mut buffers) = walked_then_prepended();
+        // Another program at the same addresses (an exec in the same pid): the bucket at the
+        // known head's address now has another stack.
+        poke(&mut mem, 0x20b8 + 48, 0x40a000);
+        let again =
+            walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+        let fresh = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+        assert_eq!(mem_profile(&again), mem_profile(&fresh));
+        let stacks: Vec<_> = again.buckets.iter().map(|b| again.stack(b)[0]).collect();
+        assert_eq!(stacks, [0x401000, 0x40a000, 0x403000]);
+        // And one whose link moved: read whole again too.
+        poke(&mut mem, 0x20b8 + 8, 0);
+        let again =
+            walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+        assert_eq!(again.buckets.len(), 2);
+        assert_eq!(
+            mem_profile(&again),
+            mem_profile(&walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap())
+        );
+    }
+
+    #[test]
+    fn a_list_read_whole_after_a_miss_is_held_to_the_limits_alone() {
+        let (mut mem, mut buffers) = walked_then_prepended();
+        poke(&mut mem, 0x2000 + 8, 0x2170);
+        // Two buckets in the new list, two in the one in hand: the new list alone fits.
+        let limits = Limits {
+            max_buckets: 2,
+            ..Limits::default()
+        };
+        let again = walk_reusing(&mem, &ANCHORS, &LAYOUT, &limits, &mut buffers).unwrap();
+        assert_eq!(again.buckets.len(), 2);
+        assert_eq!(
+            mem_profile(&again),
+            mem_profile(&walk(&mem, &ANCHORS, &LAYOUT, &limits).unwrap())
+        );
+    }
+
+    /// Splits the image's segment holding `at` in two there: two neighbouring mappings.
+    fn split_at(mem: &mut ImageMemory, at: u64) {
+        let i = mem
+            .segments
+            .iter()
+            .position(|(start, bytes)| *start < at && at < *start + bytes.len() as u64)
+            .expect("an address inside a segment");
+        let (start, bytes) = &mut mem.segments[i];
+        let tail = bytes.split_off((at - *start) as usize);
+        mem.segments.insert(i + 1, (at, tail));
+    }
+
+    #[test]
+    fn records_on_either_side_of_a_mapping_edge_are_never_read_as_one_range() {
+        let (mut mem, mut buffers) = walked_then_prepended();
+        // The records of the first and second buckets lie 56 bytes apart, across this edge.
+        split_at(&mut mem, 0x20b8);
+        let first = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+        let again =
+            walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+        assert_eq!(mem_profile(&again), mem_profile(&first));
+        assert_eq!(first.buckets.len(), 3);
     }
 
     #[test]
