@@ -520,6 +520,51 @@ fn a_process_that_vanishes_after_attach_is_a_failed_attempt_meaning_gone() {
     assert!(err.to_string().contains("exited"), "{err}");
 }
 
+/// An exec keeps the pid and the start time: the next capture says the program changed,
+/// rather than reading the new program's memory at the old one's addresses.
+#[test]
+fn a_process_that_execs_into_another_program_is_a_failed_attempt_naming_the_exec() {
+    let Some(fixtures) = util::go_fixtures() else {
+        return;
+    };
+    let dir = util::tempdir();
+    let log = dir.path().join("out.txt");
+    let child = Command::new(fixtures.join("execinto"))
+        .args(["sleep", "600"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start execinto");
+    let mut child = Reaped(child);
+    util::wait_for_line(&log, "listening on ", &mut child.0, Duration::from_secs(30));
+    let pid = child.0.id();
+    let mut source = ProcSource::attach(pid, format!("proc:{pid}")).expect("attach");
+    let first = source.fetch(Want::Heap, Duration::from_secs(5));
+    assert!(
+        first.is_ok(),
+        "a capture before the exec: {:?}",
+        first.err()
+    );
+    let usr1 = Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status();
+    assert!(usr1.is_ok_and(|s| s.success()));
+    let started = std::time::Instant::now();
+    while !std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p.ends_with("sleep")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "execinto became sleep"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let err = source
+        .fetch(Want::Heap, Duration::from_secs(5))
+        .unwrap_err();
+    assert_eq!(err.kind, FailureKind::Refused, "{err}");
+    assert!(err.to_string().contains("an exec"), "{err}");
+    assert!(err.to_string().contains(&format!("process {pid}")), "{err}");
+}
+
 /// Without ptrace rights (here: uid nobody against a root-owned target), the message names
 /// what is needed.
 #[test]

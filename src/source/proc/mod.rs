@@ -27,7 +27,7 @@ use thiserror::Error;
 
 use self::binary::{BinaryError, GoBinary};
 use self::encode::{Encoder, ExeMapping, GoroutineEncoder, Symbols};
-use self::memory::{ProcessMemory, ReadFault, TargetMemory as _};
+use self::memory::{MapLine, ProcessMemory, ReadFault, TargetMemory as _};
 use self::walk::{Anchors, Layout, Limits, WalkError};
 use super::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
 use crate::model::build::BuildInfo;
@@ -106,6 +106,9 @@ pub struct ProcSource {
     memory: ProcessMemory,
     /// `/proc/PID/stat` start time: a reused pid is another process, not this one.
     started: Option<u64>,
+    /// The executable's code mapping at attach (inode, start, file offset): gone from the
+    /// maps, the process runs another program (an exec keeps the pid and the start time).
+    text: Option<(u64, u64, u64)>,
     limits: Limits,
     /// The thread that does this process's reads, started at the first capture.
     reader: Option<Reader>,
@@ -391,6 +394,10 @@ impl ProcSource {
             encoder: Encoder::new(&mappings),
             memory,
             started,
+            text: exe_lines
+                .iter()
+                .find(|l| l.executable)
+                .map(|l| (l.inode, l.start, l.offset)),
             limits: Limits::default(),
             reader: None,
             spare: walk::Snapshot::default(),
@@ -546,8 +553,19 @@ impl ProcSource {
                 }
             }
         }
-        if self.memory.refresh().is_err() {
+        let Ok(lines) = self.memory.refresh() else {
             return Err(self.gone());
+        };
+        if let Some((inode, start, offset)) = self.text {
+            let same = |l: &MapLine| {
+                l.executable && (l.inode, l.start, l.offset) == (inode, start, offset)
+            };
+            if !lines.iter().any(same) {
+                return Err(self.fail(
+                    FailureKind::Refused,
+                    "it no longer runs the program heapwatch attached to: its executable's code                      is not where it was (an exec in the same process); attach to it again",
+                ));
+            }
         }
         let limits = Limits {
             max_bytes: self.limits.max_bytes.min(self.memory.readable_bytes()),
