@@ -1,0 +1,3 @@
+module heapwatch.test/vm
+
+go 1.26
