@@ -89,6 +89,10 @@ pub struct CycleGrowth {
     /// (`run --oom-hold`), when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oom_held_ms: Option<i64>,
+    /// On cgroup v2, how far below its limit the hold slowed it (`memory.high`): the last
+    /// capture is of the process that much short of its kill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom_held_below_bytes: Option<i64>,
     /// What the cycle's last heap capture saw beyond its published heap, when its source
     /// reads the allocations not yet published (`proc:`'s `recent_space`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -328,11 +332,13 @@ impl GrowthBuilder {
                     next,
                 });
                 c.killed = c.end == CycleEnd::OomKilled;
-                c.oom_held_ms = records
+                let exit = records
                     .iter()
                     .find(|r| r.kind == RecordKind::Exit && r.cycle == inc)
-                    .and_then(|x| x.totals.get("oom_held_ms").copied())
                     .filter(|_| c.killed);
+                c.oom_held_ms = exit.and_then(|x| x.totals.get("oom_held_ms").copied());
+                c.oom_held_below_bytes =
+                    exit.and_then(|x| x.totals.get("oom_held_below_bytes").copied());
                 if let Some(a) = c.at_limit.as_mut() {
                     a.killed = c.killed;
                 }
@@ -486,6 +492,7 @@ fn cycle(
         end: CycleEnd::StillAnswering,
         killed,
         oom_held_ms: None,
+        oom_held_below_bytes: None,
         unpublished: heap.last().and_then(|r| {
             let recent_bytes = *r.totals.get("recent_space")?;
             let file = r.file.clone().or_else(|| {

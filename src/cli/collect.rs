@@ -119,9 +119,10 @@ pub struct CollectArgs {
     /// targets: NAME=PATH (repeatable).
     #[arg(long, value_name = "[NAME=]PATH")]
     cgroup: Vec<String>,
-    /// At the kernel's OOM kill in the target's v1 memory cgroup (--cgroup, or a
-    /// proc:cgroup: target), hold the process at its limit until a capture is taken, at most
-    /// this long, then let the kernel kill it. A guardian process releases the hold should
+    /// At the kernel's OOM kill in the target's memory cgroup (--cgroup, or a proc:cgroup:
+    /// target), hold the process at its limit until a capture is taken, at most this long,
+    /// then let the kernel kill it (v1; on v2 the process is slowed at memory.high, a 16th of
+    /// memory.max below it, instead). A guardian process puts the cgroup back should
     /// heapwatch die. One target only.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_flag)]
     oom_hold: Option<Duration>,

@@ -172,10 +172,15 @@ enum Command {
     /// The Go processes on this node (or under a cgroup): pid, Go release, heap in use read
     /// from memory, memory against the container's limit, pod and container.
     Ps(ps::PsArgs),
-    /// The guardian of `collect --oom-hold`: clears the cgroup's oom_kill_disable once its
-    /// stdin ends (heapwatch gone, however it went). Started by heapwatch itself.
+    /// The guardian of `collect --oom-hold`: puts the cgroup back once its stdin ends
+    /// (heapwatch gone, however it went): clears v1's oom_kill_disable, or writes v2's
+    /// memory.high back as `--high`. Started by heapwatch itself.
     #[command(name = "oom-hold-guard", hide = true)]
-    OomHoldGuard { cgroup: std::path::PathBuf },
+    OomHoldGuard {
+        cgroup: std::path::PathBuf,
+        #[arg(long)]
+        high: Option<String>,
+    },
     /// Record every Go process on this node (or under a cgroup), one node per container, until
     /// stopped: slowly, then at the burst interval near each container's limit, across restarts
     /// and OOM kills.
@@ -200,9 +205,11 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::Run(args) => run::run(*args),
         Command::Index(args) => index::run(args),
         Command::Ps(args) => ps::run(args),
-        Command::OomHoldGuard { cgroup } => heapwatch::launch::hold::guard(&cgroup)
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(CliError::Failed),
+        Command::OomHoldGuard { cgroup, high } => {
+            heapwatch::launch::hold::guard(&cgroup, high.as_deref())
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(CliError::Failed)
+        }
         Command::Watch(args) => watch::run(*args),
     }
 }

@@ -63,8 +63,9 @@ pub struct RunArgs {
     #[arg(long)]
     restarts: Option<u32>,
     /// At the kernel's OOM kill, hold the command at its limit until a capture is taken, at
-    /// most this long, then let the kernel kill it (cgroup v1; off by default: a held Go
-    /// process may see ENOMEM and exit 2 itself instead of being killed).
+    /// most this long, then let the kernel kill it (cgroup v1; on cgroup v2 the command is
+    /// slowed at memory.high, a 16th of the limit below it, instead). Off by default: a held
+    /// Go process may see ENOMEM and exit 2 itself instead of being killed.
     #[arg(long, default_value = "0s", value_parser = units::parse_duration_flag)]
     oom_hold: Duration,
     /// Which ends are restarted, as a Pod's restartPolicy: Always (a clean exit too, the

@@ -173,6 +173,8 @@ pub struct Death {
     pub watchdog_killed: bool,
     /// How long the kernel held it at its OOM kill for a capture (`--oom-hold`).
     pub oom_held: Option<Duration>,
+    /// On cgroup v2, how far below its limit it was held (slowed at `memory.high`).
+    pub oom_held_below: Option<u64>,
     pub lived: Duration,
 }
 
@@ -248,6 +250,7 @@ pub fn supervise(
         // The hold in progress, and how long the last one lasted.
         let mut held: Option<Held> = None;
         let mut oom_held = None;
+        let mut released: Option<Instant> = None;
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
@@ -282,10 +285,19 @@ pub fn supervise(
                     let lasted = hold.release(&h);
                     oom_held = Some(lasted);
                     held = None;
+                    released = Some(Instant::now());
+                }
+                // v2: a process that backed off after its hold lives, and is held again at
+                // its next approach.
+                if oom_held.is_some() && held.is_none() && hold.settled() {
+                    hold.arm();
+                    oom_held = None;
+                    released = None;
                 }
                 // A release the kernel did not act on (the file could not be written):
                 // the process is never left held.
-                if oom_held.is_some_and(|d| d > hold.max() + HOLD_GRACE) && killed_ms.is_none() {
+                let overdue = released.is_some_and(|r| r.elapsed() > HOLD_GRACE);
+                if hold.kill_follows() && overdue && killed_ms.is_none() && hold.under_oom() {
                     // SAFETY: kill(2) on our own unreaped child: the pid cannot be reused yet.
                     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                 }
@@ -299,6 +311,8 @@ pub fn supervise(
             std::thread::sleep(watch_poll(policy));
         };
         let t_ms = killed_ms.unwrap_or_else(crate::time::now_ms);
+        // v2: the kernel may kill at memory.max before a capture ends the hold.
+        let oom_held = oom_held.or(held.map(|h| h.lasted()));
         watch.pid.store(0, Ordering::Relaxed);
         let lived = started.elapsed();
         let kills_after = (watch.oom_kills)();
@@ -310,6 +324,7 @@ pub fn supervise(
             oom_killed: matches!((kills_before, kills_after), (Some(a), Some(b)) if b > a),
             watchdog_killed,
             oom_held,
+            oom_held_below: oom_held.and(watch.hold.and_then(OomHold::below_limit)),
             lived,
         };
         on_event(LifeEvent::Died(death));

@@ -1,28 +1,38 @@
 //! The capture at the moment of the OOM kill. A heap read at the kernel's decision to kill is
-//! the fullest the process ever was; polled captures land up to an interval before it. With a
-//! cgroup v1 that heapwatch made, `memory.oom_control`'s `oom_kill_disable` makes the kernel
-//! hold the process at its limit instead of killing it (the tasks that need memory sleep,
-//! killable, in the cgroup's OOM wait; `under_oom` reads 1). The supervisor sees that, waits
-//! until a capture that began after it is in the run, and clears `oom_kill_disable`: the kernel
-//! then kills as it would have (SIGKILL, its `oom_kill` counter), only later.
+//! the fullest the process ever was; polled captures land up to an interval before it.
+//!
+//! - cgroup v1: `memory.oom_control`'s `oom_kill_disable` makes the kernel hold the process at
+//!   its limit instead of killing it (the tasks that need memory sleep, killable, in the
+//!   cgroup's OOM wait; `under_oom` reads 1). The supervisor sees that, waits until a capture
+//!   that began after it is in the run, and clears `oom_kill_disable`: the kernel then kills
+//!   as it would have (SIGKILL, its `oom_kill` counter), only later.
+//! - cgroup v2 has no `oom_kill_disable`. What it has is `memory.high`: a cgroup over it is
+//!   throttled (reclaim, then a sleep on each return to user space that grows with the excess,
+//!   up to two seconds; with no swap, reclaim cannot free a Go heap). So `memory.high` is set
+//!   a little below `memory.max`: the process is slowed there, `memory.events` counts `high`,
+//!   the capture is taken, and `memory.high` is put back; the process goes on to `memory.max`,
+//!   where the kernel kills it. The capture is of the process a margin before its kill, not at
+//!   it, and crossing `memory.high` is not a decision to kill: a process that backs off lives,
+//!   and is held again the next time it nears the limit.
 //!
 //! A process is never left held: the hold lasts at most `max`, Ctrl-C releases it, and should
 //! heapwatch itself be killed, the command dies with the thread that started it (its
-//! `PR_SET_PDEATHSIG` is SIGKILL, which the OOM wait lets through). cgroup v2 has no
-//! `oom_kill_disable`: there the run says the hold was not possible.
+//! `PR_SET_PDEATHSIG` is SIGKILL, which the OOM wait lets through); for a cgroup heapwatch did
+//! not make, a guardian process puts the cgroup back as it was found.
 
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::cgroup::{CgroupVersion, Confinement};
 use crate::collect::{LiveStatus, Observer};
 use crate::store::{CaptureRecord, RecordKind};
+use crate::units::format_bytes;
 
 /// What `--oom-hold` could do for a run, as `run.json` records it.
 pub fn describe(confinement: &Confinement, max: Duration) -> String {
@@ -35,15 +45,112 @@ pub fn describe(confinement: &Confinement, max: Duration) -> String {
              memory.oom_control)",
             max.as_millis()
         ),
-        Some(_) => "not possible: cgroup v2 has no oom_kill_disable".into(),
+        Some(cg) => match HighMark::read(&cg.path) {
+            Ok(mark) => format!(
+                "slowed at memory.high {} below memory.max for up to {} ms, until a capture, \
+                 then killed by the kernel at memory.max (cgroup v2 has no oom_kill_disable)",
+                format_bytes((mark.limit - mark.mark) as i64),
+                max.as_millis()
+            ),
+            Err(why) => format!("not possible: {why}"),
+        },
         None => "not possible: no memory cgroup".into(),
     }
 }
 
-/// Holds the command at its OOM kill until a capture is taken (cgroup v1 only).
+/// How a cgroup's process is held near its OOM kill.
+#[derive(Debug)]
+enum Mechanism {
+    /// cgroup v1: `memory.oom_control`'s `oom_kill_disable`.
+    KillDisable { control: PathBuf },
+    /// cgroup v2: `memory.high` a margin below `memory.max`.
+    High(HighMark),
+}
+
+/// `memory.high` set a margin below `memory.max` (cgroup v2).
+#[derive(Debug)]
+struct HighMark {
+    dir: PathBuf,
+    /// `memory.max` in bytes.
+    limit: u64,
+    /// What `memory.high` is set to while armed: never above what it was found at.
+    mark: u64,
+    /// `memory.high` as found ("max", or bytes): put back at each release and at the end.
+    found: String,
+    /// `memory.events` `high` when last armed.
+    armed_events: AtomicU64,
+}
+
+/// The margin below `memory.max` where a v2 hold slows the process: 1/16 of the limit, at
+/// least 2 MiB and at most 128 MiB (docs/architecture.md, "The OOM hold on cgroup v2": a
+/// 32nd of a 96 MiB limit slowed a 40 MiB/s grower too little to be seen in one of two lives).
+pub fn high_margin(limit: u64) -> u64 {
+    (limit / 16).clamp(2 << 20, 128 << 20).min(limit / 2)
+}
+
+impl HighMark {
+    /// The mark for the v2 cgroup `dir`, or why none can be set.
+    fn read(dir: &Path) -> Result<HighMark, String> {
+        let file = |name: &str| {
+            let path = dir.join(name);
+            fs::read_to_string(&path)
+                .map(|t| t.trim().to_string())
+                .map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let max = file("memory.max")?;
+        let limit: u64 = match max.as_str() {
+            "max" => {
+                return Err(format!(
+                    "{}: memory.max is max: no limit to hold the process near",
+                    dir.display()
+                ));
+            }
+            text => text
+                .parse()
+                .map_err(|_| format!("{}: memory.max reads {text:?}", dir.display()))?,
+        };
+        let found = file("memory.high")?;
+        let mark = limit - high_margin(limit);
+        let mark = found.parse::<u64>().map_or(mark, |high| mark.min(high));
+        Ok(HighMark {
+            dir: dir.to_path_buf(),
+            limit,
+            mark,
+            found,
+            armed_events: AtomicU64::new(0),
+        })
+    }
+
+    fn write_high(&self, value: &str) -> std::io::Result<()> {
+        fs::write(self.dir.join("memory.high"), value)
+    }
+
+    /// `memory.events` `high`: how many times the cgroup was throttled over `memory.high`.
+    fn high_events(&self) -> u64 {
+        fs::read_to_string(self.dir.join("memory.events"))
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| {
+                    let (key, value) = l.split_once(' ')?;
+                    (key == "high").then(|| value.trim().parse().ok())?
+                })
+            })
+            .unwrap_or(0)
+    }
+
+    fn current(&self) -> Option<u64> {
+        fs::read_to_string(self.dir.join("memory.current"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+/// Holds the command near its OOM kill until a capture is taken.
 #[derive(Debug)]
 pub struct OomHold {
-    control: PathBuf,
+    how: Mechanism,
     max: Duration,
     /// Unix ms when the newest recorded capture began: set by the collector's observer.
     captured_ms: Arc<AtomicI64>,
@@ -56,45 +163,101 @@ pub struct Held {
     since_ms: i64,
 }
 
+impl Held {
+    /// How long it has lasted so far.
+    pub fn lasted(&self) -> Duration {
+        self.since.elapsed()
+    }
+}
+
 impl OomHold {
-    /// A hold for the cgroup of `confinement`, when it is a v1 cgroup and `max` is not zero.
+    /// A hold for the cgroup of `confinement`, when `max` is not zero and the cgroup can hold.
     pub fn new(
         confinement: &Confinement,
         max: Duration,
         captured_ms: Arc<AtomicI64>,
     ) -> Option<OomHold> {
         let cg = confinement.cgroup()?;
-        (cg.version == CgroupVersion::V1 && !max.is_zero())
-            .then(|| OomHold::v1(&cg.path, max, captured_ms))
+        if max.is_zero() {
+            return None;
+        }
+        OomHold::for_cgroup(&cg.path, max, captured_ms).ok()
     }
 
-    /// A hold for the v1 memory cgroup `dir`.
-    pub fn v1(dir: &Path, max: Duration, captured_ms: Arc<AtomicI64>) -> OomHold {
-        OomHold {
-            control: dir.join("memory.oom_control"),
+    /// A hold for the memory cgroup `dir`: v1 when it has `memory.oom_control`, else v2.
+    pub fn for_cgroup(
+        dir: &Path,
+        max: Duration,
+        captured_ms: Arc<AtomicI64>,
+    ) -> Result<OomHold, String> {
+        let control = dir.join("memory.oom_control");
+        let how = if control.is_file() {
+            Mechanism::KillDisable { control }
+        } else {
+            Mechanism::High(HighMark::read(dir)?)
+        };
+        Ok(OomHold {
+            how,
             max,
             captured_ms,
-        }
+        })
     }
 
-    /// Asks the kernel to hold rather than kill, before each start (a release leaves it
-    /// cleared). An error leaves the kernel killing at once, as without a hold.
+    /// Sets the hold up before each start (a release leaves it off). An error leaves the kernel
+    /// killing at once, as without a hold.
     pub fn arm(&self) {
-        if let Err(e) = fs::write(&self.control, "1") {
+        let (file, result) = match &self.how {
+            Mechanism::KillDisable { control } => (control.clone(), fs::write(control, "1")),
+            Mechanism::High(h) => {
+                h.armed_events.store(h.high_events(), Ordering::Relaxed);
+                (h.dir.join("memory.high"), h.write_high(&h.mark.to_string()))
+            }
+        };
+        if let Err(e) = result {
             eprintln!(
-                "heapwatch: {}: cannot disable the OOM killer for the hold ({e}); the kernel \
-                 kills at once",
-                self.control.display()
+                "heapwatch: {}: cannot set the OOM hold up ({e}); the kernel kills at once",
+                file.display()
             );
         }
     }
 
-    /// The kernel holds the cgroup's tasks at its limit now.
+    /// The process is held now: at the kernel's OOM decision (v1), or slowed at the mark (v2).
     pub fn under_oom(&self) -> bool {
-        fs::read_to_string(&self.control).is_ok_and(|t| {
-            t.lines()
-                .any(|l| l.split_whitespace().eq(["under_oom", "1"]))
-        })
+        match &self.how {
+            Mechanism::KillDisable { control } => fs::read_to_string(control).is_ok_and(|t| {
+                t.lines()
+                    .any(|l| l.split_whitespace().eq(["under_oom", "1"]))
+            }),
+            Mechanism::High(h) => {
+                h.high_events() > h.armed_events.load(Ordering::Relaxed)
+                    || h.current().is_some_and(|c| c >= h.mark)
+            }
+        }
+    }
+
+    /// True when a released hold is followed by the kernel's kill for certain (v1: the kernel
+    /// had decided). On v2 the process may back off and live.
+    pub fn kill_follows(&self) -> bool {
+        matches!(self.how, Mechanism::KillDisable { .. })
+    }
+
+    /// How far below `memory.max` a v2 hold slows the process (none on v1: held at the kill).
+    pub fn below_limit(&self) -> Option<u64> {
+        match &self.how {
+            Mechanism::KillDisable { .. } => None,
+            Mechanism::High(h) => Some(h.limit - h.mark),
+        }
+    }
+
+    /// v2, after a release: the process is well below the mark again (it backed off and
+    /// lives), so the hold may be set up again for its next approach.
+    pub fn settled(&self) -> bool {
+        match &self.how {
+            Mechanism::KillDisable { .. } => false,
+            Mechanism::High(h) => h
+                .current()
+                .is_some_and(|c| c < h.mark.saturating_sub(h.limit - h.mark)),
+        }
     }
 
     pub fn max(&self) -> Duration {
@@ -115,21 +278,33 @@ impl OomHold {
             || held.since.elapsed() >= self.max
     }
 
-    /// Clears `oom_kill_disable` for good (the holder is done).
+    /// Puts the cgroup back as found, for good (the holder is done).
     pub fn disarm(&self) {
-        let _ = fs::write(&self.control, "0");
+        let _ = self.put_back();
     }
 
-    /// Lets the kernel kill: clears `oom_kill_disable`, which wakes the held tasks into the
-    /// OOM killer. Returns how long the process was held.
+    fn put_back(&self) -> std::io::Result<()> {
+        match &self.how {
+            Mechanism::KillDisable { control } => fs::write(control, "0"),
+            Mechanism::High(h) => h.write_high(&h.found),
+        }
+    }
+
+    /// Lets the process go: v1 clears `oom_kill_disable`, which wakes the held tasks into the
+    /// OOM killer; v2 puts `memory.high` back. Returns how long the process was held.
     pub fn release(&self, held: &Held) -> Duration {
-        if let Err(e) = fs::write(&self.control, "0") {
-            eprintln!(
-                "heapwatch: {}: cannot release the OOM hold ({e})",
-                self.control.display()
-            );
+        if let Err(e) = self.put_back() {
+            eprintln!("heapwatch: cannot release the OOM hold ({e})");
         }
         held.since.elapsed()
+    }
+
+    /// The guardian's arguments: what it must put back should heapwatch die.
+    fn guard_args(&self) -> Vec<String> {
+        match &self.how {
+            Mechanism::KillDisable { .. } => Vec::new(),
+            Mechanism::High(h) => vec!["--high".into(), h.found.clone()],
+        }
     }
 }
 
@@ -156,19 +331,15 @@ impl<O: Observer> Observer for HoldObserver<O> {
 /// Why a cgroup cannot be held by `collect --oom-hold`.
 pub fn check_holdable(dir: &Path) -> Result<(), String> {
     let control = dir.join("memory.oom_control");
+    if !control.is_file() && dir.join("memory.events").is_file() {
+        return HighMark::read(dir).map(|_| ());
+    }
     let text = fs::read_to_string(&control).map_err(|e| {
-        if dir.join("memory.events").is_file() {
-            format!(
-                "{}: a cgroup v2 directory; the OOM hold needs cgroup v1 (v2 has no \
-                 oom_kill_disable)",
-                dir.display()
-            )
-        } else {
-            format!(
-                "{}: {e} (the OOM hold needs a v1 memory cgroup)",
-                control.display()
-            )
-        }
+        format!(
+            "{}: {e} (the OOM hold needs a memory cgroup: v1 memory.oom_control or v2 \
+             memory.max)",
+            control.display()
+        )
     })?;
     if text.lines().any(|l| l == "oom_kill_disable 1") {
         return Err(format!(
@@ -180,10 +351,10 @@ pub fn check_holdable(dir: &Path) -> Result<(), String> {
 }
 
 /// Holds a cgroup heapwatch did not make (`collect --cgroup DIR --oom-hold`): a thread that
-/// arms the hold, watches `under_oom`, releases each hold once a capture is in, and re-arms for
-/// the next process; and a guardian process that clears `oom_kill_disable` should heapwatch
-/// die without doing so (its stdin is a pipe from heapwatch: end of file means heapwatch is
-/// gone, however it went).
+/// sets the hold up, watches for it, releases each hold once a capture is in, and sets it up
+/// again for the next approach; and a guardian process that puts the cgroup back as found
+/// should heapwatch die without doing so (its stdin is a pipe from heapwatch: end of file
+/// means heapwatch is gone, however it went).
 pub struct Holder {
     hold: Arc<OomHold>,
     stop: Arc<AtomicBool>,
@@ -191,18 +362,20 @@ pub struct Holder {
     guardian: Option<Child>,
 }
 
-/// How often the holder reads `under_oom`.
+/// How often the holder looks at the cgroup.
 const HOLD_POLL: Duration = Duration::from_millis(5);
 
 impl Holder {
     pub fn start(dir: &Path, max: Duration, captured_ms: Arc<AtomicI64>) -> Result<Holder, String> {
         check_holdable(dir)?;
+        let hold = Arc::new(OomHold::for_cgroup(dir, max, captured_ms)?);
         let exe = std::env::current_exe().map_err(|e| format!("heapwatch's own path: {e}"))?;
         let guardian = {
             use std::os::unix::process::CommandExt;
             Command::new(exe)
                 .arg(GUARD_COMMAND)
                 .arg(dir)
+                .args(hold.guard_args())
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 // Out of the terminal's process group: Ctrl-C is heapwatch's to handle.
@@ -210,34 +383,13 @@ impl Holder {
                 .spawn()
                 .map_err(|e| format!("cannot start the OOM hold's guardian: {e}"))?
         };
-        let hold = Arc::new(OomHold::v1(dir, max, captured_ms));
         hold.arm();
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (hold, stop) = (hold.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("oom-hold".into())
-                .spawn(move || {
-                    let mut held: Option<Held> = None;
-                    while !stop.load(Ordering::Relaxed) {
-                        let under = hold.under_oom();
-                        match held {
-                            None if under => held = Some(hold.begin(crate::time::now_ms())),
-                            Some(h) if hold.done(&h) => {
-                                hold.release(&h);
-                                held = None;
-                                // The kernel kills; the next process in the cgroup is held too.
-                                let deadline = Instant::now() + Duration::from_secs(5);
-                                while hold.under_oom() && Instant::now() < deadline {
-                                    std::thread::sleep(HOLD_POLL);
-                                }
-                                hold.arm();
-                            }
-                            _ => {}
-                        }
-                        std::thread::sleep(HOLD_POLL);
-                    }
-                })
+                .spawn(move || hold_loop(&hold, &stop))
                 .map_err(|e| format!("cannot start the OOM hold's thread: {e}"))?
         };
         Ok(Holder {
@@ -249,9 +401,42 @@ impl Holder {
     }
 }
 
+/// The holder's thread: hold, release once a capture is in, set up again for the next.
+fn hold_loop(hold: &OomHold, stop: &AtomicBool) {
+    let mut held: Option<Held> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let under = hold.under_oom();
+        match held {
+            None if under => held = Some(hold.begin(crate::time::now_ms())),
+            Some(h) if hold.done(&h) => {
+                hold.release(&h);
+                held = None;
+                // v1: the kernel kills, and the next process in the cgroup is held too. v2:
+                // the process goes on to memory.max and its kill, or backs off and lives;
+                // either way it is held again only once well below the mark.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while !stop.load(Ordering::Relaxed) {
+                    let ready = if hold.kill_follows() {
+                        !hold.under_oom() || Instant::now() >= deadline
+                    } else {
+                        hold.settled()
+                    };
+                    if ready {
+                        break;
+                    }
+                    std::thread::sleep(HOLD_POLL);
+                }
+                hold.arm();
+            }
+            _ => {}
+        }
+        std::thread::sleep(HOLD_POLL);
+    }
+}
+
 impl Drop for Holder {
-    /// Clears `oom_kill_disable` (a process held now is killed by the kernel as it would have
-    /// been), then lets the guardian go.
+    /// Puts the cgroup back as found (a process held now goes on: on v1 the kernel kills it as
+    /// it would have been), then lets the guardian go.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
@@ -268,10 +453,10 @@ impl Drop for Holder {
 /// The hidden command the guardian runs as.
 pub const GUARD_COMMAND: &str = "oom-hold-guard";
 
-/// The guardian: waits for its stdin to end (heapwatch gone, or done), then clears the
-/// cgroup's `oom_kill_disable`. Ignores the signals a terminal or a group kill sends, so that
-/// it outlives heapwatch.
-pub fn guard(dir: &Path) -> Result<(), String> {
+/// The guardian: waits for its stdin to end (heapwatch gone, or done), then puts the cgroup
+/// back: v1 clears `oom_kill_disable`, v2 writes `memory.high` back as `high` (as found).
+/// Ignores the signals a terminal or a group kill sends, so that it outlives heapwatch.
+pub fn guard(dir: &Path, high: Option<&str>) -> Result<(), String> {
     // SAFETY: setting signal dispositions to SIG_IGN touches no memory.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
@@ -281,14 +466,104 @@ pub fn guard(dir: &Path) -> Result<(), String> {
     let mut sink = [0u8; 64];
     let mut stdin = std::io::stdin();
     while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-    let control = dir.join("memory.oom_control");
-    match fs::write(&control, "0") {
+    let (file, value) = match high {
+        Some(high) => (dir.join("memory.high"), high),
+        None => (dir.join("memory.oom_control"), "0"),
+    };
+    match fs::write(&file, value) {
         Ok(()) => Ok(()),
         // The cgroup went with its container: nothing is held.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!(
-            "{}: cannot clear oom_kill_disable: {e}",
-            control.display()
-        )),
+        Err(e) => Err(format!("{}: cannot put {value} back: {e}", file.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A v2 cgroup's files, as the kernel lays them out, in a temporary folder.
+    fn v2_dir(max: &str, high: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in [
+            ("memory.max", format!("{max}\n")),
+            ("memory.high", format!("{high}\n")),
+            ("memory.current", "1048576\n".to_string()),
+            (
+                "memory.events",
+                "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n".to_string(),
+            ),
+        ] {
+            fs::write(dir.path().join(name), text).unwrap();
+        }
+        dir
+    }
+
+    fn read(dir: &Path, name: &str) -> String {
+        fs::read_to_string(dir.join(name))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    #[test]
+    fn the_margin_is_a_16th_of_the_limit_within_2_and_128_mib() {
+        assert_eq!(high_margin(96 << 20), 6 << 20);
+        assert_eq!(high_margin(16 << 20), 2 << 20);
+        assert_eq!(high_margin(2 << 20), 1 << 20, "never more than half");
+        assert_eq!(high_margin(8 << 30), 128 << 20);
+    }
+
+    #[test]
+    fn a_v2_hold_sets_memory_high_below_max_sees_the_throttle_and_puts_it_back() {
+        let dir = v2_dir("100663296", "max");
+        let captured = Arc::new(AtomicI64::new(i64::MIN));
+        let hold = OomHold::for_cgroup(dir.path(), Duration::from_secs(2), captured.clone())
+            .expect("a v2 cgroup with a limit holds");
+        assert!(!hold.kill_follows());
+        hold.arm();
+        assert_eq!(read(dir.path(), "memory.high"), (90u64 << 20).to_string());
+        assert!(!hold.under_oom());
+        // The kernel throttled the cgroup over memory.high once.
+        let events = read(dir.path(), "memory.events").replace("high 0", "high 1");
+        fs::write(dir.path().join("memory.events"), events).unwrap();
+        assert!(hold.under_oom());
+        let held = hold.begin(1_000);
+        assert!(!hold.done(&held));
+        captured.store(1_001, Ordering::Relaxed);
+        assert!(hold.done(&held));
+        hold.release(&held);
+        assert_eq!(read(dir.path(), "memory.high"), "max");
+        // At the mark still: not settled; well below it: held again at the next approach.
+        fs::write(dir.path().join("memory.current"), (90u64 << 20).to_string()).unwrap();
+        assert!(!hold.settled() && hold.under_oom());
+        fs::write(dir.path().join("memory.current"), (83u64 << 20).to_string()).unwrap();
+        assert!(hold.settled());
+        hold.arm();
+        assert!(
+            !hold.under_oom(),
+            "the count is taken afresh at each arming"
+        );
+    }
+
+    #[test]
+    fn a_v2_hold_never_raises_a_lower_memory_high_and_needs_a_limit() {
+        let dir = v2_dir("100663296", "50331648");
+        let hold =
+            OomHold::for_cgroup(dir.path(), Duration::from_secs(2), Default::default()).unwrap();
+        hold.arm();
+        assert_eq!(read(dir.path(), "memory.high"), "50331648");
+        hold.disarm();
+        assert_eq!(read(dir.path(), "memory.high"), "50331648");
+
+        let unlimited = v2_dir("max", "max");
+        let err = check_holdable(unlimited.path()).unwrap_err();
+        assert!(err.contains("memory.max is max"), "{err}");
+        let err = OomHold::for_cgroup(unlimited.path(), Duration::from_secs(2), Default::default())
+            .unwrap_err();
+        assert!(
+            err.contains(&unlimited.path().display().to_string()),
+            "{err}"
+        );
     }
 }

@@ -246,6 +246,10 @@ pub fn event_record(event: &LifeEvent) -> Option<CaptureRecord> {
                 r.totals
                     .insert("oom_held_ms".to_string(), held.as_millis() as i64);
             }
+            if let Some(below) = d.oom_held_below {
+                r.totals
+                    .insert("oom_held_below_bytes".to_string(), below as i64);
+            }
             Some(r)
         }
         LifeEvent::Interrupted { .. } => None,
@@ -266,6 +270,7 @@ mod tests {
             oom_killed: true,
             watchdog_killed: false,
             oom_held: Some(Duration::from_millis(120)),
+            oom_held_below: None,
             lived: Duration::from_millis(4_500),
         };
         let r = event_record(&LifeEvent::Died(death)).unwrap();

@@ -107,6 +107,19 @@ pub fn build(c: &CycleGrowth) -> String {
     parts.join(", ")
 }
 
+/// How the `--oom-hold` held the process for its last capture: at its limit (cgroup v1), or
+/// slowed a margin below it (v2).
+pub fn hold_words(c: &CycleGrowth, held_ms: i64) -> String {
+    match c.oom_held_below_bytes {
+        Some(below) => format!(
+            "the kernel slowed it {held_ms} ms at {} below its limit for a last capture \
+             (cgroup v2 memory.high)",
+            format_bytes(below)
+        ),
+        None => format!("the kernel held it {held_ms} ms at its limit for a last capture"),
+    }
+}
+
 /// The last capture's heap beyond what the profile published: "at the last capture (#31,
 /// 3.1 s): 57.8 MiB in use as of the last GC, and 65.0 MiB allocated since, not yet published
 /// (recent_space, frees not yet known; `heapwatch top RUN/profiles/… --sample recent_space`
@@ -147,8 +160,9 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
     let _ = match c.oom_held_ms {
         Some(held) => writeln!(
             out,
-            "  end: {}, after the kernel held it {held} ms at its limit for a last capture",
-            end_words(&c.end)
+            "  end: {}, after {}",
+            end_words(&c.end),
+            hold_words(c, held)
         ),
         None => writeln!(out, "  end: {}", end_words(&c.end)),
     };

@@ -8,6 +8,7 @@ mod util;
 
 mod agent;
 mod bad_input;
+mod cgroup_v2;
 mod cluster;
 mod cluster_analysis;
 mod collect_crash;

@@ -26,6 +26,9 @@ pub enum Need {
     OomKillCounter,
     /// A C compiler (`gcc`) for cgo fixtures, which the system linker links.
     CCompiler,
+    /// qemu and a Debian kernel, for cgroup v2 in a VM (testdata/vm/run-in-vm.sh installs
+    /// them as root where apt can reach Debian's archive).
+    Vm,
 }
 
 impl Need {
@@ -36,6 +39,7 @@ impl Need {
             Need::Chromium => "headless Chromium",
             Need::OomKillCounter => "a kernel that counts OOM kills per cgroup",
             Need::CCompiler => "a C compiler for cgo",
+            Need::Vm => "a VM with cgroup v2 (qemu and a Debian kernel)",
         }
     }
 
@@ -46,6 +50,7 @@ impl Need {
             Need::Chromium => "apt-get install chromium",
             Need::OomKillCounter => "Linux 4.13 or later",
             Need::CCompiler => "apt-get install gcc",
+            Need::Vm => "run as root on Debian: testdata/vm/run-in-vm.sh installs what it needs",
         }
     }
 
@@ -56,7 +61,9 @@ impl Need {
         let own = match self {
             Need::Go | Need::CCompiler => "HEAPWATCH_REQUIRE_GO",
             // .ci/run installs Chromium and runs as root: one switch for the full set-up.
-            Need::Root | Need::Chromium | Need::OomKillCounter => "HEAPWATCH_REQUIRE_ROOT",
+            Need::Root | Need::Chromium | Need::OomKillCounter | Need::Vm => {
+                "HEAPWATCH_REQUIRE_ROOT"
+            }
         };
         if set(own) {
             Some(own)

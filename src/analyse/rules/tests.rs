@@ -56,6 +56,7 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
         },
         killed: killed_at.is_some(),
         oom_held_ms: None,
+        oom_held_below_bytes: None,
         unpublished: None,
         heap_first: Some(0),
         heap_last: Some(1),

@@ -354,7 +354,7 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     if let Some(held) = c.oom_held_ms {
         facts.push((
             "OOM hold".into(),
-            format!("the kernel held it {held} ms at its limit for a last capture"),
+            crate::render::growth::hold_words(c, held),
         ));
     }
     if let Some(u) = &c.unpublished {

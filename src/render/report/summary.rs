@@ -96,6 +96,9 @@ struct CycleSummary<'a> {
     /// How long the kernel held it at its OOM kill for a last capture (`run --oom-hold`).
     #[serde(skip_serializing_if = "Option::is_none")]
     oom_held_ms: Option<i64>,
+    /// On cgroup v2: how far below its limit it was held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oom_held_below_bytes: Option<i64>,
     /// The last capture's heap beyond the published one (`proc:` sources).
     #[serde(skip_serializing_if = "Option::is_none")]
     unpublished: Option<&'a crate::analyse::growth::Unpublished>,
@@ -254,6 +257,7 @@ pub fn json(m: &ReportModel) -> String {
             killed: c.killed,
             end: crate::render::ends::end_words(&c.end),
             oom_held_ms: c.oom_held_ms,
+            oom_held_below_bytes: c.oom_held_below_bytes,
             unpublished: c.unpublished.as_ref(),
             heap_bytes_per_sec: whole(c.reading.as_ref().map_or(0.0, |r| r.bytes_per_sec)),
             growing_at_end: c.reading.as_ref().is_some_and(|r| r.ongoing),
