@@ -563,7 +563,8 @@ impl ProcSource {
             if !lines.iter().any(same) {
                 return Err(self.fail(
                     FailureKind::Refused,
-                    "it no longer runs the program heapwatch attached to: its executable's code                      is not where it was (an exec in the same process); attach to it again",
+                    "it no longer runs the program heapwatch attached to: its executable's code \
+                     is not where it was (an exec in the same process); attach to it again",
                 ));
             }
         }
