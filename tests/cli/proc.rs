@@ -562,7 +562,10 @@ fn a_process_that_execs_into_another_program_is_a_failed_attempt_naming_the_exec
         .unwrap_err();
     assert_eq!(err.kind, FailureKind::Refused, "{err}");
     assert!(err.to_string().contains("an exec"), "{err}");
-    assert!(!err.to_string().contains("  "), "one sentence, single-spaced: {err}");
+    assert!(
+        !err.to_string().contains("  "),
+        "one sentence, single-spaced: {err}"
+    );
     assert!(err.to_string().contains(&format!("process {pid}")), "{err}");
 }
 
