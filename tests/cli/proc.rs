@@ -616,9 +616,13 @@ pub(crate) fn start_corrupt(binary: &Path, how: &str) -> Reaped {
     Reaped(child)
 }
 
-/// Runs `heapwatch ARGS` to its end; (exit code, stderr, its peak RSS in KiB, from wait4).
-/// wait4 reaps it, so std's own wait is not used.
-#[allow(clippy::zombie_processes)]
+/// Runs `heapwatch ARGS` to its end; (exit code, stderr, its peak RSS in KiB).
+///
+/// The peak is its own address space's high-water mark (`VmHWM`), read from /proc every 5 ms
+/// while it lives, not wait4's `ru_maxrss`: Linux counts into that the resident size of the
+/// address space an exec replaced, which for a process spawned from this test binary is the
+/// test binary's own (hundreds of MiB while other tests run beside it). A rise within its
+/// last 5 ms would be missed.
 fn run_measured(args: &[&str]) -> (Option<i32>, String, i64) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_heapwatch"))
         .args(args)
@@ -632,13 +636,18 @@ fn run_measured(args: &[&str]) -> (Option<i32>, String, i64) {
         std::io::Read::read_to_string(&mut stderr, &mut text).ok();
         text
     });
-    let mut status = 0;
-    // SAFETY: wait4 writes only into the two values handed to it.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t, "wait4 on heapwatch");
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    (code, reader.join().unwrap(), usage.ru_maxrss)
+    // Until it has exited: a zombie, not yet reaped, keeps its pid but shows no VmHWM.
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0;
+    while let Some(kib) = std::fs::read_to_string(&status).ok().and_then(|text| {
+        let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+        line.split_whitespace().nth(1)?.parse::<i64>().ok()
+    }) {
+        peak_kib = peak_kib.max(kib);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = child.wait().expect("wait for heapwatch");
+    (status.code(), reader.join().unwrap(), peak_kib)
 }
 
 /// Real Go processes that damage their own heap profile through `unsafe` (GC off, so their
