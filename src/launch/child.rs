@@ -288,8 +288,14 @@ pub fn supervise(
                     released = Some(Instant::now());
                 }
                 // v2: a process that backed off after its hold lives, and is held again at
-                // its next approach.
-                if oom_held.is_some() && held.is_none() && hold.settled() {
+                // its next approach. One the kernel killed is low too, its memory freed before
+                // it can be reaped: the kill counter rises before the kill frees anything, so it
+                // is read after the memory.
+                if oom_held.is_some()
+                    && held.is_none()
+                    && hold.settled()
+                    && !kernel_killed(kills_before, (watch.oom_kills)())
+                {
                     hold.arm();
                     oom_held = None;
                     released = None;
@@ -302,11 +308,8 @@ pub fn supervise(
                     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                 }
             }
-            if killed_ms.is_none() {
-                let kills = (watch.oom_kills)();
-                if matches!((kills_before, kills), (Some(a), Some(b)) if b > a) {
-                    killed_ms = Some(crate::time::now_ms());
-                }
+            if killed_ms.is_none() && kernel_killed(kills_before, (watch.oom_kills)()) {
+                killed_ms = Some(crate::time::now_ms());
             }
             std::thread::sleep(watch_poll(policy));
         };
@@ -321,7 +324,7 @@ pub fn supervise(
             t_ms,
             exit_code: status.code(),
             signal: status.signal(),
-            oom_killed: matches!((kills_before, kills_after), (Some(a), Some(b)) if b > a),
+            oom_killed: kernel_killed(kills_before, kills_after),
             watchdog_killed,
             oom_held,
             oom_held_below: oom_held.and(watch.hold.and_then(OomHold::below_limit)),
@@ -365,6 +368,11 @@ pub fn supervise(
 
 /// How long after a hold's release the kernel has to kill before the supervisor does.
 const HOLD_GRACE: Duration = Duration::from_secs(5);
+
+/// Whether the cgroup's OOM kill counter rose from `before` to `now` (neither unreadable).
+fn kernel_killed(before: Option<u64>, now: Option<u64>) -> bool {
+    matches!((before, now), (Some(a), Some(b)) if b > a)
+}
 
 fn watch_poll(policy: &RestartPolicy) -> Duration {
     policy.poll.max(Duration::from_millis(1))
