@@ -43,10 +43,29 @@ pub struct MemoryBreakdown {
     /// they are more than [`MEMSTATS_SKEW_MS`] away from the peak (they are read every few
     /// seconds, the memory every few milliseconds).
     pub memstats_at_s: Option<f64>,
+    /// The nearest MemStats, when they were read while the memory was far from this moment's
+    /// (by more than [`MEMSTATS_MOVED_SHARE`] of it): the Go figures are then left out, since
+    /// splitting the peak with them puts the heap's growth since into "other anonymous".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memstats_elsewhere: Option<MemStatsElsewhere>,
+}
+
+/// MemStats that describe another moment than the breakdown's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemStatsElsewhere {
+    /// Seconds since the cycle's first capture when they were read.
+    pub at_s: f64,
+    /// The memory then, by the sample nearest to that read (same measure as `total`).
+    pub total_then: u64,
+    /// Their HeapAlloc.
+    pub heap_alloc: Option<u64>,
 }
 
 /// Go figures read further than this from the peak say when they were read.
 const MEMSTATS_SKEW_MS: i64 = 1000;
+/// Go figures read while the total was further than this share of the peak's away from it do
+/// not split the peak.
+const MEMSTATS_MOVED_SHARE: f64 = 1.0 / 8.0;
 
 /// How long the cgroup sat at its limit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -97,6 +116,23 @@ pub fn at_peak(
     let anon = cg
         .and_then(|c| c.anon)
         .or_else(|| m.process.as_ref().and_then(|p| p.rss_anon));
+    // MemStats read seconds away while the memory moved describe another process state.
+    let memstats_elsewhere = stats
+        .filter(|r| (r.t_ms - m.t_ms).abs() > MEMSTATS_SKEW_MS)
+        .and_then(|r| {
+            let (then, near) = memory
+                .iter()
+                .filter(|s| s.alive)
+                .filter_map(|s| s.bytes().map(|b| (b, s.t_ms)))
+                .min_by_key(|(_, t)| (t - r.t_ms).abs())?;
+            let moved = total.abs_diff(then) as f64 > total as f64 * MEMSTATS_MOVED_SHARE;
+            ((near - r.t_ms).abs() <= MEMSTATS_SKEW_MS && moved).then(|| MemStatsElsewhere {
+                at_s: (r.t_ms - start_ms) as f64 / 1000.0,
+                total_then: then,
+                heap_alloc: stat(r, "HeapAlloc"),
+            })
+        });
+    let stats = stats.filter(|_| memstats_elsewhere.is_none());
     let go_heap_live = stats.and_then(|r| stat(r, "HeapAlloc"));
     let memstats_at_s = stats
         .filter(|r| go_heap_live.is_some() && (r.t_ms - m.t_ms).abs() > MEMSTATS_SKEW_MS)
@@ -125,6 +161,7 @@ pub fn at_peak(
         dirty: cg.and_then(|c| c.file_dirty),
         cache_inherited: false,
         memstats_at_s,
+        memstats_elsewhere,
     };
     Some(b)
 }

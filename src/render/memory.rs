@@ -43,6 +43,18 @@ pub fn breakdown_words(b: &MemoryBreakdown) -> String {
     if let Some(t) = b.memstats_at_s {
         s.push_str(&format!(" (Go figures from MemStats read at {t:.1} s)"));
     }
+    if let Some(e) = &b.memstats_elsewhere {
+        let heap = e
+            .heap_alloc
+            .map(|h| format!(" (HeapAlloc {} then)", f(h)))
+            .unwrap_or_default();
+        s.push_str(&format!(
+            " (no Go split: the nearest MemStats were read at {:.1} s, with {} of memory{heap}, \
+             not this moment's)",
+            e.at_s,
+            f(e.total_then)
+        ));
+    }
     // MemStats and the memory sample are read at different moments: Go figures above the
     // total are no split of it, and are said to be none.
     let go = [b.go_heap_live, b.go_held_free, b.go_runtime]
@@ -336,5 +348,47 @@ mod tests {
             "{}",
             breakdown_words(&b)
         );
+    }
+
+    /// A server idle for 3 s (MemStats read then), flooded, OOM-killed 0.3 s later (nats-server
+    /// under `heapwatch run`): the idle MemStats would put the flood's heap in "other anonymous".
+    #[test]
+    fn memstats_read_when_the_memory_was_far_from_the_peak_do_not_split_it() {
+        let memory = [
+            sample(0, 12 * MIB, 2 * MIB, 0),
+            sample(3_000, 13 * MIB, 2 * MIB, 0),
+            sample(3_300, 1020 * MIB, 2 * MIB, 0),
+        ];
+        let refs: Vec<&MemorySample> = memory.iter().collect();
+        let mut ms = CaptureRecord::new(1, RecordKind::Memstats, 1, 40);
+        for (k, v) in [
+            ("HeapAlloc", MIB),
+            ("HeapInuse", 2 * MIB),
+            ("HeapIdle", 6 * MIB),
+            ("HeapReleased", 6 * MIB),
+            ("HeapSys", 8 * MIB),
+            ("Sys", 12 * MIB),
+        ] {
+            ms.totals.insert(k.into(), v as i64);
+        }
+        let b = at_peak(&refs, &[&ms], 0, None).unwrap();
+        assert_eq!((b.go_heap_live, b.other_anon), (None, None));
+        assert_eq!(b.anon, Some(1018 * MIB));
+        let words = breakdown_words(&b);
+        assert!(
+            words.contains("anonymous 1018 MiB")
+                && words.contains("(no Go split: the nearest MemStats were read at 0.0 s, with 12.0 MiB of memory (HeapAlloc 1.00 MiB then), not this moment's)"),
+            "{words}"
+        );
+        // Read 2 s before the peak while the memory stood within an eighth of it: still a split.
+        ms.t_ms = 1_300;
+        let memory = [sample(1_300, 960 * MIB, 2 * MIB, 0), memory[2].clone()];
+        let refs: Vec<&MemorySample> = memory.iter().collect();
+        let b = at_peak(&refs, &[&ms], 0, None).unwrap();
+        assert_eq!(
+            (b.go_heap_live, b.memstats_elsewhere.is_none()),
+            (Some(MIB), true)
+        );
+        assert_eq!(b.memstats_at_s, Some(1.3));
     }
 }
