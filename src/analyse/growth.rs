@@ -376,6 +376,18 @@ fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
     }
 }
 
+/// Whether a line fitted to time-ordered `points` rises over their span by at least half of
+/// their rise from the first figure to the highest (a rise under an eighth of the highest
+/// needs no accounting for).
+fn accounts_for_rise(fit: &LineFit, points: &[(f64, f64)]) -> bool {
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return true;
+    };
+    let peak = points.iter().map(|p| p.1).fold(first.1, f64::max);
+    let rise = peak - first.1;
+    rise <= peak / 8.0 || fit.slope * (last.0 - first.0) >= rise / 2.0
+}
+
 fn fit_points(points: &[(f64, f64)]) -> Option<LineFit> {
     let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
     theil_sen(&t, &v)
@@ -426,7 +438,11 @@ fn cycle(
         .filter(|m| m.alive && m.t_ms <= last.max(stopped.unwrap_or(last)))
         .filter_map(|m| m.bytes().map(|b| (secs(m.t_ms), b as f64)))
         .collect();
-    let mem_fit = thin(&mem_points, 256).and_then(|p| fit_points(&p));
+    // A whole-cycle fit is the memory's trend only when it accounts for the rise: a quiet start
+    // and then a climb to the limit in its last moments fit a flat line ("0 B/s").
+    let mem_fit = thin(&mem_points, 256)
+        .and_then(|p| fit_points(&p))
+        .filter(|f| accounts_for_rise(f, &mem_points));
     let at_limit = breakdown::at_limit(mem, start_ms, limit, killed);
     let died_after_s = stopped.map(secs);
     // Without totals in the records, the sites' sum on the grid is the heap.
@@ -667,5 +683,25 @@ mod tests {
             );
             assert!(c.alloc_storms.is_empty(), "{:?}", c.alloc_storms);
         }
+    }
+
+    /// nats-server under `heapwatch run`: 3 s idle at 10 MiB, then the cgroup full in 0.3 s. A
+    /// line through that is flat and is not given as the memory's rate; a steady climb is.
+    #[test]
+    fn a_memory_rate_is_given_only_when_its_line_accounts_for_the_rise() {
+        const MIB: f64 = 1048576.0;
+        let mut late: Vec<(f64, f64)> = (0..60).map(|i| (i as f64 * 0.05, 10.0 * MIB)).collect();
+        late.extend((0..6).map(|i| (3.0 + i as f64 * 0.05, (10.0 + 23.6 * i as f64) * MIB)));
+        let fit = fit_points(&late).unwrap();
+        assert!(fit.slope.abs() < MIB, "{}", fit.slope);
+        assert!(!accounts_for_rise(&fit, &late));
+        let steady: Vec<(f64, f64)> = (0..66)
+            .map(|i| (i as f64 * 0.05, (10.0 + i as f64) * MIB))
+            .collect();
+        assert!(accounts_for_rise(&fit_points(&steady).unwrap(), &steady));
+        let flat: Vec<(f64, f64)> = (0..66)
+            .map(|i| (i as f64 * 0.05, (100 + i % 3) as f64 * MIB))
+            .collect();
+        assert!(accounts_for_rise(&fit_points(&flat).unwrap(), &flat));
     }
 }

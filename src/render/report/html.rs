@@ -294,12 +294,14 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     if let Some(p) = m.peak_heap.iter().find(|p| p.0 == c.index) {
         facts.push(("largest heap captured".into(), format_bytes(p.1)));
     }
-    if let Some(r) = c.memory_bytes_per_sec {
-        let mut s = rate(r);
-        if c.memory_peak.is_some() {
-            s.push_str(&format!(", peak {}", super::memory_peak(c)));
-        }
-        facts.push(("process memory".into(), s));
+    let peak = c
+        .memory_peak
+        .map(|_| format!("peak {}", super::memory_peak(c)));
+    match (c.memory_bytes_per_sec, peak) {
+        (Some(r), Some(p)) => facts.push(("process memory".into(), format!("{}, {p}", rate(r)))),
+        (Some(r), None) => facts.push(("process memory".into(), rate(r))),
+        (None, Some(p)) => facts.push(("process memory".into(), p)),
+        (None, None) => {}
     }
     if let Some(b) = &c.breakdown {
         facts.push((
