@@ -67,7 +67,10 @@ mod tests {
             status,
             measured: Some(1.0),
             cycle: Some(1),
-            evidence: Evidence::Kills { n: 1 },
+            evidence: Evidence::Kills {
+                n: 1,
+                cycles: Vec::new(),
+            },
         }
     }
 

@@ -477,7 +477,7 @@ fn cycle(
     // Allocation storms and the profiling cost.
     let (alloc_storms, profiling) = storms(&state.alloc, &state.inuse);
     let goroutine_growth = goroutines(&state.goroutines);
-    let memstats = memstats_view(&good);
+    let memstats = memstats_view(&good, start_ms);
 
     let memstats_records: Vec<&CaptureRecord> = good
         .iter()

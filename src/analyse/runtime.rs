@@ -20,6 +20,8 @@ pub struct GoroutineGrowth {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct MemStatsView {
+    /// Seconds since the cycle's first capture when the figures were read (the last read).
+    pub at_s: f64,
     pub heap_alloc: i64,
     /// HeapAlloc / (HeapSys − HeapReleased): how much of the retained heap is live data.
     pub live_share: Option<f64>,
@@ -84,7 +86,7 @@ pub(crate) fn runtime_view(
     })
 }
 
-pub(crate) fn memstats_view(good: &[&&CaptureRecord]) -> Option<MemStatsView> {
+pub(crate) fn memstats_view(good: &[&&CaptureRecord], start_ms: i64) -> Option<MemStatsView> {
     let ms: Vec<&&&CaptureRecord> = good
         .iter()
         .filter(|r| r.kind == RecordKind::Memstats)
@@ -102,6 +104,7 @@ pub(crate) fn memstats_view(good: &[&&CaptureRecord]) -> Option<MemStatsView> {
         _ => None,
     };
     Some(MemStatsView {
+        at_s: (last.t_ms - start_ms) as f64 / 1000.0,
         heap_alloc,
         live_share: retained
             .filter(|&r| r > 0)

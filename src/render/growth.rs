@@ -333,7 +333,11 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
         );
     }
     if let Some(m) = &c.memstats {
-        let mut line = format!("  memstats: HeapAlloc {}", format_bytes(m.heap_alloc));
+        let mut line = format!(
+            "  memstats (read at {:.1} s): HeapAlloc {}",
+            m.at_s,
+            format_bytes(m.heap_alloc)
+        );
         if let Some(s) = m.live_share {
             line.push_str(&format!(", live share {:.0} %", s * 100.0));
         }

@@ -200,8 +200,20 @@ fn evidence_words(e: &Evidence) -> String {
         Evidence::MemoryReached { bytes } => {
             format!("process memory reached {}", format_bytes(clamp(*bytes)))
         }
-        Evidence::Kills { n } => format!(
-            "{n} OOM kill(s): the kernel's oom_kill counter rose (a SIGKILL alone is not counted)"
+        Evidence::Kills { n, cycles } => format!(
+            "{n} OOM kill{}{}: the kernel's oom_kill counter rose (a SIGKILL alone is not counted)",
+            if *n == 1 { "" } else { "s" },
+            match cycles.as_slice() {
+                [] => String::new(),
+                [one] => format!(", ending boot cycle {one}"),
+                [rest @ .., last] => format!(
+                    ", ending boot cycles {} and {last}",
+                    rest.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
         ),
         Evidence::Restarts { cycles } => format!(
             "{cycles} boot cycles, so {} restart(s)",
@@ -222,12 +234,14 @@ fn evidence_words(e: &Evidence) -> String {
         Evidence::GoLiveShare {
             live,
             held_not_returned,
+            at_s,
         } => {
             let held = held_not_returned.map_or(String::new(), |h| {
                 format!(", {} held and not returned", format_bytes(h))
             });
             format!(
-                "MemStats: HeapAlloc is {:.1} % of the heap the runtime retains{held}",
+                "MemStats read at {at_s:.1} s: HeapAlloc is {:.1} % of the heap the runtime \
+                 retains{held}",
                 live * 100.0
             )
         }
@@ -300,7 +314,10 @@ mod tests {
             status,
             measured: Some(n as f64),
             cycle: Some(2),
-            evidence: Evidence::Kills { n },
+            evidence: Evidence::Kills {
+                n,
+                cycles: Vec::new(),
+            },
         }
     }
 
@@ -319,7 +336,7 @@ mod tests {
         assert_eq!(
             cluster_failure_line(&nodes).as_deref(),
             Some(
-                "ctrl2: kills>0 tripped (1): boot cycle 2: 1 OOM kill(s): the kernel's oom_kill \
+                "ctrl2: kills>0 tripped (1): boot cycle 2: 1 OOM kill: the kernel's oom_kill \
                  counter rose (a SIGKILL alone is not counted)"
             )
         );

@@ -138,6 +138,8 @@ pub enum Evidence {
     },
     Kills {
         n: usize,
+        /// The boot cycles that ended so, when more than one (one is the outcome's cycle).
+        cycles: Vec<u32>,
     },
     Restarts {
         cycles: usize,
@@ -153,5 +155,7 @@ pub enum Evidence {
     GoLiveShare {
         live: f64,
         held_not_returned: Option<i64>,
+        /// When the MemStats were read, seconds since the cycle's first capture.
+        at_s: f64,
     },
 }

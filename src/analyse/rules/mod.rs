@@ -305,10 +305,15 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
                 .filter(|c| c.killed)
                 .map(|c| c.index)
                 .collect();
+            // One kill is its cycle's; several are the run's, each cycle named.
+            let one = (killed.len() == 1).then(|| killed[0]);
             Some(Measure {
                 value: killed.len() as f64,
-                cycle: killed.first().copied(),
-                evidence: Evidence::Kills { n: killed.len() },
+                cycle: one,
+                evidence: Evidence::Kills {
+                    n: killed.len(),
+                    cycles: if one.is_some() { Vec::new() } else { killed },
+                },
             })
         }
         Metric::Restarts => {
@@ -355,6 +360,7 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
                     Evidence::GoLiveShare {
                         live,
                         held_not_returned: m.held_not_returned,
+                        at_s: m.at_s,
                     },
                 ))
             }));
