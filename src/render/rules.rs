@@ -370,4 +370,21 @@ mod tests {
         assert!(words.contains("--memstats-interval"), "{words}");
         assert!(!words.contains("--profiles heap,memstats"), "{words}");
     }
+
+    #[test]
+    fn kills_in_several_cycles_name_each_and_no_one_cycle() {
+        let words = evidence_words(&Evidence::Kills {
+            n: 3,
+            cycles: vec![1, 2, 4],
+        });
+        assert!(
+            words.starts_with("3 OOM kills, ending boot cycles 1, 2 and 4: "),
+            "{words}"
+        );
+        let one = evidence_words(&Evidence::Kills {
+            n: 1,
+            cycles: Vec::new(),
+        });
+        assert!(one.starts_with("1 OOM kill: "), "{one}");
+    }
 }
