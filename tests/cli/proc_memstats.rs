@@ -356,4 +356,10 @@ fn collect_proc_pid_records_memstats_and_the_report_splits_memory_with_them() {
     for part in ["Go heap allocated (HeapAlloc)", "held free", "runtime"] {
         assert!(went.contains(part), "no {part:?} in {went}");
     }
+    // The MemStats line says when its figures were read.
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  memstats (read at ") && l.contains(" s): HeapAlloc ")),
+        "{text}"
+    );
 }
