@@ -181,14 +181,18 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
         let _ = writeln!(out, "{line}");
     }
     if let Some(r) = &c.reading {
+        // A line through two points fits them perfectly: its R² says nothing.
+        let fit = if r.points > 2 {
+            format!("R² {:.2}, {} points", r.fit_r2, r.points)
+        } else {
+            format!("{} points: a chord, no fit to judge", r.points)
+        };
         let _ = writeln!(
             out,
-            "  growth episode: {} from {:.1} to {:.1} s (R² {:.2}, {} points), {} → {}, {}",
+            "  growth episode: {} from {:.1} to {:.1} s ({fit}), {} → {}, {}",
             rate(r.bytes_per_sec),
             r.onset_s,
             r.end_s,
-            r.fit_r2,
-            r.points,
             format_bytes(r.from_bytes),
             format_bytes(r.to_bytes),
             if r.ongoing {

@@ -325,6 +325,22 @@ fn the_regressed_controller_grows_in_two_sites_and_the_good_one_not_at_all() {
     }
 }
 
+/// The storm's episode is two publications: a line through two points has R² 1 whatever they
+/// are, so the text gives none.
+#[test]
+fn an_episode_of_two_points_is_a_chord_with_no_r2() {
+    let dir = run_dir("storm");
+    let text = util::stdout(&util::run(&["growth", dir.to_str().unwrap()]));
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("growth episode:"))
+        .unwrap_or_else(|| panic!("no episode in\n{text}"));
+    assert!(
+        line.contains("(2 points: a chord, no fit to judge)") && !line.contains("R²"),
+        "{line}"
+    );
+}
+
 #[test]
 fn the_text_output_carries_each_verdict() {
     for name in ["hiddenleak", "oomgrow", "storm", "steady"] {
