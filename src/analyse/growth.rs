@@ -168,8 +168,8 @@ struct CycleState {
     inuse: SeriesGrid,
     alloc: SeriesGrid,
     goroutines: SeriesGrid,
-    /// The figures of the newest heap publication and when it was first seen.
-    published: Option<(Vec<SiteFigures>, f64)>,
+    /// The newest heap publication.
+    published: Option<Publication<Vec<SiteFigures>>>,
 }
 
 /// Heap-profile publications among time-ordered captures, each placed at the moment it
@@ -186,29 +186,95 @@ struct CycleState {
 /// the last seconds before an OOM kill look flat and their catch-up looks like a storm. The
 /// first publication of a cycle describes an unknown earlier moment and is not placed.
 ///
+/// That holds while at most one GC runs between two captures. A heap cannot grow past its GC
+/// goal (twice the live heap at GOGC=100, at least 4 MiB) between two consecutive mark
+/// terminations, so a publication far above the one before means GCs ran unseen: a load that
+/// came at once after a quiet start, a rise faster than the captures. Then the one before
+/// still held when the last capture that showed it was taken (no GC had run since), and is
+/// placed there again (unless it is the cycle's first, never placed: a start-up's own load is
+/// no growth); the new one describes a GC between that capture and its own, and is
+/// placed halfway (nats-server flooded after 3 s idle read "grew 15.2 MiB/s from 0.0 s" for a
+/// rise of 46 MiB between the captures at 3.0 and 3.5 s).
+///
 /// Only `runtime.GC()` publishes the snapshot of the cycle it just finished: captures made
 /// with `?gc=1` (`collect --gc`) are current and keep their own time.
 fn place_publication<T: PartialEq + Clone>(
-    published: &mut Option<(T, f64)>,
-    figures: &T,
+    published: &mut Option<Publication<T>>,
+    (figures, inuse): (&T, fn(&T) -> f64),
     t: f64,
+    before: Option<f64>,
     forced_gc: bool,
-) -> Option<f64> {
-    if forced_gc {
-        return Some(t);
+) -> Option<Placed<T>> {
+    if !forced_gc {
+        if let Some(p) = published.as_mut().filter(|p| p.figures == *figures) {
+            p.last = p.last.max(t);
+            return None;
+        }
     }
-    if published.as_ref().is_some_and(|(prev, _)| prev == figures) {
-        return None;
-    }
-    let at = published.as_ref().map(|(_, seen)| *seen);
-    *published = Some((figures.clone(), t));
-    at
+    let placed = match published.take() {
+        _ if forced_gc => Some(Placed { at: t, again: None }),
+        None => None,
+        Some(p) => {
+            // The last capture that still showed it: no GC had published since.
+            let last = before.map_or(p.last, |b| b.max(p.last)).min(t);
+            if gcs_unseen(inuse(&p.figures), inuse(figures)) {
+                // A cycle's first publication stays unplaced (its moment is unknown).
+                let again =
+                    p.at.is_some_and(|at| last > at)
+                        .then_some((last, p.figures));
+                Some(Placed {
+                    at: (last + t) / 2.0,
+                    again,
+                })
+            } else {
+                Some(Placed {
+                    at: p.first,
+                    again: None,
+                })
+            }
+        }
+    };
+    *published = Some(Publication {
+        figures: figures.clone(),
+        first: t,
+        last: t,
+        at: placed.as_ref().map(|p| p.at),
+    });
+    placed
+}
+
+/// The newest heap publication of a cycle: its figures, when it was first and last seen, and
+/// where it was placed.
+struct Publication<T> {
+    figures: T,
+    first: f64,
+    last: f64,
+    at: Option<f64>,
+}
+
+/// Where a publication goes, and the one before it placed again at its last sighting.
+struct Placed<T> {
+    at: f64,
+    again: Option<(f64, T)>,
+}
+
+/// The smallest GC goal the runtime sets (runtime/mgcpacer.go: 4 MiB at GOGC=100).
+const MIN_HEAP_GOAL: f64 = 4.0 * 1024.0 * 1024.0;
+
+/// Whether in-use bytes going from `before` to `after` between two publications needs GCs
+/// that were not seen: more than a quarter above the goal `before` sets (twice it, at least
+/// [`MIN_HEAP_GOAL`]). At a GOGC above 100, or under GOMEMLIMIT alone, the goal is further and
+/// a rise within it is taken for unseen GCs: the figure is then placed half an interval late.
+fn gcs_unseen(before: f64, after: f64) -> bool {
+    after > 1.25 * (2.0 * before).max(MIN_HEAP_GOAL)
 }
 
 /// Accumulates reduced captures, cycle by cycle, in any order of cycles but time order within.
 #[derive(Default)]
 pub struct GrowthBuilder {
     cycles: BTreeMap<u32, CycleState>,
+    /// Every good heap capture's time by cycle, duplicates included ([`GrowthBuilder::captures`]).
+    heap_times: BTreeMap<u32, Vec<i64>>,
     forced_gc: bool,
     cpu_limit: Option<f64>,
     run_label: String,
@@ -239,18 +305,49 @@ impl GrowthBuilder {
         (c, (t_ms - start) as f64 / 1000.0)
     }
 
+    /// The run's records: every good heap capture, duplicates included, tells when the
+    /// publication it showed still held (duplicates are not fed to [`GrowthBuilder::heap`]).
+    pub fn captures(mut self, records: &[CaptureRecord]) -> GrowthBuilder {
+        for r in records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Heap && r.is_ok())
+        {
+            self.heap_times.entry(r.cycle).or_default().push(r.t_ms);
+        }
+        for times in self.heap_times.values_mut() {
+            times.sort_unstable();
+        }
+        self
+    }
+
     /// A heap capture: every site's in-use and cumulative allocated bytes.
     pub fn heap(&mut self, record: &CaptureRecord, sites: &[SiteFigures]) {
         let forced_gc = self.forced_gc;
+        let before_ms = self.heap_times.get(&record.cycle).and_then(|times| {
+            let i = times.partition_point(|&t| t < record.t_ms);
+            i.checked_sub(1).map(|i| times[i])
+        });
         let (c, t) = self.cycle(record.cycle, record.t_ms);
+        let start = c.start_ms.unwrap_or(record.t_ms);
+        let before = before_ms.map(|b| (b - start) as f64 / 1000.0);
         let figures = sites.to_vec();
-        let Some(at) = place_publication(&mut c.published, &figures, t, forced_gc) else {
+        let total = |f: &Vec<SiteFigures>| f.iter().map(|s| s.value as f64).sum();
+        let Some(placed) =
+            place_publication(&mut c.published, (&figures, total), t, before, forced_gc)
+        else {
             return;
         };
-        c.inuse
-            .push(at, sites.iter().map(|s| (s.name.as_str(), s.value as f64)));
-        c.alloc
-            .push(at, sites.iter().map(|s| (s.name.as_str(), s.alloc as f64)));
+        for (at, sites) in placed
+            .again
+            .iter()
+            .map(|(at, f)| (*at, f))
+            .chain([(placed.at, &figures)])
+        {
+            c.inuse
+                .push(at, sites.iter().map(|s| (s.name.as_str(), s.value as f64)));
+            c.alloc
+                .push(at, sites.iter().map(|s| (s.name.as_str(), s.alloc as f64)));
+        }
     }
 
     pub fn goroutine(&mut self, record: &CaptureRecord, sites: &[SiteFigures]) {
@@ -410,17 +507,34 @@ fn cycle(
     let heap: Vec<&&&CaptureRecord> = good.iter().filter(|r| r.kind == RecordKind::Heap).collect();
     let mut by_time = heap.clone();
     by_time.sort_by_key(|r| (r.t_ms, r.seq));
+    // Duplicates too: each tells that the publication it showed still held.
     let mut published = None;
-    let (distinct, seqs): (Vec<(f64, f64)>, Vec<u64>) = by_time
-        .iter()
-        .filter(|r| r.dup_of.is_none())
-        .filter_map(|r| {
-            let inuse = *r.totals.get("inuse_space")?;
-            let figures = (inuse, r.totals.get("alloc_space").copied());
-            let at = place_publication(&mut published, &figures, secs(r.t_ms), forced_gc)?;
-            Some(((at, inuse as f64), r.seq))
-        })
-        .unzip();
+    let mut before: Option<&&&CaptureRecord> = None;
+    let (mut distinct, mut seqs): (Vec<(f64, f64)>, Vec<u64>) = (Vec::new(), Vec::new());
+    let inuse_of = |f: &(i64, Option<i64>)| f.0 as f64;
+    for r in &by_time {
+        let last = before.replace(r);
+        let Some(&inuse) = r.totals.get("inuse_space") else {
+            continue;
+        };
+        let figures = (inuse, r.totals.get("alloc_space").copied());
+        let at_before = last.map(|b| secs(b.t_ms));
+        let Some(placed) = place_publication(
+            &mut published,
+            (&figures, inuse_of),
+            secs(r.t_ms),
+            at_before,
+            forced_gc,
+        ) else {
+            continue;
+        };
+        if let (Some((at, again)), Some(b)) = (placed.again, last) {
+            distinct.push((at, again.0 as f64));
+            seqs.push(b.seq);
+        }
+        distinct.push((placed.at, inuse as f64));
+        seqs.push(r.seq);
+    }
     let failed_after = records
         .iter()
         .filter(|r| !r.is_ok() && r.t_ms > last)
@@ -703,5 +817,44 @@ mod tests {
             .map(|i| (i as f64 * 0.05, (100 + i % 3) as f64 * MIB))
             .collect();
         assert!(accounts_for_rise(&fit_points(&flat).unwrap(), &flat));
+    }
+
+    /// nats-server under `heapwatch run`, captured every 0.5 s: idle at 2 MiB for 3 s (its
+    /// profile unchanged, stored once and then duplicates), flooded at 3 s, 48 MiB in use at
+    /// 3.5 s, GCs running unseen between. The rise is read from 3.0 s, not from the idle start.
+    #[test]
+    fn a_rise_past_the_gc_goal_after_a_quiet_start_is_read_from_its_last_quiet_capture() {
+        let figures = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.5, 48.0];
+        let mut records = Vec::new();
+        for (k, mib) in figures.iter().enumerate() {
+            let mut r = CaptureRecord::new(k as u64 + 1, RecordKind::Heap, 1, k as i64 * 500);
+            r.totals.insert("inuse_space".into(), (mib * MIB) as i64);
+            r.totals.insert("alloc_space".into(), (mib * MIB) as i64);
+            if k > 0 && *mib == figures[0] {
+                r.dup_of = Some(1);
+            }
+            records.push(r);
+        }
+        let mut builder = GrowthBuilder::default().captures(&records);
+        for (r, mib) in records
+            .iter()
+            .zip(figures)
+            .filter(|(r, _)| r.dup_of.is_none())
+        {
+            let sites = [SiteFigures {
+                name: "main.store".into(),
+                value: (mib * MIB) as i64,
+                alloc: (mib * MIB) as i64,
+            }];
+            builder.heap(r, &sites);
+        }
+        let report = builder.finish(&records, &[], None);
+        let reading = report.cycles[0].reading.as_ref().expect("a rise");
+        assert_eq!(reading.onset_s, 3.0, "{reading:?}");
+        assert_eq!(reading.end_s, 3.25, "{reading:?}");
+        assert!(reading.bytes_per_sec > 150.0 * MIB, "{reading:?}");
+        // Below the goal a publication keeps the place before it: 2.5 MiB after 2 MiB.
+        assert!(!gcs_unseen(2.0 * MIB, 2.5 * MIB) && !gcs_unseen(3.0 * MIB, 4.9 * MIB));
+        assert!(gcs_unseen(2.5 * MIB, 48.0 * MIB) && gcs_unseen(10.0 * MIB, 26.0 * MIB));
     }
 }

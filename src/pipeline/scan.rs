@@ -61,6 +61,7 @@ pub fn growth(
         .unwrap_or(false);
     let cpu_limit = run.info.as_ref().and_then(|i| i.options.cpu_cores());
     let mut builder = GrowthBuilder::default()
+        .captures(records)
         .forced_gc(forced_gc)
         .cpu_limit(cpu_limit)
         .run_label(&run_label(run));
