@@ -837,8 +837,17 @@ fn behind_a_shell_entrypoint_process_memory_follows_the_go_process_in_the_cgroup
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
+    // Up to its last heap capture, when the Go process was alive for certain: Ctrl-C ends
+    // it before the shell, and a sample taken between the two names the shell, rightly.
+    let alive_until = records(&run)
+        .iter()
+        .filter(|r| ok_heap(r))
+        .map(|r| int(r, "t_ms"))
+        .max()
+        .expect("heap captures");
     let named: Vec<i64> = samples
         .iter()
+        .filter(|s| s["t_ms"].as_i64().is_some_and(|t| t <= alive_until))
         .filter_map(|s| s["pid"].as_i64())
         .skip_while(|&p| p != go_pid)
         .collect();
