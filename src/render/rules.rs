@@ -197,9 +197,11 @@ fn evidence_words(e: &Evidence) -> String {
             rate(*typical_bytes_per_sec)
         ),
         Evidence::HeapReached { bytes } => format!("in-use heap reached {}", format_bytes(*bytes)),
-        Evidence::MemoryReached { bytes } => {
-            format!("process memory reached {}", format_bytes(clamp(*bytes)))
-        }
+        Evidence::MemoryReached { bytes, cgroup } => format!(
+            "{} memory reached {}",
+            if *cgroup { "cgroup" } else { "process" },
+            format_bytes(clamp(*bytes))
+        ),
         Evidence::Kills { n, cycles } => format!(
             "{n} OOM kill{}{}: the kernel's oom_kill counter rose (a SIGKILL alone is not counted)",
             if *n == 1 { "" } else { "s" },
@@ -386,5 +388,19 @@ mod tests {
             cycles: Vec::new(),
         });
         assert!(one.starts_with("1 OOM kill: "), "{one}");
+    }
+
+    #[test]
+    fn memory_reached_names_what_was_measured() {
+        let cgroup = evidence_words(&Evidence::MemoryReached {
+            bytes: 128 << 20,
+            cgroup: true,
+        });
+        assert_eq!(cgroup, "cgroup memory reached 128 MiB");
+        let process = evidence_words(&Evidence::MemoryReached {
+            bytes: 128 << 20,
+            cgroup: false,
+        });
+        assert_eq!(process, "process memory reached 128 MiB");
     }
 }

@@ -176,7 +176,11 @@ fn check_alone_gates_on_each_rule() {
         (&[&oom, "--fail-on", "time-to-limit<2s"], 0, ""),
         (&[&oom, "--fail-on", "kills>0"], 1, "OOM kill"),
         (&[&oom, "--fail-on", "restarts>1"], 1, "restart"),
-        (&[&oom, "--fail-on", "memory>200MiB"], 1, "process memory"),
+        (
+            &[&oom, "--fail-on", "memory>200MiB"],
+            1,
+            "cgroup memory reached",
+        ),
         (
             &[&oom, "--baseline", &base, "--fail-on", "regression>1.5x"],
             1,

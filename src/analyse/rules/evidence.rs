@@ -135,6 +135,8 @@ pub enum Evidence {
     },
     MemoryReached {
         bytes: u64,
+        /// The cgroup's usage (sampled), not the process's RSS.
+        cgroup: bool,
     },
     Kills {
         n: usize,

@@ -291,8 +291,10 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
         ),
         Metric::Memory => {
             let seen = per_cycle(&|c| {
-                c.memory_peak
-                    .map(|m| (m as f64, Evidence::MemoryReached { bytes: m }))
+                c.memory_peak.map(|m| {
+                    let cgroup = c.peaks.cgroup.is_some();
+                    (m as f64, Evidence::MemoryReached { bytes: m, cgroup })
+                })
             });
             if seen.is_empty() {
                 return Err(Missing::NoMemory);
