@@ -61,6 +61,12 @@ fn the_report_of_the_demo_recording_matches_its_golden_files() {
     assert_eq!(run.status.code(), Some(1), "{}", util::stderr(&run));
     golden("demo/report.md", &read(&out.join("report.md")));
     golden("demo/summary.json", &read(&out.join("summary.json")));
+    // The demo's memory is its cgroup's, and its facts say so.
+    let html = read(&out.join("index.html"));
+    assert!(
+        html.contains("<dt>cgroup memory</dt>") && !html.contains("<dt>process memory</dt>"),
+        "the memory fact's name"
+    );
 
     let summary: serde_json::Value =
         serde_json::from_str(&read(&out.join("summary.json"))).unwrap();

@@ -294,13 +294,19 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     if let Some(p) = m.peak_heap.iter().find(|p| p.0 == c.index) {
         facts.push(("largest heap captured".into(), format_bytes(p.1)));
     }
+    // The figures are the cgroup's usage where it was sampled, else the process's RSS.
+    let memory = if c.peaks.cgroup.is_some() {
+        "cgroup memory"
+    } else {
+        "process memory"
+    };
     let peak = c
         .memory_peak
         .map(|_| format!("peak {}", super::memory_peak(c)));
     match (c.memory_bytes_per_sec, peak) {
-        (Some(r), Some(p)) => facts.push(("process memory".into(), format!("{}, {p}", rate(r)))),
-        (Some(r), None) => facts.push(("process memory".into(), rate(r))),
-        (None, Some(p)) => facts.push(("process memory".into(), p)),
+        (Some(r), Some(p)) => facts.push((memory.into(), format!("{}, {p}", rate(r)))),
+        (Some(r), None) => facts.push((memory.into(), rate(r))),
+        (None, Some(p)) => facts.push((memory.into(), p)),
         (None, None) => {}
     }
     if let Some(b) = &c.breakdown {
