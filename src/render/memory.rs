@@ -149,6 +149,23 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// A MemStats record at `t_ms`: HeapAlloc, HeapInuse, HeapIdle, HeapReleased, HeapSys, Sys.
+    fn memstats(t_ms: i64, figures: [u64; 6]) -> CaptureRecord {
+        let mut ms = CaptureRecord::new(1, RecordKind::Memstats, 1, t_ms);
+        let keys = [
+            "HeapAlloc",
+            "HeapInuse",
+            "HeapIdle",
+            "HeapReleased",
+            "HeapSys",
+            "Sys",
+        ];
+        for (k, v) in keys.into_iter().zip(figures) {
+            ms.totals.insert(k.into(), v as i64);
+        }
+        ms
+    }
+
     fn sample(t_ms: i64, usage: u64, file: u64, failcnt: u64) -> MemorySample {
         MemorySample {
             t_ms,
@@ -222,17 +239,17 @@ mod tests {
             at_limit_words(&a)
         );
 
-        let mut ms = CaptureRecord::new(1, RecordKind::Memstats, 1, 20_000);
-        for (k, v) in [
-            ("HeapAlloc", 200 * MIB),
-            ("HeapInuse", 220 * MIB),
-            ("HeapIdle", 40 * MIB),
-            ("HeapReleased", 10 * MIB),
-            ("HeapSys", 260 * MIB),
-            ("Sys", 290 * MIB),
-        ] {
-            ms.totals.insert(k.into(), v as i64);
-        }
+        let ms = memstats(
+            20_000,
+            [
+                200 * MIB,
+                220 * MIB,
+                40 * MIB,
+                10 * MIB,
+                260 * MIB,
+                290 * MIB,
+            ],
+        );
         let b = at_peak(&refs, &[&ms], 0, None).unwrap();
         assert_eq!(b.go_heap_live, Some(200 * MIB));
         assert_eq!(b.go_held_free, Some(50 * MIB));
@@ -320,17 +337,7 @@ mod tests {
             alive: true,
             ..MemorySample::default()
         };
-        let mut ms = CaptureRecord::new(1, RecordKind::Memstats, 1, 5_400);
-        for (k, v) in [
-            ("HeapAlloc", 26 * MIB),
-            ("HeapInuse", 27 * MIB),
-            ("HeapIdle", 0),
-            ("HeapReleased", 0),
-            ("HeapSys", 27 * MIB),
-            ("Sys", 32 * MIB),
-        ] {
-            ms.totals.insert(k.into(), v as i64);
-        }
+        let mut ms = memstats(5_400, [26 * MIB, 27 * MIB, 0, 0, 27 * MIB, 32 * MIB]);
         let b = at_peak(&[&peak], &[&ms], 0, None).unwrap();
         assert_eq!(b.memstats_at_s, Some(5.4));
         assert!(
@@ -360,17 +367,7 @@ mod tests {
             sample(3_300, 1020 * MIB, 2 * MIB, 0),
         ];
         let refs: Vec<&MemorySample> = memory.iter().collect();
-        let mut ms = CaptureRecord::new(1, RecordKind::Memstats, 1, 40);
-        for (k, v) in [
-            ("HeapAlloc", MIB),
-            ("HeapInuse", 2 * MIB),
-            ("HeapIdle", 6 * MIB),
-            ("HeapReleased", 6 * MIB),
-            ("HeapSys", 8 * MIB),
-            ("Sys", 12 * MIB),
-        ] {
-            ms.totals.insert(k.into(), v as i64);
-        }
+        let mut ms = memstats(40, [MIB, 2 * MIB, 6 * MIB, 6 * MIB, 8 * MIB, 12 * MIB]);
         let b = at_peak(&refs, &[&ms], 0, None).unwrap();
         assert_eq!((b.go_heap_live, b.other_anon), (None, None));
         assert_eq!(b.anon, Some(1018 * MIB));
