@@ -1,0 +1,112 @@
+use super::*;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// A heap growing 32 MiB/s from 4 MiB, with Go's pacing (next GC when the heap doubles)
+/// and Go's publication (a GC publishes the snapshot of the GC before), captured every
+/// 250 ms for 7 s: what an OOM-bound target looks like to the collector.
+fn doubling_heap(forced_gc: bool) -> GrowthReport {
+    let live = |t: f64| 4.0 * MIB + 32.0 * MIB * t;
+    let mut gcs = vec![0.0];
+    while let Some(&last) = gcs.last() {
+        let next = (2.0 * live(last) - 4.0 * MIB) / (32.0 * MIB);
+        if next > 7.0 {
+            break;
+        }
+        gcs.push(next);
+    }
+    let mut builder = GrowthBuilder::default().forced_gc(forced_gc);
+    let mut records = Vec::new();
+    for k in 0..=28u64 {
+        let t = k as f64 * 0.25;
+        let value = if forced_gc {
+            live(t)
+        } else {
+            let done = gcs.iter().filter(|&&g| g <= t).count();
+            live(gcs[done.saturating_sub(2)])
+        };
+        let record = CaptureRecord::new(k + 1, RecordKind::Heap, 1, (t * 1000.0) as i64);
+        let sites = [SiteFigures {
+            name: "main.grow".into(),
+            value: value as i64,
+            alloc: value as i64,
+        }];
+        builder.heap(&record, &sites);
+        records.push(record);
+    }
+    builder.finish(&records, &[], None)
+}
+
+#[test]
+fn a_heap_published_ever_more_rarely_grows_at_its_true_rate() {
+    for forced_gc in [false, true] {
+        let report = doubling_heap(forced_gc);
+        let c = &report.cycles[0];
+        let site = c.sites.first().expect("main.grow grows");
+        assert!(
+            (28.0 * MIB..=36.0 * MIB).contains(&site.bytes_per_sec),
+            "forced_gc {forced_gc}: {:.1} MiB/s, truly 32",
+            site.bytes_per_sec / MIB
+        );
+        assert!(c.alloc_storms.is_empty(), "{:?}", c.alloc_storms);
+    }
+}
+
+/// nats-server under `heapwatch run`: 3 s idle at 10 MiB, then the cgroup full in 0.3 s. A
+/// line through that is flat and is not given as the memory's rate; a steady climb is.
+#[test]
+fn a_memory_rate_is_given_only_when_its_line_accounts_for_the_rise() {
+    const MIB: f64 = 1048576.0;
+    let mut late: Vec<(f64, f64)> = (0..60).map(|i| (i as f64 * 0.05, 10.0 * MIB)).collect();
+    late.extend((0..6).map(|i| (3.0 + i as f64 * 0.05, (10.0 + 23.6 * i as f64) * MIB)));
+    let fit = fit_points(&late).unwrap();
+    assert!(fit.slope.abs() < MIB, "{}", fit.slope);
+    assert!(!accounts_for_rise(&fit, &late));
+    let steady: Vec<(f64, f64)> = (0..66)
+        .map(|i| (i as f64 * 0.05, (10.0 + i as f64) * MIB))
+        .collect();
+    assert!(accounts_for_rise(&fit_points(&steady).unwrap(), &steady));
+    let flat: Vec<(f64, f64)> = (0..66)
+        .map(|i| (i as f64 * 0.05, (100 + i % 3) as f64 * MIB))
+        .collect();
+    assert!(accounts_for_rise(&fit_points(&flat).unwrap(), &flat));
+}
+
+/// nats-server under `heapwatch run`, captured every 0.5 s: idle at 2 MiB for 3 s (its
+/// profile unchanged, stored once and then duplicates), flooded at 3 s, 48 MiB in use at
+/// 3.5 s, GCs running unseen between. The rise is read from 3.0 s, not from the idle start.
+#[test]
+fn a_rise_past_the_gc_goal_after_a_quiet_start_is_read_from_its_last_quiet_capture() {
+    let figures = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.5, 48.0];
+    let mut records = Vec::new();
+    for (k, mib) in figures.iter().enumerate() {
+        let mut r = CaptureRecord::new(k as u64 + 1, RecordKind::Heap, 1, k as i64 * 500);
+        r.totals.insert("inuse_space".into(), (mib * MIB) as i64);
+        r.totals.insert("alloc_space".into(), (mib * MIB) as i64);
+        if k > 0 && *mib == figures[0] {
+            r.dup_of = Some(1);
+        }
+        records.push(r);
+    }
+    let mut builder = GrowthBuilder::default().captures(&records);
+    for (r, mib) in records
+        .iter()
+        .zip(figures)
+        .filter(|(r, _)| r.dup_of.is_none())
+    {
+        let sites = [SiteFigures {
+            name: "main.store".into(),
+            value: (mib * MIB) as i64,
+            alloc: (mib * MIB) as i64,
+        }];
+        builder.heap(r, &sites);
+    }
+    let report = builder.finish(&records, &[], None);
+    let reading = report.cycles[0].reading.as_ref().expect("a rise");
+    assert_eq!(reading.onset_s, 3.0, "{reading:?}");
+    assert_eq!(reading.end_s, 3.25, "{reading:?}");
+    assert!(reading.bytes_per_sec > 150.0 * MIB, "{reading:?}");
+    // Below the goal a publication keeps the place before it: 2.5 MiB after 2 MiB.
+    assert!(!gcs_unseen(2.0 * MIB, 2.5 * MIB) && !gcs_unseen(3.0 * MIB, 4.9 * MIB));
+    assert!(gcs_unseen(2.5 * MIB, 48.0 * MIB) && gcs_unseen(10.0 * MIB, 26.0 * MIB));
+}
