@@ -514,6 +514,10 @@ fn cycle(
     let inuse_of = |f: &(i64, Option<i64>)| f.0 as f64;
     for r in &by_time {
         let last = before.replace(r);
+        // With a forced GC every capture is current and placed, but a stored twin only once.
+        if forced_gc && r.dup_of.is_some() {
+            continue;
+        }
         let Some(&inuse) = r.totals.get("inuse_space") else {
             continue;
         };

@@ -110,3 +110,29 @@ fn a_rise_past_the_gc_goal_after_a_quiet_start_is_read_from_its_last_quiet_captu
     assert!(!gcs_unseen(2.0 * MIB, 2.5 * MIB) && !gcs_unseen(3.0 * MIB, 4.9 * MIB));
     assert!(gcs_unseen(2.5 * MIB, 48.0 * MIB) && gcs_unseen(10.0 * MIB, 26.0 * MIB));
 }
+
+/// `collect --gc`: every capture is current and placed at its own time, but a capture stored
+/// as a twin of an earlier one (`dup_of`) is that one, not a second point.
+#[test]
+fn under_a_forced_gc_a_stored_twin_is_no_second_point() {
+    let figures = [
+        (0, 2.0, false),
+        (500, 2.0, true),
+        (1_000, 10.0, false),
+        (1_500, 20.0, false),
+    ];
+    let mut records = Vec::new();
+    for (k, (t_ms, mib, twin)) in figures.iter().enumerate() {
+        let mut r = CaptureRecord::new(k as u64 + 1, RecordKind::Heap, 1, *t_ms);
+        r.totals.insert("inuse_space".into(), (mib * MIB) as i64);
+        r.totals.insert("alloc_space".into(), (mib * MIB) as i64);
+        r.dup_of = twin.then_some(1);
+        records.push(r);
+    }
+    let report = GrowthBuilder::default()
+        .captures(&records)
+        .forced_gc(true)
+        .finish(&records, &[], None);
+    let reading = report.cycles[0].reading.as_ref().expect("a rise");
+    assert_eq!((reading.onset_s, reading.points), (0.0, 3), "{reading:?}");
+}
