@@ -202,6 +202,10 @@ fn evidence_words(e: &Evidence) -> String {
             if *cgroup { "cgroup" } else { "process" },
             format_bytes(clamp(*bytes))
         ),
+        Evidence::Kills { n: 0, .. } => {
+            "no OOM kill: the kernel's oom_kill counter never rose (a SIGKILL alone is not counted)"
+                .to_string()
+        }
         Evidence::Kills { n, cycles } => format!(
             "{n} OOM kill{}{}: the kernel's oom_kill counter rose (a SIGKILL alone is not counted)",
             if *n == 1 { "" } else { "s" },
@@ -388,6 +392,14 @@ mod tests {
             cycles: Vec::new(),
         });
         assert!(one.starts_with("1 OOM kill: "), "{one}");
+        let none = evidence_words(&Evidence::Kills {
+            n: 0,
+            cycles: Vec::new(),
+        });
+        assert!(
+            none.starts_with("no OOM kill: the kernel's oom_kill counter never rose"),
+            "{none}"
+        );
     }
 
     #[test]
