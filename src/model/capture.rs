@@ -111,6 +111,24 @@ pub struct CaptureRecord {
     /// For `cycle` records: the build of the boot cycle's process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<BuildInfo>,
+    /// For heap captures: the runtime's own GC clock read with the profile, where the source
+    /// can read it (the `proc:` source does). Absent: the analysis estimates when each
+    /// publication happened and says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gc: Option<GcClock>,
+}
+
+/// The Go runtime's counters that say which published heap profile a capture holds. A heap
+/// profile is the state as of the last finished GC cycle, so two captures with the same
+/// `num_gc` hold the same publication, and the difference says how many cycles ran between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcClock {
+    /// `memstats.numgc`: GC cycles completed since the process started.
+    pub num_gc: u32,
+    /// `runtime.mProfCycle` without its flushed bit: the profile cycle the next flush publishes
+    /// into; it advances once per GC mark termination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_cycle: Option<u32>,
 }
 
 impl CaptureRecord {
@@ -135,6 +153,7 @@ impl CaptureRecord {
             exit_code: None,
             signal: None,
             build: None,
+            gc: None,
         }
     }
 
