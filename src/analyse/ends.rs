@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use crate::analyse::boundaries::CycleSpan;
 use crate::model::capture::{CaptureRecord, RecordKind};
 use crate::model::memory::MemorySample;
 
@@ -36,13 +37,64 @@ impl CycleEnd {
     }
 }
 
+/// A rise of the kernel's OOM-kill counter as the memory sampler saw it, placed on the life
+/// that was running when it rose.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelKill {
+    /// The boot cycle whose process was killed.
+    pub cycle: u32,
+    /// Unix ms of the first sample that showed the counter risen.
+    pub seen_ms: i64,
+}
+
+/// Every rise of the kernel's OOM-kill counter, each on the life it ended. The counter rose
+/// between the sample before and the one that shows it; the life killed is the one that was
+/// running at the sample before (the process that sample names, else the latest cycle begun by
+/// then). Never the pid the rising sample names: by then the kubelet or `run` may have started
+/// the next process, and the kill is not its own.
+pub fn kernel_kills(memory: &[MemorySample], spans: &[CycleSpan]) -> Vec<KernelKill> {
+    let mut counted: Vec<&MemorySample> = memory
+        .iter()
+        .filter(|m| m.killed || m.oom_kills.is_some())
+        .collect();
+    counted.sort_by_key(|m| m.t_ms);
+    let mut kills = Vec::new();
+    for (i, m) in counted.iter().enumerate() {
+        if !m.killed {
+            continue;
+        }
+        let before = i.checked_sub(1).map(|b| counted[b]);
+        let by_pid = before.and_then(|b| b.pid).and_then(|pid| {
+            let mut owners = spans.iter().filter(|s| s.pid == Some(pid));
+            match (owners.next(), owners.next()) {
+                (Some(owner), None) => Some(owner.index),
+                _ => None,
+            }
+        });
+        let running_at = before.map_or(m.t_ms, |b| b.t_ms);
+        let by_time = spans
+            .iter()
+            .rev()
+            .find(|s| s.start_ms <= running_at)
+            .or(spans.first())
+            .map(|s| s.index);
+        if let Some(cycle) = by_pid.or(by_time) {
+            kills.push(KernelKill {
+                cycle,
+                seen_ms: m.t_ms,
+            });
+        }
+    }
+    kills
+}
+
 /// What is known of one cycle for telling how it ended.
 pub struct EndEvidence<'a> {
     pub index: u32,
     /// All records of the run.
     pub records: &'a [CaptureRecord],
-    /// The memory samples of this cycle, and of the run (a restart is told by what comes next).
-    pub memory: &'a [&'a MemorySample],
+    /// The kernel's kills the memory sampler saw, each placed on its life ([`kernel_kills`]).
+    pub kills: &'a [KernelKill],
     /// Unix ms of the cycle's last good capture.
     pub last_ms: i64,
     /// Whether the target stopped answering after it (failed attempts, or the next cycle).
@@ -50,6 +102,8 @@ pub struct EndEvidence<'a> {
     /// The pid of this cycle and of the next one, when known, and whether a next one exists.
     pub pid: Option<u32>,
     pub next: Option<Option<u32>>,
+    /// Whether the cycle's memory was sampled from its cgroup (the same cgroup across restarts).
+    pub cgroup_watched: bool,
 }
 
 /// How a cycle ended, from the evidence.
@@ -58,21 +112,23 @@ pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
         .records
         .iter()
         .find(|r| r.kind == RecordKind::Exit && r.cycle == e.index);
-    // Only the kernel's own count says OOM: a SIGKILL alone may be anyone's `kill -9`. A rise
-    // the memory sampler saw is filed by time and pid, so it may land on the life after the
-    // one killed; a process that exited by itself, or by another signal, was not that kill.
-    let ended_otherwise =
-        exit.is_some_and(|x| x.exit_code.is_some() || x.signal.is_some_and(|s| s != 9));
-    let kernel_killed = !ended_otherwise && e.memory.iter().any(|m| m.killed);
+    // Only the kernel's own count says OOM: a SIGKILL alone may be anyone's `kill -9`. The
+    // life's own exit record, where whoever started it wrote one with the counter, is the
+    // account of its end; else a rise the sampler saw while it ran. A process that exited by
+    // itself, or by another signal, was not that kill.
     let counted = |x: &CaptureRecord, key: &str| x.totals.get(key).is_some_and(|&n| n > 0);
     let exit_says = exit.is_some_and(|x| counted(x, "oom_kill") || counted(x, "watchdog_kill"));
-    if kernel_killed || exit_says {
+    let exit_counted = exit.is_some_and(|x| x.totals.contains_key("oom_kill"));
+    let ended_otherwise =
+        exit.is_some_and(|x| x.exit_code.is_some() || x.signal.is_some_and(|s| s != 9));
+    let sampled_kill = e.kills.iter().any(|k| k.cycle == e.index);
+    if exit_says || (sampled_kill && !exit_counted && !ended_otherwise) {
         return CycleEnd::OomKilled;
     }
     let new_process = e.next.is_some_and(|next_pid| match (e.pid, next_pid) {
         (Some(a), Some(b)) => a != b,
         // Without pids, a next cycle watched in the same cgroup is evidence enough.
-        _ => e.memory.iter().any(|m| m.source == "cgroup"),
+        _ => e.cgroup_watched,
     });
     // heapwatch's own stop (Ctrl-C) ended the process it started: not the process's end.
     let stopped_first = exit.is_some_and(|x| {
@@ -127,18 +183,19 @@ mod tests {
 
     fn evidence<'a>(
         records: &'a [CaptureRecord],
-        memory: &'a [&'a MemorySample],
+        kills: &'a [KernelKill],
         stopped: bool,
         next: Option<Option<u32>>,
     ) -> EndEvidence<'a> {
         EndEvidence {
             index: 1,
             records,
-            memory,
+            kills,
             last_ms: 1000,
             stopped,
             pid: Some(10),
             next,
+            cgroup_watched: true,
         }
     }
 
@@ -158,18 +215,14 @@ mod tests {
 
     #[test]
     fn each_end_is_named_from_its_evidence() {
-        let killed = MemorySample {
-            killed: true,
-            ..MemorySample::default()
+        let killed = KernelKill {
+            cycle: 1,
+            seen_ms: 1100,
         };
-        let cgroup = MemorySample {
-            source: "cgroup".into(),
-            ..MemorySample::default()
+        let end = |records: &[CaptureRecord], kills: &[KernelKill], stopped, next| {
+            cycle_end(&evidence(records, kills, stopped, next))
         };
-        let end = |records: &[CaptureRecord], memory: &[&MemorySample], stopped, next| {
-            cycle_end(&evidence(records, memory, stopped, next))
-        };
-        assert_eq!(end(&[], &[&killed], true, None), CycleEnd::OomKilled);
+        assert_eq!(end(&[], &[killed], true, None), CycleEnd::OomKilled);
         assert_eq!(end(&[oom_exit()], &[], true, None), CycleEnd::OomKilled);
         // A `kill -9` by hand: SIGKILL with the kernel's counter still at 0.
         assert_eq!(
@@ -186,7 +239,7 @@ mod tests {
         );
         // A kill the sampler filed under this life, which then exited by itself.
         assert_eq!(
-            end(&[exit(None, Some(0))], &[&killed], true, None),
+            end(&[exit(None, Some(0))], &[killed], true, None),
             CycleEnd::Exited { code: 0 }
         );
         assert_eq!(
@@ -194,7 +247,7 @@ mod tests {
             CycleEnd::RestartedItself { exit_code: None }
         );
         assert_eq!(
-            end(&[], &[&cgroup], true, Some(None)),
+            end(&[], &[], true, Some(None)),
             CycleEnd::RestartedItself { exit_code: None }
         );
         let stop = CaptureRecord::new(5, RecordKind::Stop, 1, 2000);
@@ -211,5 +264,101 @@ mod tests {
         );
         assert_eq!(end(&[], &[], true, None), CycleEnd::StoppedAnswering);
         assert_eq!(end(&[], &[], false, None), CycleEnd::StillAnswering);
+    }
+}
+
+#[cfg(test)]
+mod kill_tests {
+    use super::*;
+
+    fn sample(t_ms: i64, pid: u32, kills: u64, killed: bool) -> MemorySample {
+        MemorySample {
+            t_ms,
+            source: "cgroup".into(),
+            pid: Some(pid),
+            oom_kills: Some(kills),
+            killed,
+            alive: true,
+            ..MemorySample::default()
+        }
+    }
+
+    fn span(index: u32, start_ms: i64, pid: u32) -> CycleSpan {
+        CycleSpan {
+            index,
+            start_ms,
+            pid: Some(pid),
+        }
+    }
+
+    /// etcd under `run`: life 2 killed at about 20 s, life 3 started at 20.3 s; the sampler's
+    /// first look after the kill came at 20.75 s and named life 3's pid. The kill is life 2's.
+    #[test]
+    fn a_kill_first_seen_under_the_next_pid_belongs_to_the_life_running_before_it() {
+        let spans = [span(1, 0, 100), span(2, 10_000, 200), span(3, 20_300, 300)];
+        let memory = [
+            sample(9_500, 100, 0, false),
+            sample(9_900, 100, 1, true),
+            sample(19_800, 200, 1, false),
+            sample(20_750, 300, 2, true),
+            sample(200_000, 300, 2, false),
+        ];
+        let kills = kernel_kills(&memory, &spans);
+        let cycles: Vec<u32> = kills.iter().map(|k| k.cycle).collect();
+        assert_eq!(cycles, [1, 2]);
+        assert_eq!(kills[1].seen_ms, 20_750);
+    }
+
+    #[test]
+    fn without_pids_the_life_begun_before_the_rise_is_the_one_killed() {
+        let spans = [
+            CycleSpan {
+                index: 1,
+                start_ms: 0,
+                pid: None,
+            },
+            CycleSpan {
+                index: 2,
+                start_ms: 5_000,
+                pid: None,
+            },
+        ];
+        let mut before = sample(4_900, 0, 0, false);
+        before.pid = None;
+        let mut after = sample(5_400, 0, 1, true);
+        after.pid = None;
+        let kills = kernel_kills(&[before, after], &spans);
+        assert_eq!(kills.len(), 1);
+        assert_eq!(kills[0].cycle, 1);
+    }
+
+    /// A life with an exit record that read the counter is told by that record alone: its
+    /// `oom_kill` 0 beside a sampled rise placed on it is a `kill -9`, not an OOM.
+    #[test]
+    fn a_life_s_own_exit_record_is_the_account_of_its_end() {
+        let mut exit = CaptureRecord::new(9, RecordKind::Exit, 1, 1200);
+        exit.signal = Some(9);
+        exit.totals.insert("oom_kill".into(), 0);
+        let kills = [KernelKill {
+            cycle: 1,
+            seen_ms: 1100,
+        }];
+        let stop = CaptureRecord::new(10, RecordKind::Stop, 2, 9000);
+        let records = [exit, stop];
+        let end = |index: u32, next| {
+            cycle_end(&EndEvidence {
+                index,
+                records: &records,
+                kills: &kills,
+                last_ms: 1000,
+                stopped: index == 1,
+                pid: Some(10),
+                next,
+                cgroup_watched: true,
+            })
+        };
+        assert_eq!(end(1, Some(Some(11))), CycleEnd::Signal { signal: 9 });
+        // Life 2 was stopped by the collector; no kill of its own.
+        assert_eq!(end(2, None), CycleEnd::CollectorStopped);
     }
 }

@@ -85,6 +85,10 @@ pub struct CycleGrowth {
     pub end: CycleEnd,
     /// True when it was OOM-killed.
     pub killed: bool,
+    /// When its OOM kill was seen, seconds from the first capture: its exit record, else the
+    /// first memory sample that showed the kernel's counter risen ([`ends::kernel_kills`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kill_seen_s: Option<f64>,
     /// How long the kernel held the process at its OOM kill until the last capture was in
     /// (`run --oom-hold`), when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -374,6 +378,7 @@ impl GrowthBuilder {
             |inc| builds.iter().find(|b| b.index == inc).and_then(|b| b.pid),
             memory,
         );
+        let kills = ends::kernel_kills(memory, &spans);
         let mut cycles = Vec::new();
         for (pos, &inc) in indices.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
@@ -413,26 +418,27 @@ impl GrowthBuilder {
                     breakdown::mark_inherited(b, &mem, pos > 0);
                 }
                 let next = indices.get(pos + 1).map(|&n| span_pid(n));
-                // A kill is seen after the process is gone, maybe once its successor runs:
-                // the evidence of an end is what was sampled until the next cycle began.
-                let until_next: Vec<&MemorySample> = memory
-                    .iter()
-                    .filter(|m| m.t_ms >= c.start_ms && next_start.is_none_or(|n| m.t_ms < n))
-                    .collect();
                 c.end = ends::cycle_end(&EndEvidence {
                     index: inc,
                     records,
-                    memory: &until_next,
+                    kills: &kills,
                     last_ms: c.start_ms + (c.span_s * 1000.0).round() as i64,
                     stopped: c.died_after_s.is_some(),
                     pid: c.pid,
                     next,
+                    cgroup_watched: mem.iter().any(|m| m.source == "cgroup"),
                 });
                 c.killed = c.end == CycleEnd::OomKilled;
                 let exit = records
                     .iter()
                     .find(|r| r.kind == RecordKind::Exit && r.cycle == inc)
                     .filter(|_| c.killed);
+                let sampled = kills.iter().find(|k| k.cycle == inc).map(|k| k.seen_ms);
+                c.kill_seen_s = exit
+                    .map(|x| x.t_ms)
+                    .or(sampled)
+                    .filter(|_| c.killed)
+                    .map(|ms| (ms - c.start_ms) as f64 / 1000.0);
                 c.oom_held_ms = exit.and_then(|x| x.totals.get("oom_held_ms").copied());
                 c.oom_held_below_bytes =
                     exit.and_then(|x| x.totals.get("oom_held_below_bytes").copied());
@@ -547,7 +553,8 @@ fn cycle(
     // The death: the exit record of whoever started the process, else the first failed
     // capture after the last good one, else the next cycle's start.
     let stopped = exit_ms.or(failed_after).or(next_start);
-    let killed = mem.iter().any(|m| m.killed);
+    // How the cycle ended is told once its neighbours are known (`GrowthBuilder::finish`).
+    let killed = false;
     let cgroup = mem
         .iter()
         .any(|m| m.source == "cgroup" && m.usage.is_some());
@@ -625,6 +632,7 @@ fn cycle(
             .map(|ms| ms as f64 / 1000.0),
         end: CycleEnd::StillAnswering,
         killed,
+        kill_seen_s: None,
         oom_held_ms: None,
         oom_held_below_bytes: None,
         unpublished: heap.last().and_then(|r| {

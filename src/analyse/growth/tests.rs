@@ -136,3 +136,88 @@ fn under_a_forced_gc_a_stored_twin_is_no_second_point() {
     let reading = report.cycles[0].reading.as_ref().expect("a rise");
     assert_eq!((reading.onset_s, reading.points), (0.0, 3), "{reading:?}");
 }
+
+/// etcd under `run --restarts 2` (issue 33, item 1): lives 1 and 2 killed by the kernel, life 3
+/// sat at its limit until the run was stopped. Life 2's kill was first seen by the sampler
+/// 0.75 s after its exit record, in a sample already naming life 3's pid. Two kills, not three.
+#[test]
+fn a_kill_seen_under_the_next_life_s_pid_ends_the_life_before_and_a_stopped_life_lives() {
+    let mut builder = GrowthBuilder::default();
+    let mut records = Vec::new();
+    let mut memory = Vec::new();
+    let mut seq = 0;
+    let mut next = |kind, cycle, t_ms| {
+        seq += 1;
+        CaptureRecord::new(seq, kind, cycle, t_ms)
+    };
+    // Life 3 answers from 19.6 s; the sampler, slowed by the dying process, looks again at 20.15 s.
+    let lives = [(1u32, 0i64, 100u32), (2, 10_000, 200), (3, 19_600, 300)];
+    let mut kills = 0;
+    for &(cycle, start, pid) in &lives {
+        let end = if cycle == 3 { 240_000 } else { start + 9_000 };
+        for t in (start..=end).step_by(500) {
+            let mut r = next(RecordKind::Heap, cycle, t);
+            r.pid = Some(pid);
+            let value = (t - start) * 10_000;
+            r.totals.insert("inuse_space".into(), value);
+            builder.heap(
+                &r,
+                &[SiteFigures {
+                    name: "main.grow".into(),
+                    value,
+                    alloc: value,
+                }],
+            );
+            records.push(r);
+            if cycle == 3 && t < 20_200 {
+                continue;
+            }
+            memory.push(MemorySample {
+                t_ms: t + 100,
+                source: "cgroup".into(),
+                pid: Some(pid),
+                oom_kills: Some(kills),
+                alive: true,
+                ..MemorySample::default()
+            });
+        }
+        if cycle < 3 {
+            kills += 1;
+            let mut exit = next(RecordKind::Exit, cycle, end + 400);
+            exit.pid = Some(pid);
+            exit.signal = Some(9);
+            // `collect --cgroup` read the counter when it heard the exit: life 2's rise was
+            // already counted for life 1's exit's reader only on the first kill.
+            if cycle == 1 {
+                exit.totals.insert("oom_kill".into(), 1);
+            }
+            records.push(exit);
+            let seen = if cycle == 1 { end + 300 } else { end + 1_150 };
+            memory.push(MemorySample {
+                t_ms: seen,
+                source: "cgroup".into(),
+                pid: Some(if cycle == 1 { pid } else { 300 }),
+                oom_kills: Some(kills),
+                killed: true,
+                alive: true,
+                ..MemorySample::default()
+            });
+        }
+    }
+    records.push(next(RecordKind::Stop, 3, 240_100));
+    memory.sort_by_key(|m| m.t_ms);
+    let report = builder.finish(&records, &memory, Some(256 << 20));
+    let ends: Vec<CycleEnd> = report.cycles.iter().map(|c| c.end).collect();
+    assert_eq!(
+        ends,
+        [
+            CycleEnd::OomKilled,
+            CycleEnd::OomKilled,
+            CycleEnd::CollectorStopped
+        ]
+    );
+    let killed: Vec<bool> = report.cycles.iter().map(|c| c.killed).collect();
+    assert_eq!(killed, [true, true, false]);
+    assert_eq!(report.across.died, 2, "{:?}", report.across);
+    assert!(report.cycles[2].kill_seen_s.is_none());
+}

@@ -137,10 +137,10 @@ impl Timeline {
             .collect();
         // The cycle's own samples: by pid where known (memory of the new process before its
         // first capture included), else by time; the same rule as the growth analysis.
+        // The kill is the one the growth analysis placed on this life, never a sample's flag
+        // (a kill first seen under the next process's pid is not the next process's).
+        t.kills.extend(c.kill_seen_s);
         for m in boundaries::cycle_memory(run.memory, &spans, c.index) {
-            if m.killed {
-                t.kills.push(at(m.t_ms));
-            }
             if !m.alive {
                 continue;
             }
