@@ -444,6 +444,12 @@ impl GrowthBuilder {
                     exit.and_then(|x| x.totals.get("oom_held_below_bytes").copied());
                 if let Some(a) = c.at_limit.as_mut() {
                     a.killed = c.killed;
+                    // The kernel kills only after a charge failed: a count of none beside a
+                    // kill is a counter that cannot see them (v1 with memory+swap bound at
+                    // the limit, as `run` sets it, in runs recorded before the sampler knew).
+                    if a.killed && a.charge_failures == Some(0) {
+                        a.charge_failures = None;
+                    }
                 }
                 let good: Vec<&&CaptureRecord> = rs.iter().filter(|r| r.is_ok()).collect();
                 c.runtime = runtime_view(&good, self.cpu_limit);

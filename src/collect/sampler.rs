@@ -141,8 +141,9 @@ impl Probing {
             if detailed { depth } else { Detail::Usage },
         );
         // Memory moving fast (a file written into the page cache, or a heap growing): look
-        // where it went now rather than guess for up to 500 ms.
-        if !detailed && self.split.jumped(&sample) {
+        // where it went now rather than guess for up to 500 ms. At the limit, every sample:
+        // what the kernel does there (reclaim, writeback, the kill) moves within one.
+        if !detailed && (self.split.jumped(&sample) || at_limit(&sample)) {
             detailed = true;
             sample = self.probe.sample(crate::time::now_ms(), self.kills, depth);
         }
@@ -388,6 +389,19 @@ struct Split {
     total: Option<u64>,
 }
 
+/// The share of its limit at which a cgroup's split is read at every sample.
+const AT_LIMIT_PERMILLE: u64 = 950;
+
+/// The cgroup's usage at (or within 5 % of) its limit.
+fn at_limit(sample: &MemorySample) -> bool {
+    match (sample.usage, sample.limit) {
+        (Some(usage), Some(limit)) if limit > 0 => {
+            usage as u128 * 1000 >= limit as u128 * AT_LIMIT_PERMILLE as u128
+        }
+        _ => false,
+    }
+}
+
 /// How far the total may move between detailed samples before the next is taken at once.
 const JUMP: u64 = 16 << 20;
 
@@ -421,6 +435,20 @@ impl Split {
 mod tests {
     use super::*;
     use crate::source::procmem::CgroupBreakdown;
+
+    #[test]
+    fn the_split_is_read_at_every_sample_near_the_limit_only() {
+        let mib = 1 << 20;
+        let sample = |usage, limit| MemorySample {
+            usage: Some(usage),
+            limit,
+            ..MemorySample::default()
+        };
+        assert!(at_limit(&sample(250 * mib, Some(256 * mib))));
+        assert!(at_limit(&sample(256 * mib, Some(256 * mib))));
+        assert!(!at_limit(&sample(200 * mib, Some(256 * mib))));
+        assert!(!at_limit(&sample(250 * mib, None)));
+    }
 
     #[test]
     fn a_slow_collector_is_nudged_at_the_burst_share_and_on_a_jump_only() {

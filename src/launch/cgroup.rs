@@ -339,6 +339,33 @@ mod tests {
         assert!(!status.success(), "the process in it was killed");
     }
 
+    /// `run`'s cgroup binds memory+swap at its limit on v1, and then the kernel counts no
+    /// charge failure anywhere (issue 33: "0 charge failures" beside three kills): the sample
+    /// gives no figure then, and the counter's own where only the memory limit binds.
+    #[test]
+    fn charge_failures_are_given_only_where_the_counter_sees_them() {
+        let roots = CgroupRoots::default();
+        let name = format!("heapwatch-unit-failcnt-{}", std::process::id());
+        let cg = match MemoryCgroup::create(&roots, &name, 64 << 20) {
+            Ok(cg) => cg,
+            Err(e) => {
+                use crate::prerequisite::{Need, skip};
+                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
+                return;
+            }
+        };
+        let memsw = cg.path.join("memory.memsw.limit_in_bytes");
+        if cg.version == CgroupVersion::V1 && memsw.exists() {
+            assert_eq!(cg.memory().breakdown().failcnt, None);
+            fs::write(&memsw, "-1").unwrap();
+            assert_eq!(cg.memory().breakdown().failcnt, Some(0));
+        } else {
+            // v2 counts `max` events in memory.events whatever swap.max says.
+            assert_eq!(cg.memory().breakdown().failcnt, Some(0));
+        }
+        cg.remove().unwrap();
+    }
+
     /// The files a memory sample reads are kept open between samples: each read must still
     /// be the kernel's figure of that moment, a new limit included, and nothing once the
     /// cgroup is gone (skipped without root, a failure under CI).

@@ -430,9 +430,19 @@ impl CgroupMemory {
                 self.read("memory.pressure").as_deref(),
             )
         } else {
+            // With a memory+swap limit that binds (`heapwatch run` sets one equal to the
+            // limit), this kernel counts no failures in `memory.failcnt` nor in
+            // `memory.memsw.failcnt` (0 beside three kills, measured): no figure then.
+            let memsw_binds = match (
+                self.read_number("memory.memsw.limit_in_bytes"),
+                self.limit(),
+            ) {
+                (Some(memsw), Some(limit)) => memsw <= limit,
+                _ => false,
+            };
             breakdown_v1(
                 &stat,
-                self.read_number("memory.failcnt"),
+                self.read_number("memory.failcnt").filter(|_| !memsw_binds),
                 self.read("memory.oom_control").as_deref(),
                 self.read_number("memory.kmem.usage_in_bytes"),
             )

@@ -1,4 +1,5 @@
 use super::*;
+use crate::model::memory::CgroupBreakdown;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -220,4 +221,57 @@ fn a_kill_seen_under_the_next_life_s_pid_ends_the_life_before_and_a_stopped_life
     assert_eq!(killed, [true, true, false]);
     assert_eq!(report.across.died, 2, "{:?}", report.across);
     assert!(report.cycles[2].kill_seen_s.is_none());
+}
+
+/// Under `heapwatch run` on v1 (memory+swap bound at the limit) the kernel counted no charge
+/// failure beside its kill (issue 33, item 2): no count is given, where "0 charge failures"
+/// beside "sat at its limit" told a reader it was not under pressure.
+#[test]
+fn a_kill_beside_no_counted_charge_failure_gives_no_count() {
+    const LIMIT: u64 = 64 << 20;
+    let report = |failcnt: u64, killed: bool| {
+        let mut builder = GrowthBuilder::default();
+        let mut records = Vec::new();
+        let mut memory = Vec::new();
+        for k in 0..20u64 {
+            let t = k as i64 * 250;
+            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, t);
+            let value = (k * (2 << 20)) as i64;
+            r.totals.insert("inuse_space".into(), value);
+            builder.heap(
+                &r,
+                &[SiteFigures {
+                    name: "main.grow".into(),
+                    value,
+                    alloc: value,
+                }],
+            );
+            records.push(r);
+            memory.push(MemorySample {
+                t_ms: t + 10,
+                source: "cgroup".into(),
+                usage: Some(if k >= 12 { LIMIT } else { k * (4 << 20) }),
+                limit: Some(LIMIT),
+                oom_kills: Some(0),
+                alive: true,
+                cgroup: Some(CgroupBreakdown {
+                    failcnt: Some(if k >= 12 { failcnt } else { 0 }),
+                    ..CgroupBreakdown::default()
+                }),
+                ..MemorySample::default()
+            });
+        }
+        if killed {
+            let mut exit = CaptureRecord::new(99, RecordKind::Exit, 1, 5_100);
+            exit.signal = Some(9);
+            exit.totals.insert("oom_kill".into(), 1);
+            records.push(exit);
+        }
+        builder.finish(&records, &memory, Some(LIMIT))
+    };
+    let at = |r: GrowthReport| r.cycles[0].at_limit.clone().expect("at its limit");
+    assert_eq!(at(report(0, true)).charge_failures, None);
+    assert_eq!(at(report(500, true)).charge_failures, Some(500));
+    // Alive at its limit with no failure counted: the count stands.
+    assert_eq!(at(report(0, false)).charge_failures, Some(0));
 }
