@@ -169,15 +169,21 @@ pub enum Origin {
     /// The standard library (a package path whose first element has no dot), or a frame
     /// without a name.
     Std,
-    /// The target's own code: package `main`, or a module path (`github.com/…`).
+    /// A third-party codec or compressor (protobuf, JSON, YAML, msgpack, snappy, …): the
+    /// bytes it allocates belong to whoever asked it to decode or copy.
+    Codec,
+    /// Another third-party module.
+    Library,
+    /// The target's own code: package `main`, its main module, and the modules of the same
+    /// organisation (`go.etcd.io/raft/v3` under `go.etcd.io/etcd/server/v3`).
     Own,
 }
 
 /// Which code is the target's own. With its main module's path (from the binary's build info,
-/// recorded in the cycle's `build.module`), that module's packages and package `main`; the
-/// other modules it depends on are libraries, as the standard library is (a protobuf decoder
-/// under a WAL replay is not the cause; the code that called it is). Without it, a guess:
-/// package `main` and every module path (a first path element with a dot).
+/// recorded in the cycle's `build.module`): that module, package `main`, and the other modules
+/// of the same organisation (a project's raft, storage or channel module is its own code,
+/// wherever its goroutine started). Without it, a guess: package `main` and every module path
+/// (a first path element with a dot). Codecs are never own code, whoever publishes them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct OwnCode {
     module: Option<String>,
@@ -211,6 +217,59 @@ fn package_path(name: &str) -> &str {
     name[dir..].find('.').map_or(name, |dot| &name[..dir + dot])
 }
 
+/// Whether package path `path` lies in module or prefix `prefix` (whole path elements).
+fn within(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// Code hosts whose second path element is an owner: `github.com/openziti/…`.
+const HOSTS: [&str; 6] = [
+    "github.com",
+    "gitlab.com",
+    "bitbucket.org",
+    "codeberg.org",
+    "gitee.com",
+    "gopkg.in",
+];
+
+/// The organisation a module path belongs to: its owner on a code host
+/// (`github.com/openziti`), else its domain (`go.etcd.io`, `k8s.io`).
+fn organisation(module: &str) -> &str {
+    let mut parts = module.splitn(3, '/');
+    let host = parts.next().unwrap_or(module);
+    match parts.next() {
+        Some(owner) if HOSTS.contains(&host) => &module[..host.len() + 1 + owner.len()],
+        _ => host,
+    }
+}
+
+/// Third-party codecs and compressors, by module or package path.
+const CODECS: [&str; 22] = [
+    "google.golang.org/protobuf",
+    "github.com/golang/protobuf",
+    "github.com/gogo/protobuf",
+    "github.com/planetscale/vtprotobuf",
+    "github.com/json-iterator/go",
+    "github.com/goccy/go-json",
+    "github.com/bytedance/sonic",
+    "github.com/mailru/easyjson",
+    "github.com/tidwall/gjson",
+    "github.com/vmihailenco/msgpack",
+    "github.com/tinylib/msgp",
+    "github.com/ugorji/go/codec",
+    "github.com/fxamacker/cbor",
+    "gopkg.in/yaml.v2",
+    "gopkg.in/yaml.v3",
+    "go.yaml.in/yaml",
+    "sigs.k8s.io/yaml",
+    "github.com/BurntSushi/toml",
+    "github.com/pelletier/go-toml",
+    "github.com/klauspost/compress",
+    "github.com/golang/snappy",
+    "github.com/pierrec/lz4",
+];
+
 /// The origin of a function named as pprof names it (`net/http.(*conn).serve`,
 /// `github.com/nats-io/nats-server/v2/server.(*client).parse`, `main.init.func1`).
 pub fn origin(name: &str, own: &OwnCode) -> Origin {
@@ -229,36 +288,46 @@ pub fn origin(name: &str, own: &OwnCode) -> Origin {
     if package == "main" {
         return Origin::Own;
     }
+    if !(name.contains('/') && package.contains('.')) {
+        return Origin::Std;
+    }
+    let path = package_path(name);
+    if own.main_module().is_some_and(|m| within(path, m)) {
+        return Origin::Own;
+    }
+    if CODECS.iter().any(|c| within(path, c)) {
+        return Origin::Codec;
+    }
     match own.main_module() {
-        Some(module) => {
-            let path = package_path(name);
-            let inside = path
-                .strip_prefix(module)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
-            if inside { Origin::Own } else { Origin::Std }
-        }
-        None if name.contains('/') && package.contains('.') => Origin::Own,
-        None => Origin::Std,
+        Some(module) if organisation(path) == organisation(module) => Origin::Own,
+        Some(_) => Origin::Library,
+        None => Origin::Own,
     }
 }
 
 /// Which frame names a stack (frames leaf first): its first frame in the target's own code
 /// that is not a callback the standard library makes (a `sync.Pool`'s `New`, a sort's less
-/// function: the code that called the library is the cause), else that first own frame;
-/// `None` without own code.
+/// function: the code that called the library is the cause), else that first own frame; with
+/// no own code, the first frame of a third-party module that is not a codec; `None` when
+/// neither is there.
 fn own_frame(origins: &[Origin], from: usize) -> Option<usize> {
     // The first own frame that own code called, else the last own frame (the only one with
     // no own frame above it): one pass, no allocation, as it runs once a sample.
     let mut last = None;
+    let mut library = None;
     for i in from..origins.len() {
-        if origins[i] == Origin::Own {
-            if origins.get(i + 1) == Some(&Origin::Own) {
-                return Some(i);
+        match origins[i] {
+            Origin::Own => {
+                if origins.get(i + 1) == Some(&Origin::Own) {
+                    return Some(i);
+                }
+                last = Some(i);
             }
-            last = Some(i);
+            Origin::Library if library.is_none() => library = Some(i),
+            _ => {}
         }
     }
-    last
+    last.or(library)
 }
 
 /// The site's name: the own frame with the leaf beside it ("main.(*client).queueOutbound
@@ -469,13 +538,21 @@ mod tests {
             ),
             ("go.etcd.io/etcd/server/v3.Main", Origin::Own),
             ("main.main", Origin::Own),
-            // Another module of the same project is a dependency, as is one whose path only
-            // starts with the main module's.
-            ("go.etcd.io/raft/v3.(*raft).appendEntry", Origin::Std),
-            ("go.etcd.io/etcd/server/v3x/wal.Open", Origin::Std),
+            // Another module of the same organisation is the project's own code; a codec is
+            // never, whoever publishes it; another organisation's module is a library.
+            ("go.etcd.io/raft/v3.(*raft).appendEntry", Origin::Own),
+            ("go.etcd.io/etcd/server/v3x/wal.Open", Origin::Own),
             (
                 "google.golang.org/protobuf/internal/impl.consumeBytes",
-                Origin::Std,
+                Origin::Codec,
+            ),
+            (
+                "github.com/prometheus/client_golang/prometheus.(*Registry).Gather",
+                Origin::Library,
+            ),
+            (
+                "golang.org/x/net/http2.(*Framer).ReadFrame",
+                Origin::Library,
             ),
             ("runtime.mallocgc", Origin::Runtime),
         ] {
@@ -495,12 +572,58 @@ mod tests {
             "go.etcd.io/etcd/server/v3/storage/wal.(*decoder).decodeRecord \
              (leaf google.golang.org/protobuf/internal/impl.consumeBytes)"
         );
-        // The guess names it by the decoder's leaf, as etcd's replay read before.
+        // The guess knows codecs too.
         assert_eq!(
             name_frames(&stack, false, &OwnCode::guess()).unwrap(),
-            "google.golang.org/protobuf/internal/impl.consumeBytes"
+            "go.etcd.io/etcd/server/v3/storage/wal.(*decoder).decodeRecord \
+             (leaf google.golang.org/protobuf/internal/impl.consumeBytes)"
         );
         assert_eq!(OwnCode::module("command-line-arguments"), OwnCode::guess());
+    }
+
+    /// etcd's raft leader cloning entries (issue 33, item 6): the only stack of 80 % of the rise
+    /// is `proto.Clone` under the raft module's `appendEntry`, on a goroutine raft started. The
+    /// site to act on is raft's frame, the project's own organisation, not protobuf's leaf.
+    #[test]
+    fn a_sibling_module_of_the_same_organisation_names_a_site_behind_a_codec() {
+        let stack = [
+            "google.golang.org/protobuf/internal/impl.mergeBytes",
+            "google.golang.org/protobuf/internal/impl.(*MessageInfo).merge",
+            "google.golang.org/protobuf/proto.Clone",
+            "go.etcd.io/raft/v3.(*raft).appendEntry",
+            "go.etcd.io/raft/v3.stepLeader",
+            "go.etcd.io/raft/v3.(*raft).Step",
+            "go.etcd.io/raft/v3.(*node).run",
+            "runtime.goexit",
+        ];
+        let etcd = OwnCode::module("go.etcd.io/etcd/server/v3");
+        assert_eq!(
+            name_frames(&stack, false, &etcd).unwrap(),
+            "go.etcd.io/raft/v3.(*raft).appendEntry \
+             (leaf google.golang.org/protobuf/internal/impl.mergeBytes)"
+        );
+        // OpenZiti's controller: its channel module is its own code too.
+        let ziti = OwnCode::module("github.com/openziti/ziti");
+        assert_eq!(
+            origin("github.com/openziti/channel/v4.(*channelImpl).rxer", &ziti),
+            Origin::Own
+        );
+        assert_eq!(
+            origin("github.com/sirupsen/logrus.(*Entry).log", &ziti),
+            Origin::Library
+        );
+        // With no own frame at all, the first library frame outside the codec names it.
+        let library = [
+            "google.golang.org/protobuf/proto.Clone",
+            "github.com/hashicorp/raft.(*Raft).appendEntries",
+            "github.com/hashicorp/raft.(*Raft).run",
+            "runtime.goexit",
+        ];
+        assert_eq!(
+            name_frames(&library, false, &ziti).unwrap(),
+            "github.com/hashicorp/raft.(*Raft).appendEntries \
+             (leaf google.golang.org/protobuf/proto.Clone)"
+        );
     }
 
     #[test]
