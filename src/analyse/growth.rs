@@ -85,6 +85,9 @@ pub struct CycleGrowth {
     pub end: CycleEnd,
     /// True when it was OOM-killed.
     pub killed: bool,
+    /// Whether its heap publications were placed by the runtime's own GC count (read with each
+    /// capture by `proc:`); else their moments are estimated from Go's GC pacing.
+    pub gc_clock: bool,
     /// When its OOM kill was seen, seconds from the first capture: its exit record, else the
     /// first memory sample that showed the kernel's counter risen ([`ends::kernel_kills`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -202,11 +205,17 @@ struct CycleState {
 ///
 /// Only `runtime.GC()` publishes the snapshot of the cycle it just finished: captures made
 /// with `?gc=1` (`collect --gc`) are current and keep their own time.
+///
+/// Where the source reads the runtime's own GC count with each capture (`proc:`), nothing is
+/// guessed: a publication seen at GC count `n` describes mark termination `n − 1`; GCs ran
+/// unseen exactly when the count rose by two or more since the publication before; and when
+/// one GC ran, that GC is placed between the last capture before it and the first after it.
 fn place_publication<T: PartialEq + Clone>(
     published: &mut Option<Publication<T>>,
     (figures, inuse): (&T, fn(&T) -> f64),
     t: f64,
-    before: Option<f64>,
+    before: Option<Sighting>,
+    clock: Option<u32>,
     forced_gc: bool,
 ) -> Option<Placed<T>> {
     if !forced_gc {
@@ -220,8 +229,12 @@ fn place_publication<T: PartialEq + Clone>(
         None => None,
         Some(p) => {
             // The last capture that still showed it: no GC had published since.
-            let last = before.map_or(p.last, |b| b.max(p.last)).min(t);
-            if gcs_unseen(inuse(&p.figures), inuse(figures)) {
+            let last = before.map_or(p.last, |b| b.at.max(p.last)).min(t);
+            let unseen = match (p.num_gc, clock) {
+                (Some(was), Some(now)) => now >= was.saturating_add(2),
+                _ => gcs_unseen(inuse(&p.figures), inuse(figures)),
+            };
+            if unseen {
                 // A cycle's first publication stays unplaced (its moment is unknown).
                 let again =
                     p.at.is_some_and(|at| last > at)
@@ -231,20 +244,32 @@ fn place_publication<T: PartialEq + Clone>(
                     again,
                 })
             } else {
-                Some(Placed {
-                    at: p.first,
-                    again: None,
-                })
+                // The GC that published the one before: first seen at `p.first`, and after
+                // the capture before it when the clock says that capture preceded it.
+                let at = p.gc_after.map_or(p.first, |after| (after + p.first) / 2.0);
+                Some(Placed { at, again: None })
             }
         }
     };
+    let gc_after = before
+        .filter(|b| matches!((b.num_gc, clock), (Some(was), Some(now)) if was < now))
+        .map(|b| b.at);
     *published = Some(Publication {
         figures: figures.clone(),
         first: t,
         last: t,
         at: placed.as_ref().map(|p| p.at),
+        num_gc: clock,
+        gc_after,
     });
     placed
+}
+
+/// A capture before the one being placed: when, and the runtime's GC count it read.
+#[derive(Debug, Clone, Copy)]
+struct Sighting {
+    at: f64,
+    num_gc: Option<u32>,
 }
 
 /// The newest heap publication of a cycle: its figures, when it was first and last seen, and
@@ -254,6 +279,10 @@ struct Publication<T> {
     first: f64,
     last: f64,
     at: Option<f64>,
+    /// The runtime's GC count when it was first seen, where the source reads it.
+    num_gc: Option<u32>,
+    /// The last capture known to come before the GC that published it (a lower GC count).
+    gc_after: Option<f64>,
 }
 
 /// Where a publication goes, and the one before it placed again at its last sighting.
@@ -278,7 +307,7 @@ fn gcs_unseen(before: f64, after: f64) -> bool {
 pub struct GrowthBuilder {
     cycles: BTreeMap<u32, CycleState>,
     /// Every good heap capture's time by cycle, duplicates included ([`GrowthBuilder::captures`]).
-    heap_times: BTreeMap<u32, Vec<i64>>,
+    heap_times: BTreeMap<u32, Vec<(i64, Option<u32>)>>,
     forced_gc: bool,
     cpu_limit: Option<f64>,
     run_label: String,
@@ -316,7 +345,10 @@ impl GrowthBuilder {
             .iter()
             .filter(|r| r.kind == RecordKind::Heap && r.is_ok())
         {
-            self.heap_times.entry(r.cycle).or_default().push(r.t_ms);
+            self.heap_times
+                .entry(r.cycle)
+                .or_default()
+                .push((r.t_ms, r.gc.map(|g| g.num_gc)));
         }
         for times in self.heap_times.values_mut() {
             times.sort_unstable();
@@ -328,17 +360,26 @@ impl GrowthBuilder {
     pub fn heap(&mut self, record: &CaptureRecord, sites: &[SiteFigures]) {
         let forced_gc = self.forced_gc;
         let before_ms = self.heap_times.get(&record.cycle).and_then(|times| {
-            let i = times.partition_point(|&t| t < record.t_ms);
+            let i = times.partition_point(|&(t, _)| t < record.t_ms);
             i.checked_sub(1).map(|i| times[i])
         });
         let (c, t) = self.cycle(record.cycle, record.t_ms);
         let start = c.start_ms.unwrap_or(record.t_ms);
-        let before = before_ms.map(|b| (b - start) as f64 / 1000.0);
+        let before = before_ms.map(|(b, num_gc)| Sighting {
+            at: (b - start) as f64 / 1000.0,
+            num_gc,
+        });
         let figures = sites.to_vec();
         let total = |f: &Vec<SiteFigures>| f.iter().map(|s| s.value as f64).sum();
-        let Some(placed) =
-            place_publication(&mut c.published, (&figures, total), t, before, forced_gc)
-        else {
+        let clock = record.gc.map(|g| g.num_gc);
+        let Some(placed) = place_publication(
+            &mut c.published,
+            (&figures, total),
+            t,
+            before,
+            clock,
+            forced_gc,
+        ) else {
             return;
         };
         for (at, sites) in placed
@@ -534,12 +575,16 @@ fn cycle(
             continue;
         };
         let figures = (inuse, r.totals.get("alloc_space").copied());
-        let at_before = last.map(|b| secs(b.t_ms));
+        let at_before = last.map(|b| Sighting {
+            at: secs(b.t_ms),
+            num_gc: b.gc.map(|g| g.num_gc),
+        });
         let Some(placed) = place_publication(
             &mut published,
             (&figures, inuse_of),
             secs(r.t_ms),
             at_before,
+            r.gc.map(|g| g.num_gc),
             forced_gc,
         ) else {
             continue;
@@ -638,6 +683,7 @@ fn cycle(
             .map(|ms| ms as f64 / 1000.0),
         end: CycleEnd::StillAnswering,
         killed,
+        gc_clock: !heap.is_empty() && heap.iter().all(|r| r.gc.is_some()),
         kill_seen_s: None,
         oom_held_ms: None,
         oom_held_below_bytes: None,

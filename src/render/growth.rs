@@ -187,6 +187,13 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
         } else {
             format!("{} points: a chord, no fit to judge", r.points)
         };
+        // A heap profile is the state as of a GC: when that GC ran is read or estimated.
+        let placed = if c.gc_clock {
+            "placed by the runtime's GC count"
+        } else {
+            "GC moments estimated, the source gives no GC count"
+        };
+        let fit = format!("{fit}; {placed}");
         let _ = writeln!(
             out,
             "  growth episode: {} from {:.1} to {:.1} s ({fit}), {} → {}, {}",

@@ -275,3 +275,71 @@ fn a_kill_beside_no_counted_charge_failure_gives_no_count() {
     // Alive at its limit with no failure counted: the count stands.
     assert_eq!(at(report(0, false)).charge_failures, Some(0));
 }
+
+/// A heap growing `rate` bytes/s from `base` under GOGC `gogc` (the next GC when the live heap
+/// has grown by gogc %), with Go's publication (a capture at GC count n shows the heap as of
+/// mark termination n − 1), captured every 250 ms for `secs`; `clocked` gives each capture the
+/// runtime's GC count as `proc:` reads it.
+fn paced_heap(gogc: f64, rate: f64, base: f64, secs: f64, clocked: bool) -> GrowthReport {
+    let live = |t: f64| base + rate * t;
+    let mut gcs: Vec<f64> = Vec::new();
+    let mut goal = (live(0.0) * (1.0 + gogc / 100.0)).max(4.0 * MIB);
+    loop {
+        let at = (goal - base) / rate;
+        if at > secs {
+            break;
+        }
+        gcs.push(at);
+        goal = (live(at) * (1.0 + gogc / 100.0)).max(4.0 * MIB);
+    }
+    let mut builder = GrowthBuilder::default();
+    let mut records = Vec::new();
+    for k in 0..=((secs / 0.25) as u64) {
+        let t = k as f64 * 0.25;
+        let n = gcs.iter().filter(|&&g| g <= t).count();
+        let value = match n {
+            0 | 1 => 0.0,
+            n => live(gcs[n - 2]),
+        } as i64;
+        let mut record = CaptureRecord::new(k + 1, RecordKind::Heap, 1, (t * 1000.0) as i64);
+        record.totals.insert("inuse_space".into(), value);
+        if clocked {
+            record.gc = Some(crate::model::capture::GcClock {
+                num_gc: n as u32,
+                profile_cycle: None,
+            });
+        }
+        records.push(record);
+    }
+    let mut builder2 = std::mem::take(&mut builder).captures(&records);
+    for r in &records {
+        let value = r.totals["inuse_space"];
+        builder2.heap(
+            r,
+            &[SiteFigures {
+                name: "main.grow".into(),
+                value,
+                alloc: value,
+            }],
+        );
+    }
+    builder2.finish(&records, &[], None)
+}
+
+/// Issue 33, item 9: with the runtime's GC count, a publication's moment is known, not guessed
+/// from the size of its jump (which assumes GOGC=100): a steady leak reads at its rate under
+/// GOGC 50, 100 and 200 alike (without it, GOGC=200 read 7 MiB/s here).
+#[test]
+fn with_the_gc_count_a_steady_leak_reads_at_its_rate_whatever_gogc() {
+    for gogc in [50.0, 100.0, 200.0] {
+        let r = paced_heap(gogc, 16.0 * MIB, 2.0 * MIB, 12.0, true);
+        let c = &r.cycles[0];
+        assert!(c.gc_clock);
+        let rate = c.sites.first().map_or(0.0, |s| s.bytes_per_sec / MIB);
+        assert!(
+            (12.0..=20.0).contains(&rate),
+            "GOGC {gogc}: {rate:.1} MiB/s, truly 16"
+        );
+    }
+    assert!(!paced_heap(200.0, 16.0 * MIB, 2.0 * MIB, 12.0, false).cycles[0].gc_clock);
+}

@@ -55,6 +55,7 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
             crate::analyse::ends::CycleEnd::StillAnswering
         },
         killed: killed_at.is_some(),
+        gc_clock: false,
         kill_seen_s: None,
         oom_held_ms: None,
         oom_held_below_bytes: None,
