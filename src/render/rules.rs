@@ -84,16 +84,38 @@ fn evidence_words(e: &Evidence) -> String {
         Evidence::HeapGrows {
             bytes_per_sec,
             onset_s,
+            end_s,
+            points,
             end,
             top,
         } => {
+            // The rate holds over the publications it was taken from, and no further: a rise
+            // seen in its last 0.4 s is not stretched to the kill.
+            let over = if *points <= 2 {
+                format!(
+                    "from {onset_s:.1} to {end_s:.1} s between two publications (a chord, no fit to judge)"
+                )
+            } else {
+                format!("from {onset_s:.1} to {end_s:.1} s ({points} publications)")
+            };
+            // Past the rise's last publication the profile may say nothing more (no GC
+            // finished): say so rather than leave a gap that reads as a stop.
+            let silent = |at_s: f64| {
+                if at_s - end_s >= 1.0 {
+                    "no published profile describes a later moment; "
+                } else {
+                    ""
+                }
+            };
             let end = match end {
-                GrowthEnd::OomKilled { at_s } => format!(" until it was OOM-killed at {at_s:.1} s"),
-                GrowthEnd::Died { at_s } => format!(" until it died at {at_s:.1} s"),
-                GrowthEnd::LastCapture => " to the last capture".into(),
+                GrowthEnd::OomKilled { at_s } => {
+                    format!("; {}OOM-killed at {at_s:.1} s", silent(*at_s))
+                }
+                GrowthEnd::Died { at_s } => format!("; {}died at {at_s:.1} s", silent(*at_s)),
+                GrowthEnd::LastCapture => ", still rising at the last capture".into(),
             };
             format!(
-                "in-use heap grew {} from {onset_s:.1} s{end}{}",
+                "in-use heap grew {} {over}{}{end}",
                 rate(*bytes_per_sec),
                 top_words(top)
             )
@@ -347,6 +369,37 @@ mod tests {
             )
         );
         assert_eq!(cluster_failure_line(&nodes[..1]), None);
+    }
+
+    /// NATS under a flood (issue 33, items 13 and 14): a rate from two publications is said as
+    /// the chord it is, over the span it covers, and not stretched to the kill.
+    #[test]
+    fn a_growth_rate_is_said_over_its_own_span_and_a_chord_as_a_chord() {
+        let grows = |points: usize, end_s: f64| Outcome {
+            rule: "growth>5MiB/s".into(),
+            metric: Metric::Growth,
+            status: Status::Fail,
+            measured: Some(247.0 * 1048576.0),
+            cycle: Some(1),
+            evidence: Evidence::HeapGrows {
+                bytes_per_sec: 247.0 * 1048576.0,
+                onset_s: 3.0,
+                end_s,
+                points,
+                end: crate::analyse::rules::GrowthEnd::OomKilled { at_s: 3.9 },
+                top: None,
+            },
+        };
+        assert_eq!(
+            reason(&grows(2, 3.4)),
+            "boot cycle 1: in-use heap grew 247 MiB/s from 3.0 to 3.4 s between two \
+             publications (a chord, no fit to judge); OOM-killed at 3.9 s"
+        );
+        let later = reason(&grows(5, 2.8));
+        assert!(
+            later.contains("(5 publications); no published profile describes a later moment; OOM-killed at 3.9 s"),
+            "{later}"
+        );
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub enum Evidence {
     HeapGrows {
         bytes_per_sec: f64,
         onset_s: f64,
+        /// The last publication of the rise, seconds from the first capture.
+        end_s: f64,
+        /// Publications the rate was taken over: two are a chord, not a fit.
+        points: usize,
         end: GrowthEnd,
         top: Option<TopSite>,
     },

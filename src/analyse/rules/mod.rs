@@ -112,6 +112,8 @@ fn growth_evidence(c: &CycleGrowth) -> Evidence {
         Evidence::HeapGrows {
             bytes_per_sec: r.bytes_per_sec,
             onset_s: r.onset_s,
+            end_s: r.end_s,
+            points: r.points,
             end,
             top,
         }
