@@ -181,12 +181,29 @@ pub fn faster_than_interval(c: &CycleGrowth, limit: Option<u64>) -> Option<Strin
             p.at_s
         )
     });
+    let heap = c.heap_last.map_or("unknown".into(), format_bytes);
+    let from_outside = "from outside with a proc source (proc:PID, proc:exe:NAME; heapwatch run \
+                        uses one), which reads the heap up to the kill";
+    // Silent for several intervals with failed attempts between: the target stopped answering
+    // (a process at its limit stalls), which no shorter interval mends.
+    let stalled = c.errors > 0 && c.interval_s.is_none_or(|i| gap > 2.0 * i);
+    if stalled {
+        return Some(format!(
+            "no capture saw the heap rise (heap {heap}): the target stopped answering {gap:.1} s \
+             before its death{interval}, and its {} failed capture attempts hold no profile of \
+             those seconds{peak_words}; read it {from_outside}",
+            c.errors
+        ));
+    }
+    let more_often = if c.interval_s.is_some_and(|i| i <= 0.1 + 1e-9) {
+        String::new()
+    } else {
+        "capture more often (--interval 100ms), or ".to_string()
+    };
     Some(format!(
-        "no capture saw the heap rise (heap {}): the death came {gap:.1} s after the last \
-         capture{interval}, faster than the capture interval{peak_words}; capture more often \
-         (--interval 100ms), from outside with a proc source (proc:PID, proc:exe:NAME; \
-         heapwatch run uses one), which reads the heap up to the kill",
-        c.heap_last.map_or("unknown".into(), format_bytes),
+        "no capture saw the heap rise (heap {heap}): the death came {gap:.1} s after the last \
+         capture{interval}, faster than the capture interval{peak_words}; {more_often}read it \
+         {from_outside}"
     ))
 }
 
@@ -358,6 +375,43 @@ mod tests {
 
     /// A flat heap and memory creeping 1 KiB/s under a 1 GiB limit, then the same cycle sat at
     /// its limit: no "59046.7 s" forecast, and no forecast while at the limit.
+    /// `run --also http://…` on Prometheus (issue 33, item 12): captures every 100 ms, the
+    /// endpoint silent for 5.4 s before the kill. Not "faster than the capture interval;
+    /// capture more often": it had stopped answering.
+    #[test]
+    fn a_target_that_stopped_answering_before_its_death_is_said_so() {
+        let mut records = Vec::new();
+        let mut builder = GrowthBuilder::default();
+        for k in 0..20u64 {
+            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, k as i64 * 100);
+            r.totals.insert("inuse_space".into(), 8 << 20);
+            r.interval_ms = Some(100);
+            builder.heap(&r, &[]);
+            records.push(r);
+        }
+        for k in 0..10u64 {
+            let mut failed =
+                CaptureRecord::new(30 + k, RecordKind::Heap, 1, 2_400 + k as i64 * 500);
+            failed.error = Some("timed out".into());
+            records.push(failed);
+        }
+        let mut exit = CaptureRecord::new(50, RecordKind::Exit, 1, 7_300);
+        exit.signal = Some(9);
+        exit.totals.insert("oom_kill".into(), 1);
+        records.push(exit);
+        let report = builder.finish(&records, &[], Some(256 << 20));
+        let v = verdict(&report);
+        assert!(
+            v.contains("the target stopped answering 5.4 s before its death"),
+            "{v}"
+        );
+        assert!(v.contains("10 failed capture attempts"), "{v}");
+        assert!(
+            !v.contains("--interval") && !v.contains("faster than"),
+            "{v}"
+        );
+    }
+
     #[test]
     fn a_forecast_only_within_an_hour_and_never_at_the_limit() {
         let gib = 1u64 << 30;
