@@ -36,6 +36,13 @@ pub struct MemoryBreakdown {
     /// Page cache not mapped into the process.
     pub other_cache: Option<u64>,
     pub dirty: Option<u64>,
+    /// The page cache by what the kernel can do with it (each a part of the cgroup's `file`):
+    /// shared memory and tmpfs, which reclaim cannot drop without swap (a memory-backed
+    /// `emptyDir` is tmpfs); pages under writeback and dirty ones (`dirty`), which must be
+    /// written first; and clean cache, which it drops at once.
+    pub shmem: Option<u64>,
+    pub writeback: Option<u64>,
+    pub clean_cache: Option<u64>,
     /// True when the cycle's first sample already held much page cache: charged by an earlier
     /// process of a reused cgroup, so cache figures are not comparable across runs.
     pub cache_inherited: bool,
@@ -159,6 +166,12 @@ pub fn at_peak(
         mapped_files,
         other_cache: sub(cg.and_then(|c| c.file), mapped_files),
         dirty: cg.and_then(|c| c.file_dirty),
+        shmem: cg.and_then(|c| c.shmem),
+        writeback: cg.and_then(|c| c.file_writeback),
+        clean_cache: cg.and_then(|c| {
+            let held = c.shmem.unwrap_or(0) + c.file_dirty.unwrap_or(0);
+            Some(c.file?.saturating_sub(held + c.file_writeback.unwrap_or(0)))
+        }),
         cache_inherited: false,
         memstats_at_s,
         memstats_elsewhere,

@@ -14,7 +14,6 @@ pub fn breakdown_words(b: &MemoryBreakdown) -> String {
         ("held free", b.go_held_free),
         ("runtime", b.go_runtime),
         ("other anonymous", b.other_anon),
-        ("mapped files", b.mapped_files),
     ] {
         if let Some(v) = v {
             parts.push(format!("{name} {}", f(v)));
@@ -25,13 +24,7 @@ pub fn breakdown_words(b: &MemoryBreakdown) -> String {
             parts.insert(0, format!("anonymous {}", f(a)));
         }
     }
-    if let Some(c) = b.other_cache {
-        let mut s = format!("other page cache {}", f(c));
-        if let Some(d) = b.dirty {
-            s.push_str(&format!(" (dirty {})", f(d)));
-        }
-        parts.push(s);
-    }
+    parts.extend(cache_kinds(b));
     let of = match b.limit {
         Some(l) => format!("{} of {}", f(b.total), f(l)),
         None => f(b.total),
@@ -96,6 +89,56 @@ pub fn breakdown_words(b: &MemoryBreakdown) -> String {
         );
     }
     s
+}
+
+/// The page cache said by what the kernel can do with each kind, as `memory.stat` splits it:
+/// shared memory cannot be dropped, dirty pages and those under writeback must be written
+/// first, clean cache is dropped at once. Never "page cache" alone for memory that kills.
+fn cache_kinds(b: &MemoryBreakdown) -> Vec<String> {
+    let f = |v: u64| format_bytes(v as i64);
+    let Some(clean) = b.clean_cache else {
+        // Older samples: the split by mapping only.
+        let mut parts: Vec<String> = b
+            .mapped_files
+            .map(|m| format!("mapped files {}", f(m)))
+            .into_iter()
+            .collect();
+        if let Some(c) = b.other_cache {
+            let dirty = b.dirty.map(|d| format!(" (dirty {})", f(d)));
+            parts.push(format!(
+                "other page cache {}{}",
+                f(c),
+                dirty.unwrap_or_default()
+            ));
+        }
+        return parts;
+    };
+    let mut parts = Vec::new();
+    if let Some(s) = b.shmem.filter(|&s| s > 0) {
+        parts.push(format!(
+            "shared memory and tmpfs {} (cannot be dropped)",
+            f(s)
+        ));
+    }
+    let dirty = b.dirty.unwrap_or(0);
+    let writeback = b.writeback.unwrap_or(0);
+    if dirty + writeback > 0 {
+        parts.push(format!(
+            "dirty {} and under writeback {} (written before they can be dropped)",
+            f(dirty),
+            f(writeback)
+        ));
+    }
+    let mapped = b
+        .mapped_files
+        .filter(|&m| m > 0)
+        .map(|m| format!("; {} of the page cache mapped into the process", f(m)));
+    parts.push(format!(
+        "clean page cache {} (can be dropped{})",
+        f(clean),
+        mapped.unwrap_or_default()
+    ));
+    parts
 }
 
 /// Whether the stretch at the limit is one sample (it reads "for 0.0 s").
@@ -185,6 +228,37 @@ mod tests {
         }
     }
 
+    /// OpenZiti 2.1.0 with its data directory on tmpfs (issue 33, item 14): 886 MiB of shared
+    /// memory filled the limit and was printed "other page cache … (dirty 0 B)", which reads
+    /// as reclaimable. Each kind is said as what the kernel can do with it.
+    #[test]
+    fn shared_memory_and_writeback_are_never_said_as_page_cache() {
+        let mut tmpfs = sample(1_900, 1020 * MIB, 888 * MIB, 0);
+        let cg = tmpfs.cgroup.as_mut().unwrap();
+        cg.shmem = Some(886 * MIB);
+        cg.file_dirty = Some(0);
+        cg.file_mapped = Some(0);
+        let refs = [&tmpfs];
+        let b = at_peak(&refs, &[], 0, None).unwrap();
+        let words = breakdown_words(&b);
+        assert!(
+            words.contains("anonymous 132 MiB, shared memory and tmpfs 886 MiB (cannot be dropped), clean page cache 2.00 MiB (can be dropped)"),
+            "{words}"
+        );
+        assert!(!words.contains("other page cache"), "{words}");
+
+        let mut throttled = sample(1_900, 1020 * MIB, 850 * MIB, 0);
+        let cg = throttled.cgroup.as_mut().unwrap();
+        cg.file_dirty = Some(4 * MIB);
+        cg.file_writeback = Some(842 * MIB);
+        let refs = [&throttled];
+        let words = breakdown_words(&at_peak(&refs, &[], 0, None).unwrap());
+        assert!(
+            words.contains("dirty 4.00 MiB and under writeback 842 MiB (written before they can be dropped), clean page cache 4.00 MiB"),
+            "{words}"
+        );
+    }
+
     #[test]
     fn one_sample_at_the_limit_is_a_moment_not_a_stretch_of_no_time() {
         let memory = [
@@ -259,7 +333,7 @@ mod tests {
         assert_eq!(b.other_cache, Some(330 * MIB));
         assert!(!b.cache_inherited);
         assert!(
-            breakdown_words(&b).contains("1020 MiB of 1.00 GiB: Go heap allocated (HeapAlloc) 200 MiB, held free 50.0 MiB, runtime 30.0 MiB, other anonymous 80.0 MiB, mapped files 330 MiB, other page cache 330 MiB (dirty 3.00 MiB)"),
+            breakdown_words(&b).contains("1020 MiB of 1.00 GiB: Go heap allocated (HeapAlloc) 200 MiB, held free 50.0 MiB, runtime 30.0 MiB, other anonymous 80.0 MiB, dirty 3.00 MiB and under writeback 0 B (written before they can be dropped), clean page cache 657 MiB (can be dropped; 330 MiB of the page cache mapped into the process)"),
             "{}",
             breakdown_words(&b)
         );

@@ -1,5 +1,6 @@
-//! The stacked bar of where a cycle's memory went at its peak: Go heap allocated, held free, runtime,
-//! other anonymous, mapped files, other page cache, against the limit. Plain SVG, no script.
+//! The stacked bar of where a cycle's memory went at its peak: Go heap allocated, held free,
+//! runtime, other anonymous, then the page cache by kind (shared memory, dirty, under writeback,
+//! clean), against the limit. Plain SVG, no script.
 
 use crate::analyse::breakdown::MemoryBreakdown;
 use crate::html;
@@ -21,8 +22,25 @@ pub fn svg(b: &MemoryBreakdown) -> Option<String> {
         ("runtime", b.go_runtime, "#f1c40f"),
         ("anonymous", anon_rest, "#c0392b"),
         ("other anonymous", b.other_anon, "#8e44ad"),
-        ("mapped files", b.mapped_files, "#2980b9"),
-        ("other page cache", b.other_cache, "#7fb3d5"),
+        ("shared memory and tmpfs", b.shmem, "#6c3483"),
+        (
+            "dirty",
+            b.dirty.filter(|_| b.clean_cache.is_some()),
+            "#1a5276",
+        ),
+        ("under writeback", b.writeback, "#2471a3"),
+        ("clean page cache", b.clean_cache, "#7fb3d5"),
+        // Samples recorded before the cache was split by kind.
+        (
+            "mapped files",
+            b.mapped_files.filter(|_| b.clean_cache.is_none()),
+            "#2980b9",
+        ),
+        (
+            "other page cache",
+            b.other_cache.filter(|_| b.clean_cache.is_none()),
+            "#7fb3d5",
+        ),
     ]
     .into_iter()
     .filter_map(|(name, v, colour)| v.filter(|&v| v > 0).map(|v| (name, v, colour)))
