@@ -789,6 +789,13 @@ impl CycleGrowth {
         self.unflatten_storms();
     }
 
+    /// The caller under which most of the reading's rise lies, read from the stacks that grew.
+    pub fn set_cause(&mut self, cause: Option<crate::analyse::cause::Cause>) {
+        if let Some(r) = self.reading.as_mut() {
+            r.cause = cause;
+        }
+    }
+
     /// A storm's site that holds part of the rise is not "in-use flat".
     fn unflatten_storms(&mut self) {
         for s in &mut self.alloc_storms {

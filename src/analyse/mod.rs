@@ -3,6 +3,7 @@
 
 pub mod boundaries;
 pub mod breakdown;
+pub mod cause;
 pub mod cluster;
 pub mod compare;
 pub mod diff;

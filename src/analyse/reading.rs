@@ -103,6 +103,10 @@ pub struct Reading {
     pub from_seq: Option<u64>,
     pub to_seq: Option<u64>,
     pub forecast: Option<Forecast>,
+    /// One caller under which most of a rise spread over several sites lies, when there is one
+    /// (read from the stacks that grew between `from_seq` and `to_seq`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<crate::analyse::cause::Cause>,
 }
 
 impl Reading {
@@ -465,6 +469,7 @@ fn read_figures(input: &ReadingInput) -> Option<Reading> {
         from_seq: None,
         to_seq: None,
         forecast: None,
+        cause: None,
     };
     set_shares(&mut reading);
     reading.forecast = forecast(input, &reading);

@@ -8,11 +8,13 @@ use thiserror::Error;
 
 use std::collections::BTreeMap;
 
+use crate::analyse::cause::{CAUSE_SHARE, Cause, common_caller};
 use crate::analyse::compare::{AgedSites, Comparison, CycleSide};
 use crate::analyse::growth::{CycleGrowth, GrowthBuilder, GrowthReport};
+use crate::analyse::reduce::OwnCode;
 use crate::analyse::select::{self, CycleBuild, SelectError, Selection};
 use crate::decode::DecodeLimits;
-use crate::index::{SiteSource, Sites, SitesError};
+use crate::index::{OwnCodes, SiteSource, Sites, SitesError};
 use crate::source::procmem::MemorySample;
 use crate::store::cluster::{TARGETS_DIR, read_cluster};
 use crate::store::{CaptureRecord, RUN_FILE, RecordKind, RunDir, RunInfo, StoreError};
@@ -193,10 +195,38 @@ fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool
                     after.iter().map(|s| (s.name.as_str(), s.value as f64)),
                 );
                 c.set_rise_sites(sites, from.seq, to.seq);
+                // Spread over several sites: the caller they share, when one holds most.
+                let spread = c
+                    .rise_sites()
+                    .first()
+                    .is_some_and(|s| s.share < CAUSE_SHARE);
+                if spread {
+                    let own = OwnCodes::of(&run.manifest.records);
+                    c.set_cause(rise_cause(run, from, to, own.of_cycle(c.index), limits));
+                }
             }
         }
     }
     filled
+}
+
+/// The caller under which most of what the heap gained from capture `from` to `to` lies
+/// ([`common_caller`]), from the stacks of both profiles; `None` when one cannot be read.
+fn rise_cause(
+    run: &RunDir,
+    from: &CaptureRecord,
+    to: &CaptureRecord,
+    own: &OwnCode,
+    limits: &DecodeLimits,
+) -> Option<Cause> {
+    let stacks = |r: &CaptureRecord| {
+        let bytes = std::fs::read(run.file_path(r)?).ok()?;
+        let profile = crate::decode::decode(&bytes, limits).ok()?;
+        let index = profile.find_sample_type("inuse_space")?;
+        Some(crate::model::aggregate::folded(&profile, index))
+    };
+    let growth = super::flamegraphs::stack_growth(&stacks(from)?, &stacks(to)?, false);
+    common_caller(&growth.added, own)
 }
 
 /// The first moment of a boot cycle: its first good capture (events and failed attempts do not

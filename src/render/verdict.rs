@@ -120,12 +120,22 @@ pub fn reading_words(r: &Reading, limit: Option<u64>) -> String {
             s.push_str(&format!(" ({:.0} % of the limit)", share * 100.0));
         }
     }
-    if let Some(top) = r.sites.first() {
-        s.push_str(&format!(
+    match (&r.cause, r.sites.first()) {
+        // Spread over sites one caller reached: that caller is where to look.
+        (Some(cause), Some(top)) => s.push_str(&format!(
+            ", {:.0} % of the rise under {} ({} sites; the largest, {}, {:.0} %)",
+            cause.share * 100.0,
+            cause.name,
+            cause.sites,
+            top.name,
+            top.share * 100.0
+        )),
+        (_, Some(top)) => s.push_str(&format!(
             ", {:.0} % of the rise in {}",
             top.share * 100.0,
             top.name
-        ));
+        )),
+        _ => {}
     }
     if let Some(held) = r.held_s {
         if fell {
@@ -286,10 +296,15 @@ fn rise_sites_words(cycles: &[CycleGrowth]) -> String {
     let mut by_site: Vec<(&str, Vec<(u32, f64)>)> = Vec::new();
     let mut without = Vec::new();
     for c in cycles {
-        match c.rise_sites().first() {
-            Some(top) => match by_site.iter_mut().find(|(n, _)| *n == top.name) {
-                Some((_, v)) => v.push((c.index, top.share)),
-                None => by_site.push((top.name.as_str(), vec![(c.index, top.share)])),
+        // The caller most of a spread rise lies under, else its largest site.
+        let cause = c.reading.as_ref().and_then(|r| r.cause.as_ref());
+        let top = cause
+            .map(|k| (k.name.as_str(), k.share))
+            .or_else(|| c.rise_sites().first().map(|s| (s.name.as_str(), s.share)));
+        match top {
+            Some((name, share)) => match by_site.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => v.push((c.index, share)),
+                None => by_site.push((name, vec![(c.index, share)])),
             },
             None => without.push(c.index),
         }

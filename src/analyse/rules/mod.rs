@@ -99,10 +99,20 @@ fn growth_evidence(c: &CycleGrowth) -> Evidence {
     let Some(r) = &c.reading else {
         return Evidence::HeapDidNotRise;
     };
-    let top = c.rise_sites().first().map(|s| TopSite {
-        name: s.name.clone(),
-        share: s.share,
-    });
+    // The caller most of a spread rise lies under, else its largest site: as growth says it.
+    let top = r
+        .cause
+        .as_ref()
+        .map(|k| TopSite {
+            name: k.name.clone(),
+            share: k.share,
+        })
+        .or_else(|| {
+            c.rise_sites().first().map(|s| TopSite {
+                name: s.name.clone(),
+                share: s.share,
+            })
+        });
     if r.ongoing {
         let end = match c.died_after_s.filter(|_| c.end.is_death()) {
             Some(at_s) if c.killed => GrowthEnd::OomKilled { at_s },

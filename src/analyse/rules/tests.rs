@@ -38,6 +38,7 @@ fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
             from_seq: None,
             to_seq: None,
             forecast: None,
+            cause: None,
         }),
         interval_s: None,
         build_info: None,
