@@ -5,10 +5,16 @@ go 1.26
 require (
 	example.com/wal v0.0.0
 	github.com/openziti/agent v1.0.30
+	google.golang.org/protobuf v1.36.11
+	heapwatch.test/raftlike v0.0.0
 )
 
 // The stand-in for a WAL library of another module (cmd/replay).
 replace example.com/wal => ./wal
+
+// A module of the main module's own organisation (cmd/raftgrow): its frames
+// are the project's code, though not the main module's.
+replace heapwatch.test/raftlike => ./raftlike
 
 require (
 	github.com/mattn/go-colorable v0.1.14 // indirect
