@@ -37,3 +37,4 @@ mod run;
 mod secrets;
 mod triage;
 mod watch;
+mod zoo;

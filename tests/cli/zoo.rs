@@ -1,0 +1,547 @@
+//! The shape zoo (issue 33, item 10): real Go programs of ours (testdata/go/cmd), one per shape
+//! of a life, each run under the real collector and held against its truth (the site as a
+//! maintainer acts on it, with its leaf; the rate the program keeps to; the onset; how each
+//! life ends) on what a user reads: `growth --json`, the `growth` headline, `check` and
+//! `report`'s summary.json. A rule that fixes one shape by breaking another fails here.
+//!
+//! | shape | program | truth |
+//! |---|---|---|
+//! | a. start-up load, then a slow leak, over HTTP | hiddenleak -catalog 100MiB -rate 2MiB | `main.(*sessionTable).remember` 2 MiB/s from ~0.3 s, not `main.loadCatalog` |
+//! | b. idle, then a flood beside a storm | flood -idle 3s -rate 24MiB -storm-rate 400MiB | `main.(*memStore).storeRawMsg` 24 MiB/s from 3 s, OOM-killed; `main.(*client).parse` a storm that keeps nothing |
+//! | c. write-ahead-log crash loop | walloop -wal FILE, 3 lives | life 1 `main.(*kvStore).apply` 32 MiB/s; lives 2, 3 `main.(*kvStore).replayWAL` 32 MiB/s from the start; all OOM-killed |
+//! | d. a sibling module's goroutine behind a codec | raftgrow -rate 16MiB | `heapwatch.test/raftlike.(*raft).appendEntry` (leaf protobuf's `mergeBytesNoZero`) 16 MiB/s |
+//! | e. cardinality churn | cardinality -idle 2s -rate 16MiB | one cause, `main.(*head).newSeries`, over four leaves |
+//! | f. a plateau | boundedcache -capacity 48MiB -rate 24MiB | `main.(*lruCache).put` 24 MiB/s for 2 s, then held 10 s |
+//! | g. a spike | spike -spike 64MiB -rise 2s -build 1s -hold 2s | `main.buildStartupIndex` 64 MiB/s at 2 s, fell at 5 s; no storm |
+//! | h. a life stopped after a killed one | flood -idle 1s -rate 40MiB, Ctrl-C in life 2 | 1 kill, in life 1; life 2 stopped |
+//! | i. GOGC=50 and 400 | flood -rate 8MiB -churn 48MiB | `storeRawMsg` 8 MiB/s from the start to the end |
+//! | j. GOMEMLIMIT=96MiB | flood -rate 16MiB -churn 48MiB | `storeRawMsg` 16 MiB/s, OOM-killed past the soft limit |
+//!
+//! Kills are waited for, never assumed quick. Each shape is recorded once per test process and
+//! kept under the Cargo target's tmp dir (`zoo-SHAPE-*`, named in every failure).
+
+mod record;
+mod truth;
+
+use std::path::PathBuf;
+
+use record::{Launch, heaps, run_to_end, run_until, shared, span_s};
+use truth::{Judge, Rate, Site, Truth};
+
+const KIB: f64 = 1024.0;
+
+// ---------------------------------------------------------------- b. idle, then a flood beside a storm
+
+const STORE: &str = "main.(*memStore).storeRawMsg";
+const PARSE: &str = "main.(*client).parse";
+
+fn flood_beside_storm() -> Option<PathBuf> {
+    if !record::ready(true) {
+        return None;
+    }
+    let runs = shared("flood-storm", |dir| {
+        let args = [
+            "-idle",
+            "3s",
+            "-rate",
+            "24MiB",
+            "-msg",
+            "256KiB",
+            "-storm-rate",
+            "400MiB",
+        ];
+        let launch = Launch {
+            name: "flood",
+            program: "flood",
+            args: &args,
+            env: &[],
+            limit: "128MiB",
+            restarts: 0,
+        };
+        vec![run_to_end(dir, &launch)]
+    });
+    Some(runs[0].clone())
+}
+
+/// 24 MiB/s of 256 KiB messages from 3 s until 128 MiB are full, ~5 s later; the published
+/// profile shows about half of that rise.
+const FLOOD: Truth = Truth {
+    site: Site::at(STORE),
+    rate: Rate::mib(24.0, 256.0 * KIB, 2.5),
+    onset: (2.5, 4.5),
+    end: "oom-killed",
+    ongoing: true,
+    share: 0.9,
+    decoys: &[PARSE],
+};
+
+#[test]
+fn b_idle_then_a_flood_beside_a_storm_names_the_flood_its_rate_and_onset() {
+    let Some(run) = flood_beside_storm() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.all(1, &FLOOD);
+    j.done();
+}
+
+// ---------------------------------------------------------------- c. write-ahead-log crash loop
+
+const APPLY: &str = "main.(*kvStore).apply";
+const REPLAY_WAL: &str = "main.(*kvStore).replayWAL";
+
+fn wal_crash_loop() -> Option<PathBuf> {
+    if !record::ready(true) {
+        return None;
+    }
+    let runs = shared("wal-loop", |dir| {
+        let wal = dir.join("wal.log");
+        let args = [
+            "-wal",
+            wal.to_str().unwrap(),
+            "-rate",
+            "32MiB",
+            "-replay-rate",
+            "16MiB",
+        ];
+        let launch = Launch {
+            name: "walloop",
+            program: "walloop",
+            args: &args,
+            env: &[],
+            limit: "128MiB",
+            restarts: 2,
+        };
+        vec![run_to_end(dir, &launch)]
+    });
+    Some(runs[0].clone())
+}
+
+/// Life 1 keeps 32 MiB/s of 64 KiB entries from the start until 128 MiB are full (~4 s).
+const INGEST: Truth = Truth {
+    site: Site::at(APPLY),
+    rate: Rate::mib(32.0, 64.0 * KIB, 2.0),
+    onset: (0.0, 1.5),
+    end: "oom-killed",
+    ongoing: true,
+    share: 0.9,
+    decoys: &[REPLAY_WAL],
+};
+
+/// Every later life replays 16 MiB/s of log and keeps each record twice: 32 MiB/s of heap from
+/// its first moment until the kill, ~4 s later.
+const REPLAYING: Truth = Truth {
+    site: Site::at(REPLAY_WAL),
+    rate: Rate::mib(32.0, 64.0 * KIB, 2.0),
+    onset: (0.0, 1.5),
+    end: "oom-killed",
+    ongoing: true,
+    share: 0.9,
+    decoys: &[APPLY],
+};
+
+#[test]
+fn c_a_wal_crash_loop_names_each_lifes_own_rise_and_its_kill() {
+    let Some(run) = wal_crash_loop() else {
+        return;
+    };
+    // The program's own account: only life 1 got past its replay.
+    let said = record::said(&run);
+    let serving = said.matches("serving").count();
+    assert_eq!(serving, 1, "only life 1 reached service: {said}");
+
+    let mut j = Judge::new(&run);
+    let cycles = j.growth()["cycles"].as_array().unwrap().len();
+    j.expect(cycles == 3, || format!("{cycles} boot cycles, not 3"));
+    j.site(1, &INGEST);
+    j.trend(1, &INGEST);
+    for life in [2, 3] {
+        j.site(life, &REPLAYING);
+        j.trend(life, &REPLAYING);
+    }
+    let died = j.growth()["across"]["died"].clone();
+    j.expect(died == 3, || format!("across.died {died}, not 3"));
+    let (code, said) = j.check("kills>2");
+    j.expect(code == 1 && said.contains("3 OOM kills"), || {
+        format!("check kills>2: exit {code}: {said}")
+    });
+    j.done();
+}
+
+// ---------------------------------------------------------------- d. a sibling module behind a codec
+
+const APPEND_ENTRY: &str = "heapwatch.test/raftlike.(*raft).appendEntry";
+const MERGE_BYTES: &str = "google.golang.org/protobuf/internal/impl.mergeBytesNoZero";
+
+fn raft_behind_codec() -> Option<PathBuf> {
+    if !record::ready(true) {
+        return None;
+    }
+    let runs = shared("raft", |dir| {
+        let launch = Launch {
+            name: "raftgrow",
+            program: "raftgrow",
+            args: &["-rate", "16MiB"],
+            env: &[],
+            limit: "128MiB",
+            restarts: 0,
+        };
+        vec![run_to_end(dir, &launch)]
+    });
+    Some(runs[0].clone())
+}
+
+/// 16 MiB/s of 64 KiB entries from the start until 128 MiB are full (~7 s).
+const RAFT: Truth = Truth {
+    site: Site {
+        own: APPEND_ENTRY,
+        leaf: MERGE_BYTES,
+    },
+    rate: Rate::mib(16.0, 64.0 * KIB, 3.5),
+    onset: (0.0, 1.5),
+    end: "oom-killed",
+    ongoing: true,
+    share: 0.9,
+    decoys: &[MERGE_BYTES, "main.propose", "main.loadState"],
+};
+
+#[test]
+fn d_growth_behind_a_codec_in_a_sibling_module_is_read_with_its_leaf_rate_and_end() {
+    let Some(run) = raft_behind_codec() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    let top = j.cycle(1)["reading"]["sites"][0].clone();
+    j.expect(top["name"] == MERGE_BYTES, || {
+        format!("leaf {}, not {MERGE_BYTES}", top["name"])
+    });
+    j.shape(1, &RAFT);
+    j.done();
+}
+
+// ---------------------------------------------------------------- e. cardinality churn
+
+const NEW_SERIES: &str = "main.(*head).newSeries";
+const SERIES_LEAVES: [&str; 4] = [
+    "main.(*labelsBuilder).labels",
+    "main.newXORChunk",
+    "main.(*encbuf).putString",
+    "main.newMemSeries",
+];
+
+fn cardinality() -> Option<PathBuf> {
+    if !record::ready(true) {
+        return None;
+    }
+    let runs = shared("cardinality", |dir| {
+        let launch = Launch {
+            name: "cardinality",
+            program: "cardinality",
+            args: &["-idle", "2s", "-rate", "16MiB", "-for", "10s"],
+            env: &[],
+            limit: "256MiB",
+            restarts: 0,
+        };
+        vec![run_to_end(dir, &launch)]
+    });
+    Some(runs[0].clone())
+}
+
+/// 16 MiB/s of series (four allocations of 1–1.5 KiB each) from 2 s to the exit at 10 s.
+const SERIES: Truth = Truth {
+    site: Site::at(NEW_SERIES),
+    rate: Rate::mib(16.0, 1.25 * KIB, 4.0),
+    onset: (1.5, 3.5),
+    end: "exited",
+    ongoing: true,
+    share: 0.8,
+    decoys: &SERIES_LEAVES,
+};
+
+#[test]
+fn e_cardinality_churn_is_read_with_its_rate_and_every_leaf_under_one_caller() {
+    let Some(run) = cardinality() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.shape(1, &SERIES);
+    let sites = j.cycle(1)["reading"]["sites"].clone();
+    let top: Vec<&str> = sites
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(4)
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    let mut sorted = top.clone();
+    sorted.sort();
+    let mut want = SERIES_LEAVES.to_vec();
+    want.sort();
+    j.expect(sorted == want, || {
+        format!("the top four sites are {top:?}, not the four leaves")
+    });
+    j.done();
+}
+
+// ---------------------------------------------------------------- f. a plateau
+
+const PUT: &str = "main.(*lruCache).put";
+
+fn plateau() -> Option<PathBuf> {
+    if !record::ready(true) {
+        return None;
+    }
+    let runs = shared("plateau", |dir| {
+        let launch = Launch {
+            name: "plateau",
+            program: "boundedcache",
+            args: &["-capacity", "48MiB", "-rate", "24MiB"],
+            env: &[],
+            limit: "256MiB",
+            restarts: 0,
+        };
+        vec![run_until(dir, &launch, |m| span_s(m, 1) >= 12.0)]
+    });
+    Some(runs[0].clone())
+}
+
+/// 24 MiB/s of 16 KiB values fill the 48 MiB bound in 2 s; the cache holds it for 10 s.
+const PLATEAU: Truth = Truth {
+    site: Site::at(PUT),
+    rate: Rate::mib(24.0, 16.0 * KIB, 2.0),
+    onset: (0.0, 1.5),
+    end: "collector-stopped",
+    ongoing: false,
+    share: 0.9,
+    decoys: &["main.serveGet"],
+};
+
+#[test]
+fn f_a_plateau_is_said_to_hold_and_is_never_forecast_to_die() {
+    let Some(run) = plateau() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.all_but_rate(1, &PLATEAU);
+    let c = j.cycle(1).clone();
+    j.expect(
+        c["reading"]["forecast"].is_null() && c["limit_at_s"].is_null(),
+        || {
+            format!(
+                "a forecast for a plateau: {} {}",
+                c["reading"]["forecast"], c["limit_at_s"]
+            )
+        },
+    );
+    let head = j.headline(1);
+    j.expect(!head.contains("would be reached"), || {
+        "a limit forecast in the headline".into()
+    });
+    j.done();
+}
+
+// ---------------------------------------------------------------- g. a spike
+
+const INDEX: &str = "main.buildStartupIndex";
+
+fn spike() -> Option<PathBuf> {
+    if !record::ready(true) {
+        return None;
+    }
+    let runs = shared("spike", |dir| {
+        let launch = Launch {
+            name: "spike",
+            program: "spike",
+            args: &[
+                "-spike", "64MiB", "-rise", "2s", "-build", "1s", "-hold", "2s",
+            ],
+            env: &[],
+            limit: "256MiB",
+            restarts: 0,
+        };
+        vec![run_until(dir, &launch, |m| span_s(m, 1) >= 9.0)]
+    });
+    Some(runs[0].clone())
+}
+
+/// 64 MiB of 256 KiB chunks built between 2 and 3 s, held until 5 s, then dropped.
+const SPIKE: Truth = Truth {
+    site: Site::at(INDEX),
+    rate: Rate::mib(64.0, 256.0 * KIB, 1.0),
+    onset: (1.5, 3.0),
+    end: "collector-stopped",
+    ongoing: false,
+    share: 0.9,
+    decoys: &["main.loadSettings", "main.serveRequest"],
+};
+
+#[test]
+fn g_a_spike_rises_and_falls_back_and_nothing_trips() {
+    let Some(run) = spike() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.all_but_rate(1, &SPIKE);
+    let e = j.cycle(1)["episode"].clone();
+    j.expect(e["transient"] == true, || format!("not transient: {e}"));
+    let fell = e["fell_s"].as_f64().unwrap_or(f64::NAN);
+    j.expect((4.5..=7.0).contains(&fell), || {
+        format!("fell at {fell:.2} s, not 4.5–7 s")
+    });
+    j.done();
+}
+
+// ---------------------------------------------------------------- h. a life stopped after a killed one
+
+fn stopped_after_kill() -> Option<PathBuf> {
+    if !record::ready(true) {
+        return None;
+    }
+    let runs = shared("stopped-after-kill", |dir| {
+        let launch = Launch {
+            name: "stopped",
+            program: "flood",
+            args: &["-idle", "1s", "-rate", "40MiB", "-msg", "256KiB"],
+            env: &[],
+            limit: "128MiB",
+            restarts: 1,
+        };
+        // Life 2 is stopped in its idle second, far below its limit.
+        vec![run_until(dir, &launch, |m| heaps(m, 2).len() >= 5)]
+    });
+    Some(runs[0].clone())
+}
+
+/// Life 1: 40 MiB/s of 256 KiB messages from 1 s until 128 MiB are full (~3 s later).
+const KILLED_FLOOD: Truth = Truth {
+    site: Site::at(STORE),
+    rate: Rate::mib(40.0, 256.0 * KIB, 1.5),
+    onset: (0.5, 2.5),
+    end: "oom-killed",
+    ongoing: true,
+    share: 0.9,
+    decoys: &[],
+};
+
+#[test]
+fn h_a_life_stopped_after_a_killed_one_is_stopped_and_the_kill_is_the_first_lifes() {
+    let Some(run) = stopped_after_kill() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.site(1, &KILLED_FLOOD);
+    let one = j.cycle(1).clone();
+    j.expect(
+        one["end"]["kind"] == "oom-killed" && one["killed"] == true,
+        || format!("life 1 ended {} (killed {})", one["end"], one["killed"]),
+    );
+    let two = j.cycle(2).clone();
+    j.expect(two["end"]["kind"] == "collector-stopped", || {
+        format!("life 2 ended {}", two["end"])
+    });
+    j.expect(
+        two["killed"] == false && two["died_after_s"].is_null(),
+        || {
+            format!(
+                "life 2 killed {} after {}",
+                two["killed"], two["died_after_s"]
+            )
+        },
+    );
+    let died = j.growth()["across"]["died"].clone();
+    j.expect(died == 1, || format!("across.died {died}, not 1"));
+    let head = j.headline(2);
+    j.expect(!head.contains("OOM"), || {
+        format!("life 2's headline: {head}")
+    });
+    let (code, said) = j.check("kills>0");
+    j.expect(
+        code == 1 && said.contains("boot cycle 1") && !said.contains("boot cycle 2"),
+        || format!("check kills>0: exit {code}: {said}"),
+    );
+    let (code, said) = j.check("kills>1");
+    j.expect(code == 0, || format!("check kills>1: exit {code}: {said}"));
+    j.done();
+}
+
+// ---------------------------------------------------------------- i, j. GOGC and GOMEMLIMIT
+
+/// A steady leak beside a churn that paces the GC, under `env`.
+fn steady_leak(
+    shape: &'static str,
+    env: &'static [(&'static str, &'static str)],
+    rate: &str,
+    limit: &str,
+    until_exit: bool,
+) -> Option<PathBuf> {
+    if !record::ready(true) {
+        return None;
+    }
+    let runs = shared(shape, |dir| {
+        let mut args = vec![
+            "-idle", "0s", "-rate", rate, "-msg", "256KiB", "-churn", "48MiB",
+        ];
+        if until_exit {
+            args.extend(["-for", "10s"]);
+        }
+        let launch = Launch {
+            name: shape,
+            program: "flood",
+            args: &args,
+            env,
+            limit,
+            restarts: 0,
+        };
+        vec![run_to_end(dir, &launch)]
+    });
+    Some(runs[0].clone())
+}
+
+/// 8 MiB/s of 256 KiB messages from the start to the exit at 10 s, 512 MiB away from any limit
+/// (GOGC=400 lets the heap reach 5× what it keeps).
+const GOGC_LEAK: Truth = Truth {
+    site: Site::at(STORE),
+    rate: Rate::mib(8.0, 256.0 * KIB, 5.0),
+    onset: (0.0, 1.5),
+    end: "exited",
+    ongoing: true,
+    share: 0.9,
+    decoys: &[PARSE],
+};
+
+#[test]
+fn i_a_steady_leak_under_gogc_50_reads_the_same() {
+    let Some(run) = steady_leak("gogc-50", &[("GOGC", "50")], "8MiB", "512MiB", true) else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.all(1, &GOGC_LEAK);
+    j.done();
+}
+
+#[test]
+fn j_a_steady_leak_past_gomemlimit_is_read_to_its_kill() {
+    let Some(run) = steady_leak(
+        "gomemlimit",
+        &[("GOMEMLIMIT", "96MiB")],
+        "16MiB",
+        "128MiB",
+        false,
+    ) else {
+        return;
+    };
+    // 16 MiB/s from the start; the GC runs ever more often past 96 MiB, then the kernel kills
+    // it at 128 MiB (~7 s).
+    let truth = Truth {
+        site: Site::at(STORE),
+        rate: Rate::mib(16.0, 256.0 * KIB, 4.0),
+        onset: (0.0, 2.0),
+        end: "oom-killed",
+        ongoing: true,
+        share: 0.9,
+        decoys: &[PARSE],
+    };
+    let mut j = Judge::new(&run);
+    j.all(1, &truth);
+    j.done();
+}
