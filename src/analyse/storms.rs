@@ -54,18 +54,19 @@ const STORM_FLOOR_BPS: f64 = 8.0 * 1024.0 * 1024.0;
 /// Allocation rates are measured over windows at least this long (seconds).
 const STORM_WINDOW_S: f64 = 1.0;
 
-/// A site's typical allocation rate and the bar a storm passes: the median rate of the spans
-/// that are not themselves above the bar. A plain median is outvoted by a storm that covers
-/// half the spans (a few seconds of a short recording, or a stretch where the GC, and so the
-/// publication of the figures, runs far more often).
-fn typical_rate(spans: &[(usize, usize, f64)]) -> (f64, f64) {
-    let mut rates: Vec<f64> = spans.iter().map(|s| s.2).collect();
+/// A site's typical allocation rate and the bar a storm passes: the time-weighted median
+/// rate of the spans that are not themselves above the bar. A plain median is outvoted by a
+/// storm that covers half the spans (a few seconds of a short recording, or a stretch where
+/// the GC, and so the publication of the figures, runs far more often), and an idle start
+/// that no GC published is one long span however long it lasted. `spans` are (seconds, rate).
+fn typical_rate(spans: &[(f64, f64)]) -> (f64, f64) {
+    let mut spans = spans.to_vec();
     loop {
-        let typical = median(rates.clone());
+        let typical = weighted_median(&spans);
         let bar = (typical * STORM_FACTOR).max(STORM_FLOOR_BPS);
-        let before = rates.len();
-        rates.retain(|&r| r < bar);
-        if rates.len() == before || rates.is_empty() {
+        let before = spans.len();
+        spans.retain(|&(_, r)| r < bar);
+        if spans.len() == before || spans.is_empty() {
             return (typical, bar);
         }
     }
@@ -115,7 +116,13 @@ pub(crate) fn storms(
                 j = k;
             }
         }
-        let (typical, bar) = typical_rate(&spans);
+        let mut timed: Vec<(f64, f64)> = spans.iter().map(|&(j, k, r)| (t[k] - t[j], r)).collect();
+        // Before its first point the series says only what the site had allocated since the
+        // cycle began: an idle start that no GC published is that long at that rate.
+        if t[0] >= STORM_WINDOW_S {
+            timed.push((t[0], values[0].max(0.0) / t[0]));
+        }
+        let (typical, bar) = typical_rate(&timed);
         let held = inuse.series().find(|(n, _)| *n == name).map(|(_, v)| v);
         // The spans above the bar, joined where they touch: one burst each. The first span
         // publishes everything allocated since process start (the first GC): start-up work,
@@ -212,12 +219,19 @@ pub(crate) fn storms(
     (out, profiling)
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
+/// The rate at which half the spans' time runs at or below: of two middle spans, the quieter.
+fn weighted_median(spans: &[(f64, f64)]) -> f64 {
+    let mut spans = spans.to_vec();
+    spans.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let half = spans.iter().map(|s| s.0).sum::<f64>() / 2.0;
+    let mut so_far = 0.0;
+    for (seconds, rate) in &spans {
+        so_far += seconds;
+        if so_far >= half - 1e-9 {
+            return *rate;
+        }
     }
-    xs.sort_by(|a, b| a.total_cmp(b));
-    xs[xs.len() / 2]
+    spans.last().map_or(0.0, |s| s.1)
 }
 
 #[cfg(test)]
@@ -288,6 +302,33 @@ mod tests {
         }
         let (found, _) = storms(&alloc, &inuse);
         assert!(found.is_empty(), "{found:?}");
+    }
+
+    /// An idle start that no GC published (one point at 0 s, or none: the series then starts
+    /// at the flood), then a parser that allocates and drops 400 MiB/s, published every 0.2 s,
+    /// for a shorter time than the idle lasted (the zoo's flood beside a storm). By count, the
+    /// storm's spans outvoted the idle start and set their own bar; by time, the idle start is
+    /// the site's typical rate.
+    #[test]
+    fn a_storm_after_an_unpublished_idle_start_is_found() {
+        for point_at_start in [true, false] {
+            let (mut alloc, mut inuse) = (SeriesGrid::default(), SeriesGrid::default());
+            if point_at_start {
+                alloc.push(0.0, [("main.(*client).parse", 0.0)]);
+                inuse.push(0.0, [("main.(*client).parse", 0.0)]);
+            }
+            for i in 0..=11 {
+                let t = 3.3 + i as f64 * 0.2;
+                let allocated = 20.0 * MIB + 400.0 * MIB * (t - 3.3);
+                alloc.push(t, [("main.(*client).parse", allocated)]);
+                inuse.push(t, [("main.(*client).parse", MIB)]);
+            }
+            let (found, _) = storms(&alloc, &inuse);
+            assert_eq!(found.len(), 1, "point at 0 s: {point_at_start}: {found:?}");
+            assert!(found[0].inuse_flat, "{found:?}");
+            assert!(found[0].peak_bytes_per_sec > 200.0 * MIB, "{found:?}");
+            assert!(found[0].typical_bytes_per_sec < 10.0 * MIB, "{found:?}");
+        }
     }
 
     #[test]

@@ -30,6 +30,69 @@ use truth::{Judge, Rate, Site, Truth};
 
 const KIB: f64 = 1024.0;
 
+// ---------------------------------------------------------------- a. start-up load, slow leak
+
+const REMEMBER: &str = "main.(*sessionTable).remember";
+
+/// Two recordings side by side: the same shape recorded twice must read the same.
+fn startup_then_leak() -> Option<Vec<PathBuf>> {
+    if !record::ready(false) {
+        return None;
+    }
+    Some(shared("startup-leak", |dir| {
+        std::thread::scope(|s| {
+            let runs: Vec<_> = (1..=2)
+                .map(|i| {
+                    s.spawn(move || {
+                        let args = ["-catalog", "100MiB", "-rate", "2MiB"];
+                        record::collect_http(dir, &format!("leak-{i}"), "hiddenleak", &args, 12)
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        })
+    }))
+}
+
+#[test]
+fn a_startup_load_then_a_slow_leak_read_over_http_names_the_leak() {
+    let Some(runs) = startup_then_leak() else {
+        return;
+    };
+    // 2 KiB session records at 2 MiB/s: ~4 samples a second, so over the 10 s the leak shows
+    // the band is wide (0.6× either way); the load is ~100 MiB in the first second.
+    let truth = Truth {
+        site: Site::at(REMEMBER),
+        rate: Rate::mib(2.0, 2.0 * KIB, 10.0),
+        onset: (0.0, 2.0),
+        end: "collector-stopped",
+        ongoing: true,
+        share: 0.8,
+        decoys: &["main.loadCatalog", "main.serveLookup", "main.formatKey"],
+    };
+    let mut wrong = Vec::new();
+    let mut heads = Vec::new();
+    for run in &runs {
+        let mut j = Judge::new(run);
+        j.all(1, &truth);
+        heads.push(j.headline(1));
+        wrong.extend(j.finish());
+    }
+    // Recorded twice, read alike: the same site leads both headlines.
+    let leads = |h: &String| {
+        h.find(REMEMBER).is_some_and(|at| {
+            ["main.loadCatalog", "main.serveLookup"]
+                .iter()
+                .all(|d| h.find(d).is_none_or(|x| x > at))
+        })
+    };
+    if heads.iter().any(leads) && !heads.iter().all(leads) {
+        wrong.push(format!(
+            "two recordings of one shape lead with different sites: {heads:#?}"
+        ));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
 // ---------------------------------------------------------------- b. idle, then a flood beside a storm
 
 const STORE: &str = "main.(*memStore).storeRawMsg";
@@ -85,6 +148,34 @@ fn b_idle_then_a_flood_beside_a_storm_names_the_flood_its_rate_and_onset() {
     j.done();
 }
 
+#[test]
+fn b_the_storm_beside_a_flood_is_found_and_never_leads() {
+    let Some(run) = flood_beside_storm() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    let storms = j.cycle(1)["alloc_storms"].clone();
+    let storm = storms
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == PARSE)
+        .cloned();
+    j.expect(storm.is_some(), || {
+        format!("no storm in {PARSE}, which allocates and drops 400 MiB/s all through the flood: alloc_storms {storms}")
+    });
+    if let Some(s) = storm {
+        j.expect(s["inuse_flat"] == true, || {
+            format!("{PARSE} keeps nothing: {s}")
+        });
+        let peak = s["peak_bytes_per_sec"].as_f64().unwrap_or(0.0);
+        j.expect(peak >= 200.0 * 1024.0 * 1024.0, || {
+            format!("storm peak {}, not ≥ half of 400 MiB/s", truth::mib(peak))
+        });
+    }
+    j.names_first(1, STORE, &[PARSE]);
+    j.done();
+}
 // ---------------------------------------------------------------- c. write-ahead-log crash loop
 
 const APPLY: &str = "main.(*kvStore).apply";
@@ -168,6 +259,43 @@ fn c_a_wal_crash_loop_names_each_lifes_own_rise_and_its_kill() {
     j.done();
 }
 
+#[test]
+fn c_a_wal_crash_loop_is_said_first_with_the_site_of_the_replay() {
+    let Some(run) = wal_crash_loop() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    // Every restart dies in its start-up replay: a loop that will not end by itself, said
+    // before anything else, with the site of the replay.
+    let across = j.across();
+    j.expect(
+        across.contains("crash loop") && across.contains(REPLAY_WAL),
+        || format!("growth's account across cycles says no crash loop in {REPLAY_WAL}: {across}"),
+    );
+    let head = j.report()["headline"].as_str().unwrap_or("").to_string();
+    let said_at = head.find("crash loop");
+    j.expect(said_at.is_some() && head.contains(REPLAY_WAL), || {
+        format!("report's headline says no crash loop in {REPLAY_WAL}: {head}")
+    });
+    if let (Some(at), Some(apply)) = (said_at, head.find(APPLY)) {
+        j.expect(at < apply, || {
+            format!("report's headline says life 1 before the loop: {head}")
+        });
+    }
+    j.done();
+}
+#[test]
+fn c_each_life_of_a_wal_crash_loop_is_read_at_its_rate_from_its_start() {
+    let Some(run) = wal_crash_loop() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.rate_and_onset(1, &INGEST);
+    for life in [2, 3] {
+        j.rate_and_onset(life, &REPLAYING);
+    }
+    j.done();
+}
 // ---------------------------------------------------------------- d. a sibling module behind a codec
 
 const APPEND_ENTRY: &str = "heapwatch.test/raftlike.(*raft).appendEntry";
@@ -219,6 +347,15 @@ fn d_growth_behind_a_codec_in_a_sibling_module_is_read_with_its_leaf_rate_and_en
     j.done();
 }
 
+#[test]
+fn d_growth_behind_a_codec_in_a_sibling_module_is_named_by_the_organisations_frame() {
+    let Some(run) = raft_behind_codec() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.all(1, &RAFT);
+    j.done();
+}
 // ---------------------------------------------------------------- e. cardinality churn
 
 const NEW_SERIES: &str = "main.(*head).newSeries";
@@ -283,6 +420,45 @@ fn e_cardinality_churn_is_read_with_its_rate_and_every_leaf_under_one_caller() {
     j.done();
 }
 
+/// Whether `v` holds, anywhere, an object naming `name` (as `name`, `site` or `own`) with a
+/// `share` of at least `least`.
+fn holds(v: &serde_json::Value, name: &str, least: f64) -> bool {
+    match v {
+        serde_json::Value::Object(o) => {
+            let named = ["name", "site", "own"]
+                .iter()
+                .any(|k| o.get(*k).is_some_and(|x| x == name));
+            let share = o.get("share").and_then(|s| s.as_f64()).unwrap_or(0.0);
+            (named && share >= least) || o.values().any(|x| holds(x, name, least))
+        }
+        serde_json::Value::Array(a) => a.iter().any(|x| holds(x, name, least)),
+        _ => false,
+    }
+}
+
+#[test]
+fn e_cardinality_churn_names_the_one_caller_that_holds_the_rise() {
+    let Some(run) = cardinality() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    // One cause, with its share, before any of its leaves: in the reading, the headline,
+    // check and the report.
+    let reading = j.cycle(1)["reading"].clone();
+    j.expect(holds(&reading, NEW_SERIES, 0.8), || {
+        format!("the reading holds no {NEW_SERIES} with ≥ 80 % of the rise: {reading}")
+    });
+    j.names_first(1, NEW_SERIES, &SERIES_LEAVES);
+    let (code, said) = j.check("growth>5MiB/s");
+    j.expect(code == 1 && said.contains(NEW_SERIES), || {
+        format!("check growth>5MiB/s: exit {code}: {said}")
+    });
+    let head = j.report()["headline"].as_str().unwrap_or("").to_string();
+    j.expect(head.contains(NEW_SERIES), || {
+        format!("report's headline: {head}")
+    });
+    j.done();
+}
 // ---------------------------------------------------------------- f. a plateau
 
 const PUT: &str = "main.(*lruCache).put";
@@ -340,6 +516,19 @@ fn f_a_plateau_is_said_to_hold_and_is_never_forecast_to_die() {
     j.done();
 }
 
+#[test]
+fn f_a_plateau_is_read_at_its_fill_rate_and_held_for_its_length() {
+    let Some(run) = plateau() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.rate_and_onset(1, &PLATEAU);
+    // Held from 2 s to the last capture at 12 s; the published profile can lose a GC cycle
+    // (~2 s here) at either end.
+    let held = j.cycle(1)["reading"]["held_s"].as_f64().unwrap_or(0.0);
+    j.expect(held >= 6.0, || format!("held {held:.1} s, not ≥ 6 s"));
+    j.done();
+}
 // ---------------------------------------------------------------- g. a spike
 
 const INDEX: &str = "main.buildStartupIndex";
@@ -391,6 +580,38 @@ fn g_a_spike_rises_and_falls_back_and_nothing_trips() {
     j.done();
 }
 
+#[test]
+fn g_a_spike_is_read_at_its_rate_and_onset() {
+    let Some(run) = spike() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.rate_and_onset(1, &SPIKE);
+    j.done();
+}
+#[test]
+fn g_a_spike_that_kept_what_it_allocated_is_no_storm() {
+    let Some(run) = spike() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    // buildStartupIndex kept all 64 MiB it allocated until it dropped them: allocation no
+    // higher than what the site keeps is no storm.
+    let storms = j.cycle(1)["alloc_storms"].clone();
+    let named = storms
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["name"] == INDEX);
+    j.expect(!named, || {
+        format!("a storm in {INDEX}, which kept what it allocated: {storms}")
+    });
+    let head = j.headline(1);
+    j.expect(!head.contains("allocation storm"), || {
+        format!("a storm in the headline: {head}")
+    });
+    j.done();
+}
 // ---------------------------------------------------------------- h. a life stopped after a killed one
 
 fn stopped_after_kill() -> Option<PathBuf> {
@@ -464,6 +685,15 @@ fn h_a_life_stopped_after_a_killed_one_is_stopped_and_the_kill_is_the_first_life
     j.done();
 }
 
+#[test]
+fn h_the_killed_lifes_flood_is_read_at_its_rate() {
+    let Some(run) = stopped_after_kill() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.shape(1, &KILLED_FLOOD);
+    j.done();
+}
 // ---------------------------------------------------------------- i, j. GOGC and GOMEMLIMIT
 
 /// A steady leak beside a churn that paces the GC, under `env`.
@@ -519,6 +749,19 @@ fn i_a_steady_leak_under_gogc_50_reads_the_same() {
     j.done();
 }
 
+#[test]
+fn i_a_steady_leak_under_gogc_400_reads_the_same() {
+    let Some(run) = steady_leak("gogc-400", &[("GOGC", "400")], "8MiB", "512MiB", true) else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.all(1, &GOGC_LEAK);
+    let transient = j.cycle(1)["episode"]["transient"].clone();
+    j.expect(transient != true, || {
+        "a leak read as a transient episode".into()
+    });
+    j.done();
+}
 #[test]
 fn j_a_steady_leak_past_gomemlimit_is_read_to_its_kill() {
     let Some(run) = steady_leak(

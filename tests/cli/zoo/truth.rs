@@ -148,6 +148,15 @@ impl Judge {
             .to_string()
     }
 
+    /// The text `growth` prints across cycles.
+    pub fn across(&self) -> String {
+        self.text
+            .lines()
+            .find_map(|l| l.strip_prefix("across cycles: "))
+            .unwrap_or("")
+            .to_string()
+    }
+
     pub fn expect(&mut self, ok: bool, what: impl FnOnce() -> String) {
         if !ok {
             self.wrong.push(what());
