@@ -158,6 +158,8 @@ pub struct AcrossCycles {
     pub died: usize,
     pub same_top_site: Option<String>,
     pub ages_s: Vec<f64>,
+    /// Every restart died in its start-up rise (set once the rises' sites are read).
+    pub crash_loop: Option<super::crash_loop::CrashLoop>,
 }
 
 /// Written to JSON by `render::worded::GrowthJson`, with the words.
@@ -523,6 +525,7 @@ fn across(cycles: &[CycleGrowth]) -> AcrossCycles {
         died: ages.len(),
         same_top_site,
         ages_s: ages,
+        crash_loop: None,
     }
 }
 

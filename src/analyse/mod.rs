@@ -6,6 +6,7 @@ pub mod breakdown;
 pub mod cause;
 pub mod cluster;
 pub mod compare;
+pub mod crash_loop;
 pub mod diff;
 pub mod ends;
 pub mod envoy;

@@ -120,6 +120,7 @@ pub fn growth(
     for c in &mut report.cycles {
         spike_sites(run, c, limits);
     }
+    report.across.crash_loop = crate::analyse::crash_loop::crash_loop(&report.cycles);
     Ok((report, notes))
 }
 

@@ -2,6 +2,7 @@
 //! storms, goroutines, the limit, how the cycle ended) and one summary across cycles, made from
 //! the finished analysis whenever an output needs them.
 
+use crate::analyse::crash_loop::CrashLoop;
 use crate::analyse::ends::CycleEnd;
 use crate::analyse::growth::{AcrossCycles, CycleGrowth};
 use crate::analyse::reading::{Forecast, Reading};
@@ -276,7 +277,16 @@ pub fn across_summary(cycles: &[CycleGrowth], across: &AcrossCycles) -> String {
             }
         }
         let ends: Vec<String> = ends.iter().map(|(w, n)| format!("{n} {w}")).collect();
-        let mut s = format!("{} boot cycles: {}", cycles.len(), ends.join(", "));
+        let mut s = across
+            .crash_loop
+            .as_ref()
+            .map(crash_loop_words)
+            .unwrap_or_default();
+        s.push_str(&format!(
+            "{} boot cycles: {}",
+            cycles.len(),
+            ends.join(", ")
+        ));
         s.push_str(&rise_sites_words(cycles));
         if ages.len() >= 2 {
             let min = ages.iter().copied().fold(f64::INFINITY, f64::min);
@@ -287,6 +297,33 @@ pub fn across_summary(cycles: &[CycleGrowth], across: &AcrossCycles) -> String {
         }
         s
     }
+}
+
+/// "crash loop: every restart (cycles 2, 3) was OOM-killed 3.9–4.1 s into the rise it
+/// started with, 100 % of it in main.(*kvStore).replayWAL; it will not end by itself. ",
+/// said before anything else about the cycles.
+fn crash_loop_words(l: &CrashLoop) -> String {
+    let cycles: Vec<String> = l.cycles.iter().map(|c| c.to_string()).collect();
+    let (first, last) = l.died_s;
+    let when = if last - first < 0.05 {
+        format!("{first:.1} s")
+    } else {
+        format!("{first:.1}–{last:.1} s")
+    };
+    let mut s = format!(
+        "crash loop: every restart (cycles {}) {} {when} into the rise it started with",
+        cycles.join(", "),
+        if l.oom_killed {
+            "was OOM-killed"
+        } else {
+            "died"
+        },
+    );
+    if let Some((site, share)) = &l.site {
+        s.push_str(&format!(", {:.0} % of it in {site}", share * 100.0));
+    }
+    s.push_str("; it will not end by itself. ");
+    s
 }
 
 /// Which site holds each cycle's rise, the same way for every cycle that has one:

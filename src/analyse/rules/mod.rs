@@ -490,4 +490,4 @@ pub fn needs_baseline(rule: &Rule) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

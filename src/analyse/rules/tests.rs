@@ -4,7 +4,7 @@ use crate::analyse::growth::{AcrossCycles, SiteGrowth};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
+pub(crate) fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> CycleGrowth {
     CycleGrowth {
         index,
         build: "test".into(),
@@ -95,6 +95,7 @@ fn report(cycles: Vec<CycleGrowth>) -> GrowthReport {
             died: 0,
             same_top_site: None,
             ages_s: vec![],
+            crash_loop: None,
         },
         cycles,
     }
