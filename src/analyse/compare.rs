@@ -162,6 +162,8 @@ pub struct SideEpisode {
     /// The peak of the memory seen from outside: the cgroup's, else the process's, and which.
     pub memory_peak: Option<i64>,
     pub memory_of: Option<String>,
+    /// The peak of the cgroup's anonymous memory (heap, stacks, runtime; no page cache).
+    pub memory_peak_anon: Option<i64>,
     /// Seconds to its death, when it died, and whether of an OOM kill.
     pub died_s: Option<f64>,
     pub oom_killed: bool,
@@ -186,6 +188,7 @@ fn side_episode(c: &CycleGrowth, heap: &[(f64, i64)]) -> SideEpisode {
             (None, Some(_)) => Some("process".into()),
             _ => None,
         },
+        memory_peak_anon: c.memory_peak_anon.map(|b| b as i64),
         died_s: c.died_after_s.filter(|_| c.end.is_death()),
         oom_killed: c.killed,
         end: c.end,

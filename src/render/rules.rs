@@ -32,7 +32,9 @@ pub fn shown(o: &Outcome) -> String {
         Metric::TimeToLimit if value.is_infinite() => "never".into(),
         Metric::TimeToLimit => format!("{value:.1} s"),
         Metric::Regression if value.is_infinite() => "B OOM-killed".into(),
-        Metric::Regression => format!("{value:.2}x"),
+        Metric::Regression | Metric::MemoryRegression | Metric::AnonRegression => {
+            format!("{value:.2}x")
+        }
         Metric::Goroutines => format!("{value:.1}/s"),
         Metric::Kills | Metric::Restarts => format!("{value:.0}"),
         Metric::LiveShare => format!("{:.1} %", value * 100.0),
@@ -43,7 +45,12 @@ pub fn shown(o: &Outcome) -> String {
 pub fn reason(o: &Outcome) -> String {
     let place = o
         .cycle
-        .filter(|_| o.metric != Metric::Regression && o.status != Status::Unknown)
+        .filter(|_| {
+            !matches!(
+                o.metric,
+                Metric::Regression | Metric::MemoryRegression | Metric::AnonRegression
+            ) && o.status != Status::Unknown
+        })
         .map_or(String::new(), |c| format!("boot cycle {c}: "));
     format!("{place}{}", evidence_words(&o.evidence))
 }
@@ -65,6 +72,10 @@ fn missing_words(why: &Missing) -> String {
         Missing::NoBaseline => "needs --baseline RUN".into(),
         Missing::BaselineHasNoHeap => "the baseline has no in-use heap to compare with".into(),
         Missing::NoMemory => "no process memory sampled (collect with --pid or --cgroup)".into(),
+        Missing::NoAnonymousMemory => {
+            "no cgroup memory.stat sampled on both sides (collect with --cgroup, or heapwatch run)"
+                .into()
+        }
         Missing::EnvoyGaugesOnly { naive_share } => format!(
             "Envoy reported only the /stats gauges: the naive share is {:.1} %, \
              the live share (needs /memory's pageheap_unmapped) is unknown",
@@ -202,6 +213,21 @@ fn evidence_words(e: &Evidence) -> String {
                 ratio.ratio().unwrap_or(0.0)
             )
         }
+        Evidence::MemoryAgainstBaseline {
+            of,
+            bytes,
+            baseline_bytes,
+            sides,
+        } => format!(
+            "{of} peaked at {} (B: cycle {} of {}) against {} in the baseline (A: cycle {} of {}) ({:.2}x)",
+            format_bytes(*bytes),
+            sides.b_cycle,
+            sides.b,
+            format_bytes(*baseline_bytes),
+            sides.a_cycle,
+            sides.a,
+            *bytes as f64 / *baseline_bytes as f64
+        ),
         Evidence::Goroutines { per_sec, fastest } => {
             let top = fastest
                 .as_ref()

@@ -1262,3 +1262,42 @@ fn a_report_against_a_baseline_defines_a_and_b_and_wraps_long_site_names() {
         "{said}"
     );
 }
+
+/// The gate on the cgroup's memory against a baseline: the demo's 2.1.0 filled its cgroup
+/// where 2.0.2 held 58.5 MiB; the recording has no memory.stat, so the anonymous gate says so.
+#[test]
+fn memory_regression_gates_the_cgroups_peak_against_the_baseline() {
+    let check = |b: &str, a: &str| {
+        util::run(&[
+            "check",
+            &demo_run(b),
+            "--baseline",
+            &demo_run(a),
+            "--fail-on",
+            "memory-regression>1.5x",
+            "--fail-on",
+            "anon-regression>1.5x",
+        ])
+    };
+    let out = check("2.1.0", "2.0.2");
+    let said = util::stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("FAIL memory-regression>1.5x")
+            && said.contains("4.35x")
+            && said.contains("cgroup memory peaked at 254 MiB (B: cycle 1 of 2.1.0) against 58.5 MiB in the baseline (A: cycle 1 of 2.0.2)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("n/a  anon-regression>1.5x")
+            && said.contains("no cgroup memory.stat sampled"),
+        "{said}"
+    );
+    // The other way round it passes.
+    let out = check("2.0.2", "2.1.0");
+    assert!(
+        util::stdout(&out).contains("ok   memory-regression>1.5x"),
+        "{}",
+        util::stdout(&out)
+    );
+}

@@ -745,3 +745,49 @@ fn j_a_steady_leak_past_gomemlimit_is_read_to_its_kill() {
     j.all(1, &truth);
     j.done();
 }
+
+// ---------------------------------------------------------------- k. a relative gate on memory
+
+/// Two builds as CI holds them: the leak at 16 MiB/s under GOMEMLIMIT, killed at its 128 MiB
+/// cgroup, against the leak at 8 MiB/s that exits at 10 s near 84 MiB. The heap gate compares
+/// heaps; these compare what the cgroup held, and its anonymous part (memory.stat), whole
+/// lives, and trip one way only.
+#[test]
+fn k_the_cgroups_memory_and_its_anonymous_part_gate_a_build_against_its_baseline() {
+    let (Some(a), Some(b)) = (
+        steady_leak("gogc-50", &[("GOGC", "50")], "8MiB", "512MiB", true),
+        steady_leak(
+            "gomemlimit",
+            &[("GOMEMLIMIT", "96MiB")],
+            "16MiB",
+            "128MiB",
+            false,
+        ),
+    ) else {
+        return;
+    };
+    let check = |b: &PathBuf, a: &PathBuf| {
+        let out = crate::util::run(&[
+            "check",
+            b.to_str().unwrap(),
+            "--baseline",
+            a.to_str().unwrap(),
+            "--fail-on",
+            "memory-regression>1.2x",
+            "--fail-on",
+            "anon-regression>1.2x",
+        ]);
+        (out.status.code(), crate::util::stdout(&out))
+    };
+    let (code, said) = check(&b, &a);
+    assert_eq!(code, Some(1), "B against A: {said}");
+    for line in said.lines() {
+        assert!(line.starts_with("FAIL "), "{line}\nin {said}");
+    }
+    assert!(
+        said.contains("cgroup memory peaked at") && said.contains("anonymous memory peaked at"),
+        "{said}"
+    );
+    let (code, said) = check(&a, &b);
+    assert_eq!(code, Some(0), "A against B: {said}");
+}

@@ -18,6 +18,8 @@ pub enum Missing {
     BaselineHasNoHeap,
     /// No process memory was sampled.
     NoMemory,
+    /// No cgroup's `memory.stat` was sampled on one side (its anonymous part is unknown).
+    NoAnonymousMemory,
     /// Envoy gave only its `/stats` gauges: the naive share (allocated / heap size).
     EnvoyGaugesOnly { naive_share: f64 },
     /// Neither Envoy's `/memory` nor Go's MemStats.
@@ -123,6 +125,14 @@ pub enum Evidence {
         ratio: HeapRatio,
         sides: Option<Sides>,
         worst: Option<Regression>,
+    },
+    /// memory-regression, anon-regression: B's peak against the baseline's, whole cycles.
+    MemoryAgainstBaseline {
+        /// "cgroup memory", "process memory" or "anonymous memory".
+        of: String,
+        bytes: i64,
+        baseline_bytes: i64,
+        sides: Sides,
     },
     Goroutines {
         per_sec: f64,

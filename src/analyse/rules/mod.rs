@@ -263,6 +263,53 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
                 },
             })
         }
+        Metric::MemoryRegression | Metric::AnonRegression => {
+            let anon = rule.metric == Metric::AnonRegression;
+            let Some(c) = f.comparison else {
+                return Err(Missing::NoBaseline);
+            };
+            let peak = |s: &crate::analyse::compare::SideEpisode| {
+                if anon {
+                    s.memory_peak_anon
+                } else {
+                    s.memory_peak
+                }
+            };
+            let (Some(baseline_bytes), Some(bytes)) = (peak(&c.a_episode), peak(&c.b_episode))
+            else {
+                return Err(if anon {
+                    Missing::NoAnonymousMemory
+                } else {
+                    Missing::NoMemory
+                });
+            };
+            if baseline_bytes <= 0 {
+                return Err(Missing::NoMemory);
+            }
+            let of = if anon {
+                "anonymous memory".to_string()
+            } else {
+                format!(
+                    "{} memory",
+                    c.b_episode.memory_of.as_deref().unwrap_or("process")
+                )
+            };
+            Some(Measure {
+                value: bytes as f64 / baseline_bytes as f64,
+                cycle: Some(c.b_cycle),
+                evidence: Evidence::MemoryAgainstBaseline {
+                    of,
+                    bytes,
+                    baseline_bytes,
+                    sides: Sides {
+                        b_cycle: c.b_cycle,
+                        b: c.b.clone(),
+                        a_cycle: c.a_cycle,
+                        a: c.a.clone(),
+                    },
+                },
+            })
+        }
         Metric::Goroutines => worst(
             per_cycle(&|c| {
                 let per_sec = c.goroutine_growth.iter().map(|g| g.per_sec).sum::<f64>() + 0.0;
@@ -486,7 +533,10 @@ pub fn peak_heap(records: &[CaptureRecord]) -> Vec<(u32, i64)> {
 
 /// Whether a rule needs a baseline run to be checked.
 pub fn needs_baseline(rule: &Rule) -> bool {
-    rule.metric == Metric::Regression
+    matches!(
+        rule.metric,
+        Metric::Regression | Metric::MemoryRegression | Metric::AnonRegression
+    )
 }
 
 #[cfg(test)]

@@ -17,6 +17,10 @@ pub enum Metric {
     TimeToLimit,
     /// In-use heap of this build over the baseline's, at the same age of the first cycle.
     Regression,
+    /// Peak memory seen from outside (the cgroup's, else the process's) over the baseline's.
+    MemoryRegression,
+    /// Peak anonymous memory of the cgroup over the baseline's: what page cache cannot explain.
+    AnonRegression,
     /// Goroutines added per second by the stacks that keep growing.
     Goroutines,
     /// Peak allocation rate of a storm, bytes per second.
@@ -61,6 +65,18 @@ const METRICS: &[MetricSpec] = &[
         name: "regression",
         above: true,
         example: "regression>1.5x",
+    },
+    MetricSpec {
+        metric: Metric::MemoryRegression,
+        name: "memory-regression",
+        above: true,
+        example: "memory-regression>1.5x",
+    },
+    MetricSpec {
+        metric: Metric::AnonRegression,
+        name: "anon-regression",
+        above: true,
+        example: "anon-regression>1.5x",
     },
     MetricSpec {
         metric: Metric::Goroutines,
@@ -191,7 +207,7 @@ fn parse_bar(metric: Metric, value: &str) -> Result<f64, String> {
         Metric::Growth | Metric::Storm => units::parse_size(&per_second(value)).map(|b| b as f64),
         Metric::Heap | Metric::Memory => units::parse_size(value).map(|b| b as f64),
         Metric::TimeToLimit => units::parse_duration(value).map(|d| d.as_secs_f64()),
-        Metric::Regression => {
+        Metric::Regression | Metric::MemoryRegression | Metric::AnonRegression => {
             let v = value.strip_suffix(['x', 'X']).unwrap_or(value);
             let ratio = number(v)?;
             if ratio <= 0.0 {
