@@ -29,8 +29,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::cgroup::{CgroupVersion, Confinement};
+use super::confinement::Confinement;
 use crate::collect::{LiveStatus, Observer};
+use crate::source::cgroup::CgroupVersion;
 use crate::store::{CaptureRecord, RecordKind};
 use crate::units::format_bytes;
 

@@ -614,7 +614,7 @@ mod tests {
     /// new process, a removed cgroup (nothing), and one made again under the same name.
     #[test]
     fn a_held_cgroup_reads_what_a_fresh_open_reads() {
-        use crate::launch::cgroup::{CgroupRoots, CgroupVersion, MemoryCgroup};
+        use crate::source::cgroup::{CgroupRoots, CgroupVersion, MemoryCgroup};
         let roots = CgroupRoots::default();
         let name = format!("heapwatch-unit-held-{}", std::process::id());
         let cg = match MemoryCgroup::create(&roots, &name, 64 << 20) {
