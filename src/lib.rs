@@ -20,6 +20,10 @@ pub mod store;
 pub mod time;
 pub mod units;
 
+/// The layering rule: every import runs down the floors (the table is there).
+#[cfg(test)]
+mod layering;
+
 /// What a test needs from the machine (Go, root, …) and what it says without it: the same
 /// file the integration tests use.
 #[cfg(test)]
