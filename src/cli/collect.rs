@@ -789,7 +789,8 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     // The worst node decides: the store first, then a target that answered garbage, then
     // one that never answered; the others are said here.
     let rank = |e: &CliError| match e {
-        CliError::Failed(_) | CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 0,
+        CliError::DiskFull { .. } | CliError::Run(_) | CliError::Scan(_) => 0,
+        CliError::Index(_) => 0,
         CliError::Collect(_) | CliError::Node { .. } | CliError::Marks(_) => 0,
         CliError::Unreachable(_) => 2,
         _ => 1,
@@ -849,10 +850,9 @@ pub(super) fn attempts_line(s: &CollectSummary) -> String {
 /// with garbage, a target that never answered.
 fn verdict(node: &NodeOutcome, summary: CollectSummary) -> Result<(), CliError> {
     if summary.reason == StopReason::DiskFull {
-        return Err(CliError::Failed(format!(
-            "stopped: {}",
-            summary.disk_error.unwrap_or_else(|| "disk full".into())
-        )));
+        return Err(CliError::DiskFull {
+            why: summary.disk_error,
+        });
     }
     if !summary.reached && summary.responded {
         return Err(CliError::Usage(format!(

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::LaunchError;
 use super::confinement::Confinement;
 use crate::collect::{LiveStatus, Observer};
 use crate::source::cgroup::CgroupVersion;
@@ -458,7 +459,7 @@ pub const GUARD_COMMAND: &str = "oom-hold-guard";
 /// The guardian: waits for its stdin to end (heapwatch gone, or done), then puts the cgroup
 /// back: v1 clears `oom_kill_disable`, v2 writes `memory.high` back as `high` (as found).
 /// Ignores the signals a terminal or a group kill sends, so that it outlives heapwatch.
-pub fn guard(dir: &Path, high: Option<&str>) -> Result<(), String> {
+pub fn guard(dir: &Path, high: Option<&str>) -> Result<(), LaunchError> {
     // SAFETY: setting signal dispositions to SIG_IGN touches no memory.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
@@ -476,7 +477,11 @@ pub fn guard(dir: &Path, high: Option<&str>) -> Result<(), String> {
         Ok(()) => Ok(()),
         // The cgroup went with its container: nothing is held.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("{}: cannot put {value} back: {e}", file.display())),
+        Err(source) => Err(LaunchError::PutBack {
+            file,
+            value: value.to_string(),
+            source,
+        }),
     }
 }
 

@@ -27,4 +27,11 @@ pub enum LaunchError {
     Wait { pid: u32, source: io::Error },
     #[error("{0}")]
     Store(#[from] crate::store::StoreError),
+    /// The OOM hold's guardian could not put the cgroup's file back as it found it.
+    #[error("{}: cannot put {value} back: {source}", .file.display())]
+    PutBack {
+        file: std::path::PathBuf,
+        value: String,
+        source: io::Error,
+    },
 }
