@@ -61,20 +61,8 @@ impl Confinement {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::path::Path;
-
     use super::*;
-
-    fn fake_roots(dir: &Path) -> CgroupRoots {
-        let roots = CgroupRoots {
-            v1: dir.join("memory"),
-            v2: dir.join("unified"),
-        };
-        fs::create_dir_all(&roots.v1).unwrap();
-        fs::create_dir_all(&roots.v2).unwrap();
-        roots
-    }
+    use crate::source::cgroup::testing::fake_roots;
 
     #[test]
     fn no_memory_controller_means_the_watchdog_and_says_why() {

@@ -197,11 +197,14 @@ fn remove_cgroup(path: &Path) -> Result<(), CgroupError> {
     }
 }
 
+/// For tests here and in the modules that stand on this one: roots in a plain folder, and a
+/// real cgroup where the machine gives one.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
 
-    fn fake_roots(dir: &Path) -> CgroupRoots {
+    /// Plain directories standing in for the v1 and v2 mounts.
+    pub(crate) fn fake_roots(dir: &Path) -> CgroupRoots {
         let roots = CgroupRoots {
             v1: dir.join("memory"),
             v2: dir.join("unified"),
@@ -210,6 +213,25 @@ mod tests {
         fs::create_dir_all(&roots.v2).unwrap();
         roots
     }
+
+    /// A memory cgroup `NAME` with this limit on this machine, or None once the test has said
+    /// it needs root (a failure under CI).
+    pub(crate) fn real_or_skip(name: &str, limit: u64) -> Option<MemoryCgroup> {
+        match MemoryCgroup::create(&CgroupRoots::default(), name, limit) {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                use crate::prerequisite::{Need, skip};
+                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{self, fake_roots};
+    use super::*;
 
     #[test]
     fn the_version_is_read_from_what_is_mounted() {
@@ -262,15 +284,9 @@ mod tests {
     /// removal with the process still running (skipped without root, a failure under CI).
     #[test]
     fn a_real_cgroup_holds_its_limit_and_is_removed_with_what_runs_in_it() {
-        let roots = CgroupRoots::default();
         let name = format!("heapwatch-unit-{}", std::process::id());
-        let cg = match MemoryCgroup::create(&roots, &name, 64 << 20) {
-            Ok(cg) => cg,
-            Err(e) => {
-                use crate::prerequisite::{Need, skip};
-                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
-                return;
-            }
+        let Some(cg) = testing::real_or_skip(&name, 64 << 20) else {
+            return;
         };
         let path = cg.path.clone();
         assert_eq!(cg.memory().limit(), Some(64 << 20));
@@ -298,15 +314,9 @@ mod tests {
     /// gives no figure then, and the counter's own where only the memory limit binds.
     #[test]
     fn charge_failures_are_given_only_where_the_counter_sees_them() {
-        let roots = CgroupRoots::default();
         let name = format!("heapwatch-unit-failcnt-{}", std::process::id());
-        let cg = match MemoryCgroup::create(&roots, &name, 64 << 20) {
-            Ok(cg) => cg,
-            Err(e) => {
-                use crate::prerequisite::{Need, skip};
-                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
-                return;
-            }
+        let Some(cg) = testing::real_or_skip(&name, 64 << 20) else {
+            return;
         };
         let memsw = cg.path.join("memory.memsw.limit_in_bytes");
         if cg.version == CgroupVersion::V1 && memsw.exists() {
@@ -325,15 +335,9 @@ mod tests {
     /// cgroup is gone (skipped without root, a failure under CI).
     #[test]
     fn kept_files_give_each_sample_the_figures_of_its_moment() {
-        let roots = CgroupRoots::default();
         let name = format!("heapwatch-unit-kept-{}", std::process::id());
-        let cg = match MemoryCgroup::create(&roots, &name, 256 << 20) {
-            Ok(cg) => cg,
-            Err(e) => {
-                use crate::prerequisite::{Need, skip};
-                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
-                return;
-            }
+        let Some(cg) = testing::real_or_skip(&name, 256 << 20) else {
+            return;
         };
         let memory = cg.memory();
         let probe = crate::source::procmem::MemoryProbe::Cgroup(memory.clone());
