@@ -1,5 +1,8 @@
-//! `heapwatch collect TARGET --out RUN`: flags become a `CollectConfig`, then the collector
+//! `heapwatch collect TARGET --out RUN`: the flags (here) become a checked plan (`config`:
+//! the collector's `CollectConfig`, each target's spec, the run's options), then the collector
 //! runs until stopped, with a live status line on a terminal.
+
+mod config;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -10,17 +13,17 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use heapwatch::collect::cluster::{NodeOutcome, StartError, StartOptions, TargetSpec, node_names};
+use heapwatch::collect::cluster::{NodeOutcome, StartError};
 use heapwatch::collect::marks::{self, MarkError};
-use heapwatch::collect::targets::{TargetError, TargetOptions};
-use heapwatch::collect::{CollectConfig, CollectSummary, LiveStatus, Observer, StopReason};
+use heapwatch::collect::targets::TargetError;
+use heapwatch::collect::{CollectSummary, LiveStatus, Observer, StopReason};
 use heapwatch::launch::hold;
 use heapwatch::source::Target;
-use heapwatch::source::http::HttpOptions;
 use heapwatch::store::CaptureRecord;
 use heapwatch::store::cluster::EVENTS_FILE;
 use heapwatch::units::{self, format_bytes};
 
+use self::config::Plan;
 use super::record_flags::{RecordFlags, help_order};
 use super::{CliError, DecodeFlags};
 
@@ -191,102 +194,6 @@ pub struct CollectArgs {
 
 fn usage(message: String) -> CliError {
     CliError::Usage(message)
-}
-
-impl CollectArgs {
-    fn config(&self) -> Result<CollectConfig, CliError> {
-        self.record.check_intervals()?;
-        if !(self.max_duty > 0.0 && self.max_duty <= 1.0) {
-            return Err(usage(format!(
-                "--max-duty {} must be in (0, 1]",
-                self.max_duty
-            )));
-        }
-        self.record.check_burst_at()?;
-        let mut heap = false;
-        let mut goroutine = false;
-        for p in &self.profiles {
-            match p.trim() {
-                "heap" => heap = true,
-                "goroutine" => goroutine = true,
-                other => {
-                    return Err(usage(format!(
-                        "--profiles: unknown profile {other:?} (heap, goroutine)"
-                    )));
-                }
-            }
-        }
-        Ok(CollectConfig {
-            interval: self.record.interval,
-            burst_interval: self.record.burst_interval,
-            burst_at: self.record.burst_at,
-            // Each target's own, from --limit [NAME=]SIZE.
-            limit: None,
-            timeout: self.timeout,
-            heap: heap || !goroutine,
-            goroutine,
-            goroutine_interval: self.goroutine_interval,
-            memstats_interval: self.memstats_interval,
-            duration: self.duration,
-            until_exit: self.until_exit.then_some(self.grace),
-            max_disk: self.record.max_disk,
-            max_duty: self.max_duty,
-            idle_backoff: self.idle_backoff.max(1),
-            decode: self.decode.limits(),
-        })
-    }
-
-    fn http_options(&self) -> Result<HttpOptions, CliError> {
-        Ok(HttpOptions {
-            headers: super::headers::read_headers("--header", &self.headers)?,
-            cacert: self.cacert.clone(),
-            client_cert: self.cert.clone(),
-            client_key: self.key.clone(),
-            insecure: self.insecure,
-            force_gc: self.gc,
-            max_body: self.max_body,
-        })
-    }
-}
-
-/// A per-target flag's values, one per node: `NAME=VALUE` names the node; a plain VALUE is the
-/// only target's, or with `plain_for_all` every node's that has none of its own.
-fn per_node(
-    flag: &str,
-    values: &[String],
-    names: &[String],
-    plain_for_all: bool,
-) -> Result<Vec<Option<String>>, CliError> {
-    let mut out: Vec<Option<String>> = vec![None; names.len()];
-    let mut plain: Option<&str> = None;
-    let list = names.join(", ");
-    for value in values {
-        let named = value
-            .split_once('=')
-            .and_then(|(n, v)| Some((names.iter().position(|x| x == n)?, v)));
-        if let Some((i, v)) = named {
-            if out[i].is_some() {
-                return Err(usage(format!("{flag} is given twice for {}", names[i])));
-            }
-            out[i] = Some(v.to_string());
-        } else if names.len() > 1 && !plain_for_all {
-            return Err(usage(format!(
-                "{flag} {value}: with several targets, say which: {flag} NAME=VALUE \
-                 (NAME one of {list})"
-            )));
-        } else if names.len() > 1 && value.contains('=') {
-            let name = value.split('=').next().unwrap_or_default();
-            return Err(usage(format!(
-                "{flag} {value}: no target is named {name:?} (the names: {list})"
-            )));
-        } else if plain.replace(value).is_some() {
-            return Err(usage(format!("{flag} is given twice")));
-        }
-    }
-    Ok(out
-        .into_iter()
-        .map(|v| v.or_else(|| plain.map(str::to_string)))
-        .collect())
 }
 
 fn start_error(e: StartError) -> CliError {
@@ -590,117 +497,14 @@ impl Observer for StatusLine {
 }
 
 pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
-    let config = args.config()?;
-    let push = args.push.prepare(args.decode.limits())?;
-    let names = node_names(&args.targets, &args.names).map_err(start_error)?;
+    let Plan {
+        names,
+        specs,
+        options,
+        oom_hold,
+        push,
+    } = args.plan()?;
     let cluster = names.len() > 1;
-    let limits = per_node("--limit", &args.limit, &names, true)?
-        .into_iter()
-        .map(|v| {
-            v.map(|v| units::parse_size(&v).map_err(|e| usage(format!("--limit {v}: {e}"))))
-                .transpose()
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let pids = per_node("--pid", &args.pid, &names, false)?
-        .into_iter()
-        .map(|v| {
-            v.map(|v| {
-                v.parse::<u32>()
-                    .map_err(|_| usage(format!("--pid {v}: expected a process id")))
-            })
-            .transpose()
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let cgroups = per_node("--cgroup", &args.cgroup, &names, false)?;
-    let oom_hold = match args.oom_hold.filter(|d| !d.is_zero()) {
-        None => None,
-        Some(_) if cluster => {
-            return Err(usage(
-                "--oom-hold holds one target's cgroup; give it with one target".into(),
-            ));
-        }
-        Some(max) => {
-            let dir = cgroups[0]
-                .as_ref()
-                .map(PathBuf::from)
-                .or_else(|| {
-                    args.targets[0]
-                        .as_str()
-                        .strip_prefix("proc:cgroup:")
-                        .map(PathBuf::from)
-                })
-                .ok_or_else(|| {
-                    usage(
-                        "--oom-hold needs the target's memory cgroup: --cgroup PATH, or a \
-                         proc:cgroup:PATH target"
-                            .into(),
-                    )
-                })?;
-            hold::check_holdable(&dir).map_err(usage)?;
-            Some((dir, max))
-        }
-    };
-    let http = args.http_options()?;
-    let specs: Vec<TargetSpec> = args
-        .targets
-        .iter()
-        .enumerate()
-        .map(|(i, target)| TargetSpec {
-            name: names[i].clone(),
-            target: target.clone(),
-            options: TargetOptions {
-                http: http.clone(),
-                // In a cluster it is the agent targets' (a single target is told it is not one).
-                agent_dir: args
-                    .agent_dir
-                    .clone()
-                    .filter(|_| !cluster || target.as_str().starts_with("agent:")),
-                pid: pids[i],
-                cgroup: cgroups[i].as_ref().map(PathBuf::from),
-                interval: config.interval,
-                timeout: config.timeout,
-            },
-            limit: limits[i],
-        })
-        .collect();
-    let logs = args
-        .logs
-        .iter()
-        .map(|l| marks::parse_log(l))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| usage(e.to_string()))?;
-    let mark_specs = args
-        .marks
-        .iter()
-        .map(|m| marks::parse_mark(m))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| usage(e.to_string()))?;
-    let options = StartOptions {
-        out: args.record.out.clone(),
-        run_options: heapwatch::model::run_options::RunOptions {
-            interval_ms: Some(config.interval.as_millis() as u64),
-            burst_interval_ms: Some(config.burst_interval.as_millis() as u64),
-            burst_at: Some(config.burst_at),
-            max_duty: Some(config.max_duty),
-            idle_backoff: Some(config.idle_backoff),
-            cpu_limit: args
-                .cpu_limit
-                .map(heapwatch::model::run_options::CpuLimit::from),
-            timeout_ms: Some(config.timeout.as_millis() as u64),
-            profiles: Some(args.profiles.clone()),
-            memstats_interval_ms: Some(config.memstats_interval.as_millis() as u64),
-            agent_dir: args.agent_dir.as_ref().map(|p| p.display().to_string()),
-            max_disk: config.max_disk,
-            gc: Some(args.gc),
-            ..Default::default()
-        },
-        config,
-        memory_interval: args.record.memory_interval,
-        label: args.record.label.clone(),
-        logs,
-        marks: mark_specs,
-        retarget: args.retarget,
-    };
     let logged = !options.logs.is_empty();
     let awaited = marks::AwaitedLogs::new(&options.logs);
     let mut collection = heapwatch::collect::start(specs, options).map_err(start_error)?;
@@ -789,7 +593,8 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     // The worst node decides: the store first, then a target that answered garbage, then
     // one that never answered; the others are said here.
     let rank = |e: &CliError| match e {
-        CliError::Failed(_) | CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 0,
+        CliError::DiskFull { .. } | CliError::Run(_) | CliError::Scan(_) => 0,
+        CliError::Index(_) => 0,
         CliError::Collect(_) | CliError::Node { .. } | CliError::Marks(_) => 0,
         CliError::Unreachable(_) => 2,
         _ => 1,
@@ -849,10 +654,9 @@ pub(super) fn attempts_line(s: &CollectSummary) -> String {
 /// with garbage, a target that never answered.
 fn verdict(node: &NodeOutcome, summary: CollectSummary) -> Result<(), CliError> {
     if summary.reason == StopReason::DiskFull {
-        return Err(CliError::Failed(format!(
-            "stopped: {}",
-            summary.disk_error.unwrap_or_else(|| "disk full".into())
-        )));
+        return Err(CliError::DiskFull {
+            why: summary.disk_error,
+        });
     }
     if !summary.reached && summary.responded {
         return Err(CliError::Usage(format!(

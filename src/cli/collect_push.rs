@@ -116,14 +116,8 @@ pub fn attach(
                 .build()
                 .map_err(|e| PushError::Config(format!("starting the async runtime: {e}")))?;
             let pushed = runtime.block_on(async move {
-                let handle = match push::start(&dir, server, client, options) {
-                    Ok(handle) => handle,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return Err(e);
-                    }
-                };
-                let _ = ready_tx.send(Ok(handle.enqueuer()));
+                let handle = push::start(&dir, server, client, options)?;
+                let _ = ready_tx.send(handle.enqueuer());
                 // Dropped without a word (the collector failed): drain all the same.
                 let _ = done_rx.await;
                 handle.drain(drain).await
@@ -133,15 +127,14 @@ pub fn attach(
             pushed
         })
         .map_err(|e| CliError::Usage(format!("starting the push thread: {e}")))?;
+    // The push thread drops its sender unsent when it cannot start; its error is its result.
     let enqueuer = match ready_rx.recv() {
-        Ok(Ok(enqueuer)) => enqueuer,
-        Ok(Err(why)) => return Err(CliError::Failed(format!("--push {shown}: {why}"))),
+        Ok(enqueuer) => enqueuer,
         Err(_) => {
-            let why = match thread.join() {
-                Ok(Err(e)) => e.to_string(),
-                _ => "the push thread ended".to_string(),
-            };
-            return Err(CliError::Failed(format!("--push {shown}: {why}")));
+            return Err(CliError::PushStart {
+                url: shown,
+                source: thread.join().ok().and_then(Result::err),
+            });
         }
     };
     let writer = writer.on_append(Box::new(move |record| enqueuer.enqueue(record)));

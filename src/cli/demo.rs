@@ -148,8 +148,9 @@ fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(CliError::Failed("a replay thread panicked".into())))
+                h.join().unwrap_or(Err(CliError::Panicked {
+                    what: "a replay thread",
+                }))
             })
             .collect()
     });
@@ -241,7 +242,7 @@ fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliEr
                     started_ms,
                     lives: tally.cycles,
                 })
-                .map_err(|e| CliError::Failed(format!("replay of {build}: {e}")))
+                .map_err(|source| CliError::DemoReplay { build, source })
         });
         let mut collect = Command::new(exe);
         collect
@@ -274,15 +275,15 @@ fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliEr
         // The collector returns once the last boot cycle has been gone for its grace period,
         // by which time the replay is over; stop it anyway if the collector failed early.
         replay_stop.store(true, Ordering::Relaxed);
-        let played = replay
-            .join()
-            .unwrap_or_else(|_| Err(CliError::Failed("the replay thread panicked".into())));
+        let played = replay.join().unwrap_or(Err(CliError::Panicked {
+            what: "the replay thread",
+        }));
         let status = status.map_err(|e| io_error(exe, e))?;
         if !status.success() {
-            return Err(CliError::Failed(format!(
-                "heapwatch collect of the {} replay exited with {status}",
-                lane.build
-            )));
+            return Err(CliError::DemoCollect {
+                build: lane.build,
+                status,
+            });
         }
         let played = played?;
         say(&format!(

@@ -44,9 +44,37 @@ pub enum CliError {
     Read { path: String, source: io::Error },
     #[error("writing output: {0}")]
     Output(io::Error),
-    /// A step of the command failed; the message says which and why (exit 2).
+    /// A step of the command failed; the message says which and why (exit 2). Only `watch`'s
+    /// first failed node still comes as a finished line.
     #[error("{0}")]
     Failed(String),
+    /// The collector stopped on a full disk, with the store's words when it had them (exit 2).
+    #[error("stopped: {}", .why.as_deref().unwrap_or("disk full"))]
+    DiskFull { why: Option<String> },
+    /// What a push left undone (exit 2).
+    #[error(transparent)]
+    Pushed(#[from] push::PushProblem),
+    /// `collect --push`: the push could not start beside the collector (exit 2).
+    #[error("--push {url}: {}", match .source { Some(e) => e.to_string(), None => "the push thread ended".to_string() })]
+    PushStart {
+        url: String,
+        source: Option<heapwatch::push::PushError>,
+    },
+    /// A thread of the command panicked: "a replay thread", "the replay thread" (exit 2).
+    #[error("{what} panicked")]
+    Panicked { what: &'static str },
+    /// `demo`: a build's replay server failed (exit 2).
+    #[error("replay of {build}: {source}")]
+    DemoReplay {
+        build: &'static str,
+        source: io::Error,
+    },
+    /// `demo`: the collector of a build's replay did not end well (exit 2).
+    #[error("heapwatch collect of the {build} replay exited with {status}")]
+    DemoCollect {
+        build: &'static str,
+        status: std::process::ExitStatus,
+    },
     /// A failure on one node of a cluster run, led by the node's name (exit 2).
     #[error("node {node}: {source}")]
     InNode { node: String, source: Box<CliError> },
@@ -113,6 +141,9 @@ impl CliError {
         match self {
             CliError::Usage(_) | CliError::Profile { .. } | CliError::Read { .. } => 2,
             CliError::Output(_) | CliError::Failed(_) | CliError::InNode { .. } => 2,
+            CliError::DiskFull { .. } | CliError::Pushed(_) | CliError::PushStart { .. } => 2,
+            CliError::Panicked { .. } | CliError::DemoReplay { .. } => 2,
+            CliError::DemoCollect { .. } => 2,
             CliError::Json { .. } | CliError::JsonFile { .. } | CliError::Serve { .. } => 2,
             CliError::Run(_) | CliError::Scan(_) | CliError::Index(_) => 2,
             CliError::Pipeline(_) | CliError::Collect(_) | CliError::Node { .. } => 2,
@@ -208,7 +239,7 @@ pub fn run() -> Result<ExitCode, CliError> {
         Command::OomHoldGuard { cgroup, high } => {
             heapwatch::launch::hold::guard(&cgroup, high.as_deref())
                 .map(|()| ExitCode::SUCCESS)
-                .map_err(CliError::Failed)
+                .map_err(CliError::from)
         }
         Command::Watch(args) => watch::run(*args),
     }

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use heapwatch::push::connect::Refusal;
 use heapwatch::push::{self, PushOptions, PushStats, Retry};
 use heapwatch::store::MANIFEST_FILE;
 use heapwatch::units;
@@ -115,10 +116,10 @@ fn runs_of(run: &Path) -> Result<Vec<PathBuf>, CliError> {
         .unwrap_or_default();
     found.sort();
     if found.is_empty() {
-        return Err(CliError::Failed(format!(
-            "{}: not a heapwatch run directory (no manifest.jsonl, no targets/*/manifest.jsonl)",
-            run.display()
-        )));
+        return Err(PushProblem::NotARun {
+            run: run.to_path_buf(),
+        }
+        .into());
     }
     Ok(found)
 }
@@ -197,70 +198,168 @@ pub fn summary(run: &Path, s: &PushStats) -> String {
     line
 }
 
-/// What to do about captures sent without an answer, for the push summary and `collect`.
-pub fn unanswered_advice(n: u64, run: &Path, to: &str) -> String {
-    format!(
-        "{n} captures of {} were sent to {to} and never answered before the push ended: they \
-         may be in the store. Look for them there (their times are in {}); if they are not, \
-         `heapwatch push {} --to {to} --retry-unanswered` sends them",
-        run.display(),
-        run.join(push::PUSHES_FILE).display(),
-        run.display()
-    )
+/// What a push left undone, each with its facts; worded once, in its `Display`, for `push`'s
+/// errors and `collect --push`'s summary alike.
+#[derive(Debug)]
+pub enum PushProblem {
+    /// `push` was given a folder with no manifest, its own or its targets'.
+    NotARun { run: PathBuf },
+    /// The server took nothing more (credentials, URL, TLS).
+    Rejected {
+        to: String,
+        refusal: Refusal,
+        unsent: u64,
+        run: PathBuf,
+    },
+    /// Captures the server refused in this push, each kind of refusal with its count.
+    Refused {
+        run: PathBuf,
+        to: String,
+        refused: u64,
+        refusals: Vec<(Refusal, u64)>,
+        restamping: bool,
+    },
+    /// Captures sent without an answer before the push ended: they may be in the store.
+    Unanswered { n: u64, run: PathBuf, to: String },
+    /// Captures an earlier push had refused, not sent again.
+    RefusedEarlier { n: u64, run: PathBuf, to: String },
+    /// Profile files that could not be read ("path: why" from the push), the first and how
+    /// many more.
+    Unreadable { first: String, more: usize },
 }
 
-/// The refusal of some captures, first what happened and what to do, then the server's words.
-pub fn refusal_message(run: &Path, to: &str, s: &PushStats, restamping: bool) -> String {
-    let pushes = run.join(push::PUSHES_FILE);
-    let (first, n) = &s.refusals[0];
-    let window = s
-        .refusals
-        .iter()
-        .any(|(r, _)| r.message.contains("ingestion window"));
-    let mut line = if window && !restamping {
-        format!(
-            "{} captures of {} refused by {to}: older than its ingestion window; \
-             --restamp sends them stamped with the push time (each refusal is recorded in {})",
-            s.refused,
-            run.display(),
-            pushes.display()
-        )
-    } else {
-        format!(
-            "{} captures of {} refused by {to}; sending them as they are would be refused \
-             again (each refusal is recorded in {}; --retry-refused sends them once changed)",
-            s.refused,
-            run.display(),
-            pushes.display()
-        )
-    };
-    line.push_str(&format!("\n  the server said: {first}"));
-    if s.refusals.len() > 1 {
-        line.push_str(&format!(
-            " ({n} of them; {} other kinds of refusal)",
-            s.refusals.len() - 1
-        ));
+impl PushProblem {
+    fn refused(run: &Path, to: &str, s: &PushStats, restamping: bool) -> PushProblem {
+        PushProblem::Refused {
+            run: run.to_path_buf(),
+            to: to.to_string(),
+            refused: s.refused,
+            refusals: s.refusals.clone(),
+            restamping,
+        }
     }
-    line
+}
+
+impl std::fmt::Display for PushProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pushes = |run: &Path| run.join(push::PUSHES_FILE);
+        match self {
+            PushProblem::NotARun { run } => write!(
+                f,
+                "{}: not a heapwatch run directory (no manifest.jsonl, no targets/*/manifest.jsonl)",
+                run.display()
+            ),
+            PushProblem::Rejected {
+                to,
+                refusal,
+                unsent,
+                run,
+            } => {
+                let hint = match refusal.status {
+                    401 | 403 => " (check --push-header and --push-tenant)".to_string(),
+                    404 | 405 | 415 | 501 => format!(
+                        " (is {to} the base URL of a Pyroscope server? The push API is at {to}{})",
+                        push::connect::PUSH_PATH
+                    ),
+                    _ => String::new(),
+                };
+                write!(
+                    f,
+                    "{to} refused the push: {refusal}{hint}; {unsent} captures of {} left unsent",
+                    run.display()
+                )
+            }
+            // First what happened and what to do, then the server's words.
+            PushProblem::Refused {
+                run,
+                to,
+                refused,
+                refusals,
+                restamping,
+            } => {
+                let (first, n) = &refusals[0];
+                let window = refusals
+                    .iter()
+                    .any(|(r, _)| r.message.contains("ingestion window"));
+                if window && !restamping {
+                    write!(
+                        f,
+                        "{refused} captures of {} refused by {to}: older than its ingestion \
+                         window; --restamp sends them stamped with the push time (each refusal \
+                         is recorded in {})",
+                        run.display(),
+                        pushes(run).display()
+                    )?;
+                } else {
+                    write!(
+                        f,
+                        "{refused} captures of {} refused by {to}; sending them as they are \
+                         would be refused again (each refusal is recorded in {}; \
+                         --retry-refused sends them once changed)",
+                        run.display(),
+                        pushes(run).display()
+                    )?;
+                }
+                write!(f, "\n  the server said: {first}")?;
+                if refusals.len() > 1 {
+                    write!(
+                        f,
+                        " ({n} of them; {} other kinds of refusal)",
+                        refusals.len() - 1
+                    )?;
+                }
+                Ok(())
+            }
+            PushProblem::Unanswered { n, run, to } => write!(
+                f,
+                "{n} captures of {} were sent to {to} and never answered before the push ended: \
+                 they may be in the store. Look for them there (their times are in {}); if they \
+                 are not, `heapwatch push {} --to {to} --retry-unanswered` sends them",
+                run.display(),
+                pushes(run).display(),
+                run.display()
+            ),
+            PushProblem::RefusedEarlier { n, run, to } => write!(
+                f,
+                "{n} captures of {} were refused by {to} in an earlier push (recorded in {}); \
+                 --restamp or --retry-refused sends them again",
+                run.display(),
+                pushes(run).display()
+            ),
+            PushProblem::Unreadable { first, more } => match more {
+                0 => write!(f, "{first}"),
+                n => write!(f, "{first} (and {n} more captures that could not be read)"),
+            },
+        }
+    }
+}
+
+impl std::error::Error for PushProblem {}
+
+/// What to do about captures sent without an answer, for `collect --push`'s summary.
+pub fn unanswered_advice(n: u64, run: &Path, to: &str) -> String {
+    PushProblem::Unanswered {
+        n,
+        run: run.to_path_buf(),
+        to: to.to_string(),
+    }
+    .to_string()
+}
+
+/// The refusal of some captures, for `collect --push`'s summary.
+pub fn refusal_message(run: &Path, to: &str, s: &PushStats, restamping: bool) -> String {
+    PushProblem::refused(run, to, s, restamping).to_string()
 }
 
 fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError> {
     let mut problems = Vec::new();
-    let pushes = run.join(push::PUSHES_FILE);
-    if let Some(r) = &s.rejected {
-        let hint = match r.status {
-            401 | 403 => " (check --push-header and --push-tenant)".to_string(),
-            404 | 405 | 415 | 501 => format!(
-                " (is {to} the base URL of a Pyroscope server? The push API is at {to}{})",
-                push::connect::PUSH_PATH
-            ),
-            _ => String::new(),
-        };
-        problems.push(CliError::Failed(format!(
-            "{to} refused the push: {r}{hint}; {} captures of {} left unsent",
-            s.unsent,
-            run.display()
-        )));
+    if let Some(refusal) = &s.rejected {
+        problems.push(CliError::from(PushProblem::Rejected {
+            to: to.to_string(),
+            refusal: refusal.clone(),
+            unsent: s.unsent,
+            run: run.to_path_buf(),
+        }));
     }
     if s.gave_up {
         problems.push(CliError::Unreachable(format!(
@@ -273,36 +372,37 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
         )));
     }
     if s.refused > 0 {
-        problems.push(CliError::Failed(refusal_message(
-            run,
-            to,
-            s,
-            args.push.restamp,
-        )));
+        problems.push(PushProblem::refused(run, to, s, args.push.restamp).into());
     }
     if s.unanswered > 0 || s.tally.already_unanswered > 0 {
-        problems.push(CliError::Failed(unanswered_advice(
-            s.unanswered + s.tally.already_unanswered,
-            run,
-            to,
-        )));
+        problems.push(
+            PushProblem::Unanswered {
+                n: s.unanswered + s.tally.already_unanswered,
+                run: run.to_path_buf(),
+                to: to.to_string(),
+            }
+            .into(),
+        );
     }
     if s.refused == 0 && s.tally.already_refused > 0 {
         // Not sent again, but the run is still not whole in the store: say so every time.
-        problems.push(CliError::Failed(format!(
-            "{} captures of {} were refused by {to} in an earlier push (recorded in {}); \
-             --restamp or --retry-refused sends them again",
-            s.tally.already_refused,
-            run.display(),
-            pushes.display()
-        )));
+        problems.push(
+            PushProblem::RefusedEarlier {
+                n: s.tally.already_refused,
+                run: run.to_path_buf(),
+                to: to.to_string(),
+            }
+            .into(),
+        );
     }
     if let Some(first) = s.unreadable.first() {
-        let more = match s.unreadable.len() {
-            1 => String::new(),
-            n => format!(" (and {} more captures that could not be read)", n - 1),
-        };
-        problems.push(CliError::Failed(format!("{first}{more}")));
+        problems.push(
+            PushProblem::Unreadable {
+                first: first.clone(),
+                more: s.unreadable.len() - 1,
+            }
+            .into(),
+        );
     }
     problems
 }

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use heapwatch::collect::{Clock as _, CollectConfig, Stop, SystemClock};
 use heapwatch::launch::{
-    self, CgroupRoots, Confinement, Ending, Launch, LifeEvent, RestartOn, RestartPolicy, SubRun,
+    self, Confinement, Ending, Launch, LifeEvent, RestartOn, RestartPolicy, SubRun,
 };
 use heapwatch::source::agent::{AgentOptions, AgentSource};
+use heapwatch::source::cgroup::CgroupRoots;
 use heapwatch::source::envoy::EnvoySource;
 use heapwatch::source::http::{HttpOptions, HttpSource};
 use heapwatch::source::proc::follow::FollowSource;

@@ -2,6 +2,63 @@
 //! the decompressed size, streamed into the protobuf decoder a window at a time, then a strict
 //! check of every reference so the rest of heapwatch can index without fear. No I/O: callers
 //! read files and add the file name.
+//!
+//! # `top` at the speed of gunzip (`src/decode/input.rs`, `src/decode/fold.rs`)
+//!
+//! **A gunzip thread.** `decode::decode` (and `decode_sites`) gunzips a gzipped profile of
+//! 128 KiB or more on a thread of its own when the process may use a second core
+//! (`available_parallelism`, asked once). The thread fills 64 KiB chunks and sends them through a
+//! `sync_channel` of 4; the decoder copies each into the same sliding window it always read from
+//! (`input::Window`, now generic over where its bytes come from), and hands the emptied chunk back
+//! for reuse. Wall time is then about the longer of gunzip and decoding instead of their sum, and
+//! at most ~6 chunks are ever alive, so the decompressed profile is still never whole in memory.
+//! Every check of the gunzip stays in one place (`input::Gunzipper`: the `--max-decompressed`
+//! ceiling, truncation, checksum, data after the member), run on whichever thread gunzips. Neither
+//! side can leave the other blocked: the thread ends at the end of the stream or at its first
+//! error, which it sends as its last message; when the decoder returns (done, or failed), it drops
+//! the receiver inside the `thread::scope`, so the thread's next `send` fails and it ends. A failed
+//! decode still drains the stream first, so a gzip error further on wins over the protobuf error
+//! its garbage caused, as before. Small profiles (the collector's, most captures of a run) and
+//! one-core machines gunzip on the decoding thread (`decode_on_one_thread`, the same result).
+//! Tests: `decode::tests::the_gunzip_thread_*` (every fixture and a 2 MiB profile give the same
+//! `Profile` on both paths; truncated, bomb, bad checksum, trailing data and garbage protobuf give
+//! the same error) and `a_decoder_that_stops_early_does_not_leave_the_gunzip_thread_blocked`.
+//!
+//! **Stacks folded as they arrive.** `top` shows only sites, so it calls
+//! `decode::decode_sites(bytes, limits, granularity)`, which folds each sample's stack into flat
+//! and cum per site while the sample is decoded and keeps no stack, value or label: for a heap
+//! profile those are almost all of the model (17 MB of `LocId`s, 8 MB of values and labels for the
+//! 150k-stack bench profile), and the pass `aggregate::sites` made over them. The fold
+//! (`decode::fold::Fold`) works on keys known before the string table (which Go writes last):
+//! the function's id (and the line at `--granularity line`; the address for an unsymbolized
+//! frame), which is `aggregate`'s key with the function's id in place of its position. A location
+//! id maps straight to its frame's key (`key_by_id`, dense), so a stack entry is one varint, one
+//! lookup and a branch-free "seen in this sample" stamp; values are added per distinct key once
+//! the sample ends, for up to 4 sample types at once (one lane each). Once the string table is
+//! in, each key is named with `aggregate::site_name` and the tables sorted as `sites` sorts.
+//!
+//! **Field order.** The fold needs each location before the first sample naming it, which is how
+//! Go's `runtime/pprof` writes (functions may come after their location: only ids are needed
+//! then; mappings and strings last are fine). Any other order is handled by not folding: a
+//! sample naming a location not seen yet, location ids too sparse for the dense table, an id
+//! used twice, two keys whose names are equal (a stack through both must count once in cum, as
+//! the model would), more than 4 sample types, or any error at all
+//! make `decode_sites` decode the whole model with `decode` and use `aggregate::sites`, so its
+//! tables and every error message are exactly theirs. What the fold does not keep is still
+//! checked: it sums |value| per type (the model's overflow check), and a label naming a string
+//! past the table sends it to the full decode for the message. At `--granularity file` the fold is
+//! not tried: a file holds several functions, so keys sharing a name are the rule there, and
+//! they show only once the strings are in, after a whole first decode. The full decoder itself
+//! still takes fields in any order (placeholders for locations named early, as before). Tests:
+//! `decode::fold::tests` (every fixture at every granularity and sample type, gzipped and not,
+//! against `aggregate::sites` of the whole model; prost's order, samples first, is not folded and
+//! gives the same tables; two functions of one name; overflow and a bad label string give
+//! `decode`'s error; truncations, bit flips and a small ceiling give `decode`'s error).
+//!
+//! The index builder (`src/index/`) decodes each capture whole with `decode` (with the gunzip
+//! thread for captures of 128 KiB or more), not with the fold, though the fold has what an index
+//! entry holds per leaf function and sample type. `growth`, `check` and the flamegraphs use
+//! `decode` too.
 
 mod builder;
 mod error;

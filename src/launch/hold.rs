@@ -19,6 +19,65 @@
 //! heapwatch itself be killed, the command dies with the thread that started it (its
 //! `PR_SET_PDEATHSIG` is SIGKILL, which the OOM wait lets through); for a cgroup heapwatch did
 //! not make, a guardian process puts the cgroup back as it was found.
+//!
+//! # The capture at the moment of the OOM kill (`launch/hold.rs`, `run --oom-hold`)
+//!
+//! Polled captures land up to an interval before the kill; the fullest heap is at the kernel's
+//! decision to kill. On a cgroup v1 that `run` made, the supervisor writes `1` to
+//! `memory.oom_control` before each start (`oom_kill_disable`): at the limit the kernel then puts
+//! the tasks that need memory to sleep, killable, instead of killing (`under_oom 1`). The
+//! supervisor reads `under_oom` at each poll (5 ms; an eventfd on `cgroup.event_control` would
+//! save the reads, but the supervisor polls `waitpid` anyway), notes when the hold began, and
+//! waits until the collector's observer has seen a capture that *began* after it (its `t_ms`), or
+//! until `--oom-hold` has passed (off by default: in a CI run a held Go process once
+//! exited 2 by itself, its runtime refused memory, instead of being killed). It then writes `0`: the kernel wakes the held
+//! tasks into its OOM killer, so the end is still the kernel's kill (SIGKILL, `oom_kill` + 1),
+//! and the `exit` record carries `oom_held_ms`. The proc source reads a held process as any other
+//! (its memory is resident; the read takes ~2 ms). `run.json` says what was possible
+//! (`options.oom_hold`): held at the kill on v1, slowed at `memory.high` on v2 (below), "not
+//! possible" without a cgroup or, on v2, without a `memory.max`.
+//!
+//! # The OOM hold on cgroup v2
+//!
+//! v2 has no `oom_kill_disable`: nothing makes the kernel wait at its decision to kill. What it
+//! has is `memory.high`. A cgroup over it is throttled: the kernel reclaims, and when that cannot
+//! bring usage down (no swap, and a Go heap is anonymous memory) each task that charged pages
+//! sleeps on its way back to user space, longer the further over it is (up to 2 s a time). So
+//! before each start the hold sets `memory.high` a margin below `memory.max`: a 16th of the
+//! limit, at least 2 MiB and at most 128 MiB (`hold::high_margin`), never above a `memory.high`
+//! already set (the kubelet's memory QoS sets one; it is kept and put back). The process slows at
+//! the mark, `memory.events` counts `high`; the supervisor sees the count rise (or
+//! `memory.current` at the mark), waits for a capture that began after that as on v1, and puts
+//! `memory.high` back. The process goes on to `memory.max` and the kernel kills it there: the
+//! exit is the kernel's OOM kill as before, and the last capture was taken a margin before it,
+//! not at it. Crossing `memory.high` is no decision to kill: a process that backs off lives (no
+//! supervisor kill follows a v2 release), and the hold is set up again once usage is a margin
+//! below the mark, unless the cgroup's kill counter rose: a killed process's memory is freed
+//! before it can be reaped, and read as a back-off it cost the record of its hold. The kernel's side was measured in a VM with a v2 memory controller
+//! (tests/cli/cgroup_v2.rs, testdata/vm/); this machine's memory controller is v1.
+//!
+//! Never left held: the hold has its deadline; Ctrl-C kills the child as before (the OOM wait is
+//! killable); a release the kernel does not act on within 5 s ends in the supervisor's own
+//! SIGKILL; and should heapwatch be SIGKILLed, the child dies with the thread that started it
+//! (`PR_SET_PDEATHSIG`), which the test does while a hold waits for a capture 30 s away.
+//!
+//! The analysis reads the hold and the unpublished heap from the records alone: `CycleGrowth`
+//! takes `oom_held_ms` from the cycle's exit record (present only when a hold happened) and
+//! `unpublished` from the last heap capture's totals (`recent_space` beside `inuse_space`, with
+//! the stored file, a duplicate's twin), and render words both (`render::growth::unpublished_words`).
+//!
+//! `collect --oom-hold DURATION` (off by default) holds a cgroup heapwatch did not make (`--cgroup`
+//! or a `proc:cgroup:` target, one target; refused by name where it cannot hold: no memory
+//! cgroup, a v2 one without `memory.max`, or a v1 one where something else already set
+//! `oom_kill_disable`). There no thread of heapwatch is the process's parent, so a
+//! guardian does what `PR_SET_PDEATHSIG` does for `run`: `launch::hold::Holder` starts
+//! `heapwatch oom-hold-guard DIR` (hidden) in its own process group, ignoring SIGINT, SIGHUP and
+//! SIGTERM, with a pipe from heapwatch on its stdin; when the pipe ends (heapwatch done, or
+//! killed however) it puts the cgroup back: v1 clears `oom_kill_disable`, and the kernel kills
+//! what it held; v2 writes `memory.high` back as it was found (`--high`), and the throttle ends.
+//! The holder's thread polls every 5 ms, releases each hold as `run`'s supervisor does, and
+//! re-arms for the next approach (v1: the next process in the cgroup, a container's restart; v2:
+//! once usage is a margin below the mark); on stop it leaves the cgroup as found.
 
 use std::fs;
 use std::io::Read;
@@ -29,8 +88,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::cgroup::{CgroupVersion, Confinement};
+use super::LaunchError;
+use super::confinement::Confinement;
 use crate::collect::{LiveStatus, Observer};
+use crate::source::cgroup::CgroupVersion;
 use crate::store::{CaptureRecord, RecordKind};
 use crate::units::format_bytes;
 
@@ -457,7 +518,7 @@ pub const GUARD_COMMAND: &str = "oom-hold-guard";
 /// The guardian: waits for its stdin to end (heapwatch gone, or done), then puts the cgroup
 /// back: v1 clears `oom_kill_disable`, v2 writes `memory.high` back as `high` (as found).
 /// Ignores the signals a terminal or a group kill sends, so that it outlives heapwatch.
-pub fn guard(dir: &Path, high: Option<&str>) -> Result<(), String> {
+pub fn guard(dir: &Path, high: Option<&str>) -> Result<(), LaunchError> {
     // SAFETY: setting signal dispositions to SIG_IGN touches no memory.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
@@ -475,7 +536,11 @@ pub fn guard(dir: &Path, high: Option<&str>) -> Result<(), String> {
         Ok(()) => Ok(()),
         // The cgroup went with its container: nothing is held.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("{}: cannot put {value} back: {e}", file.display())),
+        Err(source) => Err(LaunchError::PutBack {
+            file,
+            value: value.to_string(),
+            source,
+        }),
     }
 }
 

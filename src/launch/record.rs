@@ -13,8 +13,8 @@ use std::sync::mpsc::{Sender, channel};
 use std::time::Duration;
 
 use super::LaunchError;
-use super::cgroup::Confinement;
 use super::child::{self, Death, Ending, Launch, LifeEvent, RestartPolicy, Watch};
+use super::confinement::Confinement;
 use super::hold::{HoldObserver, OomHold};
 use crate::collect::sampler::{Sampler, SamplerTally};
 use crate::collect::{

@@ -1,6 +1,64 @@
 //! The profile model that every later stage shares: interned strings, functions, frames with
 //! inlined calls already expanded, and samples that point into flat pools. Pure data, no I/O;
 //! `decode` builds it, `analyse` and `render` read it.
+//!
+//! # Where types live
+//!
+//! The types that cross a stage boundary live in `src/model`, the bottom layer, which does no I/O
+//! and imports nothing above it (only `crate::units`):
+//!
+//! | type | file | written by | read by |
+//! |---|---|---|---|
+//! | `Profile` and its pools, `BuildInfo` | `model/mod.rs`, `model/build.rs` | decode, sources | analyse, render |
+//! | `CaptureRecord`, `RecordKind`: one manifest line (the field `cycle` is `incarnation` in the JSON, its first name) | `model/capture.rs` | collect, through the store | analyse, render, push, pipeline |
+//! | `MemorySample`, `CgroupBreakdown`, `ProcessBreakdown`: one line of memory.jsonl | `model/memory.rs` | `source::procmem`, the sampler | analyse, render |
+//! | `EnvoySnapshot`, `EnvoyMemory`, `EnvoyStats`, `HeapDumpState` | `model/envoy.rs` | `source::envoy` | analyse, render |
+//! | `RunOptions`, `CpuLimit`, `PushSettings`: run.json's `options` | `model/run_options.rs` | collect, run, demo; push (`options.push`) | pipeline, check, render, push |
+//! | `SCHEMA`: the version of every JSON document | `model/mod.rs` | — | store, analyse, render |
+//!
+//! `source::procmem`, `source::envoy` and `store` re-export the types they produce, so code that
+//! reads a run through the store keeps its paths. `RunOptions` keeps every field optional: a field
+//! of the wrong type reads as absent and an unknown field is kept on rewrite, so a run.json of any
+//! version stays readable; `CpuLimit::cores` is the one reading of `cpu_limit` (cores, or a
+//! quantity such as `"500m"`).
+//!
+//! Which layer may import which (an arrow is "may import"):
+//!
+//! - `model`, `units` → nothing above them.
+//! - `decode` → `model`.
+//! - `analyse` → `model`, `decode`, `units`; never `source`, `store` or `render`. It returns
+//!   figures; the sentences people read are made by `render` from finished results
+//!   (`render::verdict` and `render::memory` word a growth report, `render::compare` a comparison,
+//!   `render::envoy_words` an Envoy report, `render::triage_words` a triage, `render::ends` how a
+//!   cycle ended), where an output needs them; JSON gets them through `render::worded`.
+//! - `render` → `analyse`, `model`, `store` (run.json for the facts of a report), `units`; never
+//!   `source`.
+//! - `source`, `store` → `model`, `decode`; `index` → those and `analyse::reduce` (the site
+//!   figures it keeps); `collect`, `launch` and `push` → any of these.
+//! - `pipeline` (reading a run for the commands; `pipeline::scan` reads its captures) → `store`,
+//!   `index`, `analyse`, and render's input types (`render::flame_titles::FlameTitle`,
+//!   `render::report::flames::ReportFlame`, the report's model); it draws and words nothing.
+//! - `cli` → anything; it turns flags into configuration and calls the library.
+//!
+//! The report's HTML is written with `html!`, `htmlln!` and `markup!` (`render/report/markup.rs`):
+//! they format like `write!`, but every argument is escaped unless it is a `Markup` (built by those
+//! macros, a literal, or an SVG another writer drew), so no text reaches a page unescaped by
+//! forgetting a call. Flamegraph SVG is inferno's; `render::flame` changes only the tooltips of a
+//! differential graph (both sides and the change, where inferno gives the drawn width), by reading
+//! inferno's SVG back as XML events with **quick-xml** and writing every event back unchanged but
+//! those tooltips' text; its "nothing to draw" SVG is written by quick-xml's writer, which escapes
+//! every text. quick-xml is the XML crate inferno itself writes with, already in the lock file at
+//! the same version; a string search over the SVG (what was here before) would have to know how
+//! inferno escapes and where a tag ends. The report inlines each flamegraph into its page the same way
+//! (`render::report::inline::inline_svg`): read as events, the prolog and every `<script>` dropped
+//! whole, `on…` attributes dropped, ids and references to them prefixed, `<style>` rules scoped to
+//! the graph; an SVG that cannot be read whole is inlined as an empty one.
+//!
+//! A boot cycle is `cycle` in every Rust name (`BootCycle` for the replay's timeline); `incarnation`
+//! survives only as the manifest's JSON field and in the collector's own status types.
+//!
+//! The layering test (`src/layering.rs`, the floors in docs/architecture.md) holds the first two
+//! rules.
 
 pub mod aggregate;
 pub mod build;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{NodeError, Note, NoteKind};
-use crate::launch::cgroup::{CgroupRoots, CgroupVersion, detect};
+use crate::source::cgroup::{CgroupRoots, CgroupVersion, detect};
 use crate::source::procmem::{parse_counter, parse_number, read_from_start};
 
 /// Bounds on a walk: a node has hundreds of cgroups, not hundreds of thousands.

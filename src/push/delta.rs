@@ -5,6 +5,37 @@
 //!
 //! Pure data: a decoded profile in, the profile to send and the cumulative figures the next
 //! capture of the cycle subtracts out. No I/O.
+//!
+//! # What goes on the wire: deltas, every capture a point
+//!
+//! Pyroscope adds up the profiles of a range, so cumulative `alloc_*` figures sent as captured
+//! multiply with every capture in the range; its v2 storage keeps each profile as sent (v1
+//! made deltas itself, from consecutive profiles of a series, which the old one-at-a-time,
+//! in-order design served). So the push makes the deltas, as Pyroscope's Go clients
+//! (godeltaprof) do: `delta.rs` keys every sample by content (each location's address and its
+//! lines by function name, file and line, and the sample's labels, hashed with xxh3-128: ids are
+//! renumbered in every profile) and subtracts the previous capture of the boot cycle per key.
+//! A key with figures that falls or vanishes means a new process: the capture goes whole. A key
+//! with no figure yet is ignored (Go adds the `bytes` label to a sample only once it has
+//! allocations to divide). The base is the heap capture of the cycle the server had (or will
+//! have) before this one: the previous one in the manifest that was delivered or may have
+//! arrived, or is still to be sent in this push, passing over those never sent (refused and not
+//! retried, deleted by `--max-disk` before they went, skipped duplicates, unreadable). The spool
+//! keeps each cycle's captures in order, deleted ones too. The capture prepared just before is
+//! kept in memory (its cumulative figures), so a base deleted after it went is still the base;
+//! otherwise it is read back from disk. So a push cut short and finished by another command
+//! sends the same bytes, and the figures add up over a cycle to its last capture's. The one case
+//! not exact: a base deleted by `--max-disk` after an earlier command sent it, when the capture
+//! after it is pushed later; its figures are gone, so that capture goes with an empty allocation
+//! delta (its change not counted, rather than counted twice) and the summary line says how many
+//! did.
+//!
+//! With the profile re-encoded anyway, duplicates go too (each a point at its own time, with an
+//! empty allocation delta), and `--restamp` is a field set on the decoded profile (the earlier
+//! wire walk that rewrote `time_nanos` alone had nothing left to preserve). A first capture of a
+//! cycle with its own time goes byte for byte as stored. Decoding with prost into
+//! `decode::pb::Profile` and encoding back re-orders nothing Pyroscope reads; the gzip is at the
+//! fast level, since the pusher's one core matters more than the wire.
 
 use std::collections::{HashMap, HashSet};
 

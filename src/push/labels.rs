@@ -2,6 +2,17 @@
 //! label set, so these are chosen to stay few per run and the same from run to run: the
 //! profile name, a stable service name and its build, the boot cycle, the target, the cluster
 //! node, and the user's own labels (`--push-label`). Everything here is plain data, no I/O.
+//!
+//! # Labels kept with the run
+//!
+//! `--service` and `--push-label` are written to run.json's `options.push` (`PushSettings` in
+//! `model/run_options.rs`) by `settings::resolve` whenever a command's flags change them, and
+//! every push reads them back: labels chosen at collect time survive a drain cut and a later
+//! `heapwatch push`. `service_name` defaults to something stable across runs and builds — the
+//! app id, the executable from the profile's main mapping, `heapwatch run`'s command, the run
+//! directory — never the target (a pprof port, a cgroup path); `heapwatch_target` is made from
+//! a redacted form (no user, password, query or fragment), and so are the ids, so no hash of a
+//! credential is kept. A cluster node's name comes from the cluster's run.json by its directory.
 
 use std::collections::BTreeMap;
 

@@ -1,8 +1,12 @@
 //! Sources pull bytes from a live target: Go's net/http/pprof over HTTP(S), the OpenZiti agent
 //! socket, and Envoy's admin port beside them. A source only fetches; it never decodes or stores.
+//! Beside them, what every floor above reads of the machine: a process's and a memory cgroup's
+//! figures (`procmem`), memory cgroups themselves (`cgroup`), the process behind a `proc:` target
+//! (`procfind`).
 
 pub mod agent;
 pub mod buildinfo;
+pub mod cgroup;
 pub mod envoy;
 pub mod http;
 pub mod memstats;

@@ -614,16 +614,11 @@ mod tests {
     /// new process, a removed cgroup (nothing), and one made again under the same name.
     #[test]
     fn a_held_cgroup_reads_what_a_fresh_open_reads() {
-        use crate::launch::cgroup::{CgroupRoots, CgroupVersion, MemoryCgroup};
+        use crate::source::cgroup::{CgroupRoots, CgroupVersion, MemoryCgroup, testing};
         let roots = CgroupRoots::default();
         let name = format!("heapwatch-unit-held-{}", std::process::id());
-        let cg = match MemoryCgroup::create(&roots, &name, 64 << 20) {
-            Ok(cg) => cg,
-            Err(e) => {
-                use crate::prerequisite::{Need, skip};
-                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
-                return;
-            }
+        let Some(cg) = testing::real_or_skip(&name, 64 << 20) else {
+            return;
         };
         let limit_file = match cg.version {
             CgroupVersion::V1 => "memory.limit_in_bytes",

@@ -2,6 +2,39 @@
 //! user name, often a token), and the values of query parameters that are not pprof's own
 //! (`?token=…`), are used to reach the target and never shown: a [`Target`] displays,
 //! debugs and hands out only its redacted form, and only the HTTP client gets the rest.
+//!
+//! # Secrets: a target's credentials are used, never kept (`src/source/target.rs`)
+//!
+//! SPEC "Secrets". Held by construction rather than by scrubbing each place that prints:
+//!
+//! - A target is a `source::Target` from the moment clap reads it (`collect TARGET…`,
+//!   `run --also`). Its only `Display`, `Debug` and `as_str` are the shown form (`redact`): a
+//!   password as `***` (`http://alice:***@host`), a lone user name as `***` (often a token), the
+//!   value of every query parameter but pprof's own (`debug`, `gc`, `seconds`) and Envoy's
+//!   `filter` as `***` (an allowlist: a `?token=`, `?key=`, `?sig=` is hidden without being
+//!   named). Node names, `run.json`, messages and events only ever see that form. The pushed
+//!   `heapwatch_target` label shows less still: that form without its user info, query and
+//!   fragment (`push/labels.rs` `redacted_target`: `http://alice:pw@host:6060/x?token=t` →
+//!   `http://host:6060/x`).
+//! - Only `HttpSource` and `EnvoySource` ask the `Target` for its URL (`pub(crate) url()`): the
+//!   origin without user info, the path, the parameters. The user info becomes an
+//!   `Authorization: Basic` header built here (base64 and percent-decoding from the `base64` and
+//!   `percent-encoding` crates, both already in the tree under reqwest), unless `--header` gives
+//!   an `Authorization` (it wins, as it did when reqwest read the URL). No request URL holds a
+//!   password, so reqwest's error text cannot show one; a query token must stay in the URL, so
+//!   errors are taken `without_url()` and every message names the endpoint's shown form
+//!   (`Endpoint { url: Secret, shown }`). A token in the query is carried to the goroutine and
+//!   MemStats endpoints too (it was dropped, which made them 401).
+//! - `--header` values are `Secret`s (`Debug` prints `***`, no `Display`, no `Serialize`) from
+//!   `cli/headers.rs`, which `--push-header` shares: `@FILE` reads `Name: value` lines, a file
+//!   that cannot be read or holds no header is a usage error naming it, and a malformed header
+//!   is named by flag, file and line, never by its value.
+//! - `HttpClient` alone holds every secret of its target (header values and the credential
+//!   after `Bearer`, the password, its Basic form, the query values) and clears each from the
+//!   text it passes on: an error page that echoes the request, a library's error.
+//! - `run.json`'s `target` fields (`RunInfo`, `ClusterTarget`) are written and read through
+//!   `source::target::shown`, so a run recorded by a version that kept a password gives it up
+//!   to report, growth and push (whose labels and capture ids derive from `RunInfo.target`).
 
 use std::fmt;
 use std::str::FromStr;

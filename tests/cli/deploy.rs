@@ -100,7 +100,7 @@ fn the_daemonset_names_the_image_one_capability_and_the_mounts_discovery_reads()
     // Discovery's defaults are those paths: the memory hierarchy under /sys/fs/cgroup, the
     // containers directory beside the pods directory.
     assert_eq!(heapwatch::node::DEFAULT_PODS_DIR, "/var/log/pods");
-    let cgroup_root = heapwatch::launch::cgroup::CgroupRoots::default();
+    let cgroup_root = heapwatch::source::cgroup::CgroupRoots::default();
     assert!(
         cgroup_root.v1.starts_with("/sys/fs/cgroup")
             && cgroup_root.v2.starts_with("/sys/fs/cgroup")

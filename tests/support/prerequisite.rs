@@ -8,6 +8,16 @@
 //! write, and shows it only for a failing test, so a skipped test that printed that way would
 //! read as a plain `ok`. A write to `std::io::stderr()` itself reaches the terminal beside the
 //! test's `ok`.
+//!
+//! # Tests that need the machine (`tests/support/prerequisite.rs`)
+//!
+//! One file, included by the unit tests (`src/lib.rs`) and the integration tests
+//! (`tests/cli/main.rs`), decides what a test does without Go, root, Chromium or a kernel feature
+//! (`Need`): under `CI`, `HEAPWATCH_REQUIRE_GO` (Go) or `HEAPWATCH_REQUIRE_ROOT` (the rest) it
+//! fails; elsewhere it skips (`skip`) or runs a reduced form (`reduced`, e.g. a watchdog in place
+//! of a memory cgroup), and says which, what is missing and how to get it. The line is written to
+//! `std::io::stderr()` itself: libtest captures only `print!`/`eprint!` and shows them for
+//! failing tests, so an `eprintln!` made a skipped test read as a plain `ok`.
 
 #![allow(dead_code)]
 

@@ -1,14 +1,39 @@
-//! The memory limit a started command runs under: a fresh memory cgroup (v1 or v2) when this
-//! machine lets us make one, else a watchdog that SIGKILLs the command once its RSS passes the
-//! limit. A cgroup made here is removed when dropped, with anything still running in it.
+//! Memory cgroups as this machine mounts them: where the controller is (`CgroupRoots`), which
+//! version it is (`detect`), and a cgroup made with a limit (`MemoryCgroup`), removed when
+//! dropped with anything still running in it. Node discovery, the memory sampler, `run` and
+//! `watch` all stand on it; reading a cgroup's figures is `procmem::CgroupMemory`'s.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::LaunchError;
-use crate::source::procmem::CgroupMemory;
+use thiserror::Error;
+
+use super::procmem::CgroupMemory;
+
+/// Why a memory cgroup could not be made, read or removed.
+#[derive(Debug, Error)]
+pub enum CgroupError {
+    #[error("{path}: cannot {action} the memory cgroup: {source} (cgroups need root)")]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: io::Error,
+    },
+    #[error("{path}: {why}")]
+    Unusable { path: PathBuf, why: String },
+}
+
+impl CgroupError {
+    fn io(path: &Path, action: &'static str, source: io::Error) -> CgroupError {
+        CgroupError::Io {
+            path: path.to_path_buf(),
+            action,
+            source,
+        }
+    }
+}
 
 /// Where the memory controller is mounted.
 #[derive(Debug, Clone)]
@@ -61,8 +86,8 @@ impl MemoryCgroup {
         roots: &CgroupRoots,
         name: &str,
         limit: u64,
-    ) -> Result<MemoryCgroup, LaunchError> {
-        let version = detect(roots).ok_or_else(|| LaunchError::Cgroup {
+    ) -> Result<MemoryCgroup, CgroupError> {
+        let version = detect(roots).ok_or_else(|| CgroupError::Unusable {
             path: roots.v1.clone(),
             why: "no memory controller mounted (neither v1 nor v2)".into(),
         })?;
@@ -74,7 +99,7 @@ impl MemoryCgroup {
             enable_memory_controller(root)?;
         }
         let path = root.join(name);
-        fs::create_dir(&path).map_err(|e| LaunchError::cgroup(&path, "mkdir", e))?;
+        fs::create_dir(&path).map_err(|e| CgroupError::io(&path, "mkdir", e))?;
         let cgroup = MemoryCgroup {
             path,
             version,
@@ -89,7 +114,7 @@ impl MemoryCgroup {
             CgroupVersion::V2 => ("memory.max", "memory.swap.max", "0".to_string()),
         };
         let file = cgroup.path.join(limit_file);
-        fs::write(&file, limit.to_string()).map_err(|e| LaunchError::cgroup(&file, "write", e))?;
+        fs::write(&file, limit.to_string()).map_err(|e| CgroupError::io(&file, "write", e))?;
         // Absent without swap accounting; where present, swap must not extend the limit.
         let _ = fs::write(cgroup.path.join(swap_file), swap_value);
         Ok(cgroup)
@@ -114,7 +139,7 @@ impl MemoryCgroup {
     }
 
     /// Kills whatever still runs in the cgroup, then removes it.
-    pub fn remove(mut self) -> Result<(), LaunchError> {
+    pub fn remove(mut self) -> Result<(), CgroupError> {
         self.removed = true;
         remove_cgroup(&self.path)
     }
@@ -131,17 +156,16 @@ impl Drop for MemoryCgroup {
 }
 
 /// v2 only hands a child the memory controller when its parent enables it for children.
-fn enable_memory_controller(root: &Path) -> Result<(), LaunchError> {
+fn enable_memory_controller(root: &Path) -> Result<(), CgroupError> {
     let control = root.join("cgroup.subtree_control");
-    let enabled =
-        fs::read_to_string(&control).map_err(|e| LaunchError::cgroup(&control, "read", e))?;
+    let enabled = fs::read_to_string(&control).map_err(|e| CgroupError::io(&control, "read", e))?;
     if enabled.split_whitespace().any(|c| c == "memory") {
         return Ok(());
     }
-    fs::write(&control, "+memory").map_err(|e| LaunchError::cgroup(&control, "write", e))
+    fs::write(&control, "+memory").map_err(|e| CgroupError::io(&control, "write", e))
 }
 
-fn remove_cgroup(path: &Path) -> Result<(), LaunchError> {
+fn remove_cgroup(path: &Path) -> Result<(), CgroupError> {
     let procs = path.join("cgroup.procs");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -166,72 +190,21 @@ fn remove_cgroup(path: &Path) -> Result<(), LaunchError> {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) if Instant::now() >= deadline => {
-                return Err(LaunchError::cgroup(path, "remove", e));
+                return Err(CgroupError::io(path, "remove", e));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
 }
 
-/// How the limit is enforced for a run.
-#[derive(Debug)]
-pub enum Confinement {
-    Cgroup(MemoryCgroup),
-    /// No cgroup could be made: a watchdog SIGKILLs the command when its RSS passes `limit`.
-    Watchdog {
-        limit: u64,
-        why: String,
-    },
-    /// No limit was asked for.
-    None,
-}
-
-impl Confinement {
-    /// A cgroup when one can be made, else the watchdog (saying why).
-    pub fn for_limit(roots: &CgroupRoots, name: &str, limit: Option<u64>) -> Confinement {
-        let Some(limit) = limit else {
-            return Confinement::None;
-        };
-        match MemoryCgroup::create(roots, name, limit) {
-            Ok(cg) => Confinement::Cgroup(cg),
-            Err(e) => Confinement::Watchdog {
-                limit,
-                why: e.to_string(),
-            },
-        }
-    }
-
-    /// `cgroup-v1`, `cgroup-v2`, `watchdog` or `none`, as run.json records it.
-    pub fn mode(&self) -> &'static str {
-        match self {
-            Confinement::Cgroup(cg) if cg.version == CgroupVersion::V1 => "cgroup-v1",
-            Confinement::Cgroup(_) => "cgroup-v2",
-            Confinement::Watchdog { .. } => "watchdog",
-            Confinement::None => "none",
-        }
-    }
-
-    pub fn cgroup(&self) -> Option<&MemoryCgroup> {
-        match self {
-            Confinement::Cgroup(cg) => Some(cg),
-            _ => None,
-        }
-    }
-
-    /// Removes the cgroup, if there is one.
-    pub fn release(self) -> Result<(), LaunchError> {
-        match self {
-            Confinement::Cgroup(cg) => cg.remove(),
-            _ => Ok(()),
-        }
-    }
-}
-
+/// For tests here and in the modules that stand on this one: roots in a plain folder, and a
+/// real cgroup where the machine gives one.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
 
-    fn fake_roots(dir: &Path) -> CgroupRoots {
+    /// Plain directories standing in for the v1 and v2 mounts.
+    pub(crate) fn fake_roots(dir: &Path) -> CgroupRoots {
         let roots = CgroupRoots {
             v1: dir.join("memory"),
             v2: dir.join("unified"),
@@ -240,6 +213,25 @@ mod tests {
         fs::create_dir_all(&roots.v2).unwrap();
         roots
     }
+
+    /// A memory cgroup `NAME` with this limit on this machine, or None once the test has said
+    /// it needs root (a failure under CI).
+    pub(crate) fn real_or_skip(name: &str, limit: u64) -> Option<MemoryCgroup> {
+        match MemoryCgroup::create(&CgroupRoots::default(), name, limit) {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                use crate::prerequisite::{Need, skip};
+                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{self, fake_roots};
+    use super::*;
 
     #[test]
     fn the_version_is_read_from_what_is_mounted() {
@@ -256,22 +248,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(detect(&roots), Some(CgroupVersion::V1));
-    }
-
-    #[test]
-    fn no_memory_controller_means_the_watchdog_and_says_why() {
-        let dir = tempfile::tempdir().unwrap();
-        let roots = fake_roots(dir.path());
-        let c = Confinement::for_limit(&roots, "x", Some(1 << 20));
-        assert_eq!(c.mode(), "watchdog");
-        match c {
-            Confinement::Watchdog { limit, why } => {
-                assert_eq!(limit, 1 << 20);
-                assert!(why.contains("no memory controller"), "{why}");
-            }
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(Confinement::for_limit(&roots, "x", None).mode(), "none");
     }
 
     #[test]
@@ -308,15 +284,9 @@ mod tests {
     /// removal with the process still running (skipped without root, a failure under CI).
     #[test]
     fn a_real_cgroup_holds_its_limit_and_is_removed_with_what_runs_in_it() {
-        let roots = CgroupRoots::default();
         let name = format!("heapwatch-unit-{}", std::process::id());
-        let cg = match MemoryCgroup::create(&roots, &name, 64 << 20) {
-            Ok(cg) => cg,
-            Err(e) => {
-                use crate::prerequisite::{Need, skip};
-                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
-                return;
-            }
+        let Some(cg) = testing::real_or_skip(&name, 64 << 20) else {
+            return;
         };
         let path = cg.path.clone();
         assert_eq!(cg.memory().limit(), Some(64 << 20));
@@ -344,15 +314,9 @@ mod tests {
     /// gives no figure then, and the counter's own where only the memory limit binds.
     #[test]
     fn charge_failures_are_given_only_where_the_counter_sees_them() {
-        let roots = CgroupRoots::default();
         let name = format!("heapwatch-unit-failcnt-{}", std::process::id());
-        let cg = match MemoryCgroup::create(&roots, &name, 64 << 20) {
-            Ok(cg) => cg,
-            Err(e) => {
-                use crate::prerequisite::{Need, skip};
-                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
-                return;
-            }
+        let Some(cg) = testing::real_or_skip(&name, 64 << 20) else {
+            return;
         };
         let memsw = cg.path.join("memory.memsw.limit_in_bytes");
         if cg.version == CgroupVersion::V1 && memsw.exists() {
@@ -371,15 +335,9 @@ mod tests {
     /// cgroup is gone (skipped without root, a failure under CI).
     #[test]
     fn kept_files_give_each_sample_the_figures_of_its_moment() {
-        let roots = CgroupRoots::default();
         let name = format!("heapwatch-unit-kept-{}", std::process::id());
-        let cg = match MemoryCgroup::create(&roots, &name, 256 << 20) {
-            Ok(cg) => cg,
-            Err(e) => {
-                use crate::prerequisite::{Need, skip};
-                skip(Need::Root, &format!("no writable memory cgroup: {e}"));
-                return;
-            }
+        let Some(cg) = testing::real_or_skip(&name, 256 << 20) else {
+            return;
         };
         let memory = cg.memory();
         let probe = crate::source::procmem::MemoryProbe::Cgroup(memory.clone());
