@@ -47,11 +47,11 @@ pub struct MemoryBreakdown {
     /// process of a reused cgroup, so cache figures are not comparable across runs.
     pub cache_inherited: bool,
     /// Seconds since the cycle's first capture of the MemStats the Go figures come from, when
-    /// they are more than [`MEMSTATS_SKEW_MS`] away from the peak (they are read every few
+    /// they are more than `MEMSTATS_SKEW_MS` away from the peak (they are read every few
     /// seconds, the memory every few milliseconds).
     pub memstats_at_s: Option<f64>,
     /// The nearest MemStats, when they were read while the memory was far from this moment's
-    /// (by more than [`MEMSTATS_MOVED_SHARE`] of it): the Go figures are then left out, since
+    /// (by more than `MEMSTATS_MOVED_SHARE` of it): the Go figures are then left out, since
     /// splitting the peak with them puts the heap's growth since into "other anonymous".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memstats_elsewhere: Option<MemStatsElsewhere>,

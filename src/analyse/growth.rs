@@ -26,7 +26,7 @@ use crate::model::memory::MemorySample;
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteGrowth {
     /// The site: the first frame in the target's own code with the leaf beside it
-    /// ([`reduce::SiteNamer`]); in JSON `name` (the leaf), `own` and `site`.
+    /// ([`SiteNamer`](super::reduce::SiteNamer)); in JSON `name` (the leaf), `own` and `site`.
     #[serde(flatten, serialize_with = "super::reduce::serialize_site")]
     pub name: String,
     /// Its part of the episode's rate (its share of the rise × the heap's rate).
@@ -81,7 +81,7 @@ pub struct CycleGrowth {
     pub died_after_s: Option<f64>,
     /// The capture interval in force at the cycle's last capture, seconds, when recorded.
     pub interval_s: Option<f64>,
-    /// How the cycle ended, from evidence ([`CycleEnd::words`]).
+    /// How the cycle ended, from evidence (`render::ends::end_words` words it).
     pub end: CycleEnd,
     /// True when it was OOM-killed.
     pub killed: bool,

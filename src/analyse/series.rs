@@ -129,7 +129,7 @@ const SLOPE_POINTS: usize = 400;
 
 /// Theil–Sen: the median of pairwise slopes, robust to a stray capture. The R² is that of
 /// the robust line over all points, and so is the intercept; the slopes come from at most
-/// [`SLOPE_POINTS`] of them.
+/// `SLOPE_POINTS` of them.
 pub fn theil_sen(t: &[f64], v: &[f64]) -> Option<LineFit> {
     let n = t.len().min(v.len());
     if n < 2 {

@@ -1,9 +1,9 @@
 //! What `heapwatch flame` draws, up to the drawing: a [`FlameRequest`] (the input as given,
 //! `RUN@N` included) in, a [`FlameGraph`] (folded stacks, title, subtitle) out, for
 //! `render::flame` to draw. One profile, what a boot cycle of a run added between two
-//! captures, or the difference from a base profile or run. [`captures`](super::captures)
-//! picks the captures of a run; [`growth`] is the one growth flamegraph (the report draws it
-//! too); [`words`] names what is drawn.
+//! captures, or the difference from a base profile or run. [`super::captures`]
+//! picks the captures of a run; `growth` is the one growth flamegraph (the report draws it
+//! too); `words` names what is drawn.
 
 mod growth;
 mod words;

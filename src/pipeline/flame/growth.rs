@@ -23,7 +23,7 @@ pub struct GrowthSpan<'c, 'a> {
 
 impl<'c, 'a> GrowthSpan<'c, 'a> {
     /// What a boot cycle added by default, from its stored heap captures (time order): the
-    /// rise into its peak (`rise`, from [`rise_into_peak`](super::flamegraphs::rise_into_peak))
+    /// rise into its peak (`rise`, from [`rise_into_peak`](crate::pipeline::flamegraphs::rise_into_peak))
     /// when both its captures are stored, else first to last. `None` with fewer than two.
     pub fn of_cycle(in_cycle: &[&'c StoredCapture<'a>], rise: Option<(u64, u64)>) -> Option<Self> {
         let find = |seq| in_cycle.iter().find(|c| c.record.seq == seq).copied();
