@@ -247,7 +247,13 @@ pub fn why_worse(r: &Regression) -> String {
         );
     }
     let mut why = Vec::new();
-    if r.grows_faster {
+    if r.grows_faster && r.a_rose_then_held {
+        why.push(format!(
+            "grows {}/s in B; in A it rose {}/s, then held",
+            format_bytes(r.b_bytes_per_sec as i64),
+            format_bytes(r.a_bytes_per_sec as i64)
+        ));
+    } else if r.grows_faster {
         why.push(format!(
             "grows {}/s in B against {}/s in A",
             format_bytes(r.b_bytes_per_sec as i64),
@@ -303,4 +309,40 @@ pub fn b_end_words(e: &BEnd) -> String {
         "stopped answering"
     };
     format!("{how} at {:.1} s", e.at_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    #[test]
+    fn a_rate_a_held_is_said_as_a_rise_that_held_not_as_none() {
+        let mut r = Regression {
+            name: "main.leak".into(),
+            a_bytes_per_sec: 8.0 * MIB,
+            b_bytes_per_sec: 20.0 * MIB,
+            a_inuse: 0,
+            b_inuse: 0,
+            a_peak_at_s: None,
+            b_peak_at_s: None,
+            inuse_ratio: None,
+            new_in_b: false,
+            a_rose_then_held: true,
+            score: 0.0,
+            only_in_b: false,
+            grows_faster: true,
+            holds_more: false,
+        };
+        assert_eq!(
+            why_worse(&r),
+            "grows 20.0 MiB/s in B; in A it rose 8.00 MiB/s, then held"
+        );
+        r.a_rose_then_held = false;
+        assert_eq!(
+            why_worse(&r),
+            "grows 20.0 MiB/s in B against 8.00 MiB/s in A"
+        );
+    }
 }
