@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use heapwatch::decode::pb;
+use heapwatch::render::report::explorer;
 use prost::Message as _;
 
 use crate::util;
@@ -34,6 +35,17 @@ fn testdata_run(name: &str) -> String {
 /// Compares `actual` with the committed golden file, or rewrites it under HEAPWATCH_BLESS=1.
 fn golden(name: &str, actual: &str) {
     util::golden(&util::repo().join("tests/golden/report").join(name), actual);
+}
+
+/// A page without its own two script elements (the explorer's data block and script), for
+/// checks that nothing else in it is a script.
+fn without_own_scripts(html: &str) -> String {
+    html.replacen(&format!("<script>{}</script>", explorer::SCRIPT), "", 1)
+        .replacen(
+            "<script type=\"application/json\" id=\"explorer-data\">",
+            "",
+            1,
+        )
 }
 
 fn read(path: &Path) -> String {
@@ -100,17 +112,22 @@ fn the_report_of_the_demo_recording_matches_its_golden_files() {
         let file = out.join(f.as_str().unwrap());
         assert!(read(&file).contains("<svg"), "{}", file.display());
     }
-    // Self-contained: nothing is fetched and nothing runs.
-    for banned in [
-        "<script",
-        "src=\"http",
-        "href=\"http",
-        "@import",
-        "url(http",
-    ] {
+    // Self-contained: nothing is fetched, and the one script is the page's own, which the
+    // Content-Security-Policy names by its hash.
+    for banned in ["src=\"http", "href=\"http", "@import", "url(http"] {
         assert!(!html.contains(banned), "index.html contains {banned:?}");
     }
-    assert!(html.contains("Content-Security-Policy"));
+    assert_eq!(
+        html.matches("<script").count(),
+        2,
+        "the data block and the explorer's script"
+    );
+    assert!(html.contains("<script type=\"application/json\" id=\"explorer-data\">"));
+    assert!(html.contains(&format!("<script>{}</script>", explorer::SCRIPT)));
+    assert!(html.contains(&format!(
+        "script-src {}",
+        explorer::script_source().replace('\'', "&#39;")
+    )));
 }
 
 #[test]
@@ -400,6 +417,7 @@ fn function_names_with_markup_stay_text_in_every_output() {
         html.contains("&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;"),
         "the name is shown, escaped"
     );
+    let html = without_own_scripts(&html);
     for raw in [SCRIPT_NAME, IMG_NAME, "<script", "<img", "<b onmouseover"] {
         assert!(!html.contains(raw), "index.html holds {raw:?} unescaped");
     }
@@ -450,6 +468,16 @@ fn chromium() -> Option<PathBuf> {
 
 /// Runs headless Chromium on a page with the given extra flags; its stdout.
 fn headless(browser: &Path, profile: &Path, page: &Path, flags: &[&str]) -> String {
+    headless_at(
+        browser,
+        profile,
+        &format!("file://{}", page.display()),
+        flags,
+    )
+}
+
+/// [`headless`] on a URL (a page with a fragment).
+fn headless_at(browser: &Path, profile: &Path, url: &str, flags: &[&str]) -> String {
     let mut child = Command::new(browser)
         .args([
             "--headless",
@@ -464,7 +492,7 @@ fn headless(browser: &Path, profile: &Path, page: &Path, flags: &[&str]) -> Stri
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(flags)
-        .arg(format!("file://{}", page.display()))
+        .arg(url)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -500,7 +528,7 @@ fn title(dom: &str) -> &str {
 }
 
 #[test]
-fn the_page_renders_in_headless_chromium_and_runs_no_script() {
+fn the_page_renders_in_headless_chromium_and_runs_only_its_own_script() {
     let Some(browser) = chromium() else { return };
     let dir = util::tempdir();
     let profile = dir.path().join("chromium-profile");
@@ -530,12 +558,26 @@ fn the_page_renders_in_headless_chromium_and_runs_no_script() {
     assert_eq!(
         title(&dom),
         "heapwatch report: &lt;b onmouseover=alert(3)&gt;build&lt;/b&gt;",
-        "no script ran"
+        "no script of the run's ran, and without a fragment the page keeps its title"
     );
     assert!(
         dom.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt;"),
         "the name is text in the DOM"
     );
+    assert!(!dom.contains("<img"), "no element was made from a name");
+    // The page's own script ran (it drew the explorer) and names the view by the site that
+    // grew most: the name, as text.
+    let url = format!(
+        "file://{}#life=1&from=0&to=4.5",
+        out.join("index.html").display()
+    );
+    let dom = headless_at(&browser, &profile, &url, &["--dump-dom"]);
+    assert_eq!(
+        title(&dom),
+        "life 1, 0.0 s → 4.5 s: +54.0 MiB, 67 % &lt;script&gt;document.title='pwned'&lt;/script&gt;",
+        "the view's title"
+    );
+    assert!(dom.contains("data-explorer-ready-ms"), "the explorer ran");
     assert!(!dom.contains("<img"), "no element was made from a name");
 
     // The demo recording's report: every chart and flamegraph is in the DOM as SVG.
@@ -1130,7 +1172,7 @@ fn markup_in_a_pod_file_stays_text() {
         K8S_AT,
     ]);
     assert_eq!(r.status.code(), Some(0), "{}", util::stderr(&r));
-    let html = read(&out.join("index.html"));
+    let html = without_own_scripts(&read(&out.join("index.html")));
     for raw in ["<script", "<img", "<b onmouseover"] {
         assert!(!html.contains(raw), "index.html holds {raw:?} unescaped");
     }
