@@ -82,10 +82,21 @@ pub fn carry(
             ReportFlame::AgainstBaseline { .. } => None,
         })
         .collect();
+    fit(&lives, &stacks, &defaults, budget)
+}
+
+/// The carried data at the smallest stride whose JSON fits `budget`; `None` when even each
+/// life's first and last captures do not.
+fn fit(
+    lives: &[(u32, Vec<Decoded>)],
+    stacks: &[&str],
+    defaults: &HashMap<u32, (f64, f64)>,
+    budget: usize,
+) -> Option<CarriedStacks> {
     let most = lives.iter().map(|l| l.1.len()).max().unwrap_or(1);
     let mut stride = 1usize;
     loop {
-        let carried = encode(&lives, &stacks, &defaults, stride, budget);
+        let carried = encode(lives, stacks, defaults, stride, budget);
         let size = serde_json::to_vec(&carried).map_or(usize::MAX, |v| v.len());
         if size <= budget {
             return Some(carried);
@@ -270,6 +281,42 @@ mod tests {
                 want(&[("main;a;c", 9)]),
             ]
         );
+    }
+
+    #[test]
+    fn past_the_budget_every_kth_capture_is_carried_within_it() {
+        // 200 captures of 50 stacks each, every stack changing at every capture.
+        let names: Vec<String> = (0..50).map(|i| format!("main.main;main.site{i}")).collect();
+        let stacks: Vec<&str> = names.iter().map(String::as_str).collect();
+        let shape: Vec<Vec<(u32, i64)>> = (0..200i64)
+            .map(|k| {
+                (0..50u32)
+                    .map(|s| (s, (k + 1) * 4096 + i64::from(s)))
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[(u32, i64)]> = shape.iter().map(Vec::as_slice).collect();
+        let lives = vec![(1, life(&refs))];
+        let all = fit(&lives, &stacks, &HashMap::new(), BUDGET).unwrap();
+        assert_eq!((all.stride, all.carried()), (1, 200));
+        let whole = serde_json::to_vec(&all).unwrap().len();
+        let budget = whole / 3;
+        let thinned = fit(&lives, &stacks, &HashMap::new(), budget).unwrap();
+        assert!(thinned.stride >= 3, "stride {}", thinned.stride);
+        assert!(serde_json::to_vec(&thinned).unwrap().len() <= budget);
+        let seqs: Vec<u64> = thinned.lives[0].captures.iter().map(|c| c.seq).collect();
+        assert_eq!(seqs.first(), Some(&1));
+        assert_eq!(seqs.last(), Some(&200));
+        assert_eq!(thinned.stored(), 200);
+        // What is carried still replays to each carried capture's own figures.
+        let last = replay(&thinned, 0).pop().unwrap();
+        assert_eq!(last.len(), 50);
+        assert!(
+            last.iter()
+                .any(|(s, v)| s == "main.main;main.site7" && *v == 200 * 4096 + 7)
+        );
+        // Nothing fits: nothing is carried.
+        assert!(fit(&lives, &stacks, &HashMap::new(), 100).is_none());
     }
 
     #[test]

@@ -135,15 +135,27 @@ pub fn carried_note(carried: &CarriedStacks, life: u32) -> Option<Markup> {
     let l = carried.lives.iter().find(|l| l.index == life)?;
     let seqs: Vec<String> = l.captures.iter().map(|c| format!("#{}", c.seq)).collect();
     Some(crate::markup!(
-        "<div class=\"note\">To stay under {} of data, this page carries {} of the run's {} stored heap captures: every {}th of each life, and each life's first and last. This life: {} of {}. <details><summary>The captures carried</summary><code>{}</code></details></div>",
+        "<div class=\"note\">To stay under {} of data, this page carries {} of the run's {} stored heap captures: every {} of each life, and each life's first and last. This life: {} of {}. <details><summary>The captures carried</summary><code>{}</code></details></div>",
         format_bytes(carried.budget as i64),
         carried.carried(),
         carried.stored(),
-        carried.stride,
+        ordinal(carried.stride),
         l.captures.len(),
         l.stored,
         &seqs.join(" ")
     ))
+}
+
+/// 2nd, 3rd, 4th, 11th, 21st.
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 #[cfg(test)]
@@ -175,6 +187,43 @@ mod tests {
         assert!(
             !SCRIPT.contains("</script"),
             "the script cannot end its element"
+        );
+    }
+
+    #[test]
+    fn a_page_that_does_not_carry_every_capture_says_which_it_carries() {
+        let capture = |seq| CarriedCapture {
+            seq,
+            age_s: 0.0,
+            changed: Vec::new(),
+        };
+        let mut carried = CarriedStacks {
+            lives: vec![CarriedLife {
+                index: 2,
+                stored: 9,
+                captures: vec![capture(3), capture(7), capture(11)],
+                default_span: None,
+            }],
+            stride: 1,
+            budget: 8_000_000,
+            ..CarriedStacks::default()
+        };
+        assert!(
+            carried_note(&carried, 2).is_none(),
+            "all carried: nothing to say"
+        );
+        carried.stride = 4;
+        let note = carried_note(&carried, 2).unwrap().into_string();
+        assert!(
+            note.contains("carries 3 of the run's 9 stored heap captures: every 4th"),
+            "{note}"
+        );
+        assert!(note.contains("<code>#3 #7 #11</code>"), "{note}");
+        assert!(carried_note(&carried, 1).is_none(), "no such life");
+        let words: Vec<String> = [2, 3, 4, 11, 12, 21, 22, 113].map(ordinal).to_vec();
+        assert_eq!(
+            words,
+            ["2nd", "3rd", "4th", "11th", "12th", "21st", "22nd", "113th"]
         );
     }
 
