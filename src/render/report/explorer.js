@@ -264,6 +264,16 @@
         item.prepend(swatch);
         legend.append(item);
       }
+      const shade = (color, words) => {
+        const item = el('span', {}, words);
+        const swatch = el('i');
+        swatch.style.background = color;
+        swatch.style.height = '10px';
+        item.prepend(swatch);
+        legend.append(item);
+      };
+      if (t.bursts.length) shade(COLORS.burst, 'burst captures');
+      shade('rgba(31,119,180,0.25)', 'the span');
       legend.append(el('span', {}, 'Drag across the chart to choose a span.'));
       this.chart = svg('svg', {
         class: 'ex-chart',
