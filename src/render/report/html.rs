@@ -329,12 +329,7 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     if let Some(p) = m.peak_heap.iter().find(|p| p.0 == c.index) {
         facts.push(("largest heap captured".into(), format_bytes(p.1)));
     }
-    // The figures are the cgroup's usage where it was sampled, else the process's RSS.
-    let memory = if c.peaks.cgroup.is_some() {
-        "cgroup memory"
-    } else {
-        "process memory"
-    };
+    let memory = crate::render::memory::outside_figure(c.peaks.cgroup.is_some());
     let peak = c
         .memory_peak
         .map(|_| format!("peak {}", super::memory_peak(c)));
@@ -361,7 +356,7 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     }
     let peaks: Vec<String> = [
         ("in-use heap", c.peaks.heap),
-        ("process", c.peaks.process),
+        ("process RSS", c.peaks.process),
         ("cgroup", c.peaks.cgroup),
     ]
     .into_iter()
