@@ -1296,7 +1296,7 @@ fn the_two_published_envoy_cases_get_their_verdicts_and_live_share_gates_them() 
     let md = read(&out.join("report.md"));
     assert!(
         md.contains("91.5 % of the mapped heap")
-            && md.contains("naive allocated / heap\\_size: 67.1 %"),
+            && md.contains("naive allocated / heap_size: 67.1 %"),
         "{md}"
     );
 
