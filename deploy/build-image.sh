@@ -45,8 +45,8 @@ say "static: $(file -b "$BIN" 2>/dev/null || echo "no PT_INTERP, no DT_NEEDED")"
 
 CONTEXT=$(mktemp -d "${TMPDIR:-/tmp}/heapwatch-image.XXXXXX")
 trap 'rm -rf "$CONTEXT"' EXIT
-# Line tables stay in the release binary for backtraces on a developer's machine; the image
-# ships without them.
+# The release profile keeps no debug info (Cargo.toml; `--profile symbols` has line tables);
+# anything a toolchain leaves is stripped here too.
 strip --strip-debug -o "$CONTEXT/heapwatch" "$BIN"
 
 say "buildah build -t $IMAGE"

@@ -18,6 +18,7 @@ use heapwatch::collect::marks::{self, MarkError};
 use heapwatch::collect::targets::TargetError;
 use heapwatch::collect::{CollectSummary, LiveStatus, Observer, StopReason};
 use heapwatch::launch::hold;
+use heapwatch::render::ends::{ProcessEnd, process_end_words};
 use heapwatch::source::Target;
 use heapwatch::store::CaptureRecord;
 use heapwatch::store::cluster::EVENTS_FILE;
@@ -446,13 +447,7 @@ fn describe_end(record: &CaptureRecord) -> String {
     let pid = record
         .pid
         .map_or("the process".into(), |p| format!("pid {p}"));
-    let oom = record.totals.get("oom_kill").is_some_and(|&k| k > 0);
-    let how = match (record.exit_code, record.signal) {
-        (_, Some(9)) if oom => "OOM-killed (signal 9, the cgroup's oom_kill rose)".to_string(),
-        (_, Some(s)) => format!("killed by signal {s}"),
-        (Some(c), _) => format!("exited with code {c}"),
-        _ => "ended".to_string(),
-    };
+    let how = process_end_words(&ProcessEnd::of_record(record));
     format!("cycle {}: {pid} {how}", record.cycle)
 }
 
@@ -750,7 +745,10 @@ mod tests {
             "cycle 3: pid 4242 OOM-killed (signal 9, the cgroup's oom_kill rose)"
         );
         r.totals.clear();
-        assert_eq!(describe_end(&r), "cycle 3: pid 4242 killed by signal 9");
+        assert_eq!(
+            describe_end(&r),
+            "cycle 3: pid 4242 killed by signal 9 (SIGKILL)"
+        );
         r.signal = None;
         r.exit_code = Some(0);
         assert_eq!(describe_end(&r), "cycle 3: pid 4242 exited with code 0");

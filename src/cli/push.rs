@@ -313,9 +313,11 @@ impl std::fmt::Display for PushProblem {
             PushProblem::Unanswered { n, run, to } => write!(
                 f,
                 "{n} captures of {} were sent to {to} and never answered before the push ended: \
-                 they may be in the store. Look for them there (their times are in {}); if they \
-                 are not, `heapwatch push {} --to {to} --retry-unanswered` sends them",
+                 they may be in the store. Look for them there by their capture times, in {} ({} \
+                 lists their seqs, at the time the push gave up on them); if they are not, \
+                 `heapwatch push {} --to {to} --retry-unanswered` sends them",
                 run.display(),
+                run.join(MANIFEST_FILE).display(),
                 pushes(run).display(),
                 run.display()
             ),
@@ -405,4 +407,24 @@ fn problems_of(run: &Path, to: &str, args: &Args, s: &PushStats) -> Vec<CliError
         );
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// pushes.jsonl holds when the push gave up on a capture (seconds after it was taken); a
+    /// capture's own time, what a store is searched by, is in the manifest.
+    #[test]
+    fn the_unanswered_advice_sends_the_reader_to_the_manifest_for_capture_times() {
+        let advice = unanswered_advice(3, Path::new("/runs/r"), "http://pyroscope:4040");
+        assert!(
+            advice.contains("by their capture times, in /runs/r/manifest.jsonl"),
+            "{advice}"
+        );
+        assert!(
+            advice.contains("/runs/r/pushes.jsonl lists their seqs, at the time the push gave up"),
+            "{advice}"
+        );
+    }
 }

@@ -11,6 +11,7 @@ use heapwatch::collect::{Clock as _, CollectConfig, Stop, SystemClock};
 use heapwatch::launch::{
     self, Confinement, Ending, Launch, LifeEvent, RestartOn, RestartPolicy, SubRun,
 };
+use heapwatch::render::ends::{ProcessEnd, process_end_words};
 use heapwatch::source::agent::{AgentOptions, AgentSource};
 use heapwatch::source::cgroup::CgroupRoots;
 use heapwatch::source::envoy::EnvoySource;
@@ -210,17 +211,12 @@ fn describe(event: &LifeEvent) -> String {
     match event {
         LifeEvent::Started { pid, .. } => format!("heapwatch run: started pid {pid}"),
         LifeEvent::Died(d) => {
-            let how = match (d.exit_code, d.signal) {
-                (_, Some(9)) if d.oom_killed => {
-                    "OOM-killed (SIGKILL, the cgroup's oom_kill rose)".to_string()
-                }
-                (_, Some(9)) if d.watchdog_killed => {
-                    "killed by the watchdog (RSS past the limit)".to_string()
-                }
-                (_, Some(s)) => format!("killed by signal {s}"),
-                (Some(c), _) => format!("exited with code {c}"),
-                _ => "ended".to_string(),
-            };
+            let how = process_end_words(&ProcessEnd {
+                exit_code: d.exit_code,
+                signal: d.signal,
+                oom_killed: d.oom_killed,
+                watchdog_killed: d.watchdog_killed,
+            });
             format!(
                 "heapwatch run: pid {} {how} after {:.1}s",
                 d.pid,
@@ -424,4 +420,37 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         )));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heapwatch::launch::Death;
+    use heapwatch::store::{CaptureRecord, RecordKind};
+
+    /// `run` and `collect`/`watch` see one OOM kill through different evidence (the supervisor's
+    /// own, an exit record); the line they print is the same.
+    #[test]
+    fn runs_line_for_an_oom_kill_reads_as_the_exit_records() {
+        let death = Death {
+            pid: 4242,
+            t_ms: 0,
+            exit_code: None,
+            signal: Some(9),
+            oom_killed: true,
+            watchdog_killed: false,
+            oom_held: None,
+            oom_held_below: None,
+            lived: Duration::from_millis(2500),
+        };
+        let mut record = CaptureRecord::new(0, RecordKind::Exit, 1, 0);
+        record.signal = Some(9);
+        record.totals.insert("oom_kill".into(), 1);
+        let recorded = process_end_words(&ProcessEnd::of_record(&record));
+        assert_eq!(
+            describe(&LifeEvent::Died(death)),
+            format!("heapwatch run: pid 4242 {recorded} after 2.5s")
+        );
+        assert!(recorded.starts_with("OOM-killed (signal 9"), "{recorded}");
+    }
 }

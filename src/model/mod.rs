@@ -42,8 +42,8 @@
 //!
 //! The report's HTML is written with `html!`, `htmlln!` and `markup!` (`render/report/markup.rs`):
 //! they format like `write!`, but every argument is escaped unless it is a `Markup` (built by those
-//! macros, a literal, or an SVG another writer drew), so no text reaches a page unescaped by
-//! forgetting a call. Flamegraph SVG is inferno's; `render::flame` changes only the tooltips of a
+//! macros, a literal, an SVG another writer drew, or JSON for a data block from `Markup::json`),
+//! so no text reaches a page unescaped by forgetting a call. Flamegraph SVG is inferno's; `render::flame` changes only the tooltips of a
 //! differential graph (both sides and the change, where inferno gives the drawn width), by reading
 //! inferno's SVG back as XML events with **quick-xml** and writing every event back unchanged but
 //! those tooltips' text; its "nothing to draw" SVG is written by quick-xml's writer, which escapes

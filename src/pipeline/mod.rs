@@ -6,6 +6,7 @@
 pub mod captures;
 pub mod cluster;
 mod envoy;
+pub mod explorer;
 pub mod flame;
 pub mod flamegraphs;
 pub mod report;

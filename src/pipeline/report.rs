@@ -10,6 +10,7 @@ use crate::analyse::triage::kube::{self, Event, KubeError, Pod};
 use crate::analyse::triage::{
     self, ContainerTriage, TriageInput, TriageReport, UsageFigure, WorkerFigure,
 };
+use crate::render::report::explorer::CarriedStacks;
 use crate::render::report::flames::ReportFlame;
 use crate::render::report::{BaselineView, EnvoyView, Flamegraph, KubeView, ReportModel, RunView};
 
@@ -102,6 +103,8 @@ pub struct Prepared {
     pub outcomes: Vec<Outcome>,
     /// What the report's flamegraphs show, for `render::report::flames::draw`.
     pub flames: Vec<ReportFlame>,
+    /// The stacks the page's explorer carries (none for a run without heap profiles).
+    pub explorer: Option<CarriedStacks>,
     pub notes: Vec<String>,
 }
 
@@ -176,6 +179,8 @@ pub fn prepare(
     let outcomes = analysed.evaluate(rules_given);
     let flames =
         super::flamegraphs::report_flames(&analysed, &options.decode, extras.keep_profiler);
+    let explorer =
+        super::explorer::carry(&analysed, &flames, &options.decode, super::explorer::BUDGET);
     let mut notes: Vec<String> = analysed
         .notes
         .unreadable
@@ -194,6 +199,7 @@ pub fn prepare(
         triaged,
         outcomes,
         flames,
+        explorer,
         notes,
     })
 }
@@ -221,6 +227,7 @@ impl Prepared {
             }),
             rules: &self.outcomes,
             flamegraphs,
+            explorer: self.explorer.as_ref(),
             peak_heap: &analysed.peak_heap,
             envoy: analysed.envoy.as_ref().map(|e| EnvoyView {
                 target: &e.target,

@@ -27,6 +27,9 @@ use crate::store::{CaptureRecord, RecordKind, RunInfo};
 pub struct LabelOptions {
     /// `--service`: the `service_name` for every capture, over every default.
     pub service: Option<String>,
+    /// `service` was given on this command line (`--service`, `--push-label service_name=…`),
+    /// not only kept in the run from an earlier push or set by `watch` from the pod.
+    pub service_given: bool,
     /// `--push-label K=V`: added to every capture, as Alloy's external labels.
     pub extra: BTreeMap<String, String>,
     /// The node's name in a cluster run (`--name`), sent as `heapwatch_node`.
@@ -36,8 +39,11 @@ pub struct LabelOptions {
 /// Where a capture's `service_name` came from: said in the push's summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ServiceSource {
-    /// `--service` or `--push-label service_name=…`, given now or kept in the run.
-    Chosen,
+    /// `--service` or `--push-label service_name=…`, on this command line.
+    Given,
+    /// Kept in the run's run.json: an earlier push's `--service`, or `watch`'s
+    /// namespace/container.
+    Kept,
     /// The app id the target's agent reported.
     AppId,
     /// The file name of the executable the profile names (its main mapping).
@@ -51,7 +57,10 @@ pub enum ServiceSource {
 impl ServiceSource {
     pub fn words(self) -> &'static str {
         match self {
-            ServiceSource::Chosen => "as chosen with --service",
+            ServiceSource::Given => "as given with --service",
+            ServiceSource::Kept => {
+                "as kept in the run's run.json: an earlier --service, or watch's namespace/container"
+            }
             ServiceSource::AppId => "the app id the agent reported",
             ServiceSource::Executable => "the executable's name, from the profile",
             ServiceSource::Command => "the command `heapwatch run` started",
@@ -173,7 +182,12 @@ impl Labeler {
     /// must stay one series across runs and builds.
     pub fn service_name(&self, cycle: u32) -> (String, ServiceSource) {
         if let Some(service) = &self.options.service {
-            return (service.clone(), ServiceSource::Chosen);
+            let from = if self.options.service_given {
+                ServiceSource::Given
+            } else {
+                ServiceSource::Kept
+            };
+            return (service.clone(), from);
         }
         let app_id = |b: &BuildInfo| b.app_id.clone().filter(|a| !a.is_empty());
         if let Some(id) = self
@@ -369,13 +383,26 @@ mod tests {
             "x",
             &LabelOptions {
                 service: Some("ziti-controller".into()),
+                service_given: true,
                 ..LabelOptions::default()
             },
         );
         assert_eq!(
             flagged.service_name(2),
-            ("ziti-controller".to_string(), ServiceSource::Chosen)
+            ("ziti-controller".to_string(), ServiceSource::Given)
         );
+        // Resumed, pushed again, or under watch: nobody gave --service this time.
+        let kept = Labeler::new(
+            Some(&run),
+            "x",
+            &LabelOptions {
+                service: Some("shop/api".into()),
+                ..LabelOptions::default()
+            },
+        );
+        let (name, from) = kept.service_name(2);
+        assert_eq!((name.as_str(), from), ("shop/api", ServiceSource::Kept));
+        assert!(!from.words().contains("with --service"), "{}", from.words());
     }
 
     #[test]
@@ -394,6 +421,7 @@ mod tests {
     fn the_users_labels_and_the_node_go_with_every_capture_and_cannot_replace_heapwatchs() {
         let options = LabelOptions {
             service: None,
+            service_given: false,
             extra: [
                 ("cluster", "eu-1"),
                 ("heapwatch_target", "forged"),

@@ -90,8 +90,11 @@ pub fn resolve(run: &Path, flags: &LabelFlags) -> Result<LabelOptions, PushError
             })?;
         }
     }
+    let service_given =
+        flags.service.is_some() || flags.labels.iter().any(|(name, _)| name == "service_name");
     Ok(LabelOptions {
         service: settings.service,
+        service_given,
         extra: settings.labels,
         node: node_name(run),
     })
@@ -218,6 +221,7 @@ mod tests {
         };
         let labels = resolve(dir.path(), &flags).unwrap();
         assert_eq!(labels.service.as_deref(), Some("ctrl"));
+        assert!(!labels.service_given, "kept in run.json, not given now");
         let read: Value =
             serde_json::from_slice(&std::fs::read(dir.path().join(RUN_FILE)).unwrap()).unwrap();
         let mut want = original;

@@ -2,6 +2,7 @@
 //! growth verdicts and the charts, so one end reads the same everywhere.
 
 use crate::analyse::ends::CycleEnd;
+use crate::store::CaptureRecord;
 
 fn signal_name(signal: i32) -> Option<&'static str> {
     Some(match signal {
@@ -35,9 +36,74 @@ pub fn end_words(end: &CycleEnd) -> String {
     }
 }
 
+/// The evidence of one process's end as it is seen live: its exit status and whether the
+/// cgroup's OOM-kill counter (or `run`'s watchdog) rose with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessEnd {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub oom_killed: bool,
+    pub watchdog_killed: bool,
+}
+
+impl ProcessEnd {
+    /// An `exit` record's evidence: its status and its `oom_kill` / `watchdog_kill` totals.
+    pub fn of_record(record: &CaptureRecord) -> Self {
+        let rose = |name: &str| record.totals.get(name).is_some_and(|&k| k > 0);
+        ProcessEnd {
+            exit_code: record.exit_code,
+            signal: record.signal,
+            oom_killed: rose("oom_kill"),
+            watchdog_killed: rose("watchdog_kill"),
+        }
+    }
+}
+
+/// "OOM-killed (signal 9, the cgroup's oom_kill rose)", "killed by signal 15 (SIGTERM)", …:
+/// one wording for the line `collect`, `run` and `watch` print as a process ends, so the same
+/// evidence reads the same whichever command saw it.
+pub fn process_end_words(end: &ProcessEnd) -> String {
+    match (end.exit_code, end.signal) {
+        (_, Some(9)) if end.oom_killed => {
+            "OOM-killed (signal 9, the cgroup's oom_kill rose)".into()
+        }
+        (_, Some(9)) if end.watchdog_killed => {
+            "killed by the watchdog (signal 9, RSS past the limit)".into()
+        }
+        (_, Some(s)) => match signal_name(s) {
+            Some(name) => format!("killed by signal {s} ({name})"),
+            None => format!("killed by signal {s}"),
+        },
+        (Some(c), _) => format!("exited with code {c}"),
+        _ => "ended".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_end_reads_from_its_evidence() {
+        let mut r = CaptureRecord::new(9, crate::store::RecordKind::Exit, 3, 0);
+        r.signal = Some(9);
+        r.totals.insert("oom_kill".into(), 1);
+        let words = |r: &CaptureRecord| process_end_words(&ProcessEnd::of_record(r));
+        assert_eq!(
+            words(&r),
+            "OOM-killed (signal 9, the cgroup's oom_kill rose)"
+        );
+        r.totals.insert("oom_kill".into(), 0);
+        assert_eq!(words(&r), "killed by signal 9 (SIGKILL)");
+        r.totals.insert("watchdog_kill".into(), 1);
+        assert_eq!(
+            words(&r),
+            "killed by the watchdog (signal 9, RSS past the limit)"
+        );
+        r.signal = None;
+        r.exit_code = Some(0);
+        assert_eq!(words(&r), "exited with code 0");
+    }
 
     #[test]
     fn each_end_has_its_words() {

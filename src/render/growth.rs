@@ -176,7 +176,8 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
             format_bytes(b)
         );
         if let Some(m) = c.memory_bytes_per_sec {
-            line.push_str(&format!("; process memory {}", rate(m)));
+            let what = crate::render::memory::outside_figure(c.peaks.cgroup.is_some());
+            line.push_str(&format!("; {what} {}", rate(m)));
         }
         let _ = writeln!(out, "{line}");
     }
@@ -243,7 +244,7 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
     }
     let peaks: Vec<String> = [
         ("in-use heap", c.peaks.heap),
-        ("process", c.peaks.process),
+        ("process RSS", c.peaks.process),
         ("cgroup", c.peaks.cgroup),
     ]
     .into_iter()

@@ -183,6 +183,17 @@ pub fn at_limit_words(a: &AtLimit) -> String {
     words
 }
 
+/// The name of the memory figure sampled from outside a cycle's process: its cgroup's usage
+/// where that was sampled (what the limit counts), else the process's RSS (its binary's file
+/// pages included, which no cgroup limit set it against), said as RSS.
+pub fn outside_figure(cgroup_sampled: bool) -> &'static str {
+    if cgroup_sampled {
+        "cgroup memory"
+    } else {
+        "process RSS"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -409,3 +409,69 @@ fn a_node_without_its_directory_is_named_in_the_error() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// A node whose process had no heap profiling linked in (every heap capture refused, as the
+/// proc source refuses one) is listed with its reason; every other node is reported.
+#[test]
+fn a_node_with_no_heap_profiling_is_listed_with_why_and_the_others_are_reported() {
+    let dir = util::tempdir();
+    let run = cluster(
+        &dir.path().join("node"),
+        &[
+            ("infra_etcd-0_etcd", "steady"),
+            ("infra_plain-1_app", "steady"),
+        ],
+        &[],
+    );
+    let plain = run.join("targets/infra_plain-1_app");
+    fs::remove_dir_all(plain.join("profiles")).unwrap();
+    let start = started_ms("steady");
+    let why = "proc:4242: process 4242 has heap profiling disabled by the linker \
+               (runtime.disableMemoryProfiling: nothing in the program calls runtime.MemProfile \
+               or imports runtime/pprof), so it keeps no heap profile to read";
+    let lines: Vec<String> = (1..=3)
+        .map(|seq| {
+            json!({"seq": seq, "kind": "heap", "file": null, "incarnation": 1,
+                   "t_ms": start + seq * 250, "latency_ms": 1.0, "bytes": 0, "dup_of": null,
+                   "totals": {}, "interval_ms": 250, "error": why, "error_kind": "refused"})
+            .to_string()
+        })
+        .collect();
+    fs::write(plain.join("manifest.jsonl"), lines.join("\n") + "\n").unwrap();
+
+    let out_dir = dir.path().join("report");
+    let out = util::run(&["report", arg(&run), "-o", arg(&out_dir)]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    assert!(
+        util::stderr(&out).contains("node infra_plain-1_app not reported: "),
+        "{}",
+        util::stderr(&out)
+    );
+    let md = read(&out_dir.join("report.md"));
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| `infra_plain-1_app` |"))
+        .unwrap_or_else(|| panic!("no row for the node left out: {md}"));
+    assert!(row.contains("not reported: "), "{row}");
+    assert!(
+        row.contains("heap profiling disabled by the linker"),
+        "{row}"
+    );
+    // The other node has its section, its name as written (no escapes in running text).
+    assert!(md.contains("\n## Node infra_etcd-0_etcd\n"), "{md}");
+    assert!(out_dir.join("nodes/infra_etcd-0_etcd/index.html").is_file());
+    let html = read(&out_dir.join("index.html"));
+    assert!(html.contains("<td>infra_plain-1_app</td>"), "{html}");
+    let summary: Value = serde_json::from_str(&read(&out_dir.join("summary.json"))).unwrap();
+    assert_eq!(
+        summary["left_out"][0]["node"], "infra_plain-1_app",
+        "{summary:#}"
+    );
+    assert!(
+        summary["left_out"][0]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("runtime.MemProfile")),
+        "{summary:#}"
+    );
+    assert_eq!(summary["node_order"], json!(["infra_etcd-0_etcd"]));
+}

@@ -863,3 +863,28 @@ fn compare_says_first_which_side_died_and_what_the_cgroup_did() {
     assert!(v.contains("both sides died of memory"), "{v}");
     assert!(!v.contains("regressed in B:"), "{v}");
 }
+
+/// oomgrow's memory was sampled from its cgroup: the rate is the cgroup's and says so, and the
+/// process's peak is its RSS (the binary's file pages included, 5 MiB above the limit's
+/// 256 MiB) and says so, in the terminal and in the report alike.
+#[test]
+fn each_memory_figure_says_whether_it_is_the_cgroups_or_the_processs_rss() {
+    let out = util::run(&["growth", run_dir("oomgrow").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let text = util::stdout(&out);
+    assert!(text.contains("; cgroup memory 33.7 MiB/s"), "{text}");
+    assert!(text.contains(", process RSS 261 MiB at 7.3 s"), "{text}");
+    assert!(!text.contains("process memory"), "{text}");
+    let dir = util::tempdir();
+    let report = dir.path().join("report");
+    let out = util::run(&[
+        "report",
+        run_dir("oomgrow").to_str().unwrap(),
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let html = std::fs::read_to_string(report.join("index.html")).unwrap();
+    assert!(html.contains("process RSS 261 MiB at 7.3 s"), "the peaks");
+    assert!(html.contains("<dt>cgroup memory</dt>"), "the rate's name");
+}

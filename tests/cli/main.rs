@@ -18,6 +18,7 @@ mod collect_oom;
 mod collect_tls;
 mod collect_truth;
 mod deploy;
+mod devtools;
 mod diff;
 mod discovery;
 mod envoy;

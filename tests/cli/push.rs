@@ -287,7 +287,7 @@ fn the_run_label_is_the_version_and_the_labels_given_are_kept_for_every_later_pu
         "env=staging",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
-    assert!(util::stdout(&out).contains("as chosen with --service"));
+    assert!(util::stdout(&out).contains("as given with --service"));
     let check = |events: &BTreeMap<u64, Value>, env: &str| {
         for event in events.values() {
             assert_eq!(label(event, "service_name"), Some("ziti-controller"));

@@ -6,10 +6,12 @@ use std::path::Path;
 use heapwatch::analyse::cluster::NodeOutcomes;
 use heapwatch::analyse::rules::Rule;
 use heapwatch::pipeline::Options;
-use heapwatch::pipeline::cluster::{self, ClusterRun};
+use heapwatch::pipeline::PipelineError;
+use heapwatch::pipeline::cluster::{self, ClusterAnalysis, ClusterRun};
 use heapwatch::pipeline::report::{Prepared, ReportInputs, dir_name, prepare};
-use heapwatch::render::report::cluster::{self as page, ClusterModel, NodeReport};
+use heapwatch::render::report::cluster::{self as page, ClusterModel, LeftOut, NodeReport};
 use heapwatch::render::report::{Flamegraph, ReportModel, flames};
+use heapwatch::store::{RecordKind, RunDir};
 
 use super::{CliError, Written, check, write_file, write_files};
 
@@ -24,9 +26,10 @@ pub(super) fn write(
     extras: &ReportInputs,
 ) -> Result<Written, CliError> {
     let base = check::cluster_baseline(baseline)?;
-    let analysed =
-        cluster::analyse_cluster(c, check::baseline_run(baseline, base.as_ref()), options)
-            .map_err(check::failed)?;
+    let (analysed, left_out) = analyse_what_can_be(c, baseline, base.as_ref(), options)?;
+    for l in &left_out {
+        eprintln!("heapwatch: node {} not reported: {}", l.name, l.why);
+    }
     let events = analysed.events.clone();
     let mut prepared: Vec<(String, String, Prepared)> = Vec::new();
     for node in analysed.nodes {
@@ -78,6 +81,7 @@ pub(super) fn write(
         label: c.info.label.as_deref(),
         started_ms: c.info.started_ms,
         nodes,
+        left_out: &left_out,
         events: &events,
     };
     write_file(out, "index.html", &page::html(&model))?;
@@ -97,4 +101,57 @@ pub(super) fn write(
                 .collect(),
         ),
     })
+}
+
+/// Every node whose own run can be analysed, and the others with why: one container with no
+/// heap profiling linked in (no heap capture to analyse) leaves the rest of the node reported.
+/// A node whose baseline fails, or a cluster none of whose nodes can be analysed, is still an
+/// error.
+fn analyse_what_can_be(
+    c: &ClusterRun,
+    baseline: Option<&Path>,
+    base: Option<&ClusterRun>,
+    options: &Options,
+) -> Result<(ClusterAnalysis, Vec<LeftOut>), CliError> {
+    let mut kept = ClusterRun {
+        root: c.root.clone(),
+        info: c.info.clone(),
+        events: c.events.clone(),
+    };
+    let mut left_out = Vec::new();
+    loop {
+        match cluster::analyse_cluster(&kept, check::baseline_run(baseline, base), options) {
+            Ok(analysed) => return Ok((analysed, left_out)),
+            Err(PipelineError::Node { node, why })
+                if kept.info.targets.len() > 1 && !own_run_analyses(&kept, &node, options) =>
+            {
+                let why = match last_heap_error(&kept, &node) {
+                    Some(failed) => format!("{why}; its heap captures failed: {failed}"),
+                    None => why,
+                };
+                kept.info.targets.retain(|t| t.name != node);
+                left_out.push(LeftOut { name: node, why });
+            }
+            Err(e) => return Err(check::failed(e)),
+        }
+    }
+}
+
+/// The node's own run analyses alone (so what failed was its baseline).
+fn own_run_analyses(c: &ClusterRun, node: &str, options: &Options) -> bool {
+    c.node_dir(node)
+        .and_then(|dir| RunDir::open(&dir).ok())
+        .is_some_and(|run| heapwatch::pipeline::analyse_runs(run, None, options).is_ok())
+}
+
+/// The last error a node's heap captures met (the proc source's "heap profiling disabled by
+/// the linker …"), as its manifest has it.
+fn last_heap_error(c: &ClusterRun, node: &str) -> Option<String> {
+    let run = RunDir::open(&c.node_dir(node)?).ok()?;
+    run.manifest
+        .records
+        .iter()
+        .rev()
+        .filter(|r| r.kind == RecordKind::Heap)
+        .find_map(|r| r.error.clone())
 }

@@ -28,7 +28,7 @@ const ENVOY_PHYSICAL: RGBColor = RGBColor(140, 86, 75);
 const EVENT: RGBColor = RGBColor(110, 110, 110);
 
 /// What the chart of one boot cycle draws, in seconds since the cycle's first capture.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Timeline {
     pub heap: Vec<(f64, f64)>,
     pub cgroup: Vec<(f64, f64)>,

@@ -26,6 +26,13 @@ pub struct NodeReport<'a> {
     pub model: &'a ReportModel<'a>,
 }
 
+/// A node the report leaves out, and why: its own run could not be analysed (a Go container
+/// with no heap profiling linked in has no heap capture to analyse). The others are reported.
+pub struct LeftOut {
+    pub name: String,
+    pub why: String,
+}
+
 /// Everything the cluster report shows.
 pub struct ClusterModel<'a> {
     /// The run directory's own name.
@@ -33,6 +40,8 @@ pub struct ClusterModel<'a> {
     pub label: Option<&'a str>,
     pub started_ms: i64,
     pub nodes: Vec<NodeReport<'a>>,
+    /// Nodes not reported, each with its reason.
+    pub left_out: &'a [LeftOut],
     /// Marked log lines, oldest first.
     pub events: &'a [Event],
 }
@@ -123,6 +132,14 @@ pub fn html(m: &ClusterModel) -> String {
             &n.model.headline(),
             &n.folder,
             rules
+        );
+    }
+    for l in m.left_out {
+        htmlln!(
+            out,
+            "<tr><td>{}</td><td colspan=\"3\"><span class=\"unknown\">not reported</span>: {}</td></tr>",
+            &l.name,
+            &l.why
         );
     }
     out.push_str("</table>\n</section>\n");
@@ -217,6 +234,14 @@ pub fn markdown(m: &ClusterModel) -> String {
             text(&n.folder)
         );
     }
+    for l in m.left_out {
+        let _ = writeln!(
+            out,
+            "| {} | not reported: {} | | |",
+            code(&l.name),
+            text(&l.why)
+        );
+    }
     if !m.events.is_empty() {
         out.push_str("\n## Events\n\n| time | label | log | line |\n|---:|---|---|---|\n");
         for e in m.events {
@@ -300,6 +325,11 @@ pub fn json(m: &ClusterModel) -> String {
         "failed": m.failed(),
         "node_order": m.nodes.iter().map(|n| n.name).collect::<Vec<_>>(),
         "nodes": nodes,
+        "left_out": m
+            .left_out
+            .iter()
+            .map(|l| serde_json::json!({"node": l.name, "why": l.why}))
+            .collect::<Vec<_>>(),
         "events": events,
         "files": {"html": "index.html", "markdown": "report.md"},
     });

@@ -1,10 +1,13 @@
-//! `index.html`: one self-contained page that works offline. No script, no external
-//! resource: the style is inline, the charts and flamegraphs are inline SVG, and a
-//! Content-Security-Policy forbids scripts outright, so a function named `<script>…` can only
-//! ever be text. Flamegraphs lose inferno's script and event handlers here (their ids are
-//! prefixed so several can share the page); the files under `flamegraphs/` keep them.
+//! `index.html`: one self-contained page that works offline. No external resource: the
+//! style is inline, the charts and flamegraphs are inline SVG, and the one script is the
+//! page's own explorer (`explorer.js`), which a Content-Security-Policy names by its hash, so
+//! that no other script can run and a function named `<script>…` can only ever be text.
+//! Flamegraphs lose inferno's script and event handlers here (their ids are prefixed so
+//! several can share the page); the files under `flamegraphs/` keep them. Without the script
+//! the page is the static report it always was.
 
 use super::chart::{self, Timeline};
+use super::explorer;
 use super::markup::Markup;
 use super::{
     Flamegraph, ReportModel, collection_facts, envoy_facts, envoy_verdict, rate, seconds, tally,
@@ -52,6 +55,22 @@ dl.facts dd { margin: 0; word-break: break-all; }
 dl.facts.prose dd { word-break: normal; overflow-wrap: anywhere; }
 pre.checklist { background: var(--bg2); padding: 10px 12px; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12.5px; line-height: 1.4; }
 details summary { cursor: pointer; color: var(--muted); }
+.explorer { margin: 8px 0 18px; }
+.ex-legend { font-size: 12.5px; color: var(--muted); display: flex; flex-wrap: wrap; gap: 2px 14px; }
+.ex-legend i { display: inline-block; width: 16px; height: 3px; vertical-align: middle; margin-right: 5px; }
+.ex-chart { display: block; width: 100%; height: auto; user-select: none; cursor: crosshair; }
+.ex-chart text { font: 11px system-ui, sans-serif; }
+.ex-bar { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: center; font-size: 13.5px; margin: 6px 0; }
+.ex-summary { margin: 6px 0; }
+.ex-flame { display: block; width: 100%; height: auto; }
+.ex-flame g.frame { cursor: pointer; }
+.ex-flame text { font: 11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; pointer-events: none; }
+.ex-flame g.match rect { fill: #d946b0; }
+.ex-flame g.dim { opacity: 0.45; }
+.explorer input[type=search] { font: inherit; font-size: 13.5px; padding: 2px 6px; min-width: 16em; }
+.explorer button { font: inherit; font-size: 13px; padding: 1px 8px; cursor: pointer; }
+.explorer button.on { font-weight: 600; }
+.ex-sites th button { border: 0; background: none; padding: 0; font-weight: 600; }
 footer { margin-top: 40px; color: var(--muted); font-size: 13px; border-top: 1px solid var(--line); padding-top: 8px; }
 "#;
 
@@ -59,12 +78,18 @@ pub fn html(m: &ReportModel) -> String {
     let run = &m.run;
     let label = run.label();
     let mut out = String::new();
+    let script = if m.explorer.is_some() {
+        explorer::script_source()
+    } else {
+        "'none'".to_string()
+    };
     html!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src {}\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>heapwatch report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        &script,
         label
     );
     htmlln!(
@@ -83,6 +108,14 @@ pub fn html(m: &ReportModel) -> String {
     }
     events(&mut out, m);
     collection(&mut out, m);
+    if let Some(carried) = m.explorer {
+        htmlln!(
+            out,
+            "{}\n<script>{}</script>",
+            explorer::data_block(run, carried),
+            Markup::literal(explorer::SCRIPT)
+        );
+    }
     htmlln!(
         out,
         "<footer>Written by heapwatch {} from <code>{}</code>. Beside this page: <code>report.md</code>, <code>summary.json</code>, and every flamegraph under <code>flamegraphs/</code> (open one alone to zoom and search).</footer>\n</body>\n</html>",
@@ -266,6 +299,8 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
         &explained
     );
 
+    explorer_of(out, m, c.index);
+
     let mut facts: Vec<(String, String)> = vec![(
         "captures".into(),
         format!(
@@ -294,12 +329,7 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     if let Some(p) = m.peak_heap.iter().find(|p| p.0 == c.index) {
         facts.push(("largest heap captured".into(), format_bytes(p.1)));
     }
-    // The figures are the cgroup's usage where it was sampled, else the process's RSS.
-    let memory = if c.peaks.cgroup.is_some() {
-        "cgroup memory"
-    } else {
-        "process memory"
-    };
+    let memory = crate::render::memory::outside_figure(c.peaks.cgroup.is_some());
     let peak = c
         .memory_peak
         .map(|_| format!("peak {}", super::memory_peak(c)));
@@ -326,7 +356,7 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
     }
     let peaks: Vec<String> = [
         ("in-use heap", c.peaks.heap),
-        ("process", c.peaks.process),
+        ("process RSS", c.peaks.process),
         ("cgroup", c.peaks.cgroup),
     ]
     .into_iter()
@@ -473,6 +503,24 @@ fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrowth) {
         }
     }
     out.push_str("</section>\n");
+}
+
+/// Where the script puts a life's explorer; without the script it says what it would show.
+fn explorer_of(out: &mut String, m: &ReportModel, life: u32) {
+    let Some(carried) = m.explorer else { return };
+    if !carried.lives.iter().any(|l| l.index == life) {
+        return;
+    }
+    htmlln!(
+        out,
+        "<div class=\"explorer\" id=\"explore-{}\" data-life=\"{}\">\n<p class=\"note ex-static\">With the page's script allowed to run, this is where a span of the timeline is chosen with the mouse, and the flamegraph and sites of what the heap gained between its ends are drawn.</p>",
+        life,
+        life
+    );
+    if let Some(note) = explorer::carried_note(carried, life) {
+        htmlln!(out, "{}", note);
+    }
+    out.push_str("</div>\n");
 }
 
 fn envoy(out: &mut String, m: &ReportModel) {

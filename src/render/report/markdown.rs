@@ -12,10 +12,18 @@ use crate::units::format_bytes;
 /// Sites listed per cycle and regressions listed against the baseline.
 const TOP: usize = 3;
 
-/// Markdown-escapes running text.
+/// Markdown-escapes running text. An `_` between two letters or digits stays bare: it cannot
+/// open or close emphasis there (CommonMark's flanking rules), and `infra_etcd-0_etcd` stays
+/// readable where report.md is shown as plain text.
 pub(super) fn text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    let chars: Vec<char> = s.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let intraword = |at: Option<&char>| at.is_some_and(|c| c.is_alphanumeric());
+        if c == '_' && i > 0 && intraword(chars.get(i - 1)) && intraword(chars.get(i + 1)) {
+            out.push(c);
+            continue;
+        }
         match c {
             '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '|' | '#' | '~' | '!' | '&' => {
                 out.push('\\');
@@ -365,6 +373,13 @@ pub fn markdown(m: &ReportModel) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_underscore_inside_a_word_stays_bare_and_one_at_its_edge_is_escaped() {
+        assert_eq!(text("infra_etcd-0_etcd"), "infra_etcd-0_etcd");
+        assert_eq!(text("_init_ x_"), "\\_init\\_ x\\_");
+        assert_eq!(text("a_*b*"), "a\\_\\*b\\*");
+    }
 
     #[test]
     fn names_cannot_break_out_of_code_spans_or_tables() {

@@ -31,6 +31,21 @@ impl Markup {
         Markup(svg)
     }
 
+    /// A value as JSON for a `<script type="application/json">` block: serde's JSON, with
+    /// `<`, `>` and `&` inside strings written as `\u003c`, `\u003e`, `\u0026` (JSON's own
+    /// escapes, which `JSON.parse` reads back), so no text can end the block or open a comment.
+    /// Outside strings JSON has none of them.
+    pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Markup {
+        let mut bytes = Vec::new();
+        let mut writer = serde_json::Serializer::with_formatter(&mut bytes, ScriptSafe);
+        // Serialising plain data into memory: the only failure would be a map with keys that
+        // are not strings, which no type here has.
+        if value.serialize(&mut writer).is_err() {
+            return Markup(String::from("null"));
+        }
+        Markup(String::from_utf8(bytes).unwrap_or_else(|_| String::from("null")))
+    }
+
     /// Pieces of markup joined by a separator (itself markup).
     pub fn join(parts: &[Markup], separator: &'static str) -> Markup {
         let parts: Vec<&str> = parts.iter().map(|m| m.0.as_str()).collect();
@@ -48,6 +63,30 @@ impl Markup {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// serde_json's compact format, but for the characters that mean something to an HTML parser
+/// inside a `<script>` element, which it escapes wherever a string holds them.
+struct ScriptSafe;
+
+impl serde_json::ser::Formatter for ScriptSafe {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut rest = fragment;
+        while let Some(at) = rest.find(['<', '>', '&']) {
+            writer.write_all(&rest.as_bytes()[..at])?;
+            writer.write_all(match rest.as_bytes()[at] {
+                b'<' => b"\\u003c",
+                b'>' => b"\\u003e",
+                _ => b"\\u0026",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        writer.write_all(rest.as_bytes())
     }
 }
 
@@ -154,6 +193,20 @@ mod tests {
             out,
             "<p title=\"&quot;x&quot;\">2.3 <code>a&lt;b &amp; &#39;c&#39;</code></p>\n"
         );
+    }
+
+    #[test]
+    fn json_for_a_data_block_cannot_end_it() {
+        let name = "</script><script>alert(1)</script><!-- & \"q\"";
+        let block = super::Markup::json(&serde_json::json!({ "frames": [name], name: 1 }));
+        let text = block.as_str();
+        assert!(
+            !text.contains('<') && !text.contains('>') && !text.contains('&'),
+            "{text}"
+        );
+        let back: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(back["frames"][0], name);
+        assert_eq!(back[name], 1);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod breakdown;
 pub mod chart;
 pub mod cluster;
 pub mod cluster_chart;
+pub mod explorer;
 pub mod flames;
 pub mod html;
 mod inline;
@@ -104,6 +105,8 @@ pub struct ReportModel<'a> {
     pub baseline: Option<BaselineView<'a>>,
     pub rules: &'a [Outcome],
     pub flamegraphs: &'a [Flamegraph],
+    /// What the page's explorer carries of the profiles.
+    pub explorer: Option<&'a explorer::CarriedStacks>,
     /// Largest in-use heap captured per boot cycle.
     pub peak_heap: &'a [(u32, i64)],
     pub envoy: Option<EnvoyView<'a>>,

@@ -178,7 +178,8 @@ fn live_labels_survive_a_drain_cut_and_a_later_push() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
     assert!(
-        util::stdout(&out).contains("\"gateway\" (as chosen with --service)"),
+        // Given to the collect that recorded it, not to this push: kept in run.json.
+        util::stdout(&out).contains("\"gateway\" (as kept in the run's run.json"),
         "{}",
         util::stdout(&out)
     );
