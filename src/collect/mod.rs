@@ -32,10 +32,13 @@ pub use cluster::start;
 pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
 
+use crate::analyse::reduce::OwnCode;
 use crate::decode::{self, DecodeLimits, stackdump};
 use crate::index::{CaptureIndexer, Content as IndexContent, OwnCodes};
 use crate::source::procmem::MemoryProbe;
-use crate::source::{BodyTap, FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
+use crate::source::{
+    BodyTap, FailureKind, FetchError, MadeSites, Reply, Source, SourceKind, Want, memstats,
+};
 use crate::store::{CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
 use exits::ExitWatcher;
@@ -134,6 +137,9 @@ pub struct CollectSummary {
     pub responded: bool,
     pub last_error: Option<String>,
     pub disk_error: Option<String>,
+    /// Stored captures the collector's indexer wrote no entry for (left out while decoding
+    /// was paced, or still waiting at the exit's grace): the first analysis builds them.
+    pub unindexed: u64,
 }
 
 /// Told about every attempt, for the live status line.
@@ -265,6 +271,9 @@ pub struct Collector {
     goroutine_cost: Cost,
     /// The content the current attempt decoded, for the indexer once it is durable.
     to_index: Option<IndexContent>,
+    /// The figures per site the source made with the current attempt's profile (proc): its
+    /// index entry without a decode, when named for its boot cycle's own code.
+    made_sites: Option<MadeSites>,
     /// Wakes the collector for a heap capture before its due time (at most one per burst
     /// interval).
     nudge: Option<Nudge>,
@@ -343,6 +352,8 @@ impl Collector {
             CaptureIndexer::start_paced(writer.root(), Arc::new(move || clock.now()))
         };
         let own_codes = OwnCodes::of(&existing.records);
+        let mut source = source;
+        source.name_sites(crate::index::build::site_naming());
         Collector {
             config,
             kind: source.kind(),
@@ -375,6 +386,7 @@ impl Collector {
                 responded: false,
                 last_error: None,
                 disk_error: None,
+                unindexed: 0,
             },
             last_stored: BTreeMap::new(),
             failing_since: None,
@@ -399,6 +411,7 @@ impl Collector {
             indexer,
             own_codes,
             to_index: None,
+            made_sites: None,
             ends_to_tell: Vec::new(),
             heap_cost: Cost::default(),
             goroutine_cost: Cost::default(),
@@ -805,6 +818,7 @@ impl Collector {
             observer.ended(&end);
         }
         self.summary.cycles = self.cycles.current();
+        self.summary.unindexed = self.indexer.finish(crate::index::INDEX_GRACE);
         Ok(self.summary)
     }
 
@@ -909,7 +923,7 @@ impl Collector {
                 // What the body gunzips to, from a source that made it (proc): checked and
                 // summed as it is, never gunzipped again.
                 let made = reply
-                    .raw
+                    .made
                     .filter(|_| matches!(want, Want::Heap | Want::Goroutine));
                 let bytes: Arc<[u8]> = reply.bytes.into();
                 // A profile was written under a temporary name and gunzipped on the blocking
@@ -939,7 +953,7 @@ impl Collector {
                     _ => {
                         let pid = record.pid;
                         let streamed = match (&mut intake, made) {
-                            (_, Some(raw)) => Made(raw),
+                            (_, Some(made)) => Made(made),
                             (Some(intake), None) => Gunzipped(intake.gunzipped().await),
                             (None, None) => Gunzipped(Streamed::Recheck),
                         };
@@ -1001,12 +1015,22 @@ impl Collector {
         if record.is_ok() && record.cycle > self.cycle_noted {
             self.note_cycle(&record).await?;
         }
+        let made_sites = self.made_sites.take();
         if let Some(content) = self.to_index.take() {
             // Durable and recorded, and its cycle's build noted (its main module names the
             // sites): only now is its index entry made, off this thread.
             if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
                 let path = self.root.join(file);
                 let own = self.own_codes.of_cycle(record.cycle);
+                let content = match (made_sites, content) {
+                    // Named as a decode would name them: no decode.
+                    (Some(sites), IndexContent::Profile(raw))
+                        if OwnCode::module(sites.module.as_deref().unwrap_or("")) == *own =>
+                    {
+                        IndexContent::Figures(sites.into(), raw.len() as u64)
+                    }
+                    (_, content) => content,
+                };
                 self.indexer.add(&record, path, content, own);
             }
         }
@@ -1166,7 +1190,10 @@ impl Collector {
     ) -> Result<(), Invalid> {
         let limits = self.config.decode;
         let (raw, summary) = match streamed {
-            Made(raw) => {
+            Made(made) => {
+                record.gc = made.gc;
+                self.made_sites = made.sites;
+                let raw = made.raw;
                 let summed = tokio::task::spawn_blocking(move || {
                     if raw.len() as u64 > limits.max_decompressed {
                         let max = limits.max_decompressed;
@@ -1290,7 +1317,7 @@ struct Invalid(String);
 /// it, or the protobuf the source made and gzipped itself.
 enum Body {
     Gunzipped(Streamed),
-    Made(Vec<u8>),
+    Made(crate::source::Made),
 }
 use Body::{Gunzipped, Made};
 

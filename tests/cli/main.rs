@@ -14,6 +14,7 @@ mod cluster_analysis;
 mod collect_crash;
 mod collect_faults;
 mod collect_flags;
+mod collect_index;
 mod collect_oom;
 mod collect_tls;
 mod collect_truth;

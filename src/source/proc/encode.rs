@@ -14,8 +14,10 @@ use prost::Message as _;
 
 use super::pclntab::{Frame, Pclntab};
 use super::pieces::{Piece, Pieces};
+use super::sites::{NO_SITE, SAMPLE_TYPES, SiteSums, Values};
 use super::walk::MemRecord;
 use crate::decode::pb;
+use crate::source::{MadeSites, SiteNaming};
 
 /// Resolves the target's runtime PCs against the binary's table (link-time addresses).
 pub struct Symbols<'a> {
@@ -156,6 +158,10 @@ struct Tables {
     /// Every entry made so far, as `Profile` fields (mapping, location, function, string).
     encoded: Vec<u8>,
     deck: Deck,
+    /// Each function's name, by id less one.
+    function_names: Vec<String>,
+    /// Each location's functions (ids), in the order of its lines, by id less one.
+    location_functions: Vec<Box<[u64]>>,
 }
 
 impl Tables {
@@ -203,6 +209,7 @@ impl Tables {
                     };
                     prost::encoding::message::encode(5, &function, &mut self.encoded);
                     self.function_ids.insert(frame.function.clone(), fid);
+                    self.function_names.push(frame.function.clone());
                     fid
                 }
             };
@@ -225,6 +232,8 @@ impl Tables {
             is_folded: false,
         };
         prost::encoding::message::encode(4, &location, &mut self.encoded);
+        self.location_functions
+            .push(location.line.iter().map(|l| l.function_id).collect());
         self.deck.frames = frames;
         self.deck.clear();
         Some(id)
@@ -274,6 +283,20 @@ impl Tables {
 }
 
 impl Tables {
+    /// The function names of the frames of `locs` (location ids), leaf first, into `frames`.
+    fn frame_names<'t>(&'t self, locs: &[u64], frames: &mut Vec<&'t str>) {
+        for &loc in locs {
+            let Some(functions) = self.location_functions.get(loc as usize - 1) else {
+                continue;
+            };
+            for &f in functions.iter() {
+                if let Some(name) = self.function_names.get(f as usize - 1) {
+                    frames.push(name);
+                }
+            }
+        }
+    }
+
     /// Empty tables holding the target's executable mappings.
     fn with_mappings(mappings: &[ExeMapping]) -> Tables {
         let mut t = Tables::default();
@@ -346,6 +369,9 @@ pub struct Encoder {
     /// Its length, so a buffer taken away is reserved at once at that size the next time.
     raw_len: usize,
     stack: Vec<u64>,
+    /// Each site's sums over the samples, and the last profile's entry (see [`super::sites`]).
+    sites: SiteSums,
+    entry: Option<MadeSites>,
 }
 
 /// Buckets per deflated piece of a heap profile's samples (~70 KB of protobuf).
@@ -363,6 +389,8 @@ struct BucketSample {
     /// Bytes of `body` holding the location ids (written once).
     locations: usize,
     body: Vec<u8>,
+    /// Its site (see [`super::sites`]).
+    site: u32,
 }
 
 impl Encoder {
@@ -373,14 +401,12 @@ impl Encoder {
             unit: t.intern(unit),
         };
         let period_type = Some(vt("space", "bytes"));
-        let sample_type = vec![
-            vt("alloc_objects", "count"),
-            vt("alloc_space", "bytes"),
-            vt("inuse_objects", "count"),
-            vt("inuse_space", "bytes"),
-            vt("recent_objects", "count"),
-            vt("recent_space", "bytes"),
-        ];
+        let units = ["count", "bytes"].into_iter().cycle();
+        let sample_type = SAMPLE_TYPES
+            .iter()
+            .zip(units)
+            .map(|(ty, unit)| vt(ty, unit))
+            .collect();
         let bytes_key = t.intern("bytes");
         let default_type = t.intern("inuse_space");
         Encoder {
@@ -398,7 +424,23 @@ impl Encoder {
             raw: Vec::new(),
             raw_len: 0,
             stack: Vec::new(),
+            sites: SiteSums::default(),
+            entry: None,
         }
+    }
+
+    /// Names each capture's sites with `naming` from now on, for the program of `module`
+    /// (see [`Encoder::take_sites`]).
+    pub fn name_sites(&mut self, naming: &SiteNaming, module: Option<&str>) {
+        self.sites.name_with(naming, module);
+        // Every bucket is named again, so every sample is written again.
+        self.samples.clear();
+        self.deflated.clear();
+    }
+
+    /// The last profile's figures per site, once: its site index entry.
+    pub fn take_sites(&mut self) -> Option<MadeSites> {
+        self.entry.take()
     }
 
     /// The protobuf the last [`Encoder::heap_profile_gz`] gzipped, handed over whole (what the
@@ -455,6 +497,9 @@ impl Encoder {
             self.deflated.clear();
             self.list = list;
         }
+        if self.samples.is_empty() {
+            self.sites.clear();
+        }
         let n = records.len();
         self.samples.resize_with(n, BucketSample::default);
         let mut locs = Vec::new();
@@ -479,6 +524,9 @@ impl Encoder {
             ];
             if sample.bucket != r.bucket || r.bucket == 0 {
                 dirty[piece] = true;
+                if let Some(old) = &sample.figures {
+                    self.sites.remove(sample.site, &heap_values(old));
+                }
                 locs.clear();
                 let lead = r
                     .stack
@@ -493,18 +541,31 @@ impl Encoder {
                 if !locs.is_empty() {
                     prost::encoding::uint64::encode_packed(1, &locs, &mut body);
                 }
+                let site = if self.sites.naming() {
+                    let mut frames = Vec::new();
+                    self.tables.frame_names(&locs, &mut frames);
+                    self.sites.site(&frames)
+                } else {
+                    NO_SITE
+                };
                 *sample = BucketSample {
                     bucket: r.bucket,
                     figures: None,
                     locations: body.len(),
                     body,
+                    site,
                 };
             }
             if sample.figures != Some(figures) {
                 dirty[piece] = true;
+                let values = heap_values(&figures);
+                if let Some(old) = &sample.figures {
+                    self.sites.remove(sample.site, &heap_values(old));
+                }
+                self.sites.add(sample.site, &values);
                 sample.figures = Some(figures);
                 sample.body.truncate(sample.locations);
-                write_heap_values(&r, rate, self.bytes_key, &mut sample.body);
+                write_heap_values(&r, &values, self.bytes_key, &mut sample.body);
             }
             // `Sample` by hand (what prost would write for it).
             prost::encoding::encode_key(
@@ -516,6 +577,7 @@ impl Encoder {
             self.raw.extend_from_slice(&sample.body);
         }
         self.samples = samples;
+        self.entry = self.sites.entry();
         let samples_end = self.raw.len();
         let head = pb::Profile {
             sample_type: self.sample_type.clone(),
@@ -548,17 +610,28 @@ impl Encoder {
     }
 }
 
+/// A heap `Sample`'s six values from a record's figures (six counts, then the sampling rate),
+/// scaled as `writeHeapProto` scales them.
+fn heap_values(figures: &[i64; 7]) -> Values {
+    let [
+        alloc_objects,
+        alloc_bytes,
+        free_objects,
+        free_bytes,
+        recent_objects,
+        recent_bytes,
+        rate,
+    ] = *figures;
+    let (ao, ab) = scale_heap_sample(alloc_objects, alloc_bytes, rate);
+    let (io, ib) = scale_heap_sample(alloc_objects - free_objects, alloc_bytes - free_bytes, rate);
+    let (ro, rb) = scale_heap_sample(recent_objects, recent_bytes, rate);
+    [ao, ab, io, ib, ro, rb]
+}
+
 /// A heap `Sample`'s values and its `bytes` label (the average object size), after its
 /// location ids: what `writeHeapProto` writes for one record.
-fn write_heap_values(r: &MemRecord, rate: i64, bytes_key: i64, body: &mut Vec<u8>) {
-    let (ao, ab) = scale_heap_sample(r.alloc_objects, r.alloc_bytes, rate);
-    let (io, ib) = scale_heap_sample(
-        r.alloc_objects - r.free_objects,
-        r.alloc_bytes - r.free_bytes,
-        rate,
-    );
-    let (ro, rb) = scale_heap_sample(r.recent_objects, r.recent_bytes, rate);
-    prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib, ro, rb], body);
+fn write_heap_values(r: &MemRecord, values: &Values, bytes_key: i64, body: &mut Vec<u8>) {
+    prost::encoding::int64::encode_packed(2, values, body);
     let block = if r.alloc_objects > 0 {
         r.alloc_bytes / r.alloc_objects
     } else {

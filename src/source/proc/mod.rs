@@ -12,6 +12,7 @@ pub mod memstats;
 pub mod module;
 pub mod pclntab;
 pub mod pieces;
+pub mod sites;
 pub mod stripped;
 pub mod walk;
 
@@ -29,7 +30,7 @@ use self::binary::{BinaryError, GoBinary};
 use self::encode::{Encoder, ExeMapping, GoroutineEncoder, Symbols};
 use self::memory::{MapLine, ProcessMemory, ReadFault, TargetMemory as _};
 use self::walk::{Anchors, Layout, Limits, WalkError};
-use super::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
+use super::{FailureKind, FetchError, Made, Reply, SiteNaming, Source, SourceKind, Want};
 use crate::model::build::BuildInfo;
 
 /// What a user without ptrace rights over the target needs; said on every EPERM.
@@ -751,11 +752,16 @@ impl Source for ProcSource {
     }
 
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
-        let mut raw = None;
+        let mut made = None;
         let bytes = match want {
             Want::Heap => {
                 let gz = self.capture_heap(timeout)?;
-                raw = Some(self.encoder.take_raw()).filter(|r| !r.is_empty());
+                let raw = self.encoder.take_raw();
+                made = (!raw.is_empty()).then(|| Made {
+                    raw,
+                    sites: self.encoder.take_sites(),
+                    gc: None,
+                });
                 gz
             }
             Want::Goroutine => self.capture_goroutines(timeout)?,
@@ -770,8 +776,13 @@ impl Source for ProcSource {
         Ok(Reply {
             bytes,
             pid: Some(self.pid),
-            raw,
+            made,
         })
+    }
+
+    fn name_sites(&mut self, naming: SiteNaming) {
+        let module = self.binary.build.module.clone();
+        self.encoder.name_sites(&naming, module.as_deref());
     }
 
     fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
@@ -783,6 +794,8 @@ impl Source for ProcSource {
                 .filter(|v| !v.is_empty() && v != "(devel)"),
             go_version: Some(b.go_version.clone()),
             vcs_revision: b.vcs_revision.clone(),
+            // What the sites of its captures are named for (see `name_sites`).
+            module: b.module.clone(),
             ..BuildInfo::default()
         })
     }
