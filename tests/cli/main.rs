@@ -24,6 +24,7 @@ mod discovery;
 mod envoy;
 mod episodes;
 mod flame;
+mod gc_clock;
 mod growth;
 mod index;
 mod oracle;

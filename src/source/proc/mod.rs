@@ -32,6 +32,7 @@ use self::memory::{MapLine, ProcessMemory, ReadFault, TargetMemory as _};
 use self::walk::{Anchors, Layout, Limits, WalkError};
 use super::{FailureKind, FetchError, Made, Reply, SiteNaming, Source, SourceKind, Want};
 use crate::model::build::BuildInfo;
+use crate::model::capture::GcClock;
 
 /// What a user without ptrace rights over the target needs; said on every EPERM.
 pub const PTRACE_HELP: &str = "reading another process's memory needs ptrace rights over it: \
@@ -116,6 +117,8 @@ pub struct ProcSource {
     /// The last capture's snapshot, handed back to the reader for its buffers: 100,000
     /// buckets refilled in place rather than in fresh memory each capture.
     spare: walk::Snapshot,
+    /// The last heap capture's GC clock.
+    gc: Option<GcClock>,
 }
 
 /// What one capture reads.
@@ -361,10 +364,15 @@ impl ProcSource {
             })
             .collect();
         let vars = binary.vars;
+        let mem_layout = binary.build.release().and_then(memstats::mem_layout_for);
         let anchors = Anchors {
             mbuckets: vars.mbuckets.wrapping_add(bias),
             mprof_cycle: vars.mprof_cycle.wrapping_add(bias),
             prof_mem_active_lock: vars.prof_mem_active_lock.map(|a| a.wrapping_add(bias)),
+            numgc: vars.memstats.zip(mem_layout).map(|([m, ..], layout)| {
+                m.wrapping_add(bias)
+                    .wrapping_add(memstats::numgc_offset(&layout))
+            }),
         };
         let goroutines = vars
             .allgs
@@ -374,19 +382,16 @@ impl ProcSource {
             target,
             goroutines: goroutines.map(|(at, l)| (at.wrapping_add(bias), l)),
             goroutine_encoder: GoroutineEncoder::new(&mappings),
-            memstats: vars
-                .memstats
-                .zip(binary.build.release().and_then(memstats::mem_layout_for))
-                .map(|([m, g, h, p], layout)| {
-                    let at = |a: u64| a.wrapping_add(bias);
-                    let anchors = memstats::MemAnchors {
-                        memstats: at(m),
-                        gc_controller: at(g),
-                        mheap: at(h),
-                        allp: at(p),
-                    };
-                    (anchors, layout)
-                }),
+            memstats: vars.memstats.zip(mem_layout).map(|([m, g, h, p], layout)| {
+                let at = |a: u64| a.wrapping_add(bias);
+                let anchors = memstats::MemAnchors {
+                    memstats: at(m),
+                    gc_controller: at(g),
+                    mheap: at(h),
+                    allp: at(p),
+                };
+                (anchors, layout)
+            }),
             rate_addr: vars.mem_profile_rate.wrapping_add(bias),
             binary,
             layout,
@@ -402,6 +407,7 @@ impl ProcSource {
             limits: Limits::default(),
             reader: None,
             spare: walk::Snapshot::default(),
+            gc: None,
         };
         let mut flag = [0u8; 1];
         let disable_at = vars.disable_memory_profiling.wrapping_add(bias);
@@ -634,7 +640,8 @@ impl ProcSource {
         crate::time::now_ns()
     }
 
-    /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`.
+    /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`. Its GC
+    /// clock is [`ProcSource::gc_clock`].
     pub fn capture_heap(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
         let Read::Heap(rate, snapshot) = self.read(Job::Heap, timeout)? else {
             return Err(self.fail(FailureKind::Other, "the reader answered another question"));
@@ -651,8 +658,19 @@ impl ProcSource {
             &syms,
             Self::now_nanos(),
         );
+        self.gc = snapshot.num_gc.map(|num_gc| GcClock {
+            num_gc,
+            profile_cycle: Some(snapshot.cycle),
+        });
         self.spare = snapshot;
         Ok(gz)
+    }
+
+    /// The runtime's GC clock as the last heap capture read it, in the same consistent read
+    /// as its profile: `numgc` and the profile cycle did not move from before its walk to
+    /// after. `None` when the runtime's MemStats were not found.
+    pub fn gc_clock(&self) -> Option<GcClock> {
+        self.gc
     }
 
     /// True when this process's goroutines can be read (a supported release whose
@@ -760,7 +778,7 @@ impl Source for ProcSource {
                 made = (!raw.is_empty()).then(|| Made {
                     raw,
                     sites: self.encoder.take_sites(),
-                    gc: None,
+                    gc: self.gc,
                 });
                 gz
             }

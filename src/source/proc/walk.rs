@@ -71,6 +71,9 @@ pub struct Anchors {
     pub mbuckets: u64,
     pub mprof_cycle: u64,
     pub prof_mem_active_lock: Option<u64>,
+    /// `memstats.numgc`, when the runtime's MemStats are found: read with the cycle counter,
+    /// so a capture says how many GC cycles had ended when its profile was the published one.
+    pub numgc: Option<u64>,
 }
 
 /// One `memRecordCycle`.
@@ -108,6 +111,9 @@ pub struct Bucket {
 pub struct Snapshot {
     /// `mProfCycle.read()`: the counter without its flushed bit.
     pub cycle: u32,
+    /// `memstats.numgc` over the same walk (when its address is known): the GC cycles
+    /// completed, unchanged from before the walk to after it, as the cycle counter was.
+    pub num_gc: Option<u32>,
     /// `runtime.mbuckets` when the list was read: a later walk reads only the buckets in
     /// front of it (0: not a whole list).
     pub head: u64,
@@ -327,9 +333,22 @@ fn read_u32(mem: &dyn TargetMemory, addr: u64, what: &'static str) -> Result<u32
     Ok(u32::from_le_bytes(b))
 }
 
-/// (cycle counter word, is the active-profile lock held).
-fn guard(mem: &dyn TargetMemory, a: &Anchors, layout: &Layout) -> Result<(u32, bool), WalkError> {
+/// What is read before, in the middle of and after a walk: the walk stands when the clock is
+/// the same at all three and the lock free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Guard {
+    /// The cycle counter word and `numgc`.
+    clock: (u32, Option<u32>),
+    /// The active-profile lock is held.
+    held: bool,
+}
+
+fn guard(mem: &dyn TargetMemory, a: &Anchors, layout: &Layout) -> Result<Guard, WalkError> {
     let cycle = read_u32(mem, a.mprof_cycle, "runtime.mProfCycle")?;
+    let numgc = match a.numgc {
+        Some(at) => Some(read_u32(mem, at, "runtime.memstats.numgc")?),
+        None => None,
+    };
     let held = match a.prof_mem_active_lock {
         Some(addr) => {
             let key = mem.read_u64(addr).map_err(|fault| WalkError::Read {
@@ -344,7 +363,10 @@ fn guard(mem: &dyn TargetMemory, a: &Anchors, layout: &Layout) -> Result<(u32, b
         }
         None => false,
     };
-    Ok((cycle, held))
+    Ok(Guard {
+        clock: (cycle, numgc),
+        held,
+    })
 }
 
 fn cycle_at(body: &[u8], n: usize, k: usize) -> Cycle {
@@ -806,8 +828,9 @@ pub fn walk_reusing(
 ) -> Result<Snapshot, WalkError> {
     let mut list = std::mem::take(&mut buffers.spare);
     match attempts(mem, anchors, layout, limits, &mut list, buffers) {
-        Ok(cycle) => {
-            list.cycle = cycle;
+        Ok((cycle, num_gc)) => {
+            list.cycle = cycle >> 1;
+            list.num_gc = num_gc;
             Ok(list)
         }
         Err(e) => {
@@ -822,7 +845,8 @@ pub fn walk_reusing(
     }
 }
 
-/// Up to `limits.attempts` tries at a still list: its profile cycle when one is read.
+/// Up to `limits.attempts` tries at a still list: the clock it was read under (the cycle
+/// counter word, `numgc`) when one is read.
 fn attempts(
     mem: &dyn TargetMemory,
     anchors: &Anchors,
@@ -830,24 +854,24 @@ fn attempts(
     limits: &Limits,
     list: &mut Snapshot,
     buffers: &mut Buffers,
-) -> Result<u32, WalkError> {
+) -> Result<(u32, Option<u32>), WalkError> {
     for _ in 0..limits.attempts.max(1) {
         if limits.past() {
             return Err(WalkError::Deadline {
                 buckets: list.buckets.len(),
             });
         }
-        let (mut before, mut held_before) = guard(mem, anchors, layout)?;
+        let mut before = guard(mem, anchors, layout)?;
         // A GC's flush holds the lock for a pass over every bucket (milliseconds on a large
         // profile): waiting it out costs nothing, where walking into it wastes a whole attempt.
         for _ in 0..LOCK_POLLS {
-            if !held_before || limits.past() {
+            if !before.held || limits.past() {
                 break;
             }
             std::thread::sleep(LOCK_POLL);
-            (before, held_before) = guard(mem, anchors, layout)?;
+            before = guard(mem, anchors, layout)?;
         }
-        if held_before {
+        if before.held {
             continue;
         }
         let head = mem
@@ -857,17 +881,15 @@ fn attempts(
                 fault,
             })?;
         bring_up_to(mem, head, layout, limits, list, buffers)?;
-        let (middle, held_middle) = guard(mem, anchors, layout)?;
-        if middle != before || held_middle {
+        if guard(mem, anchors, layout)? != before {
             continue;
         }
-        let cycle = before >> 1;
+        let cycle = before.clock.0 >> 1;
         if !unchanged(mem, layout, &list.buckets, cycle, limits, buffers)? {
             continue;
         }
-        let (after, held_after) = guard(mem, anchors, layout)?;
-        if before == after && !held_after {
-            return Ok(cycle);
+        if guard(mem, anchors, layout)? == before {
+            return Ok(before.clock);
         }
     }
     Err(WalkError::Busy {

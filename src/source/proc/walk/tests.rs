@@ -13,6 +13,7 @@ const ANCHORS: Anchors = Anchors {
     mbuckets: 0x1000,
     mprof_cycle: 0x1008,
     prof_mem_active_lock: Some(0x1010),
+    numgc: None,
 };
 
 /// An image: the three variables at 0x1000, then buckets from 0x2000 linked in order.
@@ -89,6 +90,7 @@ fn walks_the_list_and_flushes_the_current_slot() {
 fn before_the_first_gc_every_cycle_is_summed() {
     let snap = Snapshot {
         cycle: 0,
+        num_gc: None,
         head: 0x2000,
         list: 1,
         stacks: vec![1],
@@ -538,4 +540,65 @@ mod garbage {
             }
         }
     }
+}
+
+/// `numgc` read at each of the walk's guard reads; the `at`-th read and those after it see
+/// one more GC ended.
+struct EndingGc {
+    image: ImageMemory,
+    reads: std::cell::Cell<usize>,
+    at: usize,
+}
+
+impl TargetMemory for EndingGc {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
+        if addr == 0x100c {
+            let n = self.reads.get() + 1;
+            self.reads.set(n);
+            let numgc: u32 = if n >= self.at { 8 } else { 7 };
+            buf.copy_from_slice(&numgc.to_le_bytes());
+            return Ok(());
+        }
+        self.image.read(addr, buf)
+    }
+}
+
+#[test]
+fn numgc_is_read_with_the_walk_and_a_gc_ending_inside_it_is_retried() {
+    let anchors = Anchors {
+        numgc: Some(0x100c),
+        ..ANCHORS
+    };
+    let image = || {
+        image(
+            (4 << 1) | 1,
+            &[(vec![1], rec([3, 0, 30, 0], [0; 4], [0; 4], [0; 4]))],
+            &[0x2000],
+        )
+    };
+    let still = EndingGc {
+        image: image(),
+        reads: std::cell::Cell::new(0),
+        at: usize::MAX,
+    };
+    let snap = walk(&still, &anchors, &LAYOUT, &Limits::default()).unwrap();
+    assert_eq!((snap.cycle, snap.num_gc), (4, Some(7)));
+    assert_eq!(
+        still.reads.get(),
+        3,
+        "before, in the middle and after the walk"
+    );
+    // A GC ends between the first read and the middle one: that attempt is not trusted, the
+    // next reads 8 three times.
+    let ending = EndingGc {
+        image: image(),
+        reads: std::cell::Cell::new(0),
+        at: 2,
+    };
+    let snap = walk(&ending, &anchors, &LAYOUT, &Limits::default()).unwrap();
+    assert_eq!(snap.num_gc, Some(8));
+    assert_eq!(ending.reads.get(), 5);
+    // Without the address, no count.
+    let snap = walk(&image(), &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+    assert_eq!(snap.num_gc, None);
 }
