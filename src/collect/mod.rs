@@ -36,9 +36,7 @@ use crate::analyse::reduce::OwnCode;
 use crate::decode::{self, DecodeLimits, stackdump};
 use crate::index::{CaptureIndexer, Content as IndexContent, OwnCodes};
 use crate::source::procmem::MemoryProbe;
-use crate::source::{
-    BodyTap, FailureKind, FetchError, MadeSites, Reply, Source, SourceKind, Want, memstats,
-};
+use crate::source::{BodyTap, FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
 use crate::store::{CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
 use exits::ExitWatcher;
@@ -271,9 +269,10 @@ pub struct Collector {
     goroutine_cost: Cost,
     /// The content the current attempt decoded, for the indexer once it is durable.
     to_index: Option<IndexContent>,
-    /// The figures per site the source made with the current attempt's profile (proc): its
-    /// index entry without a decode, when named for its boot cycle's own code.
-    made_sites: Option<MadeSites>,
+    /// When `to_index` holds the figures per site the source made with the profile (proc),
+    /// the main module they were named for: they are its entry only if that is its boot
+    /// cycle's own code.
+    named_for: Option<Option<String>>,
     /// Wakes the collector for a heap capture before its due time (at most one per burst
     /// interval).
     nudge: Option<Nudge>,
@@ -411,7 +410,7 @@ impl Collector {
             indexer,
             own_codes,
             to_index: None,
-            made_sites: None,
+            named_for: None,
             ends_to_tell: Vec::new(),
             heap_cost: Cost::default(),
             goroutine_cost: Cost::default(),
@@ -1015,23 +1014,20 @@ impl Collector {
         if record.is_ok() && record.cycle > self.cycle_noted {
             self.note_cycle(&record).await?;
         }
-        let made_sites = self.made_sites.take();
+        let named_for = self.named_for.take();
         if let Some(content) = self.to_index.take() {
             // Durable and recorded, and its cycle's build noted (its main module names the
             // sites): only now is its index entry made, off this thread.
             if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
                 let path = self.root.join(file);
                 let own = self.own_codes.of_cycle(record.cycle);
-                let content = match (made_sites, content) {
-                    // Named as a decode would name them: no decode.
-                    (Some(sites), IndexContent::Profile(raw))
-                        if OwnCode::module(sites.module.as_deref().unwrap_or("")) == *own =>
-                    {
-                        IndexContent::Figures(sites.into(), raw.len() as u64)
-                    }
-                    (_, content) => content,
-                };
-                self.indexer.add(&record, path, content, own);
+                let named_as_decoded =
+                    named_for.is_none_or(|m| OwnCode::module(m.as_deref().unwrap_or("")) == *own);
+                if named_as_decoded {
+                    self.indexer.add(&record, path, content, own);
+                } else {
+                    self.indexer.leave_out();
+                }
             }
         }
         self.pace_idle(&record);
@@ -1189,21 +1185,18 @@ impl Collector {
         streamed: Body,
     ) -> Result<(), Invalid> {
         let limits = self.config.decode;
+        let mut sites = None;
+        let mut len = 0;
         let (raw, summary) = match streamed {
             Made(made) => {
                 record.gc = made.gc;
-                self.made_sites = made.sites;
-                let raw = made.raw;
-                let summed = tokio::task::spawn_blocking(move || {
-                    if raw.len() as u64 > limits.max_decompressed {
-                        let max = limits.max_decompressed;
-                        return Err(Invalid(decode::DecodeError::TooLarge { max }.to_string()));
-                    }
-                    let summary = decode::summarize(&raw).map_err(|e| Invalid(e.to_string()))?;
-                    Ok::<_, Invalid>((raw, summary))
-                })
-                .await;
-                joined(summed)?
+                if made.len > limits.max_decompressed {
+                    let max = limits.max_decompressed;
+                    return Err(Invalid(decode::DecodeError::TooLarge { max }.to_string()));
+                }
+                len = made.len;
+                sites = made.sites;
+                (made.raw.unwrap_or_default(), made.summary)
             }
             Gunzipped(Streamed::Profile(raw, summary)) => (raw, summary),
             Gunzipped(Streamed::Invalid(message)) => return Err(Invalid(message)),
@@ -1233,7 +1226,14 @@ impl Collector {
         }
         record.totals = totals;
         self.keep_or_dedup(record, hash, "pb.gz");
-        self.to_index = Some(IndexContent::Profile(raw));
+        // Figures made with the profile need no decode, and the protobuf is let go now.
+        self.to_index = Some(match sites {
+            Some(sites) => {
+                self.named_for = Some(sites.module.clone());
+                IndexContent::Figures(sites.into(), len)
+            }
+            None => IndexContent::Profile(raw),
+        });
         Ok(())
     }
 

@@ -155,6 +155,12 @@ impl CaptureIndexer {
         }
     }
 
+    /// Counts a stored capture whose entry the collector cannot give (figures named for
+    /// another program than its boot cycle's): the first analysis builds it.
+    pub fn leave_out(&self) {
+        self.shared.left_out.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Lets the thread write what waits for up to `within`, then stops it: the captures given
     /// that got no entry (the first analysis builds them).
     pub fn finish(&mut self, within: Duration) -> u64 {

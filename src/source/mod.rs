@@ -102,9 +102,14 @@ pub struct Reply {
 /// What a source that makes its profiles (proc) hands over beside the gzipped bytes.
 #[derive(Debug, Clone)]
 pub struct Made {
-    /// What the bytes gunzip to: the collector checks and sums these instead of gunzipping
-    /// the bytes again.
-    pub raw: Vec<u8>,
+    /// The length of what the bytes gunzip to (the protobuf).
+    pub len: u64,
+    /// The protobuf's totals and content hash, as `decode::summarize` gives them: the
+    /// collector neither gunzips nor sums the bytes again.
+    pub summary: crate::decode::Summary,
+    /// The protobuf itself, when the collector must decode it to index the capture (no
+    /// `sites`); `None` otherwise, and the source keeps its buffer for the next one.
+    pub raw: Option<Vec<u8>>,
     /// A heap capture's figures per site, named as [`Source::name_sites`] asked: the site
     /// index's entry, with no profile decoded again.
     pub sites: Option<MadeSites>,

@@ -52,15 +52,17 @@ fn a_proc_collect_at_1ms_leaves_every_stored_capture_in_the_site_index() {
         "--interval",
         "1ms",
         "--duration",
-        "8s",
+        "10s",
         "--memstats-interval",
         "0",
     ]);
     assert!(out.status.success(), "{}", util::stderr(&out));
     let said = util::stderr(&out);
     assert!(!said.contains("not in the site index"), "{said}");
+    // A few hundred on a quiet machine (260 in 8 s at a load of 6, this debug build); the
+    // floor leaves room for a machine busy with other builds, the index must cover them all.
     let stored = stored_captures(&run);
-    assert!(stored >= 200, "{stored} captures stored in 8 s at 1 ms");
+    assert!(stored >= 100, "{stored} captures stored in 10 s at 1 ms");
 
     // Every stored capture has a fresh entry: `index` builds nothing, so neither would the
     // first analysis (it decodes exactly the captures without one).

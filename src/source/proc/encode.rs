@@ -16,7 +16,7 @@ use super::pclntab::{Frame, Pclntab};
 use super::pieces::{Piece, Pieces};
 use super::sites::{NO_SITE, SAMPLE_TYPES, SiteSums, Values};
 use super::walk::MemRecord;
-use crate::decode::pb;
+use crate::decode::{Summary, pb};
 use crate::source::{MadeSites, SiteNaming};
 
 /// Resolves the target's runtime PCs against the binary's table (link-time addresses).
@@ -372,6 +372,10 @@ pub struct Encoder {
     /// Each site's sums over the samples, and the last profile's entry (see [`super::sites`]).
     sites: SiteSums,
     entry: Option<MadeSites>,
+    /// Every sample's values summed, wrapping (the profile's totals per sample type), and the
+    /// last profile's content hash.
+    totals: Values,
+    hash: String,
 }
 
 /// Buckets per deflated piece of a heap profile's samples (~70 KB of protobuf).
@@ -426,16 +430,50 @@ impl Encoder {
             stack: Vec::new(),
             sites: SiteSums::default(),
             entry: None,
+            totals: [0; 6],
+            hash: String::new(),
         }
+    }
+
+    /// The last profile's totals per sample type and content hash: what `decode::summarize`
+    /// gives for its protobuf, kept as the samples were written rather than read again.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            totals: SAMPLE_TYPES
+                .iter()
+                .zip(self.totals)
+                .map(|(t, v)| (t.to_string(), v))
+                .collect(),
+            hash: self.hash.clone(),
+        }
+    }
+
+    /// The last profile's protobuf length.
+    pub fn raw_len(&self) -> usize {
+        self.raw_len
     }
 
     /// Names each capture's sites with `naming` from now on, for the program of `module`
     /// (see [`Encoder::take_sites`]).
     pub fn name_sites(&mut self, naming: &SiteNaming, module: Option<&str>) {
         self.sites.name_with(naming, module);
-        // Every bucket is named again, so every sample is written again.
-        self.samples.clear();
-        self.deflated.clear();
+        // Every sample in hand is named again from its locations (the walk keeps no stacks
+        // the encoder has seen), and counted again.
+        let mut locs = Vec::new();
+        for sample in &mut self.samples {
+            if sample.bucket == 0 {
+                continue;
+            }
+            locs.clear();
+            sample_locations(&sample.body[..sample.locations], &mut locs);
+            let mut frames = Vec::new();
+            self.tables.frame_names(&locs, &mut frames);
+            sample.site = self.sites.site(&frames);
+            if let Some(figures) = &sample.figures {
+                self.sites.add(sample.site, &heap_values(figures));
+            }
+        }
+        self.entry = None;
     }
 
     /// The last profile's figures per site, once: its site index entry.
@@ -499,6 +537,7 @@ impl Encoder {
         }
         if self.samples.is_empty() {
             self.sites.clear();
+            self.totals = [0; 6];
         }
         let n = records.len();
         self.samples.resize_with(n, BucketSample::default);
@@ -525,7 +564,9 @@ impl Encoder {
             if sample.bucket != r.bucket || r.bucket == 0 {
                 dirty[piece] = true;
                 if let Some(old) = &sample.figures {
-                    self.sites.remove(sample.site, &heap_values(old));
+                    let old = heap_values(old);
+                    self.sites.remove(sample.site, &old);
+                    subtract(&mut self.totals, &old);
                 }
                 locs.clear();
                 let lead = r
@@ -560,9 +601,14 @@ impl Encoder {
                 dirty[piece] = true;
                 let values = heap_values(&figures);
                 if let Some(old) = &sample.figures {
-                    self.sites.remove(sample.site, &heap_values(old));
+                    let old = heap_values(old);
+                    self.sites.remove(sample.site, &old);
+                    subtract(&mut self.totals, &old);
                 }
                 self.sites.add(sample.site, &values);
+                for (t, v) in self.totals.iter_mut().zip(&values) {
+                    *t = t.wrapping_add(*v);
+                }
                 sample.figures = Some(figures);
                 sample.body.truncate(sample.locations);
                 write_heap_values(&r, &values, self.bytes_key, &mut sample.body);
@@ -591,6 +637,17 @@ impl Encoder {
             .expect("a Vec grows to hold any message");
         self.raw.extend_from_slice(&self.tables.encoded);
         self.raw_len = self.raw.len();
+        // `decode::summarize`'s hash: every top-level field in order but the timestamps. The
+        // head is written in field order, so without its time it is those fields.
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        hasher.update(&self.raw[..samples_end]);
+        let timeless = pb::Profile {
+            time_nanos: 0,
+            ..head
+        };
+        hasher.update(&timeless.encode_to_vec());
+        hasher.update(&self.tables.encoded);
+        self.hash = format!("xxh3:{:032x}", hasher.digest128());
         self.deflated.resize_with(pieces, Piece::default);
         for piece in 0..pieces {
             let start = starts[piece];
@@ -607,6 +664,29 @@ impl Encoder {
         // In `raw`'s order: the newest buckets' piece first.
         let in_order = self.deflated.iter().rev();
         self.pieces.member(in_order, &self.raw[samples_end..])
+    }
+}
+
+fn subtract(totals: &mut Values, values: &Values) {
+    for (t, v) in totals.iter_mut().zip(values) {
+        *t = t.wrapping_sub(*v);
+    }
+}
+
+/// The location ids a `Sample` body starts with (field 1, packed), as written above.
+fn sample_locations(mut packed: &[u8], locs: &mut Vec<u64>) {
+    use prost::encoding::decode_varint;
+    if packed.is_empty()
+        || decode_varint(&mut packed).is_err()
+        || decode_varint(&mut packed).is_err()
+    {
+        return;
+    }
+    while !packed.is_empty() {
+        match decode_varint(&mut packed) {
+            Ok(id) => locs.push(id),
+            Err(_) => return,
+        }
     }
 }
 

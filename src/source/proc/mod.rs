@@ -662,6 +662,8 @@ impl ProcSource {
             num_gc,
             profile_cycle: Some(snapshot.cycle),
         });
+        let mut snapshot = snapshot;
+        snapshot.forget_stacks();
         self.spare = snapshot;
         Ok(gz)
     }
@@ -774,10 +776,15 @@ impl Source for ProcSource {
         let bytes = match want {
             Want::Heap => {
                 let gz = self.capture_heap(timeout)?;
-                let raw = self.encoder.take_raw();
-                made = (!raw.is_empty()).then(|| Made {
+                let sites = self.encoder.take_sites();
+                // Without sites the collector decodes the protobuf to index it; with them it
+                // needs none, and the encoder keeps its buffer.
+                let raw = sites.is_none().then(|| self.encoder.take_raw());
+                made = Some(Made {
+                    len: self.encoder.raw_len() as u64,
+                    summary: self.encoder.summary(),
                     raw,
-                    sites: self.encoder.take_sites(),
+                    sites,
                     gc: self.gc,
                 });
                 gz

@@ -91,12 +91,14 @@ fn before_the_first_gc_every_cycle_is_summed() {
     let snap = Snapshot {
         cycle: 0,
         num_gc: None,
+        trusted: None,
         head: 0x2000,
         list: 1,
         stacks: vec![1],
         buckets: vec![Bucket {
             addr: 0x2000,
             stack: 0..1,
+            depth: 1,
             active: Cycle::default(),
             future: [
                 Cycle::default(),
@@ -601,4 +603,82 @@ fn numgc_is_read_with_the_walk_and_a_gc_ending_inside_it_is_retried() {
     // Without the address, no count.
     let snap = walk(&image(), &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
     assert_eq!(snap.num_gc, None);
+}
+
+#[test]
+fn a_list_whose_stacks_were_forgotten_is_extended_with_the_new_stacks_and_every_record() {
+    let mut mem = three_buckets();
+    let mut buffers = Buffers::default();
+    let mut first =
+        walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+    first.forget_stacks();
+    assert_eq!(first.stacks, [0x402000], "only the head's stack is kept");
+    assert!(first.stack(&first.buckets[1]).is_empty());
+    buffers.spare = first;
+    poke(&mut mem, 0x1000, 0x2000);
+    poke(&mut mem, 0x2170 + 56, 4);
+    let second = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+    let fresh = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+    let figures = |s: &Snapshot| -> Vec<_> {
+        mem_profile(s)
+            .into_iter()
+            .map(|r| (r.bucket, r.alloc_objects, r.alloc_bytes, r.free_objects))
+            .collect()
+    };
+    assert_eq!(figures(&second), figures(&fresh));
+    assert_eq!(
+        second.stack(&second.buckets[0]),
+        [0x401000],
+        "the new bucket's stack"
+    );
+    assert_eq!(
+        second.buckets[2].active.allocs, 4,
+        "a forgotten bucket's record, read"
+    );
+    // A head that no longer holds its stack (another program at the same address): read whole.
+    let mut again = second;
+    again.forget_stacks();
+    buffers.spare = again;
+    poke(&mut mem, 0x2000 + 48, 0x409000);
+    let whole = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+    assert_eq!(whole.stacks, [0x409000, 0x402000, 0x403000]);
+}
+
+#[test]
+fn a_list_trusted_under_the_same_clock_is_read_once_while_its_figures_hold() {
+    let mem = Flushing {
+        image: std::cell::RefCell::new(image(
+            2,
+            &[(vec![1], rec([3, 0, 30, 0], [0; 4], [0; 4], [0; 4]))],
+            &[0x2000],
+        )),
+        record_reads: std::cell::Cell::new(0),
+        // A flush lands just after the fourth read of the record.
+        flush_on: vec![4],
+    };
+    let mut buffers = Buffers::default();
+    let again = |buffers: &mut Buffers| {
+        let snap = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), buffers).unwrap();
+        let allocs = snap.buckets[0].active.allocs;
+        buffers.spare = snap;
+        (allocs, mem.record_reads.get())
+    };
+    assert_eq!(
+        again(&mut buffers),
+        (3, 2),
+        "a first walk reads every record twice"
+    );
+    assert_eq!(
+        again(&mut buffers),
+        (3, 3),
+        "the same figures under the same clock: once"
+    );
+    // The flush came after this read: the figures held at the walk's first instant.
+    assert_eq!(again(&mut buffers), (3, 4));
+    // Now a figure moved: read twice, and the new figure taken.
+    assert_eq!(again(&mut buffers), (4, 6));
+    assert_eq!(again(&mut buffers), (4, 7));
+    // Another clock (a GC ended): read twice.
+    poke(&mut mem.image.borrow_mut(), 0x1008, 4);
+    assert_eq!(again(&mut buffers), (4, 9));
 }
