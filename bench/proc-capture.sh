@@ -9,9 +9,10 @@
 #   target-cpu    the target's CPU over CPU_WINDOW s alone, then with collect proc:PID at 1ms
 # for docs/benchmarks.md. Needs cargo, go and GNU time (/usr/bin/time).
 # Settings: STACKS=100000 CHURN=8MiB N=200 DURATION=10 CPU_WINDOW=10 RATE_WINDOW=10 BENCH_DIR=$TMPDIR
-# BASE=DIR (optional): a directory holding another build's heapwatch and proc_capture (e.g. main's
-# release build copied there); source-alone and collect-1ms then run for it too, on the same
-# target in the same run, labelled "base", before this tree's ("this").
+# (and CARGO_TARGET_DIR, where this tree's release build is)
+# BASE=DIR (optional): a directory holding another build's heapwatch, and its proc_capture if
+# source-alone is to run for it (e.g. main's release build copied there); the collects then run
+# for it too, on the same target in the same run, labelled "base", before this tree's ("this").
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,8 +39,9 @@ trap 'exit 130' INT TERM
 
 echo "building release heapwatch and examples/proc_capture ..." >&2
 (cd "$ROOT" && cargo build --release --quiet --bin heapwatch --example proc_capture)
-HW="$ROOT/target/release/heapwatch"
-PROBE="$ROOT/target/release/examples/proc_capture"
+# Cargo builds into CARGO_TARGET_DIR when it is set, and so the script looks there.
+RELEASE="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+HW="$RELEASE/heapwatch"
 echo "building the Go target ..." >&2
 (cd "$ROOT/testdata/go" && go build -o "$WORK/bigprofile" ./cmd/bigprofile)
 
@@ -50,17 +52,16 @@ grep -q '^listening on' "$WORK/target.out" || { echo "the target did not start" 
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-BUILDS="this=$ROOT/target/release"
+BUILDS="this=$RELEASE"
 if [ -n "${BASE:-}" ]; then
-    [ -x "$BASE/heapwatch" ] && [ -x "$BASE/proc_capture" ] \
-        || { echo "BASE=$BASE needs heapwatch and proc_capture in it" >&2; exit 2; }
-    BUILDS="base=$BASE this=$ROOT/target/release"
+    [ -x "$BASE/heapwatch" ] || { echo "BASE=$BASE needs heapwatch in it" >&2; exit 2; }
+    BUILDS="base=$BASE this=$RELEASE"
 fi
 for build in $BUILDS; do
     name=${build%%=*} dir=${build#*=}
     probe="$dir/proc_capture"; [ -x "$probe" ] || probe="$dir/examples/proc_capture"
     echo "== source-alone [$name] ($N captures; target $STACKS stacks, churn $CHURN/s)"
-    "$probe" "$TARGET_PID" "$N"
+    if [ -x "$probe" ]; then "$probe" "$TARGET_PID" "$N"; else echo "(no proc_capture in $dir)"; fi
 
     echo "== collect-1ms [$name] (${DURATION}s)"
     rm -rf "$WORK/run"

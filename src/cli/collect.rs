@@ -622,6 +622,12 @@ fn summary_line(node: &NodeOutcome, summary: &CollectSummary, cluster: bool) -> 
     if summary.deleted > 0 {
         line.push_str(&format!("; {} thinned for --max-disk", summary.deleted));
     }
+    if summary.unindexed > 0 {
+        line.push_str(&format!(
+            "; {} not in the site index yet (the first analysis indexes them)",
+            summary.unindexed
+        ));
+    }
     if let Some(t) = node.memory.as_ref().filter(|t| t.samples > 0) {
         line.push_str(&format!("; memory peak {}", format_bytes(t.peak as i64)));
         if t.kills > 0 {

@@ -32,6 +32,7 @@ pub use cluster::start;
 pub use idle::IDLE_BACKOFF;
 pub use status::LiveStatus;
 
+use crate::analyse::reduce::OwnCode;
 use crate::decode::{self, DecodeLimits, stackdump};
 use crate::index::{CaptureIndexer, Content as IndexContent, OwnCodes};
 use crate::source::procmem::MemoryProbe;
@@ -134,6 +135,9 @@ pub struct CollectSummary {
     pub responded: bool,
     pub last_error: Option<String>,
     pub disk_error: Option<String>,
+    /// Stored captures the collector's indexer wrote no entry for (left out while decoding
+    /// was paced, or still waiting at the exit's grace): the first analysis builds them.
+    pub unindexed: u64,
 }
 
 /// Told about every attempt, for the live status line.
@@ -265,6 +269,10 @@ pub struct Collector {
     goroutine_cost: Cost,
     /// The content the current attempt decoded, for the indexer once it is durable.
     to_index: Option<IndexContent>,
+    /// When `to_index` holds the figures per site the source made with the profile (proc),
+    /// the main module they were named for: they are its entry only if that is its boot
+    /// cycle's own code.
+    named_for: Option<Option<String>>,
     /// Wakes the collector for a heap capture before its due time (at most one per burst
     /// interval).
     nudge: Option<Nudge>,
@@ -343,6 +351,8 @@ impl Collector {
             CaptureIndexer::start_paced(writer.root(), Arc::new(move || clock.now()))
         };
         let own_codes = OwnCodes::of(&existing.records);
+        let mut source = source;
+        source.name_sites(crate::index::build::site_naming());
         Collector {
             config,
             kind: source.kind(),
@@ -375,6 +385,7 @@ impl Collector {
                 responded: false,
                 last_error: None,
                 disk_error: None,
+                unindexed: 0,
             },
             last_stored: BTreeMap::new(),
             failing_since: None,
@@ -399,6 +410,7 @@ impl Collector {
             indexer,
             own_codes,
             to_index: None,
+            named_for: None,
             ends_to_tell: Vec::new(),
             heap_cost: Cost::default(),
             goroutine_cost: Cost::default(),
@@ -805,6 +817,7 @@ impl Collector {
             observer.ended(&end);
         }
         self.summary.cycles = self.cycles.current();
+        self.summary.unindexed = self.indexer.finish(crate::index::INDEX_GRACE);
         Ok(self.summary)
     }
 
@@ -909,7 +922,7 @@ impl Collector {
                 // What the body gunzips to, from a source that made it (proc): checked and
                 // summed as it is, never gunzipped again.
                 let made = reply
-                    .raw
+                    .made
                     .filter(|_| matches!(want, Want::Heap | Want::Goroutine));
                 let bytes: Arc<[u8]> = reply.bytes.into();
                 // A profile was written under a temporary name and gunzipped on the blocking
@@ -939,7 +952,7 @@ impl Collector {
                     _ => {
                         let pid = record.pid;
                         let streamed = match (&mut intake, made) {
-                            (_, Some(raw)) => Made(raw),
+                            (_, Some(made)) => Made(made),
                             (Some(intake), None) => Gunzipped(intake.gunzipped().await),
                             (None, None) => Gunzipped(Streamed::Recheck),
                         };
@@ -1001,13 +1014,20 @@ impl Collector {
         if record.is_ok() && record.cycle > self.cycle_noted {
             self.note_cycle(&record).await?;
         }
+        let named_for = self.named_for.take();
         if let Some(content) = self.to_index.take() {
             // Durable and recorded, and its cycle's build noted (its main module names the
             // sites): only now is its index entry made, off this thread.
             if let (Some(_), Some(file)) = (record.durable_ms, &record.file) {
                 let path = self.root.join(file);
                 let own = self.own_codes.of_cycle(record.cycle);
-                self.indexer.add(&record, path, content, own);
+                let named_as_decoded =
+                    named_for.is_none_or(|m| OwnCode::module(m.as_deref().unwrap_or("")) == *own);
+                if named_as_decoded {
+                    self.indexer.add(&record, path, content, own);
+                } else {
+                    self.indexer.leave_out();
+                }
             }
         }
         self.pace_idle(&record);
@@ -1165,18 +1185,18 @@ impl Collector {
         streamed: Body,
     ) -> Result<(), Invalid> {
         let limits = self.config.decode;
+        let mut sites = None;
+        let mut len = 0;
         let (raw, summary) = match streamed {
-            Made(raw) => {
-                let summed = tokio::task::spawn_blocking(move || {
-                    if raw.len() as u64 > limits.max_decompressed {
-                        let max = limits.max_decompressed;
-                        return Err(Invalid(decode::DecodeError::TooLarge { max }.to_string()));
-                    }
-                    let summary = decode::summarize(&raw).map_err(|e| Invalid(e.to_string()))?;
-                    Ok::<_, Invalid>((raw, summary))
-                })
-                .await;
-                joined(summed)?
+            Made(made) => {
+                record.gc = made.gc;
+                if made.len > limits.max_decompressed {
+                    let max = limits.max_decompressed;
+                    return Err(Invalid(decode::DecodeError::TooLarge { max }.to_string()));
+                }
+                len = made.len;
+                sites = made.sites;
+                (made.raw.unwrap_or_default(), made.summary)
             }
             Gunzipped(Streamed::Profile(raw, summary)) => (raw, summary),
             Gunzipped(Streamed::Invalid(message)) => return Err(Invalid(message)),
@@ -1206,7 +1226,14 @@ impl Collector {
         }
         record.totals = totals;
         self.keep_or_dedup(record, hash, "pb.gz");
-        self.to_index = Some(IndexContent::Profile(raw));
+        // Figures made with the profile need no decode, and the protobuf is let go now.
+        self.to_index = Some(match sites {
+            Some(sites) => {
+                self.named_for = Some(sites.module.clone());
+                IndexContent::Figures(sites.into(), len)
+            }
+            None => IndexContent::Profile(raw),
+        });
         Ok(())
     }
 
@@ -1290,7 +1317,7 @@ struct Invalid(String);
 /// it, or the protobuf the source made and gzipped itself.
 enum Body {
     Gunzipped(Streamed),
-    Made(Vec<u8>),
+    Made(crate::source::Made),
 }
 use Body::{Gunzipped, Made};
 

@@ -59,7 +59,7 @@ impl Source for Streaming {
                 Ok(bytes) => Ok(Reply {
                     bytes,
                     pid: None,
-                    raw: None,
+                    made: None,
                 }),
                 Err(kind) => Err(FetchError::new(kind, "scripted failure mid-body")),
             }

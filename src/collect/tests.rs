@@ -58,7 +58,7 @@ impl Source for ScriptedSource {
                 Ok(Reply {
                     bytes: bytes.to_vec(),
                     pid: None,
-                    raw: None,
+                    made: None,
                 })
             }
             Step::Fail(kind, latency) => {
@@ -355,7 +355,7 @@ impl Source for AgentLike {
         Ok(Reply {
             bytes,
             pid: Some(4242),
-            raw: None,
+            made: None,
         })
     }
 }
@@ -585,7 +585,7 @@ impl Source for Versioned {
         Ok(Reply {
             bytes: LATE.to_vec(),
             pid: Some(self.pid),
-            raw: None,
+            made: None,
         })
     }
     fn build_info(&mut self, _timeout: Duration) -> Option<crate::model::build::BuildInfo> {
@@ -833,7 +833,7 @@ fn memory_that_moves_from_outside_keeps_the_interval_while_the_profile_is_flat()
             Ok(Reply {
                 bytes: LATE.to_vec(),
                 pid: None,
-                raw: None,
+                made: None,
             })
         }
     }
@@ -1231,7 +1231,7 @@ impl Source for Native {
             Ok(Reply {
                 bytes: LATE.to_vec(),
                 pid: None,
-                raw: None,
+                made: None,
             })
         }))
     }
@@ -1322,7 +1322,7 @@ impl Source for Stuck {
         Ok(Reply {
             bytes: EARLY.to_vec(),
             pid: Some(7),
-            raw: None,
+            made: None,
         })
     }
 }
@@ -1409,7 +1409,7 @@ impl Source for StuckInBuild {
         Ok(Reply {
             bytes: EARLY.to_vec(),
             pid: Some(7),
-            raw: None,
+            made: None,
         })
     }
     fn build_info(&mut self, _: Duration) -> Option<crate::model::build::BuildInfo> {
@@ -1517,7 +1517,7 @@ impl Source for CostlyGoroutines {
         Ok(Reply {
             bytes: bytes.to_vec(),
             pid: Some(7),
-            raw: None,
+            made: None,
         })
     }
 }

@@ -6,6 +6,7 @@ use super::QuickMap;
 use crate::analyse::reduce::{self, PROFILING_SITE, SiteFigures};
 use crate::decode::stackdump::StackDump;
 use crate::model::{LocId, Profile};
+use crate::source::{MadeSites, SiteNaming};
 use crate::store::RecordKind;
 
 /// What the index keeps of one capture, names still as text (interned when written).
@@ -71,6 +72,36 @@ pub fn site_figures<'a, S: AsRef<str>>(
 
 fn is_profiler(name: &str) -> bool {
     name.starts_with("runtime/pprof.") || name.starts_with("net/http/pprof.")
+}
+
+/// The site of a heap sample from its frames' function names, leaf first, by the rules of
+/// [`from_profile`]: a stack through the profile writer is [`PROFILING_SITE`], any other is
+/// named as `reduce::SiteNamer` names it.
+pub fn heap_site(frames: &[&str], own: &reduce::OwnCode) -> String {
+    if frames.iter().any(|f| is_profiler(f)) {
+        return PROFILING_SITE.to_string();
+    }
+    reduce::name_frames(frames, false, own).unwrap_or_else(|| "(unsymbolized)".to_string())
+}
+
+/// [`heap_site`] for the program of a main module, for a source that gives each capture's
+/// figures per site as it makes it (proc): its entries name sites as a decode of its profiles
+/// would, for the same boot cycle's own code.
+pub fn site_naming() -> SiteNaming {
+    std::sync::Arc::new(|module: Option<&str>| {
+        let own = reduce::OwnCode::module(module.unwrap_or(""));
+        Box::new(move |frames: &[&str]| heap_site(frames, &own))
+    })
+}
+
+impl From<MadeSites> for CaptureFigures {
+    fn from(made: MadeSites) -> CaptureFigures {
+        CaptureFigures {
+            sample_types: made.sample_types,
+            default_type: made.default_type,
+            sites: made.sites,
+        }
+    }
 }
 
 /// The figures of a decoded pprof profile of `kind`.

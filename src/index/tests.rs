@@ -195,3 +195,126 @@ fn the_collector_keeps_the_decompressed_size_of_what_it_indexes() {
         ));
     }
 }
+
+/// The proc encoder's figures per site, kept from capture to capture by the samples that
+/// moved, are what decoding each profile it made gives: through growth, a site that appears,
+/// recent allocations that count nowhere, a list read whole again.
+#[test]
+fn the_proc_encoders_site_figures_are_those_of_its_profiles_decoded() {
+    use crate::source::proc::encode::{Encoder, Symbols};
+    use crate::source::proc::walk::MemRecord;
+    let table = crate::source::proc::pclntab::tests::fabricated();
+    let syms = Symbols {
+        table: &table,
+        bias: 0,
+        hide_internal_runtime: true,
+    };
+    fn rec(bucket: u64, stack: &[u64], allocs: i64, frees: i64, recent: i64) -> MemRecord<'_> {
+        MemRecord {
+            bucket,
+            stack,
+            alloc_objects: allocs,
+            alloc_bytes: 48 * allocs,
+            free_objects: frees,
+            free_bytes: 48 * frees,
+            recent_objects: recent,
+            recent_bytes: 48 * recent,
+        }
+    }
+    let (inner, outer, other) = ([0x1003, 0x1007, 0x100b], [0x1007, 0x100b], [0x100b]);
+    let captures: Vec<(u64, Vec<MemRecord>)> = vec![
+        (
+            1,
+            vec![rec(0x2000, &inner, 3, 1, 0), rec(0x1f00, &other, 0, 0, 4)],
+        ),
+        (
+            1,
+            vec![
+                rec(0x3000, &outer, 2, 0, 1),
+                rec(0x2000, &inner, 5, 5, 2),
+                rec(0x1f00, &other, 4, 0, 0),
+            ],
+        ),
+        (
+            1,
+            vec![
+                rec(0x3000, &outer, 2, 0, 1),
+                rec(0x2000, &inner, 5, 5, 2),
+                rec(0x1f00, &other, 4, 0, 0),
+            ],
+        ),
+        // Read whole again: every sum starts over.
+        (2, vec![rec(0x2000, &other, 1, 0, 0)]),
+    ];
+    let own = crate::analyse::reduce::OwnCode::module("example.com/app");
+    for rate in [1, 512 * 1024] {
+        let mut encoder = Encoder::new(&[]);
+        encoder.name_sites(&build::site_naming(), Some("example.com/app"));
+        for (i, (list, records)) in captures.iter().enumerate() {
+            encoder.heap_profile_gz(records.iter().cloned(), *list, rate, &syms, i as i64);
+            let raw = encoder.take_raw();
+            assert_eq!(
+                encoder.summary(),
+                decode::summarize(&raw).unwrap(),
+                "the totals and hash of capture {i} at rate {rate}"
+            );
+            assert_eq!(encoder.raw_len(), raw.len());
+            let made: CaptureFigures = encoder.take_sites().expect("named").into();
+            let profile = decode::decode_protobuf(&raw).unwrap();
+            let decoded = build::from_profile(&profile, RecordKind::Heap, &own);
+            assert_eq!(made, decoded, "capture {i} at rate {rate}");
+            assert!(!made.sites.is_empty());
+        }
+    }
+}
+
+/// Named only after its first profile, and given no stack for the buckets it has seen (as the
+/// walk forgets them), the encoder names every site from what it kept: the same figures as a
+/// decode of what it wrote.
+#[test]
+fn the_proc_encoder_names_buckets_it_has_seen_without_their_stacks() {
+    use crate::source::proc::encode::{Encoder, Symbols};
+    use crate::source::proc::walk::MemRecord;
+    let table = crate::source::proc::pclntab::tests::fabricated();
+    let syms = Symbols {
+        table: &table,
+        bias: 0,
+        hide_internal_runtime: true,
+    };
+    let rec = |bucket: u64, stack: &'static [u64], allocs: i64| MemRecord {
+        bucket,
+        stack,
+        alloc_objects: allocs,
+        alloc_bytes: 64 * allocs,
+        free_objects: 1,
+        free_bytes: 64,
+        recent_objects: 0,
+        recent_bytes: 0,
+    };
+    let mut encoder = Encoder::new(&[]);
+    let first = [
+        rec(0x2000, &[0x1003, 0x1007, 0x100b], 3),
+        rec(0x1f00, &[0x100b], 2),
+    ];
+    encoder.heap_profile_gz(first.iter().cloned(), 9, 1, &syms, 1);
+    assert!(encoder.take_sites().is_none(), "no namer yet");
+    encoder.name_sites(&build::site_naming(), None);
+    let later = [
+        rec(0x3000, &[0x1007, 0x100b], 1),
+        rec(0x2000, &[], 4),
+        rec(0x1f00, &[], 2),
+    ];
+    encoder.heap_profile_gz(later.iter().cloned(), 9, 1, &syms, 2);
+    let raw = encoder.take_raw();
+    let made: CaptureFigures = encoder.take_sites().unwrap().into();
+    let profile = decode::decode_protobuf(&raw).unwrap();
+    let own = crate::analyse::reduce::OwnCode::guess();
+    assert_eq!(made, build::from_profile(&profile, RecordKind::Heap, &own));
+    assert_eq!(profile.samples.len(), 3);
+    assert!(
+        profile
+            .samples
+            .iter()
+            .all(|s| !profile.sample_stack(s).is_empty())
+    );
+}

@@ -197,7 +197,7 @@ impl EnvoySource {
                 HeapDump::Profile(bytes) => Ok(Reply {
                     bytes,
                     pid: None,
-                    raw: None,
+                    made: None,
                 }),
                 HeapDump::NotAvailable(why) => Err(FetchError::new(
                     FailureKind::Status,
@@ -214,7 +214,7 @@ impl EnvoySource {
                 Ok(Reply {
                     bytes,
                     pid: None,
-                    raw: None,
+                    made: None,
                 })
             }
             other => Err(FetchError::new(

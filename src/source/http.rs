@@ -106,7 +106,7 @@ impl HttpSource {
         Ok(Reply {
             bytes,
             pid: None,
-            raw: None,
+            made: None,
         })
     }
 }

@@ -24,6 +24,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::model::build::BuildInfo;
+use crate::model::capture::GcClock;
 
 /// What the collector asks a target for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,11 +98,51 @@ pub struct Reply {
     pub bytes: Vec<u8>,
     /// The target's process id, when the source knows it (agent sockets name it).
     pub pid: Option<u32>,
-    /// What `bytes` gunzip to, from a source that made the profile itself and gzipped it
-    /// (proc): the collector checks and sums these instead of gunzipping `bytes` again. `None`
-    /// from a source that relays what the target served.
-    pub raw: Option<Vec<u8>>,
+    /// From a source that made the profile itself and gzipped it (proc): what it knew while
+    /// making it. `None` from a source that relays what the target served.
+    pub made: Option<Made>,
 }
+
+/// What a source that makes its profiles (proc) hands over beside the gzipped bytes.
+#[derive(Debug, Clone)]
+pub struct Made {
+    /// The length of what the bytes gunzip to (the protobuf).
+    pub len: u64,
+    /// The protobuf's totals and content hash, as `decode::summarize` gives them: the
+    /// collector neither gunzips nor sums the bytes again.
+    pub summary: crate::decode::Summary,
+    /// The protobuf itself, when the collector must decode it to index the capture (no
+    /// `sites`); `None` otherwise, and the source keeps its buffer for the next one.
+    pub raw: Option<Vec<u8>>,
+    /// A heap capture's figures per site, named as [`Source::name_sites`] asked: the site
+    /// index's entry, with no profile decoded again.
+    pub sites: Option<MadeSites>,
+    /// A heap capture's GC clock, read in the same consistent read as its profile.
+    pub gc: Option<GcClock>,
+}
+
+/// One heap capture's figures per site (the site index's rows): every sample type summed over
+/// the samples of each site, as `index::build::from_profile` sums them from the decoded
+/// profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MadeSites {
+    /// The main module the sites were named for (`None`: the guess of package `main` and
+    /// module paths): the entry stands for the capture only when that is its boot cycle's.
+    pub module: Option<String>,
+    pub sample_types: Vec<String>,
+    /// The sample type pprof shows by default (an index into `sample_types`).
+    pub default_type: usize,
+    /// Per site, sorted by name: one value per sample type.
+    pub sites: Vec<(String, Vec<i64>)>,
+}
+
+/// Names the site of a heap sample from its frames' function names, leaf first.
+pub type HeapSiteNamer = Box<dyn FnMut(&[&str]) -> String + Send>;
+
+/// Makes a [`HeapSiteNamer`] for the program whose main module is given: the site index's
+/// rules (`index::site_naming`), handed down by the collector, so that a source never names
+/// sites by rules of its own.
+pub type SiteNaming = std::sync::Arc<dyn Fn(Option<&str>) -> HeapSiteNamer + Send + Sync>;
 
 /// Why a fetch failed, in classes the collector acts on: the one failure type (`model::failure`).
 pub use crate::model::failure::FailureKind;
@@ -173,4 +214,7 @@ pub trait Source: Send {
     fn build_info_async(&mut self, _timeout: Duration) -> Option<AskingBuild<'_>> {
         None
     }
+    /// How to name heap sites, for a source that can give each heap capture's figures per
+    /// site as it makes it ([`Made::sites`]); others ignore it.
+    fn name_sites(&mut self, _naming: SiteNaming) {}
 }

@@ -290,7 +290,7 @@ impl AgentSource {
         Reply {
             bytes: answer.bytes,
             pid: answer.peer_pid.or(name_pid),
-            raw: None,
+            made: None,
         }
     }
 }

@@ -53,6 +53,10 @@ pub struct GoBuild {
     /// `go1.26.8`
     pub go_version: String,
     pub main_path: Option<String>,
+    /// The main module's path, from its `mod` line only (what a cycle record's
+    /// `build.module` holds, read the same way by `source::buildinfo`): none for a program
+    /// built outside a module.
+    pub module: Option<String>,
     pub main_version: Option<String>,
     pub vcs_revision: Option<String>,
 }
@@ -138,7 +142,7 @@ pub fn parse_buildinfo(section: &[u8]) -> Result<GoBuild, String> {
         return Err("pointer-form build info (a Go release older than 1.18)".into());
     }
     let mut at = 32usize;
-    let mut string = || -> Result<String, String> {
+    let mut string = || -> Result<&[u8], String> {
         let mut len: u64 = 0;
         let mut shift = 0;
         loop {
@@ -159,15 +163,18 @@ pub fn parse_buildinfo(section: &[u8]) -> Result<GoBuild, String> {
             .ok_or("bad length")?;
         let s = section.get(at..end).ok_or("truncated string")?;
         at = end;
-        Ok(String::from_utf8_lossy(s).into_owned())
+        Ok(s)
     };
-    let go_version = string()?;
+    let go_version = String::from_utf8_lossy(string()?).into_owned();
     let modinfo = string()?;
-    // The module text sits between two 16-byte sentinels.
-    let text = if modinfo.len() >= 33 && modinfo.as_bytes()[modinfo.len() - 17] == b'\n' {
-        modinfo.get(16..modinfo.len() - 16).unwrap_or("")
+    // The module text sits between two 16-byte sentinels, which are not UTF-8: they are cut
+    // off as bytes (cut after a lossy conversion, whose replacement characters are longer, the
+    // text was never found).
+    let raw = modinfo;
+    let text = if raw.len() >= 33 && raw[raw.len() - 17] == b'\n' {
+        String::from_utf8_lossy(&raw[16..raw.len() - 16]).into_owned()
     } else {
-        ""
+        String::new()
     };
     let mut build = GoBuild {
         go_version,
@@ -178,6 +185,7 @@ pub fn parse_buildinfo(section: &[u8]) -> Result<GoBuild, String> {
         match f.next() {
             Some("mod") => {
                 build.main_path = f.next().map(str::to_string);
+                build.module = build.main_path.clone().filter(|p| !p.is_empty());
                 build.main_version = f.next().map(str::to_string);
             }
             Some("path") if build.main_path.is_none() => {
@@ -439,6 +447,10 @@ mod tests {
     use super::*;
 
     fn varstr(s: &str) -> Vec<u8> {
+        varbytes(s.as_bytes())
+    }
+
+    fn varbytes(s: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         let mut n = s.len();
         while n >= 0x80 {
@@ -446,7 +458,7 @@ mod tests {
             n >>= 7;
         }
         out.push(n as u8);
-        out.extend_from_slice(s.as_bytes());
+        out.extend_from_slice(s);
         out
     }
 
@@ -457,12 +469,16 @@ mod tests {
         sec.resize(32, 0);
         sec.extend(varstr("go1.24.6"));
         let text = "path\texample.com/app\nmod\texample.com/app\tv1.2.3\th1:x=\nbuild\t-trimpath=true\nbuild\tvcs.revision=abc123\n";
-        let modinfo = format!("{}{}{}", "0123456789abcdef", text, "fedcba9876543210");
-        sec.extend(varstr(&modinfo));
+        // The sentinels as cmd/go writes them: not UTF-8.
+        let mut modinfo = b"0w\xaf\x0c\x92t\x08\x02A\xe1\xc1\x07\xe6\xd6\x18\xe6".to_vec();
+        modinfo.extend_from_slice(text.as_bytes());
+        modinfo.extend_from_slice(b"\xf92C1\x86\x18 r\x00\x82B\x10A\x16\xd8\xf2");
+        sec.extend(varbytes(&modinfo));
         let b = parse_buildinfo(&sec).unwrap();
         assert_eq!(b.go_version, "go1.24.6");
         assert_eq!(b.release(), Some((1, 24)));
         assert_eq!(b.main_path.as_deref(), Some("example.com/app"));
+        assert_eq!(b.module.as_deref(), Some("example.com/app"));
         assert_eq!(b.main_version.as_deref(), Some("v1.2.3"));
         assert_eq!(b.vcs_revision.as_deref(), Some("abc123"));
     }

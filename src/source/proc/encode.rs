@@ -14,8 +14,10 @@ use prost::Message as _;
 
 use super::pclntab::{Frame, Pclntab};
 use super::pieces::{Piece, Pieces};
+use super::sites::{NO_SITE, SAMPLE_TYPES, SiteSums, Values};
 use super::walk::MemRecord;
-use crate::decode::pb;
+use crate::decode::{Summary, pb};
+use crate::source::{MadeSites, SiteNaming};
 
 /// Resolves the target's runtime PCs against the binary's table (link-time addresses).
 pub struct Symbols<'a> {
@@ -156,6 +158,10 @@ struct Tables {
     /// Every entry made so far, as `Profile` fields (mapping, location, function, string).
     encoded: Vec<u8>,
     deck: Deck,
+    /// Each function's name, by id less one.
+    function_names: Vec<String>,
+    /// Each location's functions (ids), in the order of its lines, by id less one.
+    location_functions: Vec<Box<[u64]>>,
 }
 
 impl Tables {
@@ -203,6 +209,7 @@ impl Tables {
                     };
                     prost::encoding::message::encode(5, &function, &mut self.encoded);
                     self.function_ids.insert(frame.function.clone(), fid);
+                    self.function_names.push(frame.function.clone());
                     fid
                 }
             };
@@ -225,6 +232,8 @@ impl Tables {
             is_folded: false,
         };
         prost::encoding::message::encode(4, &location, &mut self.encoded);
+        self.location_functions
+            .push(location.line.iter().map(|l| l.function_id).collect());
         self.deck.frames = frames;
         self.deck.clear();
         Some(id)
@@ -274,6 +283,20 @@ impl Tables {
 }
 
 impl Tables {
+    /// The function names of the frames of `locs` (location ids), leaf first, into `frames`.
+    fn frame_names<'t>(&'t self, locs: &[u64], frames: &mut Vec<&'t str>) {
+        for &loc in locs {
+            let Some(functions) = self.location_functions.get(loc as usize - 1) else {
+                continue;
+            };
+            for &f in functions.iter() {
+                if let Some(name) = self.function_names.get(f as usize - 1) {
+                    frames.push(name);
+                }
+            }
+        }
+    }
+
     /// Empty tables holding the target's executable mappings.
     fn with_mappings(mappings: &[ExeMapping]) -> Tables {
         let mut t = Tables::default();
@@ -346,6 +369,13 @@ pub struct Encoder {
     /// Its length, so a buffer taken away is reserved at once at that size the next time.
     raw_len: usize,
     stack: Vec<u64>,
+    /// Each site's sums over the samples, and the last profile's entry (see [`super::sites`]).
+    sites: SiteSums,
+    entry: Option<MadeSites>,
+    /// Every sample's values summed, wrapping (the profile's totals per sample type), and the
+    /// last profile's content hash.
+    totals: Values,
+    hash: String,
 }
 
 /// Buckets per deflated piece of a heap profile's samples (~70 KB of protobuf).
@@ -363,6 +393,8 @@ struct BucketSample {
     /// Bytes of `body` holding the location ids (written once).
     locations: usize,
     body: Vec<u8>,
+    /// Its site (see [`super::sites`]).
+    site: u32,
 }
 
 impl Encoder {
@@ -373,14 +405,12 @@ impl Encoder {
             unit: t.intern(unit),
         };
         let period_type = Some(vt("space", "bytes"));
-        let sample_type = vec![
-            vt("alloc_objects", "count"),
-            vt("alloc_space", "bytes"),
-            vt("inuse_objects", "count"),
-            vt("inuse_space", "bytes"),
-            vt("recent_objects", "count"),
-            vt("recent_space", "bytes"),
-        ];
+        let units = ["count", "bytes"].into_iter().cycle();
+        let sample_type = SAMPLE_TYPES
+            .iter()
+            .zip(units)
+            .map(|(ty, unit)| vt(ty, unit))
+            .collect();
         let bytes_key = t.intern("bytes");
         let default_type = t.intern("inuse_space");
         Encoder {
@@ -398,7 +428,57 @@ impl Encoder {
             raw: Vec::new(),
             raw_len: 0,
             stack: Vec::new(),
+            sites: SiteSums::default(),
+            entry: None,
+            totals: [0; 6],
+            hash: String::new(),
         }
+    }
+
+    /// The last profile's totals per sample type and content hash: what `decode::summarize`
+    /// gives for its protobuf, kept as the samples were written rather than read again.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            totals: SAMPLE_TYPES
+                .iter()
+                .zip(self.totals)
+                .map(|(t, v)| (t.to_string(), v))
+                .collect(),
+            hash: self.hash.clone(),
+        }
+    }
+
+    /// The last profile's protobuf length.
+    pub fn raw_len(&self) -> usize {
+        self.raw_len
+    }
+
+    /// Names each capture's sites with `naming` from now on, for the program of `module`
+    /// (see [`Encoder::take_sites`]).
+    pub fn name_sites(&mut self, naming: &SiteNaming, module: Option<&str>) {
+        self.sites.name_with(naming, module);
+        // Every sample in hand is named again from its locations (the walk keeps no stacks
+        // the encoder has seen), and counted again.
+        let mut locs = Vec::new();
+        for sample in &mut self.samples {
+            if sample.bucket == 0 {
+                continue;
+            }
+            locs.clear();
+            sample_locations(&sample.body[..sample.locations], &mut locs);
+            let mut frames = Vec::new();
+            self.tables.frame_names(&locs, &mut frames);
+            sample.site = self.sites.site(&frames);
+            if let Some(figures) = &sample.figures {
+                self.sites.add(sample.site, &heap_values(figures));
+            }
+        }
+        self.entry = None;
+    }
+
+    /// The last profile's figures per site, once: its site index entry.
+    pub fn take_sites(&mut self) -> Option<MadeSites> {
+        self.entry.take()
     }
 
     /// The protobuf the last [`Encoder::heap_profile_gz`] gzipped, handed over whole (what the
@@ -455,6 +535,10 @@ impl Encoder {
             self.deflated.clear();
             self.list = list;
         }
+        if self.samples.is_empty() {
+            self.sites.clear();
+            self.totals = [0; 6];
+        }
         let n = records.len();
         self.samples.resize_with(n, BucketSample::default);
         let mut locs = Vec::new();
@@ -479,6 +563,11 @@ impl Encoder {
             ];
             if sample.bucket != r.bucket || r.bucket == 0 {
                 dirty[piece] = true;
+                if let Some(old) = &sample.figures {
+                    let old = heap_values(old);
+                    self.sites.remove(sample.site, &old);
+                    subtract(&mut self.totals, &old);
+                }
                 locs.clear();
                 let lead = r
                     .stack
@@ -493,18 +582,36 @@ impl Encoder {
                 if !locs.is_empty() {
                     prost::encoding::uint64::encode_packed(1, &locs, &mut body);
                 }
+                let site = if self.sites.naming() {
+                    let mut frames = Vec::new();
+                    self.tables.frame_names(&locs, &mut frames);
+                    self.sites.site(&frames)
+                } else {
+                    NO_SITE
+                };
                 *sample = BucketSample {
                     bucket: r.bucket,
                     figures: None,
                     locations: body.len(),
                     body,
+                    site,
                 };
             }
             if sample.figures != Some(figures) {
                 dirty[piece] = true;
+                let values = heap_values(&figures);
+                if let Some(old) = &sample.figures {
+                    let old = heap_values(old);
+                    self.sites.remove(sample.site, &old);
+                    subtract(&mut self.totals, &old);
+                }
+                self.sites.add(sample.site, &values);
+                for (t, v) in self.totals.iter_mut().zip(&values) {
+                    *t = t.wrapping_add(*v);
+                }
                 sample.figures = Some(figures);
                 sample.body.truncate(sample.locations);
-                write_heap_values(&r, rate, self.bytes_key, &mut sample.body);
+                write_heap_values(&r, &values, self.bytes_key, &mut sample.body);
             }
             // `Sample` by hand (what prost would write for it).
             prost::encoding::encode_key(
@@ -516,6 +623,7 @@ impl Encoder {
             self.raw.extend_from_slice(&sample.body);
         }
         self.samples = samples;
+        self.entry = self.sites.entry();
         let samples_end = self.raw.len();
         let head = pb::Profile {
             sample_type: self.sample_type.clone(),
@@ -529,6 +637,17 @@ impl Encoder {
             .expect("a Vec grows to hold any message");
         self.raw.extend_from_slice(&self.tables.encoded);
         self.raw_len = self.raw.len();
+        // `decode::summarize`'s hash: every top-level field in order but the timestamps. The
+        // head is written in field order, so without its time it is those fields.
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        hasher.update(&self.raw[..samples_end]);
+        let timeless = pb::Profile {
+            time_nanos: 0,
+            ..head
+        };
+        hasher.update(&timeless.encode_to_vec());
+        hasher.update(&self.tables.encoded);
+        self.hash = format!("xxh3:{:032x}", hasher.digest128());
         self.deflated.resize_with(pieces, Piece::default);
         for piece in 0..pieces {
             let start = starts[piece];
@@ -548,17 +667,51 @@ impl Encoder {
     }
 }
 
+fn subtract(totals: &mut Values, values: &Values) {
+    for (t, v) in totals.iter_mut().zip(values) {
+        *t = t.wrapping_sub(*v);
+    }
+}
+
+/// The location ids a `Sample` body starts with (field 1, packed), as written above.
+fn sample_locations(mut packed: &[u8], locs: &mut Vec<u64>) {
+    use prost::encoding::decode_varint;
+    if packed.is_empty()
+        || decode_varint(&mut packed).is_err()
+        || decode_varint(&mut packed).is_err()
+    {
+        return;
+    }
+    while !packed.is_empty() {
+        match decode_varint(&mut packed) {
+            Ok(id) => locs.push(id),
+            Err(_) => return,
+        }
+    }
+}
+
+/// A heap `Sample`'s six values from a record's figures (six counts, then the sampling rate),
+/// scaled as `writeHeapProto` scales them.
+fn heap_values(figures: &[i64; 7]) -> Values {
+    let [
+        alloc_objects,
+        alloc_bytes,
+        free_objects,
+        free_bytes,
+        recent_objects,
+        recent_bytes,
+        rate,
+    ] = *figures;
+    let (ao, ab) = scale_heap_sample(alloc_objects, alloc_bytes, rate);
+    let (io, ib) = scale_heap_sample(alloc_objects - free_objects, alloc_bytes - free_bytes, rate);
+    let (ro, rb) = scale_heap_sample(recent_objects, recent_bytes, rate);
+    [ao, ab, io, ib, ro, rb]
+}
+
 /// A heap `Sample`'s values and its `bytes` label (the average object size), after its
 /// location ids: what `writeHeapProto` writes for one record.
-fn write_heap_values(r: &MemRecord, rate: i64, bytes_key: i64, body: &mut Vec<u8>) {
-    let (ao, ab) = scale_heap_sample(r.alloc_objects, r.alloc_bytes, rate);
-    let (io, ib) = scale_heap_sample(
-        r.alloc_objects - r.free_objects,
-        r.alloc_bytes - r.free_bytes,
-        rate,
-    );
-    let (ro, rb) = scale_heap_sample(r.recent_objects, r.recent_bytes, rate);
-    prost::encoding::int64::encode_packed(2, &[ao, ab, io, ib, ro, rb], body);
+fn write_heap_values(r: &MemRecord, values: &Values, bytes_key: i64, body: &mut Vec<u8>) {
+    prost::encoding::int64::encode_packed(2, values, body);
     let block = if r.alloc_objects > 0 {
         r.alloc_bytes / r.alloc_objects
     } else {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::model::build::BuildInfo;
 use crate::source::procfind::{ProcFinder, ProcSelector, ProcessId};
-use crate::source::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
+use crate::source::{FailureKind, FetchError, Reply, SiteNaming, Source, SourceKind, Want};
 
 /// How often a fetch looks for the next process while there is none.
 const POLL: Duration = Duration::from_millis(5);
@@ -33,6 +33,8 @@ pub struct FollowSource {
     current: Option<Attached>,
     pid: Arc<AtomicU32>,
     wait: Duration,
+    /// Handed to each process attached, which names sites for its own program.
+    naming: Option<SiteNaming>,
 }
 
 impl FollowSource {
@@ -47,6 +49,7 @@ impl FollowSource {
             current: None,
             pid: Arc::new(AtomicU32::new(0)),
             wait,
+            naming: None,
         }
     }
 
@@ -91,7 +94,10 @@ impl FollowSource {
                 }
                 std::thread::sleep(POLL);
             };
-            let source = self.attach_soon(process, deadline, timeout)?;
+            let mut source = self.attach_soon(process, deadline, timeout)?;
+            if let Some(naming) = &self.naming {
+                source.name_sites(naming.clone());
+            }
             self.pid.store(process.pid, Ordering::Relaxed);
             self.current = Some(Attached { process, source });
         }
@@ -166,6 +172,13 @@ impl Source for FollowSource {
     fn build_info(&mut self, timeout: Duration) -> Option<BuildInfo> {
         self.current.as_mut()?.source.build_info(timeout)
     }
+
+    fn name_sites(&mut self, naming: SiteNaming) {
+        if let Some(current) = &mut self.current {
+            current.source.name_sites(naming.clone());
+        }
+        self.naming = Some(naming);
+    }
 }
 
 #[cfg(test)]
@@ -192,7 +205,7 @@ mod tests {
             Ok(Reply {
                 bytes: self.0.to_string().into_bytes(),
                 pid: None,
-                raw: None,
+                made: None,
             })
         }
     }

@@ -112,6 +112,11 @@ pub fn mem_layout_for(release: (u32, u32)) -> Option<MemLayout> {
     })
 }
 
+/// Where `memstats.numgc` sits from `runtime.memstats`.
+pub fn numgc_offset(l: &MemLayout) -> u64 {
+    l.stacks_sys + NUMGC_FROM_STACKS_SYS
+}
+
 /// Where the runtime's variables are in the process (load bias applied).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemAnchors {
@@ -271,7 +276,7 @@ pub fn read(mem: &dyn TargetMemory, a: &MemAnchors, l: &MemLayout) -> Result<Str
     let (stacks_sys, mspan_sys, mcache_sys, buckhash_sys, gc_misc_sys, other_sys) =
         (sys(0), sys(1), sys(2), sys(3), sys(4), sys(5));
     let (last_gc, pause_total) = (sys(6), sys(7));
-    let numgc_at = (l.stacks_sys + NUMGC_FROM_STACKS_SYS) as usize;
+    let numgc_at = numgc_offset(l) as usize;
     let numgc = u32::from_le_bytes(ms[numgc_at..numgc_at + 4].try_into().unwrap_or([0; 4]));
     let forced = u32::from_le_bytes(ms[numgc_at + 4..numgc_at + 8].try_into().unwrap_or([0; 4]));
 

@@ -12,6 +12,7 @@ pub mod memstats;
 pub mod module;
 pub mod pclntab;
 pub mod pieces;
+pub mod sites;
 pub mod stripped;
 pub mod walk;
 
@@ -29,8 +30,9 @@ use self::binary::{BinaryError, GoBinary};
 use self::encode::{Encoder, ExeMapping, GoroutineEncoder, Symbols};
 use self::memory::{MapLine, ProcessMemory, ReadFault, TargetMemory as _};
 use self::walk::{Anchors, Layout, Limits, WalkError};
-use super::{FailureKind, FetchError, Reply, Source, SourceKind, Want};
+use super::{FailureKind, FetchError, Made, Reply, SiteNaming, Source, SourceKind, Want};
 use crate::model::build::BuildInfo;
+use crate::model::capture::GcClock;
 
 /// What a user without ptrace rights over the target needs; said on every EPERM.
 pub const PTRACE_HELP: &str = "reading another process's memory needs ptrace rights over it: \
@@ -115,6 +117,8 @@ pub struct ProcSource {
     /// The last capture's snapshot, handed back to the reader for its buffers: 100,000
     /// buckets refilled in place rather than in fresh memory each capture.
     spare: walk::Snapshot,
+    /// The last heap capture's GC clock.
+    gc: Option<GcClock>,
 }
 
 /// What one capture reads.
@@ -360,10 +364,15 @@ impl ProcSource {
             })
             .collect();
         let vars = binary.vars;
+        let mem_layout = binary.build.release().and_then(memstats::mem_layout_for);
         let anchors = Anchors {
             mbuckets: vars.mbuckets.wrapping_add(bias),
             mprof_cycle: vars.mprof_cycle.wrapping_add(bias),
             prof_mem_active_lock: vars.prof_mem_active_lock.map(|a| a.wrapping_add(bias)),
+            numgc: vars.memstats.zip(mem_layout).map(|([m, ..], layout)| {
+                m.wrapping_add(bias)
+                    .wrapping_add(memstats::numgc_offset(&layout))
+            }),
         };
         let goroutines = vars
             .allgs
@@ -373,19 +382,16 @@ impl ProcSource {
             target,
             goroutines: goroutines.map(|(at, l)| (at.wrapping_add(bias), l)),
             goroutine_encoder: GoroutineEncoder::new(&mappings),
-            memstats: vars
-                .memstats
-                .zip(binary.build.release().and_then(memstats::mem_layout_for))
-                .map(|([m, g, h, p], layout)| {
-                    let at = |a: u64| a.wrapping_add(bias);
-                    let anchors = memstats::MemAnchors {
-                        memstats: at(m),
-                        gc_controller: at(g),
-                        mheap: at(h),
-                        allp: at(p),
-                    };
-                    (anchors, layout)
-                }),
+            memstats: vars.memstats.zip(mem_layout).map(|([m, g, h, p], layout)| {
+                let at = |a: u64| a.wrapping_add(bias);
+                let anchors = memstats::MemAnchors {
+                    memstats: at(m),
+                    gc_controller: at(g),
+                    mheap: at(h),
+                    allp: at(p),
+                };
+                (anchors, layout)
+            }),
             rate_addr: vars.mem_profile_rate.wrapping_add(bias),
             binary,
             layout,
@@ -401,6 +407,7 @@ impl ProcSource {
             limits: Limits::default(),
             reader: None,
             spare: walk::Snapshot::default(),
+            gc: None,
         };
         let mut flag = [0u8; 1];
         let disable_at = vars.disable_memory_profiling.wrapping_add(bias);
@@ -633,7 +640,8 @@ impl ProcSource {
         crate::time::now_ns()
     }
 
-    /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`.
+    /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`. Its GC
+    /// clock is [`ProcSource::gc_clock`].
     pub fn capture_heap(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
         let Read::Heap(rate, snapshot) = self.read(Job::Heap, timeout)? else {
             return Err(self.fail(FailureKind::Other, "the reader answered another question"));
@@ -650,8 +658,21 @@ impl ProcSource {
             &syms,
             Self::now_nanos(),
         );
+        self.gc = snapshot.num_gc.map(|num_gc| GcClock {
+            num_gc,
+            profile_cycle: Some(snapshot.cycle),
+        });
+        let mut snapshot = snapshot;
+        snapshot.forget_stacks();
         self.spare = snapshot;
         Ok(gz)
+    }
+
+    /// The runtime's GC clock as the last heap capture read it, in the same consistent read
+    /// as its profile: `numgc` and the profile cycle did not move from before its walk to
+    /// after. `None` when the runtime's MemStats were not found.
+    pub fn gc_clock(&self) -> Option<GcClock> {
+        self.gc
     }
 
     /// True when this process's goroutines can be read (a supported release whose
@@ -751,11 +772,21 @@ impl Source for ProcSource {
     }
 
     fn fetch(&mut self, want: Want, timeout: Duration) -> Result<Reply, FetchError> {
-        let mut raw = None;
+        let mut made = None;
         let bytes = match want {
             Want::Heap => {
                 let gz = self.capture_heap(timeout)?;
-                raw = Some(self.encoder.take_raw()).filter(|r| !r.is_empty());
+                let sites = self.encoder.take_sites();
+                // Without sites the collector decodes the protobuf to index it; with them it
+                // needs none, and the encoder keeps its buffer.
+                let raw = sites.is_none().then(|| self.encoder.take_raw());
+                made = Some(Made {
+                    len: self.encoder.raw_len() as u64,
+                    summary: self.encoder.summary(),
+                    raw,
+                    sites,
+                    gc: self.gc,
+                });
                 gz
             }
             Want::Goroutine => self.capture_goroutines(timeout)?,
@@ -770,8 +801,13 @@ impl Source for ProcSource {
         Ok(Reply {
             bytes,
             pid: Some(self.pid),
-            raw,
+            made,
         })
+    }
+
+    fn name_sites(&mut self, naming: SiteNaming) {
+        let module = self.binary.build.module.clone();
+        self.encoder.name_sites(&naming, module.as_deref());
     }
 
     fn build_info(&mut self, _timeout: Duration) -> Option<BuildInfo> {
@@ -783,6 +819,8 @@ impl Source for ProcSource {
                 .filter(|v| !v.is_empty() && v != "(devel)"),
             go_version: Some(b.go_version.clone()),
             vcs_revision: b.vcs_revision.clone(),
+            // What the sites of its captures are named for (see `name_sites`).
+            module: b.module.clone(),
             ..BuildInfo::default()
         })
     }

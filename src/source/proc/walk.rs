@@ -71,6 +71,9 @@ pub struct Anchors {
     pub mbuckets: u64,
     pub mprof_cycle: u64,
     pub prof_mem_active_lock: Option<u64>,
+    /// `memstats.numgc`, when the runtime's MemStats are found: read with the cycle counter,
+    /// so a capture says how many GC cycles had ended when its profile was the published one.
+    pub numgc: Option<u64>,
 }
 
 /// One `memRecordCycle`.
@@ -97,8 +100,11 @@ pub struct Bucket {
     /// Where the bucket lives in the target: the runtime never frees or moves one, so for the
     /// life of the process this address stands for this stack.
     pub addr: u64,
-    /// Where its PCs are in [`Snapshot::stacks`].
+    /// Where its PCs are in [`Snapshot::stacks`]: empty once forgotten
+    /// ([`Snapshot::forget_stacks`]).
     pub stack: Range<usize>,
+    /// How many PCs its stack holds (its record follows them), kept when the stack is not.
+    pub depth: u32,
     pub active: Cycle,
     pub future: [Cycle; 3],
 }
@@ -108,6 +114,13 @@ pub struct Bucket {
 pub struct Snapshot {
     /// `mProfCycle.read()`: the counter without its flushed bit.
     pub cycle: u32,
+    /// `memstats.numgc` over the same walk (when its address is known): the GC cycles
+    /// completed, unchanged from before the walk to after it, as the cycle counter was.
+    pub num_gc: Option<u32>,
+    /// The clock (cycle counter word, `numgc`) read last when this list was trusted: a later
+    /// walk under the same clock that finds every published figure as it was needs no second
+    /// read (see [`attempts`]).
+    pub trusted: Option<(u32, Option<u32>)>,
     /// `runtime.mbuckets` when the list was read: a later walk reads only the buckets in
     /// front of it (0: not a whole list).
     pub head: u64,
@@ -124,9 +137,32 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The return PCs of one of this snapshot's buckets.
+    /// The return PCs of one of this snapshot's buckets (none once forgotten).
     pub fn stack(&self, b: &Bucket) -> &[u64] {
         &self.stacks[b.stack.clone()]
+    }
+
+    /// Drops every bucket's stack but the head's (which the next walk reads again to know the
+    /// list for the same): the encoder keeps what it made of each stack (its locations) the
+    /// first time it saw the bucket, and a later walk reads the stacks of the buckets added in
+    /// front only, so the PCs would be a second copy of every stack, some 20 MiB on a
+    /// 100,000-bucket profile (docs/benchmarks.md). A list read whole again reads them all.
+    pub fn forget_stacks(&mut self) {
+        let Some(first) = self.buckets.first() else {
+            return;
+        };
+        let head = self.stack(first).to_vec();
+        for b in &mut self.buckets {
+            b.stack = 0..0;
+        }
+        self.buckets[0].stack = 0..head.len();
+        // A fresh buffer: the old one's pages go back, where a cleared one would keep them.
+        self.stacks = head;
+    }
+
+    /// PCs in every bucket's stack, forgotten or not.
+    fn depth(&self) -> usize {
+        self.buckets.iter().map(|b| b.depth as usize).sum()
     }
 }
 
@@ -327,9 +363,22 @@ fn read_u32(mem: &dyn TargetMemory, addr: u64, what: &'static str) -> Result<u32
     Ok(u32::from_le_bytes(b))
 }
 
-/// (cycle counter word, is the active-profile lock held).
-fn guard(mem: &dyn TargetMemory, a: &Anchors, layout: &Layout) -> Result<(u32, bool), WalkError> {
+/// What is read before, in the middle of and after a walk: the walk stands when the clock is
+/// the same at all three and the lock free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Guard {
+    /// The cycle counter word and `numgc`.
+    clock: (u32, Option<u32>),
+    /// The active-profile lock is held.
+    held: bool,
+}
+
+fn guard(mem: &dyn TargetMemory, a: &Anchors, layout: &Layout) -> Result<Guard, WalkError> {
     let cycle = read_u32(mem, a.mprof_cycle, "runtime.mProfCycle")?;
+    let numgc = match a.numgc {
+        Some(at) => Some(read_u32(mem, at, "runtime.memstats.numgc")?),
+        None => None,
+    };
     let held = match a.prof_mem_active_lock {
         Some(addr) => {
             let key = mem.read_u64(addr).map_err(|fault| WalkError::Read {
@@ -344,7 +393,10 @@ fn guard(mem: &dyn TargetMemory, a: &Anchors, layout: &Layout) -> Result<(u32, b
         }
         None => false,
     };
-    Ok((cycle, held))
+    Ok(Guard {
+        clock: (cycle, numgc),
+        held,
+    })
 }
 
 fn cycle_at(body: &[u8], n: usize, k: usize) -> Cycle {
@@ -401,8 +453,7 @@ impl Known {
             head_stack: list.stack(first).to_vec(),
             buckets: list.buckets.len(),
             stacks: list.stacks.len(),
-            bytes: (list.buckets.len() * (layout.header + layout.record) + 8 * list.stacks.len())
-                as u64,
+            bytes: (list.buckets.len() * (layout.header + layout.record) + 8 * list.depth()) as u64,
         }
     }
 }
@@ -491,6 +542,7 @@ fn walk_from(
         fresh.push(Bucket {
             addr: at,
             stack: first..stacks.len(),
+            depth: n as u32,
             active: cycle_at(&body, n, 0),
             future: [
                 cycle_at(&body, n, 1),
@@ -553,7 +605,7 @@ impl RecordPlan {
         buckets: &[Bucket],
         extended: Option<(u64, usize)>,
     ) {
-        let at = |b: &Bucket| b.addr + (layout.header + 8 * b.stack.len()) as u64;
+        let at = |b: &Bucket| b.addr + (layout.header + 8 * b.depth as usize) as u64;
         match extended {
             Some((known, added)) if self.list == (known, buckets.len() - added) => {
                 if added > 0 {
@@ -665,8 +717,11 @@ static LISTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1
 /// Brings `list` to the list that starts at `head`. The runtime only ever prepends buckets and
 /// never frees, moves or changes one's stack, so when `list` is a whole list read before, only
 /// the buckets in front of its head are walked; the others' records are read where they are,
-/// in many-range reads, their stacks kept. A list that does not lead back to the known head is
-/// read whole; one that leads back through a bucket already known is damaged.
+/// in many-range reads, their stacks not read again. A list that does not lead back to the
+/// known head is read whole; one that leads back through a bucket already known is damaged.
+/// True when `steady` (the profile cycle whose figures are compared) was given, the list in
+/// hand was extended, and every known bucket's published figures (active and that cycle's
+/// future slot) were what the list held.
 fn bring_up_to(
     mem: &dyn TargetMemory,
     head: u64,
@@ -674,7 +729,8 @@ fn bring_up_to(
     limits: &Limits,
     list: &mut Snapshot,
     buffers: &mut Buffers,
-) -> Result<(), WalkError> {
+    steady: Option<u32>,
+) -> Result<bool, WalkError> {
     if list.head == 0 {
         list.buckets.clear();
         list.stacks.clear();
@@ -738,22 +794,33 @@ fn bring_up_to(
         list.list = LISTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     buffers.plan.update(layout, head, &list.buckets, extended);
-    if extended.is_some() {
+    let mut same = steady.is_some();
+    if let Some((_, added)) = extended {
         // The known buckets' records, read where they are (the new ones' with them).
         let buckets = &mut list.buckets;
         let bounds = (layout, limits);
+        let slot = steady.map_or(0, |cycle| 1 + (cycle % 3) as usize);
         read_records(mem, bounds, buffers, "a bucket's record", |i, record| {
             let b = &mut buckets[i];
-            b.active = cycle_at(record, 0, 0);
-            b.future = [
+            let active = cycle_at(record, 0, 0);
+            let future = [
                 cycle_at(record, 0, 1),
                 cycle_at(record, 0, 2),
                 cycle_at(record, 0, 3),
             ];
+            // A bucket added in front has no figures in hand; its published ones are zero
+            // until a cycle is flushed (its first allocations go to a later cycle's slot).
+            if same && i >= added {
+                same = active == b.active && future[slot - 1] == b.future[slot - 1];
+            }
+            b.active = active;
+            b.future = future;
             true
         })?;
+    } else {
+        same = false;
     }
-    Ok(())
+    Ok(same)
 }
 
 /// Reads every bucket's record again: true when the figures the profile is made of (the active
@@ -806,8 +873,10 @@ pub fn walk_reusing(
 ) -> Result<Snapshot, WalkError> {
     let mut list = std::mem::take(&mut buffers.spare);
     match attempts(mem, anchors, layout, limits, &mut list, buffers) {
-        Ok(cycle) => {
-            list.cycle = cycle;
+        Ok((cycle, num_gc)) => {
+            list.cycle = cycle >> 1;
+            list.num_gc = num_gc;
+            list.trusted = Some((cycle, num_gc));
             Ok(list)
         }
         Err(e) => {
@@ -816,13 +885,15 @@ pub fn walk_reusing(
             if !matches!(e, WalkError::Busy { .. }) {
                 list.head = 0;
             }
+            list.trusted = None;
             buffers.spare = list;
             Err(e)
         }
     }
 }
 
-/// Up to `limits.attempts` tries at a still list: its profile cycle when one is read.
+/// Up to `limits.attempts` tries at a still list: the clock it was read under (the cycle
+/// counter word, `numgc`) when one is read.
 fn attempts(
     mem: &dyn TargetMemory,
     anchors: &Anchors,
@@ -830,24 +901,24 @@ fn attempts(
     limits: &Limits,
     list: &mut Snapshot,
     buffers: &mut Buffers,
-) -> Result<u32, WalkError> {
+) -> Result<(u32, Option<u32>), WalkError> {
     for _ in 0..limits.attempts.max(1) {
         if limits.past() {
             return Err(WalkError::Deadline {
                 buckets: list.buckets.len(),
             });
         }
-        let (mut before, mut held_before) = guard(mem, anchors, layout)?;
+        let mut before = guard(mem, anchors, layout)?;
         // A GC's flush holds the lock for a pass over every bucket (milliseconds on a large
         // profile): waiting it out costs nothing, where walking into it wastes a whole attempt.
         for _ in 0..LOCK_POLLS {
-            if !held_before || limits.past() {
+            if !before.held || limits.past() {
                 break;
             }
             std::thread::sleep(LOCK_POLL);
-            (before, held_before) = guard(mem, anchors, layout)?;
+            before = guard(mem, anchors, layout)?;
         }
-        if held_before {
+        if before.held {
             continue;
         }
         let head = mem
@@ -856,18 +927,26 @@ fn attempts(
                 what: "runtime.mbuckets",
                 fault,
             })?;
-        bring_up_to(mem, head, layout, limits, list, buffers)?;
-        let (middle, held_middle) = guard(mem, anchors, layout)?;
-        if middle != before || held_middle {
+        // The list in hand was trusted under this same clock: its published figures are
+        // compared as its records are read.
+        let cycle = before.clock.0 >> 1;
+        let steady = (list.trusted == Some(before.clock)).then_some(cycle);
+        let same = bring_up_to(mem, head, layout, limits, list, buffers, steady)?;
+        if guard(mem, anchors, layout)? != before {
             continue;
         }
-        let cycle = before >> 1;
+        if same {
+            // Every record read now equals its last trusted reading, under one clock from
+            // that reading (after it) to now, with the lock free at this walk's start and
+            // end: between flushes those figures only grow, so each held still from its last
+            // reading to this one, through this walk's first instant. One read was enough.
+            return Ok(before.clock);
+        }
         if !unchanged(mem, layout, &list.buckets, cycle, limits, buffers)? {
             continue;
         }
-        let (after, held_after) = guard(mem, anchors, layout)?;
-        if before == after && !held_after {
-            return Ok(cycle);
+        if guard(mem, anchors, layout)? == before {
+            return Ok(before.clock);
         }
     }
     Err(WalkError::Busy {

@@ -13,6 +13,7 @@ const ANCHORS: Anchors = Anchors {
     mbuckets: 0x1000,
     mprof_cycle: 0x1008,
     prof_mem_active_lock: Some(0x1010),
+    numgc: None,
 };
 
 /// An image: the three variables at 0x1000, then buckets from 0x2000 linked in order.
@@ -89,12 +90,15 @@ fn walks_the_list_and_flushes_the_current_slot() {
 fn before_the_first_gc_every_cycle_is_summed() {
     let snap = Snapshot {
         cycle: 0,
+        num_gc: None,
+        trusted: None,
         head: 0x2000,
         list: 1,
         stacks: vec![1],
         buckets: vec![Bucket {
             addr: 0x2000,
             stack: 0..1,
+            depth: 1,
             active: Cycle::default(),
             future: [
                 Cycle::default(),
@@ -538,4 +542,143 @@ mod garbage {
             }
         }
     }
+}
+
+/// `numgc` read at each of the walk's guard reads; the `at`-th read and those after it see
+/// one more GC ended.
+struct EndingGc {
+    image: ImageMemory,
+    reads: std::cell::Cell<usize>,
+    at: usize,
+}
+
+impl TargetMemory for EndingGc {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFault> {
+        if addr == 0x100c {
+            let n = self.reads.get() + 1;
+            self.reads.set(n);
+            let numgc: u32 = if n >= self.at { 8 } else { 7 };
+            buf.copy_from_slice(&numgc.to_le_bytes());
+            return Ok(());
+        }
+        self.image.read(addr, buf)
+    }
+}
+
+#[test]
+fn numgc_is_read_with_the_walk_and_a_gc_ending_inside_it_is_retried() {
+    let anchors = Anchors {
+        numgc: Some(0x100c),
+        ..ANCHORS
+    };
+    let image = || {
+        image(
+            (4 << 1) | 1,
+            &[(vec![1], rec([3, 0, 30, 0], [0; 4], [0; 4], [0; 4]))],
+            &[0x2000],
+        )
+    };
+    let still = EndingGc {
+        image: image(),
+        reads: std::cell::Cell::new(0),
+        at: usize::MAX,
+    };
+    let snap = walk(&still, &anchors, &LAYOUT, &Limits::default()).unwrap();
+    assert_eq!((snap.cycle, snap.num_gc), (4, Some(7)));
+    assert_eq!(
+        still.reads.get(),
+        3,
+        "before, in the middle and after the walk"
+    );
+    // A GC ends between the first read and the middle one: that attempt is not trusted, the
+    // next reads 8 three times.
+    let ending = EndingGc {
+        image: image(),
+        reads: std::cell::Cell::new(0),
+        at: 2,
+    };
+    let snap = walk(&ending, &anchors, &LAYOUT, &Limits::default()).unwrap();
+    assert_eq!(snap.num_gc, Some(8));
+    assert_eq!(ending.reads.get(), 5);
+    // Without the address, no count.
+    let snap = walk(&image(), &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+    assert_eq!(snap.num_gc, None);
+}
+
+#[test]
+fn a_list_whose_stacks_were_forgotten_is_extended_with_the_new_stacks_and_every_record() {
+    let mut mem = three_buckets();
+    let mut buffers = Buffers::default();
+    let mut first =
+        walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+    first.forget_stacks();
+    assert_eq!(first.stacks, [0x402000], "only the head's stack is kept");
+    assert!(first.stack(&first.buckets[1]).is_empty());
+    buffers.spare = first;
+    poke(&mut mem, 0x1000, 0x2000);
+    poke(&mut mem, 0x2170 + 56, 4);
+    let second = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+    let fresh = walk(&mem, &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+    let figures = |s: &Snapshot| -> Vec<_> {
+        mem_profile(s)
+            .into_iter()
+            .map(|r| (r.bucket, r.alloc_objects, r.alloc_bytes, r.free_objects))
+            .collect()
+    };
+    assert_eq!(figures(&second), figures(&fresh));
+    assert_eq!(
+        second.stack(&second.buckets[0]),
+        [0x401000],
+        "the new bucket's stack"
+    );
+    assert_eq!(
+        second.buckets[2].active.allocs, 4,
+        "a forgotten bucket's record, read"
+    );
+    // A head that no longer holds its stack (another program at the same address): read whole.
+    let mut again = second;
+    again.forget_stacks();
+    buffers.spare = again;
+    poke(&mut mem, 0x2000 + 48, 0x409000);
+    let whole = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+    assert_eq!(whole.stacks, [0x409000, 0x402000, 0x403000]);
+}
+
+#[test]
+fn a_list_trusted_under_the_same_clock_is_read_once_while_its_figures_hold() {
+    let mem = Flushing {
+        image: std::cell::RefCell::new(image(
+            2,
+            &[(vec![1], rec([3, 0, 30, 0], [0; 4], [0; 4], [0; 4]))],
+            &[0x2000],
+        )),
+        record_reads: std::cell::Cell::new(0),
+        // A flush lands just after the fourth read of the record.
+        flush_on: vec![4],
+    };
+    let mut buffers = Buffers::default();
+    let again = |buffers: &mut Buffers| {
+        let snap = walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), buffers).unwrap();
+        let allocs = snap.buckets[0].active.allocs;
+        buffers.spare = snap;
+        (allocs, mem.record_reads.get())
+    };
+    assert_eq!(
+        again(&mut buffers),
+        (3, 2),
+        "a first walk reads every record twice"
+    );
+    assert_eq!(
+        again(&mut buffers),
+        (3, 3),
+        "the same figures under the same clock: once"
+    );
+    // The flush came after this read: the figures held at the walk's first instant.
+    assert_eq!(again(&mut buffers), (3, 4));
+    // Now a figure moved: read twice, and the new figure taken.
+    assert_eq!(again(&mut buffers), (4, 6));
+    assert_eq!(again(&mut buffers), (4, 7));
+    // Another clock (a GC ended): read twice.
+    poke(&mut mem.image.borrow_mut(), 0x1008, 4);
+    assert_eq!(again(&mut buffers), (4, 9));
 }
