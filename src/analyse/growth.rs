@@ -179,6 +179,50 @@ struct CycleState {
     goroutines: SeriesGrid,
     /// The newest heap publication.
     published: Option<Publication<Vec<SiteFigures>>>,
+    /// Every point on the grids so far came from a capture before the first publication.
+    unpublished: bool,
+}
+
+/// Whether a capture was made before the runtime published any heap profile cycle: the
+/// profile then sums every allocation since the process started, garbage included (the
+/// runtime's rule when no cycle holds data), and nothing is yet "allocated but not published"
+/// (`recent_space` 0). Allocations of cycle 0 are flushed at profile cycle 2, so this holds
+/// until the second GC; known only where the source reads the runtime's clock (`proc:`).
+pub fn before_first_publication(r: &CaptureRecord) -> bool {
+    r.gc.is_some_and(|g| g.profile_cycle.unwrap_or(g.num_gc) < 2)
+        && r.totals.get("recent_space").copied().unwrap_or(0) == 0
+}
+
+/// The moment GC `n` ran, by the runtime's clock: halfway between the last capture that read a
+/// count below `n` and the first that read `n` or more. `captures` are (seconds, GC count) in
+/// time order.
+fn gc_moment(captures: &[(f64, Option<u32>)], n: u32) -> Option<f64> {
+    let first = captures
+        .iter()
+        .position(|(_, g)| g.is_some_and(|g| g >= n))?;
+    let after = captures[first].0;
+    let before = captures[..first]
+        .iter()
+        .rev()
+        .find(|(_, g)| g.is_some_and(|g| g < n))
+        .map_or(after, |b| b.0);
+    Some((before + after) / 2.0)
+}
+
+/// The first publication after captures made before any ([`before_first_publication`]): it
+/// describes GC `n − 1` (seen at count `n`), which ran while those captures were being made, so
+/// it goes at that GC's moment, and the captures after that moment, which counted garbage as in
+/// use, give way to it. `None` without a clock or when the capture is not such a one.
+fn after_unpublished(
+    r: &CaptureRecord,
+    was_unpublished: bool,
+    captures: &[(f64, Option<u32>)],
+) -> Option<f64> {
+    if !was_unpublished || before_first_publication(r) {
+        return None;
+    }
+    let n = r.gc?.num_gc;
+    gc_moment(captures, n.checked_sub(1)?)
 }
 
 /// Heap-profile publications among time-ordered captures, each placed at the moment it
@@ -365,6 +409,28 @@ impl GrowthBuilder {
             let i = times.partition_point(|&(t, _)| t < record.t_ms);
             i.checked_sub(1).map(|i| times[i])
         });
+        let begun = self
+            .cycles
+            .get(&record.cycle)
+            .and_then(|c| c.start_ms)
+            .unwrap_or(record.t_ms);
+        // Only wanted while no publication has been seen (the times of every capture).
+        let waiting = record.gc.is_some()
+            && self
+                .cycles
+                .get(&record.cycle)
+                .is_none_or(|c| c.unpublished || c.published.is_none());
+        let clocked: Vec<(f64, Option<u32>)> = self
+            .heap_times
+            .get(&record.cycle)
+            .filter(|_| waiting)
+            .map(|times| {
+                times
+                    .iter()
+                    .map(|&(ms, g)| ((ms - begun) as f64 / 1000.0, g))
+                    .collect()
+            })
+            .unwrap_or_default();
         let (c, t) = self.cycle(record.cycle, record.t_ms);
         let start = c.start_ms.unwrap_or(record.t_ms);
         let before = before_ms.map(|(b, num_gc)| Sighting {
@@ -374,13 +440,43 @@ impl GrowthBuilder {
         let figures = sites.to_vec();
         let total = |f: &Vec<SiteFigures>| f.iter().map(|s| s.value as f64).sum();
         let clock = record.gc.map(|g| g.num_gc);
+        let unpublished = before_first_publication(record);
+        if c.published.is_none() {
+            c.unpublished = unpublished;
+        }
+        if let Some(at) = after_unpublished(record, c.unpublished, &clocked) {
+            c.unpublished = false;
+            c.inuse.truncate_after(at);
+            c.alloc.truncate_after(at);
+            c.published = Some(Publication {
+                figures: figures.clone(),
+                first: t,
+                last: t,
+                at: Some(at),
+                num_gc: clock,
+                gc_after: None,
+            });
+            c.inuse.push(
+                at,
+                figures.iter().map(|s| (s.name.as_str(), s.value as f64)),
+            );
+            c.alloc.push(
+                at,
+                figures.iter().map(|s| (s.name.as_str(), s.alloc as f64)),
+            );
+            return;
+        }
+        if !unpublished {
+            c.unpublished = false;
+        }
+        // Before the first publication a capture is current: it sums what was allocated by then.
         let Some(placed) = place_publication(
             &mut c.published,
             (&figures, total),
             t,
             before,
             clock,
-            forced_gc,
+            forced_gc || unpublished,
         ) else {
             return;
         };
@@ -568,6 +664,14 @@ fn cycle(
     let mut before: Option<&&&CaptureRecord> = None;
     let (mut distinct, mut seqs): (Vec<(f64, f64)>, Vec<u64>) = (Vec::new(), Vec::new());
     let inuse_of = |f: &(i64, Option<i64>)| f.0 as f64;
+    let clocked: Vec<(f64, Option<u32>)> = by_time
+        .iter()
+        .map(|r| (secs(r.t_ms), r.gc.map(|g| g.num_gc)))
+        .collect();
+    let mut unpublished = by_time.first().is_some_and(|r| before_first_publication(r));
+    // The moment of the GC the first publication describes, when captures before it counted
+    // garbage as in use: those after it are no figure of the heap.
+    let mut superseded_after: Option<f64> = None;
     for r in &by_time {
         let last = before.replace(r);
         // With a forced GC every capture is current and placed, but a stored twin only once.
@@ -582,13 +686,35 @@ fn cycle(
             at: secs(b.t_ms),
             num_gc: b.gc.map(|g| g.num_gc),
         });
+        // The first publication after captures made before any: at its GC's moment, the
+        // captures after it (garbage counted as in use) giving way.
+        if let Some(at) = after_unpublished(r, unpublished, &clocked) {
+            unpublished = false;
+            superseded_after = Some(at);
+            let keep = distinct.partition_point(|p: &(f64, f64)| p.0 <= at);
+            distinct.truncate(keep);
+            seqs.truncate(keep);
+            distinct.push((at, inuse as f64));
+            seqs.push(r.seq);
+            published = Some(Publication {
+                figures,
+                first: secs(r.t_ms),
+                last: secs(r.t_ms),
+                at: Some(at),
+                num_gc: r.gc.map(|g| g.num_gc),
+                gc_after: None,
+            });
+            continue;
+        }
+        let current = before_first_publication(r);
+        unpublished &= current;
         let Some(placed) = place_publication(
             &mut published,
             (&figures, inuse_of),
             secs(r.t_ms),
             at_before,
             r.gc.map(|g| g.num_gc),
-            forced_gc,
+            forced_gc || current,
         ) else {
             continue;
         };
@@ -665,6 +791,9 @@ fn cycle(
         .collect();
     let heap_series: Vec<(f64, i64)> = by_time
         .iter()
+        .filter(|r| {
+            !(before_first_publication(r) && superseded_after.is_some_and(|at| secs(r.t_ms) > at))
+        })
         .filter_map(|r| Some((secs(r.t_ms), *r.totals.get("inuse_space")?)))
         .collect();
     let c = CycleGrowth {

@@ -87,6 +87,16 @@ impl SeriesGrid {
         self.weights = self.weights.chunks(2).map(|w| w.iter().sum()).collect();
     }
 
+    /// Drops the moments after `t` (a slot whose mean time is after it).
+    pub fn truncate_after(&mut self, t: f64) {
+        let keep = self.times.partition_point(|&x| x <= t);
+        self.times.truncate(keep);
+        self.weights.truncate(keep);
+        for v in &mut self.values {
+            v.truncate(keep);
+        }
+    }
+
     pub fn times(&self) -> &[f64] {
         &self.times
     }

@@ -297,6 +297,19 @@ fn c_a_wal_crash_loop_is_said_first_with_the_site_of_the_replay() {
     }
     j.done();
 }
+
+#[test]
+fn c_each_life_of_a_wal_crash_loop_is_read_at_its_rate_from_its_start() {
+    let Some(run) = wal_crash_loop() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.rate_and_onset(1, &INGEST);
+    for life in [2, 3] {
+        j.rate_and_onset(life, &REPLAYING);
+    }
+    j.done();
+}
 // ---------------------------------------------------------------- d. a sibling module behind a codec
 
 const APPEND_ENTRY: &str = "heapwatch.test/raftlike.(*raft).appendEntry";
@@ -517,6 +530,20 @@ fn f_a_plateau_is_said_to_hold_and_is_never_forecast_to_die() {
     j.done();
 }
 
+#[test]
+fn f_a_plateau_is_read_at_its_fill_rate_and_held_for_its_length() {
+    let Some(run) = plateau() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.rate_and_onset(1, &PLATEAU);
+    // Held from 2 s to the last capture at 12 s; the published profile can lose a GC cycle
+    // (~2 s here) at either end.
+    let held = j.cycle(1)["reading"]["held_s"].as_f64().unwrap_or(0.0);
+    j.expect(held >= 6.0, || format!("held {held:.1} s, not ≥ 6 s"));
+    j.done();
+}
+
 // ---------------------------------------------------------------- g. a spike
 
 const INDEX: &str = "main.buildStartupIndex";
@@ -565,6 +592,16 @@ fn g_a_spike_rises_and_falls_back_and_nothing_trips() {
     j.expect((4.5..=7.0).contains(&fell), || {
         format!("fell at {fell:.2} s, not 4.5–7 s")
     });
+    j.done();
+}
+
+#[test]
+fn g_a_spike_is_read_at_its_rate_and_onset() {
+    let Some(run) = spike() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.rate_and_onset(1, &SPIKE);
     j.done();
 }
 
@@ -664,6 +701,16 @@ fn h_a_life_stopped_after_a_killed_one_is_stopped_and_the_kill_is_the_first_life
     j.done();
 }
 
+#[test]
+fn h_the_killed_lifes_flood_is_read_at_its_rate() {
+    let Some(run) = stopped_after_kill() else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.shape(1, &KILLED_FLOOD);
+    j.done();
+}
+
 // ---------------------------------------------------------------- i, j. GOGC and GOMEMLIMIT
 
 /// A steady leak beside a churn that paces the GC, under `env`.
@@ -716,6 +763,20 @@ fn i_a_steady_leak_under_gogc_50_reads_the_same() {
     };
     let mut j = Judge::new(&run);
     j.all(1, &GOGC_LEAK);
+    j.done();
+}
+
+#[test]
+fn i_a_steady_leak_under_gogc_400_reads_the_same() {
+    let Some(run) = steady_leak("gogc-400", &[("GOGC", "400")], "8MiB", "512MiB", true) else {
+        return;
+    };
+    let mut j = Judge::new(&run);
+    j.all(1, &GOGC_LEAK);
+    let transient = j.cycle(1)["episode"]["transient"].clone();
+    j.expect(transient != true, || {
+        "a leak read as a transient episode".into()
+    });
     j.done();
 }
 

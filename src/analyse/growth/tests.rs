@@ -279,8 +279,21 @@ fn a_kill_beside_no_counted_charge_failure_gives_no_count() {
 /// A heap growing `rate` bytes/s from `base` under GOGC `gogc` (the next GC when the live heap
 /// has grown by gogc %), with Go's publication (a capture at GC count n shows the heap as of
 /// mark termination n − 1), captured every 250 ms for `secs`; `clocked` gives each capture the
-/// runtime's GC count as `proc:` reads it.
+/// runtime's GC count as `proc:` reads it. Until the runtime publishes a cycle (GC 2), a
+/// profile sums every allocation since the start: the live heap plus the `churn` (bytes/s
+/// allocated and dropped) so far, with nothing in `recent_space`.
 fn paced_heap(gogc: f64, rate: f64, base: f64, secs: f64, clocked: bool) -> GrowthReport {
+    paced_heap_churning(gogc, rate, base, secs, clocked, 0.0)
+}
+
+fn paced_heap_churning(
+    gogc: f64,
+    rate: f64,
+    base: f64,
+    secs: f64,
+    clocked: bool,
+    churn: f64,
+) -> GrowthReport {
     let live = |t: f64| base + rate * t;
     let mut gcs: Vec<f64> = Vec::new();
     let mut goal = (live(0.0) * (1.0 + gogc / 100.0)).max(4.0 * MIB);
@@ -297,12 +310,16 @@ fn paced_heap(gogc: f64, rate: f64, base: f64, secs: f64, clocked: bool) -> Grow
     for k in 0..=((secs / 0.25) as u64) {
         let t = k as f64 * 0.25;
         let n = gcs.iter().filter(|&&g| g <= t).count();
-        let value = match n {
-            0 | 1 => 0.0,
-            n => live(gcs[n - 2]),
-        } as i64;
+        let (value, recent) = match n {
+            0 | 1 => (live(t) + churn * t, 0.0),
+            n => (live(gcs[n - 2]), (rate + churn) * (t - gcs[n - 2])),
+        };
         let mut record = CaptureRecord::new(k + 1, RecordKind::Heap, 1, (t * 1000.0) as i64);
-        record.totals.insert("inuse_space".into(), value);
+        record.totals.insert("inuse_space".into(), value as i64);
+        record.totals.insert(
+            "recent_space".into(),
+            recent.max(1.0) as i64 * i64::from(n >= 2),
+        );
         if clocked {
             record.gc = Some(crate::model::capture::GcClock {
                 num_gc: n as u32,
@@ -342,4 +359,43 @@ fn with_the_gc_count_a_steady_leak_reads_at_its_rate_whatever_gogc() {
         );
     }
     assert!(!paced_heap(200.0, 16.0 * MIB, 2.0 * MIB, 12.0, false).cycles[0].gc_clock);
+}
+
+/// GOGC=400 with churn (the zoo's shape i): no cycle is published until the second GC, and the
+/// captures before it sum every allocation, garbage included (here 4 MiB/s of it beside an
+/// 8 MiB/s leak). The first publication then describes the first GC's moment: read there, the
+/// captures after that moment give way, and the leak reads as a leak rising to the end, not as
+/// a spike of garbage that fell back at the first publication.
+#[test]
+fn captures_before_the_first_publication_give_way_to_it() {
+    let r = paced_heap_churning(400.0, 8.0 * MIB, 2.0 * MIB, 10.0, true, 4.0 * MIB);
+    let c = &r.cycles[0];
+    let reading = c.reading.as_ref().expect("a reading");
+    assert!(reading.ongoing, "{reading:?}");
+    assert!(c.episode.is_none(), "no transient episode: {:?}", c.episode);
+    let peak = c.peaks.heap.map(|p| p.bytes).unwrap_or(0) as f64 / MIB;
+    // What the last publication described, not the garbage the early captures counted.
+    assert!(peak < 30.0, "peak in-use {peak:.1} MiB");
+    let rate = reading.bytes_per_sec / MIB;
+    assert!(
+        (5.0..=14.0).contains(&rate),
+        "{rate:.1} MiB/s, truly 8 (plus churn before GC 1)"
+    );
+    // Without the clock, nothing says the early captures were unpublished: read as before.
+    let unclocked = paced_heap_churning(400.0, 8.0 * MIB, 2.0 * MIB, 10.0, false, 4.0 * MIB);
+    assert!(!unclocked.cycles[0].gc_clock);
+}
+
+#[test]
+fn a_gc_s_moment_is_between_the_captures_that_read_the_count_before_and_after_it() {
+    let captures = [
+        (0.0, Some(0)),
+        (1.0, Some(0)),
+        (1.5, Some(1)),
+        (3.0, Some(2)),
+    ];
+    assert_eq!(gc_moment(&captures, 1), Some(1.25));
+    assert_eq!(gc_moment(&captures, 2), Some(2.25));
+    assert_eq!(gc_moment(&captures, 3), None);
+    assert_eq!(gc_moment(&[(0.5, None), (1.0, Some(1))], 1), Some(1.0));
 }

@@ -518,11 +518,20 @@ pub fn evaluate_all(rules: &[Rule], findings: &Findings) -> Vec<Outcome> {
 
 /// Largest in-use heap captured in each boot cycle, from the manifest totals.
 pub fn peak_heap(records: &[CaptureRecord]) -> Vec<(u32, i64)> {
+    use crate::analyse::growth::before_first_publication;
     let mut peaks: std::collections::BTreeMap<u32, i64> = std::collections::BTreeMap::new();
-    for r in records
-        .iter()
-        .filter(|r| r.is_ok() && r.kind == RecordKind::Heap)
-    {
+    let heaps = || {
+        records
+            .iter()
+            .filter(|r| r.is_ok() && r.kind == RecordKind::Heap)
+    };
+    // Captures before the runtime published any cycle count garbage as in use: no peak of the
+    // heap where the cycle goes on to publish one.
+    let publishes: std::collections::BTreeSet<u32> = heaps()
+        .filter(|r| r.gc.is_some() && !before_first_publication(r))
+        .map(|r| r.cycle)
+        .collect();
+    for r in heaps().filter(|r| !(before_first_publication(r) && publishes.contains(&r.cycle))) {
         if let Some(&v) = r.totals.get("inuse_space") {
             let p = peaks.entry(r.cycle).or_insert(v);
             *p = (*p).max(v);
