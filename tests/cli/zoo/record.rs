@@ -181,22 +181,3 @@ pub fn span_s(records: &[Value], incarnation: u64) -> f64 {
         _ => 0.0,
     }
 }
-
-/// Starts `program ARGS` listening on a free loopback port and collects it over HTTP, as a
-/// maintainer would (heap every 250 ms, as testdata/runs were recorded), for `seconds`.
-pub fn collect_http(dir: &Path, name: &str, program: &str, args: &[&str], seconds: u32) -> PathBuf {
-    let binary = util::go_fixture(program).expect("the Go fixtures were built");
-    let mut all = vec!["-listen", "127.0.0.1:0"];
-    all.extend_from_slice(args);
-    let (_target, addr) = util::start_listening(&binary, &all);
-    let run = dir.join(name);
-    let out = util::heapwatch()
-        .args(["collect", "-q", "--interval", "250ms", "--label", name])
-        .args(["--duration", &format!("{seconds}s"), "--out"])
-        .arg(&run)
-        .arg(format!("http://{addr}"))
-        .output()
-        .expect("heapwatch collect runs");
-    assert!(out.status.success(), "{name}: {}", util::stderr(&out));
-    run
-}
