@@ -21,6 +21,7 @@ const ANCHORS: Anchors = Anchors {
     mbuckets: VARS,
     mprof_cycle: VARS + 8,
     prof_mem_active_lock: Some(VARS + 16),
+    numgc: Some(VARS + 24),
 };
 
 const LIMITS: Limits = Limits {
@@ -31,7 +32,7 @@ const LIMITS: Limits = Limits {
 };
 
 fuzz_target!(|data: &[u8]| {
-    if data.len() < 26 {
+    if data.len() < 30 {
         return;
     }
     // The first byte picks a release and whether the input is raw or a damaged list.
@@ -45,13 +46,13 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// The second byte places a symbol table in the heap, the next 24 are mbuckets, mProfCycle
-/// and the profile lock; the rest is the heap the list lives in (pointers into it start at
+/// The second byte places a symbol table in the heap, the next 28 are mbuckets, mProfCycle,
+/// the profile lock and `memstats.numgc`; the rest is the heap the list lives in (pointers into it start at
 /// 0x2000).
 fn raw_image(layout: &Layout, data: &[u8]) {
     let split = usize::from(data[1]) * 16;
-    let vars = data[2..26].to_vec();
-    let heap = data[26..].to_vec();
+    let vars = data[2..30].to_vec();
+    let heap = data[30..].to_vec();
     let mem = ImageMemory {
         segments: vec![(VARS, vars), (HEAP, heap.clone())],
     };
@@ -64,7 +65,10 @@ fn raw_image(layout: &Layout, data: &[u8]) {
     for r in &records {
         assert!(r.stack.len() <= layout.max_stack);
     }
-    let table_bytes = heap.get(split.min(heap.len())..).unwrap_or_default().to_vec();
+    let table_bytes = heap
+        .get(split.min(heap.len())..)
+        .unwrap_or_default()
+        .to_vec();
     let funcdata = FuncData {
         base: HEAP,
         section_addr: HEAP,
@@ -129,7 +133,7 @@ fn damaged_list(layout: &Layout, data: &[u8]) {
             max: layout.max_stack,
         }
     };
-    let mut vars = vec![0u8; 24];
+    let mut vars = vec![0u8; 28];
     vars[0..8].copy_from_slice(&at[0].to_le_bytes());
     vars[8..12].copy_from_slice(&u32::from(how >> 1).to_le_bytes());
     let mem = ImageMemory {
