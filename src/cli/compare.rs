@@ -13,7 +13,7 @@ use heapwatch::render::cluster::{self as render_cluster, NodePart};
 use heapwatch::render::compare as render_compare;
 use heapwatch::store::RunDir;
 
-use super::{CliError, DecodeFlags, check, emit};
+use super::{CliError, DecodeFlags, emit, opened};
 
 #[derive(clap::Args)]
 pub struct CompareArgs {
@@ -40,7 +40,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode, CliError> {
     let (path_a, pick_a) = parse_run_arg(&args.run_a);
     let (path_b, pick_b) = parse_run_arg(&args.run_b);
     let picks = (args.baseline_cycle.or(pick_a), args.cycle.or(pick_b));
-    let cluster = |p: &PathBuf| ClusterRun::open(p).map_err(check::failed);
+    let cluster = |p: &PathBuf| ClusterRun::open(p).map_err(opened::failed);
     match (cluster(&path_a)?, cluster(&path_b)?) {
         (None, None) => {
             let comparison = compare_runs(&open(&path_a)?, &open(&path_b)?, picks, &args)?;

@@ -12,7 +12,7 @@ use heapwatch::render::growth::{self as render_growth, EnvoyPart};
 use heapwatch::store::{RecordKind, RunDir};
 use heapwatch::units;
 
-use super::check;
+use super::opened;
 use super::{CliError, DecodeFlags, emit};
 
 #[derive(clap::Args)]
@@ -24,7 +24,7 @@ pub struct GrowthArgs {
     limit: Option<u64>,
     /// The CPU limit of an Envoy target in cores (2, 1.5, 500m), against its worker count
     /// (default: `cpu_limit` recorded in the run).
-    #[arg(long, value_name = "CORES", value_parser = check::parse_cores)]
+    #[arg(long, value_name = "CORES", value_parser = opened::parse_cores)]
     cpu_limit: Option<f64>,
     /// Rows per table.
     #[arg(short = 'n', default_value_t = 10)]
@@ -36,7 +36,7 @@ pub struct GrowthArgs {
 }
 
 pub fn run(args: GrowthArgs) -> Result<ExitCode, CliError> {
-    if let Some(c) = ClusterRun::open(&args.run).map_err(check::failed)? {
+    if let Some(c) = ClusterRun::open(&args.run).map_err(opened::failed)? {
         return run_cluster(&c, &args);
     }
     let run = RunDir::open(&args.run)?;
@@ -84,7 +84,7 @@ fn node_growth(run: RunDir, args: &GrowthArgs, node: Option<&str>) -> Result<Str
 /// Growth of every node of a cluster run, each in its own section (or under its name in JSON).
 fn run_cluster(c: &ClusterRun, args: &GrowthArgs) -> Result<ExitCode, CliError> {
     let mut parts = Vec::new();
-    for (name, run) in c.open_nodes().map_err(check::failed)? {
+    for (name, run) in c.open_nodes().map_err(opened::failed)? {
         let body = node_growth(run, args, Some(&name))?;
         let dir = c
             .info

@@ -18,8 +18,8 @@ use heapwatch::pipeline::report::{self, ReportInputs};
 use heapwatch::render::report::{ReportModel, flames, html, markdown, summary};
 use heapwatch::units;
 
-use super::check;
 use super::{CliError, DecodeFlags};
+use super::{gate, opened};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,14 +35,14 @@ pub struct Args {
     /// A bar that fails the command (exit 1) after the report is written:
     /// growth>5MiB/s, time-to-limit<60s, regression>1.5x, goroutines>10/s, storm>100MiB/s,
     /// heap>SIZE, memory>SIZE, kills>N, restarts>N, live-share<0.6.
-    #[arg(long = "fail-on", value_name = "RULE", value_parser = check::parse_rule)]
+    #[arg(long = "fail-on", value_name = "RULE", value_parser = gate::parse_rule)]
     fail_on: Vec<Rule>,
     /// The target's memory limit (default: the one recorded in the run).
     #[arg(long, value_parser = units::parse_size)]
     limit: Option<u64>,
     /// The CPU limit of an Envoy target in cores (2, 1.5, 500m), against its worker count.
     /// Default: `cpu_limit` recorded in the run, else the Envoy container's limit in --pod.
-    #[arg(long, value_name = "CORES", value_parser = check::parse_cores)]
+    #[arg(long, value_name = "CORES", value_parser = opened::parse_cores)]
     cpu_limit: Option<f64>,
     /// `kubectl get pod NAME -o json` (a Pod or a List): adds the Kubernetes triage section.
     #[arg(long, value_name = "POD.json")]
@@ -69,7 +69,7 @@ pub struct Args {
     #[arg(long)]
     keep_profiler: bool,
     #[command(flatten)]
-    cycles: check::CycleFlags,
+    cycles: opened::CycleFlags,
     #[command(flatten)]
     decode: DecodeFlags,
 }
@@ -101,7 +101,7 @@ pub struct Written {
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
     let (run, baseline, picks) =
-        check::resolve_picks(&args.run, args.baseline.as_deref(), &args.cycles);
+        opened::resolve_picks(&args.run, args.baseline.as_deref(), &args.cycles);
     let extras = Extras {
         picks,
         cpu_limit: args.cpu_limit,
@@ -130,8 +130,8 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         written.flamegraphs
     );
     match &written.nodes {
-        Some(nodes) => check::cluster_gate(nodes),
-        None => check::gate(&written.outcomes),
+        Some(nodes) => gate::cluster_gate(nodes),
+        None => gate::gate(&written.outcomes),
     }
 }
 
@@ -165,10 +165,10 @@ pub fn write_report_with(
     decode: &DecodeFlags,
     extras: &Extras,
 ) -> Result<Written, CliError> {
-    check::require_baseline(rules_given, baseline)?;
-    let kube = report::kube_input(&extras.inputs).map_err(check::failed)?;
-    let options = check::options(limit, extras.cpu_limit, decode, extras.picks);
-    if let Some(c) = ClusterRun::open(run_path).map_err(check::failed)? {
+    gate::require_baseline(rules_given, baseline)?;
+    let kube = report::kube_input(&extras.inputs).map_err(opened::failed)?;
+    let options = opened::options(limit, extras.cpu_limit, decode, extras.picks);
+    if let Some(c) = ClusterRun::open(run_path).map_err(opened::failed)? {
         if kube.is_some() {
             return Err(CliError::Usage(format!(
                 "{}: is a cluster run; --pod applies to one pod: report one node ({}/targets/NAME)",
@@ -178,9 +178,9 @@ pub fn write_report_with(
         }
         return cluster::write(&c, baseline, out, rules_given, &options, &extras.inputs);
     }
-    let analysed = check::analyse(run_path, baseline, &options)?;
+    let analysed = opened::analyse(run_path, baseline, &options)?;
     let prepared = report::prepare(analysed, kube, rules_given, &options, &extras.inputs)
-        .map_err(check::failed)?;
+        .map_err(opened::failed)?;
     let drawn = flames::draw(&prepared.flames);
     let model = prepared.model(&drawn);
     write_files(out, &model)?;

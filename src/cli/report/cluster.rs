@@ -13,7 +13,7 @@ use heapwatch::render::report::cluster::{self as page, ClusterModel, LeftOut, No
 use heapwatch::render::report::{Flamegraph, ReportModel, flames};
 use heapwatch::store::{RecordKind, RunDir};
 
-use super::{CliError, Written, check, write_file, write_files};
+use super::{CliError, Written, opened, write_file, write_files};
 
 /// Analyses every node (each against its baseline), writes the node reports and the cluster
 /// page, and returns what the rules found on each node.
@@ -25,7 +25,7 @@ pub(super) fn write(
     options: &Options,
     extras: &ReportInputs,
 ) -> Result<Written, CliError> {
-    let base = check::cluster_baseline(baseline)?;
+    let base = opened::cluster_baseline(baseline)?;
     let (analysed, left_out) = analyse_what_can_be(c, baseline, base.as_ref(), options)?;
     for l in &left_out {
         eprintln!("heapwatch: node {} not reported: {}", l.name, l.why);
@@ -120,7 +120,7 @@ fn analyse_what_can_be(
     };
     let mut left_out = Vec::new();
     loop {
-        match cluster::analyse_cluster(&kept, check::baseline_run(baseline, base), options) {
+        match cluster::analyse_cluster(&kept, opened::baseline_run(baseline, base), options) {
             Ok(analysed) => return Ok((analysed, left_out)),
             Err(PipelineError::Node { node, why })
                 if kept.info.targets.len() > 1 && !own_run_analyses(&kept, &node, options) =>
@@ -132,7 +132,7 @@ fn analyse_what_can_be(
                 kept.info.targets.retain(|t| t.name != node);
                 left_out.push(LeftOut { name: node, why });
             }
-            Err(e) => return Err(check::failed(e)),
+            Err(e) => return Err(opened::failed(e)),
         }
     }
 }
