@@ -167,7 +167,7 @@ fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
     let decode = DecodeFlags {
         max_decompressed: 1 << 30,
     };
-    let written = super::report::write_report(
+    let written = super::report_folder::write_report(
         &runs.join("2.1.0"),
         Some(&runs.join("2.0.2")),
         &args.out,

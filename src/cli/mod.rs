@@ -19,6 +19,7 @@ mod push_flags;
 mod record_flags;
 mod replay;
 mod report;
+mod report_folder;
 mod run;
 mod top;
 mod triage;
