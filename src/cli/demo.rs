@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use heapwatch::analyse::rules::{self, Rule};
-use heapwatch::replay::Timeline;
 use heapwatch::replay::server::{self, ReplayOptions};
+use heapwatch::replay::{self, Timeline};
 use heapwatch::source::procmem::MemorySample;
-use heapwatch::store::{RUN_FILE, RunDir, RunInfo};
+use heapwatch::store::RunDir;
 use heapwatch::units::format_bytes;
 
 use super::{CliError, DecodeFlags};
@@ -156,7 +156,12 @@ fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
     });
     for (lane, played) in lanes.iter().zip(played) {
         let played = played?;
-        carry_memory_over(lane, &played, args.speed)?;
+        replay::carry_memory_over(
+            &lane.recording,
+            &lane.collected,
+            played.started_ms,
+            args.speed,
+        )?;
     }
 
     say("\nwriting the report (2.1.0, with 2.0.2 as the baseline)");
@@ -294,56 +299,6 @@ fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliEr
         ));
         Ok(played)
     })
-}
-
-/// An HTTP replay cannot replay what the kernel saw (process and cgroup memory, the OOM
-/// kills), so the recording's `memory.jsonl` is carried over onto the replay's clock, and
-/// `run.json` says so.
-fn carry_memory_over(lane: &Lane, played: &Played, speed: f64) -> Result<(), CliError> {
-    let samples: Vec<MemorySample> = lane.recording.memory_samples();
-    let Some(origin) = lane
-        .recording
-        .manifest
-        .records
-        .iter()
-        .filter(|r| r.is_ok())
-        .map(|r| r.t_ms)
-        .min()
-    else {
-        return Ok(());
-    };
-    if samples.is_empty() {
-        return Ok(());
-    }
-    let mut text = String::new();
-    for mut m in samples {
-        m.t_ms = played.started_ms + ((m.t_ms - origin) as f64 / speed).round() as i64;
-        text.push_str(&serde_json::to_string(&m).expect("memory samples are plain data"));
-        text.push('\n');
-    }
-    let path = lane.collected.join(heapwatch::store::MEMORY_FILE);
-    std::fs::write(&path, text).map_err(|e| io_error(&path, e))?;
-
-    let info_path = lane.collected.join(RUN_FILE);
-    let bytes = std::fs::read(&info_path).map_err(|e| io_error(&info_path, e))?;
-    let mut info: RunInfo =
-        serde_json::from_slice(&bytes).map_err(|source| CliError::JsonFile {
-            path: info_path.display().to_string(),
-            source,
-        })?;
-    info.options.memory_source = Some(
-        "the recording's memory.jsonl, moved onto this run's clock by heapwatch demo (a replay serves profiles, not the kernel's view)"
-            .into(),
-    );
-    let recorded_cgroup = lane
-        .recording
-        .info
-        .as_ref()
-        .and_then(|i| i.options.cgroup.clone());
-    if let Some(cg) = recorded_cgroup {
-        info.options.cgroup = Some(cg);
-    }
-    Ok(heapwatch::store::write_info(&lane.collected, &info)?)
 }
 
 /// What the demo found and where to look.

@@ -2,6 +2,7 @@
 //! was alive and what it would have served at each moment. Pure; `server` does the I/O.
 
 mod agent;
+mod carry;
 mod conn;
 pub mod server;
 
@@ -9,6 +10,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::store::{CaptureRecord, RecordKind, RunDir};
+
+pub use carry::carry_memory_over;
 
 /// One boot cycle of the recording: alive from `start_ms` to `end_ms` (offsets from the
 /// recording's first capture), with its captures in time order.

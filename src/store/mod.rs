@@ -37,7 +37,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn io(path: &Path, source: io::Error) -> StoreError {
+    pub(crate) fn io(path: &Path, source: io::Error) -> StoreError {
         // ENOSPC and EDQUOT: the collector must stop cleanly rather than retry.
         if matches!(source.raw_os_error(), Some(28) | Some(122)) {
             StoreError::DiskFull {
