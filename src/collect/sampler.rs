@@ -2,6 +2,20 @@
 //! independent of the profile requests, and feeds burst mode through [`OutsideMemory`].
 //! Usage is read every tick; where it goes (`memory.stat`, `smaps_rollup`) every
 //! [`DETAIL_EVERY`], as it costs several times more (docs/benchmarks.md).
+//!
+//! # Burst mode and the time to the limit go by memory that can kill
+//!
+//! Once a detailed sample has split the cgroup (or the process), the figure the sampler gives
+//! burst mode (`OutsideMemory::killable`) is anonymous plus shared memory, not usage; between
+//! detailed samples it is usage less the reclaimable part last seen (page cache that grows since
+//! counts as killable until the next split, so burst comes a moment early, never late), and usage
+//! moving by more than 16 MiB triggers a split at once. The status line shows usage beside it
+//! ("memory 9 MiB of 256 MiB (all charged 255 MiB)").
+//!
+//! # `smaps_rollup` every 500 ms, not every tick
+//!
+//! It walks every mapping under the target's mmap lock; the cheap sample (usage, limit, OOM
+//! count, pid, RSS) stays every tick (`benches/memory_sample.rs`, docs/benchmarks.md).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
