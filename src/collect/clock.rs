@@ -17,6 +17,16 @@
 //! `SystemClock` sleeps on tokio's timer and reads `tokio::time::Instant`, so a test may run the
 //! real clock with tokio's paused time (`start_paused`); the injected `FakeClock` still jumps to
 //! each deadline, and the pacing tests in `collect/tests.rs` run unchanged on it.
+//!
+//! # Pacing: `Nudge`
+//!
+//! A seam opened for `heapwatch watch`, unused by `collect` and `run`. A collector paced by a 10 s
+//! baseline would sleep through most of a fast grower's life. A nudge makes its heap capture (or
+//! its probe while the target is gone) due at once, at most once per burst interval. The memory
+//! sampler nudges when a container's anonymous memory crosses the burst share of the limit or
+//! rises by a twentieth of it in one sample (`OutsideMemory::nudge_permille`, zero unless asked);
+//! the watch loop nudges when a new pid appears in a container, so a restart's first capture is
+//! not a baseline away.
 
 use std::future::Future;
 use std::pin::Pin;

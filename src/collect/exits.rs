@@ -11,6 +11,13 @@
 //! with its wait status; it needs CAP_NET_ADMIN (root) and costs one blocking thread. Written with
 //! `libc` (already a dependency), ~100 lines, rather than a crate. Without root it is off and the
 //! run says less.
+//!
+//! # One process-event socket for a node
+//!
+//! The connector reports every exit on the machine, so one socket and thread serve every
+//! container `watch` records; each collector holds a `subscriber()` and takes only its own pids'
+//! ends. An end is judged 20 ms after its event (`SETTLE`): a process still running then (not a
+//! zombie) exec'd from a thread other than its first, whose end the kernel reports under the pid.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

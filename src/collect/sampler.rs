@@ -16,6 +16,19 @@
 //!
 //! It walks every mapping under the target's mmap lock; the cheap sample (usage, limit, OOM
 //! count, pid, RSS) stays every tick (`benches/memory_sample.rs`, docs/benchmarks.md).
+//!
+//! # One sampler thread for a node's containers (`NodeSampler`, under `watch`)
+//!
+//! Each container's sampling state (`Probing`) sits in one map, and the thread wakes for
+//! whichever sample is due next. A container far from its limit (under half its burst share, or
+//! no limit) is sampled every `--far-interval` (1 s), near it every `--memory-interval` (100 ms);
+//! the collector is woken (its `Nudge`) only when the burst share is crossed or memory jumps.
+//! `collect` and `run` keep a sampler thread of their own (`Sampler::start`).
+//!
+//! A sample costs a few reads of open files (`source::procmem`'s doc). Under `watch`, where a
+//! node's containers add up, the detailed sample is the cgroup's split only (no `smaps_rollup`,
+//! which walks the target's page tables under its mmap lock), and a container far from its limit
+//! has its log made durable every 5 s rather than every sample (a kill at once).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -17,6 +17,14 @@
 //! own (a container's) gets that cgroup's charge and limit in its samples (`usage`, `limit`
 //! beside `rss`): the charge, not RSS with the binary's file pages, is what the status line calls
 //! "all charged", and the limit is known without `--limit`.
+//!
+//! # A sample costs a few reads of open files
+//!
+//! The files read at every sample (the cgroup's usage, limit and OOM count, the process's
+//! `statm`) stay open and are read again from their start (`pread` at 0 makes the kernel write
+//! them afresh); a failed read closes the file and opens it once more, so a removed or remade
+//! cgroup reads as it is. `cgroup.procs` is opened each time: a v1 cgroup keeps serving an open
+//! file its pid list for a while.
 
 use std::fs;
 use std::io;
