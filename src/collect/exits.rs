@@ -158,7 +158,7 @@ impl ExitWatcher {
     }
 
     /// The watched processes that ended since the last call, oldest first. An end heard less
-    /// than [`SETTLE`] ago is waited for (rare, and at most that long), so none is left behind
+    /// than `SETTLE` ago is waited for (rare, and at most that long), so none is left behind
     /// by the collector's last call; one whose process runs on was an exec, not an end.
     pub fn take(&self) -> Vec<ProcessExit> {
         let mine = self

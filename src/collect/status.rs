@@ -186,9 +186,9 @@ impl LiveStatus {
 
     /// Seconds until the limit at the current growth rate of the memory the limit applies to
     /// (else of the heap): a forecast only while under the limit, and only within
-    /// [`FORECAST_HORIZON_S`] (further out, a rate measured over seconds says nothing).
+    /// `FORECAST_HORIZON_S` (further out, a rate measured over seconds says nothing).
     /// The rate is the memory figure's, and only while its rise is sustained (see
-    /// [`sustained`]); the heap's own rate never forecasts alone.
+    /// `sustained`); the heap's own rate never forecasts alone.
     pub fn time_to_limit(&self) -> Option<f64> {
         let (limit, now) = (self.limit?, self.memory?);
         let rate = self.memory_bps?;

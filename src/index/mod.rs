@@ -248,7 +248,7 @@ impl RunIndex {
 
 /// Decodes a capture's file into its figures: a gzipped pprof profile, or a goroutine text
 /// dump (the agent's op 0x01); with them its decompressed length when it can be known without
-/// gunzipping again (see [`gunzipped_len`]). The error names the file.
+/// gunzipping again (see `gunzipped_len`). The error names the file.
 pub fn build_file(
     path: &Path,
     kind: RecordKind,

@@ -85,7 +85,7 @@ use super::memory::{BlockReader, ReadFault, TargetMemory};
 pub struct Layout {
     /// `bucket`: next, allnext, typ, hash, size, nstk (six words).
     pub header: usize,
-    /// `memRecord`: active plus future[3], four words each.
+    /// `memRecord`: active plus `future[3]`, four words each.
     pub record: usize,
     /// `maxProfStackDepth`: no bucket holds more PCs.
     pub max_stack: usize,
@@ -189,7 +189,7 @@ pub struct Snapshot {
     pub num_gc: Option<u32>,
     /// The clock (cycle counter word, `numgc`) read last when this list was trusted: a later
     /// walk under the same clock that finds every published figure as it was needs no second
-    /// read (see [`attempts`]).
+    /// read (see `attempts`).
     pub trusted: Option<(u32, Option<u32>)>,
     /// `runtime.mbuckets` when the list was read: a later walk reads only the buckets in
     /// front of it (0: not a whole list).
@@ -933,7 +933,7 @@ pub fn walk(
 }
 
 /// [`walk`], starting from the list a previous walk left in `buffers` (only the buckets added
-/// since are walked; see [`bring_up_to`]).
+/// since are walked; see `bring_up_to`).
 pub fn walk_reusing(
     mem: &dyn TargetMemory,
     anchors: &Anchors,
