@@ -25,7 +25,7 @@
 //! **The `cycle` record keeps evidence only.** `--label` stays in run.json (the default where a
 //! cycle has no build, and the override where the analysis is told to prefer it); the record's
 //! `build` is what the process said of itself. The collector never copies the label into a
-//! cycle, so a label given for the wrong process (the 2.0.2 run labelled 2.1.0) cannot
+//! cycle, so a label given for the wrong process (a 2.0.2 run labelled 2.1.0) cannot
 //! hide what the process said.
 
 use super::{CaptureRecord, Collector, RecordKind, StoreError};

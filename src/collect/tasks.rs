@@ -23,8 +23,8 @@
 //! request (its line fsynced while the next request goes out, one capture in flight) was built
 //! and measured (`3134f07`, with `bench/collect-durable.sh`): on a disk limited to 10 writes/s
 //! it raised captures/s by 4 % but doubled `durable_ms` (the next profile's write competes with
-//! the line's fsync), and on a bandwidth-limited disk it changed nothing; it was taken out
-//! again, since a capture durable sooner is the point.
+//! the line's fsync), and on a bandwidth-limited disk it changed nothing; so a capture is
+//! finished before the next request, since a capture durable sooner is the point.
 
 use std::future::Future;
 use std::time::Duration;

@@ -26,8 +26,8 @@
 //!
 //! # Two seams in the collector
 //!
-//! Two seams were opened in the collector for `watch`, both unused by `collect` and `run`: pacing
-//! by a `Nudge` (`clock.rs`'s doc) and deletions from outside for one disk budget (`budget.rs`'s).
+//! The collector has two seams for `watch`, both unused by `collect` and `run`: pacing by a
+//! `Nudge` (`clock.rs`'s doc) and deletions from outside for one disk budget (`budget.rs`'s).
 //!
 //! # What one process shares across the node's containers
 //!

@@ -11,8 +11,8 @@
 //! `--cert`/`--key` for mutual TLS, `--insecure` as a verifier that takes any certificate but
 //! still checks the handshake signatures; `src/source/tls.rs`), with the body read chunk by chunk
 //! against `--max-body` and one deadline for the whole request; the agent over tokio's
-//! `UnixStream`/`TcpStream` (`wire::request_async`, SO_PEERCRED as before). The failure kinds are
-//! the ones the blocking code gave (refused, timeout, reset, status, too-large, tls, other),
+//! `UnixStream`/`TcpStream` (`wire::request_async`, with SO_PEERCRED). The failure kinds are
+//! the ones the blocking code gives (refused, timeout, reset, status, too-large, tls, other),
 //! classified from reqwest's error chain, rustls errors found inside io::Error payloads. The
 //! blocking `fetch` of these sources (the `envoy` command, tests) runs the same future on a
 //! runtime of its own. A source whose work blocks (proc) gives only `fetch`, which the collector
