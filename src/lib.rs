@@ -34,6 +34,13 @@
 //! `analyse`, `source` < `store`, `node` < `index`, `replay`, `push`, `render` < `collect`,
 //! `pipeline` < `launch`; the binary above all). A test (`src/layering.rs`) holds the code to
 //! it; docs/architecture.md explains it.
+//!
+//! # Where the decisions are
+//!
+//! Each module's own doc says what it does and why: the choices made there, their figures and
+//! what was measured or tried (`cargo doc --document-private-items` shows the private modules'
+//! too). docs/architecture.md is the map of the stages and an index of where each decision
+//! lives.
 
 pub mod analyse;
 pub mod collect;

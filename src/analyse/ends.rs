@@ -3,6 +3,19 @@
 //! of `heapwatch run`, or its watchdog killed at the limit; a SIGKILL alone is not), another
 //! signal or exit code where known, "restarted itself" (a new process came with no kill),
 //! "collector stopped" (not an end at all), else "stopped answering, cause unknown".
+//!
+//! # A cycle's death
+//!
+//! A cycle's death time is its exit record's (`heapwatch run` saw it die), else its first failed
+//! capture after the last good one, else the next cycle's start. It is an OOM kill only when the
+//! kernel's count says so (the sampler saw `oom_kill` rise, or the exit record's `oom_kill` or
+//! `watchdog_kill` is 1); a SIGKILL alone is "ended by signal 9", and a process ended after
+//! heapwatch's own `stop` record is "collector stopped". Every collector with an exit watcher
+//! (`run`, `collect --pid/--cgroup`, `watch`) reads the cgroup's `oom_kill` count when it hears the
+//! exit and writes its rise into the exit record: the memory sampler, on its own pace, can first
+//! see the raised count after a restart, and its sample then names the new process and is filed
+//! under the next cycle. A kill so filed does not make a cycle OOM-killed whose own exit record
+//! says it exited, or died by another signal.
 
 use serde::Serialize;
 

@@ -1,12 +1,60 @@
 //! One reading of a boot cycle's growth, computed once and quoted by every table, rule, summary
 //! field and headline: growth is an episode with an onset, not a line through the whole cycle.
 //!
-//! The episode is the rise of the in-use heap that ended in the cycle's peak (or in its death):
-//! it begins at its onset, the last capture before the peak still near the low point before it
-//! (a quiet start is no part of it), and ends at the peak. Its rate is fitted over the episode
-//! alone; its sites are those that hold the rise, ranked by their share of it; it is still going
-//! when the heap did not hold or fall after the peak. A forecast of the time to the limit is made
-//! only then, and only when the fit supports it, with the range the fit's slopes allow.
+//! # The episode
+//!
+//! `reading::read` runs once per cycle, inside `GrowthBuilder::finish`, on the heap's
+//! publications (each placed at the moment it describes: a GC publishes the snapshot of the GC
+//! before, so a new publication goes where the one before was first seen; when it is further
+//! above that one than one GC goal allows (1.25 × the larger of twice it and 4 MiB), GCs ran
+//! unseen between two captures, and the one before is placed again at the last capture that still
+//! showed it and the new one halfway from there to its own capture, `growth::place_publication`;
+//! duplicates count as sightings).
+//!
+//! The episode is the rise into the cycle's peak (or its death), from its onset (the last
+//! publication near the low before it: a quiet start is no part of it) to its end (the peak while
+//! the rise goes on; the first publication near the top, within a fifth of the rise, when the heap
+//! held there long enough and rose on by less than a tenth of the rise since; "long enough" is
+//! half the rise's length and more than three publication spacings, or, for a heap published
+//! seldom, two publications when the cgroup or process memory, sampled every 50 ms, held over the
+//! same stretch and the cycle did not sit at its limit; the same memory also overrules a late
+//! "rise" of a few publications (up to six), which a bounded cache under churn shows as its
+//! not-yet-swept garbage is published as in use).
+//!
+//! Two more readings keep noise from being called growth. When the heap's highest figure came
+//! after the outside memory settled at the level it kept to the end (a plateau under GOMEMLIMIT
+//! whose last publications climb with the GC's timing), the rise ends where the heap came near
+//! its top before the memory settled, provided the memory held from there on and the heap itself
+//! shows no trend since (a leak eating the GC's headroom under a flat memory is a trend and stays
+//! growth). And while a cycle still lives, a heap that came near its top only in its last
+//! publication, after holding a level, above that level by no more than the level's own wobble,
+//! is read without that figure (one figure is no trend); a rise still going before it (a leak
+//! published at each doubling of the heap) or a jump past the wobble is left alone. A heap whose
+//! last figure fell out of the band near its top (below it by more than a fifth of the rise)
+//! after the peak is no rise going on either.
+//!
+//! A rise still going may have changed its rate for good on the way (a load, then a slower leak;
+//! a trickle, then a flood): when two straight segments fit far better than one, it starts at the
+//! second. Its rate is the Theil–Sen slope over the episode alone (the rise over its time for a
+//! step the fit cannot follow). Its sites are those holding the rise, ranked by their share of
+//! it: from the grid at first, then exactly, in `pipeline::scan::growth`, from the two stored
+//! captures whose figures are the onset's and the end's (`CycleGrowth::set_rise_sites`). A
+//! forecast of the time to the limit is made only while the rise still goes on, never for a cycle
+//! that died or sat at its limit, only with four points and a fit of R² ≥ 0.8 (on cgroup or
+//! process memory over the same episode when sampled), and with the range the middle half of the
+//! fit's pairwise slopes gives.
+//!
+//! # One reading, quoted everywhere
+//!
+//! The `Reading` is kept on `CycleGrowth` (`reading`), and the older fields are its figures:
+//! `total_bytes_per_sec`, `total_fit_r2`, `limit_at_s`, `heap_sustained` and `sites` (the sites
+//! holding at least a tenth of a rise still going on). The verdict, `growth`'s tables, the boot
+//! cycle table and sites table of report.md and index.html, summary.json (`heap_bytes_per_sec`,
+//! `growing_at_end`, `reading`), the rules (`growth>` is the episode's rate while it goes on, else
+//! 0; `time-to-limit<` the death, the measured arrival at the limit, or the forecast) and
+//! `compare` (`a_episode`, `b_episode`, who died first) all quote it; tests/cli/episodes.rs holds
+//! every figure of the report, summary.json and `check` for a cycle against it. How a cycle
+//! ended, and its death time, are `ends.rs`'s; allocation storms, `storms.rs`'s.
 
 use serde::Serialize;
 

@@ -1,5 +1,28 @@
 //! Shrinks one decoded profile to what the growth analysis keeps of it: per-site figures
 //! keyed by name, so builds with different addresses compare and the profile can be dropped.
+//!
+//! # Sites named by the target's own code (`SiteNamer`)
+//!
+//! A site (heap or goroutine) is named by the first frame of its stack in the target's own code,
+//! with the leaf beside it when they differ: `main.(*client).queueOutbound (leaf main.init.func1)`
+//! for a `sync.Pool` whose `New` func allocates, `main.(*client).readLoop (leaf net.(*netFD).Read)`
+//! for a goroutine parked in the standard library. Own code is package `main` and the packages of
+//! the main module, whose path the collector reads from the binary's build info (`mod` line) into
+//! the cycle record (`build.module`); other modules are libraries, as the standard library is, so
+//! a WAL replay through a protobuf decoder is named by the main module's frame that called it
+//! (`OwnCode`). Without a recorded module (an HTTP target on another host, older runs) it is
+//! guessed: package `main` or any module path (a first path element with a dot). The runtime and
+//! `internal/…` are never own code. An own frame called by a library (a callback: a pool's `New`,
+//! a sort's less) gives way to the own frame that called the library. The index uses the same
+//! `SiteNamer` with each cycle's own code (`index::OwnCodes`, read from the cycle records by the
+//! live indexer and by every rebuild alike, so an entry names its sites as a rebuild would: the
+//! collector queues a cycle's first capture for indexing only after its cycle record), and its
+//! header hashes reduce.rs, so older indexes are rebuilt.
+//!
+//! In JSON (`growth`, `compare`, `summary.json`) a site is three fields, written by
+//! `serialize_site` from the one name: `name`, the leaf function as pprof spells it (the contract
+//! other tools read, as `go tool pprof -top` would name it); `own`, the own frame when it is not
+//! the leaf; `site`, the two joined as the words print them.
 
 use std::collections::HashMap;
 

@@ -1,6 +1,12 @@
 //! Allocation storms: from the rise of each site's cumulative `alloc_space`, windows where the
 //! allocation rate runs far above that site's typical rate, even when the GC frees it all; and
 //! the cost of the profile writer itself, reported apart so it is never taken for the culprit.
+//!
+//! # In-use flat
+//!
+//! An allocation storm's site is "in-use flat" when, over the storm's windows, it kept less than
+//! a tenth of what they allocated (or under 1 MiB), and the growth reading does not name it as
+//! holding the rise (the churn's unswept garbage is not growth: `reading.rs`).
 
 use serde::Serialize;
 

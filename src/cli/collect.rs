@@ -1,6 +1,11 @@
 //! `heapwatch collect TARGET --out RUN`: the flags (here) become a checked plan (`config`:
 //! the collector's `CollectConfig`, each target's spec, the run's options), then the collector
 //! runs until stopped, with a live status line on a terminal.
+//!
+//! **Progress off the terminal** is the status line printed plainly every 10 s (a hidden
+//! `--progress-every` sets it for tests); `--quiet` silences it. `run` has the same line as
+//! `collect`, its starts and ends printed above it. What the line says, and how it is fitted to
+//! the terminal (`fit`), is `src/collect/status.rs`'s doc.
 
 mod config;
 

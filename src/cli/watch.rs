@@ -1,5 +1,10 @@
 //! `heapwatch watch`: every Go container on this node recorded, each into `OUT/targets/NAME/`,
 //! slowly until it nears its limit, then at the burst interval until it dies.
+//!
+//! **`--push`**: the push of `collect --push` (`cli/collect_push.rs`), one per container
+//! directory; each container's run.json keeps its pod labels (`options.push`: `namespace`,
+//! `pod`, `container`, `service_name` as `namespace/container`), which every push of the run,
+//! live or later, reads. A container recorded again has its old push drained first.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,11 +1,16 @@
-//! `heapwatch watch --disk-budget`: one budget for every container recorded on a node. The
-//! watcher follows each node's manifest as it grows (reading only what was appended) and,
-//! while the captures kept pass the budget, asks the nodes' collectors to delete some: the
-//! captures of processes that never died go first, oldest first, then those of processes that
-//! did. Never deleted: the first capture of each boot cycle (what growth is measured from),
-//! the window before each kill (`keep_before_kill`), and each node's newest window of the same
-//! length (a process recorded now may be killed next). A collector deletes what it is asked
-//! and records each deletion in its own manifest, which stays the one writer of its run.
+//! `heapwatch watch --disk-budget`: one budget for every container recorded on a node, a seam
+//! opened in the collector for `watch` (unused by `collect` and `run`): deletions from outside.
+//! `NodeBudget` follows each node's `manifest.jsonl` incrementally (only the bytes appended since
+//! its last look) and, while the captures kept pass the budget, sends the seqs to delete on the
+//! node's channel; the collector takes them at the top of its loop (`Retention::take`) and
+//! deletes each exactly as its own thinning does (a `delete` record, then the file), so the
+//! manifest keeps one writer.
+//!
+//! Order: captures of nodes with no kill recorded first (processes that never died), oldest
+//! first, then those of processes that did. Never deleted: the first capture of each boot cycle
+//! (what growth is measured from), the `--keep-before-kill` window before each kill (an `exit`
+//! with signal 9; `keep_before_kill`), nor each node's newest window of that length (a process
+//! recorded now may be killed next).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;

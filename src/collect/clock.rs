@@ -1,6 +1,32 @@
 //! Time, injected: the real clock sleeps on tokio's timer (so tests may pause it), the fake
 //! one jumps, so pacing, burst and restart logic is tested without sleeping and without luck.
 //! Beside it, [`Stop`]: the signal that ends a collector, set from any thread.
+//!
+//! # Cancellation
+//!
+//! `Stop` is an `AtomicBool` and a `tokio::sync::Notify` behind an `Arc`: the Ctrl-C handler
+//! calls `set()` (any thread), which wakes every `wait()`. Each sleep and each request is raced
+//! against `stop.wait()` with `select!`: a native request is dropped at once (its connection
+//! closes); a blocking fetch is abandoned on its thread (the collector ends, and the runtime is
+//! not waited for). The attempt cut short is not recorded and takes no seq; the collector writes
+//! its `stop` record and returns. The stop flag is not leaked, and `heapwatch run`'s supervisor
+//! polls the same flag (`Stop::flag`).
+//!
+//! # Time
+//!
+//! `SystemClock` sleeps on tokio's timer and reads `tokio::time::Instant`, so a test may run the
+//! real clock with tokio's paused time (`start_paused`); the injected `FakeClock` still jumps to
+//! each deadline, and the pacing tests in `collect/tests.rs` run unchanged on it.
+//!
+//! # Pacing: `Nudge`
+//!
+//! A seam opened for `heapwatch watch`, unused by `collect` and `run`. A collector paced by a 10 s
+//! baseline would sleep through most of a fast grower's life. A nudge makes its heap capture (or
+//! its probe while the target is gone) due at once, at most once per burst interval. The memory
+//! sampler nudges when a container's anonymous memory crosses the burst share of the limit or
+//! rises by a twentieth of it in one sample (`OutsideMemory::nudge_permille`, zero unless asked);
+//! the watch loop nudges when a new pid appears in a container, so a restart's first capture is
+//! not a baseline away.
 
 use std::future::Future;
 use std::pin::Pin;

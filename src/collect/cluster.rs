@@ -4,6 +4,23 @@
 //! each in `RUN/targets/NAME/`). Marked log lines go to `RUN/events.jsonl` from a thread of
 //! their own. Nodes share nothing that can block: each is one task of a single tokio runtime,
 //! and the stop is an atomic with a wake-up.
+//!
+//! # Collecting several targets (cluster runs)
+//!
+//! `collect::start(targets, options)` is the library entry the CLI calls for one target or many:
+//! flags become `TargetSpec`s and `StartOptions`; `start` opens every target first
+//! (`collect/targets.rs`: `open_target` turns a target string into a `Box<dyn Source>` and its
+//! memory probe, `node_name` names its node), then writes the layout (one target: `RUN` is the
+//! run; two or more: `RUN/run.json` of kind `cluster` and a complete run per node in
+//! `RUN/targets/NAME/`), and `Collection::run(observers)` records.
+//!
+//! **Each node is alone.** A node has its own collector, clock, exit watcher, memory sampler and
+//! manifest, and is one task of a single tokio runtime (`Collection::run`); the only thing nodes
+//! share is the stop (`collect::Stop`, an atomic with a wake-up). The status rows are one observer
+//! per node. A hung node's task only awaits its request, and every blocking step (fsync, the proc
+//! walk, gunzip) is on the blocking pool, so a hung or failing node delays no other (the
+//! end-to-end test hangs one with SIGSTOP and measures the other's largest gap between captures).
+//! The log events are `marks.rs`'s.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

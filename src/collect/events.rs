@@ -1,6 +1,32 @@
 //! The event records the collector writes beside the capture attempts: a boot cycle's start
 //! (`cycle`, with its process and build), a watched process's end (`exit`, from the kernel),
 //! and the collector stopping on purpose (`stop`).
+//!
+//! # What a run records about each boot cycle (the collector's side)
+//!
+//! The collector writes evidence; `growth`, `report` and `compare` word it. What it writes:
+//!
+//! | question | evidence in the run | written by |
+//! |---|---|---|
+//! | which process and build is this cycle? | a `cycle` manifest record after the cycle's first answer: `pid`, `build` (agent: app info op 0x0a `version`, `id` as `app_id`, and op 0x04 `go_version`; then, whenever the pid is this machine's — proc targets, `heapwatch run`, `--pid`/`--cgroup`, `agent:PID`/`agent:auto` — what `/proc/PID/exe` says: the main module's `version`, `vcs_revision`, `ldflags`, `go_version` and the Go `build_id`) | `collect/events.rs` `note_cycle`, `AgentSource::build_info`, `source/buildinfo.rs` |
+//! | how did a process end? | an `exit` record with `exit_code` or `signal`, read from the kernel's process-event connector for every process that answered or was sampled (root only; `collect/exits.rs`); in memory.jsonl, `killed: true` on the sample where the cgroup's `oom_kill` counter rose, and `alive` / `pid` per sample | exit watcher, sampler |
+//! | did the collector stop, not the target? | a `stop` record (Ctrl-C, `--duration`) with the pid it last answered from; no `stop` when `--until-exit` ended the run | `Collector::stopped` |
+//! | where did the memory go? | memory.jsonl `cgroup` (`memory.stat` split, failcnt, events, PSI on v2) and `process` (`smaps_rollup`) every 500 ms, and at once when usage moves by 16 MiB | `source/procmem.rs`, `collect/sampler.rs` |
+//!
+//! How to tell the ends apart from this (what the analysis words): an OOM kill is a `killed`
+//! sample (the kernel's counter) or an `exit` with signal 9 in a cgroup whose `oom_kill` rose; an
+//! `exit` with another signal or an exit code is that; a self-restart is an `exit` (often code 0)
+//! whose cgroup has a new pid by then (the next `cycle` record, the memory samples) without a kill;
+//! `stop` is the collector; a cycle with none of these "stopped answering, cause unknown".
+//! `exit` records are filed under the cycle the process answered in (else the current one, so
+//! compare the pid); an OOM-kill sample can name the next process or none (the victim is gone
+//! from `cgroup.procs` by then): it belongs to the last pid seen alive before it.
+//!
+//! **The `cycle` record keeps evidence only.** `--label` stays in run.json (the default where a
+//! cycle has no build, and the override where the analysis is told to prefer it); the record's
+//! `build` is what the process said of itself. The collector never copies the label into a
+//! cycle, so a label given for the wrong process (a 2.0.2 run labelled 2.1.0) cannot
+//! hide what the process said.
 
 use super::{CaptureRecord, Collector, RecordKind, StoreError};
 use crate::model::build::BuildInfo;

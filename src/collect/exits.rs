@@ -3,6 +3,21 @@
 //! the exit code or signal of a process heapwatch did not start is known, not guessed. Where
 //! the connector cannot be opened (not root, a kernel without it), there is no watcher and the
 //! run says less.
+//!
+//! # Exit statuses from the process-event connector
+//!
+//! `waitpid` only works for children, and a process not started by heapwatch leaves no other
+//! trace of its status. The connector (`NETLINK_CONNECTOR`, `PROC_EVENT_EXIT`) reports every exit
+//! with its wait status; it needs CAP_NET_ADMIN (root) and costs one blocking thread. Written with
+//! `libc` (already a dependency), ~100 lines, rather than a crate. Without root it is off and the
+//! run says less.
+//!
+//! # One process-event socket for a node
+//!
+//! The connector reports every exit on the machine, so one socket and thread serve every
+//! container `watch` records; each collector holds a `subscriber()` and takes only its own pids'
+//! ends. An end is judged 20 ms after its event (`SETTLE`): a process still running then (not a
+//! zombie) exec'd from a thread other than its first, whose end the kernel reports under the pid.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -143,7 +158,7 @@ impl ExitWatcher {
     }
 
     /// The watched processes that ended since the last call, oldest first. An end heard less
-    /// than [`SETTLE`] ago is waited for (rare, and at most that long), so none is left behind
+    /// than `SETTLE` ago is waited for (rare, and at most that long), so none is left behind
     /// by the collector's last call; one whose process runs on was an exec, not an end.
     pub fn take(&self) -> Vec<ProcessExit> {
         let mine = self

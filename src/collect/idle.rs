@@ -1,15 +1,21 @@
-//! Idle back-off: once heap captures have found the heap where it was for [`IDLE_AFTER`]
-//! intervals, the heap interval doubles at each further flat capture, up to `--idle-backoff`
-//! times itself, since rendering a profile is most of what an idle Go process allocates
-//! (docs/benchmarks.md). Any movement, any failure, memory past half the burst threshold
-//! brings the interval back at the next capture, and burst mode never backs off.
+//! Idle back-off, in the collector, not the sources: once the in-use heap (within 2 MiB or 2 %)
+//! and the memory seen from outside (within 8 MiB or 5 %; not MemStats, whose held heap swings by
+//! its live size between GCs) have stayed where they were when the heap last moved for
+//! [`IDLE_AFTER`] (ten) intervals, each further flat capture doubles the heap interval, up to
+//! `--idle-backoff` (4) times, since rendering a profile is most of what an idle Go process
+//! allocates (docs/benchmarks.md). A move, a failed capture, or memory half-way to the burst
+//! threshold (limit known) brings the interval back at the next capture, and burst mode never
+//! backs off. Envoy keeps its own pacing.
 //!
-//! A heap that stays flat under heavy churn (far more allocation than our renders make) is
-//! busy, not idle, and keeps the interval.
+//! Measured against the last move, not the last capture, so a slow leak adds up; the thresholds
+//! keep the GCs the profiling itself causes from counting. Ten intervals, not one (flat for a
+//! while, not flat once), because a heap profile changes only at a GC and a process racing to its
+//! limit doubles its GC goal each time: its profile stays identical for ever longer stretches
+//! while it grows (a replayed OOM loop lost its last-moment captures to a back-off that began at
+//! the first identical capture).
 //!
-//! Flat for a while, not flat once: a heap profile changes only at a GC, and a process racing
-//! to its limit doubles its GC goal each time, so its profile stays the same for longer and
-//! longer stretches while it grows.
+//! A flat heap under heavy churn (more than 4 MiB allocated per capture, where one render
+//! allocates about a MiB) is busy, not idle, and keeps the interval.
 
 use super::{CaptureRecord, Collector, RecordKind};
 use crate::source::SourceKind;

@@ -2,6 +2,47 @@
 //! and to a gunzip running beside the request, both on tokio's blocking pool, so that when the
 //! last byte comes only the tail is left to gunzip and sum while the file is fsynced. The
 //! file gets its final name only once the collector's verdict says the capture is whole and new.
+//!
+//! # Why, and how
+//!
+//! Go's net/http/pprof gzips a profile while it writes it, so a ~1 MB body arrives over as long
+//! as the target takes to render it, and the collector does not wait for the last byte to start
+//! on it. `Source::fetch_async` takes a `BodyTap` (`src/source/mod.rs`) that the source tells
+//! each piece of a good body as it arrives: reqwest's chunks of a 200 within
+//! `--max-body` (HTTP, Envoy's `/heap_dump`), each read of the agent's reply. A source that
+//! cannot tell (proc, tests' scripted sources) leaves the tap untold, and the body goes in whole
+//! once it is there, by the same path.
+//!
+//! For each heap or goroutine attempt the collector makes an `Intake`; it passes the pieces on
+//! in batches of 32 KiB (a body comes in chunks of a few KiB, and waking two threads per chunk
+//! cost more than the work), and at the first batch it starts two jobs on the blocking pool,
+//! fed by channels:
+//! - the writer appends each piece to the capture's temporary file (`store::PartialFile`, made at
+//!   the first piece), and at the end fsyncs it, then waits for the verdict and renames it and
+//!   fsyncs the folder, or removes it;
+//! - the gunzip runs flate2's `bufread::GzDecoder` over the pieces as one blocking stream, under
+//!   `--max-decompressed`: a body that passes the ceiling is refused there and then, and the rest
+//!   of it is never gunzipped. Each top-level protobuf field is summed as soon as it is whole
+//!   (`decode::Summarizer`, of which `decode::summarize` is the one-piece case; a test holds the
+//!   two equal on every profile in testdata, in pieces of 1, 7 and 4096 bytes); at the end it
+//!   checks there is nothing after the gzip member. The protobuf bytes go on to the indexer.
+//!
+//! A source that makes the profile itself (`proc:`) hands the collector the protobuf it gzipped
+//! beside the gzipped bytes (`Reply.raw`): the intake then only writes the file, and the
+//! collector sums those bytes under the same ceiling instead of gunzipping what was just gzipped.
+//! Sources that relay what the target served (HTTP, the agent, Envoy) give none.
+//!
+//! When the last byte comes, only the last batch is left to gunzip and sum, beside the file's
+//! fsync. The bytes stored are the bytes received, and a capture appears under its final name
+//! only after the verdict, so the guarantees are those of a body taken in whole: a body cut off,
+//! broken or refused is removed (the collector waits for that before its manifest line), and a
+//! failed or stopped request leaves nothing. Errors read as they would for a whole body: a body
+//! that is not gzip, or whose gzip breaks, is checked again whole with `decode::decompress` for
+//! its usual message; a protobuf error is reported once the gzip is known whole, with the words
+//! `summarize` gives (the fields are taken in the same order); the ceiling's error is given by
+//! the stream itself (`DecodeError::TooLarge`, the same words). The jobs start at the first piece
+//! so that a request that brings nothing holds no thread (and tokio's paused clock in tests can
+//! still advance while a fetch waits).
 
 use std::io::{BufRead, Read};
 use std::path::PathBuf;

@@ -1,6 +1,18 @@
 //! Moments taken from log files (`--log NAME=PATH --mark LABEL=REGEX`): a thread tails each
 //! log, and every line a mark's pattern matches becomes an [`Event`] appended (fsynced) to
 //! `RUN/events.jsonl`, timed by the timestamp the line starts with, else by when it was read.
+//!
+//! One thread tails every log like `tail -F` (news only; a late file, a rotated one and a
+//! truncated one are read from their start; a last line waits for its newline) and appends each
+//! matching line, fsynced, to `RUN/events.jsonl`. The time is the line's leading RFC 3339 /
+//! ISO 8601 timestamp (or a JSON line's `time`/`ts`), else the read time. The thread owns the
+//! file: a slow disk there never touches a collector.
+//!
+//! **`regex`** (the rust-lang project's crate, already in the lock file through other
+//! dependencies) compiles the `--mark` patterns: linear-time matching, so a user's pattern cannot
+//! stall the tailer on a long line, and the syntax users know from grep -E. The timestamps are
+//! parsed by hand (about 80 lines with tests): the forms are few and fixed, and a date-time crate
+//! would bring time zones we do not need (a time with no offset is UTC).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -1,6 +1,18 @@
 //! The flight recorder: paces requests to one target (one in flight, never more), validates
 //! each reply, makes it durable, appends its manifest line, spots restarts (boot cycles) and
 //! duplicate captures, and thins old captures to stay under a disk budget.
+//!
+//! # The collector on tokio
+//!
+//! A `Collector` owns everything it runs: its source (`Box<dyn Source>`), its clock
+//! (`Arc<dyn Clock>`), its `RunWriter` and a `Stop`. `Collector::run_async(observer)` is one
+//! future per target, `Send` whenever the observer is (a test spawns it with `tokio::spawn`), so a
+//! multi-target `collect` runs one task per target on one runtime. `Collector::run` is a thin
+//! wrapper for callers that are not async (`collect` with one target, `heapwatch run` and its
+//! `--also` threads): it builds a current-thread runtime, blocks on `run_async` and shuts the
+//! runtime down in the background. What the collector hands to tokio, and why nothing that can
+//! block runs on its task, is `tasks.rs`'s doc; the stop and the clock are `clock.rs`'s; the body
+//! taken in as it arrives is `intake.rs`'s.
 
 pub mod budget;
 pub mod clock;

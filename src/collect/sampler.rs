@@ -2,6 +2,33 @@
 //! independent of the profile requests, and feeds burst mode through [`OutsideMemory`].
 //! Usage is read every tick; where it goes (`memory.stat`, `smaps_rollup`) every
 //! [`DETAIL_EVERY`], as it costs several times more (docs/benchmarks.md).
+//!
+//! # Burst mode and the time to the limit go by memory that can kill
+//!
+//! Once a detailed sample has split the cgroup (or the process), the figure the sampler gives
+//! burst mode (`OutsideMemory::killable`) is anonymous plus shared memory, not usage; between
+//! detailed samples it is usage less the reclaimable part last seen (page cache that grows since
+//! counts as killable until the next split, so burst comes a moment early, never late), and usage
+//! moving by more than 16 MiB triggers a split at once. The status line shows usage beside it
+//! ("memory 9 MiB of 256 MiB (all charged 255 MiB)").
+//!
+//! # `smaps_rollup` every 500 ms, not every tick
+//!
+//! It walks every mapping under the target's mmap lock; the cheap sample (usage, limit, OOM
+//! count, pid, RSS) stays every tick (`benches/memory_sample.rs`, docs/benchmarks.md).
+//!
+//! # One sampler thread for a node's containers (`NodeSampler`, under `watch`)
+//!
+//! Each container's sampling state (`Probing`) sits in one map, and the thread wakes for
+//! whichever sample is due next. A container far from its limit (under half its burst share, or
+//! no limit) is sampled every `--far-interval` (1 s), near it every `--memory-interval` (100 ms);
+//! the collector is woken (its `Nudge`) only when the burst share is crossed or memory jumps.
+//! `collect` and `run` keep a sampler thread of their own (`Sampler::start`).
+//!
+//! A sample costs a few reads of open files (`source::procmem`'s doc). Under `watch`, where a
+//! node's containers add up, the detailed sample is the cgroup's split only (no `smaps_rollup`,
+//! which walks the target's page tables under its mmap lock), and a container far from its limit
+//! has its log made durable every 5 s rather than every sample (a kill at once).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,5 +1,29 @@
 //! What the live status line shows: captures, heap in use, growth rate, time to the limit,
 //! restarts, the last error. Kept by the collector, drawn by the command line.
+//!
+//! # The status line says only what is true now
+//!
+//! - Once the target is gone (refused, its process ended) the heap, rates and runtime figures of
+//!   the process that was are cleared ("target gone").
+//! - "at limit" when the memory that can kill or the cgroup's whole charge is within 1 % of the
+//!   limit.
+//! - "limit in N s" only for a sustained rise of that memory: at least 5 points over 5 s (fitted
+//!   over the last 10 s of samples, so a rise at the burst interval counts), a line fitting them
+//!   with R² ≥ 0.9, and the later half still rising at half the rate or more (a start-up ramp
+//!   that levelled off forecasts nothing).
+//! - "top SITE +RATE/s" is the site whose in-use bytes rose most over the last ten indexed heap
+//!   captures of the cycle (at least 1 MiB over at least 1 s; the site index's thread hands the
+//!   newest capture's sites to the collector), named short: its own-code frame without the import
+//!   path.
+//! - The total is "all charged" only where it is a cgroup's charge (a process alone in a memory
+//!   cgroup of its own is sampled with its cgroup's charge and limit: `source::procmem`);
+//!   otherwise the total is its RSS, said so ("RSS"), not "all charged".
+//!
+//! The command line draws it (`src/cli/collect.rs`): on a terminal it is fitted to the width
+//! (parts dropped by rank: the last error first, then goroutines, the heap rate, the cycle…), so
+//! it never wraps and a redraw after a resize leaves nothing behind; off a terminal nothing is
+//! cut but the last error, at a word's end. A process's end gets a line of its own that stays
+//! (`cycle 3: pid 4242 OOM-killed …`).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -162,9 +186,9 @@ impl LiveStatus {
 
     /// Seconds until the limit at the current growth rate of the memory the limit applies to
     /// (else of the heap): a forecast only while under the limit, and only within
-    /// [`FORECAST_HORIZON_S`] (further out, a rate measured over seconds says nothing).
+    /// `FORECAST_HORIZON_S` (further out, a rate measured over seconds says nothing).
     /// The rate is the memory figure's, and only while its rise is sustained (see
-    /// [`sustained`]); the heap's own rate never forecasts alone.
+    /// `sustained`); the heap's own rate never forecasts alone.
     pub fn time_to_limit(&self) -> Option<f64> {
         let (limit, now) = (self.limit?, self.memory?);
         let rate = self.memory_bps?;

@@ -1,6 +1,30 @@
 //! What the collector hands to tokio: requests raced against the stop (a blocking source's on
 //! the blocking pool, moved there and back), sleeps on the clock, and every write of the run
 //! on the blocking pool with the `RunWriter` moved there and back.
+//!
+//! # The blocking pool
+//!
+//! Nothing that can block a thread runs on the collector's task:
+//! - a source without a native async fetch (proc reads the target's memory; a test's scripted
+//!   source) is moved into `spawn_blocking` for its `fetch` or `build_info` and handed back;
+//! - a pprof profile is gunzipped and summed (totals, content hash) in a `spawn_blocking` job: a
+//!   few ms of CPU for 1 MB, which on a shared runtime thread would hold up every other target;
+//! - a profile is written and fsynced under its temporary name in a `spawn_blocking` job started
+//!   as soon as its last byte arrived; the collector checks it meanwhile (totals, dedup) and
+//!   sends the job its verdict on a oneshot, so the same job renames it and fsyncs the folder
+//!   the moment its own fsync is done (`durable_ms` is taken there), or removes it;
+//! - every manifest append (its `fdatasync`), and retention's append-then-delete, run with the
+//!   `RunWriter` moved into a `spawn_blocking` job and back (`Collector::on_disk`);
+//! - `agent:auto` looks through the socket folder (it asks each agent there) with its
+//!   `Discovery` moved into `spawn_blocking`.
+//!
+//! A slow disk therefore never holds up another target's task. Within one target the next
+//! request waits for the previous capture's manifest line. Finishing a capture behind the next
+//! request (its line fsynced while the next request goes out, one capture in flight) was built
+//! and measured (`3134f07`, with `bench/collect-durable.sh`): on a disk limited to 10 writes/s
+//! it raised captures/s by 4 % but doubled `durable_ms` (the next profile's write competes with
+//! the line's fsync), and on a bandwidth-limited disk it changed nothing; so a capture is
+//! finished before the next request, since a capture durable sooner is the point.
 
 use std::future::Future;
 use std::time::Duration;

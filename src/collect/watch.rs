@@ -6,6 +6,36 @@
 //! sampler on the container's cgroup (its OOM-kill counter, anonymous memory against the
 //! limit), a slow baseline, and burst mode near the limit. Nodes come and go at run time:
 //! each is a task of one runtime with a stop of its own.
+//!
+//! # The loop
+//!
+//! `collect::watch` turns node discovery (`node::Discovery`) into a cluster run whose nodes are
+//! added at run time. Its loop, on the calling thread: rescan; group the Go processes by
+//! container cgroup and name each (`GoProcess::name`: namespace/pod/container, else cgroup path
+//! and executable); for a name not being recorded, open a `proc:cgroup:DIR` target
+//! (`targets::open_target`, whose `FollowSource` attaches with `ProcSource::attach_within`) and a
+//! node for it (`cluster::open_node` into `targets/NAMESPACE_POD_CONTAINER/`, `run.json` updated
+//! by `cluster::write_cluster_info`), and spawn `cluster::collect_node` on one shared tokio
+//! runtime (two workers) with a `Stop` of its own. The limit given to the node is the lowest of
+//! the container's and its ancestors' (`Container::memory`). A name seen in a new cgroup (a
+//! kubelet restart) stops the old node and starts a new session in the same directory; a name
+//! not seen for 60 s is stopped. Ctrl-C / SIGTERM sets every node's stop and joins them.
+//!
+//! **Sessions**: a name seen in a new cgroup (a kubelet restart), or back after it was gone, has
+//! its old collector joined before the directory is opened again, so one writer owns a manifest.
+//!
+//! # Two seams in the collector
+//!
+//! The collector has two seams for `watch`, both unused by `collect` and `run`: pacing by a
+//! `Nudge` (`clock.rs`'s doc) and deletions from outside for one disk budget (`budget.rs`'s).
+//!
+//! # What one process shares across the node's containers
+//!
+//! - **One memory sampler thread** (`sampler::NodeSampler`; `sampler.rs`'s doc).
+//! - **One process-event socket** (`collect::exits`; `exits.rs`'s doc).
+//! - **Open files.** The files read at every sample stay open (`source::procmem`), so the soft
+//!   open-file limit is raised to the hard one.
+//! - **`--push`**: one live push per container directory (`src/cli/watch.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -9,6 +9,31 @@
 //! run. At the collector's exit the indexer has [`INDEX_GRACE`] to write what waits;
 //! [`CaptureIndexer::finish`] says how many captures got no entry, which the first command that
 //! reads the index builds (`rebuild`): the index answers the same either way.
+//!
+//! # The collector builds entries off the capture path
+//!
+//! After a capture is durable and its manifest line written, its entry goes to this indexer
+//! thread, which appends what waits with one fsync; the capture loop never waits for it. Where
+//! the entry comes from:
+//!
+//! - **From the source, for `proc:`.** The proc encoder knows which samples it wrote again; it
+//!   names each bucket's site once, when the bucket's stack is first written, and moves each
+//!   site's sums by the samples whose figures moved (`source/proc/sites.rs`). The names follow
+//!   the index's rules, handed down by the collector (`index::build::site_naming`, given through
+//!   `Source::name_sites`): a source names no site by rules of its own, and the layers stay as
+//!   they are. The figures come back in `Reply::made` and are an entry only when they were named
+//!   for the boot cycle's own code (its `cycle` record's main module); otherwise the profile is
+//!   decoded as for any source. No protobuf is decoded again or queued for this, so the index
+//!   keeps up at any rate: a proc collect at `--interval 1ms` leaves an entry for every stored
+//!   capture, byte for byte the file a rebuild from the profiles writes
+//!   (tests/cli/collect_index.rs).
+//! - **By decoding, for the others.** The collector already gunzips each capture for its totals
+//!   and dedup hash (a one-pass summary, not the model); the indexer decodes those bytes into
+//!   the model. The bounds above in figures: four decodes wait at most (each holds a whole
+//!   protobuf), a tenth of a core, 500 ms in hand.
+//!
+//! At its exit the collector gives the indexer 2 s, and its summary line says how many stored
+//! captures got no entry ("N not in the site index yet").
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

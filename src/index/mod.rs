@@ -1,11 +1,39 @@
 //! The site index of a run (`sites.idx`): each stored capture's figures per site, every sample
-//! type, names interned once for the whole run, so an analysis reads a
-//! few kilobytes a capture instead of decoding megabytes. Derived: the profiles and the manifest
-//! stay the truth, and an entry is used only while it matches both (see [`EntryKey`]).
+//! type, names interned once for the whole run, so an analysis reads a few kilobytes a capture
+//! instead of decoding megabytes. Derived: the profiles and the manifest stay the truth, and an
+//! entry is used only while it matches both (see [`EntryKey`]).
 //!
-//! The file is appended, one checksummed frame per capture, under an exclusive `flock` so the
-//! collector and any analysis can add to it at once; a reader stops at the first frame that is
-//! torn or fails its checksum, and the next writer cuts the file back to there.
+//! What an analysis needs from a capture is small: per site, a value of each sample type.
+//! Decoding 1.8 MB of protobuf to get 700 bytes of site figures was most of the cost of `growth`,
+//! and a CI job running `growth`, `check` and `report` paid it three times. `sites.idx` keeps
+//! those figures, built once per capture.
+//!
+//! # One file per run, appended a frame per capture
+//!
+//! - **Interned across the run.** A capture's frame defines only the names no earlier frame did;
+//!   every site row refers to them by id. Across 1,000 captures of the same service almost every
+//!   name is defined once, in the first frame. One file per capture could not share them without
+//!   a second file, and 1,000 small files cost 1,000 opens and fsyncs.
+//! - **Sites only**, a few hundred bytes a capture (`format.rs`'s doc).
+//! - **Durable like the manifest.** A writer takes an exclusive `flock`, reads what other writers
+//!   appended since it last looked (the collector and an analysis of the live run may both
+//!   write), cuts a torn or damaged tail (a frame whose length runs past the end or whose checksum
+//!   fails, and everything after it), appends its frames with one `write`, fsyncs, unlocks.
+//!   Readers take no lock: a frame being written reads as torn, and is ignored.
+//! - **Keyed, so stale entries are never used.** An entry records the manifest's content `hash`
+//!   and the file's size, mtime (ns) and inode when it was built; it stands for the capture only
+//!   while all of them match. A profile replaced on disk (restored from a backup, copied over)
+//!   changes the mtime or inode and is decoded again. An entry also records the profile's
+//!   gunzipped length, so an analysis with a lower `--max-decompressed` refuses the capture as
+//!   decoding it would. The header holds the format's version (`HWSITES3`) and a hash of the
+//!   format's and the reduction's sources (format.rs, build.rs, analyse/reduce.rs): a change to
+//!   how sites are named rebuilds every index instead of being misread.
+//! - **Derived.** Any analysis builds the entries it is missing (a run recorded before the index,
+//!   a capture the collector's indexer skipped) and appends them; a run it cannot write to is
+//!   analysed all the same. `heapwatch index RUN` does it ahead of time and repairs the file.
+//!   Deleting `sites.idx` loses nothing.
+//!
+//! The collector builds entries off the capture path: `live.rs`'s doc.
 
 pub mod build;
 mod format;
@@ -220,7 +248,7 @@ impl RunIndex {
 
 /// Decodes a capture's file into its figures: a gzipped pprof profile, or a goroutine text
 /// dump (the agent's op 0x01); with them its decompressed length when it can be known without
-/// gunzipping again (see [`gunzipped_len`]). The error names the file.
+/// gunzipping again (see `gunzipped_len`). The error names the file.
 pub fn build_file(
     path: &Path,
     kind: RecordKind,

@@ -143,7 +143,7 @@ struct HighMark {
 }
 
 /// The margin below `memory.max` where a v2 hold slows the process: 1/16 of the limit, at
-/// least 2 MiB and at most 128 MiB (docs/architecture.md, "The OOM hold on cgroup v2": deep
+/// least 2 MiB and at most 128 MiB (this module's doc, "The OOM hold on cgroup v2": deep
 /// enough that the kernel's throttle, which grows with the square of the excess, gives a
 /// capture time; shallow enough that the capture is of the process near its kill).
 pub fn high_margin(limit: u64) -> u64 {

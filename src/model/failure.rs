@@ -1,5 +1,14 @@
 //! Why a capture failed: the one type for it, from the source that saw the failure, through
 //! the manifest's `error_kind` (its `as_str`), to the analyses that read a run back.
+//!
+//! A source reports it (`source::FetchError`), the collector writes its `as_str` as the record's
+//! `error_kind` (`invalid` and `disk` are the collector's own), and analyses read it back once
+//! through `CaptureRecord::failure` (an unknown kind is `Other`). A heap dump the target does not
+//! serve is `NotServed`, its reason from `CaptureRecord::not_served_why`. Runs that recorded it as
+//! `status` (Envoy's `/heap_dump` answering 501) are still recognised by the source's one message,
+//! in that one place. (The Envoy source still reports it as `Status`; having it report
+//! `NotServed` needs the collector's `failed` to count `NotServed`, like `Status`, as an answer
+//! from a live target: a change for the collector's owner.)
 
 /// The class of a failed capture, as a source reports it and as the manifest records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,6 +2,39 @@
 //! analysed as a run of its own, beside the run's marked log lines. A baseline that is a
 //! cluster too gives each node the baseline node of the same name; a single run is every
 //! node's baseline.
+//!
+//! # Cluster runs, command by command
+//!
+//! A cluster run (RUN/run.json of `"kind": "cluster"`) is analysed node by node: `analyse_cluster`
+//! runs the ordinary analysis on each `RUN/targets/NAME/` (findings across the nodes are
+//! `analyse::cluster`'s).
+//!
+//! - `growth`: one section per node headed `== node NAME (targets/NAME) ==`, each exactly the
+//!   single-run output. `--json`: `{"schema": 1, "kind": "cluster", "nodes": {NAME: <the
+//!   node's growth JSON>}}` (nodes by name).
+//! - `check`: every rule on every node, each line led by the node; a failure names the node
+//!   (`check failed: ctrl2: growth>5MiB/s tripped (…): …`); exit 1 as before, 2 when a rule
+//!   cannot be checked on some node (named).
+//! - `compare A B`: two clusters are compared node by node, nodes matched by name; nodes only in
+//!   A or only in B are listed (`only in A (not compared): …`) and in JSON as `only_a`/`only_b`,
+//!   beside `{"kind": "cluster", "nodes": {NAME: <the pair's compare JSON>}}`. A cluster against
+//!   a single run compares every node with that run (on whichever side it stands).
+//! - `check`/`report --baseline`: a cluster baseline pairs nodes by name (a node without a
+//!   namesake has no baseline); a single-run baseline is every node's. A single run against a
+//!   cluster baseline is refused: pass one node's directory.
+//! - `report`: each node's own full report under `OUT/nodes/NAME/`; at the top one page with a
+//!   section per node (verdict, rules, link), one shared timeline chart of every node's memory
+//!   (heap in use thick, cgroup or process memory thin, in the node's colour) with each node's
+//!   kills and ends as vertical lines and the marked log lines dashed and labelled, and the events
+//!   table (time, label, log, line). `summary.json`: `{"kind": "cluster", "node_order": […],
+//!   "nodes": {NAME: {"dir", "report", "failed", "summary": <the node's own summary.json>}},
+//!   "events": […], …}`. Lines marked in a node's own log (`log` equal to its name) are drawn
+//!   on that node's charts too. `--pod` is refused on a cluster (one pod is one node).
+//! - `flame`: a node's directory is an ordinary run; a cluster root is refused with the paths of
+//!   its nodes.
+//! - A single-target run with an `events.jsonl` gets the markers on its cycle charts, an Events
+//!   table in index.html and report.md, and `events` in summary.json (absent without events, so
+//!   the existing reports are unchanged).
 
 use std::path::{Path, PathBuf};
 

@@ -5,6 +5,19 @@
 //! capture of each life is carried (its first and last always), and the page says which.
 //! Captures are decoded a few at a time and reduced to their changes at once, so memory
 //! follows the stacks and what changes, not the number of captures.
+//!
+//! # What the page carries
+//!
+//! `carry` decodes every stored heap capture of the analysed lives (a few threads, as `index`
+//! does) to its in-use bytes per stack at function granularity (`model::aggregate::folded`, the
+//! stacks `flame` draws and `diff` sums by leaf), and interns stacks and frames once for the run:
+//! the page holds a table of frames, a table of stacks (frame ids, root first) and, per capture,
+//! only the (stack, bytes) pairs that changed since the life's capture before it. `sites.idx` is
+//! not the source: it keeps figures per *site* (one name per sample, for the growth analysis), not
+//! per stack, and a flamegraph needs the stacks. A run whose carried JSON would pass [`BUDGET`]
+//! (8 MB, which keeps the page under 10 MB) carries every k-th capture of each life, first and
+//! last always, with the smallest k that fits (`fit`), and each life's explorer says how many, by
+//! which rule, and which seqs (`render::report::explorer::carried_note`).
 
 use std::collections::HashMap;
 

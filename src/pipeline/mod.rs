@@ -2,6 +2,18 @@
 //! findings out. Commands only turn flags into [`Options`], call [`analyse`] and render. It
 //! sits beside `scan` rather than in `analyse/` because it reads run directories; `analyse/`
 //! stays pure. [`cluster`] runs it over every node of a cluster run.
+//!
+//! # Run analysis as a library
+//!
+//! Every analysing command is flags → options → library → render:
+//! `pipeline::analyse(run, baseline, &Options) -> Analysis` reads a run (and its baseline) and
+//! holds the growth report, memory samples, peak heaps, the comparison, Envoy's findings and the
+//! run's `events.jsonl`; `Analysis::evaluate(rules)` gives the `--fail-on` outcomes;
+//! `pipeline::report::prepare` adds what a report needs (Kubernetes triage and the Envoy limits it
+//! gives, flamegraphs, notes) and builds the `render::report::ReportModel`. `src/cli/` keeps only
+//! the clap flags, the printing and the exit codes. The pipeline (with `pipeline::scan`, which
+//! reads a run's captures) is not in `analyse/` because it reads run directories: `analyse/`
+//! stays free of I/O.
 
 pub mod captures;
 pub mod cluster;

@@ -1,6 +1,10 @@
 //! Reads a run directory in capture order, decodes its profiles on every core a few at a time,
 //! and hands each one, reduced to per-site figures, to the analysis. Memory stays bounded by
 //! the batch, never by the number of captures.
+//!
+//! "The capture at age X" has one rule, `capture_at_age` (the last capture taken by that moment,
+//! else the first), with `heap_at_age(run, cycle, age)` over a cycle's stored heaps; the spike
+//! sites, the report's differential flamegraph and `flame --diff` of two runs use it.
 
 use std::path::{Path, PathBuf};
 

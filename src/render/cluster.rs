@@ -1,7 +1,7 @@
 //! `growth` and `compare` of a cluster run as text and JSON: one section per node, headed by
 //! its name, holding exactly what the command prints for a single run.
 //!
-//! JSON shapes (documented in docs/architecture.md):
+//! JSON shapes (each command on a cluster run: `pipeline::cluster`'s doc):
 //! - growth: `{"schema": 1, "kind": "cluster", "nodes": {NAME: <growth JSON of the node's run>}}`;
 //! - compare: `{"schema": 1, "kind": "cluster", "nodes": {NAME: <compare JSON of the pair>},
 //!   "only_a": [NAME…], "only_b": [NAME…]}`.

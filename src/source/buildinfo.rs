@@ -7,6 +7,16 @@
 //!
 //! Any process whose executable is readable can be told apart this way, whatever its source:
 //! a proc target, an HTTP target with `--pid`, a command `heapwatch run` started.
+//!
+//! # The binary's own build info beside what the source says
+//!
+//! The blob is read lazily from the executable (its section, else the head of a segment). It fills
+//! only what the source left out; an executable of another toolchain than the agent reported is
+//! another namespace's process and is left out. `-ldflags` appear only in binaries built without
+//! `-trimpath` (cmd/go leaves them out otherwise), and a module version only with
+//! `go install …@version`; the Go build id is always there and differs between any two binaries,
+//! so `BuildInfo::name` falls back to it. `model::build::normalise_version` drops a leading `v`
+//! before a digit, so `v2.1.0` and `2.1.0` are one build.
 
 use std::fs::File;
 use std::path::Path;

@@ -3,6 +3,30 @@
 //! Beside them, what every floor above reads of the machine: a process's and a memory cgroup's
 //! figures (`procmem`), memory cgroups themselves (`cgroup`), the process behind a `proc:` target
 //! (`procfind`).
+//!
+//! # Native fetching
+//!
+//! `Source::fetch_async` returns a future for sources that have one: HTTP(S) and Envoy over
+//! reqwest (HTTP/1.1, rustls on the ring provider: the bundled webpki roots or `--cacert`'s,
+//! `--cert`/`--key` for mutual TLS, `--insecure` as a verifier that takes any certificate but
+//! still checks the handshake signatures; `src/source/tls.rs`), with the body read chunk by chunk
+//! against `--max-body` and one deadline for the whole request; the agent over tokio's
+//! `UnixStream`/`TcpStream` (`wire::request_async`, with SO_PEERCRED). The failure kinds are
+//! the ones the blocking code gives (refused, timeout, reset, status, too-large, tls, other),
+//! classified from reqwest's error chain, rustls errors found inside io::Error payloads. The
+//! blocking `fetch` of these sources (the `envoy` command, tests) runs the same future on a
+//! runtime of its own. A source whose work blocks (proc) gives only `fetch`, which the collector
+//! runs on tokio's blocking pool.
+//!
+//! Through a `BodyTap`, a source with a native fetch tells the collector a good body's pieces as
+//! they arrive (`collect/intake.rs` says what it does with them).
+//!
+//! # Dependencies
+//!
+//! **ureq.** Nothing in `src/` uses it: it stays only as a dev-dependency, for
+//! `tests/cli/proc.rs`, which asks a Go fixture for its own heap profile over plain HTTP (no TLS
+//! features). reqwest and rustls were already dependencies (the push), so the collector adds no
+//! crate for its native fetching; tokio gains its `net` and `io-util` features.
 
 pub mod agent;
 pub mod buildinfo;

@@ -18,6 +18,11 @@
 //! - **Attaching.** An attach that fails on a live process is retried for up to 200 ms. A process
 //!   caught between `execve` switching its `exe` link and mapping its segments is readable a
 //!   moment later.
+//! - **`proc:exe:NAME` says why it finds nothing.** Two live processes of the name are refused at
+//!   the start, naming both pids (a restart's overlap later follows the newest). When none is
+//!   found, executables this user may not read are counted, and one whose `/proc/PID/comm` is the
+//!   name is named: rights are missing. A PID namespace of our own (`NSpid` with more than one
+//!   level) is said too.
 
 use std::collections::HashMap;
 use std::fs::{self, File};

@@ -2,6 +2,29 @@
 //! usage, limit and OOM-kill count from a v1 or v2 memory cgroup. Needs no answer from the
 //! target, so it keeps working while the target stalls at its limit and before it opens
 //! its profile endpoint.
+//!
+//! # Which process a cgroup's figures name
+//!
+//! **A cgroup's process is its oldest Go process.** The sampler and the pid probe take the Go
+//! process of the cgroup that started first (`/proc/PID/stat` start time; Go by `.go.buildinfo`,
+//! remembered per executable file; `main_pid`), so a helper the target forks never takes its
+//! place, nor a `sh -c` entrypoint waiting in front of the Go program; after a restart the new
+//! process is the only one. With no Go process there, the oldest process. For HTTP and Envoy,
+//! whose replies name no process, the reply is filed under that pid (read afresh after each
+//! reply), so a new pid opens a new boot cycle as the agent's does.
+//!
+//! A process sampled by its pid (`proc:PID`, `--pid`) that is alone in a memory cgroup of its
+//! own (a container's) gets that cgroup's charge and limit in its samples (`usage`, `limit`
+//! beside `rss`): the charge, not RSS with the binary's file pages, is what the status line calls
+//! "all charged", and the limit is known without `--limit`.
+//!
+//! # A sample costs a few reads of open files
+//!
+//! The files read at every sample (the cgroup's usage, limit and OOM count, the process's
+//! `statm`) stay open and are read again from their start (`pread` at 0 makes the kernel write
+//! them afresh); a failed read closes the file and opens it once more, so a removed or remade
+//! cgroup reads as it is. `cgroup.procs` is opened each time: a v1 cgroup keeps serving an open
+//! file its pid list for a while.
 
 use std::fs;
 use std::io;

@@ -2,8 +2,18 @@
 //! report's browser test: open a page, evaluate expressions in it, and press, move and release
 //! the mouse and type as a person would (`Input.dispatchMouseEvent`, `Input.insertText`).
 //! Chromium reads commands from its fd 3 and writes replies and events to its fd 4, each
-//! message one JSON object ended by a NUL byte. No port, no network, no npm toolchain: the
-//! choice is explained in docs/architecture.md ("The report's explorer").
+//! message one JSON object ended by a NUL byte. No port, no network, no npm toolchain.
+//!
+//! # The browser test drives Chromium itself
+//!
+//! About 250 lines: `Target.createTarget` and `attachToTarget`, `Runtime.evaluate`,
+//! `Input.dispatchMouseEvent` for real presses, moves and releases, `Input.insertText` for
+//! typing. Against playwright-core from npm with Debian's Chromium (known to work here): no Node
+//! toolchain and no npm install in `.ci/run`, no port to pick or race for
+//! (`--remote-debugging-port` would need a websocket client too), and the test stays in the one
+//! test binary beside the others, using serde_json and libc already in the tree. It is small
+//! because the test needs little: open, evaluate, mouse, type. `bench/chromium_cdp.py` is the
+//! same client in Python's standard library for the bench and `demo/screenshot.sh`.
 
 use std::fs::File;
 use std::io::{BufRead as _, BufReader, Write as _};

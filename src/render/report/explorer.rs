@@ -5,6 +5,36 @@
 //! into the page as JSON in a `<script type="application/json">` block ([`Markup::json`]),
 //! and the script runs under a Content-Security-Policy that names its hash, so it is the only
 //! script the page can run.
+//!
+//! # The report's explorer
+//!
+//! `index.html` lets a person drag a span on a life's timeline and see what the heap gained and
+//! lost between the captures at its ends (a flamegraph that zooms and searches, a site table that
+//! sorts and filters), the view kept in the URL fragment and named in `document.title`. The page
+//! stays one offline file. What it carries is `pipeline::explorer`'s (every k-th capture past the
+//! budget, said by `carried_note`); render adds each life's `chart::Timeline` (the series the
+//! static chart draws), so the page's chart and the static one read the same figures.
+//!
+//! **Into the page.** The data goes in one `<script type="application/json">` block, written by
+//! `Markup::json`: serde_json with a `Formatter` that writes `<`, `>` and `&` inside strings as
+//! `\u003c`, `\u003e`, `\u0026` (JSON's own escapes; `JSON.parse` reads them back), so no name can
+//! end the block or open a comment, by construction rather than by a replace over the output. The
+//! script is `explorer.js`, included with `include_str!` and written into the page as it is; the
+//! Content-Security-Policy's `script-src` is its SHA-256 (`'sha256-…'`), so the browser runs it
+//! and no other script, inline or not, and `default-src 'none'` still forbids every fetch. The
+//! hash comes from ring's `digest`, already compiled for rustls (no new crate in the tree). The
+//! inlined SVGs keep losing their scripts and `on…` attributes (`inline.rs`); the script adds its
+//! listeners with `addEventListener` and writes text only through `textContent` and attribute
+//! values (a unit test holds it to no `innerHTML`, `eval`, `fetch`, …). Without the script the page
+//! is the static report: the explorer's place holds one sentence, and the static chart and growth
+//! flamegraph stay; with it, those two are hidden and the explorer draws its own.
+//!
+//! **The script.** One file, no framework, no build step: readable, and what a reviewer sees is
+//! what runs. Its numbers are heapwatch's: `bytes()` is `units::format_bytes` (ties rounded to
+//! even, as Rust's formatting does), the capture at a moment is the last stored one taken by then
+//! (the `compare` rule), and a site is a leaf function, so every figure it shows is what
+//! `heapwatch diff --json` gives for the same two profiles (the browser test checks it so; its
+//! client of Chromium is `tests/cli/devtools.rs`).
 
 use serde::Serialize;
 

@@ -5,6 +5,9 @@
 //! A socket is stale when nothing accepts on it (a killed process leaves its file behind). The
 //! pid in its name is not checked: in a folder shared with a container it counts in that
 //! container's pid namespace, not ours.
+//!
+//! **Short `agent:auto` errors.** "no live agent with app id X (N other agent(s) seen)" in one
+//! line; the other agents are named (three at most) only when they change.
 
 use std::collections::HashMap;
 use std::fs;

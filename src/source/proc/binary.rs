@@ -1,6 +1,9 @@
 //! What the target's executable file says, without touching the process: its Go build info,
 //! its build id, the runtime variables the walker reads (from `.symtab`) and its `.gopclntab`.
 //! Parsed once per build id and shared: a restart of the same binary costs nothing.
+//!
+//! PIE: the load bias is the start of the mapping of the executable's first segment in
+//! `/proc/PID/maps` (matched by inode) less its link-time address (`GoBinary::load_bias`).
 
 use std::collections::HashMap;
 use std::fs;

@@ -3,6 +3,30 @@
 //! published cycle), `inuse_space` named the default, period = MemProfileRate, samples scaled like `scaleHeapSample`, leading runtime
 //! frames hidden, a `bytes` label, and each run of inlined frames grouped into one location
 //! the way `profileBuilder`'s pc deck groups them.
+//!
+//! # Encoding a capture
+//!
+//! The profile is written by hand with prost's encoding functions, and most of it is copied from
+//! the last capture of the same list. Each bucket's `Sample` message (location ids, values,
+//! `bytes` label) is kept by the bucket's place from the list's end, which stays put as the list
+//! grows at its head, and written again only when the record's figures (or the rate) moved: a
+//! large profile's sites mostly allocated once, at start, and on the 100k-bucket target one
+//! sample in 100,080 changes between two captures. The strings, functions and locations are kept
+//! for the life of the process. A new `list` number (the list read whole again) starts the
+//! samples afresh, so memory that is not what it was is symbolised again rather than trusted.
+//! The samples are deflated in pieces (`pieces.rs`).
+//!
+//! # What the heap profile has not published yet (`recent_objects`, `recent_space`)
+//!
+//! A heap profile is the heap as of the last finished GC cycle; each bucket's `memRecord.future`
+//! holds the cycles after it. Every proc heap capture adds two sample types after the runtime's
+//! four: the allocations of the two `future` slots the current cycle does not flush (the cycle in
+//! progress and the one before it; their frees are not known yet), scaled like the others. Before
+//! the first GC the four standard types already sum every cycle, so these are zero. The four
+//! standard types stay what `/debug/pprof/heap` gives, and the profile names `inuse_space` its
+//! default type (pprof and heapwatch would otherwise show the last one). `tests/cli/proc.rs`
+//! checks that what a capture calls recent at a site is what the target's own profile shows
+//! allocated there once two GCs have published it.
 
 use std::collections::HashMap;
 use std::io::Write as _;

@@ -2,6 +2,9 @@
 //! goes to the process found last while it lives; once it is gone, the next one is looked for,
 //! polling every few milliseconds for up to one wait, so a restart is captured within
 //! milliseconds of its exec. While there is none, a fetch fails as refused (the target is gone).
+//!
+//! `FollowSource` (`proc:exe:`, `proc:cgroup:`, `heapwatch run`) offers goroutines and MemStats
+//! before its first process is attached, so a run that starts before its process gets them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

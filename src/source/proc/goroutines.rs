@@ -6,6 +6,42 @@
 //!
 //! A goroutine running on a thread while it is read has its registers on that thread, not in
 //! its `g`: it is counted by its creation site and marked running, with no stack made up.
+//!
+//! # Goroutines out of a process's memory (`Want::Goroutine`, with `--profiles heap,goroutine`)
+//!
+//! Read on the same reader thread and under the same deadline, byte budget and checks as the
+//! bucket walk; the reply is the profile the HTTP source would get, so nothing after the source
+//! knows where it came from.
+//!
+//! - `runtime.allgs` is read as a slice header, then its array in one read. A length above its
+//!   capacity, above 10 million, or past the end of the mapping its array starts in, and a `g`
+//!   listed twice, are a failed attempt naming the damage; so is a status no runtime uses.
+//! - Dead goroutines and system ones (started in a `runtime.` function other than `runtime.main`,
+//!   as `isSystemGoroutine` says; the finalizer and cleanup goroutines count as system) are left
+//!   out, as `/debug/pprof/goroutine` leaves them out.
+//! - A goroutine that is not running is unwound from its saved `sched` PC/SP, or from
+//!   `syscallpc`/`syscallsp` in a system call, the way `tracebackPCs` unwinds: each frame's size
+//!   from its function's `pcsp` table (not frame pointers, which a preempted leaf does not set
+//!   up), the return PC at the frame's top, the PC after an injected call (`asyncPreempt`,
+//!   `sigpanic`) taken as is. Inlined calls are expanded through the inline tree, wrappers are
+//!   elided as the runtime elides them, and the walk stops where the runtime stops: a top frame
+//!   (`goexit`), a function that writes SP, a PC outside Go code; here also a frame outside the
+//!   goroutine's stack bounds, and at 128 frames (`debug.profstackdepth`'s default). The used
+//!   part of its stack is copied in one read (at most 64 KiB; beyond it, word by word).
+//! - A goroutine is read, unwound, and its `g` read again: if it moved meanwhile it is read once
+//!   more, then counted as running. Running goroutines (`_Grunning`, `_Gcopystack`) are counted,
+//!   never unwound: their registers are on a thread.
+//! - The profile is what `printCountProfile` writes (sample type and period `goroutine/count`,
+//!   one sample per stack), with three labels the runtime's does not have: `created_by` (the
+//!   physical function holding `gopc` and the file:line of the `go` statement, as a `debug=2`
+//!   dump's `created by` line; none for goroutine 1 or a site in an unexported runtime function,
+//!   which the dump does not name either), `go_func` (the function at `startpc`), and
+//!   `state: running`. A running goroutine's sample has one location, its `go_func`. Goroutine
+//!   labels (`pprof.Do`) are not read.
+//! - The `g` offsets per release (go1.23–go1.26) are checked against each release's DWARF by
+//!   `tests/cli/proc_goroutines.rs` (`testdata/go/procheap/layouts` prints them). Stripped
+//!   binaries: `runtime.allgs` is recovered from `runtime.forEachG` (`stripped.rs`), whose loop
+//!   loads the slice's pointer and length (two RIP-relative quadwords eight bytes apart).
 
 use std::collections::HashSet;
 use std::ops::Range;

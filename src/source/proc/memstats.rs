@@ -1,14 +1,34 @@
-//! `runtime.ReadMemStats` done from outside: the figures it computes in `readmemstats_m`, from
-//! the same runtime variables read out of the process's memory (`runtime.memstats` and its
-//! consistent heap statistics, `runtime.gcController`, `runtime.mheap_`'s fixed allocators,
-//! and every P's `mcache`, whose cached spans `ReadMemStats` would flush first), written as
-//! the `# runtime.MemStats` block `/debug/pprof/heap?debug=1` ends with, so the collector
-//! records it as it records an HTTP target's. Two lines beyond the runtime's: `GOGC` (the GC
-//! percent, -1 when off) and `GOMEMLIMIT` (bytes; 9223372036854775807 when unset).
+//! `runtime.ReadMemStats` done from outside (`Want::MemStats`, every `--memstats-interval`),
+//! on the same reader thread and under the same deadline, byte budget and checks as the bucket
+//! walk.
 //!
-//! The world is not stopped: a figure the process changes while it is read (an allocation,
-//! a span flushed, the scavenger returning pages) is read as it was at some moment of the
-//! read, not all at one instant.
+//! - What `readmemstats_m` computes, from the same variables: the three generations of
+//!   `memstats.heapStats` summed (`unsafeRead`), plus what every P's `mcache` holds in its cached
+//!   spans (`allocCount - allocCountBeforeCache` per span class) and `tinyAllocs`, which
+//!   `ReadMemStats` would flush first; `gcController`'s `heapInUse`, `heapFree`, `heapReleased`;
+//!   the `*_sys` figures of `memstats`; `mheap_.spanalloc`/`cachealloc` in use; `NextGC` as
+//!   `heapGoal()` computes it (the GOGC goal, the memory limit's when lower, the sweep distance
+//!   and trigger runway). Two lines beyond the runtime's: `GOGC` (the GC percent, -1 when off)
+//!   and `GOMEMLIMIT` (bytes; 9223372036854775807 when unset).
+//! - The reply is the `# runtime.MemStats` block of `heap?debug=1` (the block
+//!   `/debug/pprof/heap?debug=1` ends with), so the collector records a `memstats` record with
+//!   these totals, as it records an HTTP target's, and the report's "where the memory went"
+//!   works for `proc:` runs.
+//! - The world is not stopped: a figure the process changes while it is read (an allocation, a
+//!   span flushed, the scavenger returning pages) is read as it was at some moment of the read,
+//!   not all at one instant. `tests/cli/proc_memstats.rs` holds every figure equal to a frozen
+//!   fixture's own `ReadMemStats`, but `HeapReleased` (the scavenger moves it) and one allocation
+//!   the runtime may make as it restarts the world after `ReadMemStats` (at most 4 objects, 256
+//!   bytes and one page).
+//! - The four variables (`runtime.memstats`, `runtime.gcController`, `runtime.mheap_`,
+//!   `runtime.allp`) come from the symbol table, or, stripped, from the code (`stripped.rs`): the
+//!   loads `runtime.readmemstats_m` makes of their fields at the release's offsets (the two
+//!   32-bit loads, `numgc` and `numforcedgc`; six quadwords eight bytes apart from `heapInUse`
+//!   on, outside `memstats`; two at the distance between `spanalloc.inuse` and
+//!   `cachealloc.inuse`), and `runtime.flushmcache`'s two loads of `allp`. Each must be found
+//!   exactly once. A process whose variables were not found answers each attempt (a failed
+//!   attempt of kind `status`, like an HTTP 501) with why. Layouts per release are checked
+//!   against DWARF.
 
 use std::fmt::Write as _;
 

@@ -1,7 +1,25 @@
 //! `runtime.firstmoduledata`, read from the executable file: where the runtime itself finds its
-//! function table, and the base its function offsets count from. The internal linker puts
-//! `.text` at `runtime.text`; the system linker (cgo, `-linkmode=external`) puts the C start-up
-//! code first, so only the module data says where Go's offsets begin.
+//! function table, and the base its function offsets count from.
+//!
+//! # The module data, not the section layout
+//!
+//! The function table's entry offsets count from `moduledata.text`, not from the ELF `.text`: the
+//! internal linker puts the two at the same address, the system linker (a cgo program,
+//! `-linkmode=external`) puts its C start-up code first (0x100 bytes before `runtime.text` in the
+//! fixtures), and a table read from `.text` names every PC after a neighbour. The system linker
+//! also merges `.gopclntab` into `.data.rel.ro` in a PIE. So heapwatch finds the tables the way
+//! the runtime does, through `runtime.firstmoduledata` read from the file: by its symbol, else the
+//! `.go.module` section (Go 1.26), else the one word in the data sections that points at a Go
+//! 1.20+ pclntab header (magic, pointer size) and is followed by that header's `funcnametab`. Its
+//! words are read with a PIE's `R_X86_64_RELATIVE` addends applied (a linker may leave them zero
+//! in the file). From it come the pclntab (`pcHeader` to the end of `pclntable`), the text base,
+//! `textsectmap` (PCs are mapped through it when there are several text sections, as
+//! `textOff`/`textAddr` do; the field moved a word on in Go 1.26 with `epclntab`) and `gofunc`,
+//! the inline trees' base. It is checked before use: `pcHeader` is the table read, `ftab` is that
+//! table's function table with `nfunc + 1` entries, the table spans exactly `[minpc, maxpc)` (the
+//! runtime's own `moduledataverify1`), and at attach the live process's `moduledata.text` equals
+//! the file's plus the load bias. A binary that fails any of these is refused ("its function
+//! table cannot be mapped the way its runtime maps it (…)"), never read with guessed names.
 
 use std::collections::HashMap;
 

@@ -2,6 +2,19 @@
 //! function table, names, files, line tables and the inline tree. A PC becomes frames the way
 //! `runtime.CallersFrames` and `runtime.FuncForPC` give them, so the profile names what the
 //! target's own pprof would.
+//!
+//! # Symbols
+//!
+//! A stack PC is a return PC with every inlined level already its own PC (the runtime's
+//! `tracebackPCs`), so each PC gives exactly one frame: the innermost source function at `pc-1`
+//! per the inline tree (`FUNCDATA_InlTree`, `PCDATA_InlTreeIndex`), with the file and line of the
+//! physical function's tables, the symbol name with generic shapes kept (as
+//! `runtime_FrameSymbolName`), and `Func == nil` when inlined — which is what the `pcDeck`
+//! grouping (`encode.rs`) keys on. The hidden-runtime test uses `FuncForPC(pc)` semantics (the
+//! inline tree at `pc` itself). `runtime_expandFinalInlineFrame` is applied to a stack cut inside
+//! an inlined call, without its wrapper elision (a wrapper inlined at the cut is the only
+//! difference). The tables themselves are found through the module data (`module.rs`), never
+//! through the ELF section layout.
 
 use thiserror::Error;
 

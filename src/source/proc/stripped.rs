@@ -8,6 +8,10 @@
 //! - `runtime.memProfileInternal`: its first 32-bit load is `mProfCycle`, its first 64-bit load
 //!   `mbuckets`, and the first `lea rax` handed straight to `runtime.lock2` is
 //!   `&profMemActiveLock`.
+//!
+//! Both addresses of the first (`disableMemoryProfiling` and `MemProfileRate`) come from those
+//! three instructions. The tests hold these against pprof like any other build (tests/cli/proc.rs
+//! runs every release stripped).
 
 use iced_x86::{Decoder, DecoderOptions, Instruction, MemorySize, Mnemonic, OpKind, Register};
 
