@@ -47,10 +47,13 @@ pub enum CliError {
     Read { path: String, source: io::Error },
     #[error("writing output: {0}")]
     Output(io::Error),
-    /// A step of the command failed; the message says which and why (exit 2). Only `watch`'s
-    /// first failed node still comes as a finished line.
-    #[error("{0}")]
-    Failed(String),
+    /// `watch`: the collector of one container ended in an error (exit 2); the others' are
+    /// printed before it.
+    #[error("{container}: {source}")]
+    Container {
+        container: String,
+        source: heapwatch::collect::CollectError,
+    },
     /// The collector stopped on a full disk, with the store's words when it had them (exit 2).
     #[error("stopped: {}", .why.as_deref().unwrap_or("disk full"))]
     DiskFull { why: Option<String> },
@@ -143,7 +146,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) | CliError::Profile { .. } | CliError::Read { .. } => 2,
-            CliError::Output(_) | CliError::Failed(_) | CliError::InNode { .. } => 2,
+            CliError::Output(_) | CliError::Container { .. } | CliError::InNode { .. } => 2,
             CliError::DiskFull { .. } | CliError::Pushed(_) | CliError::PushStart { .. } => 2,
             CliError::Panicked { .. } | CliError::DemoReplay { .. } => 2,
             CliError::DemoCollect { .. } => 2,

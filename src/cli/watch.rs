@@ -187,7 +187,7 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
         _ => CliError::Watch(e),
     })?;
     let mut failed = Vec::new();
-    for c in &outcome.containers {
+    for c in outcome.containers {
         let stored: u64 = c
             .sessions
             .iter()
@@ -201,11 +201,6 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
             .map(|s| s.cycles)
             .max()
             .unwrap_or(0);
-        for s in &c.sessions {
-            if let Err(e) = &s.result {
-                failed.push(format!("{}: {e}", c.name));
-            }
-        }
         if !quiet {
             eprintln!(
                 "heapwatch: {}: {stored} capture(s) stored, {cycles} boot cycle(s), in {}",
@@ -213,12 +208,21 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
                 c.dir.display()
             );
         }
+        for s in c.sessions {
+            if let Err(source) = s.result {
+                failed.push(CliError::Container {
+                    container: c.name.clone(),
+                    source,
+                });
+            }
+        }
     }
-    if let Some(first) = failed.first() {
-        for other in &failed[1..] {
+    let mut failed = failed.into_iter();
+    if let Some(first) = failed.next() {
+        for other in failed {
             eprintln!("heapwatch: {other}");
         }
-        return Err(CliError::Failed(first.clone()));
+        return Err(first);
     }
     Ok(ExitCode::SUCCESS)
 }
