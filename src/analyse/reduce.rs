@@ -90,7 +90,7 @@ pub fn heap_sites(profile: &Profile, own: &OwnCode) -> Vec<SiteFigures> {
         })
         .collect();
     let mut namer = SiteNamer::new(profile, own);
-    let mut sums: HashMap<String, (i64, i64)> = HashMap::new();
+    let mut sums = SiteSums::default();
     let types = profile.sample_types.len();
     for (i, sample) in profile.samples.iter().enumerate() {
         let values = &profile.values[i * types..(i + 1) * types];
@@ -107,23 +107,9 @@ pub fn heap_sites(profile: &Profile, own: &OwnCode) -> Vec<SiteFigures> {
         } else {
             namer.name(stack, false).unwrap_or("(unsymbolized)")
         };
-        match sums.get_mut(name) {
-            Some(e) => {
-                e.0 += v_inuse;
-                e.1 += v_alloc;
-            }
-            None => {
-                sums.insert(name.to_string(), (v_inuse, v_alloc));
-            }
-        }
+        sums.add(name, v_inuse, v_alloc);
     }
-    let mut out: Vec<SiteFigures> = sums
-        .into_iter()
-        .filter(|&(_, (value, alloc))| value != 0 || alloc != 0)
-        .map(|(name, (value, alloc))| SiteFigures { name, value, alloc })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
+    sums.into_sites()
 }
 
 /// Goroutine stacks named like heap sites ([`SiteNamer`]): the first frame in the target's
@@ -133,51 +119,59 @@ pub fn goroutine_sites(profile: &Profile, own: &OwnCode) -> Vec<SiteFigures> {
     let types = profile.sample_types.len();
     let index = profile.default_sample_index();
     let mut namer = SiteNamer::new(profile, own);
-    let mut sites: HashMap<String, i64> = HashMap::new();
+    let mut sums = SiteSums::default();
     for (i, sample) in profile.samples.iter().enumerate() {
         let count = profile.values[i * types + index];
         let name = namer
             .name(profile.sample_stack(sample), true)
             .unwrap_or("runtime");
-        match sites.get_mut(name) {
-            Some(n) => *n += count,
-            None => {
-                sites.insert(name.to_string(), count);
-            }
-        }
+        sums.add(name, count, 0);
     }
-    let mut out: Vec<SiteFigures> = sites
-        .into_iter()
-        .map(|(name, value)| SiteFigures {
-            name,
-            value,
-            alloc: 0,
-        })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
+    sums.into_sites()
 }
 
 /// The same per-site figures from a text stack dump (the agent's op 0x01): each stack named by
 /// its first frame outside the runtime, so a run collected over the agent shows the same
 /// goroutine growth as one collected over HTTP.
 pub fn goroutine_dump_sites(dump: &StackDump, own: &OwnCode) -> Vec<SiteFigures> {
-    let mut sites: HashMap<String, i64> = HashMap::new();
+    let mut sums = SiteSums::default();
     for stack in &dump.stacks {
         let names: Vec<&str> = stack.frames.iter().map(String::as_str).collect();
-        let name = name_frames(&names, true, own).unwrap_or_else(|| "runtime".into());
-        *sites.entry(name).or_insert(0) += stack.count;
+        let name = name_frames(&names, true, own);
+        sums.add(name.as_deref().unwrap_or("runtime"), stack.count, 0);
     }
-    let mut out: Vec<SiteFigures> = sites
-        .into_iter()
-        .map(|(name, value)| SiteFigures {
-            name,
-            value,
-            alloc: 0,
-        })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
+    sums.into_sites()
+}
+
+/// Figures summed by site name, the one loop under every reduction above: a profile's samples
+/// (heap or goroutine) or a dump's stacks, each named, then added to its site.
+#[derive(Default)]
+struct SiteSums(HashMap<String, (i64, i64)>);
+
+impl SiteSums {
+    fn add(&mut self, name: &str, value: i64, alloc: i64) {
+        match self.0.get_mut(name) {
+            Some(e) => {
+                e.0 += value;
+                e.1 += alloc;
+            }
+            None => {
+                self.0.insert(name.to_string(), (value, alloc));
+            }
+        }
+    }
+
+    /// The sites by name; a heap site whose figures summed to nothing at all is left out.
+    fn into_sites(self) -> Vec<SiteFigures> {
+        let mut out: Vec<SiteFigures> = self
+            .0
+            .into_iter()
+            .filter(|&(_, (value, alloc))| value != 0 || alloc != 0)
+            .map(|(name, (value, alloc))| SiteFigures { name, value, alloc })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
 }
 
 pub(crate) fn is_runtime(name: &str) -> bool {
