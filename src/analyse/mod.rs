@@ -10,6 +10,7 @@ pub mod crash_loop;
 pub mod diff;
 pub mod ends;
 pub mod envoy;
+pub mod files;
 pub mod growth;
 pub mod reading;
 pub mod reduce;

@@ -7,6 +7,7 @@ pub mod diff;
 pub mod ends;
 pub mod envoy;
 pub mod envoy_words;
+pub mod files;
 pub mod flame;
 pub mod flame_titles;
 pub mod growth;
