@@ -20,4 +20,5 @@ pub mod select;
 pub mod series;
 pub mod spikes;
 mod storms;
+pub mod stuck;
 pub mod triage;

@@ -15,6 +15,7 @@ pub mod memory;
 pub mod pprof;
 pub mod report;
 pub mod rules;
+pub mod stuck;
 pub mod top;
 pub mod triage;
 pub mod triage_words;

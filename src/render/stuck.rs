@@ -1,0 +1,126 @@
+//! The words of a process stuck at its limit: the stretch, the memory pinned there, and what
+//! showed that nothing moved.
+
+use crate::analyse::stuck::Stuck;
+use crate::units::format_bytes;
+
+/// "stuck at its limit from 20.0 s for 85.0 s: usage pinned at 1018–1020 MiB of 1.00 GiB;
+/// 846 MiB under writeback (the kernel writes it before it can reclaim it); the published heap
+/// the same in 117 of 120 captures". Without a sign of a stall, the heap that stood still is
+/// said as that, not as stuck: an idle process shows it too.
+pub fn stuck_words(s: &Stuck) -> String {
+    let f = |v: u64| format_bytes(v as i64);
+    let usage = if s.usage_high - s.usage_low < 1 << 20 {
+        f(s.usage_high)
+    } else {
+        format!("{}–{}", f(s.usage_low), f(s.usage_high))
+    };
+    let mut parts = vec![format!("usage pinned at {usage} of {}", f(s.limit))];
+    if s.writeback_stall() {
+        let dirty = s
+            .dirty
+            .filter(|&d| d > 0)
+            .map(|d| format!(" and {} dirty", f(d)))
+            .unwrap_or_default();
+        parts.push(format!(
+            "up to {} under writeback{dirty} (the kernel writes them before it can reclaim them)",
+            f(s.writeback.unwrap_or(0))
+        ));
+    }
+    if s.psi_stall() {
+        parts.push(format!(
+            "every task stalled on memory {:.0} % of the time (PSI full avg10)",
+            s.psi_full.unwrap_or(0.0)
+        ));
+    }
+    if s.heap_unmoved() {
+        let mut heap = format!(
+            "the published heap the same in {} of {} captures",
+            s.unchanged, s.captures
+        );
+        match (s.gc_stall(), s.allocated_from) {
+            (true, Some(from)) => heap.push_str(&format!(
+                " while {} more was allocated ({from}): no GC finished",
+                f(s.allocated.unwrap_or(0))
+            )),
+            _ if !s.stalled => heap.push_str(
+                " (idle, or stuck: no writeback, no allocation and no stall were seen to tell)",
+            ),
+            _ => {}
+        }
+        parts.push(heap);
+    }
+    let head = if s.stalled {
+        "stuck at its limit"
+    } else {
+        "at its limit with nothing moving"
+    };
+    format!(
+        "{head} from {:.1} s for {:.1} s: {}",
+        s.since_s,
+        s.for_s,
+        parts.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn stuck() -> Stuck {
+        Stuck {
+            since_s: 20.0,
+            for_s: 85.0,
+            usage_low: 1018 * MIB,
+            usage_high: 1020 * MIB,
+            limit: 1024 * MIB,
+            captures: 120,
+            unchanged: 118,
+            allocated: None,
+            allocated_from: None,
+            writeback: Some(846 * MIB),
+            dirty: Some(4 * MIB),
+            psi_full: None,
+            stalled: true,
+        }
+    }
+
+    /// Issue 33, item 14: 846 MiB under writeback for 85 s at the limit and 118 of 120 heap
+    /// captures the same went unsaid.
+    #[test]
+    fn a_process_stuck_on_writeback_is_said_once_with_its_span() {
+        assert_eq!(
+            stuck_words(&stuck()),
+            "stuck at its limit from 20.0 s for 85.0 s: usage pinned at 1018 MiB–1020 MiB of \
+             1.00 GiB; up to 846 MiB under writeback and 4.00 MiB dirty (the kernel writes them \
+             before it can reclaim them); the published heap the same in 118 of 120 captures"
+        );
+        let gc = Stuck {
+            writeback: Some(0),
+            allocated: Some(108 * MIB),
+            allocated_from: Some("recent_space"),
+            ..stuck()
+        };
+        assert!(
+            stuck_words(&gc).ends_with(
+                "the published heap the same in 118 of 120 captures while 108 MiB more was \
+                 allocated (recent_space): no GC finished"
+            ),
+            "{}",
+            stuck_words(&gc)
+        );
+        let idle = Stuck {
+            writeback: None,
+            stalled: false,
+            ..stuck()
+        };
+        assert!(
+            stuck_words(&idle).starts_with("at its limit with nothing moving from 20.0 s"),
+            "{}",
+            stuck_words(&idle)
+        );
+        assert!(stuck_words(&idle).contains("(idle, or stuck:"));
+    }
+}
