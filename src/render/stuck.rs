@@ -123,4 +123,84 @@ mod tests {
         );
         assert!(stuck_words(&idle).contains("(idle, or stuck:"));
     }
+
+    /// The whole way, as `heapwatch growth` prints a life: a heap that stopped moving at 10 s,
+    /// the cgroup at its limit from 12 s with 200 MiB under writeback, stopped at 60 s. The
+    /// stuck line comes once, with the stretch.
+    #[test]
+    fn growth_says_once_that_a_life_was_stuck_at_its_limit_and_for_how_long() {
+        use crate::analyse::growth::GrowthBuilder;
+        use crate::analyse::reduce::SiteFigures;
+        use crate::model::capture::{CaptureRecord, RecordKind};
+        use crate::model::memory::{CgroupBreakdown, MemorySample};
+        const LIMIT: u64 = 256 * MIB;
+        let mut records = Vec::new();
+        let mut memory = Vec::new();
+        let mut stored = Vec::new();
+        for k in 0..120u64 {
+            let t = k as i64 * 500;
+            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, t);
+            let value = ((k.min(20) * 2) << 20) as i64;
+            r.totals.insert("inuse_space".into(), value);
+            r.totals.insert("alloc_space".into(), value);
+            if k > 20 {
+                r.dup_of = Some(21);
+            } else {
+                stored.push((r.clone(), value));
+            }
+            records.push(r);
+            let full = k >= 24;
+            memory.push(MemorySample {
+                t_ms: t + 10,
+                source: "cgroup".into(),
+                usage: Some(if full { LIMIT - MIB } else { k * 8 * MIB }),
+                limit: Some(LIMIT),
+                oom_kills: Some(0),
+                alive: true,
+                cgroup: Some(CgroupBreakdown {
+                    anon: Some(48 * MIB),
+                    file: Some(if full { 200 * MIB } else { 0 }),
+                    file_writeback: Some(if full { 200 * MIB } else { 0 }),
+                    file_dirty: Some(0),
+                    shmem: Some(0),
+                    ..CgroupBreakdown::default()
+                }),
+                ..MemorySample::default()
+            });
+        }
+        records.push(CaptureRecord::new(200, RecordKind::Stop, 1, 60_000));
+        let mut builder = GrowthBuilder::default().captures(&records);
+        for (r, value) in &stored {
+            builder.heap(
+                r,
+                &[SiteFigures {
+                    name: "main.grow".into(),
+                    value: *value,
+                    alloc: *value,
+                }],
+            );
+        }
+        let report = builder.finish(&records, &memory, Some(LIMIT));
+        let text = crate::render::growth::text(&report, 5, None);
+        let said: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("stuck at its limit"))
+            .collect();
+        assert_eq!(said.len(), 1, "{text}");
+        assert_eq!(
+            said[0].trim(),
+            "stuck at its limit from 12.0 s for 47.5 s: usage pinned at 255 MiB of 256 MiB; up \
+             to 200 MiB under writeback (the kernel writes them before it can reclaim them); \
+             the published heap the same in 95 of 95 captures",
+            "{text}"
+        );
+        let json = crate::render::growth::json(&report, None);
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let stuck = &doc["cycles"][0]["stuck"];
+        assert_eq!(
+            (stuck["captures"].as_u64(), stuck["stalled"].as_bool()),
+            (Some(95), Some(true))
+        );
+        assert_eq!(stuck["summary"].as_str(), Some(said[0].trim()));
+    }
 }
