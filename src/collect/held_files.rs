@@ -1,7 +1,8 @@
 //! When the memory sampler notes the files its process holds, and when it counts their pages:
-//! listed at every detailed sample and written only when they changed; their resident pages
-//! counted when the page cache is large and near its highest so far, spaced by what the last
-//! count cost, so a file of gigabytes never makes the sampler late.
+//! listed at detailed samples and written only when they changed; their resident pages counted
+//! when the page cache is large and near its highest so far. Each is spaced by what it cost the
+//! last time, so thousands of descriptors or a file of gigabytes never make the sampler late
+//! for long, nor cost it more than a small share of a core.
 
 use std::time::{Duration, Instant};
 
@@ -12,8 +13,9 @@ use crate::source::procfiles::{FileBudget, held_files};
 const MEASURE_FROM: u64 = 16 << 20;
 /// The least time between two counts of resident pages.
 const MEASURE_SPACING: Duration = Duration::from_millis(250);
-/// Counts are spaced by at least this many times what the last one cost: 2 % of a core at most.
-const MEASURE_COST_FACTOR: u32 = 50;
+/// Listings and counts are spaced by at least this many times what the last one cost: 2 % of a
+/// core at most (a listing of 4,000 descriptors costs ~12 ms: one every 0.6 s).
+const COST_FACTOR: u32 = 50;
 /// A count at least this often while the page cache is large, when it is not at its highest.
 const MEASURE_ANYWAY: Duration = Duration::from_secs(5);
 
@@ -23,6 +25,8 @@ pub struct FileWatch {
     budget: FileBudget,
     /// The listing last written, without its counts: the next is written when it differs.
     last: Option<HeldFiles>,
+    last_list: Option<Instant>,
+    list_cost: Duration,
     last_count: Option<Instant>,
     count_cost: Duration,
     /// The highest page cache seen while this pid ran.
@@ -37,19 +41,33 @@ impl FileWatch {
             return;
         };
         let count = self.count_due(sample, pid);
+        if !count && !self.list_due() {
+            return;
+        }
         let started = Instant::now();
-        let Some(files) = held_files(pid, &self.budget, count) else {
+        let files = held_files(pid, &self.budget, count);
+        let cost = started.elapsed();
+        self.last_list = Some(Instant::now());
+        if count {
+            self.last_count = self.last_list;
+            self.count_cost = cost;
+        } else {
+            self.list_cost = cost;
+        }
+        let Some(files) = files else {
             return;
         };
-        if count {
-            self.last_count = Some(Instant::now());
-            self.count_cost = started.elapsed();
-        }
         let listing = uncounted(&files);
         if files.measured || self.last.as_ref() != Some(&listing) {
             self.last = Some(listing);
             sample.files = Some(files);
         }
+    }
+
+    /// Whether the last listing is far enough behind for its cost.
+    fn list_due(&self) -> bool {
+        self.last_list
+            .is_none_or(|t| t.elapsed() >= self.list_cost * COST_FACTOR)
     }
 
     /// Whether to count resident pages at this sample: page cache worth naming, near its
@@ -68,7 +86,7 @@ impl FileWatch {
         };
         self.highest = Some((pid, highest));
         let since = self.last_count.map(|t| t.elapsed());
-        let spacing = MEASURE_SPACING.max(self.count_cost * MEASURE_COST_FACTOR);
+        let spacing = MEASURE_SPACING.max(self.count_cost * COST_FACTOR);
         if since.is_some_and(|s| s < spacing) {
             return false;
         }
@@ -126,6 +144,15 @@ mod tests {
         w.count_cost = Duration::from_millis(20);
         w.last_count = Some(Instant::now() - Duration::from_millis(500));
         assert!(!w.count_due(&sample(7, 300 * MIB), 7));
+        // A listing that cost 12 ms waits 0.6 s; one of 0.1 ms comes at the next sample.
+        w.list_cost = Duration::from_millis(12);
+        w.last_list = Some(Instant::now() - Duration::from_millis(300));
+        assert!(!w.list_due());
+        w.last_list = Some(Instant::now() - Duration::from_millis(600));
+        assert!(w.list_due());
+        w.list_cost = Duration::from_micros(100);
+        w.last_list = Some(Instant::now() - Duration::from_millis(5));
+        assert!(w.list_due());
         // A new process starts its own highest.
         w.count_cost = Duration::ZERO;
         w.last_count = None;

@@ -35,7 +35,7 @@ impl Default for FileBudget {
             max_fds: 4096,
             keep: 16,
             list_time: Duration::from_millis(10),
-            measure_time: Duration::from_millis(40),
+            measure_time: Duration::from_millis(25),
         }
     }
 }
