@@ -1,7 +1,8 @@
 //! Whether a process was stuck at its limit: over the cgroup's longest stretch there, its
-//! memory pinned while nothing moved: the published heap the same capture after capture, the
-//! kernel holding pages under writeback, tasks stalled on memory. What each shows is kept, so
-//! the words say what was seen, and call it stuck only where something shows a stall.
+//! memory pinned while something shows a stall: the kernel holding pages under writeback
+//! through most of it, allocation going on with no GC publishing it (the published heap the
+//! same capture after capture), or every task stalled on memory. A heap that only stood still
+//! is no stall (an idle process, or one busy rereading its files, shows it too).
 
 use serde::Serialize;
 
@@ -17,8 +18,11 @@ const MIN_CAPTURES: usize = 5;
 const UNCHANGED_SHARE: f64 = 0.8;
 /// Allocation without a new publication worth naming: GCs did not finish while it went on.
 const MIN_ALLOCATED: u64 = 4 << 20;
-/// Under writeback at least this (and a 32nd of the limit): the kernel is stalled writing.
+/// Under writeback at least this (and a 32nd of the limit)...
 const MIN_WRITEBACK: u64 = 16 << 20;
+/// ...in this share of the stretch's samples: the kernel stalled writing, not a flush that
+/// passed (a file written, synced, then read again).
+const WRITEBACK_SHARE: f64 = 0.5;
 /// All tasks stalled on memory this share of the last 10 s (PSI `full`, cgroup v2).
 const MIN_PSI_FULL: f64 = 40.0;
 
@@ -45,14 +49,13 @@ pub struct Stuck {
     /// The most under writeback, and dirty, that its samples saw.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub writeback: Option<u64>,
+    /// The share of its samples (those with `memory.stat`) with much under writeback.
+    pub writeback_share: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dirty: Option<u64>,
     /// The highest PSI `full` avg10 (cgroup v2): the share of time every task stalled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub psi_full: Option<f64>,
-    /// Something shows a stall (writeback, allocation with no GC finishing, PSI), not only a
-    /// heap that did not move (which an idle process shows too).
-    pub stalled: bool,
 }
 
 impl Stuck {
@@ -62,8 +65,7 @@ impl Stuck {
     }
 
     pub fn writeback_stall(&self) -> bool {
-        self.writeback
-            .is_some_and(|w| w >= MIN_WRITEBACK.max(self.limit / 32))
+        self.writeback_share >= WRITEBACK_SHARE
     }
 
     /// Allocation went on and no GC published it.
@@ -74,11 +76,15 @@ impl Stuck {
     pub fn psi_stall(&self) -> bool {
         self.psi_full.is_some_and(|p| p >= MIN_PSI_FULL)
     }
+
+    pub fn stalled(&self) -> bool {
+        self.writeback_stall() || self.gc_stall() || self.psi_stall()
+    }
 }
 
 /// The cycle's stretch at its limit (`at_limit`), read for a stall. `mem` are the cycle's
 /// memory samples, `records` its good captures (heap, duplicates included, and MemStats).
-/// `None` when the stretch is short, or nothing in it stood still or stalled.
+/// `None` when the stretch is short, or nothing in it shows a stall.
 pub fn read(
     at_limit: Option<&AtLimit>,
     mem: &[&MemorySample],
@@ -144,15 +150,27 @@ pub fn read(
         allocated,
         allocated_from,
         writeback: most(|m| m.cgroup.as_ref()?.file_writeback),
+        writeback_share: 0.0,
         dirty: most(|m| m.cgroup.as_ref()?.file_dirty),
         psi_full: samples
             .iter()
             .filter_map(|m| m.cgroup.as_ref()?.psi_full_avg10)
             .reduce(f64::max),
-        stalled: false,
     };
-    s.stalled = s.writeback_stall() || s.gc_stall() || s.psi_stall();
-    (s.stalled || s.heap_unmoved()).then_some(s)
+    s.writeback_share = {
+        let heavy = MIN_WRITEBACK.max(limit / 32);
+        let split: Vec<u64> = samples
+            .iter()
+            .filter_map(|m| m.cgroup.as_ref()?.file_writeback)
+            .collect();
+        let many = split.iter().filter(|&&w| w >= heavy).count();
+        if split.is_empty() {
+            0.0
+        } else {
+            many as f64 / split.len() as f64
+        }
+    };
+    s.stalled().then_some(s)
 }
 
 #[cfg(test)]
@@ -233,7 +251,8 @@ mod tests {
         assert_eq!((s.captures, s.unchanged), (120, 117));
         assert_eq!((s.usage_low, s.usage_high), (1018 * MIB, 1020 * MIB));
         assert_eq!(s.writeback, Some(846 * MIB));
-        assert!(s.stalled && s.writeback_stall() && s.heap_unmoved());
+        assert_eq!(s.writeback_share, 1.0);
+        assert!(s.stalled() && s.writeback_stall() && s.heap_unmoved());
         assert!(!s.gc_stall(), "no allocation known");
         // A moment at the limit before a kill is not a process stuck.
         assert!(read(Some(&stretch(1.0)), &mref, &rref, 0).is_none());
@@ -262,19 +281,32 @@ mod tests {
             (s.allocated, s.allocated_from),
             (Some(108 * MIB), Some("recent_space"))
         );
-        assert!(s.gc_stall() && s.stalled);
+        assert!(s.gc_stall() && s.stalled());
         // A heap that moves at every capture, no writeback: nothing to say.
         let moving: Vec<CaptureRecord> = (0..10)
             .map(|k| heap(k + 1, 20_000 + k as i64 * 900, (100 + k as i64) << 20, None))
             .collect();
         let rref: Vec<&CaptureRecord> = moving.iter().collect();
         assert!(read(Some(&stretch(9.5)), &mref, &rref, 0).is_none());
-        // An idle process at its limit: the heap still, nothing else: said as still, not stalled.
+        // An idle process at its limit (or one rereading its files): the heap still, nothing
+        // else: no stall.
         let idle: Vec<CaptureRecord> = (0..10)
             .map(|k| heap(k + 1, 20_000 + k as i64 * 900, 100 << 20, None))
             .collect();
         let rref: Vec<&CaptureRecord> = idle.iter().collect();
-        let s = read(Some(&stretch(9.5)), &mref, &rref, 0).unwrap();
-        assert!(s.heap_unmoved() && !s.stalled, "{s:?}");
+        assert!(read(Some(&stretch(9.5)), &mref, &rref, 0).is_none());
+        // A flush that passed: 96 MiB under writeback in the stretch's first quarter, then
+        // reread (the pagecache fixture under `heapwatch run`): no stall.
+        let flushed: Vec<MemorySample> = (0..20)
+            .map(|k| {
+                pinned(
+                    20_000 + k * 500,
+                    1020 * MIB,
+                    if k < 5 { 96 * MIB } else { 0 },
+                )
+            })
+            .collect();
+        let fref: Vec<&MemorySample> = flushed.iter().collect();
+        assert!(read(Some(&stretch(9.5)), &fref, &rref, 0).is_none());
     }
 }

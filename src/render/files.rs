@@ -101,7 +101,7 @@ pub fn files_words(b: &MemoryBreakdown) -> Option<String> {
         )
     };
     let mut s = format!("{when}: {}", groups.join("; "));
-    let written_first = b.dirty.unwrap_or(0) + b.writeback.unwrap_or(0) > 0;
+    let written_first = b.dirty.unwrap_or(0) + b.writeback.unwrap_or(0) >= FILE_WORTH_SAYING;
     if dirty_unknown && written_first {
         s.push_str("; the kernel tells no dirty count per file for a file only open");
     }

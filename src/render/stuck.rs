@@ -4,10 +4,10 @@
 use crate::analyse::stuck::Stuck;
 use crate::units::format_bytes;
 
-/// "stuck at its limit from 20.0 s for 85.0 s: usage pinned at 1018–1020 MiB of 1.00 GiB;
-/// 846 MiB under writeback (the kernel writes it before it can reclaim it); the published heap
-/// the same in 117 of 120 captures". Without a sign of a stall, the heap that stood still is
-/// said as that, not as stuck: an idle process shows it too.
+/// "stuck at its limit from 20.0 s for 85.0 s: usage pinned at 1018 MiB–1020 MiB of 1.00 GiB;
+/// much under writeback through 100 % of it, up to 846 MiB, and 4.00 MiB dirty (the kernel
+/// writes them before it can reclaim them); the published heap the same in 118 of 120
+/// captures".
 pub fn stuck_words(s: &Stuck) -> String {
     let f = |v: u64| format_bytes(v as i64);
     let usage = if s.usage_high - s.usage_low < 1 << 20 {
@@ -20,10 +20,12 @@ pub fn stuck_words(s: &Stuck) -> String {
         let dirty = s
             .dirty
             .filter(|&d| d > 0)
-            .map(|d| format!(" and {} dirty", f(d)))
+            .map(|d| format!(", and {} dirty", f(d)))
             .unwrap_or_default();
         parts.push(format!(
-            "up to {} under writeback{dirty} (the kernel writes them before it can reclaim them)",
+            "much under writeback through {:.0} % of it, up to {}{dirty} (the kernel writes \
+             them before it can reclaim them)",
+            s.writeback_share * 100.0,
             f(s.writeback.unwrap_or(0))
         ));
     }
@@ -38,25 +40,16 @@ pub fn stuck_words(s: &Stuck) -> String {
             "the published heap the same in {} of {} captures",
             s.unchanged, s.captures
         );
-        match (s.gc_stall(), s.allocated_from) {
-            (true, Some(from)) => heap.push_str(&format!(
+        if let (true, Some(from)) = (s.gc_stall(), s.allocated_from) {
+            heap.push_str(&format!(
                 " while {} more was allocated ({from}): no GC finished",
                 f(s.allocated.unwrap_or(0))
-            )),
-            _ if !s.stalled => heap.push_str(
-                " (idle, or stuck: no writeback, no allocation and no stall were seen to tell)",
-            ),
-            _ => {}
+            ));
         }
         parts.push(heap);
     }
-    let head = if s.stalled {
-        "stuck at its limit"
-    } else {
-        "at its limit with nothing moving"
-    };
     format!(
-        "{head} from {:.1} s for {:.1} s: {}",
+        "stuck at its limit from {:.1} s for {:.1} s: {}",
         s.since_s,
         s.for_s,
         parts.join("; ")
@@ -81,9 +74,9 @@ mod tests {
             allocated: None,
             allocated_from: None,
             writeback: Some(846 * MIB),
+            writeback_share: 1.0,
             dirty: Some(4 * MIB),
             psi_full: None,
-            stalled: true,
         }
     }
 
@@ -94,11 +87,13 @@ mod tests {
         assert_eq!(
             stuck_words(&stuck()),
             "stuck at its limit from 20.0 s for 85.0 s: usage pinned at 1018 MiB–1020 MiB of \
-             1.00 GiB; up to 846 MiB under writeback and 4.00 MiB dirty (the kernel writes them \
-             before it can reclaim them); the published heap the same in 118 of 120 captures"
+             1.00 GiB; much under writeback through 100 % of it, up to 846 MiB, and 4.00 MiB \
+             dirty (the kernel writes them before it can reclaim them); the published heap the \
+             same in 118 of 120 captures"
         );
         let gc = Stuck {
             writeback: Some(0),
+            writeback_share: 0.0,
             allocated: Some(108 * MIB),
             allocated_from: Some("recent_space"),
             ..stuck()
@@ -111,17 +106,6 @@ mod tests {
             "{}",
             stuck_words(&gc)
         );
-        let idle = Stuck {
-            writeback: None,
-            stalled: false,
-            ..stuck()
-        };
-        assert!(
-            stuck_words(&idle).starts_with("at its limit with nothing moving from 20.0 s"),
-            "{}",
-            stuck_words(&idle)
-        );
-        assert!(stuck_words(&idle).contains("(idle, or stuck:"));
     }
 
     /// The whole way, as `heapwatch growth` prints a life: a heap that stopped moving at 10 s,
@@ -189,17 +173,20 @@ mod tests {
         assert_eq!(said.len(), 1, "{text}");
         assert_eq!(
             said[0].trim(),
-            "stuck at its limit from 12.0 s for 47.5 s: usage pinned at 255 MiB of 256 MiB; up \
-             to 200 MiB under writeback (the kernel writes them before it can reclaim them); \
-             the published heap the same in 95 of 95 captures",
+            "stuck at its limit from 12.0 s for 47.5 s: usage pinned at 255 MiB of 256 MiB; \
+             much under writeback through 100 % of it, up to 200 MiB (the kernel writes them \
+             before it can reclaim them); the published heap the same in 95 of 95 captures",
             "{text}"
         );
         let json = crate::render::growth::json(&report, None);
         let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
         let stuck = &doc["cycles"][0]["stuck"];
         assert_eq!(
-            (stuck["captures"].as_u64(), stuck["stalled"].as_bool()),
-            (Some(95), Some(true))
+            (
+                stuck["captures"].as_u64(),
+                stuck["writeback_share"].as_f64()
+            ),
+            (Some(95), Some(1.0))
         );
         assert_eq!(stuck["summary"].as_str(), Some(said[0].trim()));
     }
