@@ -23,7 +23,7 @@ pub struct FileBudget {
     pub max_fds: usize,
     /// Files kept, the largest first.
     pub keep: usize,
-    /// Time for finding the files (descriptors, mappings, lengths).
+    /// Time for finding the files among the descriptors, and as much again among the mappings.
     pub list_time: Duration,
     /// Time for counting their resident pages, largest first; those not reached stay unknown.
     pub measure_time: Duration,
@@ -100,8 +100,10 @@ pub fn held_files(pid: u32, budget: &FileBudget, measure: bool) -> Option<HeldFi
         });
     }
     let maps = read_capped(&proc_dir.join("maps"), 4 << 20).unwrap_or_default();
+    // The maps get a budget of their own: a process whose descriptors took all of the first
+    // still has its mapped files named.
     for line in maps.lines() {
-        if started.elapsed() > budget.list_time {
+        if started.elapsed() > 2 * budget.list_time {
             incomplete = true;
             break;
         }
