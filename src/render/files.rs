@@ -34,12 +34,13 @@ pub fn files_words(b: &MemoryBreakdown) -> Option<String> {
         (true, "shared memory and tmpfs", b.shmem),
         (false, "page cache", Some(cache.saturating_sub(shmem))),
     ];
+    let total_of = |file: &FileAtPeak| kinds.iter().find(|k| k.0 == file.shmem).and_then(|k| k.2);
     // mincore counts a file's pages whoever they are charged to: a file holding more than its
     // kind in this cgroup (the binary, cached before the process started) is charged elsewhere.
-    let fits = |file: &FileAtPeak, h: u64| {
-        let total = kinds.iter().find(|k| k.0 == file.shmem).and_then(|k| k.2);
-        total.is_none_or(|t| h <= t + t / 16 + FILE_WORTH_SAYING)
-    };
+    // Within the lag of the cgroup's counters (read a moment before the count, batched per
+    // CPU) it may hold all of it.
+    let slack = |t: u64| (t / 64).max(FILE_WORTH_SAYING);
+    let fits = |file: &FileAtPeak, h: u64| total_of(file).is_none_or(|t| h <= t + slack(t));
     let said: Vec<&FileAtPeak> = listing
         .files
         .iter()
@@ -77,7 +78,14 @@ pub fn files_words(b: &MemoryBreakdown) -> Option<String> {
             let path = short_path(&file.path);
             let how = how.join(", ");
             entries.push(match (listing.counted, entries.is_empty()) {
-                (true, true) => format!("{} of it {path} ({how})", f(file.resident.unwrap_or(0))),
+                (true, true) => {
+                    let h = file.resident.unwrap_or(0);
+                    let amount = match total_of(file) {
+                        Some(t) if h > t => "all".to_string(),
+                        _ => f(h),
+                    };
+                    format!("{amount} of it {path} ({how})")
+                }
                 (true, false) => format!("{} {path} ({how})", f(file.resident.unwrap_or(0))),
                 (false, _) => format!("{path} ({how})"),
             });
@@ -196,6 +204,16 @@ mod tests {
             "files in memory at 1.9 s (mincore): 886 MiB of shared memory and tmpfs, 854 MiB \
              of it …/kubernetes.io~empty-dir/data/ctrl-ha.db-20261207-031333 (open, written \
              0.3–1.9 s), 12.0 MiB /data/raft.db (open)"
+        );
+        // The cgroup's counter read a moment before the count: all of it, not more than it.
+        let mut lag = b.clone();
+        lag.shmem = Some(853 * MIB);
+        assert!(
+            files_words(&lag)
+                .unwrap()
+                .contains("853 MiB of shared memory and tmpfs, all of it …/"),
+            "{:?}",
+            files_words(&lag)
         );
         // A heap that filled the limit: the files are not the story.
         let heap = MemoryBreakdown {
