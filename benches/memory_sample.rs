@@ -2,6 +2,10 @@
 //! (usage, limit, OOM-kill count, the pid and its RSS) against the detailed one taken every
 //! 500 ms (plus `memory.stat`, failcnt, events, and the process's `smaps_rollup`).
 //!
+//! Beside them, what noting the files a process holds costs (`source::procfiles`): listed
+//! at each detailed sample, with 4,000 descriptors as well as a few, and their resident pages
+//! counted (`mincore`) over a file of 256 MiB in the page cache.
+//!
 //! `cargo bench --bench memory_sample`, as root: a v1 memory cgroup is made for the bench under
 //! /sys/fs/cgroup/memory with one `sleep` in it (the process measured), and removed after;
 //! HEAPWATCH_BENCH_CGROUP names another cgroup to read instead.
@@ -75,6 +79,41 @@ fn bench(c: &mut Criterion) {
         b.iter(|| black_box(procmem::process_breakdown(std::process::id())))
     });
     group.finish();
+    held_files(c);
+}
+
+/// This process's own files, as the sampler reads another's: first as it is, then with 2,000
+/// regular files and 2,000 sockets open beside one file of 256 MiB just written.
+fn held_files(c: &mut Criterion) {
+    use heapwatch::source::procfiles::{FileBudget, held_files};
+    use std::io::Write as _;
+    let me = std::process::id();
+    let budget = FileBudget::default();
+    let mut group = c.benchmark_group("held_files");
+    group.bench_function("listed, a few descriptors", |b| {
+        b.iter(|| black_box(held_files(me, &budget, false)))
+    });
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut big = std::fs::File::create(dir.path().join("big")).expect("create");
+    let chunk = vec![1u8; 1 << 20];
+    for _ in 0..256 {
+        big.write_all(&chunk).expect("write");
+    }
+    let files: Vec<std::fs::File> = (0..2000)
+        .map(|i| std::fs::File::create(dir.path().join(i.to_string())).expect("create"))
+        .collect();
+    let sockets: Vec<std::net::UdpSocket> = (0..2000)
+        .filter_map(|_| std::net::UdpSocket::bind("127.0.0.1:0").ok())
+        .collect();
+    group.bench_function("listed, 4000 descriptors", |b| {
+        b.iter(|| black_box(held_files(me, &budget, false)))
+    });
+    group.bench_function(
+        "listed and counted, 4000 descriptors and 256 MiB resident",
+        |b| b.iter(|| black_box(held_files(me, &budget, true))),
+    );
+    group.finish();
+    drop((files, sockets, big));
 }
 
 criterion_group!(benches, bench);

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use super::files::{self, FilesAtPeak};
 use crate::model::capture::{CaptureRecord, RecordKind};
 use crate::model::memory::MemorySample;
 
@@ -55,6 +56,10 @@ pub struct MemoryBreakdown {
     /// splitting the peak with them puts the heap's growth since into "other anonymous".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memstats_elsewhere: Option<MemStatsElsewhere>,
+    /// The files the process held nearest this moment, with their pages in memory, where the
+    /// sampler listed them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<FilesAtPeak>,
 }
 
 /// MemStats that describe another moment than the breakdown's.
@@ -175,6 +180,7 @@ pub fn at_peak(
         cache_inherited: false,
         memstats_at_s,
         memstats_elsewhere,
+        files: files::at_peak(memory, m.pid, m.t_ms, start_ms),
     };
     Some(b)
 }

@@ -134,6 +134,9 @@ pub struct CycleGrowth {
     /// How long the cgroup sat at its limit, measured, when it did.
     #[serde(skip)]
     pub at_limit: Option<AtLimit>,
+    /// The stretch at the limit read for a stall, when nothing moved there.
+    #[serde(skip)]
+    pub stuck: Option<super::stuck::Stuck>,
     /// The peak of anonymous memory (what the kernel cannot reclaim), when the split is known.
     #[serde(skip)]
     pub memory_peak_anon: Option<u64>,
@@ -789,6 +792,8 @@ fn cycle(
         .filter(|r| r.kind == RecordKind::Memstats)
         .map(|r| **r)
         .collect();
+    let good_records: Vec<&CaptureRecord> = good.iter().map(|r| **r).collect();
+    let stuck = super::stuck::read(at_limit.as_ref(), mem, &good_records, start_ms);
     let heap_series: Vec<(f64, i64)> = by_time
         .iter()
         .filter(|r| {
@@ -857,6 +862,7 @@ fn cycle(
         peaks: spikes::peaks(&heap_series, mem, start_ms),
         breakdown: breakdown::at_peak(mem, &memstats_records, start_ms, limit),
         at_limit,
+        stuck,
         memory_peak_anon: mem
             .iter()
             .filter_map(|m| {

@@ -12,6 +12,7 @@
 //! | how did a process end? | an `exit` record with `exit_code` or `signal`, read from the kernel's process-event connector for every process that answered or was sampled (root only; `collect/exits.rs`); in memory.jsonl, `killed: true` on the sample where the cgroup's `oom_kill` counter rose, and `alive` / `pid` per sample | exit watcher, sampler |
 //! | did the collector stop, not the target? | a `stop` record (Ctrl-C, `--duration`) with the pid it last answered from; no `stop` when `--until-exit` ended the run | `Collector::stopped` |
 //! | where did the memory go? | memory.jsonl `cgroup` (`memory.stat` split, failcnt, events, PSI on v2) and `process` (`smaps_rollup`) every 500 ms, and at once when usage moves by 16 MiB | `source/procmem.rs`, `collect/sampler.rs` |
+//! | which files hold it? | memory.jsonl `files` (collect, run): the regular files the process has open (`/proc/PID/fd`) or maps (`/proc/PID/maps`), with length and tmpfs, written when they change; their resident pages (`mincore`, as `fincore`) and the dirty pages of shared mappings (`smaps`) when the page cache is large and near its highest, spaced by their cost | `source/procfiles.rs`, `collect/held_files.rs` |
 //!
 //! How to tell the ends apart from this (what the analysis words): an OOM kill is a `killed`
 //! sample (the kernel's counter) or an `exit` with signal 9 in a cgroup whose `oom_kill` rose; an

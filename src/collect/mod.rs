@@ -20,6 +20,7 @@ pub mod cluster;
 mod cycles;
 mod events;
 pub mod exits;
+mod held_files;
 mod idle;
 mod intake;
 pub mod marks;

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use super::OutsideMemory;
 use super::exits::ExitWatcher;
+use super::held_files::FileWatch;
 use crate::source::procmem::{Detail, MemoryProbe, MemorySample};
 use crate::store::MemoryLog;
 
@@ -91,6 +92,8 @@ struct Probing {
     last_detail: Option<Instant>,
     split: Split,
     last_killable: u64,
+    /// The files the process holds, noted at detailed samples of `collect` and `run`.
+    files: FileWatch,
     /// When the next sample is due.
     due: Instant,
     /// The log failed: no more samples.
@@ -129,6 +132,7 @@ impl Probing {
             last_detail: None,
             split: Split::default(),
             last_killable: 0,
+            files: FileWatch::default(),
             due: Instant::now(),
             failed: false,
         }
@@ -176,6 +180,11 @@ impl Probing {
         }
         if detailed {
             self.last_detail = Some(Instant::now());
+            // The files behind the page cache: where a node's containers are watched, their
+            // maps (read under the process's mmap lock) are left alone, as `smaps_rollup` is.
+            if depth == Detail::Full {
+                self.files.note(&mut sample);
+            }
         }
         self.kills = sample.oom_kills.or(self.kills);
         if let (Some(exits), Some(pid)) = (&self.exits, sample.pid) {

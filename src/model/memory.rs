@@ -31,6 +31,59 @@ pub struct MemorySample {
     /// The process's resident memory split by kind (`/proc/PID/smaps_rollup`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessBreakdown>,
+    /// The regular files the process holds, open or mapped: on a sample where they differ from
+    /// the last ones written, or where their resident pages were measured. A sample without
+    /// them holds what the one before said (runs recorded before they were noted have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<HeldFiles>,
+}
+
+/// The regular files a process holds (`/proc/PID/fd`, `/proc/PID/maps`), largest first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeldFiles {
+    /// The process they were read from.
+    pub pid: u32,
+    pub files: Vec<HeldFile>,
+    /// Regular files held beyond those listed (the smallest are left out).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more: u32,
+    /// The listing stopped at its cap of descriptors or its time budget: files may be missing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
+    /// Resident pages were measured at this sample (`resident` of each file says it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub measured: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One file a process holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeldFile {
+    /// As the kernel names it (`/proc/PID/fd/N`'s link; " (deleted)" when unlinked).
+    pub path: String,
+    /// Its length (`st_size`).
+    pub size: u64,
+    /// Held through a file descriptor.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open: bool,
+    /// Mapped into the process.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mapped: bool,
+    /// On tmpfs or shared memory (a memory-backed `emptyDir`, `/dev/shm`, a memfd): its pages
+    /// are the cgroup's `shmem`, which reclaim cannot drop without swap.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shmem: bool,
+    /// Its pages in memory (`mincore` over a mapping of it, as `fincore` counts), when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident: Option<u64>,
+    /// Dirty pages of its shared mappings in the process (`smaps` `Shared_Dirty` +
+    /// `Private_Dirty`), when measured and mapped shared; the kernel tells no dirty count per
+    /// file that is only open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dirty: Option<u64>,
 }
 
 /// A cgroup's `memory.stat` split, its charge failures and its events. v1 names in brackets.

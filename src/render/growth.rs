@@ -261,6 +261,9 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
     if let Some(a) = &c.at_limit {
         let _ = writeln!(out, "  {}", cgroup_at_limit(a));
     }
+    if let Some(s) = &c.stuck {
+        let _ = writeln!(out, "  {}", crate::render::stuck::stuck_words(s));
+    }
     // The reading is the rise into the peak; a spike is shown on its own only without one, or
     // when it fell back (its fall is no part of the reading).
     if let Some(e) = c

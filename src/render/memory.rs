@@ -82,6 +82,9 @@ pub fn breakdown_words(b: &MemoryBreakdown) -> String {
             ));
         }
     }
+    if let Some(files) = crate::render::files::files_words(b) {
+        s.push_str(&format!("; {files}"));
+    }
     if b.cache_inherited {
         s.push_str(
             "; page cache was already charged when the cycle began (a reused cgroup): \

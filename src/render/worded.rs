@@ -14,6 +14,7 @@ use crate::analyse::envoy::{
 use crate::analyse::growth::{AcrossCycles, CycleGrowth, GrowthReport};
 use crate::analyse::reading::Reading;
 use crate::analyse::spikes::Episode;
+use crate::analyse::stuck::Stuck;
 use crate::analyse::triage::{
     ContainerTriage, CpuFinding, MemoryFinding, PodTriage, ProbeFinding, ReplicaFinding,
     Termination, TriageReport,
@@ -25,6 +26,7 @@ use crate::render::envoy_words::{
     config_meaning, heap_explanation, verdict_words, workers_meaning,
 };
 use crate::render::memory::{at_limit_words, breakdown_words};
+use crate::render::stuck::stuck_words;
 use crate::render::triage_words::container_words;
 use crate::render::verdict::{across_summary, cycle_verdict};
 
@@ -98,6 +100,8 @@ pub struct CycleJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub at_limit: Option<Summary<'a, AtLimit>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<Summary<'a, Stuck>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_peak_anon: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub episode: Option<&'a Episode>,
@@ -113,6 +117,10 @@ impl<'a> CycleJson<'a> {
             cycle: c,
             breakdown: c.breakdown.as_ref().map(breakdown_json),
             at_limit: c.at_limit.as_ref().map(at_limit_json),
+            stuck: c.stuck.as_ref().map(|s| Summary {
+                of: s,
+                summary: stuck_words(s),
+            }),
             memory_peak_anon: c.memory_peak_anon,
             episode: c.episode.as_ref(),
             other_episodes: &c.other_episodes,

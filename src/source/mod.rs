@@ -35,6 +35,7 @@ pub mod envoy;
 pub mod http;
 pub mod memstats;
 pub mod proc;
+pub mod procfiles;
 pub mod procfind;
 pub mod procmem;
 pub mod target;

@@ -307,6 +307,7 @@ impl MemoryProbe {
                     alive: !pids.is_empty(),
                     cgroup: (detail != Detail::Usage).then(|| cg.breakdown()),
                     process: pid.filter(|_| full).and_then(process_breakdown),
+                    files: None,
                 }
             }
         }

@@ -37,6 +37,7 @@ mod push;
 mod replay;
 mod report;
 mod run;
+mod run_files;
 mod secrets;
 mod triage;
 mod watch;

@@ -10,6 +10,7 @@ pub(crate) fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> Cycl
         build: "test".into(),
         breakdown: None,
         at_limit: None,
+        stuck: None,
         memory_peak_anon: None,
         peaks: Default::default(),
         episode: None,
