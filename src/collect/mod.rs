@@ -17,12 +17,14 @@
 pub mod budget;
 pub mod clock;
 pub mod cluster;
+mod config;
 mod cycles;
 mod events;
 pub mod exits;
 mod idle;
 mod intake;
 pub mod marks;
+mod outcome;
 mod retention;
 pub mod sampler;
 mod status;
@@ -37,15 +39,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
-use thiserror::Error;
-
 pub use clock::{Clock, FakeClock, Nudge, Sleep, Stop, SystemClock};
 pub use cluster::start;
+pub use config::CollectConfig;
 pub use idle::IDLE_BACKOFF;
+pub use outcome::{CollectError, CollectSummary, NoObserver, Observer, StopReason};
 pub use status::LiveStatus;
 
 use crate::analyse::reduce::OwnCode;
-use crate::decode::{self, DecodeLimits, stackdump};
+use crate::decode::{self, stackdump};
 use crate::index::{CaptureIndexer, Content as IndexContent, OwnCodes};
 use crate::source::procmem::MemoryProbe;
 use crate::source::{BodyTap, FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
@@ -56,135 +58,6 @@ use idle::HeapMark;
 use intake::{Intake, Streamed};
 use retention::Retention;
 use tasks::joined;
-
-/// Everything the collector needs to know, already validated.
-#[derive(Debug, Clone)]
-pub struct CollectConfig {
-    pub interval: Duration,
-    pub burst_interval: Duration,
-    /// Fraction of `limit` above which burst mode starts.
-    pub burst_at: f64,
-    pub limit: Option<u64>,
-    pub timeout: Duration,
-    pub heap: bool,
-    pub goroutine: bool,
-    pub goroutine_interval: Duration,
-    /// Time between runtime figure reads: MemStats, and the agent's stats. Zero disables them.
-    pub memstats_interval: Duration,
-    pub duration: Option<Duration>,
-    /// With `--until-exit`: stop once the target has been gone this long.
-    pub until_exit: Option<Duration>,
-    pub max_disk: Option<u64>,
-    /// Largest share of wall time the target may spend serving profiles (1.0: no cap); twice
-    /// this in burst mode.
-    pub max_duty: f64,
-    /// Idle back-off: while heap captures find the heap flat, the interval doubles up to this
-    /// many times itself (1: never backs off).
-    pub idle_backoff: u32,
-    pub decode: DecodeLimits,
-}
-
-impl Default for CollectConfig {
-    fn default() -> Self {
-        CollectConfig {
-            interval: Duration::from_millis(crate::model::run_options::DEFAULT_INTERVAL_MS),
-            burst_interval: Duration::from_millis(100),
-            burst_at: 0.6,
-            limit: None,
-            timeout: Duration::from_secs(2),
-            heap: true,
-            goroutine: false,
-            goroutine_interval: Duration::from_secs(1),
-            memstats_interval: Duration::from_secs(5),
-            duration: None,
-            until_exit: None,
-            max_disk: None,
-            max_duty: 0.25,
-            idle_backoff: 1,
-            decode: DecodeLimits::default(),
-        }
-    }
-}
-
-#[derive(Debug, Error)]
-pub enum CollectError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The blocking `run` could not start its tokio runtime (no file descriptors left).
-    #[error("cannot start the collector's runtime: {0}; raise the open-file limit")]
-    Runtime(std::io::Error),
-}
-
-/// Why the collector stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    Interrupted,
-    DurationReached,
-    TargetExited,
-    DiskFull,
-}
-
-/// What the collector did. Every attempt is one of: a profile stored, a duplicate of the last
-/// one stored, a runtime figure read (MemStats, the agent's stats, Envoy's /memory), or a
-/// failure: `attempts = stored + duplicates + figures + errors`.
-#[derive(Debug, Clone)]
-pub struct CollectSummary {
-    pub reason: StopReason,
-    pub attempts: u64,
-    /// Attempts that answered: `stored + duplicates + figures`.
-    pub captures: u64,
-    pub stored: u64,
-    pub duplicates: u64,
-    /// Runtime figures read (no profile file).
-    pub figures: u64,
-    /// Failed attempts.
-    pub errors: u64,
-    pub cycles: u32,
-    pub deleted: u64,
-    /// Whether the target answered at least once.
-    pub reached: bool,
-    /// Whether anything answered at all, if only with an error page or garbage.
-    pub responded: bool,
-    pub last_error: Option<String>,
-    pub disk_error: Option<String>,
-    /// Stored captures the collector's indexer wrote no entry for (left out while decoding
-    /// was paced, or still waiting at the exit's grace): the first analysis builds them.
-    pub unindexed: u64,
-}
-
-/// Told about every attempt, for the live status line.
-pub trait Observer {
-    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus);
-
-    /// Told about each process end written (`exit`), once it is in the manifest.
-    fn ended(&mut self, _record: &CaptureRecord) {}
-}
-
-pub struct NoObserver;
-
-impl<O: Observer + ?Sized> Observer for &mut O {
-    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
-        (**self).attempt(record, status);
-    }
-
-    fn ended(&mut self, record: &CaptureRecord) {
-        (**self).ended(record);
-    }
-}
-
-impl<O: Observer + ?Sized> Observer for Box<O> {
-    fn attempt(&mut self, record: &CaptureRecord, status: &LiveStatus) {
-        (**self).attempt(record, status);
-    }
-
-    fn ended(&mut self, record: &CaptureRecord) {
-        (**self).ended(record);
-    }
-}
-
-impl Observer for NoObserver {
-    fn attempt(&mut self, _: &CaptureRecord, _: &LiveStatus) {}
-}
 
 /// Memory of the target seen from outside (RSS or cgroup usage), shared with a sampler thread
 /// so burst mode reacts even while the target does not answer. Zero means unknown.
