@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 pub use clock::{Clock, FakeClock, Nudge, Sleep, Stop, SystemClock};
@@ -53,6 +53,7 @@ use crate::source::procmem::MemoryProbe;
 use crate::source::{BodyTap, FailureKind, FetchError, Reply, Source, SourceKind, Want, memstats};
 use crate::store::{CaptureRecord, ManifestRead, RecordKind, RunWriter, StoreError};
 use cycles::CycleTracker;
+use events::Inbox;
 use exits::ExitWatcher;
 use idle::HeapMark;
 use intake::{Intake, Streamed};
@@ -166,17 +167,6 @@ pub struct Collector {
     deletions: Option<tokio::sync::mpsc::UnboundedReceiver<u64>>,
 }
 
-/// What the inbox held at the top of the loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Inbox {
-    Quiet,
-    /// A process's end was written: the next attempt is due at once.
-    Ended,
-    /// Its senders are gone (`heapwatch run` is done with the command): the collector ends,
-    /// as for a target gone for good, with no `stop` record.
-    Closed,
-}
-
 /// The longest goroutine captures are spread apart by their cost.
 pub const GOROUTINE_PACE_MAX: Duration = Duration::from_secs(60);
 
@@ -199,9 +189,6 @@ impl Cost {
         Some(self.seconds? / other.seconds?.max(1e-4))
     }
 }
-
-/// How often a sleeping collector with an inbox looks into it.
-const EVENT_POLL: Duration = Duration::from_millis(20);
 
 impl Collector {
     pub fn new(
@@ -322,72 +309,6 @@ impl Collector {
     pub fn with_events(mut self, events: Receiver<CaptureRecord>) -> Self {
         self.events = Some(events);
         self
-    }
-
-    /// Writes the events received so far.
-    async fn record_events(&mut self) -> Result<Inbox, StoreError> {
-        let Some(events) = &self.events else {
-            return Ok(Inbox::Quiet);
-        };
-        let mut pending = std::mem::take(&mut self.pending_events);
-        let mut closed = self.events_closed;
-        loop {
-            match events.try_recv() {
-                Ok(record) => pending.push(record),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
-        let ended = pending.iter().any(|r| r.kind == RecordKind::Exit);
-        for mut record in pending {
-            record.seq = self.next_seq;
-            self.next_seq += 1;
-            record.cycle = if record.kind == RecordKind::Exit {
-                self.cycles.ended(record.pid)
-            } else {
-                self.cycles.current()
-            };
-            if record.kind == RecordKind::Exit {
-                self.ends_to_tell.push(record.clone());
-            }
-            self.append(record).await?;
-        }
-        Ok(if closed {
-            Inbox::Closed
-        } else if ended {
-            Inbox::Ended
-        } else {
-            Inbox::Quiet
-        })
-    }
-
-    /// Sleeps until `wake`, or until an event arrives: a death told by whoever started the
-    /// target makes the next attempt at once, which then waits for its successor.
-    async fn sleep_until(&mut self, wake: Duration) {
-        if self.events.is_none() {
-            return self.sleep_or_stop(wake).await;
-        }
-        loop {
-            let now = self.clock.now();
-            if now >= wake || self.stop.is_set() {
-                return;
-            }
-            self.sleep_or_stop(wake.min(now + EVENT_POLL)).await;
-            match self.events.as_ref().map(|e| e.try_recv()) {
-                Some(Ok(record)) => {
-                    self.pending_events.push(record);
-                    return;
-                }
-                Some(Err(TryRecvError::Disconnected)) => {
-                    self.events_closed = true;
-                    return;
-                }
-                _ => {}
-            }
-        }
     }
 
     /// Where the exit statuses of the processes that answer come from.
@@ -952,49 +873,6 @@ impl Collector {
         Ok(())
     }
 
-    fn failed(&mut self, record: &mut CaptureRecord, e: &FetchError, began: Duration) {
-        record.error = Some(e.message.clone());
-        record.error_kind = Some(e.kind.as_str().to_string());
-        // An HTTP status is an answer: the target is there (Envoy's 501 for /heap_dump).
-        if self.failing_since.is_none() && e.kind != FailureKind::Status {
-            self.failing_since = Some(began);
-        }
-        if self.gone_since.is_none() && e.kind.means_gone() {
-            self.gone_since = Some(began);
-        }
-        if e.kind.means_gone() {
-            // The figures of a process that is no more are not shown as current.
-            self.status.target_gone();
-            self.runtime_memory = None;
-        }
-        self.cycles.failed(e.kind);
-        self.status.last_error = Some(e.message.clone());
-        self.summary.last_error = Some(e.message.clone());
-        if matches!(
-            e.kind,
-            FailureKind::Status | FailureKind::Other | FailureKind::TooLarge
-        ) {
-            self.summary.responded = true;
-        }
-    }
-
-    /// The target answered: bookkeeping common to every good reply. Returns the boot cycle.
-    fn answered(&mut self, totals: &BTreeMap<String, i64>, pid: Option<u32>) -> u32 {
-        self.failing_since = None;
-        self.gone_since = None;
-        self.summary.reached = true;
-        let before = self.cycles.current();
-        let now = self.cycles.answered(totals, pid);
-        if now != before {
-            self.last_stored.clear();
-            self.runtime_memory = None;
-            self.last_heap = None;
-            self.idle_factor = 1;
-            self.status.new_cycle(now);
-        }
-        now
-    }
-
     fn memstats(&mut self, record: &mut CaptureRecord, bytes: &[u8]) -> Result<(), Invalid> {
         if self.kind == SourceKind::Envoy {
             return self.envoy(record, bytes);
@@ -1139,55 +1017,6 @@ impl Collector {
             }
         }
         record.hash = Some(hash);
-    }
-
-    /// Deletes captures chosen by the retention policy and records each deletion.
-    async fn thin(&mut self) -> Result<(), StoreError> {
-        let current = self.cycles.current();
-        while let Some(victim) = self.retention.next_victim(current) {
-            self.delete(victim).await?;
-        }
-        Ok(())
-    }
-
-    /// Deletes the captures asked for on the deletions channel that are still kept.
-    async fn delete_requested(&mut self) -> Result<(), StoreError> {
-        let mut asked = Vec::new();
-        if let Some(rx) = &mut self.deletions {
-            while let Ok(seq) = rx.try_recv() {
-                asked.push(seq);
-            }
-        }
-        for seq in asked {
-            if let Some(victim) = self.retention.take(seq) {
-                self.delete(victim).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes one stored capture, its `delete` record first.
-    async fn delete(&mut self, victim: retention::Kept) -> Result<(), StoreError> {
-        {
-            let mut record = CaptureRecord::new(
-                self.next_seq,
-                RecordKind::Delete,
-                victim.cycle,
-                self.clock.unix_ms(),
-            );
-            self.next_seq += 1;
-            record.file = Some(victim.file.clone());
-            record.deleted_seq = Some(victim.seq);
-            record.bytes = victim.bytes;
-            let file = victim.file.clone();
-            self.on_disk(move |w| {
-                w.append(&record)?;
-                w.delete_profile(&file)
-            })
-            .await?;
-            self.summary.deleted += 1;
-        }
-        Ok(())
     }
 }
 
