@@ -1,9 +1,17 @@
 //! Boot cycles: a new one starts when the target comes back after being gone, when its pid
 //! changes, or when a cumulative allocation total drops (only a new process starts lower).
+//!
+//! The collector's bookkeeping beside the tracker (`Collector::answered`, `Collector::failed`):
+//! a good reply ends the target's absence and may open a new cycle, which forgets what belonged
+//! to the process before it (the last capture stored, so no duplicate spans two processes; its
+//! runtime figure; the idle back-off); a failure starts the absence `--until-exit` counts, and
+//! one that means the target is gone clears what the status line shows of it.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use crate::source::FailureKind;
+use super::Collector;
+use crate::source::{FailureKind, FetchError};
 use crate::store::CaptureRecord;
 
 /// Totals that only grow during one process's life.
@@ -164,6 +172,51 @@ impl CycleTracker {
             }
             self.pid_cycles.insert(p, self.current);
         }
+    }
+}
+
+impl Collector {
+    pub(super) fn failed(&mut self, record: &mut CaptureRecord, e: &FetchError, began: Duration) {
+        record.error = Some(e.message.clone());
+        record.error_kind = Some(e.kind.as_str().to_string());
+        // An HTTP status is an answer: the target is there (Envoy's 501 for /heap_dump).
+        if self.failing_since.is_none() && e.kind != FailureKind::Status {
+            self.failing_since = Some(began);
+        }
+        if self.gone_since.is_none() && e.kind.means_gone() {
+            self.gone_since = Some(began);
+        }
+        if e.kind.means_gone() {
+            // The figures of a process that is no more are not shown as current.
+            self.status.target_gone();
+            self.runtime_memory = None;
+        }
+        self.cycles.failed(e.kind);
+        self.status.last_error = Some(e.message.clone());
+        self.summary.last_error = Some(e.message.clone());
+        if matches!(
+            e.kind,
+            FailureKind::Status | FailureKind::Other | FailureKind::TooLarge
+        ) {
+            self.summary.responded = true;
+        }
+    }
+
+    /// The target answered: bookkeeping common to every good reply. Returns the boot cycle.
+    pub(super) fn answered(&mut self, totals: &BTreeMap<String, i64>, pid: Option<u32>) -> u32 {
+        self.failing_since = None;
+        self.gone_since = None;
+        self.summary.reached = true;
+        let before = self.cycles.current();
+        let now = self.cycles.answered(totals, pid);
+        if now != before {
+            self.last_stored.clear();
+            self.runtime_memory = None;
+            self.last_heap = None;
+            self.idle_factor = 1;
+            self.status.new_cycle(now);
+        }
+        now
     }
 }
 

@@ -1,6 +1,8 @@
 //! The event records the collector writes beside the capture attempts: a boot cycle's start
 //! (`cycle`, with its process and build), a watched process's end (`exit`, from the kernel),
-//! and the collector stopping on purpose (`stop`).
+//! and the collector stopping on purpose (`stop`); and the inbox of records others send
+//! (`Collector::with_events`: `heapwatch run`'s `exit` and `stop`), given their seq and boot
+//! cycle here so the manifest has one writer, and looked into while the collector sleeps.
 //!
 //! # What a run records about each boot cycle (the collector's side)
 //!
@@ -28,6 +30,9 @@
 //! `build` is what the process said of itself. The collector never copies the label into a
 //! cycle, so a label given for the wrong process (a 2.0.2 run labelled 2.1.0) cannot
 //! hide what the process said.
+
+use std::sync::mpsc::TryRecvError;
+use std::time::Duration;
 
 use super::{CaptureRecord, Collector, RecordKind, StoreError};
 use crate::model::build::BuildInfo;
@@ -145,6 +150,88 @@ fn merge_builds(source: Option<BuildInfo>, exe: BuildInfo) -> Option<BuildInfo> 
         Some(mut b) => {
             b.fill_from(&exe);
             Some(b)
+        }
+    }
+}
+
+/// What the inbox held at the top of the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Inbox {
+    Quiet,
+    /// A process's end was written: the next attempt is due at once.
+    Ended,
+    /// Its senders are gone (`heapwatch run` is done with the command): the collector ends,
+    /// as for a target gone for good, with no `stop` record.
+    Closed,
+}
+
+/// How often a sleeping collector with an inbox looks into it.
+const EVENT_POLL: Duration = Duration::from_millis(20);
+
+impl Collector {
+    /// Writes the events received so far.
+    pub(super) async fn record_events(&mut self) -> Result<Inbox, StoreError> {
+        let Some(events) = &self.events else {
+            return Ok(Inbox::Quiet);
+        };
+        let mut pending = std::mem::take(&mut self.pending_events);
+        let mut closed = self.events_closed;
+        loop {
+            match events.try_recv() {
+                Ok(record) => pending.push(record),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        let ended = pending.iter().any(|r| r.kind == RecordKind::Exit);
+        for mut record in pending {
+            record.seq = self.next_seq;
+            self.next_seq += 1;
+            record.cycle = if record.kind == RecordKind::Exit {
+                self.cycles.ended(record.pid)
+            } else {
+                self.cycles.current()
+            };
+            if record.kind == RecordKind::Exit {
+                self.ends_to_tell.push(record.clone());
+            }
+            self.append(record).await?;
+        }
+        Ok(if closed {
+            Inbox::Closed
+        } else if ended {
+            Inbox::Ended
+        } else {
+            Inbox::Quiet
+        })
+    }
+
+    /// Sleeps until `wake`, or until an event arrives: a death told by whoever started the
+    /// target makes the next attempt at once, which then waits for its successor.
+    pub(super) async fn sleep_until(&mut self, wake: Duration) {
+        if self.events.is_none() {
+            return self.sleep_or_stop(wake).await;
+        }
+        loop {
+            let now = self.clock.now();
+            if now >= wake || self.stop.is_set() {
+                return;
+            }
+            self.sleep_or_stop(wake.min(now + EVENT_POLL)).await;
+            match self.events.as_ref().map(|e| e.try_recv()) {
+                Some(Ok(record)) => {
+                    self.pending_events.push(record);
+                    return;
+                }
+                Some(Err(TryRecvError::Disconnected)) => {
+                    self.events_closed = true;
+                    return;
+                }
+                _ => {}
+            }
         }
     }
 }

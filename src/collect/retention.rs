@@ -1,10 +1,13 @@
 //! `--max-disk`: when stored profiles pass the budget, thin the middle of the oldest boot
 //! cycles first, evenly (the capture whose neighbours are closest goes), and keep every
-//! cycle's first and last capture and the newest captures of the current cycle.
+//! cycle's first and last capture and the newest captures of the current cycle. The collector
+//! thins after each attempt, and deletes at the top of its loop what was chosen outside it
+//! (`budget.rs`); each deletion is a `delete` record appended before the file goes.
 
 use std::collections::BTreeSet;
 
-use crate::store::CaptureRecord;
+use super::Collector;
+use crate::store::{CaptureRecord, RecordKind, StoreError};
 
 /// Captures of the current cycle that are never thinned: the newest ones matter most.
 const KEEP_NEWEST: usize = 8;
@@ -108,6 +111,57 @@ impl Retention {
                 None
             }
         }
+    }
+}
+
+impl Collector {
+    /// Deletes captures chosen by the retention policy and records each deletion.
+    pub(super) async fn thin(&mut self) -> Result<(), StoreError> {
+        let current = self.cycles.current();
+        while let Some(victim) = self.retention.next_victim(current) {
+            self.delete(victim).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the captures asked for on the deletions channel that are still kept.
+    pub(super) async fn delete_requested(&mut self) -> Result<(), StoreError> {
+        let mut asked = Vec::new();
+        if let Some(rx) = &mut self.deletions {
+            while let Ok(seq) = rx.try_recv() {
+                asked.push(seq);
+            }
+        }
+        for seq in asked {
+            if let Some(victim) = self.retention.take(seq) {
+                self.delete(victim).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes one stored capture, its `delete` record first.
+    async fn delete(&mut self, victim: Kept) -> Result<(), StoreError> {
+        {
+            let mut record = CaptureRecord::new(
+                self.next_seq,
+                RecordKind::Delete,
+                victim.cycle,
+                self.clock.unix_ms(),
+            );
+            self.next_seq += 1;
+            record.file = Some(victim.file.clone());
+            record.deleted_seq = Some(victim.seq);
+            record.bytes = victim.bytes;
+            let file = victim.file.clone();
+            self.on_disk(move |w| {
+                w.append(&record)?;
+                w.delete_profile(&file)
+            })
+            .await?;
+            self.summary.deleted += 1;
+        }
+        Ok(())
     }
 }
 

@@ -19,9 +19,9 @@
 //!   cgroup of its own is sampled with its cgroup's charge and limit: `source::procmem`);
 //!   otherwise the total is its RSS, said so ("RSS"), not "all charged".
 //!
-//! The command line draws it (`src/cli/collect.rs`): on a terminal it is fitted to the width
-//! (parts dropped by rank: the last error first, then goroutines, the heap rate, the cycle…), so
-//! it never wraps and a redraw after a resize leaves nothing behind; off a terminal nothing is
+//! The command line draws it (`src/cli/collect/status_line.rs`): on a terminal it is fitted to the
+//! width (parts dropped by rank: the last error first, then goroutines, the heap rate, the cycle…),
+//! so it never wraps and a redraw after a resize leaves nothing behind; off a terminal nothing is
 //! cut but the last error, at a word's end. A process's end gets a line of its own that stays
 //! (`cycle 3: pid 4242 OOM-killed …`).
 

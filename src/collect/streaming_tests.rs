@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::decode::DecodeLimits;
-use crate::source::{BodyTap, FailureKind, FetchError, Fetching, Reply};
+use crate::decode::{self, DecodeLimits};
+use crate::source::{BodyTap, FailureKind, FetchError, Fetching, Reply, Want};
 use crate::store::{RunDir, RunWriter};
 
 const LATE: &[u8] = include_bytes!("../../testdata/profiles/hiddenleak-heap-late.pb.gz");

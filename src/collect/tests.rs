@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::source::{FailureKind, FetchError, Reply};
+use crate::decode::{self, DecodeLimits};
+use crate::source::{FailureKind, FetchError, Reply, Want};
 use crate::store::{RunDir, RunWriter};
 
 const EARLY: &[u8] = include_bytes!("../../testdata/profiles/hiddenleak-heap-early.pb.gz");
