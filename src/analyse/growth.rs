@@ -283,26 +283,43 @@ fn place_publication<T: PartialEq + Clone>(
                 (Some(was), Some(now)) => now >= was.saturating_add(2),
                 _ => gcs_unseen(inuse(&p.figures), inuse(figures)),
             };
+            // By the clock: the capture before this one, when it read a lower count.
+            let counted = before.and_then(|b| Some((b.at, b.num_gc?))).zip(clock);
             if unseen {
-                // A cycle's first publication stays unplaced (its moment is unknown).
-                let again =
-                    p.at.is_some_and(|at| last > at)
-                        .then_some((last, p.figures));
-                Some(Placed {
-                    at: (last + t) / 2.0,
-                    again,
-                })
+                match counted {
+                    // It describes GC `now − 1`, one of the GCs between that capture and
+                    // this one, which are spread evenly over the gap; the one before stays
+                    // at its own GC (the heap went on after it, and nothing says how).
+                    Some(((b_at, was), now)) if was < now => Some(Placed {
+                        at: spread((b_at, was), (t, now), now - 1),
+                        again: None,
+                    }),
+                    _ => {
+                        // A cycle's first publication stays unplaced (its moment is unknown).
+                        let again =
+                            p.at.is_some_and(|at| last > at)
+                                .then_some((last, p.figures));
+                        Some(Placed {
+                            at: (last + t) / 2.0,
+                            again,
+                        })
+                    }
+                }
             } else {
                 // The GC that published the one before: first seen at `p.first`, and after
-                // the capture before it when the clock says that capture preceded it.
-                let at = p.gc_after.map_or(p.first, |after| (after + p.first) / 2.0);
+                // the capture before it when the clock says that capture preceded it (the
+                // last of the GCs between them, when more than one ran there).
+                let at = match (p.gc_after, p.num_gc) {
+                    (Some(after), Some(seen)) => spread(after, (p.first, seen), seen),
+                    _ => p.first,
+                };
                 Some(Placed { at, again: None })
             }
         }
     };
     let gc_after = before
-        .filter(|b| matches!((b.num_gc, clock), (Some(was), Some(now)) if was < now))
-        .map(|b| b.at);
+        .and_then(|b| Some((b.at, b.num_gc?)))
+        .filter(|&(_, was)| clock.is_some_and(|now| was < now));
     *published = Some(Publication {
         figures: figures.clone(),
         first: t,
@@ -330,8 +347,20 @@ struct Publication<T> {
     at: Option<f64>,
     /// The runtime's GC count when it was first seen, where the source reads it.
     num_gc: Option<u32>,
-    /// The last capture known to come before the GC that published it (a lower GC count).
-    gc_after: Option<f64>,
+    /// The last capture known to come before the GC that published it (a lower GC count):
+    /// when, and the count it read.
+    gc_after: Option<(f64, u32)>,
+}
+
+/// The moment of GC `n`, one of the GCs that ran between a capture that read count `a` at
+/// `t_a` and one that read `b` at `t_b` (`a < n <= b`): the GCs between are spread evenly over
+/// the gap, so one GC goes halfway and two that ran unseen go at a third and two thirds (a
+/// short life published at counts 2, 4 and 5 had both publications put at one moment, a rise
+/// in no time that no reading could take).
+fn spread((t_a, a): (f64, u32), (t_b, b): (f64, u32), n: u32) -> f64 {
+    let steps = f64::from(b.saturating_sub(a)) + 1.0;
+    let k = f64::from(n.saturating_sub(a).min(b.saturating_sub(a)));
+    t_a + (t_b - t_a) * k / steps
 }
 
 /// Where a publication goes, and the one before it placed again at its last sighting.

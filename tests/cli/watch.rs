@@ -531,7 +531,7 @@ fn watch_follows_a_container_restarted_by_a_kubelet_into_a_new_cgroup() {
     let cycles = doc["cycles"].as_array().expect("cycles");
     assert_eq!(cycles.len(), 2, "{doc:#}\n{said}");
     for c in cycles {
-        assert_eq!(c["sites"][0]["name"], OOM_SITE, "{}", c["sites"]);
+        assert_eq!(c["sites"][0]["name"], OOM_SITE, "{c:#}");
     }
     let rs = records(&d);
     let exits: Vec<&Value> = rs.iter().filter(|r| r["kind"] == "exit").collect();

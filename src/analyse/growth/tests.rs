@@ -399,3 +399,57 @@ fn a_gc_s_moment_is_between_the_captures_that_read_the_count_before_and_after_it
     assert_eq!(gc_moment(&captures, 3), None);
     assert_eq!(gc_moment(&[(0.5, None), (1.0, Some(1))], 1), Some(1.0));
 }
+
+#[test]
+fn gcs_that_ran_unseen_between_two_captures_are_spread_over_the_gap() {
+    assert_eq!(spread((0.0, 2), (1.0, 3), 3), 0.5);
+    assert!((spread((0.0, 2), (1.0, 4), 3) - 1.0 / 3.0).abs() < 1e-9);
+    assert!((spread((0.0, 2), (1.0, 4), 4) - 2.0 / 3.0).abs() < 1e-9);
+}
+
+/// A container's life under `watch` (recorded 2026-12-07): killed 3 s in, its profile
+/// published at GC counts 2 (the first capture), 4 (at 1.0 s) and 5 (at 2.5 s). Both later
+/// publications were put at one moment, a rise in no time that no reading took: "no capture
+/// saw the heap rise" for a heap that went from 3.7 to 21.5 MiB.
+#[test]
+fn a_short_life_published_at_counts_two_four_and_five_reads_its_rise() {
+    let shots: [(f64, u32, i64); 9] = [
+        (0.0, 2, 3_870_958),
+        (1.0, 4, 9_867_094),
+        (1.7, 4, 9_867_094),
+        (1.9, 4, 9_867_094),
+        (2.1, 4, 9_867_094),
+        (2.3, 4, 9_867_094),
+        (2.5, 5, 22_525_605),
+        (2.7, 5, 22_525_605),
+        (2.9, 5, 22_525_605),
+    ];
+    let mut records = Vec::new();
+    for (k, &(t, gc, inuse)) in shots.iter().enumerate() {
+        let mut r = CaptureRecord::new(k as u64 + 1, RecordKind::Heap, 1, (t * 1000.0) as i64);
+        r.totals.insert("inuse_space".into(), inuse);
+        r.totals.insert("recent_space".into(), 5 << 20);
+        r.gc = Some(crate::model::capture::GcClock {
+            num_gc: gc,
+            profile_cycle: Some(gc),
+        });
+        records.push(r);
+    }
+    let mut builder = GrowthBuilder::default().captures(&records);
+    for r in &records {
+        let value = r.totals["inuse_space"];
+        builder.heap(
+            r,
+            &[SiteFigures {
+                name: "main.grow".into(),
+                value,
+                alloc: value,
+            }],
+        );
+    }
+    let report = builder.finish(&records, &[], None);
+    let c = &report.cycles[0];
+    let reading = c.reading.as_ref().expect("the rise is read");
+    assert_eq!(c.sites.first().map(|s| s.name.as_str()), Some("main.grow"));
+    assert!(reading.bytes_per_sec > 10.0 * MIB, "{reading:?}");
+}
