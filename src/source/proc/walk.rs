@@ -14,7 +14,7 @@
 //! - Only addresses inside a readable mapping of `/proc/PID/maps` are read (`memory.rs`); a
 //!   pointer outside is an error, not a fault.
 //! - The deadline: the walk checks it between attempts and every 64 buckets (the reader thread
-//!   that makes a blocked read harmless is `ProcSource`'s, in `mod.rs`).
+//!   that makes a blocked read harmless is `ProcSource`'s, in `reader.rs`).
 //! - The runtime only prepends buckets, so one head gives a fixed list. A memory copy is not
 //!   atomic: a sweep's flush (`mProf_PostSweep`, which go1.23 to go1.26 call from
 //!   `runtime.GC()` alone: an explicit GC, `debug.FreeOSMemory`, pprof's `?gc=1`, the gcloop
