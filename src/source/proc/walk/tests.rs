@@ -1,4 +1,6 @@
-use super::super::memory::ImageMemory;
+use std::time::Instant;
+
+use super::super::memory::{ImageMemory, ReadFault};
 use super::*;
 
 const LAYOUT: Layout = Layout {

@@ -1,0 +1,508 @@
+//! A heap capture, encoded from the last capture of the same list.
+//!
+//! # Encoding a capture
+//!
+//! The profile is written by hand with prost's encoding functions, and most of it is copied from
+//! the last capture of the same list. Each bucket's `Sample` message (location ids, values,
+//! `bytes` label) is kept by the bucket's place from the list's end, which stays put as the list
+//! grows at its head, and written again only when the record's figures (or the rate) moved: a
+//! large profile's sites mostly allocated once, at start, and on the 100k-bucket target one
+//! sample in 100,080 changes between two captures (the strings, functions and locations are
+//! kept too: `tables.rs`). A new `list` number (the list read whole again) starts the samples
+//! afresh, so memory that is not what it was is symbolised again rather than trusted. The samples
+//! are deflated in pieces (`pieces.rs`).
+//!
+//! # What the heap profile has not published yet (`recent_objects`, `recent_space`)
+//!
+//! A heap profile is the heap as of the last finished GC cycle; each bucket's `memRecord.future`
+//! holds the cycles after it. Every proc heap capture adds two sample types after the runtime's
+//! four: the allocations of the two `future` slots the current cycle does not flush (the cycle in
+//! progress and the one before it; their frees are not known yet), scaled like the others. Before
+//! the first GC the four standard types already sum every cycle, so these are zero. The four
+//! standard types stay what `/debug/pprof/heap` gives, and the profile names `inuse_space` its
+//! default type (pprof and heapwatch would otherwise show the last one). `tests/cli/proc.rs`
+//! checks that what a capture calls recent at a site is what the target's own profile shows
+//! allocated there once two GCs have published it.
+
+use prost::Message as _;
+
+use super::samples::{BucketSample, heap_values, sample_locations, subtract, write_heap_values};
+use super::tables::{PcMap, Tables};
+use super::{ExeMapping, Symbols};
+use crate::decode::{Summary, pb};
+use crate::source::proc::pieces::{Piece, Pieces};
+use crate::source::proc::sites::{NO_SITE, SAMPLE_TYPES, SiteSums, Values};
+use crate::source::proc::walk::MemRecord;
+use crate::source::{MadeSites, SiteNaming};
+
+/// Writes one target's heap profiles as `writeHeapProto` would, capture after capture. It
+/// remembers, per return PC, whether it is a runtime frame, how a stack ending there is
+/// expanded, and its location, so a capture symbolises only PCs it has not seen before. Made
+/// per process (per attach): the PCs are the target's, load bias included.
+pub struct Encoder {
+    tables: Tables,
+    runtime_pcs: PcMap<bool>,
+    /// Return PC ending a stack → the PCs it stands for after `expandFinalInlineFrame`.
+    final_pcs: PcMap<Vec<u64>>,
+    sample_type: Vec<pb::ValueType>,
+    period_type: Option<pb::ValueType>,
+    bytes_key: i64,
+    /// `inuse_space`: what pprof shows by default, as for the runtime's own profile, whose
+    /// last type it is (here two follow it).
+    default_type: i64,
+    /// Each bucket's last encoded sample, for the list [`Encoder::list`], by the bucket's place
+    /// counted from the list's end (the oldest bucket is 0): the list only grows at its head,
+    /// so a bucket keeps its place, and a capture goes through them in order, with no lookup.
+    /// Within one reading of the list each bucket's stack was read once
+    /// (`walk::Snapshot::list`), so no copy of it is kept to compare; a list read whole again
+    /// starts afresh: memory that is not what it was is symbolised again.
+    samples: Vec<BucketSample>,
+    list: u64,
+    /// The samples' bytes deflated in pieces of [`PIECE`] buckets, by place from the list's
+    /// end like `samples`: a piece none of whose samples was written again is not deflated
+    /// again (see [`pieces`](crate::source::proc::pieces)).
+    pieces: Pieces,
+    deflated: Vec<Piece>,
+    /// The last profile's protobuf, before gzip (see [`Encoder::take_raw`]).
+    raw: Vec<u8>,
+    /// Its length, so a buffer taken away is reserved at once at that size the next time.
+    raw_len: usize,
+    stack: Vec<u64>,
+    /// Each site's sums over the samples, and the last profile's entry (see [`sites`](crate::source::proc::sites)).
+    sites: SiteSums,
+    entry: Option<MadeSites>,
+    /// Every sample's values summed, wrapping (the profile's totals per sample type), and the
+    /// last profile's content hash.
+    totals: Values,
+    hash: String,
+}
+
+/// Buckets per deflated piece of a heap profile's samples (~70 KB of protobuf).
+const PIECE: usize = 1024;
+
+impl Encoder {
+    pub fn new(mappings: &[ExeMapping]) -> Encoder {
+        let mut t = Tables::with_mappings(mappings);
+        let mut vt = |ty: &str, unit: &str| pb::ValueType {
+            r#type: t.intern(ty),
+            unit: t.intern(unit),
+        };
+        let period_type = Some(vt("space", "bytes"));
+        let units = ["count", "bytes"].into_iter().cycle();
+        let sample_type = SAMPLE_TYPES
+            .iter()
+            .zip(units)
+            .map(|(ty, unit)| vt(ty, unit))
+            .collect();
+        let bytes_key = t.intern("bytes");
+        let default_type = t.intern("inuse_space");
+        Encoder {
+            default_type,
+            tables: t,
+            runtime_pcs: PcMap::default(),
+            final_pcs: PcMap::default(),
+            samples: Vec::new(),
+            list: 0,
+            pieces: Pieces::default(),
+            deflated: Vec::new(),
+            sample_type,
+            period_type,
+            bytes_key,
+            raw: Vec::new(),
+            raw_len: 0,
+            stack: Vec::new(),
+            sites: SiteSums::default(),
+            entry: None,
+            totals: [0; 6],
+            hash: String::new(),
+        }
+    }
+
+    /// The last profile's totals per sample type and content hash: what `decode::summarize`
+    /// gives for its protobuf, kept as the samples were written rather than read again.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            totals: SAMPLE_TYPES
+                .iter()
+                .zip(self.totals)
+                .map(|(t, v)| (t.to_string(), v))
+                .collect(),
+            hash: self.hash.clone(),
+        }
+    }
+
+    /// The last profile's protobuf length.
+    pub fn raw_len(&self) -> usize {
+        self.raw_len
+    }
+
+    /// Names each capture's sites with `naming` from now on, for the program of `module`
+    /// (see [`Encoder::take_sites`]).
+    pub fn name_sites(&mut self, naming: &SiteNaming, module: Option<&str>) {
+        self.sites.name_with(naming, module);
+        // Every sample in hand is named again from its locations (the walk keeps no stacks
+        // the encoder has seen), and counted again.
+        let mut locs = Vec::new();
+        for sample in &mut self.samples {
+            if sample.bucket == 0 {
+                continue;
+            }
+            locs.clear();
+            sample_locations(&sample.body[..sample.locations], &mut locs);
+            let mut frames = Vec::new();
+            self.tables.frame_names(&locs, &mut frames);
+            sample.site = self.sites.site(&frames);
+            if let Some(figures) = &sample.figures {
+                self.sites.add(sample.site, &heap_values(figures));
+            }
+        }
+        self.entry = None;
+    }
+
+    /// The last profile's figures per site, once: its site index entry.
+    pub fn take_sites(&mut self) -> Option<MadeSites> {
+        self.entry.take()
+    }
+
+    /// The protobuf the last [`Encoder::heap_profile_gz`] gzipped, handed over whole (what the
+    /// gzipped bytes decompress to), so the collector need not gunzip what was just gzipped.
+    /// Empty before the first profile, or when already taken.
+    pub fn take_raw(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.raw)
+    }
+
+    fn is_runtime(&mut self, syms: &Symbols, pc: u64) -> bool {
+        *self
+            .runtime_pcs
+            .entry(pc)
+            .or_insert_with(|| syms.is_runtime(pc))
+    }
+
+    /// The stack as `appendLocsForStack` walks it: `stk` with its final inlined call expanded.
+    fn expanded(&mut self, syms: &Symbols, stk: &[u64]) {
+        self.stack.clear();
+        let Some((&last, rest)) = stk.split_last() else {
+            return;
+        };
+        self.stack.extend_from_slice(rest);
+        let tail = self.final_pcs.entry(last).or_insert_with(|| {
+            let mut one = vec![last];
+            syms.table.expand_final_inline_biased(&mut one, syms.bias);
+            one
+        });
+        self.stack.extend_from_slice(tail);
+    }
+
+    fn locations(&mut self, syms: &Symbols, stk: &[u64], locs: &mut Vec<u64>) {
+        self.expanded(syms, stk);
+        let stack = std::mem::take(&mut self.stack);
+        self.tables.locations_for(syms, &stack, locs);
+        self.stack = stack;
+    }
+
+    /// The gzipped profile `writeHeapProto` would write for these records, read from the list
+    /// numbered `list` (see [`Snapshot::list`](crate::source::proc::walk::Snapshot::list); records that are not from one list each
+    /// time need a new number each time).
+    pub fn heap_profile_gz<'a>(
+        &mut self,
+        records: impl ExactSizeIterator<Item = MemRecord<'a>>,
+        list: u64,
+        rate: i64,
+        syms: &Symbols,
+        time_nanos: i64,
+    ) -> Vec<u8> {
+        self.raw.clear();
+        self.raw.reserve(self.raw_len);
+        if list != self.list {
+            self.samples.clear();
+            self.deflated.clear();
+            self.list = list;
+        }
+        if self.samples.is_empty() {
+            self.sites.clear();
+            self.totals = [0; 6];
+        }
+        let n = records.len();
+        self.samples.resize_with(n, BucketSample::default);
+        let mut locs = Vec::new();
+        let mut samples = std::mem::take(&mut self.samples);
+        // Each piece's first byte in `raw` and whether a sample of it was written again.
+        let pieces = n.div_ceil(PIECE);
+        let mut starts = vec![0; pieces];
+        let mut dirty = vec![false; pieces];
+        for (i, (r, sample)) in records.zip(samples.iter_mut().rev()).enumerate() {
+            let piece = (n - 1 - i) / PIECE;
+            if i == 0 || (n - i) % PIECE == 0 {
+                starts[piece] = self.raw.len();
+            }
+            let figures = [
+                r.alloc_objects,
+                r.alloc_bytes,
+                r.free_objects,
+                r.free_bytes,
+                r.recent_objects,
+                r.recent_bytes,
+                rate,
+            ];
+            if sample.bucket != r.bucket || r.bucket == 0 {
+                dirty[piece] = true;
+                if let Some(old) = &sample.figures {
+                    let old = heap_values(old);
+                    self.sites.remove(sample.site, &old);
+                    subtract(&mut self.totals, &old);
+                }
+                locs.clear();
+                let lead = r
+                    .stack
+                    .iter()
+                    .position(|&pc| !self.is_runtime(syms, pc))
+                    .unwrap_or(0);
+                self.locations(syms, &r.stack[lead..], &mut locs);
+                if locs.is_empty() {
+                    self.locations(syms, r.stack, &mut locs);
+                }
+                let mut body = Vec::new();
+                if !locs.is_empty() {
+                    prost::encoding::uint64::encode_packed(1, &locs, &mut body);
+                }
+                let site = if self.sites.naming() {
+                    let mut frames = Vec::new();
+                    self.tables.frame_names(&locs, &mut frames);
+                    self.sites.site(&frames)
+                } else {
+                    NO_SITE
+                };
+                *sample = BucketSample {
+                    bucket: r.bucket,
+                    figures: None,
+                    locations: body.len(),
+                    body,
+                    site,
+                };
+            }
+            if sample.figures != Some(figures) {
+                dirty[piece] = true;
+                let values = heap_values(&figures);
+                if let Some(old) = &sample.figures {
+                    let old = heap_values(old);
+                    self.sites.remove(sample.site, &old);
+                    subtract(&mut self.totals, &old);
+                }
+                self.sites.add(sample.site, &values);
+                for (t, v) in self.totals.iter_mut().zip(&values) {
+                    *t = t.wrapping_add(*v);
+                }
+                sample.figures = Some(figures);
+                sample.body.truncate(sample.locations);
+                write_heap_values(&r, &values, self.bytes_key, &mut sample.body);
+            }
+            // `Sample` by hand (what prost would write for it).
+            prost::encoding::encode_key(
+                2,
+                prost::encoding::WireType::LengthDelimited,
+                &mut self.raw,
+            );
+            prost::encoding::encode_varint(sample.body.len() as u64, &mut self.raw);
+            self.raw.extend_from_slice(&sample.body);
+        }
+        self.samples = samples;
+        self.entry = self.sites.entry();
+        let samples_end = self.raw.len();
+        let head = pb::Profile {
+            sample_type: self.sample_type.clone(),
+            time_nanos,
+            period_type: self.period_type,
+            period: rate,
+            default_sample_type: self.default_type,
+            ..Default::default()
+        };
+        head.encode(&mut self.raw)
+            .expect("a Vec grows to hold any message");
+        self.raw.extend_from_slice(&self.tables.encoded);
+        self.raw_len = self.raw.len();
+        // `decode::summarize`'s hash: every top-level field in order but the timestamps. The
+        // head is written in field order, so without its time it is those fields.
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        hasher.update(&self.raw[..samples_end]);
+        let timeless = pb::Profile {
+            time_nanos: 0,
+            ..head
+        };
+        hasher.update(&timeless.encode_to_vec());
+        hasher.update(&self.tables.encoded);
+        self.hash = format!("xxh3:{:032x}", hasher.digest128());
+        self.deflated.resize_with(pieces, Piece::default);
+        for piece in 0..pieces {
+            let start = starts[piece];
+            let end = if piece == 0 {
+                samples_end
+            } else {
+                starts[piece - 1]
+            };
+            let kept = &mut self.deflated[piece];
+            if dirty[piece] || kept.inflated_len() != end - start {
+                self.pieces.piece_into(&self.raw[start..end], kept);
+            }
+        }
+        // In `raw`'s order: the newest buckets' piece first.
+        let in_order = self.deflated.iter().rev();
+        self.pieces.member(in_order, &self.raw[samples_end..])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (frames as function:line, values) per sample, sorted: the content of a profile,
+    /// whatever ids it gives.
+    type Content = (Vec<(Vec<String>, Vec<i64>)>, usize, usize);
+
+    fn content(gz: &[u8]) -> Content {
+        use std::io::Read as _;
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(gz)
+            .read_to_end(&mut raw)
+            .unwrap();
+        let p = pb::Profile::decode(raw.as_slice()).unwrap();
+        let s = |i: i64| p.string_table[i as usize].clone();
+        let mut out: Vec<_> = p
+            .sample
+            .iter()
+            .map(|x| {
+                let frames = x
+                    .location_id
+                    .iter()
+                    .flat_map(|id| {
+                        let loc = p.location.iter().find(|l| l.id == *id).unwrap();
+                        loc.line.iter().map(|l| {
+                            let f = p.function.iter().find(|f| f.id == l.function_id).unwrap();
+                            format!("{}:{}@{:#x}", s(f.name), l.line, loc.address)
+                        })
+                    })
+                    .collect();
+                (frames, x.value.clone())
+            })
+            .collect();
+        out.sort();
+        (out, p.location.len(), p.function.len())
+    }
+
+    #[test]
+    fn only_the_pieces_holding_a_changed_sample_are_deflated_again() {
+        let table = crate::source::proc::pclntab::tests::fabricated();
+        let syms = Symbols {
+            table: &table,
+            bias: 0,
+            hide_internal_runtime: true,
+        };
+        let stack = [0x1003, 0x1007, 0x100b];
+        let records = |n: usize, grown: usize| -> Vec<MemRecord<'_>> {
+            // By place from the list's end, as the runtime's list grows at its head.
+            (0..n)
+                .map(|i| n - 1 - i)
+                .map(|place| MemRecord {
+                    bucket: 0x10_0000 + 0x100 * place as u64,
+                    stack: &stack,
+                    alloc_objects: 1 + place as i64 + i64::from(place == grown),
+                    alloc_bytes: 16,
+                    free_objects: 0,
+                    free_bytes: 0,
+                    recent_objects: 0,
+                    recent_bytes: 0,
+                })
+                .collect()
+        };
+        let mut kept = Encoder::new(&[]);
+        // 3 pieces (1024 + 1024 + 952 buckets), then the rest of the profile.
+        kept.heap_profile_gz(records(3000, usize::MAX).into_iter(), 1, 1, &syms, 1);
+        assert_eq!(kept.pieces.deflated, 4);
+        // One sample moved, in the middle piece.
+        let now = records(3000, 1499);
+        let gz = kept.heap_profile_gz(now.iter().cloned(), 1, 1, &syms, 2);
+        assert_eq!(
+            kept.pieces.deflated,
+            4 + 2,
+            "the middle piece, and the rest"
+        );
+        let fresh = Encoder::new(&[]).heap_profile_gz(now.iter().cloned(), 1, 1, &syms, 2);
+        assert_eq!(content(&gz), content(&fresh));
+        // Ten buckets added in front, and the moved sample back where it was: the newest
+        // piece (now holding the ten), the middle one, and the rest.
+        let more = records(3010, usize::MAX);
+        let gz = kept.heap_profile_gz(more.iter().cloned(), 1, 1, &syms, 3);
+        let fresh = Encoder::new(&[]).heap_profile_gz(more.iter().cloned(), 1, 1, &syms, 3);
+        assert_eq!(content(&gz), content(&fresh));
+        assert_eq!(kept.pieces.deflated, 6 + 3);
+    }
+
+    #[test]
+    fn a_capture_from_the_caches_has_the_content_of_a_fresh_one() {
+        let table = crate::source::proc::pclntab::tests::fabricated();
+        let syms = Symbols {
+            table: &table,
+            bias: 0,
+            hide_internal_runtime: true,
+        };
+        fn rec(bucket: u64, stack: &[u64], n: i64) -> MemRecord<'_> {
+            MemRecord {
+                bucket,
+                stack,
+                alloc_objects: n,
+                alloc_bytes: 16 * n,
+                free_objects: 0,
+                free_bytes: 0,
+                recent_objects: n,
+                recent_bytes: 32 * n,
+            }
+        }
+        // Stacks as the runtime writes them: an inlined frame's PC is followed by its
+        // caller's (0x1003 in main.inner, inlined into main.outer at 0x1007), which is what
+        // `appendLocsForStack`'s reuse of a multi-PC location assumes, here as in Go.
+        let old = [rec(0x2000, &[0x1003, 0x1007, 0x100b], 1)];
+        // Later: two buckets prepended (one cut inside the inlined call), the old one grown.
+        let now = [
+            rec(0x4000, &[0x1007], 3),
+            rec(0x3000, &[0x100b, 0x1003], 2),
+            rec(0x2000, &[0x1003, 0x1007, 0x100b], 5),
+        ];
+        let mut kept = Encoder::new(&[]);
+        let first = kept.heap_profile_gz(old.iter().cloned(), 7, 1, &syms, 1);
+        assert_eq!(
+            content(&first),
+            content(&Encoder::new(&[]).heap_profile_gz(old.iter().cloned(), 7, 1, &syms, 1))
+        );
+        let gz = kept.heap_profile_gz(now.iter().cloned(), 7, 1, &syms, 2);
+        // What the collector is handed instead of gunzipping: exactly what the bytes gunzip to,
+        // and once only.
+        let mut gunzipped = Vec::new();
+        use std::io::Read as _;
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_end(&mut gunzipped)
+            .unwrap();
+        assert_eq!(kept.take_raw(), gunzipped);
+        assert!(kept.take_raw().is_empty());
+        let cached = content(&gz);
+        let fresh =
+            content(&Encoder::new(&[]).heap_profile_gz(now.iter().cloned(), 7, 1, &syms, 2));
+        assert_eq!(cached, fresh);
+        // A taken buffer is made again for the next profile.
+        let again = kept.heap_profile_gz(now.iter().cloned(), 7, 1, &syms, 3);
+        assert_eq!(content(&again), fresh);
+        assert_eq!(cached.0.len(), 3);
+        assert!(
+            cached.0.iter().any(|(frames, _)| frames.len() == 3),
+            "the cut stack is expanded: {cached:?}"
+        );
+        // A list read whole again, where a bucket's address now holds another stack: that
+        // bucket is symbolised again, not taken from the last list.
+        let moved = [rec(0x2000, &[0x1007], 5)];
+        let relisted = content(&kept.heap_profile_gz(moved.iter().cloned(), 8, 1, &syms, 4));
+        assert_eq!(
+            relisted.0,
+            content(&Encoder::new(&[]).heap_profile_gz(moved.iter().cloned(), 8, 1, &syms, 4)).0,
+            "the same samples (the kept tables still hold the last list's locations)"
+        );
+        assert_ne!(relisted.0, cached.0);
+    }
+}
