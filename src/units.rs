@@ -3,17 +3,22 @@
 
 use std::time::Duration;
 
-/// Parses a size: a number with an optional unit, binary (`KiB`, `MiB`, `GiB`, `Ki`, `Mi`,
-/// `Gi`, `K`, `M`, `G`, as Kubernetes and Go print them) or decimal (`KB`, `MB`, `GB`).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+/// The number a size or a duration starts with, and the unit after it (`"1.5GiB"` → 1.5,
+/// `"GiB"`); `None` when it does not start with a number.
+fn number_and_unit(text: &str) -> Option<(f64, &str)> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (examples: 256MiB, 1GiB, 1073741824)"))?;
+    Some((number.parse().ok()?, unit))
+}
+
+/// Parses a size: a number with an optional unit, binary (`KiB`, `MiB`, `GiB`, `Ki`, `Mi`,
+/// `Gi`, `K`, `M`, `G`, as Kubernetes and Go print them) or decimal (`KB`, `MB`, `GB`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let (number, unit) = number_and_unit(text)
+        .ok_or_else(|| format!("{text:?} is not a size (examples: 256MiB, 1GiB, 1073741824)"))?;
     let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "ki" | "kib" => 1 << 10,
@@ -39,14 +44,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 /// Parses a duration: `500ms`, `2s`, `1.5s`, `3m`, `1h`, or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (examples: 500ms, 2s, 5m)"))?;
+    let (number, unit) = number_and_unit(text)
+        .ok_or_else(|| format!("{text:?} is not a duration (examples: 500ms, 2s, 5m)"))?;
     let seconds = match unit.trim() {
         "" | "s" => number,
         "ms" => number / 1e3,
