@@ -3,6 +3,7 @@
 //! repeated in an error: the flag, the file and the line number say which one is wrong.
 
 use heapwatch::source::Secret;
+use heapwatch::units::ordinal;
 
 use super::CliError;
 
@@ -79,17 +80,6 @@ fn split(line: &str) -> Result<(String, Secret), &'static str> {
 /// RFC 9110 `tchar`.
 fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-fn ordinal(n: usize) -> String {
-    let suffix = match (n % 10, n % 100) {
-        (_, 11..=13) => "th",
-        (1, _) => "st",
-        (2, _) => "nd",
-        (3, _) => "rd",
-        _ => "th",
-    };
-    format!("{n}{suffix}")
 }
 
 #[cfg(test)]

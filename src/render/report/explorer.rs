@@ -41,7 +41,7 @@ use serde::Serialize;
 use super::RunView;
 use super::chart::Timeline;
 use super::markup::Markup;
-use crate::units::format_bytes;
+use crate::units::{format_bytes, ordinal};
 
 /// The page's script: readable, no framework, no inline handler, text into the DOM only
 /// through `textContent` and attributes.
@@ -174,18 +174,6 @@ pub fn carried_note(carried: &CarriedStacks, life: u32) -> Option<Markup> {
         l.stored,
         &seqs.join(" ")
     ))
-}
-
-/// 2nd, 3rd, 4th, 11th, 21st.
-fn ordinal(n: usize) -> String {
-    let suffix = match (n % 10, n % 100) {
-        (_, 11..=13) => "th",
-        (1, _) => "st",
-        (2, _) => "nd",
-        (3, _) => "rd",
-        _ => "th",
-    };
-    format!("{n}{suffix}")
 }
 
 #[cfg(test)]
