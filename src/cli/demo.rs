@@ -180,7 +180,7 @@ fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
         None,
         &decode,
     )?;
-    tell(args, &written.headline)?;
+    tell(args, &written.headline.text("    "))?;
     Ok(())
 }
 
@@ -311,7 +311,7 @@ fn tell(args: &Args, headline: &str) -> Result<(), CliError> {
             source,
         })?;
     say("\nwhat it found:");
-    say(&format!("  {headline}"));
+    say(&format!("  {}", headline.trim_end()));
     if let Some(site) = summary["baseline"]["regressions"][0]["name"].as_str() {
         say(&format!("  the regressed site: {site}"));
     }

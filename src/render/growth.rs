@@ -71,6 +71,10 @@ pub fn text(report: &GrowthReport, rows: usize, envoy: Option<&EnvoyPart>) -> St
         }
         return out;
     }
+    // The headline first (what killed it and where to look, then the rest as a list), as the
+    // report leads with it; each cycle's account follows.
+    out.push_str(&crate::render::headline::of_growth(report).text("  "));
+    out.push('\n');
     for c in &report.cycles {
         cycle(&mut out, c, rows, report.limit_bytes);
     }

@@ -10,6 +10,7 @@ pub mod envoy_words;
 pub mod flame;
 pub mod flame_titles;
 pub mod growth;
+pub mod headline;
 pub mod memory;
 pub mod pprof;
 pub mod report;
