@@ -152,12 +152,12 @@ pub fn reading_words(r: &Reading, limit: Option<u64>) -> String {
     if let Some(held) = r.held_s {
         if fell {
             s.push_str(&format!(
-                ", then fell back to {} by the last capture {held:.1} s later",
+                ", then fell back to {} by the last capture, {held:.1} s after the peak",
                 format_bytes(r.last_bytes)
             ));
         } else {
             s.push_str(&format!(
-                ", then held ({} at the last capture, {held:.1} s later): not growing at the end",
+                ", then held ({} at the last capture, {held:.1} s after the peak): not growing at the end",
                 format_bytes(r.last_bytes)
             ));
         }
@@ -505,6 +505,45 @@ mod tests {
         assert!(
             !v.contains("--interval") && !v.contains("faster than"),
             "{v}"
+        );
+    }
+
+    /// Issue 35, item 7b: "27.1 s later" said not later than what. A rise that held, or fell
+    /// back, says how long after its peak the last capture was.
+    #[test]
+    fn the_time_to_the_last_capture_is_said_from_the_peak() {
+        let mib = 1 << 20;
+        let mut r = Reading {
+            onset_s: 0.0,
+            end_s: 2.3,
+            from_bytes: 11 * mib,
+            to_bytes: 15 * mib,
+            bytes_per_sec: 1.5 * mib as f64,
+            fit_r2: 0.99,
+            points: 4,
+            ongoing: false,
+            held_s: Some(27.1),
+            last_bytes: 14 * mib,
+            sites: Vec::new(),
+            onset_seq: None,
+            end_seq: None,
+            from_seq: None,
+            to_seq: None,
+            forecast: None,
+            cause: None,
+        };
+        let held = reading_words(&r, None);
+        assert!(
+            held.ends_with(
+                "then held (14.0 MiB at the last capture, 27.1 s after the peak): not growing at the end"
+            ),
+            "{held}"
+        );
+        r.last_bytes = 11 * mib;
+        let fell = reading_words(&r, None);
+        assert!(
+            fell.ends_with("then fell back to 11.0 MiB by the last capture, 27.1 s after the peak"),
+            "{fell}"
         );
     }
 
