@@ -229,9 +229,15 @@ pub fn options(t: &FlameTitle) -> FlameOptions {
                     amount(*shrunk_by, &count)
                 ));
             }
+            // A build no process told and no label gave is not named.
+            let of_build = if build.is_empty() {
+                String::new()
+            } else {
+                format!(" of {build}")
+            };
             (
                 format!(
-                    "Growth of {}, boot cycle {} of {build}",
+                    "Growth of {}, boot cycle {}{of_build}",
                     noun(measure),
                     to.cycle
                 ),

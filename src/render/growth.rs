@@ -92,7 +92,11 @@ pub fn text(report: &GrowthReport, rows: usize, envoy: Option<&EnvoyPart>) -> St
 
 /// "build 2.1.0, go1.26.1, pid 4242": what is known of the cycle's process.
 pub fn build(c: &CycleGrowth) -> String {
-    let mut parts = vec![format!("build {}", c.build)];
+    // A build no process told and no label gave is not named.
+    let mut parts: Vec<String> = (!c.build.is_empty())
+        .then(|| format!("build {}", c.build))
+        .into_iter()
+        .collect();
     if let Some(go) = c.build_info.as_ref().and_then(|b| b.go_version.as_deref()) {
         parts.push(go.to_string());
     }
@@ -107,6 +111,9 @@ pub fn build(c: &CycleGrowth) -> String {
     }
     if let Some(pid) = c.pid {
         parts.push(format!("pid {pid}"));
+    }
+    if parts.is_empty() {
+        return "no build known".into();
     }
     parts.join(", ")
 }

@@ -94,7 +94,7 @@ pub fn growth_graph(
 
 /// The build a boot cycle ran, as `growth` and `compare` name it.
 fn cycle_build(run: &RunDir, cycle: u32) -> String {
-    let label = scan::run_label(run);
+    let label = scan::build_label(run);
     select::cycle_builds(&run.manifest.records, &label)
         .into_iter()
         .find(|b| b.index == cycle)

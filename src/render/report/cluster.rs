@@ -200,7 +200,7 @@ pub fn html(m: &ClusterModel) -> String {
                 out,
                 "<p>Boot cycle {} ({}): {}</p>",
                 c.index,
-                &c.build,
+                &crate::render::growth::build(c),
                 &crate::render::verdict::cycle_verdict(c, n.model.run.growth.limit_bytes)
             );
         }
@@ -270,12 +270,15 @@ pub fn markdown(m: &ClusterModel) -> String {
         }
     }
     for n in &m.nodes {
-        let _ = write!(
+        let _ = writeln!(
             out,
             "\n## Node {}\n\n{}",
             text(n.name),
-            super::markdown::headline(&n.model.headline())
+            super::markdown::headline(&n.model.headline()).trim_end()
         );
+        if !n.model.rules.is_empty() {
+            out.push('\n');
+        }
         for o in n.model.rules {
             let (_, word) = status_word(o.status);
             let _ = writeln!(

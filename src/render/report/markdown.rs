@@ -174,7 +174,11 @@ pub fn markdown(m: &ReportModel) -> String {
             out,
             "| {} | {} | {} | {end} | {heap_growth} | {} | {} | {top} |",
             c.index,
-            text(&c.build),
+            if c.build.is_empty() {
+                "-".to_string()
+            } else {
+                text(&c.build)
+            },
             c.captures,
             super::memory_peak(c),
             rules::cycle_time_to_limit(c).map_or("-".to_string(), seconds),

@@ -45,13 +45,18 @@ pub struct RunView<'a> {
     pub events: &'a [Event],
     /// Profiles that could not be read, and similar things worth knowing.
     pub notes: Vec<String>,
+    /// The node's name, when the run is one node of a cluster run (`infra/etcd-0/etcd`; its
+    /// directory is that name made safe, `infra_etcd-0_etcd`).
+    pub node: Option<String>,
 }
 
 impl RunView<'_> {
-    /// The build label, else the directory name.
+    /// What the report is titled: the node's name in a cluster run, else the build label, else
+    /// the directory name. Plain text: each output escapes it as its format needs.
     pub fn label(&self) -> &str {
-        self.info
-            .and_then(|i| i.label.as_deref())
+        self.node
+            .as_deref()
+            .or(self.info.and_then(|i| i.label.as_deref()))
             .unwrap_or(&self.name)
     }
 }
