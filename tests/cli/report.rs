@@ -1070,6 +1070,19 @@ fn the_demo_replays_collects_and_reports_the_regression() {
         "{stdout}"
     );
     assert!(stdout.contains("heapwatch-demo/index.html"), "{stdout}");
+    // Issue 35, item 7a: the healthy baseline went silent because its replayed recording
+    // ended, and that is what its end says (it said "stopped answering, cause unknown").
+    assert!(
+        stdout.contains("A was not: still answering when its recording ended (ran "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("stopped answering"), "{stdout}");
+    let baseline = util::run(&["growth", demo.join("runs/2.0.2").to_str().unwrap()]);
+    assert!(
+        util::stdout(&baseline).contains("  end: still answering when its recording ended"),
+        "{}",
+        util::stdout(&baseline)
+    );
     // The collector saw the recording's boot cycles through the replay.
     let summary: serde_json::Value =
         serde_json::from_str(&read(&demo.join("summary.json"))).unwrap();
