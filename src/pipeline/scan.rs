@@ -368,21 +368,20 @@ pub fn run_label(run: &RunDir) -> String {
 }
 
 /// The label that names a run's builds where its processes tell none: [`run_label`], but for a
-/// node that records a cgroup (`proc:cgroup:PATH`, each container `heapwatch watch` records)
-/// only a label given, never the directory's name: whatever runs in the cgroup says its
-/// build, and the node's recording is no build (empty: none known).
+/// node of a cluster run that records a cgroup (`proc:cgroup:PATH`, each container `heapwatch
+/// watch` records) only a label given, never the directory's name: whatever runs in the cgroup
+/// says its build, and the node's recording is no build (empty: none known).
 pub fn build_label(run: &RunDir) -> String {
     let own = run.info.as_ref().and_then(|i| i.label.clone());
     let records_a_cgroup = run
         .info
         .as_ref()
         .is_some_and(|i| i.target.starts_with("proc:cgroup:"));
-    match own {
-        Some(label) => label,
-        None if records_a_cgroup => cluster_of(run)
-            .and_then(|(_, info)| info.label)
-            .unwrap_or_default(),
-        None => run_label(run),
+    match (own, cluster_of(run)) {
+        (Some(label), _) => label,
+        (None, Some((_, cluster))) if records_a_cgroup => cluster.label.unwrap_or_default(),
+        // A run of its own (`heapwatch run` records its cgroup too) is named by its directory.
+        (None, _) => run_label(run),
     }
 }
 
@@ -531,6 +530,21 @@ mod tests {
     fn a_cluster_node_without_a_label_is_named_after_the_cluster_not_the_node() {
         let (_dir, node) = cluster_with_node(None);
         assert_eq!(run_label(&RunDir::open(&node).unwrap()), "run-2.1.0");
+        // A run of its own that records a cgroup (`heapwatch run`) keeps its directory's name.
+        let alone = tempfile::tempdir().unwrap();
+        let root = alone.path().join("run");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join(crate::store::MANIFEST_FILE), b"").unwrap();
+        std::fs::write(
+            root.join(RUN_FILE),
+            serde_json::to_vec(&serde_json::json!({
+                "schema": 1, "tool": "heapwatch", "target": "proc:cgroup:/heapwatch-run-1",
+                "source": "proc", "started_ms": 0
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(build_label(&RunDir::open(&root).unwrap()), "run");
         let (_dir, node) = cluster_with_node(Some("2.1.0-rc1"));
         assert_eq!(run_label(&RunDir::open(&node).unwrap()), "2.1.0-rc1");
     }
@@ -561,6 +575,21 @@ mod tests {
         assert_eq!(build_label(&labelled), "3.5.9");
         let collected = run_json("agent:auto:ctrl1", None);
         assert_eq!(build_label(&collected), "run-2.1.0");
+        // A run of its own that records a cgroup (`heapwatch run`) keeps its directory's name.
+        let alone = tempfile::tempdir().unwrap();
+        let root = alone.path().join("run");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join(crate::store::MANIFEST_FILE), b"").unwrap();
+        std::fs::write(
+            root.join(RUN_FILE),
+            serde_json::to_vec(&serde_json::json!({
+                "schema": 1, "tool": "heapwatch", "target": "proc:cgroup:/heapwatch-run-1",
+                "source": "proc", "started_ms": 0
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(build_label(&RunDir::open(&root).unwrap()), "run");
         let (_dir, node) = cluster_with_node(Some("2.1.0-rc1"));
         std::fs::write(
             node.join(RUN_FILE),
