@@ -20,7 +20,7 @@
 use serde::Serialize;
 
 use crate::analyse::boundaries::CycleSpan;
-use crate::model::capture::{CaptureRecord, RecordKind};
+use crate::model::capture::{CaptureRecord, RecordKind, StopReason};
 use crate::model::memory::MemorySample;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -41,12 +41,18 @@ pub enum CycleEnd {
     StoppedAnswering,
     /// It still answered when the run's data ends (a run recorded before `stop` records).
     StillAnswering,
+    /// It was a replay, and its recording ended there with the process still answering (a
+    /// `stop` record says so): the end of the recording, not of the process.
+    RecordingEnded,
 }
 
 impl CycleEnd {
     /// True for the ends of a process (not the collector's, not a live one).
     pub fn is_death(&self) -> bool {
-        !matches!(self, CycleEnd::CollectorStopped | CycleEnd::StillAnswering)
+        !matches!(
+            self,
+            CycleEnd::CollectorStopped | CycleEnd::StillAnswering | CycleEnd::RecordingEnded
+        )
     }
 }
 
@@ -166,10 +172,17 @@ pub fn cycle_end(e: &EndEvidence) -> CycleEnd {
             return CycleEnd::Exited { code };
         }
     }
-    let stop = e
-        .records
-        .iter()
-        .any(|r| r.kind == RecordKind::Stop && (r.cycle == e.index || r.t_ms >= e.last_ms));
+    let stops = || {
+        e.records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Stop && (r.cycle == e.index || r.t_ms >= e.last_ms))
+    };
+    // A replay whose recording ended: its last answers were the recording's last, whatever
+    // failed after them.
+    if e.next.is_none() && stops().any(|r| r.reason == Some(StopReason::RecordingEnded)) {
+        return CycleEnd::RecordingEnded;
+    }
+    let stop = stops().next().is_some();
     if e.next.is_some() {
         return if new_process {
             CycleEnd::RestartedItself { exit_code: None }
@@ -277,6 +290,32 @@ mod tests {
         );
         assert_eq!(end(&[], &[], true, None), CycleEnd::StoppedAnswering);
         assert_eq!(end(&[], &[], false, None), CycleEnd::StillAnswering);
+    }
+
+    /// Issue 35, item 7a: the demo's healthy baseline ended "stopped answering, cause unknown"
+    /// where its replayed recording ended. A `stop` record that says so is the recording's end,
+    /// whatever failed after it; a kill before it is still a kill.
+    #[test]
+    fn a_replay_whose_recording_ended_is_no_death() {
+        let mut ended = CaptureRecord::new(140, RecordKind::Stop, 1, 30_000);
+        ended.reason = Some(StopReason::RecordingEnded);
+        let records = [ended];
+        let at_the_end = cycle_end(&evidence(&records, &[], true, None));
+        assert_eq!(at_the_end, CycleEnd::RecordingEnded);
+        assert!(!at_the_end.is_death());
+        let killed = KernelKill {
+            cycle: 1,
+            seen_ms: 1100,
+        };
+        assert_eq!(
+            cycle_end(&evidence(&records, &[killed], true, None)),
+            CycleEnd::OomKilled
+        );
+        // Not the last life: a life before the last ended before the recording did.
+        assert_eq!(
+            cycle_end(&evidence(&records, &[], true, Some(Some(11)))),
+            CycleEnd::RestartedItself { exit_code: None }
+        );
     }
 }
 

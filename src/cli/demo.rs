@@ -162,6 +162,11 @@ fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
             played.started_ms,
             args.speed,
         )?;
+        // A build that lived to the end of its recording went silent when the replay ran out:
+        // that is the recording's end, not the process's.
+        if !recording_killed(&lane.recording) {
+            replay::note_recording_ended(&lane.collected)?;
+        }
     }
 
     say("\nwriting the report (2.1.0, with 2.0.2 as the baseline)");
@@ -180,7 +185,7 @@ fn demo(args: &Args, scratch: &Path) -> Result<(), CliError> {
         None,
         &decode,
     )?;
-    tell(args, &written.headline)?;
+    tell(args, &written.headline.text("    "))?;
     Ok(())
 }
 
@@ -216,21 +221,24 @@ fn describe_recording(lanes: &[Lane]) {
     say("replaying both on loopback, each watched by `heapwatch collect` (about 30 s)…");
 }
 
+/// Whether the kernel killed the recorded process (its memory samples saw the OOM kill).
+fn recording_killed(recording: &RunDir) -> bool {
+    recording
+        .memory_samples::<MemorySample>()
+        .iter()
+        .any(|m| m.killed)
+}
+
 /// Replays one recording in a thread of this process and collects it with a child
 /// `heapwatch collect`, as a user would.
 fn play_and_collect(lane: &Lane, exe: &Path, speed: f64) -> Result<Played, CliError> {
     let timeline = Timeline::from_run(&lane.recording)?;
     let info = lane.recording.info.as_ref();
     // The build that was OOM-killed dies mid-answer, as the kill cut it; the other one lived.
-    let killed = lane
-        .recording
-        .memory_samples::<MemorySample>()
-        .iter()
-        .any(|m| m.killed);
     let options = ReplayOptions {
         listen: lane.listen,
         speed,
-        die_mid_response: killed,
+        die_mid_response: recording_killed(&lane.recording),
     };
     let replay_stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
@@ -311,7 +319,7 @@ fn tell(args: &Args, headline: &str) -> Result<(), CliError> {
             source,
         })?;
     say("\nwhat it found:");
-    say(&format!("  {headline}"));
+    say(&format!("  {}", headline.trim_end()));
     if let Some(site) = summary["baseline"]["regressions"][0]["name"].as_str() {
         say(&format!("  the regressed site: {site}"));
     }

@@ -99,7 +99,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         &args.decode,
         &extras,
     )?;
-    println!("{}", written.headline);
+    print!("{}", written.headline.text("  "));
     println!(
         "report: {} (with report.md, summary.json and {} flamegraph(s))",
         args.out.join("index.html").display(),

@@ -12,6 +12,7 @@ use heapwatch::analyse::rules::{Outcome, Rule};
 use heapwatch::pipeline::CyclePicks;
 use heapwatch::pipeline::cluster::ClusterRun;
 use heapwatch::pipeline::report::{self, ReportInputs};
+use heapwatch::render::headline::Headline;
 use heapwatch::render::report::{ReportModel, flames, html, markdown, summary};
 
 use super::{CliError, DecodeFlags};
@@ -30,7 +31,7 @@ pub struct Extras {
 
 /// What a written report found, for the callers that print it (`report`, `demo`).
 pub struct Written {
-    pub headline: String,
+    pub headline: Headline,
     pub outcomes: Vec<Outcome>,
     pub flamegraphs: usize,
     /// On a cluster run, the rules' outcomes on each node (`outcomes` is then empty).

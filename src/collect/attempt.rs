@@ -243,7 +243,7 @@ impl Collector {
             .outside
             .as_ref()
             .map(|o| o.bytes.load(Ordering::Relaxed))
-            .filter(|&b| b > 0 && Some(b) != self.status.memory);
+            .filter(|&b| b > 0);
         self.status.memory_total_is_rss = self
             .outside
             .as_ref()

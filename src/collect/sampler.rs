@@ -9,8 +9,9 @@
 //! burst mode (`OutsideMemory::killable`) is anonymous plus shared memory, not usage; between
 //! detailed samples it is usage less the reclaimable part last seen (page cache that grows since
 //! counts as killable until the next split, so burst comes a moment early, never late), and usage
-//! moving by more than 16 MiB triggers a split at once. The status line shows usage beside it
-//! ("memory 9 MiB of 256 MiB (all charged 255 MiB)").
+//! moving by more than 16 MiB triggers a split at once. The status line sets the usage against
+//! the limit, with that part beside it ("cgroup 255 MiB of 256 MiB | 9 MiB of it not
+//! reclaimable").
 //!
 //! # `smaps_rollup` every 500 ms, not every tick
 //!

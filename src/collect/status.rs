@@ -15,9 +15,12 @@
 //!   captures of the cycle (at least 1 MiB over at least 1 s; the site index's thread hands the
 //!   newest capture's sites to the collector), named short: its own-code frame without the import
 //!   path.
-//! - The total is "all charged" only where it is a cgroup's charge (a process alone in a memory
-//!   cgroup of its own is sampled with its cgroup's charge and limit: `source::procmem`);
-//!   otherwise the total is its RSS, said so ("RSS"), not "all charged".
+//! - Where the cgroup is known, its usage is the figure set against the limit ("cgroup 250 MiB
+//!   of 256 MiB"), with the part that cannot be reclaimed when it is smaller (a heap profile can
+//!   count more than is charged: fresh spans not yet touched); a process alone in a memory
+//!   cgroup of its own is sampled with its cgroup's charge and limit (`source::procmem`).
+//!   Otherwise the total is the process's RSS (its binary's mapped text included), said so
+//!   ("RSS"), and never set against a limit it is not counted by.
 //!
 //! The command line draws it (`src/cli/collect/status_line.rs`): on a terminal it is fitted to the
 //! width (parts dropped by rank: the last error first, then goroutines, the heap rate, the cycle…),
@@ -63,8 +66,7 @@ pub struct LiveStatus {
     /// The memory that can get the target killed, from outside (anonymous memory once the
     /// split is known) or from the heap, whichever is larger.
     pub memory: Option<u64>,
-    /// Everything charged from outside (cgroup usage, else RSS), page cache included, when it
-    /// differs from `memory`.
+    /// Everything charged from outside (cgroup usage, else RSS), page cache included.
     pub memory_total: Option<u64>,
     /// `memory_total` is a process's RSS (its binary's file pages included), not a cgroup's
     /// charge.
@@ -199,17 +201,20 @@ impl LiveStatus {
         (secs <= FORECAST_HORIZON_S).then_some(secs)
     }
 
-    /// The memory that can kill, or the cgroup's whole charge, is at the limit (within 1 %):
-    /// measured, not forecast.
+    /// The cgroup's charge is at the limit (within 1 %), where the cgroup is known: what its
+    /// limit counts. Elsewhere, the memory that can kill is: measured, not forecast.
     pub fn at_limit(&self) -> bool {
         let Some(limit) = self.limit.filter(|&l| l > 0) else {
             return false;
         };
-        let charged = self.memory_total.filter(|_| !self.memory_total_is_rss);
-        [self.memory, charged]
-            .into_iter()
-            .flatten()
-            .any(|now| now as f64 >= 0.99 * limit as f64)
+        let now = self.cgroup_usage().or(self.memory);
+        now.is_some_and(|now| now as f64 >= 0.99 * limit as f64)
+    }
+
+    /// The cgroup's usage, where the memory from outside is a cgroup's charge (not a
+    /// process's RSS).
+    pub fn cgroup_usage(&self) -> Option<u64> {
+        self.memory_total.filter(|_| !self.memory_total_is_rss)
     }
 }
 
@@ -362,6 +367,11 @@ mod tests {
         assert!(s.at_limit(), "the cgroup is full");
         s.memory_total_is_rss = true;
         assert!(!s.at_limit());
+        // The heap (or the runtime's own figure) past the limit while the cgroup is not: the
+        // cgroup's usage is what its limit counts.
+        let mut heap_over = status(1010 << 20, 0.0);
+        heap_over.memory_total = Some(600 << 20);
+        assert!(!heap_over.at_limit());
     }
 
     /// Memory points every 500 ms from `f(seconds)`.

@@ -52,6 +52,7 @@ use super::targets::{self, TargetOptions};
 use super::{Clock as _, Nudge, Observer, Stop, SystemClock};
 use crate::model::run_options::PushSettings;
 use crate::node::{self, Discovery, GoProcess, NodeError};
+use crate::render::ends::{ProcessEnd, process_end_words};
 use crate::store::CaptureRecord;
 use crate::store::cluster::{TARGETS_DIR, read_cluster};
 
@@ -152,11 +153,9 @@ impl Observer for EndTeller {
         let pid = record
             .pid
             .map_or("its process".into(), |p| format!("pid {p}"));
-        let how = match (record.exit_code, record.signal) {
-            (_, Some(s)) => format!("killed by signal {s}"),
-            (Some(c), _) => format!("exited with code {c}"),
-            _ => "ended".into(),
-        };
+        // The same words `run` and `collect` print for the same evidence: an OOM kill where
+        // the exit record's count of the cgroup's kills rose.
+        let how = process_end_words(&ProcessEnd::of_record(record));
         if let Ok(mut lines) = self.lines.lock() {
             lines.push(format!(
                 "{}: cycle {}: {pid} {how}",
@@ -501,5 +500,34 @@ mod tests {
         );
         assert_eq!(dir_name("../.."), ".._..");
         assert_eq!(dir_name(".."), "node");
+    }
+
+    /// Issue 35, item 5c: watch said "killed by signal 9" where its own exit record says the
+    /// cgroup's OOM-kill count rose; `run` said "OOM-killed". One wording for one evidence.
+    #[test]
+    fn a_process_end_reads_as_run_and_collect_say_it() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut teller = EndTeller {
+            name: "jobs/grower-0/grow".into(),
+            lines: lines.clone(),
+        };
+        let mut exit = CaptureRecord::new(40, crate::store::RecordKind::Exit, 2, 1_000);
+        exit.pid = Some(4242);
+        exit.signal = Some(9);
+        exit.totals.insert("oom_kill".into(), 1);
+        teller.ended(&exit);
+        exit.totals.insert("oom_kill".into(), 0);
+        teller.ended(&exit);
+        let said = lines.lock().unwrap().clone();
+        assert_eq!(
+            said,
+            [
+                format!(
+                    "jobs/grower-0/grow: cycle 2: pid 4242 {}",
+                    "OOM-killed (signal 9, the cgroup's oom_kill rose)"
+                ),
+                "jobs/grower-0/grow: cycle 2: pid 4242 killed by signal 9 (SIGKILL)".to_string(),
+            ]
+        );
     }
 }

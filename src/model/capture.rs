@@ -34,7 +34,17 @@ pub enum RecordKind {
     /// `build` (what the source could tell; `--label` stays the fallback and override).
     Cycle,
     /// The collector stopped on purpose (Ctrl-C, `--duration`): the target was not seen to end.
+    /// Its `reason`, when another program stopped the recording for one.
     Stop,
+}
+
+/// Why a recording stopped, where a `stop` record says more than "on purpose".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    /// The target was a replay (`heapwatch demo`) whose recording ended there, its process
+    /// still answering: the end of the recording, not of the process.
+    RecordingEnded,
 }
 
 impl RecordKind {
@@ -116,6 +126,9 @@ pub struct CaptureRecord {
     /// publication happened and says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gc: Option<GcClock>,
+    /// For `stop` records written for a reason of their own: which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<StopReason>,
 }
 
 /// The Go runtime's counters that say which published heap profile a capture holds. A heap
@@ -154,6 +167,7 @@ impl CaptureRecord {
             signal: None,
             build: None,
             gc: None,
+            reason: None,
         }
     }
 

@@ -218,6 +218,7 @@ impl Prepared {
                 growth: &analysed.growth,
                 events: &analysed.events,
                 notes: self.notes.clone(),
+                node: None,
             },
             baseline: analysed.baseline.as_ref().map(|b| BaselineView {
                 name: dir_name(&b.run.root),

@@ -20,7 +20,7 @@ use crate::analyse::select::{self, CycleBuild, SelectError, Selection};
 use crate::decode::DecodeLimits;
 use crate::index::{OwnCodes, SiteSource, Sites, SitesError};
 use crate::source::procmem::MemorySample;
-use crate::store::cluster::{TARGETS_DIR, read_cluster};
+use crate::store::cluster::{ClusterInfo, TARGETS_DIR, read_cluster};
 use crate::store::{CaptureRecord, RUN_FILE, RecordKind, RunDir, RunInfo, StoreError};
 
 const BATCH: usize = 16;
@@ -70,7 +70,7 @@ pub fn growth(
         .captures(records)
         .forced_gc(forced_gc)
         .cpu_limit(cpu_limit)
-        .run_label(&run_label(run));
+        .run_label(&build_label(run));
     let mut notes = ScanNotes::default();
     // The site index answers for every capture it has a fresh entry for; the rest are decoded
     // and their entries appended, batch by batch.
@@ -356,20 +356,43 @@ pub fn run_label(run: &RunDir) -> String {
         .as_ref()
         .and_then(|i| i.label.clone())
         .unwrap_or_else(|| {
-            let root = std::fs::canonicalize(&run.root).unwrap_or_else(|_| run.root.clone());
-            let cluster = root
-                .parent()
-                .filter(|p| p.file_name() == Some(std::ffi::OsStr::new(TARGETS_DIR)))
-                .and_then(|p| p.parent())
-                .and_then(|c| Some((c, read_cluster(c).ok()??)));
-            if let Some((dir, info)) = cluster {
-                return info.label.unwrap_or_else(|| dir_name(dir));
+            if let Some((dir, info)) = cluster_of(run) {
+                return info.label.unwrap_or_else(|| dir_name(&dir));
             }
+            let root = std::fs::canonicalize(&run.root).unwrap_or_else(|_| run.root.clone());
             match also_parent(&root) {
                 Some((dir, info)) => info.label.unwrap_or_else(|| dir_name(dir)),
                 None => dir_name(&root),
             }
         })
+}
+
+/// The label that names a run's builds where its processes tell none: [`run_label`], but for a
+/// node of a cluster run that records a cgroup (`proc:cgroup:PATH`, each container `heapwatch
+/// watch` records) only a label given, never the directory's name: whatever runs in the cgroup
+/// says its build, and the node's recording is no build (empty: none known).
+pub fn build_label(run: &RunDir) -> String {
+    let own = run.info.as_ref().and_then(|i| i.label.clone());
+    let records_a_cgroup = run
+        .info
+        .as_ref()
+        .is_some_and(|i| i.target.starts_with("proc:cgroup:"));
+    match (own, cluster_of(run)) {
+        (Some(label), _) => label,
+        (None, Some((_, cluster))) if records_a_cgroup => cluster.label.unwrap_or_default(),
+        // A run of its own (`heapwatch run` records its cgroup too) is named by its directory.
+        (None, _) => run_label(run),
+    }
+}
+
+/// The cluster run a node's directory (`CLUSTER/targets/NAME`) belongs to, when it is one.
+fn cluster_of(run: &RunDir) -> Option<(PathBuf, ClusterInfo)> {
+    let root = std::fs::canonicalize(&run.root).unwrap_or_else(|_| run.root.clone());
+    let cluster = root
+        .parent()
+        .filter(|p| p.file_name() == Some(std::ffi::OsStr::new(TARGETS_DIR)))
+        .and_then(|p| p.parent())?;
+    Some((cluster.to_path_buf(), read_cluster(cluster).ok()??))
 }
 
 /// The build of each boot cycle that has a stored heap capture.
@@ -471,7 +494,7 @@ pub fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::cluster::{CLUSTER_KIND, ClusterInfo, ClusterTarget};
+    use crate::store::cluster::{CLUSTER_KIND, ClusterTarget};
 
     fn cluster_with_node(label: Option<&str>) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
@@ -507,8 +530,77 @@ mod tests {
     fn a_cluster_node_without_a_label_is_named_after_the_cluster_not_the_node() {
         let (_dir, node) = cluster_with_node(None);
         assert_eq!(run_label(&RunDir::open(&node).unwrap()), "run-2.1.0");
+        // A run of its own that records a cgroup (`heapwatch run`) keeps its directory's name.
+        let alone = tempfile::tempdir().unwrap();
+        let root = alone.path().join("run");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join(crate::store::MANIFEST_FILE), b"").unwrap();
+        std::fs::write(
+            root.join(RUN_FILE),
+            serde_json::to_vec(&serde_json::json!({
+                "schema": 1, "tool": "heapwatch", "target": "proc:cgroup:/heapwatch-run-1",
+                "source": "proc", "started_ms": 0
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(build_label(&RunDir::open(&root).unwrap()), "run");
         let (_dir, node) = cluster_with_node(Some("2.1.0-rc1"));
         assert_eq!(run_label(&RunDir::open(&node).unwrap()), "2.1.0-rc1");
+    }
+
+    /// Issue 35, item 6: a container `watch` recorded (a node whose target is its cgroup)
+    /// showed the node directory's name ("node") as its build. Its build is what its process
+    /// tells, else a label given, else none; a node of `collect` keeps the cluster's name.
+    #[test]
+    fn a_watched_containers_build_is_a_label_given_never_the_directory() {
+        let (_dir, node) = cluster_with_node(None);
+        let run_json = |target: &str, label: Option<&str>| {
+            let info: RunInfo = serde_json::from_value(serde_json::json!({
+                "schema": 1, "tool": "heapwatch", "target": target, "source": "proc",
+                "started_ms": 0, "label": label
+            }))
+            .unwrap();
+            std::fs::write(node.join(RUN_FILE), serde_json::to_vec(&info).unwrap()).unwrap();
+            RunDir::open(&node).unwrap()
+        };
+        let watched = run_json("proc:cgroup:/sys/fs/cgroup/kubepods/pod1/c1", None);
+        assert_eq!(build_label(&watched), "");
+        assert_eq!(
+            run_label(&watched),
+            "run-2.1.0",
+            "compare still names the recording"
+        );
+        let labelled = run_json("proc:cgroup:/sys/fs/cgroup/kubepods/pod1/c1", Some("3.5.9"));
+        assert_eq!(build_label(&labelled), "3.5.9");
+        let collected = run_json("agent:auto:ctrl1", None);
+        assert_eq!(build_label(&collected), "run-2.1.0");
+        // A run of its own that records a cgroup (`heapwatch run`) keeps its directory's name.
+        let alone = tempfile::tempdir().unwrap();
+        let root = alone.path().join("run");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join(crate::store::MANIFEST_FILE), b"").unwrap();
+        std::fs::write(
+            root.join(RUN_FILE),
+            serde_json::to_vec(&serde_json::json!({
+                "schema": 1, "tool": "heapwatch", "target": "proc:cgroup:/heapwatch-run-1",
+                "source": "proc", "started_ms": 0
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(build_label(&RunDir::open(&root).unwrap()), "run");
+        let (_dir, node) = cluster_with_node(Some("2.1.0-rc1"));
+        std::fs::write(
+            node.join(RUN_FILE),
+            serde_json::to_vec(&serde_json::json!({
+                "schema": 1, "tool": "heapwatch", "target": "proc:cgroup:/c1",
+                "source": "proc", "started_ms": 0
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(build_label(&RunDir::open(&node).unwrap()), "2.1.0-rc1");
     }
 
     #[test]

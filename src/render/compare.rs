@@ -55,7 +55,11 @@ pub fn text(c: &Comparison, rows: usize) -> String {
         c.age_s,
         chosen_words(&c.chosen)
     );
-    let _ = writeln!(out, "verdict: {}", verdict(c));
+    // The line above says which is A and which is B: the points need not.
+    let _ = writeln!(out, "verdict: {}", lead(c, None));
+    for p in verdict_parts(c) {
+        let _ = writeln!(out, "  - {p}");
+    }
     if !c.regressions.is_empty() {
         let _ = writeln!(
             out,
@@ -102,10 +106,26 @@ pub fn text(c: &Comparison, rows: usize) -> String {
 /// The comparison's verdict: its leading pair's, then whether both sides ran one build, and
 /// which other cycles were compared.
 pub fn verdict(c: &Comparison) -> String {
-    let mut verdict = pair_verdict(c);
+    let parts = verdict_parts(c);
+    let (pair, rest) = parts.split_at(1);
+    let mut verdict = format!(
+        "A = {} (cycle {}), B = {} (cycle {}): {}",
+        c.a, c.a_cycle, c.b, c.b_cycle, pair[0]
+    );
+    for p in rest {
+        verdict.push_str("; ");
+        verdict.push_str(p);
+    }
+    verdict
+}
+
+/// The parts of [`verdict`], each a clause of its own, without the "A = …, B = …" that
+/// introduces them: what a headline lists.
+pub fn verdict_parts(c: &Comparison) -> Vec<String> {
+    let mut parts = pair_parts(c);
     if c.selection_same_build {
-        verdict.push_str(&format!(
-            "; both sides ran build {}: there was no other build to compare with",
+        parts.push(format!(
+            "both sides ran build {}: there was no other build to compare with",
             c.selection_b_build
         ));
     }
@@ -115,14 +135,14 @@ pub fn verdict(c: &Comparison) -> String {
             .iter()
             .map(|o| o.b_cycle.to_string())
             .collect();
-        verdict.push_str(&format!(
-            "; the worst of {} cycles of {} (also compared: cycle {})",
+        parts.push(format!(
+            "the worst of {} cycles of {} (also compared: cycle {})",
             c.other_pairs.len() + 1,
             c.selection_b_build,
             list.join(", ")
         ));
     }
-    verdict
+    parts
 }
 
 /// Which cycles of which builds were compared: "cycle 3 of 2.1.0 against cycle 1 of 2.0.2,
@@ -134,39 +154,102 @@ pub fn compared(c: &Comparison) -> String {
     )
 }
 
-/// One pair's words: "SITE regressed in B: WHY (cycle 3 of B against cycle 1 of A, over the
-/// first 7.4 s); after A's last capture at …".
+/// One pair's words: "A = 2.0.2 (cycle 1), B = 2.1.0 (cycle 3): SITE regressed in B: WHY
+/// (cycle 3 of B against cycle 1 of A, over the first 7.4 s); after A's last capture at …".
 pub fn pair_verdict(c: &Comparison) -> String {
-    let whole_ratio = c
+    format!(
+        "A = {} (cycle {}), B = {} (cycle {}): {}",
+        c.a,
+        c.a_cycle,
+        c.b,
+        c.b_cycle,
+        pair_parts(c).join("; ")
+    )
+}
+
+/// Whether B's whole in-use heap held less than A's at its peak while a site held more: then
+/// that site is no regression of B, only a site that holds more.
+fn whole_heap_smaller(c: &Comparison) -> Option<f64> {
+    let ratio = c
         .a_heap_peak
         .zip(c.b_heap_peak)
         .filter(|(a, _)| *a > 0)
-        .map(|(a, b)| b as f64 / a as f64);
+        .map(|(a, b)| b as f64 / a as f64)?;
     let b_died_alone = c.b_episode.oom_killed && !c.a_episode.oom_killed;
-    let mut verdict = format!(
-        "A = {} (cycle {}), B = {} (cycle {}): ",
-        c.a, c.a_cycle, c.b, c.b_cycle
-    );
-    verdict.push_str(&picture(c));
-    match (c.regressions.first(), whole_ratio) {
+    (ratio < 1.0 && !b_died_alone).then_some(ratio)
+}
+
+/// The parts of one pair's words, without the "A = …, B = …" that introduces them: the whole
+/// cycles, the site that regressed with which cycles were compared, and B after A's data.
+fn pair_parts(c: &Comparison) -> Vec<String> {
+    let mut parts = picture(c);
+    let regressed = match (c.regressions.first(), whole_heap_smaller(c)) {
         // A site that holds more while the whole heap holds less is no regression of B.
-        (Some(r), Some(ratio)) if ratio < 1.0 && !b_died_alone => verdict.push_str(&format!(
-            "; no regression of the whole heap (B's in-use peak is {ratio:.2}x A's); {} holds more in B: {}",
+        (Some(r), Some(ratio)) => format!(
+            "no regression of the whole heap (B's in-use peak is {ratio:.2}x A's); {} holds more in B: {}",
             r.name,
             why_worse(r)
-        )),
-        (Some(r), _) => verdict.push_str(&format!("; {} regressed in B: {}", r.name, why_worse(r))),
-        (None, _) => verdict.push_str("; no site regressed in B"),
-    }
-    verdict.push_str(&format!(" ({})", compared(c)));
+        ),
+        (Some(r), None) => format!("{} regressed in B: {}", r.name, why_worse(r)),
+        (None, _) => "no site regressed in B".to_string(),
+    };
+    parts.push(format!("{regressed} ({})", compared(c)));
     if let Some(after) = c
         .after_a
         .as_ref()
         .filter(|x| x.b_heap_peak.is_some() || !x.sites.is_empty() || x.b_end.is_some())
     {
-        verdict.push_str(&format!("; {}", after_words(after)));
+        parts.push(after_words(after));
     }
-    verdict
+    parts
+}
+
+/// The comparison in one short sentence, for a headline: what regressed, or which side died
+/// and which did not, and where to look (the site that regressed). `b_fate` words how B died
+/// when the caller knows more than this pair (a crash loop across B's cycles).
+pub fn lead(c: &Comparison, b_fate: Option<&str>) -> String {
+    let (a_name, b_name) = side_labels(c);
+    let (a, b) = (&c.a_episode, &c.b_episode);
+    let site = c.regressions.first().map(|r| r.name.as_str());
+    let fate = |e: &SideEpisode| match e.died_s {
+        Some(d) => format!("{} {d:.1} s after its first capture", end_words(&e.end)),
+        None => end_words(&e.end),
+    };
+    let b_fate = b_fate.map_or_else(|| fate(b), str::to_string);
+    let look = |site: Option<&str>, what: &str| {
+        site.map_or(String::new(), |s| format!("; {what} is in {s}"))
+    };
+    match (a.oom_killed, b.oom_killed) {
+        (false, true) => format!(
+            "{b_name} was {b_fate} and {a_name} was not{}",
+            match site {
+                Some(s) => look(Some(s), "the regression"),
+                None => look(b.site.as_deref(), &format!("{b_name}'s rise")),
+            }
+        ),
+        (true, false) => format!(
+            "{a_name} (the baseline) was {} and {b_name} was not{}",
+            fate(a),
+            match site {
+                Some(s) => format!("; {s} holds more in {b_name}"),
+                None => String::new(),
+            }
+        ),
+        _ => {
+            let both = if a.oom_killed {
+                format!("; both were OOM-killed ({b_name} {b_fate})")
+            } else {
+                String::new()
+            };
+            match (site, whole_heap_smaller(c)) {
+                (Some(s), Some(_)) => format!(
+                    "no regression of {b_name}'s whole heap against {a_name}'s, but {s} holds more in {b_name}{both}"
+                ),
+                (Some(s), None) => format!("{s} regressed in {b_name} against {a_name}{both}"),
+                (None, _) => format!("no site regressed in {b_name} against {a_name}{both}"),
+            }
+        }
+    }
 }
 
 /// One side's episode: "grew 19.5 MiB/s from 20.0 s (95 % of the rise in main.store)", or
@@ -195,7 +278,7 @@ fn end_of(e: &SideEpisode) -> String {
 }
 
 /// The whole cycles first: which side died and which did not, and each heap's episode.
-fn picture(c: &Comparison) -> String {
+fn picture(c: &Comparison) -> Vec<String> {
     let (a, b) = (&c.a_episode, &c.b_episode);
     let mut parts = Vec::new();
     match (a.oom_killed, b.oom_killed) {
@@ -231,7 +314,7 @@ fn picture(c: &Comparison) -> String {
             format_bytes(pa)
         ));
     }
-    parts.join("; ")
+    parts
 }
 
 /// "only in B: 12 MiB in use at its peak (at 7.0 s)", or "grows 2 MiB/s in B against 0 B/s

@@ -33,6 +33,7 @@ pub fn end_words(end: &CycleEnd) -> String {
         CycleEnd::CollectorStopped => "collector stopped".into(),
         CycleEnd::StoppedAnswering => "stopped answering, cause unknown".into(),
         CycleEnd::StillAnswering => "still answering at the end of the run".into(),
+        CycleEnd::RecordingEnded => "still answering when its recording ended".into(),
     }
 }
 
@@ -128,6 +129,10 @@ mod tests {
             (
                 CycleEnd::StillAnswering,
                 "still answering at the end of the run",
+            ),
+            (
+                CycleEnd::RecordingEnded,
+                "still answering when its recording ended",
             ),
         ];
         for (end, words) in cases {

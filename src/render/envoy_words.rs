@@ -9,6 +9,11 @@ use crate::units::format_bytes;
 
 /// The verdict in words, beside its code.
 pub fn verdict_words(report: &EnvoyReport) -> String {
+    verdict_parts(report).join("; ")
+}
+
+/// The parts of [`verdict_words`], each a clause of its own: what a headline lists.
+pub fn verdict_parts(report: &EnvoyReport) -> Vec<String> {
     verdict_summary(
         &report.verdict,
         report.heap.as_ref(),
@@ -97,7 +102,7 @@ fn verdict_summary(
     growth: Option<&EnvoyGrowth>,
     workers: Option<&WorkerMultiplier>,
     config: Option<&ConfigVolume>,
-) -> String {
+) -> Vec<String> {
     let share = heap.map(|h| (h, h.live_share.unwrap_or(h.naive_share)));
     let mut parts = vec![match (verdict.code, share) {
         ("live-data", Some((h, s))) => format!(
@@ -167,5 +172,5 @@ fn verdict_summary(
         )),
         (None, None) => {}
     }
-    parts.join("; ")
+    parts
 }

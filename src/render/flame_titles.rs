@@ -86,6 +86,9 @@ pub enum FlameTitle {
         profiler: i64,
         /// The rise into the cycle's peak rather than first to last.
         rise: bool,
+        /// The capture it starts from held nothing yet (a life's first capture, before its
+        /// runtime published a profile): the graph is everything since the cycle began.
+        from_empty: bool,
         shrunk_stacks: usize,
         shrunk_by: i64,
     },
@@ -190,14 +193,21 @@ pub fn options(t: &FlameTitle) -> FlameOptions {
             added_stacks,
             profiler,
             rise,
+            from_empty,
             shrunk_stacks,
             shrunk_by,
         } => {
             let count = count_name(measure);
+            let from_words = if *from_empty {
+                format!(
+                    "since the cycle began (its capture #{} at {:.1} s held nothing yet)",
+                    from.seq, from.age_s
+                )
+            } else {
+                format!("from capture #{} ({:.1} s)", from.seq, from.age_s)
+            };
             let mut subtitle = format!(
-                "added from capture #{} ({:.1} s) to #{} ({:.1} s): {} in {}",
-                from.seq,
-                from.age_s,
+                "added {from_words} to #{} ({:.1} s): {} in {}",
                 to.seq,
                 to.age_s,
                 signed(*added, &count),
@@ -219,9 +229,15 @@ pub fn options(t: &FlameTitle) -> FlameOptions {
                     amount(*shrunk_by, &count)
                 ));
             }
+            // A build no process told and no label gave is not named.
+            let of_build = if build.is_empty() {
+                String::new()
+            } else {
+                format!(" of {build}")
+            };
             (
                 format!(
-                    "Growth of {}, boot cycle {} of {build}",
+                    "Growth of {}, boot cycle {}{of_build}",
                     noun(measure),
                     to.cycle
                 ),
@@ -345,6 +361,7 @@ mod tests {
             added_stacks: 1,
             profiler: 4096,
             rise: true,
+            from_empty: false,
             shrunk_stacks: 2,
             shrunk_by: 1 << 20,
         });
@@ -358,6 +375,38 @@ mod tests {
             )
         );
         assert_eq!(o.count_name, "bytes");
+    }
+
+    /// Issue 35, item 7b: a restarted life's first capture can hold nothing yet (its runtime
+    /// had published no profile), and the graph from it is the whole heap: the title says it
+    /// starts from the life's start.
+    #[test]
+    fn a_growth_from_an_empty_first_capture_says_it_is_since_the_cycle_began() {
+        let at = |seq, age_s| Capture {
+            seq,
+            cycle: 3,
+            age_s,
+        };
+        let o = options(&FlameTitle::Growth {
+            measure: heap(),
+            build: "oomgrow".into(),
+            from: at(157, 0.0),
+            to: at(231, 7.1),
+            added: 85 << 20,
+            added_stacks: 1,
+            profiler: 0,
+            rise: false,
+            from_empty: true,
+            shrunk_stacks: 0,
+            shrunk_by: 0,
+        });
+        assert_eq!(
+            o.subtitle.as_deref(),
+            Some(
+                "added since the cycle began (its capture #157 at 0.0 s held nothing yet) to \
+                 #231 (7.1 s): +85.0 MiB in 1 stack"
+            )
+        );
     }
 
     #[test]

@@ -71,6 +71,10 @@ pub fn text(report: &GrowthReport, rows: usize, envoy: Option<&EnvoyPart>) -> St
         }
         return out;
     }
+    // The headline first (what killed it and where to look, then the rest as a list), as the
+    // report leads with it; each cycle's account follows.
+    out.push_str(&crate::render::headline::of_growth(report).text("  "));
+    out.push('\n');
     for c in &report.cycles {
         cycle(&mut out, c, rows, report.limit_bytes);
     }
@@ -88,7 +92,11 @@ pub fn text(report: &GrowthReport, rows: usize, envoy: Option<&EnvoyPart>) -> St
 
 /// "build 2.1.0, go1.26.1, pid 4242": what is known of the cycle's process.
 pub fn build(c: &CycleGrowth) -> String {
-    let mut parts = vec![format!("build {}", c.build)];
+    // A build no process told and no label gave is not named.
+    let mut parts: Vec<String> = (!c.build.is_empty())
+        .then(|| format!("build {}", c.build))
+        .into_iter()
+        .collect();
     if let Some(go) = c.build_info.as_ref().and_then(|b| b.go_version.as_deref()) {
         parts.push(go.to_string());
     }
@@ -103,6 +111,9 @@ pub fn build(c: &CycleGrowth) -> String {
     }
     if let Some(pid) = c.pid {
         parts.push(format!("pid {pid}"));
+    }
+    if parts.is_empty() {
+        return "no build known".into();
     }
     parts.join(", ")
 }

@@ -11,6 +11,7 @@ pub mod files;
 pub mod flame;
 pub mod flame_titles;
 pub mod growth;
+pub mod headline;
 pub mod memory;
 pub mod pprof;
 pub mod report;

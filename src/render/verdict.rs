@@ -17,6 +17,11 @@ const LARGE_SHARE: f64 = 0.5;
 /// A cycle's verdict: its episode (or why it has none), its storms, goroutines, the limit, how
 /// it ended and its GOMAXPROCS against the CPU limit.
 pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
+    cycle_verdict_parts(c, limit).join("; ")
+}
+
+/// The parts of [`cycle_verdict`], each a clause of its own: what a headline lists.
+pub fn cycle_verdict_parts(c: &CycleGrowth, limit: Option<u64>) -> Vec<String> {
     let rate = |bps: f64| format!("{}/s", format_bytes(bps as i64));
     let mut parts = Vec::new();
     if let Some(r) = &c.reading {
@@ -66,14 +71,7 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
     ) {
         parts.push(forecast_words(limit, f));
     }
-    match (c.end, c.died_after_s) {
-        (CycleEnd::StillAnswering, _) => {}
-        (end, Some(died)) if end.is_death() => parts.push(format!(
-            "{} {died:.1} s after the first capture",
-            end_words(&end)
-        )),
-        (end, _) => parts.push(end_words(&end)),
-    }
+    parts.extend(end_part(c));
     if let Some(rt) = &c.runtime {
         if let (Some(m), Some(p), Some(l)) = (rt.multiplier, rt.gomaxprocs, rt.cpu_limit) {
             parts.push(format!(
@@ -81,7 +79,20 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
             ));
         }
     }
-    parts.join("; ")
+    parts
+}
+
+/// How the cycle ended, as its verdict says it: "OOM-killed 7.4 s after the first capture";
+/// nothing for a process still answering at the end of the run.
+pub fn end_part(c: &CycleGrowth) -> Option<String> {
+    match (c.end, c.died_after_s) {
+        (CycleEnd::StillAnswering, _) => None,
+        (end, Some(died)) if end.is_death() => Some(format!(
+            "{} {died:.1} s after the first capture",
+            end_words(&end)
+        )),
+        (end, _) => Some(end_words(&end)),
+    }
 }
 
 /// The cycle's episode: "in-use heap grew 19.5 MiB/s from 20.0 s (4.00 MiB → 141 MiB), 95 % of
@@ -141,12 +152,12 @@ pub fn reading_words(r: &Reading, limit: Option<u64>) -> String {
     if let Some(held) = r.held_s {
         if fell {
             s.push_str(&format!(
-                ", then fell back to {} by the last capture {held:.1} s later",
+                ", then fell back to {} by the last capture, {held:.1} s after the peak",
                 format_bytes(r.last_bytes)
             ));
         } else {
             s.push_str(&format!(
-                ", then held ({} at the last capture, {held:.1} s later): not growing at the end",
+                ", then held ({} at the last capture, {held:.1} s after the peak): not growing at the end",
                 format_bytes(r.last_bytes)
             ));
         }
@@ -263,77 +274,100 @@ pub fn spike_words(e: &Episode) -> String {
 
 /// "3 boot cycles: 2 OOM-killed, 1 restarted itself; every cycle grows fastest in …".
 pub fn across_summary(cycles: &[CycleGrowth], across: &AcrossCycles) -> String {
-    let ages = &across.ages_s;
-    if cycles.len() < 2 {
-        format!("{} boot cycle(s)", cycles.len())
-    } else {
-        // "3 boot cycles: 2 OOM-killed, 1 restarted itself".
-        let mut ends: Vec<(String, usize)> = Vec::new();
-        for c in cycles {
-            let w = end_words(&c.end);
-            match ends.iter_mut().find(|(e, _)| *e == w) {
-                Some((_, n)) => *n += 1,
-                None => ends.push((w, 1)),
-            }
+    let parts = across_parts(cycles, across);
+    match &across.crash_loop {
+        // The crash loop is a sentence of its own, said before anything else.
+        Some(_) if cycles.len() >= 2 => {
+            format!("{}. {}", parts[0], parts[1..].join("; "))
         }
-        let ends: Vec<String> = ends.iter().map(|(w, n)| format!("{n} {w}")).collect();
-        let mut s = across
-            .crash_loop
-            .as_ref()
-            .map(crash_loop_words)
-            .unwrap_or_default();
-        s.push_str(&format!(
-            "{} boot cycles: {}",
-            cycles.len(),
-            ends.join(", ")
-        ));
-        s.push_str(&rise_sites_words(cycles));
-        if ages.len() >= 2 {
-            let min = ages.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = ages.iter().copied().fold(0.0, f64::max);
-            s.push_str(&format!(
-                "; died {min:.1}–{max:.1} s after the first capture"
-            ));
-        }
-        s
+        _ => parts.join("; "),
     }
 }
 
+/// The parts of [`across_summary`]: the crash loop (when there is one), how the cycles ended,
+/// which site holds each rise, and their ages at death. What a headline lists.
+pub fn across_parts(cycles: &[CycleGrowth], across: &AcrossCycles) -> Vec<String> {
+    let ages = &across.ages_s;
+    if cycles.len() < 2 {
+        return vec![format!("{} boot cycle(s)", cycles.len())];
+    }
+    // "3 boot cycles: 2 OOM-killed, 1 restarted itself".
+    let mut parts: Vec<String> = across.crash_loop.iter().map(crash_loop_words).collect();
+    parts.push(format!(
+        "{} boot cycles: {}",
+        cycles.len(),
+        ends_tally(cycles)
+    ));
+    parts.extend(rise_sites_words(cycles));
+    if ages.len() >= 2 {
+        let (min, max) = age_range(ages);
+        parts.push(format!("died {min:.1}–{max:.1} s after the first capture"));
+    }
+    parts
+}
+
+/// How the cycles ended, counted: "2 OOM-killed, 1 restarted itself".
+pub fn ends_tally(cycles: &[CycleGrowth]) -> String {
+    let mut ends: Vec<(String, usize)> = Vec::new();
+    for c in cycles {
+        let w = end_words(&c.end);
+        match ends.iter_mut().find(|(e, _)| *e == w) {
+            Some((_, n)) => *n += 1,
+            None => ends.push((w, 1)),
+        }
+    }
+    let ends: Vec<String> = ends.iter().map(|(w, n)| format!("{n} {w}")).collect();
+    ends.join(", ")
+}
+
+/// The youngest and oldest age at death.
+pub fn age_range(ages: &[f64]) -> (f64, f64) {
+    let min = ages.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = ages.iter().copied().fold(0.0, f64::max);
+    (min, max)
+}
+
 /// "crash loop: every restart (cycles 2, 3) was OOM-killed 3.9–4.1 s into the rise it
-/// started with, 100 % of it in main.(*kvStore).replayWAL; it will not end by itself. ",
+/// started with, 100 % of it in main.(*kvStore).replayWAL; it will not end by itself",
 /// said before anything else about the cycles.
 fn crash_loop_words(l: &CrashLoop) -> String {
     let cycles: Vec<String> = l.cycles.iter().map(|c| c.to_string()).collect();
-    let (first, last) = l.died_s;
-    let when = if last - first < 0.05 {
-        format!("{first:.1} s")
-    } else {
-        format!("{first:.1}–{last:.1} s")
-    };
     let mut s = format!(
-        "crash loop: every restart (cycles {}) {} {when} into the rise it started with",
+        "crash loop: every restart (cycles {}) {} {} into the rise it started with",
         cycles.join(", "),
         if l.oom_killed {
             "was OOM-killed"
         } else {
             "died"
         },
+        crash_loop_ages(l),
     );
     if let Some((site, share)) = &l.site {
         s.push_str(&format!(", {:.0} % of it in {site}", share * 100.0));
     }
-    s.push_str("; it will not end by itself. ");
+    s.push_str("; it will not end by itself");
     s
 }
 
-/// Which site holds each cycle's rise, the same way for every cycle that has one:
-/// "; the rise is in main.store in every cycle (95 %, 97 %, 93 % of it)", or by site with
-/// its cycles when they differ, and the cycles without a rise.
-fn rise_sites_words(cycles: &[CycleGrowth]) -> String {
-    let mut by_site: Vec<(&str, Vec<(u32, f64)>)> = Vec::new();
+/// "3.9–4.1 s", or "4.0 s" when the restarts died at one age.
+fn crash_loop_ages(l: &CrashLoop) -> String {
+    let (first, last) = l.died_s;
+    if last - first < 0.05 {
+        format!("{first:.1} s")
+    } else {
+        format!("{first:.1}–{last:.1} s")
+    }
+}
+
+/// A site holding the rise of some cycles: its name, and each cycle with its share of the rise.
+pub type RiseSite<'a> = (&'a str, Vec<(u32, f64)>);
+
+/// The site (or the caller most of a spread rise lies under) that holds each cycle's rise,
+/// with the cycles and their shares, in the order first seen; and the cycles without a rise.
+pub fn rise_sites(cycles: &[CycleGrowth]) -> (Vec<RiseSite<'_>>, Vec<u32>) {
+    let mut by_site: Vec<RiseSite> = Vec::new();
     let mut without = Vec::new();
     for c in cycles {
-        // The caller most of a spread rise lies under, else its largest site.
         let cause = c.reading.as_ref().and_then(|r| r.cause.as_ref());
         let top = cause
             .map(|k| (k.name.as_str(), k.share))
@@ -346,24 +380,34 @@ fn rise_sites_words(cycles: &[CycleGrowth]) -> String {
             None => without.push(c.index),
         }
     }
+    (by_site, without)
+}
+
+/// "1, 2, 3".
+fn list(v: &[u32]) -> String {
+    v.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Which site holds each cycle's rise, the same way for every cycle that has one:
+/// "the rise is in main.store in every cycle (95 %, 97 %, 93 % of it)", or by site with
+/// its cycles when they differ, and the cycles without a rise.
+fn rise_sites_words(cycles: &[CycleGrowth]) -> Vec<String> {
+    let (by_site, without) = rise_sites(cycles);
     let shares = |v: &[(u32, f64)]| {
         v.iter()
             .map(|(_, s)| format!("{:.0} %", s * 100.0))
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let list = |v: &[u32]| {
-        v.iter()
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     match (by_site.as_slice(), without.is_empty()) {
-        ([], _) => "; no cycle's heap rose".to_string(),
-        ([(site, v)], true) => format!(
-            "; the rise is in {site} in every cycle ({} of it)",
+        ([], _) => vec!["no cycle's heap rose".to_string()],
+        ([(site, v)], true) => vec![format!(
+            "the rise is in {site} in every cycle ({} of it)",
             shares(v)
-        ),
+        )],
         _ => {
             let mut parts: Vec<String> = by_site
                 .iter()
@@ -379,7 +423,7 @@ fn rise_sites_words(cycles: &[CycleGrowth]) -> String {
             if !without.is_empty() {
                 parts.push(format!("no rise in cycle(s) {}", list(&without)));
             }
-            format!("; {}", parts.join("; "))
+            parts
         }
     }
 }
@@ -461,6 +505,45 @@ mod tests {
         assert!(
             !v.contains("--interval") && !v.contains("faster than"),
             "{v}"
+        );
+    }
+
+    /// Issue 35, item 7b: "27.1 s later" said not later than what. A rise that held, or fell
+    /// back, says how long after its peak the last capture was.
+    #[test]
+    fn the_time_to_the_last_capture_is_said_from_the_peak() {
+        let mib = 1 << 20;
+        let mut r = Reading {
+            onset_s: 0.0,
+            end_s: 2.3,
+            from_bytes: 11 * mib,
+            to_bytes: 15 * mib,
+            bytes_per_sec: 1.5 * mib as f64,
+            fit_r2: 0.99,
+            points: 4,
+            ongoing: false,
+            held_s: Some(27.1),
+            last_bytes: 14 * mib,
+            sites: Vec::new(),
+            onset_seq: None,
+            end_seq: None,
+            from_seq: None,
+            to_seq: None,
+            forecast: None,
+            cause: None,
+        };
+        let held = reading_words(&r, None);
+        assert!(
+            held.ends_with(
+                "then held (14.0 MiB at the last capture, 27.1 s after the peak): not growing at the end"
+            ),
+            "{held}"
+        );
+        r.last_bytes = 11 * mib;
+        let fell = reading_words(&r, None);
+        assert!(
+            fell.ends_with("then fell back to 11.0 MiB by the last capture, 27.1 s after the peak"),
+            "{fell}"
         );
     }
 

@@ -2,11 +2,26 @@
 //! the kernel saw (the process's and the cgroup's memory, the OOM kills), so the recording's
 //! `memory.jsonl` is moved onto the replay's clock and written into the run that collected the
 //! replay, whose `run.json` then says where its memory came from and names the recorded cgroup.
+//! Nor can it say that its recording ended: a replay that runs out goes silent as a process
+//! that stopped answering does, so the run that collected it is told ([`note_recording_ended`]).
 
 use std::path::Path;
 
+use crate::model::capture::{CaptureRecord, RecordKind, StopReason};
 use crate::source::procmem::MemorySample;
-use crate::store::{self, MEMORY_FILE, RunDir, RunInfo, StoreError};
+use crate::store::{self, MEMORY_FILE, RunDir, RunInfo, RunWriter, StoreError};
+
+/// Appends to the run at `collected` (its collector done) a `stop` record saying the replay it
+/// recorded ran out of recording, its process still answering: its last life ended with the
+/// recording, not with a death. For a recording whose last life lived to its end.
+pub fn note_recording_ended(collected: &Path) -> Result<(), StoreError> {
+    let (mut writer, existing) = RunWriter::open(collected)?;
+    let seq = existing.records.iter().map(|r| r.seq).max().unwrap_or(0) + 1;
+    let cycle = existing.records.iter().map(|r| r.cycle).max().unwrap_or(1);
+    let mut record = CaptureRecord::new(seq, RecordKind::Stop, cycle, crate::time::now_ms());
+    record.reason = Some(StopReason::RecordingEnded);
+    writer.append(&record)
+}
 
 /// Writes `recording`'s memory samples into the run at `collected`, each moved from the
 /// recording's clock (its first good capture) to the replay's (`started_ms`, played at

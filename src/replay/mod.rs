@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use crate::store::{CaptureRecord, RecordKind, RunDir};
 
-pub use carry::carry_memory_over;
+pub use carry::{carry_memory_over, note_recording_ended};
 
 /// One boot cycle of the recording: alive from `start_ms` to `end_ms` (offsets from the
 /// recording's first capture), with its captures in time order.

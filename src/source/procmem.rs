@@ -15,8 +15,8 @@
 //!
 //! A process sampled by its pid (`proc:PID`, `--pid`) that is alone in a memory cgroup of its
 //! own (a container's) gets that cgroup's charge and limit in its samples (`usage`, `limit`
-//! beside `rss`): the charge, not RSS with the binary's file pages, is what the status line calls
-//! "all charged", and the limit is known without `--limit`.
+//! beside `rss`): the charge, not RSS with the binary's file pages, is what the status line sets
+//! against the limit ("cgroup 250 MiB of 256 MiB"), and the limit is known without `--limit`.
 //!
 //! # A sample costs a few reads of open files
 //!

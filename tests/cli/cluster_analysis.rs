@@ -475,3 +475,70 @@ fn a_node_with_no_heap_profiling_is_listed_with_why_and_the_others_are_reported(
     );
     assert_eq!(summary["node_order"], json!(["infra_etcd-0_etcd"]));
 }
+
+/// Issue 35, item 6: the report of a `watch` directory gives each container's own report its
+/// name as the kubelet's files give it (not its directory's), in plain text wherever the
+/// output is not markdown, and no build it does not know: the node directory's name ("node")
+/// named each container's build.
+#[test]
+fn a_watched_containers_report_is_titled_with_its_name_and_names_no_build_it_does_not_know() {
+    let dir = util::tempdir();
+    let run = cluster(
+        &dir.path().join("node"),
+        &[("infra_etcd-0_etcd", "steady")],
+        &[],
+    );
+    // As `watch` writes them: the container's name, its directory, its cgroup as the target.
+    let target = "proc:cgroup:/sys/fs/cgroup/kubepods/pod1234/etcd";
+    let mut info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
+    info["targets"][0]["name"] = json!("infra/etcd-0/etcd");
+    info["targets"][0]["target"] = json!(target);
+    info["targets"][0]["source"] = json!("proc");
+    fs::write(run.join("run.json"), serde_json::to_vec(&info).unwrap()).unwrap();
+    let node_json = run.join("targets/infra_etcd-0_etcd/run.json");
+    let mut node: Value = serde_json::from_slice(&fs::read(&node_json).unwrap()).unwrap();
+    node["target"] = json!(target);
+    node["source"] = json!("proc");
+    fs::write(&node_json, serde_json::to_vec(&node).unwrap()).unwrap();
+
+    let out_dir = dir.path().join("report");
+    let out = util::run(&["report", arg(&run), "-o", arg(&out_dir)]);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr(&out));
+    let own = out_dir.join("nodes/infra_etcd-0_etcd");
+    let html = read(&own.join("index.html"));
+    assert!(
+        html.contains("<title>heapwatch report: infra/etcd-0/etcd</title>"),
+        "the page's title"
+    );
+    assert!(
+        html.contains("<h1>heapwatch report <small>infra/etcd-0/etcd</small></h1>"),
+        "the heading"
+    );
+    assert!(!html.contains("\\_"), "no markdown escape in the page");
+    let md = read(&own.join("report.md"));
+    assert!(
+        md.starts_with("## heapwatch report: infra/etcd-0/etcd\n"),
+        "{md}"
+    );
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| 1 |"))
+        .unwrap_or_else(|| panic!("no boot-cycle row: {md}"));
+    assert!(
+        row.starts_with("| 1 | - |"),
+        "no build known, none named: {row}"
+    );
+    let summary: Value = serde_json::from_str(&read(&own.join("summary.json"))).unwrap();
+    assert_eq!(summary["cycles"][0]["build"], "", "{summary:#}");
+    // growth on the node: no build named after the directory either.
+    let node_dir = run.join("targets/infra_etcd-0_etcd");
+    let growth = util::run(&["growth", arg(&node_dir)]);
+    let text = util::stdout(&growth);
+    assert!(!text.contains("build node"), "{text}");
+    // The terminal and the cluster page name the container as written.
+    assert!(
+        util::stdout(&out).contains("infra/etcd-0/etcd: "),
+        "{}",
+        util::stdout(&out)
+    );
+}

@@ -457,11 +457,21 @@ fn page_cache_at_the_cgroup_limit_is_recorded_and_does_not_start_burst_mode() {
         .collect();
     eprintln!("collector stderr:\n{stderr}");
     assert!(progress.len() >= 4, "progress lines: {progress:?}");
+    // The cgroup's usage is set against its limit, page cache and all, with the part that
+    // cannot be reclaimed beside it; a process's RSS says it is RSS.
+    let memory_word = if cgroup.is_some() { "cgroup " } else { "RSS " };
     assert!(
         progress
             .iter()
-            .all(|l| l.contains("captures") && l.contains("memory "))
+            .all(|l| l.contains("captures") && l.contains(memory_word)),
+        "{progress:?}"
     );
+    if cgroup.is_some() {
+        assert!(
+            progress.iter().any(|l| l.contains("of it not reclaimable")),
+            "the page cache is charged, not the heap: {progress:?}"
+        );
+    }
 
     // Plain HTTP names no process: the cgroup's (or --pid's) is the one its answers are
     // filed under, and memory.jsonl says which process each sample measured.

@@ -174,7 +174,9 @@ fn assert_one_reading(run: &Path, c: &Value, out: &Path) {
     // The headline, the boot-cycle table and the sites table quote the same figures.
     let words = rate(num(r, "bytes_per_sec"));
     let share = format!("{:.0} %", num(top, "share") * 100.0);
-    let headline = md.lines().find(|l| l.starts_with("**")).unwrap();
+    // The headline: its lead in bold, then its points as a list, up to the first section.
+    let from = md.find("\n**").expect("a headline");
+    let headline = md[from..].split("\n### ").next().unwrap();
     assert!(headline.contains(&words), "{words} in {headline}");
     assert!(
         headline.contains(&format!("{share} of the rise in")),

@@ -429,3 +429,73 @@ fn the_profile_writer_is_left_out_of_growth_flamegraphs_unless_kept() {
         "--keep-profiler keeps the writer's stacks"
     );
 }
+
+/// A heap profile with the four heap sample types and no sample: what a life's first capture
+/// holds before its runtime has published anything.
+fn empty_heap_profile() -> Vec<u8> {
+    let mut strings = vec![String::new()];
+    let mut intern = |s: &str| {
+        strings.push(s.to_string());
+        strings.len() as i64 - 1
+    };
+    let (count, bytes) = (intern("count"), intern("bytes"));
+    let sample_type = [
+        "alloc_objects",
+        "alloc_space",
+        "inuse_objects",
+        "inuse_space",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, t)| pb::ValueType {
+        r#type: intern(t),
+        unit: if i % 2 == 0 { count } else { bytes },
+    })
+    .collect();
+    let period_type = Some(pb::ValueType {
+        r#type: intern("space"),
+        unit: bytes,
+    });
+    pb::Profile {
+        sample_type,
+        period_type,
+        period: 512 * 1024,
+        string_table: strings,
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// Issue 35, item 7b: the growth flamegraph of a life whose first capture held nothing yet
+/// draws everything the life kept; its title, and the report's caption, say it starts from the
+/// life's start rather than "from capture #157".
+#[test]
+fn a_growth_from_a_first_capture_that_held_nothing_says_it_is_since_the_cycle_began() {
+    let (_dir, run) = crate::push::copy_run("oomgrow");
+    // Cycle 3's first stored heap capture (the cycle `--growth` draws: the last that died).
+    std::fs::write(run.join("profiles/000157-heap.pb.gz"), empty_heap_profile()).unwrap();
+    let svg = flame(&[p(&run), "--growth"]);
+    let sub = subtitle(&svg);
+    assert!(
+        sub.starts_with(
+            "added since the cycle began (its capture #157 at 0.0 s held nothing yet) to #"
+        ),
+        "{sub}"
+    );
+    let report = run.with_file_name("report");
+    let out = util::run(&["report", p(&run), "-o", p(&report)]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let html = std::fs::read_to_string(report.join("index.html")).unwrap();
+    assert!(
+        html.contains(
+            "What boot cycle 3 added to the in-use heap since it began (capture #157 at 0.0 s \
+             held nothing yet) to capture #"
+        ),
+        "the caption"
+    );
+    // The other lives start from what their first capture held, as before.
+    assert!(
+        html.contains("What boot cycle 2 added to the in-use heap from capture #79 at 0.0 s"),
+        "cycle 2's caption"
+    );
+}

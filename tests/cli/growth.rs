@@ -887,4 +887,18 @@ fn each_memory_figure_says_whether_it_is_the_cgroups_or_the_processs_rss() {
     let html = std::fs::read_to_string(report.join("index.html")).unwrap();
     assert!(html.contains("process RSS 261 MiB at 7.3 s"), "the peaks");
     assert!(html.contains("<dt>cgroup memory</dt>"), "the rate's name");
+    // Issue 35, item 5a: the charts set the cgroup's usage against the limit; the process's
+    // RSS (above the limit line) is not drawn there, in the static charts or the explorer.
+    assert!(
+        html.contains("memory (what its limit counts) sampled from outside"),
+        "the caption"
+    );
+    assert!(
+        !html.contains("stroke=\"#FF7F0E\""),
+        "no RSS line in a chart"
+    );
+    assert!(
+        html.contains("\"rss\":[]") && !html.contains("\"rss\":[["),
+        "none in the explorer"
+    );
 }

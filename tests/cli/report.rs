@@ -940,6 +940,98 @@ fn the_explorer_shows_what_a_span_added_as_heapwatch_diff_does() {
     ));
 }
 
+// ------------------------------------------------------------------ the headline
+
+/// Issue 35, item 4: the headline leads with one short sentence (what killed it, or what
+/// regressed, and the site to look at), then the rest as a list: on the terminal, in
+/// report.md, index.html and summary.json alike, and in `compare`'s verdict.
+#[test]
+fn the_headline_leads_with_the_cause_and_the_site_then_lists_the_rest() {
+    const SITE: &str = "main.(*routerDataModel).buildEventList";
+    let dir = util::tempdir();
+    let out = dir.path().join("report");
+    let run = util::run(&[
+        "report",
+        &demo_run("2.1.0"),
+        "--baseline",
+        &demo_run("2.0.2"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", util::stderr(&run));
+    let summary = json_file(&out.join("summary.json"));
+    let lead = summary["lead"].as_str().expect("summary.json has the lead");
+    assert!(lead.len() <= 200, "a short sentence: {lead}");
+    assert!(
+        lead.starts_with("2.1.0 was OOM-killed") && lead.contains("2.0.2 was not"),
+        "what killed it, against the baseline: {lead}"
+    );
+    assert!(
+        lead.ends_with(&format!("the regression is in {SITE}")),
+        "{lead}"
+    );
+    let points: Vec<&str> = summary["points"]
+        .as_array()
+        .expect("and its points")
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(points.len() >= 4, "{points:?}");
+    assert!(
+        points.iter().any(|p| p.starts_with("crash loop: ")),
+        "{points:?}"
+    );
+    // The one-line headline is the same model: its lead, then its points.
+    let line = summary["headline"].as_str().unwrap();
+    assert!(line.starts_with(&format!("{lead}. ")), "{line}");
+    assert!(line.ends_with(points.last().unwrap()), "{line}");
+
+    // The terminal: the lead first, each point on a line of its own.
+    let stdout = util::stdout(&run);
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some(lead), "{stdout}");
+    for p in &points {
+        assert_eq!(lines.next(), Some(format!("  - {p}").as_str()), "{stdout}");
+    }
+    // report.md: the lead in bold, then the list.
+    let md = read(&out.join("report.md"));
+    let escaped = |t: &str| t.replace('*', "\\*");
+    assert!(
+        md.contains(&format!(
+            "\n**{}**\n\n- {}\n",
+            escaped(lead),
+            escaped(points[0])
+        )),
+        "{md}"
+    );
+    // index.html: the lead, then the list.
+    let html = read(&out.join("index.html"));
+    assert!(
+        html.contains(&format!(
+            "<div class=\"headline\" id=\"headline\">\n<p class=\"lead\">{lead}</p>\n<ul>\n<li>"
+        )),
+        "{html}"
+    );
+
+    // `compare`: the verdict is a short sentence, its clauses listed below it.
+    let compared = util::run(&["compare", &demo_run("2.0.2"), &demo_run("2.1.0")]);
+    assert_eq!(
+        compared.status.code(),
+        Some(0),
+        "{}",
+        util::stderr(&compared)
+    );
+    let text = util::stdout(&compared);
+    let verdict = text
+        .lines()
+        .find_map(|l| l.strip_prefix("verdict: "))
+        .expect("a verdict line");
+    assert!(verdict.len() <= 200, "{verdict}");
+    assert!(verdict.contains(SITE), "{verdict}");
+    let listed = text.lines().filter(|l| l.starts_with("  - ")).count();
+    assert!(listed >= 3, "{text}");
+}
+
 // ------------------------------------------------------------------ the demo
 
 #[test]
@@ -978,6 +1070,19 @@ fn the_demo_replays_collects_and_reports_the_regression() {
         "{stdout}"
     );
     assert!(stdout.contains("heapwatch-demo/index.html"), "{stdout}");
+    // Issue 35, item 7a: the healthy baseline went silent because its replayed recording
+    // ended, and that is what its end says (it said "stopped answering, cause unknown").
+    assert!(
+        stdout.contains("A was not: still answering when its recording ended (ran "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("stopped answering"), "{stdout}");
+    let baseline = util::run(&["growth", demo.join("runs/2.0.2").to_str().unwrap()]);
+    assert!(
+        util::stdout(&baseline).contains("  end: still answering when its recording ended"),
+        "{}",
+        util::stdout(&baseline)
+    );
     // The collector saw the recording's boot cycles through the replay.
     let summary: serde_json::Value =
         serde_json::from_str(&read(&demo.join("summary.json"))).unwrap();

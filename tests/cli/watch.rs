@@ -244,6 +244,17 @@ fn watch_records_every_go_container_of_a_node_and_each_oom_killed_life_to_its_en
         exits.iter().all(|e| e["totals"]["oom_kill"] == 1),
         "{exits:#?}"
     );
+    // Issue 35, item 5c: watch's own line for each end reads as run's and collect's, from the
+    // same exit record: an OOM kill, not "killed by signal 9".
+    let oom_lines = said
+        .lines()
+        .filter(|l| {
+            l.contains("jobs/grower-0/grow: cycle ")
+                && l.contains("OOM-killed (signal 9, the cgroup's oom_kill rose)")
+        })
+        .count();
+    assert_eq!(oom_lines, LIVES, "{said}");
+    assert!(!said.contains("killed by signal 9"), "{said}");
     let killed = fs::read_to_string(grower_dir.join("memory.jsonl"))
         .expect("memory.jsonl")
         .lines()
@@ -339,8 +350,26 @@ fn watch_records_every_go_container_of_a_node_and_each_oom_killed_life_to_its_en
         .lines()
         .find(|l| l.starts_with("| `jobs/grower-0/grow` |"))
         .unwrap_or_else(|| panic!("no row for the grower: {md}"));
-    assert!(row.contains("3 OOM-killed"), "{row}");
+    // The table gives each node's lead; its section below, the rest.
+    assert!(row.contains("OOM-killed"), "{row}");
     assert!(row.contains(OOM_SITE.replace('*', "\\*").as_str()), "{row}");
+    assert!(md.contains("3 boot cycles: 3 OOM-killed"), "{md}");
+    // Issue 35, item 6: each container's own report is titled with its name, and its build
+    // column never names the node directory.
+    let grower_report = report_dir
+        .join("nodes")
+        .join(grower_dir.file_name().unwrap());
+    let own_md = fs::read_to_string(grower_report.join("report.md")).expect("the node's report");
+    assert!(
+        own_md.starts_with("## heapwatch report: jobs/grower-0/grow\n"),
+        "{own_md}"
+    );
+    assert!(
+        !own_md.lines().any(|l| l.starts_with("| 1 | node-run |")),
+        "{own_md}"
+    );
+    let own_html = fs::read_to_string(grower_report.join("index.html")).unwrap();
+    assert!(own_html.contains("<title>heapwatch report: jobs/grower-0/grow</title>"));
     let summary: Value =
         serde_json::from_slice(&fs::read(report_dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["kind"], "cluster");

@@ -137,29 +137,40 @@ fn status_parts(status: &LiveStatus) -> Vec<(u8, String)> {
     if let Some(rate) = status.growth_bps {
         parts.push((4, format!("{}/s", format_bytes(rate as i64))));
     }
-    let total = status
-        .memory_total
-        .map(|t| {
-            // A process's RSS holds its binary's file pages: no cgroup charged it.
-            let what = if status.memory_total_is_rss {
-                "RSS"
-            } else {
-                "all charged"
-            };
-            format!(" ({what} {})", format_bytes(t as i64))
-        })
-        .unwrap_or_default();
-    match (status.memory, status.limit) {
-        (Some(m), Some(l)) => parts.push((
+    let fmt = |b: u64| format_bytes(b as i64);
+    match (status.cgroup_usage(), status.memory_total, status.limit) {
+        // The cgroup's usage is what its limit counts; the part that cannot be reclaimed is
+        // said only when it is a part (smaller than the whole).
+        (Some(charged), _, limit) => {
+            let mut s = format!("cgroup {}", fmt(charged));
+            if let Some(l) = limit {
+                s.push_str(&format!(" of {}", fmt(l)));
+            }
+            parts.push((1, s));
+            if let Some(m) = status.memory.filter(|&m| m + (1 << 20) <= charged) {
+                parts.push((4, format!("{} of it not reclaimable", fmt(m))));
+            }
+        }
+        // A process's RSS holds its binary's mapped text: said as RSS, not set against a
+        // limit that counts a cgroup.
+        (None, Some(rss), limit) => parts.push((
             1,
-            format!(
-                "memory {} of {}{total}",
-                format_bytes(m as i64),
-                format_bytes(l as i64)
-            ),
+            match limit {
+                Some(l) => format!("RSS {}, limit {}", fmt(rss), fmt(l)),
+                None => format!("RSS {}", fmt(rss)),
+            },
         )),
-        (Some(m), None) => parts.push((1, format!("memory {}{total}", format_bytes(m as i64)))),
-        _ => {}
+        (None, None, limit) => {
+            if let Some(m) = status.memory {
+                parts.push((
+                    1,
+                    match limit {
+                        Some(l) => format!("memory {} of {}", fmt(m), fmt(l)),
+                        None => format!("memory {}", fmt(m)),
+                    },
+                ));
+            }
+        }
     }
     if status.at_limit() {
         parts.push((0, "at limit".into()));
@@ -342,7 +353,7 @@ mod tests {
             assert!(line.starts_with("1234 captures"), "{line}");
         }
         let at_80 = fit(&parts, Some(80));
-        assert!(at_80.contains("memory 180 MiB of 256 MiB"), "{at_80}");
+        assert!(at_80.contains("cgroup 250 MiB of 256 MiB"), "{at_80}");
         assert!(!at_80.contains("last error"), "{at_80}");
     }
 
@@ -388,9 +399,44 @@ mod tests {
             busy().last_error.unwrap().starts_with(kept) && kept.ends_with("refused"),
             "cut after a whole word: {kept:?}"
         );
-        assert!(line.contains("(all charged 250 MiB)"), "{line}");
-        let mut rss = busy();
-        rss.memory_total_is_rss = true;
-        assert!(describe(&rss).contains("(RSS 250 MiB)"));
+        assert!(
+            line.contains("cgroup 250 MiB of 256 MiB | 180 MiB of it not reclaimable"),
+            "{line}"
+        );
+    }
+
+    /// Issue 35, items 5a and 7b: "memory 277 MiB of 256 MiB … at limit" set a process's RSS
+    /// (or the heap) against the cgroup's limit, and "memory 114 MiB (all charged 111 MiB)"
+    /// gave a part larger than its whole. The cgroup's usage is what its limit counts; RSS is
+    /// said as RSS and set against nothing.
+    #[test]
+    fn the_cgroups_usage_is_set_against_the_limit_and_rss_says_it_is_rss() {
+        let mib = 1u64 << 20;
+        let mut s = LiveStatus::default();
+        s.captures = 10;
+        s.heap_inuse = Some(114 << 20);
+        s.memory = Some(114 * mib);
+        s.memory_total = Some(111 * mib);
+        s.limit = Some(256 * mib);
+        let line = describe(&s);
+        assert!(line.contains("cgroup 111 MiB of 256 MiB"), "{line}");
+        assert!(
+            !line.contains("of it not reclaimable"),
+            "no part larger than its whole: {line}"
+        );
+        assert!(!line.contains("memory 114 MiB"), "{line}");
+        // A process's RSS past the limit, its binary's text included: RSS, and not at the limit
+        // while what can kill is under it.
+        s.memory = Some(200 * mib);
+        s.memory_total = Some(277 * mib);
+        s.memory_total_is_rss = true;
+        let line = describe(&s);
+        assert!(line.contains("RSS 277 MiB, limit 256 MiB"), "{line}");
+        assert!(!line.contains("277 MiB of 256 MiB"), "{line}");
+        assert!(!line.contains("at limit"), "{line}");
+        // Nothing from outside: the Go runtime's own figure against the limit.
+        s.memory_total = None;
+        s.memory_total_is_rss = false;
+        assert!(describe(&s).contains("memory 200 MiB of 256 MiB"));
     }
 }

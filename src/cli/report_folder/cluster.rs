@@ -57,7 +57,12 @@ pub(super) fn write(
     let models: Vec<ReportModel> = prepared
         .iter()
         .zip(&drawn)
-        .map(|((_, _, p), d)| p.model(d))
+        .map(|((name, _, p), d)| {
+            // Each node's own report is titled with its name, not its directory's.
+            let mut model = p.model(d);
+            model.run.node = Some(name.clone());
+            model
+        })
         .collect();
     let folder = |dir: &str, name: &str| {
         let leaf = Path::new(dir)

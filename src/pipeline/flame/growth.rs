@@ -67,7 +67,11 @@ pub fn growth_graph(
             &to.path.display().to_string(),
         )
     })?;
-    let growth = stack_growth(&folded(&fp, fi), &folded(&tp, ti), keep_profiler);
+    let before = folded(&fp, fi);
+    // A life's first capture taken before its runtime published any profile holds nothing:
+    // what the graph draws is then all the life allocated and kept since it began.
+    let from_empty = before.iter().all(|(_, v)| *v == 0);
+    let growth = stack_growth(&before, &folded(&tp, ti), keep_profiler);
     let added: i64 = growth.added.iter().map(|(_, v)| v).sum();
     let cycle = to.record.cycle;
     Ok(FlameGraph {
@@ -80,6 +84,7 @@ pub fn growth_graph(
             added_stacks: growth.added.len(),
             profiler: growth.profiler,
             rise: span.rise,
+            from_empty,
             shrunk_stacks: growth.shrunk_stacks,
             shrunk_by: growth.shrunk_by,
         },
@@ -89,7 +94,7 @@ pub fn growth_graph(
 
 /// The build a boot cycle ran, as `growth` and `compare` name it.
 fn cycle_build(run: &RunDir, cycle: u32) -> String {
-    let label = scan::run_label(run);
+    let label = scan::build_label(run);
     select::cycle_builds(&run.manifest.records, &label)
         .into_iter()
         .find(|b| b.index == cycle)

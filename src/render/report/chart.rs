@@ -151,6 +151,12 @@ impl Timeline {
                 t.rss.push((at(m.t_ms), r as f64));
             }
         }
+        // Where the cgroup is known, its usage is what the limit counts: the process's RSS (its
+        // binary's mapped text included, often above the limit line) is left out of the chart
+        // and said among the cycle's peaks, as RSS.
+        if !t.cgroup.is_empty() {
+            t.rss.clear();
+        }
         if t.kills.is_empty() {
             t.stopped = c.died_after_s;
             t.end_words = end_words(&c.end);
@@ -175,9 +181,13 @@ impl Timeline {
             );
         }
         match (self.rss.is_empty(), self.cgroup.is_empty()) {
-            (false, false) => drawn.push("process and cgroup memory sampled from outside"),
-            (false, true) => drawn.push("process memory (RSS) sampled from outside"),
-            (true, false) => drawn.push("cgroup memory sampled from outside"),
+            (false, false) => drawn.push("process RSS and cgroup memory sampled from outside"),
+            (false, true) => drawn.push(
+                "the process's RSS (its binary's mapped pages included) sampled from outside",
+            ),
+            (true, false) => {
+                drawn.push("the cgroup's memory (what its limit counts) sampled from outside")
+            }
             (true, true) => {}
         }
         if !self.goroutines.is_empty() {
@@ -350,7 +360,7 @@ fn draw(t: &Timeline, caption: &str, out: &mut String) -> Result<(), String> {
 
     let lines = [
         (&t.cgroup, CGROUP, "cgroup memory"),
-        (&t.rss, RSS, "RSS"),
+        (&t.rss, RSS, "process RSS"),
         (&t.envoy_heap_size, ENVOY_HEAP_SIZE, "heap_size (Envoy)"),
         (
             &t.envoy_physical,
@@ -513,16 +523,20 @@ mod tests {
         t.rss = points.clone();
         assert_eq!(
             t.caption(),
-            format!("{HEAP}, process memory (RSS) sampled from outside. Crosses: failed captures.")
+            format!(
+                "{HEAP}, the process's RSS (its binary's mapped pages included) sampled from \
+                 outside. Crosses: failed captures."
+            )
         );
+        t.rss.clear();
         t.cgroup = points.clone();
         t.goroutines = points;
         t.bursts = vec![(0.2, 0.8)];
         assert_eq!(
             t.caption(),
             format!(
-                "{HEAP}, process and cgroup memory sampled from outside, goroutines on the right \
-                 axis. Shaded: burst captures; crosses: failed captures."
+                "{HEAP}, the cgroup's memory (what its limit counts) sampled from outside, \
+                 goroutines on the right axis. Shaded: burst captures; crosses: failed captures."
             )
         );
     }

@@ -13,6 +13,7 @@ use super::markdown::{code, text};
 use super::markup::Markup;
 use super::{ReportModel, seconds};
 use crate::analyse::rules::Status;
+use crate::render::headline::Headline;
 use crate::store::cluster::{Event, TimeFrom};
 use crate::{html, htmlln};
 
@@ -51,13 +52,26 @@ impl ClusterModel<'_> {
         self.label.unwrap_or(&self.name)
     }
 
-    /// One sentence per node.
-    pub fn headline(&self) -> String {
-        self.nodes
+    /// The nodes counted, then each node's lead (its own report has the rest).
+    pub fn headline(&self) -> Headline {
+        let points = self
+            .nodes
             .iter()
-            .map(|n| format!("{}: {}", n.name, n.model.headline()))
-            .collect::<Vec<_>>()
-            .join(" | ")
+            .map(|n| format!("{}: {}", n.name, n.model.headline().lead))
+            .chain(
+                self.left_out
+                    .iter()
+                    .map(|l| format!("{}: not reported: {}", l.name, l.why)),
+            )
+            .collect();
+        let left_out = match self.left_out.len() {
+            0 => String::new(),
+            n => format!(", {n} not reported"),
+        };
+        Headline {
+            lead: format!("{} nodes{left_out}", self.nodes.len()),
+            points,
+        }
     }
 
     /// True when a rule tripped on any node.
@@ -129,7 +143,7 @@ pub fn html(m: &ClusterModel) -> String {
             out,
             "<tr><td><a href=\"#node-{0}\">{0}</a></td><td>{1}</td><td>{3}</td><td><a href=\"{2}/index.html\">{2}/index.html</a></td></tr>",
             n.name,
-            &n.model.headline(),
+            &n.model.headline().lead,
             &n.folder,
             rules
         );
@@ -176,17 +190,17 @@ pub fn html(m: &ClusterModel) -> String {
     for n in &m.nodes {
         htmlln!(
             out,
-            "<section class=\"node\" id=\"node-{0}\">\n<h2>Node {0} <small class=\"note\">{1}</small></h2>\n<p class=\"verdict\">{2}</p>",
+            "<section class=\"node\" id=\"node-{0}\">\n<h2>Node {0} <small class=\"note\">{1}</small></h2>\n{2}",
             n.name,
             n.dir,
-            &n.model.headline()
+            super::html::headline(&n.model.headline(), &format!("headline-{}", n.name))
         );
         for c in &n.model.run.growth.cycles {
             htmlln!(
                 out,
                 "<p>Boot cycle {} ({}): {}</p>",
                 c.index,
-                &c.build,
+                &crate::render::growth::build(c),
                 &crate::render::verdict::cycle_verdict(c, n.model.run.growth.limit_bytes)
             );
         }
@@ -230,7 +244,7 @@ pub fn markdown(m: &ClusterModel) -> String {
             out,
             "| {} | {} | {rules} | {}/index.html |",
             code(n.name),
-            text(&n.model.headline()),
+            text(&n.model.headline().lead),
             text(&n.folder)
         );
     }
@@ -260,8 +274,11 @@ pub fn markdown(m: &ClusterModel) -> String {
             out,
             "\n## Node {}\n\n{}",
             text(n.name),
-            text(&n.model.headline())
+            super::markdown::headline(&n.model.headline()).trim_end()
         );
+        if !n.model.rules.is_empty() {
+            out.push('\n');
+        }
         for o in n.model.rules {
             let (_, word) = status_word(o.status);
             let _ = writeln!(
@@ -317,11 +334,19 @@ pub fn json(m: &ClusterModel) -> String {
             time_from: time_from(e),
         })
         .collect();
+    let headline = m.headline();
     let doc = serde_json::json!({
         "schema": crate::model::SCHEMA,
         "kind": "cluster",
         "run": {"name": m.name, "label": m.label, "started_ms": m.started_ms},
-        "headline": m.headline(),
+        "headline": m
+            .nodes
+            .iter()
+            .map(|n| format!("{}: {}", n.name, n.model.headline().line()))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        "lead": headline.lead,
+        "points": headline.points,
         "failed": m.failed(),
         "node_order": m.nodes.iter().map(|n| n.name).collect::<Vec<_>>(),
         "nodes": nodes,

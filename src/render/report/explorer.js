@@ -253,7 +253,7 @@
       const items = [
         ['heap', 'heap in use (profile)', t.heap.length],
         ['cgroup', 'cgroup memory', t.cgroup.length],
-        ['rss', 'RSS', t.rss.length],
+        ['rss', 'process RSS', t.rss.length],
         ['goroutines', 'goroutines (right axis)', t.goroutines.length],
       ];
       for (const [key, words, n] of items) {

@@ -60,9 +60,14 @@ fn draw_one(f: &ReportFlame) -> Option<Flamegraph> {
             title,
         } => {
             let at = |c: &CaptureAt| format!("capture #{} at {:.1} s", c.seq, c.age_s);
+            let from_words = match title {
+                FlameTitle::Growth {
+                    from_empty: true, ..
+                } => format!("since it began ({} held nothing yet)", at(from)),
+                _ => format!("from {}", at(from)),
+            };
             let span = format!(
-                "from {} to {}{}",
-                at(from),
+                "{from_words} to {}{}",
                 at(to),
                 if *rise {
                     " (the rise into the peak)"

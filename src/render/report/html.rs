@@ -16,6 +16,7 @@ use super::{
 use crate::analyse::growth::CycleGrowth;
 use crate::analyse::rules::{self, Outcome, Status};
 use crate::render::ends::end_words;
+use crate::render::headline::Headline;
 use crate::units::format_bytes;
 use crate::{html, htmlln, markup};
 
@@ -30,7 +31,9 @@ h1 { font-size: 26px; margin: 0 0 6px; }
 h1 small { color: var(--muted); font-weight: normal; }
 h2 { font-size: 20px; margin: 36px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
 h3 { font-size: 16px; margin: 22px 0 6px; }
-.headline { font-size: 17px; background: var(--bg2); border-left: 4px solid var(--fg); padding: 10px 14px; }
+.headline { background: var(--bg2); border-left: 4px solid var(--fg); padding: 10px 14px; }
+.headline .lead { font-size: 17px; font-weight: 600; margin: 0; }
+.headline ul { margin: 6px 0 0; padding-left: 1.3em; }
 .verdict { background: var(--bg2); padding: 8px 12px; }
 .fail { color: var(--bad); font-weight: 600; }
 .pass { color: var(--ok); }
@@ -74,6 +77,22 @@ details summary { cursor: pointer; color: var(--muted); }
 footer { margin-top: 40px; color: var(--muted); font-size: 13px; border-top: 1px solid var(--line); padding-top: 8px; }
 "#;
 
+/// A headline as HTML: its lead, then its points as a list, in a box with this id.
+pub fn headline(h: &Headline, id: &str) -> Markup {
+    let items: Vec<Markup> = h.points.iter().map(|p| markup!("<li>{}</li>", p)).collect();
+    let list = if items.is_empty() {
+        Markup::default()
+    } else {
+        markup!("<ul>\n{}\n</ul>\n", Markup::join(&items, "\n"))
+    };
+    markup!(
+        "<div class=\"headline\" id=\"{}\">\n<p class=\"lead\">{}</p>\n{}</div>\n",
+        id,
+        &h.lead,
+        list
+    )
+}
+
 pub fn html(m: &ReportModel) -> String {
     let run = &m.run;
     let label = run.label();
@@ -94,9 +113,9 @@ pub fn html(m: &ReportModel) -> String {
     );
     htmlln!(
         out,
-        "<header>\n<h1>heapwatch report <small>{}</small></h1>\n<p class=\"headline\" id=\"headline\">{}</p>\n</header>",
+        "<header>\n<h1>heapwatch report <small>{}</small></h1>\n{}</header>",
         label,
-        &m.headline()
+        headline(&m.headline(), "headline")
     );
     nav(&mut out, m);
     gate(&mut out, m);
@@ -202,9 +221,12 @@ fn baseline(out: &mut String, m: &ReportModel) {
     let c = b.comparison;
     htmlln!(
         out,
-        "<section id=\"baseline\">\n<h2>Against {} <small class=\"note\">(baseline)</small></h2>\n<p class=\"verdict\">{}</p>",
+        "<section id=\"baseline\">\n<h2>Against {} <small class=\"note\">(baseline)</small></h2>\n{}",
         b.label(),
-        &crate::render::compare::verdict(c)
+        headline(
+            &crate::render::headline::of_comparison(c),
+            "baseline-verdict"
+        )
     );
     if let Some(r) = b.heap_ratio {
         if let Some(ratio) = r.ratio() {

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use super::{ReportModel, collection_facts, envoy_facts, rate, seconds, tally, usual_interval_ms};
 use crate::analyse::rules::{self, Status};
 use crate::render::ends::end_words;
+use crate::render::headline::Headline;
 use crate::units::format_bytes;
 
 /// Sites listed per cycle and regressions listed against the baseline.
@@ -52,12 +53,24 @@ pub(super) fn code(s: &str) -> String {
     }
 }
 
+/// A headline as markdown: its lead in bold, then its points as a list, and a blank line.
+pub fn headline(h: &Headline) -> String {
+    let mut out = format!("**{}**\n\n", text(&h.lead));
+    for p in &h.points {
+        let _ = writeln!(out, "- {}", text(p));
+    }
+    if !h.points.is_empty() {
+        out.push('\n');
+    }
+    out
+}
+
 pub fn markdown(m: &ReportModel) -> String {
     let run = &m.run;
     let g = run.growth;
     let mut out = String::new();
     let _ = writeln!(out, "## heapwatch report: {}\n", text(run.label()));
-    let _ = writeln!(out, "**{}**\n", text(&m.headline()));
+    out.push_str(&headline(&m.headline()));
 
     if !m.rules.is_empty() {
         let verdict = if m.failed() { "FAILED" } else { "passed" };
@@ -161,7 +174,11 @@ pub fn markdown(m: &ReportModel) -> String {
             out,
             "| {} | {} | {} | {end} | {heap_growth} | {} | {} | {top} |",
             c.index,
-            text(&c.build),
+            if c.build.is_empty() {
+                "-".to_string()
+            } else {
+                text(&c.build)
+            },
             c.captures,
             super::memory_peak(c),
             rules::cycle_time_to_limit(c).map_or("-".to_string(), seconds),
@@ -285,14 +302,17 @@ pub fn markdown(m: &ReportModel) -> String {
     if let Some(b) = &m.baseline {
         let c = b.comparison;
         let _ = writeln!(out, "### Against {}\n", text(b.label()));
-        let mut line = text(&crate::render::compare::verdict(c));
+        let mut points = crate::render::headline::of_comparison(c).points;
         if let Some(r) = b.heap_ratio.and_then(|r| r.ratio()) {
-            line.push_str(&format!(
-                ". Peak in-use heap {r:.2}x the baseline's over the first {}.",
+            points.push(format!(
+                "peak in-use heap {r:.2}x the baseline's over the first {}",
                 seconds(c.age_s)
             ));
         }
-        let _ = writeln!(out, "{line}\n");
+        for p in &points {
+            let _ = writeln!(out, "- {}", text(p));
+        }
+        out.push('\n');
         if !c.regressions.is_empty() {
             let (a, b) = crate::render::compare::side_labels(c);
             let (a, b) = (text(&a), text(&b));

@@ -28,6 +28,7 @@ use crate::analyse::rules::{HeapRatio, Outcome};
 use crate::analyse::triage::{TriageReport, format_span};
 use crate::model::envoy::HeapDumpState;
 use crate::model::memory::MemorySample;
+use crate::render::headline::Headline;
 use crate::store::cluster::Event;
 use crate::store::{CaptureRecord, RecordKind, RunInfo};
 use crate::units::format_bytes;
@@ -44,13 +45,18 @@ pub struct RunView<'a> {
     pub events: &'a [Event],
     /// Profiles that could not be read, and similar things worth knowing.
     pub notes: Vec<String>,
+    /// The node's name, when the run is one node of a cluster run (`infra/etcd-0/etcd`; its
+    /// directory is that name made safe, `infra_etcd-0_etcd`).
+    pub node: Option<String>,
 }
 
 impl RunView<'_> {
-    /// The build label, else the directory name.
+    /// What the report is titled: the node's name in a cluster run, else the build label, else
+    /// the directory name. Plain text: each output escapes it as its format needs.
     pub fn label(&self) -> &str {
-        self.info
-            .and_then(|i| i.label.as_deref())
+        self.node
+            .as_deref()
+            .or(self.info.and_then(|i| i.label.as_deref()))
             .unwrap_or(&self.name)
     }
 }
@@ -114,25 +120,38 @@ pub struct ReportModel<'a> {
 }
 
 impl ReportModel<'_> {
-    /// The one sentence at the top: what happened, and (with a baseline) what regressed.
-    /// A run of Envoy admin figures without profiles leads with Envoy's verdict.
-    pub fn headline(&self) -> String {
+    /// The headline at the top: one short sentence on what killed it, or what regressed, and
+    /// where to look, then the rest as a list ([`Headline`]). A run of Envoy admin figures
+    /// without profiles leads with Envoy's verdict.
+    pub fn headline(&self) -> Headline {
         let g = self.run.growth;
-        let mut parts = Vec::new();
-        if let Some(b) = &self.baseline {
-            parts.push(crate::render::compare::verdict(b.comparison));
-        }
+        let baseline = self.baseline.as_ref().map(|b| b.comparison);
         if let Some(e) = self.envoy.as_ref().filter(|_| self.envoy_only()) {
             let (code, summary) = envoy_verdict(e.report);
-            parts.push(format!("Envoy {code}: {summary}"));
-            return parts.join(". ");
+            let mut parts = if e.report.snapshots == 0 {
+                vec![summary]
+            } else {
+                crate::render::envoy_words::verdict_parts(e.report)
+            };
+            let first = if parts.is_empty() {
+                String::new()
+            } else {
+                parts.remove(0)
+            };
+            let envoy = Headline {
+                lead: format!("Envoy {code}: {first}"),
+                points: parts,
+            };
+            return match baseline {
+                Some(c) => {
+                    let mut h = crate::render::headline::of_comparison(c);
+                    h.points.push(envoy.line());
+                    h
+                }
+                None => envoy,
+            };
         }
-        match g.cycles.as_slice() {
-            [] => parts.push("no boot cycle with a good capture".into()),
-            [one] => parts.push(crate::render::verdict::cycle_verdict(one, g.limit_bytes)),
-            _ => parts.push(crate::render::verdict::across_summary(&g.cycles, &g.across)),
-        }
-        parts.join(". ")
+        crate::render::headline::of_run(g, baseline)
     }
 
     /// True for a run of Envoy admin figures without any heap or goroutine profile (an Envoy

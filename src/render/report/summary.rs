@@ -19,7 +19,12 @@ const TOP: usize = 5;
 struct Summary<'a> {
     schema: u32,
     run: RunSummary,
+    /// The headline on one line: its lead, then its points.
     headline: String,
+    /// The headline's one short sentence: what killed it, or what regressed, and where to look.
+    lead: String,
+    /// The rest of the headline, one clause each.
+    points: Vec<String>,
     captures: Tally,
     memory_samples: usize,
     cycles: Vec<CycleSummary<'a>>,
@@ -348,6 +353,7 @@ pub fn json(m: &ReportModel) -> String {
             .map(|r| r.name.clone())
             .collect(),
     });
+    let headline = m.headline();
     let summary = Summary {
         schema: crate::model::SCHEMA,
         run: RunSummary {
@@ -359,7 +365,9 @@ pub fn json(m: &ReportModel) -> String {
             tool: info.map(|i| i.tool.clone()),
             limit_bytes: run.growth.limit_bytes,
         },
-        headline: m.headline(),
+        headline: headline.line(),
+        lead: headline.lead,
+        points: headline.points,
         captures: tally(run.records, usual_interval_ms(info)),
         memory_samples: run.memory.len(),
         cycles,
