@@ -365,13 +365,25 @@ pub fn spawn_fresh_copy(command: &mut Command, program: &Path) -> std::process::
 }
 
 /// Starts a Go fixture that prints `listening on ADDR` first (`steady`, `spike`, …), with its
-/// stdout read for that line and its stderr dropped; returns the process and ADDR.
+/// stdout read for that line and its stderr dropped; returns the process and ADDR. It starts
+/// with SIGINT and SIGHUP at their defaults: a runner that starts the tests as a background job
+/// hands them down ignored, and a Go program keeps an inherited ignore, so a test's Ctrl-C
+/// (`signal(pid, "INT")`) would never stop it.
 pub fn start_listening(program: &Path, args: &[&str]) -> (Reaped, String) {
+    use std::os::unix::process::CommandExt as _;
     let mut command = Command::new(program);
     command
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     let mut target = Reaped(spawn_fresh_copy(&mut command, program));
     let mut first = String::new();
     BufReader::new(target.0.stdout.take().unwrap())
