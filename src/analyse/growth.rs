@@ -921,6 +921,25 @@ impl CycleGrowth {
         self.unflatten_storms();
     }
 
+    /// The reading's sites as read from the site figures of the two stored captures at its
+    /// onset (`from`) and end (`to`), each with its seq. True when no site holds
+    /// [`CAUSE_SHARE`](super::cause::CAUSE_SHARE) of the rise: it is spread over several, and
+    /// its cause is the caller they share, read from the stacks ([`CycleGrowth::set_cause`]).
+    pub fn read_rise_sites(
+        &mut self,
+        (from, before): (u64, &[SiteFigures]),
+        (to, after): (u64, &[SiteFigures]),
+    ) -> bool {
+        let sites = reading::rise_sites(
+            before.iter().map(|s| (s.name.as_str(), s.value as f64)),
+            after.iter().map(|s| (s.name.as_str(), s.value as f64)),
+        );
+        self.set_rise_sites(sites, from, to);
+        self.rise_sites()
+            .first()
+            .is_some_and(|s| s.share < super::cause::CAUSE_SHARE)
+    }
+
     /// The caller under which most of the reading's rise lies, read from the stacks that grew.
     pub fn set_cause(&mut self, cause: Option<crate::analyse::cause::Cause>) {
         if let Some(r) = self.reading.as_mut() {
