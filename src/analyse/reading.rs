@@ -423,8 +423,10 @@ fn slope_quartiles(points: &[(f64, f64)]) -> Option<(f64, f64, f64)> {
     if slopes.is_empty() {
         return None;
     }
-    slopes.sort_by(f64::total_cmp);
-    let q = |f: f64| slopes[((slopes.len() - 1) as f64 * f).round() as usize];
+    let mut q = |f: f64| {
+        let at = ((slopes.len() - 1) as f64 * f).round() as usize;
+        *slopes.select_nth_unstable_by(at, f64::total_cmp).1
+    };
     Some((q(0.25), q(0.5), q(0.75)))
 }
 
