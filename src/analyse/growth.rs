@@ -1008,4 +1008,10 @@ fn thin(points: &[(f64, f64)], max: usize) -> Option<Vec<(f64, f64)>> {
 }
 
 #[cfg(test)]
+mod go_runtime;
+#[cfg(test)]
+mod shapes;
+#[cfg(test)]
+mod shapes_tests;
+#[cfg(test)]
 mod tests;
