@@ -268,7 +268,17 @@ fn place_publication<T: PartialEq + Clone>(
     forced_gc: bool,
 ) -> Option<Placed<T>> {
     if !forced_gc {
-        if let Some(p) = published.as_mut().filter(|p| p.figures == *figures) {
+        // The same figures are the same publication, unless the clock says a GC published
+        // since: a site that allocated nothing the profile sampled between two mark
+        // terminations publishes the same figures twice, and the second describes the later one.
+        let same_gc = |p: &Publication<T>| match (p.num_gc, clock) {
+            (Some(was), Some(now)) => was == now,
+            _ => true,
+        };
+        if let Some(p) = published
+            .as_mut()
+            .filter(|p| p.figures == *figures && same_gc(p))
+        {
             p.last = p.last.max(t);
             return None;
         }
@@ -279,6 +289,7 @@ fn place_publication<T: PartialEq + Clone>(
         Some(p) => {
             // The last capture that still showed it: no GC had published since.
             let last = before.map_or(p.last, |b| b.at.max(p.last)).min(t);
+            let clocked = p.num_gc.is_some() && clock.is_some();
             let unseen = match (p.num_gc, clock) {
                 (Some(was), Some(now)) => now >= was.saturating_add(2),
                 _ => gcs_unseen(inuse(&p.figures), inuse(figures)),
@@ -297,7 +308,7 @@ fn place_publication<T: PartialEq + Clone>(
                     _ => {
                         // A cycle's first publication stays unplaced (its moment is unknown).
                         let again =
-                            p.at.is_some_and(|at| last > at)
+                            p.at.is_some_and(|at| last > at && !clocked)
                                 .then_some((last, p.figures));
                         Some(Placed {
                             at: (last + t) / 2.0,
@@ -368,6 +379,10 @@ struct Placed<T> {
     at: f64,
     again: Option<(f64, T)>,
 }
+
+/// Captures made before the first publication are figures of the heap only when the first
+/// GC found at least this share of what had been allocated still in use.
+const LIVE_SHARE: f64 = 0.5;
 
 /// The smallest GC goal the runtime sets (runtime/mgcpacer.go: 4 MiB at GOGC=100).
 const MIN_HEAP_GOAL: f64 = 4.0 * 1024.0 * 1024.0;
@@ -700,10 +715,12 @@ fn cycle(
         .iter()
         .map(|r| (secs(r.t_ms), r.gc.map(|g| g.num_gc)))
         .collect();
+    // A capture stored as a twin of an earlier one (`dup_of`) is read from that one's file.
+    let stored = |r: &CaptureRecord| r.dup_of.unwrap_or(r.seq);
     let mut unpublished = by_time.first().is_some_and(|r| before_first_publication(r));
-    // The moment of the GC the first publication describes, when captures before it counted
-    // garbage as in use: those after it are no figure of the heap.
-    let mut superseded_after: Option<f64> = None;
+    // The moment of the GC the first publication describes and its figure, when captures before
+    // it counted garbage as in use: those after it, or above it, are no figure of the heap.
+    let mut superseded_after: Option<(f64, i64)> = None;
     for r in &by_time {
         let last = before.replace(r);
         // With a forced GC every capture is current and placed, but a stored twin only once.
@@ -719,15 +736,34 @@ fn cycle(
             num_gc: b.gc.map(|g| g.num_gc),
         });
         // The first publication after captures made before any: at its GC's moment, the
-        // captures after it (garbage counted as in use) giving way.
+        // captures after it (garbage counted as in use) giving way, and so do those before it
+        // that stand above it: what they summed beyond the heap that GC found was garbage.
+        // When that GC found less than half of what had been allocated in use, they summed
+        // garbage mostly, and all give way (GOGC=off: no GC until the soft limit, and 263 MiB
+        // of dropped buffers read as the heap at 2 s).
         if let Some(at) = after_unpublished(r, unpublished, &clocked) {
             unpublished = false;
-            superseded_after = Some(at);
+            let allocated = r.totals.get("alloc_space").copied().unwrap_or(inuse);
+            let figure = if (inuse as f64) < LIVE_SHARE * allocated as f64 {
+                i64::MIN
+            } else {
+                inuse
+            };
+            superseded_after = Some((at, figure));
             let keep = distinct.partition_point(|p: &(f64, f64)| p.0 <= at);
             distinct.truncate(keep);
             seqs.truncate(keep);
+            let mut k = 0;
+            while k < distinct.len() {
+                if distinct[k].1 > figure as f64 {
+                    distinct.remove(k);
+                    seqs.remove(k);
+                } else {
+                    k += 1;
+                }
+            }
             distinct.push((at, inuse as f64));
-            seqs.push(r.seq);
+            seqs.push(stored(r));
             published = Some(Publication {
                 figures,
                 first: secs(r.t_ms),
@@ -752,10 +788,10 @@ fn cycle(
         };
         if let (Some((at, again)), Some(b)) = (placed.again, last) {
             distinct.push((at, again.0 as f64));
-            seqs.push(b.seq);
+            seqs.push(stored(b));
         }
         distinct.push((placed.at, inuse as f64));
-        seqs.push(r.seq);
+        seqs.push(stored(r));
     }
     let failed_after = records
         .iter()
@@ -826,7 +862,10 @@ fn cycle(
     let heap_series: Vec<(f64, i64)> = by_time
         .iter()
         .filter(|r| {
-            !(before_first_publication(r) && superseded_after.is_some_and(|at| secs(r.t_ms) > at))
+            !(before_first_publication(r)
+                && superseded_after.is_some_and(|(at, figure)| {
+                    secs(r.t_ms) > at || r.totals.get("inuse_space").is_some_and(|&v| v > figure)
+                }))
         })
         .filter_map(|r| Some((secs(r.t_ms), *r.totals.get("inuse_space")?)))
         .collect();
@@ -956,6 +995,25 @@ impl CycleGrowth {
         self.unflatten_storms();
     }
 
+    /// The reading's sites as read from the site figures of the two stored captures at its
+    /// onset (`from`) and end (`to`), each with its seq. True when no site holds
+    /// [`CAUSE_SHARE`](super::cause::CAUSE_SHARE) of the rise: it is spread over several, and
+    /// its cause is the caller they share, read from the stacks ([`CycleGrowth::set_cause`]).
+    pub fn read_rise_sites(
+        &mut self,
+        (from, before): (u64, &[SiteFigures]),
+        (to, after): (u64, &[SiteFigures]),
+    ) -> bool {
+        let sites = reading::rise_sites(
+            before.iter().map(|s| (s.name.as_str(), s.value as f64)),
+            after.iter().map(|s| (s.name.as_str(), s.value as f64)),
+        );
+        self.set_rise_sites(sites, from, to);
+        self.rise_sites()
+            .first()
+            .is_some_and(|s| s.share < super::cause::CAUSE_SHARE)
+    }
+
     /// The caller under which most of the reading's rise lies, read from the stacks that grew.
     pub fn set_cause(&mut self, cause: Option<crate::analyse::cause::Cause>) {
         if let Some(r) = self.reading.as_mut() {
@@ -981,5 +1039,11 @@ fn thin(points: &[(f64, f64)], max: usize) -> Option<Vec<(f64, f64)>> {
     Some(points.iter().step_by(step.max(1)).copied().collect())
 }
 
+#[cfg(test)]
+mod go_runtime;
+#[cfg(test)]
+mod shapes;
+#[cfg(test)]
+mod shapes_tests;
 #[cfg(test)]
 mod tests;

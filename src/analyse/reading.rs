@@ -196,8 +196,22 @@ pub fn episode_bounds(heap: &[(f64, f64)]) -> Option<(usize, usize, usize)> {
         .position(|h| h.1 >= max - NEAR_TOP * rise)?;
     let near_low = low + NEAR_LOW * rise;
     let b = (0..=q).rev().find(|&i| heap[i].1 <= near_low)?;
+    // A rise that came near the top, fell back by more than half of itself and rose again
+    // into the peak (a spike before a leak): the rise into the peak began at the low between.
+    let fell_to = (q..p_max).min_by(|&i, &j| heap[i].1.total_cmp(&heap[j].1));
+    let fall = (FELL_BACK * rise).max(FELL_BACK_SAMPLES * SAMPLE_BYTES);
+    if let Some(k) = fell_to.filter(|&k| heap[k].1 < heap[q].1 - fall) {
+        let (b, q, p) = episode_bounds(&heap[k..])?;
+        return Some((k + b, k + q, k + p));
+    }
     (b < q).then_some((b, q, p_max))
 }
+
+/// A fall by this share of a rise, and by this many samples at least (a few samples are a
+/// figure's wobble: a storm's garbage published in use, gone at the next GC), before the
+/// heap's peak, ends the rise before it.
+const FELL_BACK: f64 = 0.5;
+const FELL_BACK_SAMPLES: f64 = 8.0;
 
 /// Whether the heap held near its top since `q` (the rise is over): long enough against the
 /// rise and the publications' spacing, and without rising on since by a tenth of the rise in a
@@ -227,7 +241,16 @@ fn held_since(heap: &[(f64, f64)], b: usize, q: usize, memory_held: &dyn Fn(f64)
     // not-yet-swept garbage as in use, a few figures that can line up as a rise.
     theil_sen(&t, &v)
         .is_none_or(|late| late.slope * since < allowed_rise(rise) || late.r2 < LATE_TREND_R2)
-        || (after <= FEW_PUBLICATIONS && memory_held(since))
+        || (after <= FEW_PUBLICATIONS && memory_held(since) && !climbing(&heap[q..], rise))
+}
+
+/// Whether every figure rose above the one before, by more than a held level may rise in all:
+/// no wobble does that. Under GOMEMLIMIT the process's memory sits at the soft limit while a
+/// leak eats the GC's headroom, and a memory that held says nothing of the heap.
+fn climbing(figures: &[(f64, f64)], rise: f64) -> bool {
+    figures.len() >= 4
+        && figures.windows(2).all(|w| w[1].1 > w[0].1)
+        && figures[figures.len() - 1].1 - figures[0].1 > allowed_rise(rise)
 }
 
 /// When the rise from `heap[b]` to `heap[p]` started, as far as the figures tell: the onset's
@@ -366,6 +389,72 @@ fn later_onset(points: &[(f64, f64)]) -> Option<usize> {
     (split < 0.25 * whole && changed && grew && late > 0.0).then_some(k)
 }
 
+/// Where the rise from `heap[b]` to `heap[p]` began as its sites tell it, when that was after
+/// `b`: the latest moment such that the sites still rising into `p` that joined the rise at it
+/// or later add at least half of what those sites added lately (in the last third of the
+/// figures: a cache that filled before a leak, replaced fast, publishes more garbage in use
+/// as the heap grows and its marks last longer, and still rises, by little). A start-up load, then a leak at a
+/// like rate, is one line in the heap; a level the heap wobbled about (churn published in
+/// use) has its lowest figure seconds before the rise began; a cache that filled, or a spike,
+/// before the leak lies between the heap's low and its peak; the sites' own figures say which
+/// still rise and when each left its level (issue 33, items 3 and 5: a start-up load named
+/// "65 % of the rise"; "rose from 8.0 s" for a load that began at 17.7 s).
+///
+/// A site still rises when its last third of the figures adds [`STILL_RISING`] of its own rise
+/// (and a sample). It joined after the last of its figures near where it stood at `b` (within
+/// [`JOINED`] of its own rise, and half a sample: it gained none; the last moment of that slot
+/// of the grid), or by `b` when it stood above its lowest figure before then already. The
+/// answer is the last heap figure at or before that moment, when it lies in the lower half
+/// of the rise.
+fn sites_joined(grid: &SeriesGrid, heap: &[(f64, f64)], b: usize, p: usize) -> Option<usize> {
+    let (from, to) = (heap[b].0, heap[p].0);
+    let times = grid.times();
+    let inside: Vec<usize> = (0..times.len())
+        .filter(|&i| times[i] >= from - 1e-9 && times[i] <= to + 1e-9)
+        .collect();
+    let (&first, &last) = (inside.first()?, inside.last()?);
+    let late = inside[inside.len() * 2 / 3];
+    let mut joined: Vec<(f64, f64)> = grid
+        .series()
+        .filter(|(name, _)| *name != super::reduce::PROFILING_SITE)
+        .filter_map(|(_, v)| {
+            let own = v[last] - v[first];
+            let lately = v[last] - v[late];
+            if own < MIN_SITE_BYTES || lately < (STILL_RISING * own).max(SAMPLE_BYTES) {
+                return None;
+            }
+            let margin = (JOINED * own).max(0.5 * SAMPLE_BYTES);
+            // Already above where it stood before: it joined by `b`.
+            let lowest = v[..=first].iter().copied().fold(f64::INFINITY, f64::min);
+            if v[first] > lowest + margin {
+                return Some((from, lately));
+            }
+            let k = inside.iter().rposition(|&i| v[i] <= v[first] + margin)?;
+            Some((grid.ends()[inside[k]], lately))
+        })
+        .collect();
+    let rising: f64 = joined.iter().map(|j| j.1).sum();
+    joined.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut held = 0.0;
+    let at = joined.iter().find_map(|&(t, own)| {
+        held += own;
+        (held >= 0.5 * rising).then_some(t)
+    })?;
+    let k = heap[..=p].iter().rposition(|h| h.0 <= at + 1e-9)?;
+    // The rise begins low: a dip in a level the heap already held (a storm's garbage
+    // published in use, gone at the next GC) is no onset.
+    let low = heap[k].1 <= heap[b].1 + 0.5 * (heap[p].1 - heap[b].1);
+    (k > b && k < p && low).then_some(k)
+}
+
+/// A site still rises into the end of a rise when its last third of figures adds this share
+/// of its own rise.
+const STILL_RISING: f64 = 0.1;
+/// A site has joined the rise once it is this share of its own rise above where it stood.
+const JOINED: f64 = 0.01;
+/// The bytes one sample of the heap profile stands for, on average (`MemProfileRate`).
+const SAMPLE_BYTES: f64 = 512.0 * 1024.0;
+
 /// The median and quartiles of the pairwise slopes of `points`.
 fn slope_quartiles(points: &[(f64, f64)]) -> Option<(f64, f64, f64)> {
     let mut slopes = Vec::new();
@@ -382,15 +471,17 @@ fn slope_quartiles(points: &[(f64, f64)]) -> Option<(f64, f64, f64)> {
     if slopes.is_empty() {
         return None;
     }
-    slopes.sort_by(f64::total_cmp);
-    let q = |f: f64| slopes[((slopes.len() - 1) as f64 * f).round() as usize];
+    let mut q = |f: f64| {
+        let at = ((slopes.len() - 1) as f64 * f).round() as usize;
+        *slopes.select_nth_unstable_by(at, f64::total_cmp).1
+    };
     Some((q(0.25), q(0.5), q(0.75)))
 }
 
 /// What the reading is computed from.
 pub struct ReadingInput<'a> {
     /// The in-use heap at each publication, `(seconds, bytes)` in time order, and the seq of
-    /// the capture that carried each (empty when unknown).
+    /// the stored capture that carried each (a duplicate's earlier twin; empty when unknown).
     pub heap: &'a [(f64, f64)],
     pub seqs: &'a [u64],
     /// Every site's in-use bytes on the cycle's grid (profiler's own site included: skipped).
@@ -434,16 +525,31 @@ fn without_a_last_wobble(input: &ReadingInput) -> Option<Option<Reading>> {
     if before.as_ref().is_some_and(|r| r.ongoing) {
         return None;
     }
-    let level_from = before.as_ref().map_or(0.0, |r| r.end_s);
+    // The level is what the heap did after the rise before came to its end: a spike's own
+    // peak is no part of it (a leak rising on past a spike that fell is no wobble).
+    let level_after = before.as_ref().map_or(f64::NEG_INFINITY, |r| r.end_s);
     let level: Vec<f64> = heap[..n]
         .iter()
-        .filter(|h| h.0 >= level_from)
+        .filter(|h| h.0 > level_after)
         .map(|h| h.1)
         .collect();
     let high = level.iter().copied().fold(f64::MIN, f64::max);
     let low = level.iter().copied().fold(f64::MAX, f64::min);
     if heap[n].1 - high > high - low {
         return None;
+    }
+    // A level is many figures about one value: past the fence of their quartiles (Tukey's,
+    // 1.5 times their spread above the upper one), a figure stands out. A storm's garbage
+    // published in use makes the "level" after its rise range from the storm's top to the
+    // heap without it, and a leak rising on past it is no wobble of that.
+    if level.len() >= 4 {
+        let mut sorted = level.clone();
+        sorted.sort_by(f64::total_cmp);
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+        let (q1, q3) = (at(0.25), at(0.75));
+        if heap[n].1 > q3 + 1.5 * (q3 - q1) && heap[n].1 > high {
+            return None;
+        }
     }
     Some(before.map(|mut r| {
         r.last_bytes = heap[n].1 as i64;
@@ -475,6 +581,7 @@ fn read_figures(input: &ReadingInput) -> Option<Reading> {
     } else {
         (later_onset(&heap[b0..=p_max]).map_or(b0, |k| b0 + k), p_max)
     };
+    let b = sites_joined(input.sites, heap, b, p).unwrap_or(b);
     let q = if held { q0 } else { p };
     // A quiet start publishes nothing (no GC runs): the onset's figure may be far older than
     // the rise. Then the rate is fitted from the first figure of the rise on, and the onset

@@ -12,6 +12,8 @@ const MAX_SLOTS: usize = 128;
 pub struct SeriesGrid {
     /// Seconds since the cycle's first capture, one per slot (mean of merged moments).
     times: Vec<f64>,
+    /// The latest moment each slot holds.
+    ends: Vec<f64>,
     /// How many moments each slot holds.
     weights: Vec<u32>,
     /// Moments per slot for new slots; doubles each time the grid is halved.
@@ -36,6 +38,7 @@ impl SeriesGrid {
             let k = self.times.len() - 1;
             let w = self.weights[k] as f64;
             self.times[k] = (self.times[k] * w + t) / (w + 1.0);
+            self.ends[k] = self.ends[k].max(t);
             for v in &mut self.values {
                 v[k] *= w / (w + 1.0);
             }
@@ -48,6 +51,7 @@ impl SeriesGrid {
         }
         let slot = self.times.len();
         self.times.push(t);
+        self.ends.push(t);
         self.weights.push(1);
         for v in &mut self.values {
             v.push(0.0);
@@ -81,6 +85,11 @@ impl SeriesGrid {
                 .collect()
         };
         self.times = merge(&self.times, &self.weights);
+        self.ends = self
+            .ends
+            .chunks(2)
+            .map(|e| e.iter().copied().fold(f64::MIN, f64::max))
+            .collect();
         for v in &mut self.values {
             *v = merge(v, &self.weights);
         }
@@ -91,6 +100,7 @@ impl SeriesGrid {
     pub fn truncate_after(&mut self, t: f64) {
         let keep = self.times.partition_point(|&x| x <= t);
         self.times.truncate(keep);
+        self.ends.truncate(keep);
         self.weights.truncate(keep);
         for v in &mut self.values {
             v.truncate(keep);
@@ -99,6 +109,11 @@ impl SeriesGrid {
 
     pub fn times(&self) -> &[f64] {
         &self.times
+    }
+
+    /// The latest moment each slot holds (its time is their mean).
+    pub fn ends(&self) -> &[f64] {
+        &self.ends
     }
 
     pub fn len(&self) -> usize {
@@ -185,13 +200,15 @@ pub(crate) fn sustained(t: &[f64], v: &[f64], whole: &LineFit) -> bool {
     theil_sen(&t[half..], &v[half..]).is_some_and(|late| late.slope >= 0.3 * whole.slope)
 }
 
+/// The median, found by selection (tens of thousands of pairwise slopes need no full sort).
 fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(|a, b| a.total_cmp(b));
-    let m = xs.len() / 2;
-    if xs.len() % 2 == 1 {
-        xs[m]
+    let (n, m) = (xs.len(), xs.len() / 2);
+    let (below, &mut mid, _) = xs.select_nth_unstable_by(m, f64::total_cmp);
+    if n % 2 == 1 {
+        mid
     } else {
-        (xs[m - 1] + xs[m]) / 2.0
+        let low = below.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (low + mid) / 2.0
     }
 }
 

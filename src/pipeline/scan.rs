@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use std::collections::BTreeMap;
 
-use crate::analyse::cause::{CAUSE_SHARE, Cause, common_caller};
+use crate::analyse::cause::{Cause, common_caller};
 use crate::analyse::compare::{AgedSites, Comparison, CycleSide};
 use crate::analyse::growth::{CycleGrowth, GrowthBuilder, GrowthReport};
 use crate::analyse::reduce::OwnCode;
@@ -195,17 +195,8 @@ fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool
         if let (Some(from), Some(to)) = (by_seq(onset), by_seq(end)) {
             let read = |r: &CaptureRecord| source.sites(r).ok().map(|(sites, _)| sites);
             if let (true, Some(before), Some(after)) = (from.seq != to.seq, read(from), read(to)) {
-                let sites = crate::analyse::reading::rise_sites(
-                    before.iter().map(|s| (s.name.as_str(), s.value as f64)),
-                    after.iter().map(|s| (s.name.as_str(), s.value as f64)),
-                );
-                c.set_rise_sites(sites, from.seq, to.seq);
                 // Spread over several sites: the caller they share, when one holds most.
-                let spread = c
-                    .rise_sites()
-                    .first()
-                    .is_some_and(|s| s.share < CAUSE_SHARE);
-                if spread {
+                if c.read_rise_sites((from.seq, &before), (to.seq, &after)) {
                     let own = OwnCodes::of(&run.manifest.records);
                     c.set_cause(rise_cause(run, from, to, own.of_cycle(c.index), limits));
                 }
