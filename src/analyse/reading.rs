@@ -393,12 +393,12 @@ fn later_onset(points: &[(f64, f64)]) -> Option<usize> {
 /// `b`: the latest moment such that the sites still rising into `p` that joined the rise at it
 /// or later add at least half of what those sites added lately (in the last third of the
 /// figures: a cache that filled before a leak, replaced fast, publishes more garbage in use
-/// as the heap grows and its marks last longer, and still rises, by little). A start-up load, then a leak at a
-/// like rate, is one line in the heap; a level the heap wobbled about (churn published in
-/// use) has its lowest figure seconds before the rise began; a cache that filled, or a spike,
-/// before the leak lies between the heap's low and its peak; the sites' own figures say which
-/// still rise and when each left its level (issue 33, items 3 and 5: a start-up load named
-/// "65 % of the rise"; "rose from 8.0 s" for a load that began at 17.7 s).
+/// as the heap grows and its marks last longer, and still rises, by little). A start-up
+/// load, then a leak at a like rate, is one line in the heap; a level the heap wobbled about
+/// (churn published in use) has its lowest figure seconds before the rise began; a cache that
+/// filled, or a spike, before the leak lies between the heap's low and its peak; the sites'
+/// own figures say which still rise and when each left its level (issue 33, items 3 and 5: a
+/// start-up load named "65 % of the rise"; "rose from 8.0 s" for a load that began at 17.7 s).
 ///
 /// A site still rises when its last third of the figures adds [`STILL_RISING`] of its own rise
 /// (and a sample). It joined after the last of its figures near where it stood at `b` (within

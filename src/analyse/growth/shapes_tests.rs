@@ -6,8 +6,8 @@
 //! carries the seed of its own sampling, so a shape is the same life every time; the same
 //! life read twice gives the same sentence, and recorded twice is the same life.
 //!
-//! What holds, over [`CASES`] shapes each (about 20 s for both in a debug build on two cores,
-//! 34 s of CPU), shapes that cannot tell their truth set aside by [`bands`]:
+//! What holds, over [`CASES`] shapes each (20 to 30 s for both in a debug build on two busy
+//! cores, 34 s of CPU), shapes that cannot tell their truth set aside by [`bands`]:
 //! - Read by the GC clock (`proc:`), GOGC 50, 100 or 400, or 100 under GOMEMLIMIT, storms and
 //!   spikes before the culprit's rise: the culprit named (its site, or its caller when it
 //!   leaks through several leaves), still growing, its rate and its onset within [`bands`].
@@ -49,6 +49,26 @@ use crate::model::capture::RecordKind;
 /// [`bands`]) and cost a recording each.
 const CASES: u32 = 1000;
 const SEED: u64 = 33;
+
+/// The shapes of each property: recorded by the GC clock or not, storms and spikes before the
+/// rise or anywhere, GOGC=off among the GC settings or not.
+const BY_THE_CLOCK: Domain = Domain {
+    proc: Some(true),
+    transients: Transients::BeforeRise,
+    gogc_off: false,
+};
+const BY_ESTIMATE: Domain = Domain {
+    proc: Some(false),
+    ..BY_THE_CLOCK
+};
+const TRANSIENTS_IN_THE_RISE: Domain = Domain {
+    transients: Transients::Anywhere,
+    ..BY_THE_CLOCK
+};
+const UNDER_GOGC_OFF: Domain = Domain {
+    gogc_off: true,
+    ..BY_THE_CLOCK
+};
 
 /// The fixed seed reproduces any failure: none is written to `proptest-regressions` (whose
 /// cases would run before these, and make their count other than [`CASES`]).
@@ -217,7 +237,7 @@ proptest! {
 
     #[test]
     fn by_the_gc_clock_the_reading_names_the_culprit_its_rate_and_its_onset(
-        s in shape(Domain { proc: Some(true), transients: Transients::BeforeRise, gogc_off: false })
+        s in shape(BY_THE_CLOCK)
     ) {
         let j = judge(&s);
         prop_assume!(j.is_ok());
@@ -229,7 +249,7 @@ proptest! {
 
     #[test]
     fn by_estimate_the_reading_names_the_culprit_and_that_it_grows(
-        s in shape(Domain { proc: Some(false), transients: Transients::BeforeRise, gogc_off: false })
+        s in shape(BY_ESTIMATE)
     ) {
         let j = judge(&s);
         prop_assume!(j.is_ok());
@@ -249,7 +269,7 @@ proptest! {
     #[test]
     #[ignore = "known failure: without the GC clock the rate and the onset are estimated"]
     fn known_without_the_clock_the_rate_and_onset_are_estimated(
-        s in shape(Domain { proc: Some(false), transients: Transients::BeforeRise, gogc_off: false })
+        s in shape(BY_ESTIMATE)
     ) {
         let j = judge(&s);
         prop_assume!(j.is_ok());
@@ -260,7 +280,7 @@ proptest! {
     #[test]
     #[ignore = "known failure: a storm or a spike during the rise is read as part of it"]
     fn known_a_storm_or_a_spike_during_the_rise_is_read_as_part_of_it(
-        s in shape(Domain { proc: Some(true), transients: Transients::Anywhere, gogc_off: false })
+        s in shape(TRANSIENTS_IN_THE_RISE)
     ) {
         let j = judge(&s);
         prop_assume!(j.is_ok());
@@ -271,7 +291,7 @@ proptest! {
     #[test]
     #[ignore = "known failure: under GOGC=off nothing is published until the soft limit"]
     fn known_under_gogc_off_nothing_is_published_until_the_soft_limit(
-        s in shape(Domain { proc: Some(true), transients: Transients::BeforeRise, gogc_off: true })
+        s in shape(UNDER_GOGC_OFF)
     ) {
         let j = judge(&s);
         prop_assume!(j.is_ok());
