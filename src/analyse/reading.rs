@@ -8,11 +8,13 @@
 //! before, so a new publication goes where the one before was first seen; when it is further
 //! above that one than one GC goal allows (1.25 × the larger of twice it and 4 MiB), GCs ran
 //! unseen between two captures, and the one before is placed again at the last capture that still
-//! showed it and the new one halfway from there to its own capture, `growth::place_publication`;
+//! showed it and the new one halfway from there to its own capture, `growth::placement::place_publication`;
 //! duplicates count as sightings).
 //!
 //! The episode is the rise into the cycle's peak (or its death), from its onset (the last
-//! publication near the low before it: a quiet start is no part of it) to its end (the peak while
+//! publication near the low before it: a quiet start is no part of it; when the heap came near
+//! its top, fell back by half the rise and eight samples at least, and rose again, the rise into
+//! the peak began at the low between: a spike before a leak) to its end (the peak while
 //! the rise goes on; the first publication near the top, within a fifth of the rise, when the heap
 //! held there long enough and rose on by less than a tenth of the rise since; "long enough" is
 //! half the rise's length and more than three publication spacings, or, for a heap published
@@ -33,9 +35,16 @@
 //! last figure fell out of the band near its top (below it by more than a fifth of the rise)
 //! after the peak is no rise going on either.
 //!
+//! A memory that held says nothing of a heap whose every last figure climbed past what a held
+//! level may rise (under GOMEMLIMIT the process sits at its soft limit while a leak eats the
+//! GC's headroom): such a heap is still rising ([`episode`]).
+//!
 //! A rise still going may have changed its rate for good on the way (a load, then a slower leak;
 //! a trickle, then a flood): when two straight segments fit far better than one, it starts at the
-//! second. Its rate is the Theil–Sen slope over the episode alone (the rise over its time for a
+//! second. Where the sites were sampled, the onset is where the sites still rising into the
+//! peak joined the rise, when that lies in its lower half: a start-up load, a filled cache or a
+//! spike before a leak then fall before the onset, whatever the heap's line looks like
+//! ([`onset`]). Its rate is the Theil–Sen slope over the episode alone (the rise over its time for a
 //! step the fit cannot follow). Its sites are those holding the rise, ranked by their share of
 //! it: from the grid at first, then exactly, in `pipeline::scan::growth`, from the two stored
 //! captures whose figures are the onset's and the end's (`CycleGrowth::set_rise_sites`). A
@@ -58,9 +67,16 @@
 
 use serde::Serialize;
 
-use super::series::{MIN_GROWTH_BYTES, SeriesGrid, theil_sen};
+use super::series::{SeriesGrid, theil_sen};
 
-/// An episode must rise by this share of the heap before it, beside [`MIN_GROWTH_BYTES`].
+mod episode;
+mod onset;
+
+pub use episode::episode_bounds;
+use episode::{bounds_when_memory_settled, held_since, lone_onset, outside_held};
+use onset::{later_onset, sites_joined};
+
+/// An episode must rise by this share of the heap before it, beside [`MIN_GROWTH_BYTES`](super::series::MIN_GROWTH_BYTES).
 const MIN_RISE_SHARE: f64 = 0.1;
 /// The onset is the last capture within this share of the rise above the low point.
 const NEAR_LOW: f64 = 0.05;
@@ -89,6 +105,8 @@ const FORECAST_HORIZON_S: f64 = 3600.0;
 const SITES: usize = 8;
 /// A site holds part of the rise when it added at least this much.
 const MIN_SITE_BYTES: f64 = 512.0 * 1024.0;
+/// The bytes one sample of the heap profile stands for, on average (`MemProfileRate`).
+const SAMPLE_BYTES: f64 = 512.0 * 1024.0;
 
 /// A site holding part of the rise.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -171,289 +189,6 @@ impl Reading {
         self.to_bytes - self.from_bytes
     }
 }
-
-/// The bounds of the rise of `heap` (`(seconds, bytes)` in time order) into its peak: its
-/// onset (the last point near the low before it), the first point near its top (within a fifth
-/// of the rise) and the peak. `None` when the rise is too small to be one.
-pub fn episode_bounds(heap: &[(f64, f64)]) -> Option<(usize, usize, usize)> {
-    let max = heap.iter().map(|h| h.1).fold(f64::NEG_INFINITY, f64::max);
-    if heap.len() < 2 || !max.is_finite() {
-        return None;
-    }
-    let p_max = heap
-        .iter()
-        .position(|h| h.1 >= max - PEAK_TOLERANCE * max)?;
-    let low = heap[..=p_max]
-        .iter()
-        .map(|h| h.1)
-        .fold(f64::INFINITY, f64::min);
-    let rise = heap[p_max].1 - low;
-    if rise < MIN_GROWTH_BYTES || rise < MIN_RISE_SHARE * low {
-        return None;
-    }
-    let q = heap[..=p_max]
-        .iter()
-        .position(|h| h.1 >= max - NEAR_TOP * rise)?;
-    let near_low = low + NEAR_LOW * rise;
-    let b = (0..=q).rev().find(|&i| heap[i].1 <= near_low)?;
-    // A rise that came near the top, fell back by more than half of itself and rose again
-    // into the peak (a spike before a leak): the rise into the peak began at the low between.
-    let fell_to = (q..p_max).min_by(|&i, &j| heap[i].1.total_cmp(&heap[j].1));
-    let fall = (FELL_BACK * rise).max(FELL_BACK_SAMPLES * SAMPLE_BYTES);
-    if let Some(k) = fell_to.filter(|&k| heap[k].1 < heap[q].1 - fall) {
-        let (b, q, p) = episode_bounds(&heap[k..])?;
-        return Some((k + b, k + q, k + p));
-    }
-    (b < q).then_some((b, q, p_max))
-}
-
-/// A fall by this share of a rise, and by this many samples at least (a few samples are a
-/// figure's wobble: a storm's garbage published in use, gone at the next GC), before the
-/// heap's peak, ends the rise before it.
-const FELL_BACK: f64 = 0.5;
-const FELL_BACK_SAMPLES: f64 = 8.0;
-
-/// Whether the heap held near its top since `q` (the rise is over): long enough against the
-/// rise and the publications' spacing, and without rising on since by a tenth of the rise in a
-/// trend that is more than noise.
-///
-/// A heap published seldom (one GC cycle every second or two) may show its plateau in only a
-/// few publications before the cycle ends, and a few figures wobbling with the GC's timing can
-/// line up as a rise. Then the outside memory, sampled far more often, decides: fewer spacings
-/// do, and a late "rise" is none, when it held over the same stretch (`memory_held`).
-fn held_since(heap: &[(f64, f64)], b: usize, q: usize, memory_held: &dyn Fn(f64) -> bool) -> bool {
-    let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
-    spacings.sort_by(f64::total_cmp);
-    let spacing = spacings[spacings.len() / 2];
-    let since = heap[heap.len() - 1].0 - heap[q].0;
-    if since <= HELD_SHARE * (heap[q].0 - rise_start(heap, b, q)) {
-        return false;
-    }
-    let after = heap.len() - 1 - q;
-    if since <= HELD_SPACINGS * spacing && !(after >= MIN_HELD_PUBLICATIONS && memory_held(since)) {
-        return false;
-    }
-    let rise = heap[q..].iter().map(|h| h.1).fold(f64::MIN, f64::max) - heap[b].1;
-    let (t, v): (Vec<f64>, Vec<f64>) = heap[q..].iter().copied().unzip();
-    // Held: it rose on by little since, or what it did since is noise about a level (a
-    // plateau under GOMEMLIMIT wobbles by a fifth of its height with the GC's timing), or the
-    // outside memory held over the same stretch: a bounded cache under churn publishes its
-    // not-yet-swept garbage as in use, a few figures that can line up as a rise.
-    theil_sen(&t, &v)
-        .is_none_or(|late| late.slope * since < allowed_rise(rise) || late.r2 < LATE_TREND_R2)
-        || (after <= FEW_PUBLICATIONS && memory_held(since) && !climbing(&heap[q..], rise))
-}
-
-/// Whether every figure rose above the one before, by more than a held level may rise in all:
-/// no wobble does that. Under GOMEMLIMIT the process's memory sits at the soft limit while a
-/// leak eats the GC's headroom, and a memory that held says nothing of the heap.
-fn climbing(figures: &[(f64, f64)], rise: f64) -> bool {
-    figures.len() >= 4
-        && figures.windows(2).all(|w| w[1].1 > w[0].1)
-        && figures[figures.len() - 1].1 - figures[0].1 > allowed_rise(rise)
-}
-
-/// When the rise from `heap[b]` to `heap[p]` started, as far as the figures tell: the onset's
-/// own time, unless that figure is far older than the rise (a quiet start publishes nothing,
-/// no GC running): then the first figure of the rise, as the rate's fit takes it. Measuring a
-/// held level against a rise that seems to start at the quiet start's last publication would
-/// ask a plateau to last half of the idle time too.
-fn rise_start(heap: &[(f64, f64)], b: usize, p: usize) -> f64 {
-    if lone_onset(heap, b, p) {
-        heap[b + 1].0
-    } else {
-        heap[b].0
-    }
-}
-
-/// Whether the onset's figure, `heap[b]`, lies far before the rest of the rise to `heap[p]`:
-/// more than three of the rise's usual publication spacings before the next figure.
-fn lone_onset(heap: &[(f64, f64)], b: usize, p: usize) -> bool {
-    if p < b + 3 {
-        return false;
-    }
-    let mut gaps: Vec<f64> = heap[b + 1..=p]
-        .windows(2)
-        .map(|w| w[1].0 - w[0].0)
-        .collect();
-    gaps.sort_by(f64::total_cmp);
-    heap[b + 1].0 - heap[b].0 > 3.0 * gaps[gaps.len() / 2]
-}
-
-/// How much a held level may still rise after its rise of `rise` bytes.
-fn allowed_rise(rise: f64) -> f64 {
-    (NEAR_TOP / 2.0 * rise).max(MIN_GROWTH_BYTES)
-}
-
-/// When the outside memory came to the level it kept to its end: the first sample after the
-/// last one further than `allowed` from its closing level (the median of its last samples).
-fn memory_settled(memory: &[(f64, f64)], allowed: f64) -> Option<f64> {
-    const CLOSING: usize = 5;
-    let mut closing: Vec<f64> = memory.iter().rev().take(CLOSING).map(|m| m.1).collect();
-    closing.sort_by(f64::total_cmp);
-    let level = *closing.get(closing.len() / 2)?;
-    let first = memory
-        .iter()
-        .rposition(|&(_, v)| (v - level).abs() >= allowed)
-        .map_or(0, |i| i + 1);
-    memory.get(first).map(|m| m.0)
-}
-
-/// The rise as it stood when the outside memory settled, when the heap's highest figure came
-/// later: under a soft limit (GOMEMLIMIT) or with garbage not yet swept, a late publication
-/// can stand above the plateau while the memory has not moved for seconds. The rise then ends
-/// where the heap came near its top before the memory settled, if the memory held from a
-/// publication after that to the end, and the heap itself (without the memory's word) held
-/// from there too: a leak that eats the GC's headroom under a flat memory
-/// is a trend in the heap and stays one.
-fn bounds_when_memory_settled(
-    heap: &[(f64, f64)],
-    memory: &[(f64, f64)],
-    rise: f64,
-    p_max: usize,
-) -> Option<(usize, usize, usize)> {
-    let settled = memory_settled(memory, allowed_rise(rise))?;
-    let mut spacings: Vec<f64> = heap.windows(2).map(|w| w[1].0 - w[0].0).collect();
-    spacings.sort_by(f64::total_cmp);
-    let spacing = *spacings.get(spacings.len() / 2)?;
-    let k = heap.iter().rposition(|h| h.0 <= settled + spacing)?;
-    if k >= p_max {
-        return None;
-    }
-    let (b, q, p) = episode_bounds(&heap[..=k])?;
-    let since = memory.last()?.0 - (heap[q].0 + spacing);
-    (outside_held(memory, since, rise) && held_since(heap, b, q, &|_| false)).then_some((b, q, p))
-}
-
-/// Whether the outside memory held over its last `since` seconds: sampled over most of that
-/// stretch, and rising in it by less than the share of the heap's `rise` that [`held_since`]
-/// allows the heap, in a trend that is more than noise or not. A process at its limit holds
-/// because it cannot grow: that is no plateau, and the caller does not ask.
-fn outside_held(memory: &[(f64, f64)], since: f64, rise: f64) -> bool {
-    let Some(&(end, _)) = memory.last() else {
-        return false;
-    };
-    let tail: Vec<(f64, f64)> = memory
-        .iter()
-        .copied()
-        .filter(|&(t, _)| t >= end - since)
-        .collect();
-    if tail.len() < FORECAST_POINTS || end - tail[0].0 < HELD_SHARE * since {
-        return false;
-    }
-    let (t, v): (Vec<f64>, Vec<f64>) = tail.into_iter().unzip();
-    let allowed = allowed_rise(rise);
-    let spread =
-        v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min);
-    spread < allowed
-        || theil_sen(&t, &v)
-            .is_some_and(|f| f.slope * since < allowed && f.slope * since > -allowed)
-}
-
-/// Where a rise changes its rate for good (a load, then a slower leak; a trickle, then a
-/// flood): the start of the last of two straight segments, when two fit far better than one.
-/// `points` run from the onset to the peak.
-fn later_onset(points: &[(f64, f64)]) -> Option<usize> {
-    const MIN_POINTS: usize = 8;
-    if points.len() < MIN_POINTS {
-        return None;
-    }
-    let sse = |seg: &[(f64, f64)]| -> Option<(f64, f64)> {
-        let (t, v): (Vec<f64>, Vec<f64>) = seg.iter().copied().unzip();
-        let f = theil_sen(&t, &v)?;
-        let e = seg
-            .iter()
-            .map(|(t, v)| (v - (f.slope * t + f.intercept)).powi(2))
-            .sum();
-        Some((e, f.slope))
-    };
-    let (whole, _) = sse(points)?;
-    let whole_fit = {
-        let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
-        theil_sen(&t, &v)?
-    };
-    if whole_fit.r2 >= 0.9 || whole <= 0.0 {
-        return None;
-    }
-    // The later segment keeps at least a third of the points: an onset, not a last wiggle.
-    let last = points.len() - points.len() / 3;
-    let (k, split, early, late) = (1..=last)
-        .filter_map(|k| {
-            let (e1, s1) = sse(&points[..=k])?;
-            let (e2, s2) = sse(&points[k..])?;
-            Some((k, e1 + e2, s1, s2))
-        })
-        .min_by(|a, b| a.1.total_cmp(&b.1))?;
-    let changed = late < 0.5 * early || late > 2.0 * early;
-    let grew = late * (points[points.len() - 1].0 - points[k].0) >= MIN_GROWTH_BYTES;
-    (split < 0.25 * whole && changed && grew && late > 0.0).then_some(k)
-}
-
-/// Where the rise from `heap[b]` to `heap[p]` began as its sites tell it, when that was after
-/// `b`: the latest moment such that the sites still rising into `p` that joined the rise at it
-/// or later add at least half of what those sites added lately (in the last third of the
-/// figures: a cache that filled before a leak, replaced fast, publishes more garbage in use
-/// as the heap grows and its marks last longer, and still rises, by little). A start-up
-/// load, then a leak at a like rate, is one line in the heap; a level the heap wobbled about
-/// (churn published in use) has its lowest figure seconds before the rise began; a cache that
-/// filled, or a spike, before the leak lies between the heap's low and its peak; the sites'
-/// own figures say which still rise and when each left its level (issue 33, items 3 and 5: a
-/// start-up load named "65 % of the rise"; "rose from 8.0 s" for a load that began at 17.7 s).
-///
-/// A site still rises when its last third of the figures adds [`STILL_RISING`] of its own rise
-/// (and a sample). It joined after the last of its figures near where it stood at `b` (within
-/// [`JOINED`] of its own rise, and half a sample: it gained none; the last moment of that slot
-/// of the grid), or by `b` when it stood above its lowest figure before then already. The
-/// answer is the last heap figure at or before that moment, when it lies in the lower half
-/// of the rise.
-fn sites_joined(grid: &SeriesGrid, heap: &[(f64, f64)], b: usize, p: usize) -> Option<usize> {
-    let (from, to) = (heap[b].0, heap[p].0);
-    let times = grid.times();
-    let inside: Vec<usize> = (0..times.len())
-        .filter(|&i| times[i] >= from - 1e-9 && times[i] <= to + 1e-9)
-        .collect();
-    let (&first, &last) = (inside.first()?, inside.last()?);
-    let late = inside[inside.len() * 2 / 3];
-    let mut joined: Vec<(f64, f64)> = grid
-        .series()
-        .filter(|(name, _)| *name != super::reduce::PROFILING_SITE)
-        .filter_map(|(_, v)| {
-            let own = v[last] - v[first];
-            let lately = v[last] - v[late];
-            if own < MIN_SITE_BYTES || lately < (STILL_RISING * own).max(SAMPLE_BYTES) {
-                return None;
-            }
-            let margin = (JOINED * own).max(0.5 * SAMPLE_BYTES);
-            // Already above where it stood before: it joined by `b`.
-            let lowest = v[..=first].iter().copied().fold(f64::INFINITY, f64::min);
-            if v[first] > lowest + margin {
-                return Some((from, lately));
-            }
-            let k = inside.iter().rposition(|&i| v[i] <= v[first] + margin)?;
-            Some((grid.ends()[inside[k]], lately))
-        })
-        .collect();
-    let rising: f64 = joined.iter().map(|j| j.1).sum();
-    joined.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let mut held = 0.0;
-    let at = joined.iter().find_map(|&(t, own)| {
-        held += own;
-        (held >= 0.5 * rising).then_some(t)
-    })?;
-    let k = heap[..=p].iter().rposition(|h| h.0 <= at + 1e-9)?;
-    // The rise begins low: a dip in a level the heap already held (a storm's garbage
-    // published in use, gone at the next GC) is no onset.
-    let low = heap[k].1 <= heap[b].1 + 0.5 * (heap[p].1 - heap[b].1);
-    (k > b && k < p && low).then_some(k)
-}
-
-/// A site still rises into the end of a rise when its last third of figures adds this share
-/// of its own rise.
-const STILL_RISING: f64 = 0.1;
-/// A site has joined the rise once it is this share of its own rise above where it stood.
-const JOINED: f64 = 0.01;
-/// The bytes one sample of the heap profile stands for, on average (`MemProfileRate`).
-const SAMPLE_BYTES: f64 = 512.0 * 1024.0;
 
 /// The median and quartiles of the pairwise slopes of `points`.
 fn slope_quartiles(points: &[(f64, f64)]) -> Option<(f64, f64, f64)> {
