@@ -14,6 +14,7 @@ pub mod explorer;
 pub mod flames;
 pub mod html;
 mod inline;
+mod life;
 pub mod markdown;
 mod marks;
 pub mod markup;
