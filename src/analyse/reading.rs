@@ -37,15 +37,15 @@
 //!
 //! A memory that held says nothing of a heap whose every last figure climbed past what a held
 //! level may rise (under GOMEMLIMIT the process sits at its soft limit while a leak eats the
-//! GC's headroom): such a heap is still rising ([`episode`]).
+//! GC's headroom): such a heap is still rising (`reading/episode.rs`).
 //!
 //! A rise still going may have changed its rate for good on the way (a load, then a slower leak;
 //! a trickle, then a flood): when two straight segments fit far better than one, it starts at the
 //! second. Where the sites were sampled, the onset is where the sites still rising into the
 //! peak joined the rise, when that lies in its lower half: a start-up load, a filled cache or a
 //! spike before a leak then fall before the onset, whatever the heap's line looks like
-//! ([`onset`]). Its rate is the Theil–Sen slope over the episode alone (the rise over its time for a
-//! step the fit cannot follow). Its sites are those holding the rise, ranked by their share of
+//! (`reading/onset.rs`). Its rate is the Theil–Sen slope over the episode alone (the rise over
+//! its time for a step the fit cannot follow). Its sites are those holding the rise, ranked by their share of
 //! it: from the grid at first, then exactly, in `pipeline::scan::growth`, from the two stored
 //! captures whose figures are the onset's and the end's (`CycleGrowth::set_rise_sites`). A
 //! forecast of the time to the limit is made only while the rise still goes on, never for a cycle
