@@ -37,6 +37,25 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// The class of an I/O error on a connection, the same for every source that opens one
+    /// (HTTP's under reqwest, the agent's socket): nothing listening or no route is `Refused`,
+    /// a deadline passed `Timeout`, a connection broken mid-way `Reset`.
+    pub fn of_io(e: &std::io::Error) -> FailureKind {
+        use std::io::ErrorKind as K;
+        match e.kind() {
+            K::ConnectionRefused
+            | K::AddrNotAvailable
+            | K::NotFound
+            | K::HostUnreachable
+            | K::NetworkUnreachable => FailureKind::Refused,
+            K::TimedOut | K::WouldBlock => FailureKind::Timeout,
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
+                FailureKind::Reset
+            }
+            _ => FailureKind::Other,
+        }
+    }
+
     /// Every kind, `Other` last.
     pub const ALL: [FailureKind; 10] = [
         FailureKind::Refused,
@@ -91,5 +110,21 @@ mod tests {
             assert_eq!(FailureKind::parse(k.as_str()), k);
         }
         assert_eq!(FailureKind::parse("new-kind"), FailureKind::Other);
+    }
+
+    /// The agent's socket and HTTP read one mapping: a route gone is the process gone for
+    /// both (the agent's own copy had no `NetworkUnreachable`).
+    #[test]
+    fn an_io_error_is_classed_the_same_for_every_source() {
+        use std::io::{Error, ErrorKind as K};
+        let of = |k: K| FailureKind::of_io(&Error::from(k));
+        assert_eq!(of(K::ConnectionRefused), FailureKind::Refused);
+        assert_eq!(of(K::NotFound), FailureKind::Refused);
+        assert_eq!(of(K::NetworkUnreachable), FailureKind::Refused);
+        assert_eq!(of(K::TimedOut), FailureKind::Timeout);
+        assert_eq!(of(K::WouldBlock), FailureKind::Timeout);
+        assert_eq!(of(K::BrokenPipe), FailureKind::Reset);
+        assert_eq!(of(K::UnexpectedEof), FailureKind::Reset);
+        assert_eq!(of(K::InvalidData), FailureKind::Other);
     }
 }

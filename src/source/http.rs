@@ -393,7 +393,7 @@ fn rustls_error(e: &reqwest::Error) -> Option<String> {
 fn io_error_kind(e: &reqwest::Error) -> Option<FailureKind> {
     chain(e)
         .filter_map(|err| err.downcast_ref::<io::Error>())
-        .map(io_kind)
+        .map(FailureKind::of_io)
         .find(|&k| k != FailureKind::Other)
 }
 
@@ -402,22 +402,6 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     chain(e)
         .last()
         .map_or_else(String::new, |err| err.to_string())
-}
-
-fn io_kind(e: &io::Error) -> FailureKind {
-    use io::ErrorKind as K;
-    match e.kind() {
-        K::ConnectionRefused
-        | K::AddrNotAvailable
-        | K::NotFound
-        | K::HostUnreachable
-        | K::NetworkUnreachable => FailureKind::Refused,
-        K::TimedOut | K::WouldBlock => FailureKind::Timeout,
-        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
-            FailureKind::Reset
-        }
-        _ => FailureKind::Other,
-    }
 }
 
 #[cfg(test)]

@@ -194,7 +194,7 @@ pub fn request(
     };
     let deadline = Instant::now() + timeout;
     let mut stream = connect(endpoint, timeout).map_err(|e| {
-        let kind = io_kind(&e);
+        let kind = FailureKind::of_io(&e);
         let what = match kind {
             FailureKind::Refused => format!("no agent listens ({e})"),
             _ => format!("cannot connect ({e})"),
@@ -211,7 +211,7 @@ pub fn request(
     stream
         .io()
         .write_all(&op.request())
-        .map_err(|e| fail(io_kind(&e), format!("request not sent ({e})")))?;
+        .map_err(|e| fail(FailureKind::of_io(&e), format!("request not sent ({e})")))?;
     let mut reply = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     loop {
@@ -277,7 +277,7 @@ pub async fn request_async(
             .map(|s| (AsyncStream::Tcp(s), None)),
     };
     let (mut stream, peer_pid) = connected.map_err(|e| {
-        let kind = io_kind(&e);
+        let kind = FailureKind::of_io(&e);
         let what = match kind {
             FailureKind::Refused => format!("no agent listens ({e})"),
             _ => format!("cannot connect ({e})"),
@@ -289,7 +289,7 @@ pub async fn request_async(
         AsyncStream::Tcp(s) => timeout_at(deadline, s.write_all(&op.request())).await,
     };
     sent.unwrap_or_else(|_| Err(timed_out()))
-        .map_err(|e| fail(io_kind(&e), format!("request not sent ({e})")))?;
+        .map_err(|e| fail(FailureKind::of_io(&e), format!("request not sent ({e})")))?;
     let reader: &mut (dyn AsyncRead + Unpin + Send) = match &mut stream {
         AsyncStream::Unix(s) => s,
         AsyncStream::Tcp(s) => s,
@@ -348,7 +348,7 @@ fn take_read(
         }
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
         Err(e) => {
-            let kind = io_kind(&e);
+            let kind = FailureKind::of_io(&e);
             let what = match kind {
                 FailureKind::Timeout => format!(
                     "no complete answer in {timeout:?} ({} bytes so far)",
@@ -358,20 +358,6 @@ fn take_read(
             };
             Err((kind, what))
         }
-    }
-}
-
-fn io_kind(e: &io::Error) -> FailureKind {
-    use io::ErrorKind as K;
-    match e.kind() {
-        K::ConnectionRefused | K::NotFound | K::AddrNotAvailable | K::HostUnreachable => {
-            FailureKind::Refused
-        }
-        K::TimedOut | K::WouldBlock => FailureKind::Timeout,
-        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
-            FailureKind::Reset
-        }
-        _ => FailureKind::Other,
     }
 }
 
