@@ -460,12 +460,7 @@ impl<'p> SiteNamer<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::{DecodeLimits, decode};
-
-    fn fixture(name: &str) -> Profile {
-        let path = format!("{}/testdata/profiles/{name}", env!("CARGO_MANIFEST_DIR"));
-        decode(&std::fs::read(path).unwrap(), &DecodeLimits::default()).unwrap()
-    }
+    use crate::decode::testdata_profile as fixture;
 
     #[test]
     fn leaked_goroutines_are_named_by_their_first_frame_outside_the_runtime() {

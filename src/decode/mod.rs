@@ -70,6 +70,15 @@ mod summary;
 mod validate;
 mod wire;
 
+/// A profile of `testdata/profiles/` (real captures of the Go programs under `testdata/go/`),
+/// decoded, for the tests of the modules that read profiles.
+#[cfg(test)]
+pub(crate) fn testdata_profile(name: &str) -> Profile {
+    let path = format!("{}/testdata/profiles/{name}", env!("CARGO_MANIFEST_DIR"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    decode(&bytes, &DecodeLimits::default()).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 pub use error::DecodeError;
 pub use summary::{Summarizer, Summary, summarize};
 

@@ -194,12 +194,7 @@ fn add(into: &mut [i64], values: &[i64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::{DecodeLimits, decode};
-
-    fn fixture(name: &str) -> Profile {
-        let path = format!("{}/testdata/profiles/{name}", env!("CARGO_MANIFEST_DIR"));
-        decode(&std::fs::read(path).unwrap(), &DecodeLimits::default()).unwrap()
-    }
+    use crate::decode::testdata_profile as fixture;
 
     #[test]
     fn site_figures_equal_the_reduction_of_the_decoded_profile() {
