@@ -359,20 +359,11 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
         );
     }
     if let Some(m) = &c.memstats {
-        let mut line = format!(
-            "  memstats (read at {:.1} s): HeapAlloc {}",
+        let _ = writeln!(
+            out,
+            "  memstats (read at {:.1} s): {}",
             m.at_s,
-            format_bytes(m.heap_alloc)
+            crate::render::memory::memstats_words(m)
         );
-        if let Some(s) = m.live_share {
-            line.push_str(&format!(", live share {:.0} %", s * 100.0));
-        }
-        if let Some(h) = m.held_not_returned {
-            line.push_str(&format!(", held not returned {}", format_bytes(h)));
-        }
-        if let Some(g) = m.gc_per_sec {
-            line.push_str(&format!(", {g:.1} GC/s"));
-        }
-        let _ = writeln!(out, "{line}");
     }
 }

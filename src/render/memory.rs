@@ -1,8 +1,25 @@
-//! The words of a cycle's memory at its peak (where it went, by kind) and of its stretch at
-//! the limit: the `summary` of each in the growth report's JSON.
+//! The words of a cycle's memory at its peak (where it went, by kind), of its stretch at
+//! the limit (the `summary` of each in the growth report's JSON) and of its MemStats.
 
 use crate::analyse::breakdown::{AtLimit, MemoryBreakdown};
+use crate::analyse::growth::MemStatsView;
 use crate::units::format_bytes;
+
+/// "HeapAlloc X, live share Y %, held and not returned Z, N GC/s", naming only what is known:
+/// `growth`'s memstats line and the report's MemStats fact.
+pub fn memstats_words(m: &MemStatsView) -> String {
+    let mut s = format!("HeapAlloc {}", format_bytes(m.heap_alloc));
+    if let Some(l) = m.live_share {
+        s.push_str(&format!(", live share {:.0} %", l * 100.0));
+    }
+    if let Some(h) = m.held_not_returned {
+        s.push_str(&format!(", held and not returned {}", format_bytes(h)));
+    }
+    if let Some(g) = m.gc_per_sec {
+        s.push_str(&format!(", {g:.1} GC/s"));
+    }
+    s
+}
 
 /// "of 1 GiB: Go heap allocated (HeapAlloc) X, held free Y, runtime Z, other anonymous W, mapped files M,
 /// other page cache C (dirty D)", naming only what is known.
@@ -200,6 +217,25 @@ pub fn outside_figure(cgroup_sampled: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `growth` said "held not returned" where the report said "held and not returned": one
+    /// wording now, and only the figures known.
+    #[test]
+    fn memstats_are_worded_once_naming_only_what_is_known() {
+        let mut m = MemStatsView {
+            at_s: 1.0,
+            heap_alloc: 48 << 20,
+            live_share: Some(0.62),
+            held_not_returned: Some(12 << 20),
+            gc_per_sec: Some(3.25),
+        };
+        assert_eq!(
+            memstats_words(&m),
+            "HeapAlloc 48.0 MiB, live share 62 %, held and not returned 12.0 MiB, 3.2 GC/s"
+        );
+        (m.live_share, m.held_not_returned, m.gc_per_sec) = (None, None, None);
+        assert_eq!(memstats_words(&m), "HeapAlloc 48.0 MiB");
+    }
     use crate::analyse::breakdown::{at_limit, at_peak, mark_inherited};
     use crate::model::capture::{CaptureRecord, RecordKind};
     use crate::model::memory::{CgroupBreakdown, MemorySample};

@@ -153,17 +153,7 @@ pub(super) fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrow
         ));
     }
     if let Some(ms) = &c.memstats {
-        let mut s = format!("HeapAlloc {}", format_bytes(ms.heap_alloc));
-        if let Some(l) = ms.live_share {
-            s.push_str(&format!(", live share {:.0} %", l * 100.0));
-        }
-        if let Some(h) = ms.held_not_returned {
-            s.push_str(&format!(", held and not returned {}", format_bytes(h)));
-        }
-        if let Some(g) = ms.gc_per_sec {
-            s.push_str(&format!(", {g:.1} GC/s"));
-        }
-        facts.push(("MemStats".into(), s));
+        facts.push(("MemStats".into(), crate::render::memory::memstats_words(ms)));
     }
     out.push_str("<dl class=\"facts\">");
     for (k, v) in facts {
