@@ -171,13 +171,18 @@ impl AgentSource {
             (None, _) => unreachable!("only auto targets discover"),
         };
         let socket = discovery.find(timeout)?;
+        Ok(self.settle_on(socket))
+    }
+
+    /// The socket discovery found is the one asked from now on, its pid as its name gives it.
+    fn settle_on(&mut self, socket: discover::AgentSocket) -> (Endpoint, Option<u32>) {
         let endpoint = Endpoint::Unix(socket.path);
         self.current = Some(Settled {
             endpoint: endpoint.clone(),
             name_pid: Some(socket.pid),
             peer_pid: None,
         });
-        Ok((endpoint, Some(socket.pid)))
+        (endpoint, Some(socket.pid))
     }
 
     /// The endpoint as [`AgentSource::endpoint`] gives it, without blocking: looking through
@@ -205,14 +210,7 @@ impl AgentSource {
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
         self.discovery = Some(discovery);
-        let socket = found?;
-        let endpoint = Endpoint::Unix(socket.path);
-        self.current = Some(Settled {
-            endpoint: endpoint.clone(),
-            name_pid: Some(socket.pid),
-            peer_pid: None,
-        });
-        Ok((endpoint, Some(socket.pid)))
+        Ok(self.settle_on(found?))
     }
 
     /// [`AgentSource::ask`] on tokio's sockets.
