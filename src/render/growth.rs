@@ -253,18 +253,8 @@ fn cycle(out: &mut String, c: &CycleGrowth, rows: usize, limit_bytes: Option<u64
             );
         }
     }
-    let peaks: Vec<String> = [
-        ("in-use heap", c.peaks.heap),
-        ("process RSS", c.peaks.process),
-        ("cgroup", c.peaks.cgroup),
-    ]
-    .into_iter()
-    .filter_map(|(what, p)| {
-        p.map(|p| format!("{what} {} at {:.1} s", format_bytes(p.bytes), p.at_s))
-    })
-    .collect();
-    if !peaks.is_empty() {
-        let _ = writeln!(out, "  peaks: {}", peaks.join(", "));
+    if let Some(peaks) = crate::render::memory::peaks_words(&c.peaks) {
+        let _ = writeln!(out, "  peaks: {peaks}");
     }
     if let Some(b) = &c.breakdown {
         let _ = writeln!(out, "  where the memory went: {}", breakdown_words(b));

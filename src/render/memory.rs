@@ -3,7 +3,24 @@
 
 use crate::analyse::breakdown::{AtLimit, MemoryBreakdown};
 use crate::analyse::growth::MemStatsView;
+use crate::analyse::spikes::Peaks;
 use crate::units::format_bytes;
+
+/// "in-use heap X at T s, process RSS Y at U s, cgroup Z at V s", naming only the peaks
+/// measured; `None` when none was: `growth`'s peaks line and the report's peaks fact.
+pub fn peaks_words(p: &Peaks) -> Option<String> {
+    let peaks: Vec<String> = [
+        ("in-use heap", p.heap),
+        ("process RSS", p.process),
+        ("cgroup", p.cgroup),
+    ]
+    .into_iter()
+    .filter_map(|(what, p)| {
+        p.map(|p| format!("{what} {} at {:.1} s", format_bytes(p.bytes), p.at_s))
+    })
+    .collect();
+    (!peaks.is_empty()).then(|| peaks.join(", "))
+}
 
 /// "HeapAlloc X, live share Y %, held and not returned Z, N GC/s", naming only what is known:
 /// `growth`'s memstats line and the report's MemStats fact.

@@ -95,18 +95,8 @@ pub(super) fn cycle(out: &mut String, m: &ReportModel, pos: usize, c: &CycleGrow
     if let Some(t) = rules::cycle_time_to_limit(c) {
         facts.push(("limit reached at".into(), seconds(t)));
     }
-    let peaks: Vec<String> = [
-        ("in-use heap", c.peaks.heap),
-        ("process RSS", c.peaks.process),
-        ("cgroup", c.peaks.cgroup),
-    ]
-    .into_iter()
-    .filter_map(|(what, p)| {
-        p.map(|p| format!("{what} {} at {}", format_bytes(p.bytes), seconds(p.at_s)))
-    })
-    .collect();
-    if !peaks.is_empty() {
-        facts.push(("peaks".into(), peaks.join(", ")));
+    if let Some(peaks) = crate::render::memory::peaks_words(&c.peaks) {
+        facts.push(("peaks".into(), peaks));
     }
     if let Some(e) = c.episode.as_ref().filter(|_| c.reading.is_none()) {
         facts.push((
