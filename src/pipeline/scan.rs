@@ -517,11 +517,9 @@ mod tests {
         (dir, node)
     }
 
-    #[test]
-    fn a_cluster_node_without_a_label_is_named_after_the_cluster_not_the_node() {
-        let (_dir, node) = cluster_with_node(None);
-        assert_eq!(run_label(&RunDir::open(&node).unwrap()), "run-2.1.0");
-        // A run of its own that records a cgroup (`heapwatch run`) keeps its directory's name.
+    /// A run directory named `run`, not in a cluster, whose target is a cgroup (as
+    /// `heapwatch run` records it).
+    fn run_of_its_own_recording_a_cgroup() -> (tempfile::TempDir, RunDir) {
         let alone = tempfile::tempdir().unwrap();
         let root = alone.path().join("run");
         std::fs::create_dir_all(&root).unwrap();
@@ -535,7 +533,17 @@ mod tests {
             .unwrap(),
         )
         .unwrap();
-        assert_eq!(build_label(&RunDir::open(&root).unwrap()), "run");
+        let run = RunDir::open(&root).unwrap();
+        (alone, run)
+    }
+
+    #[test]
+    fn a_cluster_node_without_a_label_is_named_after_the_cluster_not_the_node() {
+        let (_dir, node) = cluster_with_node(None);
+        assert_eq!(run_label(&RunDir::open(&node).unwrap()), "run-2.1.0");
+        // A run of its own that records a cgroup (`heapwatch run`) keeps its directory's name.
+        let (_alone, run) = run_of_its_own_recording_a_cgroup();
+        assert_eq!(build_label(&run), "run");
         let (_dir, node) = cluster_with_node(Some("2.1.0-rc1"));
         assert_eq!(run_label(&RunDir::open(&node).unwrap()), "2.1.0-rc1");
     }
@@ -567,20 +575,8 @@ mod tests {
         let collected = run_json("agent:auto:ctrl1", None);
         assert_eq!(build_label(&collected), "run-2.1.0");
         // A run of its own that records a cgroup (`heapwatch run`) keeps its directory's name.
-        let alone = tempfile::tempdir().unwrap();
-        let root = alone.path().join("run");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join(crate::store::MANIFEST_FILE), b"").unwrap();
-        std::fs::write(
-            root.join(RUN_FILE),
-            serde_json::to_vec(&serde_json::json!({
-                "schema": 1, "tool": "heapwatch", "target": "proc:cgroup:/heapwatch-run-1",
-                "source": "proc", "started_ms": 0
-            }))
-            .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(build_label(&RunDir::open(&root).unwrap()), "run");
+        let (_alone, run) = run_of_its_own_recording_a_cgroup();
+        assert_eq!(build_label(&run), "run");
         let (_dir, node) = cluster_with_node(Some("2.1.0-rc1"));
         std::fs::write(
             node.join(RUN_FILE),
