@@ -4,7 +4,6 @@
 //! (`summary`: a line per node, and the verdict that decides the exit status).
 
 mod config;
-mod status_line;
 mod summary;
 
 use std::path::PathBuf;
@@ -22,10 +21,9 @@ use heapwatch::store::cluster::EVENTS_FILE;
 use heapwatch::units;
 
 use self::config::Plan;
-pub(super) use self::status_line::Status;
-pub(super) use self::summary::attempts_line;
 use self::summary::{summary_line, verdict};
 use super::record_flags::{RecordFlags, help_order};
+use super::status_line::Status;
 use super::{CliError, DecodeFlags};
 
 /// Collect's own and shared flags in the order its help shows them (the decoding and pushing
@@ -320,6 +318,3 @@ pub fn run(args: CollectArgs) -> Result<ExitCode, CliError> {
     }
     Err(worst)
 }
-
-/// Kept here for `heapwatch run`, which follows the processes it starts the same way.
-pub(super) use heapwatch::collect::targets::proc_attacher;

@@ -21,6 +21,7 @@ mod replay;
 mod report;
 mod report_folder;
 mod run;
+mod status_line;
 mod top;
 mod triage;
 mod watch;

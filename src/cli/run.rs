@@ -23,8 +23,9 @@ use heapwatch::store::RunInfo;
 use heapwatch::units::{self, format_bytes};
 
 use super::CliError;
-use super::collect::{Status, proc_attacher};
 use super::record_flags::{RecordFlags, help_order};
+use super::status_line::{Status, attempts_line};
+use heapwatch::collect::targets::proc_attacher;
 
 /// Run's flags in the order its help shows them.
 pub(super) const HELP_ORDER: &[&str] = &[
@@ -393,7 +394,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             "heapwatch run: {ended}; {} death(s), {kills} at the limit; {} over {} boot \
              cycle(s); memory peak {} in {}",
             outcome.deaths.len(),
-            super::collect::attempts_line(&outcome.main),
+            attempts_line(&outcome.main),
             outcome.main.cycles,
             format_bytes(outcome.memory.peak as i64),
             args.record.out.display()
@@ -403,7 +404,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
                 Ok(s) => eprintln!(
                     "heapwatch run: --also {}: {} in {}",
                     args.also[i],
-                    super::collect::attempts_line(s),
+                    attempts_line(s),
                     heapwatch::pipeline::scan::also_dir(&args.record.out, i + 1).display()
                 ),
                 Err(e) => eprintln!("heapwatch run: --also {}: {e}", args.also[i]),

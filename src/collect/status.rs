@@ -22,7 +22,7 @@
 //!   Otherwise the total is the process's RSS (its binary's mapped text included), said so
 //!   ("RSS"), and never set against a limit it is not counted by.
 //!
-//! The command line draws it (`src/cli/collect/status_line.rs`): on a terminal it is fitted to the
+//! The command line draws it (`src/cli/status_line.rs`): on a terminal it is fitted to the
 //! width (parts dropped by rank: the last error first, then goroutines, the heap rate, the cycle…),
 //! so it never wraps and a redraw after a resize leaves nothing behind; off a terminal nothing is
 //! cut but the last error, at a word's end. A process's end gets a line of its own that stays

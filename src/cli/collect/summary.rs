@@ -7,6 +7,7 @@ use heapwatch::collect::{CollectSummary, StopReason};
 use heapwatch::units::format_bytes;
 
 use super::super::CliError;
+use super::super::status_line::attempts_line;
 
 /// The summary of one node: as it always was for a single target, with the node's name in a
 /// cluster run.
@@ -38,20 +39,6 @@ pub(super) fn summary_line(node: &NodeOutcome, summary: &CollectSummary, cluster
         }
     }
     line
-}
-
-/// Every attempt counted once: `N attempts: S stored, D duplicate(s), F runtime figure read(s),
-/// E failed`, which add up to N.
-pub(crate) fn attempts_line(s: &CollectSummary) -> String {
-    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    format!(
-        "{}: {} stored, {}, {}, {} failed",
-        plural(s.attempts, "attempt", "attempts"),
-        s.stored,
-        plural(s.duplicates, "duplicate", "duplicates"),
-        plural(s.figures, "runtime figure read", "runtime figure reads"),
-        s.errors
-    )
 }
 
 /// Today's rules for how a node's collection went: a full disk, a target that answered only

@@ -1,5 +1,6 @@
-//! `collect`'s live status: one row per node, a spinner on a terminal, a plain line elsewhere;
-//! each process end a line of its own that stays. `run` draws the same rows.
+//! The live status of a recording (`collect`'s and `run`'s): one row per node, a spinner on a
+//! terminal, a plain line elsewhere; each process end a line of its own that stays; and the
+//! count of attempts each command prints when it ends (`attempts_line`).
 //!
 //! **Progress off the terminal** is the status line printed plainly every 10 s (a hidden
 //! `--progress-every` sets it for tests); `--quiet` silences it. `run` has the same line as
@@ -12,7 +13,7 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use heapwatch::collect::marks;
-use heapwatch::collect::{LiveStatus, Observer};
+use heapwatch::collect::{CollectSummary, LiveStatus, Observer};
 use heapwatch::render::ends::{ProcessEnd, process_end_words};
 use heapwatch::store::CaptureRecord;
 use heapwatch::units::format_bytes;
@@ -310,6 +311,20 @@ impl Observer for StatusLine {
             }
         }
     }
+}
+
+/// Every attempt counted once: `N attempts: S stored, D duplicate(s), F runtime figure read(s),
+/// E failed`, which add up to N.
+pub(super) fn attempts_line(s: &CollectSummary) -> String {
+    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    format!(
+        "{}: {} stored, {}, {}, {} failed",
+        plural(s.attempts, "attempt", "attempts"),
+        s.stored,
+        plural(s.duplicates, "duplicate", "duplicates"),
+        plural(s.figures, "runtime figure read", "runtime figure reads"),
+        s.errors
+    )
 }
 
 #[cfg(test)]
