@@ -367,11 +367,12 @@ impl GrowthBuilder {
             memory,
         );
         let kills = ends::kernel_kills(memory, &spans);
+        let life = life_of_attempts(records, &indices);
         let mut cycles = Vec::new();
         for (pos, &inc) in indices.iter().enumerate() {
             let rs: Vec<&CaptureRecord> = records
                 .iter()
-                .filter(|r| r.cycle == inc && !r.kind.is_event())
+                .filter(|r| life(r) == inc && !r.kind.is_event())
                 .collect();
             let next_start = indices.get(pos + 1).and_then(|n| {
                 records
@@ -382,16 +383,15 @@ impl GrowthBuilder {
             });
             let state = states.remove(&inc).unwrap_or_default();
             let mem = boundaries::cycle_memory(memory, &spans, inc);
-            let exit_ms = records
+            let exit = records
                 .iter()
-                .find(|r| r.kind == RecordKind::Exit && r.cycle == inc)
-                .map(|r| r.t_ms);
+                .find(|r| r.kind == RecordKind::Exit && r.cycle == inc);
             if let Some(mut c) = cycle(
                 inc,
                 &rs,
                 state,
                 &mem,
-                (next_start, exit_ms),
+                (next_start, exit),
                 limit,
                 self.forced_gc,
             ) {
@@ -450,6 +450,29 @@ impl GrowthBuilder {
             limit_bytes: limit,
             cycles,
             across,
+        }
+    }
+}
+
+/// The life each capture attempt belongs to: its own cycle's, except a failed attempt made after
+/// that cycle's process exited, which belongs to the next life. A collector that learns of a
+/// restart only when the new process answers (`--also`'s HTTP endpoint) tags what it tried in
+/// between with the life before: etcd's third life, killed in its replay before its endpoint
+/// opened, had its six failed attempts counted in the second.
+fn life_of_attempts<'a>(
+    records: &'a [CaptureRecord],
+    indices: &'a [u32],
+) -> impl Fn(&CaptureRecord) -> u32 + 'a {
+    let exits: BTreeMap<u32, i64> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Exit)
+        .map(|r| (r.cycle, r.t_ms))
+        .collect();
+    move |r| {
+        let next = indices.iter().find(|&&n| n > r.cycle).copied();
+        match (next, exits.get(&r.cycle)) {
+            (Some(next), Some(&exit)) if !r.is_ok() && !r.kind.is_event() && r.t_ms > exit => next,
+            _ => r.cycle,
         }
     }
 }

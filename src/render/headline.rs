@@ -127,8 +127,9 @@ pub fn of_growth(g: &GrowthReport) -> Headline {
 pub fn cycle_lead(c: &CycleGrowth, limit: Option<u64>) -> String {
     let fate = match (c.end, c.died_after_s) {
         (end, Some(d)) if end.is_death() => Some(format!(
-            "{} {d:.1} s after the first capture",
-            end_words(&end)
+            "{} {d:.1} s after {}",
+            end_words(&end),
+            crate::render::verdict::measured_from(c)
         )),
         (end, None) if end.is_death() => Some(end_words(&end)),
         _ => None,

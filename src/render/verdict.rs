@@ -88,10 +88,21 @@ pub fn end_part(c: &CycleGrowth) -> Option<String> {
     match (c.end, c.died_after_s) {
         (CycleEnd::StillAnswering, _) => None,
         (end, Some(died)) if end.is_death() => Some(format!(
-            "{} {died:.1} s after the first capture",
-            end_words(&end)
+            "{} {died:.1} s after {}",
+            end_words(&end),
+            measured_from(c)
         )),
         (end, _) => Some(end_words(&end)),
+    }
+}
+
+/// What a cycle's times are measured from: its first capture, or, for a life that answered
+/// none, its start as its exit record tells it.
+pub fn measured_from(c: &CycleGrowth) -> &'static str {
+    if c.captures == 0 {
+        "it started"
+    } else {
+        "the first capture"
     }
 }
 
@@ -206,9 +217,20 @@ pub fn faster_than_interval(c: &CycleGrowth, limit: Option<u64>) -> Option<Strin
     let heap = c.heap_last.map_or("unknown".into(), format_bytes);
     let from_outside = "from outside with a proc source (proc:PID, proc:exe:NAME; heapwatch run \
                         uses one), which reads the heap up to the kill";
-    // Silent for several intervals with failed attempts between: the target stopped answering
-    // (a process at its limit stalls), which no shorter interval mends.
-    let stalled = c.errors > 0 && c.interval_s.is_none_or(|i| gap > 2.0 * i);
+    // A life that answered no capture at all (an endpoint that opens after a start-up replay).
+    if c.captures == 0 {
+        let tried = match c.errors {
+            0 => "no capture was attempted in its life".to_string(),
+            n => format!("its {n} capture attempts all failed"),
+        };
+        return Some(format!(
+            "no capture of this life: it died {died:.1} s after it started, before its target \
+             answered ({tried}){peak_words}; read it {from_outside}"
+        ));
+    }
+    // Silent for an interval or more with failed attempts between: the target stopped
+    // answering (a process at its limit stalls), which no shorter interval mends.
+    let stalled = c.errors > 0 && c.interval_s.is_none_or(|i| gap >= i - 1e-9);
     if stalled {
         return Some(format!(
             "no capture saw the heap rise (heap {heap}): the target stopped answering {gap:.1} s \
@@ -506,6 +528,52 @@ mod tests {
             !v.contains("--interval") && !v.contains("faster than"),
             "{v}"
         );
+    }
+
+    /// etcd under `--also`, real servers: "the death came 0.2 s after the last capture
+    /// (interval 0.1 s), faster than the capture interval" beside failed attempts (its endpoint
+    /// had stopped answering); and a life that answered no capture read "no capture saw the
+    /// heap rise (heap unknown) … 3.4 s after the last capture".
+    #[test]
+    fn a_silence_of_one_interval_with_failures_is_a_stop_and_a_life_without_captures_says_so() {
+        let exit = |seq: u64, cycle: u32, t: i64, lived: i64| {
+            let mut x = CaptureRecord::new(seq, RecordKind::Exit, cycle, t);
+            x.signal = Some(9);
+            x.totals.insert("oom_kill".into(), 1);
+            x.totals.insert("lived_ms".into(), lived);
+            x
+        };
+        let mut records = Vec::new();
+        let mut builder = GrowthBuilder::default();
+        for k in 0..5u64 {
+            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, k as i64 * 100);
+            r.totals.insert("inuse_space".into(), 110 << 20);
+            r.interval_ms = Some(100);
+            builder.heap(&r, &[]);
+            records.push(r);
+        }
+        let mut failed = CaptureRecord::new(6, RecordKind::Heap, 1, 500);
+        failed.error = Some("connection reset".into());
+        records.push(failed);
+        records.push(exit(7, 1, 500, 600));
+        records.push(exit(8, 2, 4_000, 3_400));
+        let report = builder.finish(&records, &[], Some(256 << 20));
+        let first = cycle_verdict(&report.cycles[0], report.limit_bytes);
+        assert!(
+            first.contains("the target stopped answering 0.1 s"),
+            "{first}"
+        );
+        assert!(!first.contains("faster than"), "{first}");
+        let second = cycle_verdict(&report.cycles[1], report.limit_bytes);
+        assert!(
+            second.contains("no capture of this life: it died 3.4 s after it started"),
+            "{second}"
+        );
+        assert!(
+            second.contains("OOM-killed 3.4 s after it started"),
+            "{second}"
+        );
+        assert!(!second.contains("after the last capture"), "{second}");
     }
 
     /// Issue 35, item 7b: "27.1 s later" said not later than what. A rise that held, or fell

@@ -40,13 +40,27 @@ pub(super) fn cycle(
     records: &[&CaptureRecord],
     state: CycleState,
     mem: &[&MemorySample],
-    (next_start, exit_ms): (Option<i64>, Option<i64>),
+    (next_start, exit): (Option<i64>, Option<&CaptureRecord>),
     limit: Option<u64>,
     forced_gc: bool,
 ) -> Option<CycleGrowth> {
     let good: Vec<&&CaptureRecord> = records.iter().filter(|r| r.is_ok()).collect();
-    let first = good.iter().map(|r| r.t_ms).min()?;
-    let last = good.iter().map(|r| r.t_ms).max()?;
+    let exit_ms = exit.map(|x| x.t_ms);
+    // A life known by its end alone: killed before it answered any capture (an `--also`
+    // endpoint that opens only after a start-up replay). It began when its exit record says it
+    // did, and is a life like any other: its death is counted (etcd under `--also`: 3 kills in
+    // the manifest, "2 OOM-killed" said, and `check kills>2` passed).
+    let (first, last) = match (
+        good.iter().map(|r| r.t_ms).min(),
+        good.iter().map(|r| r.t_ms).max(),
+    ) {
+        (Some(first), Some(last)) => (first, last),
+        _ => {
+            let x = exit?;
+            let born = x.t_ms - x.totals.get("lived_ms").copied().unwrap_or(0);
+            (born, born)
+        }
+    };
     let start_ms = state.start_ms.unwrap_or(first).min(first);
     let secs = |t: i64| (t - start_ms) as f64 / 1000.0;
     let heap: Vec<&&&CaptureRecord> = good.iter().filter(|r| r.kind == RecordKind::Heap).collect();

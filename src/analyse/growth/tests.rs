@@ -453,3 +453,51 @@ fn a_short_life_published_at_counts_two_four_and_five_reads_its_rise() {
     assert_eq!(c.sites.first().map(|s| s.name.as_str()), Some("main.grow"));
     assert!(reading.bytes_per_sec > 10.0 * MIB, "{reading:?}");
 }
+
+/// etcd under `--also`: its third life was OOM-killed in its start-up replay before its HTTP
+/// endpoint opened. The manifest held its exit record (`oom_kill` 1) and six failed attempts
+/// tagged with the life before (the collector learns of a restart when the new process
+/// answers); growth said "2 OOM-killed" and `check kills>2` passed.
+#[test]
+fn a_life_known_only_by_its_exit_is_a_life_and_the_attempts_after_a_death_are_the_next_lives() {
+    let mut builder = GrowthBuilder::default();
+    let mut records = Vec::new();
+    let exit = |seq: u64, cycle: u32, t: i64, lived: i64| {
+        let mut x = CaptureRecord::new(seq, RecordKind::Exit, cycle, t);
+        x.signal = Some(9);
+        x.totals.insert("oom_kill".into(), 1);
+        x.totals.insert("lived_ms".into(), lived);
+        x
+    };
+    for k in 0..8u64 {
+        let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, k as i64 * 100);
+        let value = ((k + 1) * (8 << 20)) as i64;
+        r.totals.insert("inuse_space".into(), value);
+        builder.heap(
+            &r,
+            &[SiteFigures {
+                name: "main.grow".into(),
+                value,
+                alloc: value,
+            }],
+        );
+        records.push(r);
+    }
+    records.push(exit(9, 1, 750, 900));
+    // Refused, then timed out, while the next process replays: tagged with life 1.
+    for (k, t) in [800, 1_300, 1_800].into_iter().enumerate() {
+        let mut failed = CaptureRecord::new(10 + k as u64, RecordKind::Heap, 1, t);
+        failed.error = Some("connection refused".into());
+        records.push(failed);
+    }
+    records.push(exit(13, 2, 2_200, 1_400));
+    let report = builder.finish(&records, &[], Some(256 << 20));
+    assert_eq!(report.cycles.len(), 2, "{:?}", report.cycles);
+    let second = &report.cycles[1];
+    assert_eq!(second.end, CycleEnd::OomKilled);
+    assert!(second.killed);
+    assert_eq!((second.captures, second.errors), (0, 3));
+    assert_eq!(second.died_after_s, Some(1.4));
+    assert_eq!(report.cycles[0].errors, 0);
+    assert_eq!(report.across.died, 2);
+}
