@@ -291,17 +291,7 @@ fn picture(c: &Comparison) -> Vec<String> {
         )),
         (false, false) => {}
     }
-    // The memory the kernel counts, when both sides were sampled from outside alike.
-    if let (Some(ma), Some(mb), Some(of)) = (a.memory_peak, b.memory_peak, &b.memory_of) {
-        if a.memory_of.as_ref() == Some(of) && ma > 0 {
-            parts.push(format!(
-                "{of} memory peaked at {} in B against {} in A ({:.2}x)",
-                format_bytes(mb),
-                format_bytes(ma),
-                mb as f64 / ma as f64
-            ));
-        }
-    }
+    parts.extend(memory_peaks(a, b));
     parts.push(format!(
         "B's in-use heap {}, A's {}",
         episode_words(b),
@@ -315,6 +305,39 @@ fn picture(c: &Comparison) -> Vec<String> {
         ));
     }
     parts
+}
+
+/// Where a quarter or more of a side's peak was not anonymous memory (page cache, mostly).
+const MOSTLY_ANON: f64 = 0.75;
+
+/// The memory the kernel counts, when both sides were sampled from outside alike; and its
+/// anonymous part (heap, stacks, runtime) beside it when either side's peak was a quarter or
+/// more something else: two cgroups at one limit peak alike whatever filled them (nats-server:
+/// "256 MiB in B against 256 MiB in A (1.00x)", A's 176 MiB of it page cache, B's its heap).
+fn memory_peaks(a: &SideEpisode, b: &SideEpisode) -> Option<String> {
+    let (ma, mb, of) = (a.memory_peak?, b.memory_peak?, b.memory_of.as_ref()?);
+    if a.memory_of.as_ref() != Some(of) || ma <= 0 {
+        return None;
+    }
+    let mut s = format!(
+        "{of} memory peaked at {} in B against {} in A ({:.2}x)",
+        format_bytes(mb),
+        format_bytes(ma),
+        mb as f64 / ma as f64
+    );
+    let mostly_anon = |anon: i64, whole: i64| anon as f64 >= MOSTLY_ANON * whole as f64;
+    if let (Some(aa), Some(ab)) = (a.memory_peak_anon, b.memory_peak_anon) {
+        if aa > 0 && !(mostly_anon(aa, ma) && mostly_anon(ab, mb)) {
+            s.push_str(&format!(
+                "; its anonymous part (heap, stacks, runtime; no page cache) {} in B against {} \
+                 in A ({:.2}x)",
+                format_bytes(ab),
+                format_bytes(aa),
+                ab as f64 / aa as f64
+            ));
+        }
+    }
+    Some(s)
 }
 
 /// "only in B: 12 MiB in use at its peak (at 7.0 s)", or "grows 2 MiB/s in B against 0 B/s
@@ -399,6 +422,42 @@ mod tests {
     use super::*;
 
     const MIB: f64 = 1024.0 * 1024.0;
+
+    fn side(memory: i64, anon: i64) -> SideEpisode {
+        SideEpisode {
+            onset_s: None,
+            end_s: None,
+            bytes_per_sec: 0.0,
+            growing_at_end: false,
+            site: None,
+            share: None,
+            heap_peak: None,
+            memory_peak: Some(memory),
+            memory_of: Some("cgroup".into()),
+            memory_peak_anon: Some(anon),
+            died_s: None,
+            oom_killed: false,
+            end: crate::analyse::ends::CycleEnd::StillAnswering,
+            span_s: 30.0,
+        }
+    }
+
+    /// nats-server, real servers: "cgroup memory peaked at 256 MiB in B against 256 MiB in A
+    /// (1.00x)" where A's was page cache and B's its heap.
+    #[test]
+    fn two_peaks_at_one_limit_are_split_by_what_filled_them() {
+        let mib = 1 << 20;
+        let (a, b) = (side(256 * mib, 80 * mib), side(256 * mib, 250 * mib));
+        assert_eq!(
+            memory_peaks(&a, &b).unwrap(),
+            "cgroup memory peaked at 256 MiB in B against 256 MiB in A (1.00x); its anonymous \
+             part (heap, stacks, runtime; no page cache) 250 MiB in B against 80.0 MiB in A \
+             (3.12x)"
+        );
+        // Both mostly anonymous: the peak says it.
+        let (a, b) = (side(200 * mib, 190 * mib), side(256 * mib, 250 * mib));
+        assert!(!memory_peaks(&a, &b).unwrap().contains("anonymous"));
+    }
 
     #[test]
     fn a_rate_a_held_is_said_as_a_rise_that_held_not_as_none() {
