@@ -159,6 +159,9 @@ pub struct SideEpisode {
     /// The top site of the rise and its share.
     pub site: Option<String>,
     pub share: Option<f64>,
+    /// The caller under which most of the rise lies, spread over several sites, as `growth`
+    /// names it (Prometheus's head-series creation: six sites, one caller).
+    pub cause: Option<super::cause::Cause>,
     /// The peak of its in-use heap over the whole cycle.
     pub heap_peak: Option<i64>,
     /// The peak of the memory seen from outside: the cgroup's, else the process's, and which.
@@ -183,6 +186,7 @@ fn side_episode(c: &CycleGrowth, heap: &[(f64, i64)]) -> SideEpisode {
         growing_at_end: r.is_some_and(|r| r.ongoing),
         site: c.rise_sites().first().map(|s| s.name.clone()),
         share: c.rise_sites().first().map(|s| s.share),
+        cause: r.and_then(|r| r.cause.clone()),
         heap_peak: heap.iter().map(|h| h.1).max(),
         memory_peak: c.peaks.cgroup.or(c.peaks.process).map(|p| p.bytes),
         memory_of: match (c.peaks.cgroup, c.peaks.process) {

@@ -264,8 +264,19 @@ fn episode_words(e: &SideEpisode) -> String {
     } else {
         format!("rose {rate} from {onset:.1} to {end:.1} s, then held")
     };
-    if let (Some(site), Some(share)) = (&e.site, e.share) {
-        s.push_str(&format!(" ({:.0} % of the rise in {site})", share * 100.0));
+    match (&e.cause, &e.site, e.share) {
+        // As `growth` says it: the caller first, where one holds a rise over several sites.
+        (Some(cause), Some(site), Some(share)) => s.push_str(&format!(
+            " ({:.0} % of the rise under {} over {} sites; the largest, {site}, {:.0} %)",
+            cause.share * 100.0,
+            cause.name,
+            cause.sites,
+            share * 100.0
+        )),
+        (_, Some(site), Some(share)) => {
+            s.push_str(&format!(" ({:.0} % of the rise in {site})", share * 100.0))
+        }
+        _ => {}
     }
     s
 }
@@ -435,6 +446,7 @@ mod tests {
             memory_peak: Some(memory),
             memory_of: Some("cgroup".into()),
             memory_peak_anon: Some(anon),
+            cause: None,
             died_s: None,
             oom_killed: false,
             end: crate::analyse::ends::CycleEnd::StillAnswering,
@@ -457,6 +469,30 @@ mod tests {
         // Both mostly anonymous: the peak says it.
         let (a, b) = (side(200 * mib, 190 * mib), side(256 * mib, 250 * mib));
         assert!(!memory_peaks(&a, &b).unwrap().contains("anonymous"));
+    }
+
+    /// Prometheus under churn, real servers: growth named the one caller holding the rise
+    /// over six sites, compare its largest leaf (`tsdb.newMemSeries`) as if it were the cause.
+    #[test]
+    fn a_side_s_rise_is_named_by_its_caller_as_growth_names_it() {
+        let mut e = side(200 << 20, 180 << 20);
+        (e.onset_s, e.end_s, e.growing_at_end) = (Some(2.0), Some(9.0), true);
+        e.bytes_per_sec = 8.0 * MIB;
+        (e.site, e.share) = (Some("tsdb.newMemSeries".into()), Some(0.16));
+        assert_eq!(
+            episode_words(&e),
+            "grew 8.00 MiB/s from 2.0 s (16 % of the rise in tsdb.newMemSeries)"
+        );
+        e.cause = Some(crate::analyse::cause::Cause {
+            name: "scrape.(*scrapeLoop).append".into(),
+            share: 0.7,
+            sites: 6,
+        });
+        assert_eq!(
+            episode_words(&e),
+            "grew 8.00 MiB/s from 2.0 s (70 % of the rise under scrape.(*scrapeLoop).append over \
+             6 sites; the largest, tsdb.newMemSeries, 16 %)"
+        );
     }
 
     #[test]
