@@ -2,6 +2,17 @@
 //! `regression>1.5x`, parsed from text and checked against a run's findings. A rule trips when
 //! any boot cycle crosses its bar. Pure: the figures come in, outcomes go out.
 //!
+//! # A chord is no fitted rate
+//!
+//! `growth>` judges fitted rates. A rise still going that the heap profile published only twice
+//! (a flood killed within two GCs) has a rate through two points, a chord, that fits them
+//! perfectly whatever the rise was: it trips nothing alone. A fitted rate over the bar in any
+//! cycle trips the rule as before; where none does and a chord is over the bar, the rule is not
+//! judged (`Status::Unknown`, the chord its evidence, no figure quoted), so `check` exits 2 as
+//! for any rule it cannot check: a gate that cannot look does not pass, and does not fail on a
+//! figure it cannot stand behind. A chord under the bar does not trip, as before. A death that
+//! fast is what `time-to-limit<` and `kills>` judge.
+//!
 //! For a run of an Envoy proxy (manifest records of kind `envoy`) the growth and
 //! time-to-limit rules also weigh Envoy's own growth fit, and `live-share<X` checks how much
 //! of the mapped heap is live data (Envoy's tcmalloc figures, or Go's MemStats).
@@ -188,7 +199,15 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
                 }
                 Some((cycle_growth(c), growth_evidence(c)))
             }));
-            worst(measures, true)
+            // Chords set aside: the worst fitted rate, unless it holds and a chord is over the
+            // bar (then that chord, not judged: see the module's doc).
+            let (chords, fitted): (Vec<Measure>, Vec<Measure>) =
+                measures.into_iter().partition(|m| m.evidence.is_chord());
+            match (worst(fitted, true), worst(chords, true)) {
+                (Some(f), Some(c)) if f.value <= rule.bar && c.value > rule.bar => Some(c),
+                (Some(f), _) => Some(f),
+                (None, c) => c,
+            }
         }
         Metric::TimeToLimit => {
             let envoy_limit = f
@@ -502,6 +521,16 @@ pub fn evaluate(rule: &Rule, findings: &Findings) -> Outcome {
     } else {
         m.value < rule.bar
     };
+    if tripped && m.evidence.is_chord() {
+        return Outcome {
+            rule: rule.text.clone(),
+            metric: rule.metric,
+            status: Status::Unknown,
+            measured: None,
+            cycle: m.cycle,
+            evidence: m.evidence,
+        };
+    }
     Outcome {
         rule: rule.text.clone(),
         metric: rule.metric,
