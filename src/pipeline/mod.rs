@@ -158,13 +158,8 @@ pub fn analyse_runs(
                 options.picks.run,
                 limits,
             )?;
-            let heap_ratio = comparison.a_heap_peak.zip(comparison.b_heap_peak).map(
-                |(baseline_bytes, bytes)| HeapRatio {
-                    age_s: comparison.age_s,
-                    baseline_bytes,
-                    bytes,
-                },
-            );
+            // The gate's pair: the worst of those compared like with like.
+            let heap_ratio = HeapRatio::of(&comparison);
             Some(Baseline {
                 run: base,
                 comparison,

@@ -33,16 +33,34 @@ use parse::trips_above;
 pub use parse::{Metric, Rule, RuleError, parse};
 
 /// The baseline side of a comparison, as the regression rule sees it: the largest in-use heap
-/// of each compared cycle over the span both cover.
+/// of each compared cycle over the span both cover, in the pair the gate judges
+/// (`Comparison::gate_pair`: the worst of those compared like with like).
 #[derive(Debug, Clone, Serialize)]
 pub struct HeapRatio {
     /// The aligned span: seconds from each cycle's start.
     pub age_s: f64,
     pub baseline_bytes: i64,
     pub bytes: i64,
+    /// The pair's cycles: the baseline's, and the run's.
+    pub a_cycle: u32,
+    pub b_cycle: u32,
 }
 
 impl HeapRatio {
+    /// The ratio the regression gate judges in `c`: its gate pair's, else (no pair has a heap
+    /// to set against) the lead's.
+    pub fn of(c: &Comparison) -> Option<HeapRatio> {
+        let p = c.gate_pair().unwrap_or(c);
+        let (baseline_bytes, bytes) = p.a_heap_peak.zip(p.b_heap_peak)?;
+        Some(HeapRatio {
+            age_s: p.age_s,
+            baseline_bytes,
+            bytes,
+            a_cycle: p.a_cycle,
+            b_cycle: p.b_cycle,
+        })
+    }
+
     pub fn ratio(&self) -> Option<f64> {
         (self.baseline_bytes > 0).then(|| self.bytes as f64 / self.baseline_bytes as f64)
     }
@@ -272,13 +290,18 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
             let Some(value) = ratio.ratio() else {
                 return Err(Missing::BaselineHasNoHeap);
             };
+            // The pair the ratio was measured on, which need not lead the comparison.
+            let pair = f.comparison.and_then(|c| {
+                c.all_pairs()
+                    .find(|p| (p.a_cycle, p.b_cycle) == (ratio.a_cycle, ratio.b_cycle))
+            });
             Some(Measure {
                 value,
-                cycle: Some(f.comparison.map_or(1, |c| c.b_cycle)),
+                cycle: Some(ratio.b_cycle),
                 evidence: Evidence::PeakAgainstBaseline {
                     ratio: ratio.clone(),
-                    sides: f.comparison.map(sides),
-                    worst: f.comparison.and_then(|c| c.regressions.first()).cloned(),
+                    sides: pair.map(sides),
+                    worst: pair.and_then(|c| c.regressions.first()).cloned(),
                 },
             })
         }

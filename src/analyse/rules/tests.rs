@@ -225,6 +225,8 @@ fn a_rule_without_its_figures_is_unknown_not_passed() {
         age_s: 7.0,
         baseline_bytes: 30 << 20,
         bytes: 136 << 20,
+        a_cycle: 1,
+        b_cycle: 1,
     };
     let o = check("regression>1.5x", &g, Some(&ratio));
     assert_eq!(o.status, Status::Fail);

@@ -303,10 +303,19 @@ pub fn markdown(m: &ReportModel) -> String {
         let c = b.comparison;
         let _ = writeln!(out, "### Against {}\n", text(b.label()));
         let mut points = crate::render::headline::of_comparison(c).points;
-        if let Some(r) = b.heap_ratio.and_then(|r| r.ratio()) {
+        if let Some((h, r)) = b.heap_ratio.and_then(|h| Some((h, h.ratio()?))) {
+            // The gate's pair, which need not lead: then named.
+            let pair = if (h.a_cycle, h.b_cycle) == (c.a_cycle, c.b_cycle) {
+                String::new()
+            } else {
+                format!(
+                    " (cycle {} against the baseline's cycle {}, the worst compared like with like)",
+                    h.b_cycle, h.a_cycle
+                )
+            };
             points.push(format!(
-                "peak in-use heap {r:.2}x the baseline's over the first {}",
-                seconds(c.age_s)
+                "peak in-use heap {r:.2}x the baseline's over the first {}{pair}",
+                seconds(h.age_s)
             ));
         }
         for p in &points {
