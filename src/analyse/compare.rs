@@ -10,7 +10,8 @@
 //! every pair compared like with like (`select`'s doc: a first boot with a first boot), which
 //! need not be the lead: OpenZiti 2.1.0's first boot held 1.15x 2.0.2's first boot while its
 //! second boot, the lead, held 0.95x, and the gate passed on the second. Pairs that are not
-//! like with like are judged only where no pair is.
+//! like with like are judged only where no pair is; so is B's death where A lived (a restart
+//! killed against a first boot that lived is what `kills>` judges, not a relative gate).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -172,12 +173,17 @@ impl Comparison {
         std::iter::once(self).chain(self.other_pairs.iter().map(|p| p.pair.as_ref()))
     }
 
-    /// The pair a relative gate on the heap judges: the worst ratio among the pairs compared
-    /// like with like, else among all (see the module's doc).
-    pub fn gate_pair(&self) -> Option<&Comparison> {
+    /// The pairs a relative gate judges: those compared like with like, else all (see the
+    /// module's doc).
+    pub fn gate_pairs(&self) -> impl Iterator<Item = &Comparison> {
         let any_like = self.all_pairs().any(|p| p.like_with_like);
         self.all_pairs()
-            .filter(|p| p.like_with_like || !any_like)
+            .filter(move |p| p.like_with_like || !any_like)
+    }
+
+    /// The pair a relative gate on the heap judges: the worst ratio of [`Self::gate_pairs`].
+    pub fn gate_pair(&self) -> Option<&Comparison> {
+        self.gate_pairs()
             .filter_map(|p| Some((p, p.heap_ratio()?)))
             .reduce(|w, x| if x.1 > w.1 { x } else { w })
             .map(|(p, _)| p)
@@ -573,12 +579,14 @@ mod tests {
         let mib = |m: f64| (m * MIB) as i64;
         let heap = |m: f64| [(0.0, mib(m / 2.0)), (5.0, mib(m))];
         let (ha, hb1, hb2) = (heap(100.0), heap(115.0), heap(95.0));
-        let side = |c, heap| CycleSide {
-            build: "x".into(),
-            growth: c,
-            captures: &[],
-            heap,
-        };
+        fn side<'s>(growth: &'s CycleGrowth, heap: &'s [(f64, i64)]) -> CycleSide<'s> {
+            CycleSide {
+                build: "x".into(),
+                growth,
+                captures: &[],
+                heap,
+            }
+        }
         let pairs = [
             (side(&a1, &ha), side(&b1, &hb1)),
             (side(&a1, &ha), side(&b2, &hb2)),
@@ -618,6 +626,31 @@ mod tests {
             matches!(&o.evidence, Evidence::PeakAgainstBaseline { sides: Some(s), .. } if s.b_cycle == 1),
             "{o:?}"
         );
+        // B's death where A lived trips the gate in a like pair only: B's second boot killed is
+        // set against a first boot; B's first killed is the worst there is.
+        let evaluate_with = |b1_killed: bool, b2_killed: bool| {
+            let (b1, b2) = (
+                cycle(1, 0.0, b1_killed.then_some(4.0)),
+                cycle(2, 20.0, b2_killed.then_some(4.0)),
+            );
+            let pairs = [
+                (side(&a1, &ha), side(&b1, &hb1)),
+                (side(&a1, &ha), side(&b2, &hb2)),
+            ];
+            let c = compare(&pairs, &selection).unwrap();
+            let ratio = HeapRatio::of(&c);
+            let findings = Findings {
+                comparison: Some(&c),
+                heap_ratio: ratio.as_ref(),
+                ..findings
+            };
+            evaluate(&parse("regression>1.5x").unwrap(), &findings)
+        };
+        let o = evaluate_with(false, true);
+        assert_eq!((o.status, o.cycle), (Status::Pass, Some(1)), "{o:?}");
+        let o = evaluate_with(true, false);
+        assert_eq!((o.status, o.cycle), (Status::Fail, Some(1)), "{o:?}");
+        assert!(matches!(o.evidence, Evidence::BOomKilled { .. }), "{o:?}");
         // Unlike pairs alone: the worst of them.
         let mut alone = c.clone();
         alone.other_pairs.clear();

@@ -269,12 +269,12 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
                 a_cycle: c.a_cycle,
                 a: c.a.clone(),
             };
-            // B died of memory where A did not: the worst regression there is, whatever the
-            // heaps read before the death.
-            if let Some(c) = f
-                .comparison
-                .filter(|c| c.b_episode.oom_killed && !c.a_episode.oom_killed)
-            {
+            // B died of memory where A did not, in a pair the gate judges: the worst regression
+            // there is, whatever the heaps read before the death.
+            if let Some(c) = f.comparison.and_then(|c| {
+                c.gate_pairs()
+                    .find(|p| p.b_episode.oom_killed && !p.a_episode.oom_killed)
+            }) {
                 return Ok(Some(Measure {
                     value: f64::INFINITY,
                     cycle: Some(c.b_cycle),
