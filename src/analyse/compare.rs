@@ -11,7 +11,8 @@
 //! need not be the lead: OpenZiti 2.1.0's first boot held 1.15x 2.0.2's first boot while its
 //! second boot, the lead, held 0.95x, and the gate passed on the second. Pairs that are not
 //! like with like are judged only where no pair is; so is B's death where A lived (a restart
-//! killed against a first boot that lived is what `kills>` judges, not a relative gate).
+//! killed against a first boot that lived is what `kills>` judges, not a relative gate), and
+//! the cgroup's gates (`memory-regression>`, `anon-regression>`) take the worst of the same pairs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -651,6 +652,25 @@ mod tests {
         let o = evaluate_with(true, false);
         assert_eq!((o.status, o.cycle), (Status::Fail, Some(1)), "{o:?}");
         assert!(matches!(o.evidence, Evidence::BOomKilled { .. }), "{o:?}");
+        // The cgroup's gates alike: B's second boot's 3x is set against a first boot; its
+        // first boot's 1.15x is judged.
+        let anon = |mut c: CycleGrowth, m: f64| {
+            c.memory_peak_anon = Some(mib(m) as u64);
+            c
+        };
+        let (a1, b1, b2) = (anon(a1, 100.0), anon(b1, 115.0), anon(b2, 300.0));
+        let pairs = [
+            (side(&a1, &ha), side(&b1, &hb1)),
+            (side(&a1, &ha), side(&b2, &hb2)),
+        ];
+        let c = compare(&pairs, &selection).unwrap();
+        let findings = Findings {
+            comparison: Some(&c),
+            ..findings
+        };
+        let o = evaluate(&parse("anon-regression>1.5x").unwrap(), &findings);
+        assert_eq!((o.status, o.cycle), (Status::Pass, Some(1)), "{o:?}");
+        assert!((o.measured.unwrap() - 1.15).abs() < 1e-6, "{o:?}");
         // Unlike pairs alone: the worst of them.
         let mut alone = c.clone();
         alone.other_pairs.clear();

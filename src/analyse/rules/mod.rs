@@ -191,6 +191,16 @@ fn worst(measures: Vec<Measure>, above: bool) -> Option<Measure> {
     })
 }
 
+/// The cycles and builds of a compared pair.
+fn sides(c: &Comparison) -> Sides {
+    Sides {
+        b_cycle: c.b_cycle,
+        b: c.b.clone(),
+        a_cycle: c.a_cycle,
+        a: c.a.clone(),
+    }
+}
+
 fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
     let cycles = &f.growth.cycles;
     let per_cycle = |value: &dyn Fn(&CycleGrowth) -> Option<(f64, Evidence)>| {
@@ -263,12 +273,6 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
             worst(hits, false)
         }
         Metric::Regression => {
-            let sides = |c: &Comparison| Sides {
-                b_cycle: c.b_cycle,
-                b: c.b.clone(),
-                a_cycle: c.a_cycle,
-                a: c.a.clone(),
-            };
             // B died of memory where A did not, in a pair the gate judges: the worst regression
             // there is, whatever the heaps read before the death.
             if let Some(c) = f.comparison.and_then(|c| {
@@ -317,40 +321,40 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
                     s.memory_peak
                 }
             };
-            let (Some(baseline_bytes), Some(bytes)) = (peak(&c.a_episode), peak(&c.b_episode))
-            else {
+            if peak(&c.a_episode).zip(peak(&c.b_episode)).is_none() {
                 return Err(if anon {
                     Missing::NoAnonymousMemory
                 } else {
                     Missing::NoMemory
                 });
+            }
+            // The worst of the pairs the gate judges (like with like), as for the heap.
+            let against = |c: &Comparison| {
+                let (baseline_bytes, bytes) = peak(&c.a_episode).zip(peak(&c.b_episode))?;
+                let of = if anon {
+                    "anonymous memory".to_string()
+                } else {
+                    format!(
+                        "{} memory",
+                        c.b_episode.memory_of.as_deref().unwrap_or("process")
+                    )
+                };
+                (baseline_bytes > 0).then(|| Measure {
+                    value: bytes as f64 / baseline_bytes as f64,
+                    cycle: Some(c.b_cycle),
+                    evidence: Evidence::MemoryAgainstBaseline {
+                        of,
+                        bytes,
+                        baseline_bytes,
+                        sides: sides(c),
+                    },
+                })
             };
-            if baseline_bytes <= 0 {
+            let measures: Vec<Measure> = c.gate_pairs().filter_map(against).collect();
+            if measures.is_empty() {
                 return Err(Missing::NoMemory);
             }
-            let of = if anon {
-                "anonymous memory".to_string()
-            } else {
-                format!(
-                    "{} memory",
-                    c.b_episode.memory_of.as_deref().unwrap_or("process")
-                )
-            };
-            Some(Measure {
-                value: bytes as f64 / baseline_bytes as f64,
-                cycle: Some(c.b_cycle),
-                evidence: Evidence::MemoryAgainstBaseline {
-                    of,
-                    bytes,
-                    baseline_bytes,
-                    sides: Sides {
-                        b_cycle: c.b_cycle,
-                        b: c.b.clone(),
-                        a_cycle: c.a_cycle,
-                        a: c.a.clone(),
-                    },
-                },
-            })
+            worst(measures, true)
         }
         Metric::Goroutines => worst(
             per_cycle(&|c| {
