@@ -3,6 +3,16 @@
 //! numbers) and compared on their growth rate and on their in-use peak over the whole span both
 //! cycles cover. What B does after A's last capture is reported on its own, never dropped.
 //! Several pairs of cycles are each compared; the worst leads and the others are listed.
+//!
+//! # The pair a relative gate judges
+//!
+//! The lead is the pair with the worst site; a gate on the heap's ratio takes the worst ratio of
+//! every pair compared like with like (`select`'s doc: a first boot with a first boot), which
+//! need not be the lead: OpenZiti 2.1.0's first boot held 1.15x 2.0.2's first boot while its
+//! second boot, the lead, held 0.95x, and the gate passed on the second. Pairs that are not
+//! like with like are judged only where no pair is; so is B's death where A lived (a restart
+//! killed against a first boot that lived is what `kills>` judges, not a relative gate), and
+//! the cgroup's gates (`memory-regression>`, `anon-regression>`) take the worst of the same pairs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -147,6 +157,38 @@ pub struct Comparison {
     pub selection_b_build: String,
     #[serde(skip)]
     pub selection_same_build: bool,
+    /// Whether this pair compares like with like (`select::Selection::like`).
+    #[serde(skip)]
+    pub like_with_like: bool,
+}
+
+impl Comparison {
+    /// B's peak in-use heap over A's, over the span both cover.
+    pub fn heap_ratio(&self) -> Option<f64> {
+        let (a, b) = (self.a_heap_peak?, self.b_heap_peak?);
+        (a > 0).then(|| b as f64 / a as f64)
+    }
+
+    /// Every pair compared: this one, then the others.
+    pub fn all_pairs(&self) -> impl Iterator<Item = &Comparison> {
+        std::iter::once(self).chain(self.other_pairs.iter().map(|p| p.pair.as_ref()))
+    }
+
+    /// The pairs a relative gate judges: those compared like with like, else all (see the
+    /// module's doc).
+    pub fn gate_pairs(&self) -> impl Iterator<Item = &Comparison> {
+        let any_like = self.all_pairs().any(|p| p.like_with_like);
+        self.all_pairs()
+            .filter(move |p| p.like_with_like || !any_like)
+    }
+
+    /// The pair a relative gate on the heap judges: the worst ratio of [`Self::gate_pairs`].
+    pub fn gate_pair(&self) -> Option<&Comparison> {
+        self.gate_pairs()
+            .filter_map(|p| Some((p, p.heap_ratio()?)))
+            .reduce(|w, x| if x.1 > w.1 { x } else { w })
+            .map(|(p, _)| p)
+    }
 }
 
 /// One side's cycle as the comparison words it: its episode and its end.
@@ -439,6 +481,7 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         other_pairs: Vec::new(),
         selection_b_build: String::new(),
         selection_same_build: false,
+        like_with_like: true,
     }
 }
 
@@ -453,6 +496,9 @@ fn badness(c: &Comparison) -> f64 {
 /// Compares every chosen pair; the worst leads, the others are listed beneath it.
 pub fn compare(pairs: &[(CycleSide, CycleSide)], selection: &Selection) -> Option<Comparison> {
     let mut all: Vec<Comparison> = pairs.iter().map(|(a, b)| compare_cycles(a, b)).collect();
+    for c in &mut all {
+        c.like_with_like = selection.like.contains(&(c.a_cycle, c.b_cycle));
+    }
     let worst = (0..all.len()).reduce(|w, i| {
         if badness(&all[i]) > badness(&all[w]) {
             i
@@ -518,6 +564,130 @@ mod tests {
             .expect("B grows faster");
         assert_eq!(leak.a_bytes_per_sec, 8.0 * MIB);
         assert!(leak.a_rose_then_held && leak.grows_faster);
+    }
+
+    /// OpenZiti (issue 33, item 11): A, 2.0.2's first boot; B, 2.1.0's first boot (1.15x A's
+    /// heap) then its second (0.95x, and the lead: its site grows). The gate judges B's first
+    /// boot, like with like, and the worst; the second boot is set against a first boot.
+    #[test]
+    fn the_gate_takes_the_worst_heap_ratio_of_the_pairs_compared_like_with_like() {
+        use crate::analyse::select::{CycleBuild, choose};
+        let build = |index, label: &str| CycleBuild {
+            index,
+            label: label.into(),
+            build: None,
+            pid: None,
+        };
+        let selection = choose(
+            ("a", &[build(1, "2.0.2")]),
+            ("b", &[build(1, "2.1.0"), build(2, "2.1.0")]),
+            None,
+            None,
+        )
+        .unwrap();
+        let (a1, b1, b2) = (
+            cycle(1, 0.0, None),
+            cycle(1, 0.0, None),
+            cycle(2, 20.0, None),
+        );
+        let mib = |m: f64| (m * MIB) as i64;
+        let heap = |m: f64| [(0.0, mib(m / 2.0)), (5.0, mib(m))];
+        let (ha, hb1, hb2) = (heap(100.0), heap(115.0), heap(95.0));
+        fn side<'s>(growth: &'s CycleGrowth, heap: &'s [(f64, i64)]) -> CycleSide<'s> {
+            CycleSide {
+                build: "x".into(),
+                growth,
+                captures: &[],
+                heap,
+            }
+        }
+        let pairs = [
+            (side(&a1, &ha), side(&b1, &hb1)),
+            (side(&a1, &ha), side(&b2, &hb2)),
+        ];
+        let c = compare(&pairs, &selection).unwrap();
+        assert_eq!(c.b_cycle, 2, "the lead is the pair whose site grows");
+        assert!(!c.like_with_like);
+        let gate = c.gate_pair().unwrap();
+        assert_eq!((gate.a_cycle, gate.b_cycle), (1, 1));
+        assert!((gate.heap_ratio().unwrap() - 1.15).abs() < 1e-6);
+        // And the rule trips on it, naming B's first boot.
+        use crate::analyse::growth::{AcrossCycles, GrowthReport};
+        use crate::analyse::rules::{Evidence, Findings, HeapRatio, Status, evaluate, parse};
+        let growth = GrowthReport {
+            schema: 1,
+            limit_bytes: None,
+            across: AcrossCycles {
+                cycles: 2,
+                died: 0,
+                same_top_site: None,
+                ages_s: vec![],
+                crash_loop: None,
+            },
+            cycles: vec![b1.clone(), b2.clone()],
+        };
+        let ratio = HeapRatio::of(&c);
+        let findings = Findings {
+            growth: &growth,
+            peak_heap: &[],
+            comparison: Some(&c),
+            heap_ratio: ratio.as_ref(),
+            envoy: None,
+        };
+        let o = evaluate(&parse("regression>1.1x").unwrap(), &findings);
+        assert_eq!((o.status, o.cycle), (Status::Fail, Some(1)), "{o:?}");
+        assert!(
+            matches!(&o.evidence, Evidence::PeakAgainstBaseline { sides: Some(s), .. } if s.b_cycle == 1),
+            "{o:?}"
+        );
+        // B's death where A lived trips the gate in a like pair only: B's second boot killed is
+        // set against a first boot; B's first killed is the worst there is.
+        let evaluate_with = |b1_killed: bool, b2_killed: bool| {
+            let (b1, b2) = (
+                cycle(1, 0.0, b1_killed.then_some(4.0)),
+                cycle(2, 20.0, b2_killed.then_some(4.0)),
+            );
+            let pairs = [
+                (side(&a1, &ha), side(&b1, &hb1)),
+                (side(&a1, &ha), side(&b2, &hb2)),
+            ];
+            let c = compare(&pairs, &selection).unwrap();
+            let ratio = HeapRatio::of(&c);
+            let findings = Findings {
+                comparison: Some(&c),
+                heap_ratio: ratio.as_ref(),
+                ..findings
+            };
+            evaluate(&parse("regression>1.5x").unwrap(), &findings)
+        };
+        let o = evaluate_with(false, true);
+        assert_eq!((o.status, o.cycle), (Status::Pass, Some(1)), "{o:?}");
+        let o = evaluate_with(true, false);
+        assert_eq!((o.status, o.cycle), (Status::Fail, Some(1)), "{o:?}");
+        assert!(matches!(o.evidence, Evidence::BOomKilled { .. }), "{o:?}");
+        // The cgroup's gates alike: B's second boot's 3x is set against a first boot; its
+        // first boot's 1.15x is judged.
+        let anon = |mut c: CycleGrowth, m: f64| {
+            c.memory_peak_anon = Some(mib(m) as u64);
+            c
+        };
+        let (a1, b1, b2) = (anon(a1, 100.0), anon(b1, 115.0), anon(b2, 300.0));
+        let pairs = [
+            (side(&a1, &ha), side(&b1, &hb1)),
+            (side(&a1, &ha), side(&b2, &hb2)),
+        ];
+        let c = compare(&pairs, &selection).unwrap();
+        let findings = Findings {
+            comparison: Some(&c),
+            ..findings
+        };
+        let o = evaluate(&parse("anon-regression>1.5x").unwrap(), &findings);
+        assert_eq!((o.status, o.cycle), (Status::Pass, Some(1)), "{o:?}");
+        assert!((o.measured.unwrap() - 1.15).abs() < 1e-6, "{o:?}");
+        // Unlike pairs alone: the worst of them.
+        let mut alone = c.clone();
+        alone.other_pairs.clear();
+        assert_eq!(alone.gate_pair().map(|p| p.b_cycle), Some(2));
     }
 
     /// The ziti pair the other way round: B (2.0.2) took its load in at 36 MiB/s in its first

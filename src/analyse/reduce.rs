@@ -19,6 +19,15 @@
 //! collector queues a cycle's first capture for indexing only after its cycle record), and its
 //! header hashes reduce.rs, so older indexes are rebuilt.
 //!
+//! A user names their own code with `--own PREFIX,…` on the commands that name sites (`growth`,
+//! `report`, `check`, `compare`, `flame`; `top` names leaves as pprof does): those module
+//! prefixes, package `main` and the main module are own code, and the guesses give way to them
+//! (`OwnCode::named`: a sibling module of the organisation is then a library unless named, and
+//! without a recorded main module every other module is). The index's entries name sites by the
+//! recording's own code, so an analysis told other prefixes (`RunDir::own_named`) reads every
+//! capture's profile and keeps nothing in the index (`index::SiteSource`): the same recording
+//! read twice with the same flags says the same, and read with `--own` names its sites by it.
+//!
 //! In JSON (`growth`, `compare`, `summary.json`) a site is three fields, written by
 //! `serialize_site` from the one name: `name`, the leaf function as pprof spells it (the contract
 //! other tools read, as `go tool pprof -top` would name it); `own`, the own frame when it is not
@@ -204,6 +213,9 @@ pub enum Origin {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct OwnCode {
     module: Option<String>,
+    /// Module path prefixes the user named as their own (`--own`), sorted, without a
+    /// trailing `/`; empty when none were named.
+    named: Vec<String>,
 }
 
 impl OwnCode {
@@ -218,12 +230,30 @@ impl OwnCode {
         let known = !path.is_empty() && path != "command-line-arguments";
         OwnCode {
             module: known.then(|| path.to_string()),
+            named: Vec::new(),
         }
     }
 
     /// The main module's path, when known.
     pub fn main_module(&self) -> Option<&str> {
         self.module.as_deref()
+    }
+
+    /// This code and the modules under `prefixes` (`go.etcd.io/`, `github.com/openziti`: whole
+    /// path elements, a trailing `/` or not), which replace the guesses: with prefixes named,
+    /// own code is package `main`, the main module and those prefixes, and every other module
+    /// is a library, of the same organisation or not. The same prefixes in any order, or
+    /// repeated, make the same `OwnCode`.
+    pub fn named(mut self, prefixes: &[String]) -> OwnCode {
+        let mut named: Vec<String> = prefixes
+            .iter()
+            .map(|p| p.trim().trim_end_matches('/').to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
+        named.sort();
+        named.dedup();
+        self.named = named;
+        self
     }
 }
 
@@ -305,15 +335,22 @@ pub fn origin(name: &str, own: &OwnCode) -> Origin {
     if package == "main" {
         return Origin::Own;
     }
+    let path = package_path(name);
+    // The user's word first: a prefix they named is theirs, a dotless module path included.
+    if own.named.iter().any(|p| within(path, p)) {
+        return Origin::Own;
+    }
     if !(name.contains('/') && package.contains('.')) {
         return Origin::Std;
     }
-    let path = package_path(name);
     if own.main_module().is_some_and(|m| within(path, m)) {
         return Origin::Own;
     }
     if CODECS.iter().any(|c| within(path, c)) {
         return Origin::Codec;
+    }
+    if !own.named.is_empty() {
+        return Origin::Library;
     }
     match own.main_module() {
         Some(module) if organisation(path) == organisation(module) => Origin::Own,
@@ -636,6 +673,86 @@ mod tests {
             "github.com/hashicorp/raft.(*Raft).appendEntries \
              (leaf google.golang.org/protobuf/proto.Clone)"
         );
+    }
+
+    /// A user names their own modules (issue 33, item 6): their store module lies in another
+    /// organisation than the main module, under a third-party database that decompresses what it
+    /// keeps. Guessed, the database's frame names the site; named, the user's frame does.
+    #[test]
+    fn prefixes_a_user_names_move_a_site_from_a_library_to_their_own_frame() {
+        let stack = [
+            "github.com/klauspost/compress/zstd.(*Decoder).DecodeAll",
+            "github.com/dgraph-io/badger/v4.(*DB).get",
+            "gitlab.example.org/team/cache.(*Store).load",
+            "gitlab.example.org/team/cache.(*Store).warm",
+            "github.com/acme/server/cmd.Run",
+            "main.main",
+        ];
+        let acme = OwnCode::module("github.com/acme/server");
+        assert_eq!(
+            name_frames(&stack[..4], false, &acme).unwrap(),
+            "github.com/dgraph-io/badger/v4.(*DB).get \
+             (leaf github.com/klauspost/compress/zstd.(*Decoder).DecodeAll)"
+        );
+        let named = acme
+            .clone()
+            .named(&["gitlab.example.org/team/".to_string()]);
+        assert_eq!(
+            name_frames(&stack[..4], false, &named).unwrap(),
+            "gitlab.example.org/team/cache.(*Store).load \
+             (leaf github.com/klauspost/compress/zstd.(*Decoder).DecodeAll)"
+        );
+        // The main module stays own code: with the whole stack, its caller below the store is
+        // not taken over the store's frame, the first own frame own code called.
+        assert_eq!(
+            name_frames(&stack, false, &named).unwrap(),
+            "gitlab.example.org/team/cache.(*Store).load \
+             (leaf github.com/klauspost/compress/zstd.(*Decoder).DecodeAll)"
+        );
+        assert_eq!(
+            origin("github.com/acme/server/cmd.Run", &named),
+            Origin::Own
+        );
+        // Named prefixes replace the guesses: a sibling of the organisation is a library unless
+        // named, and so is every module of the guess.
+        let etcd = OwnCode::module("go.etcd.io/etcd/server/v3");
+        let server_only = etcd.clone().named(&["go.etcd.io/etcd/".to_string()]);
+        assert_eq!(
+            origin("go.etcd.io/raft/v3.(*raft).appendEntry", &etcd),
+            Origin::Own
+        );
+        assert_eq!(
+            origin("go.etcd.io/raft/v3.(*raft).appendEntry", &server_only),
+            Origin::Library
+        );
+        assert_eq!(
+            origin("go.etcd.io/etcd/pkg/v3/wait.(*list).Register", &server_only),
+            Origin::Own
+        );
+        let guessed_named = OwnCode::guess().named(&["example.com/app".to_string()]);
+        assert_eq!(
+            origin("github.com/other/lib.F", &OwnCode::guess()),
+            Origin::Own
+        );
+        assert_eq!(
+            origin("github.com/other/lib.F", &guessed_named),
+            Origin::Library
+        );
+        assert_eq!(origin("example.com/app/x.F", &guessed_named), Origin::Own);
+        // Whole path elements, whatever the order, repeats or trailing slashes.
+        assert_eq!(
+            origin("example.com/application.F", &guessed_named),
+            Origin::Library
+        );
+        let given = |p: &[&str]| {
+            let p: Vec<String> = p.iter().map(|s| s.to_string()).collect();
+            OwnCode::guess().named(&p)
+        };
+        assert_eq!(
+            given(&["b.io/x/", "a.io", "b.io/x"]),
+            given(&["a.io/", "b.io/x"])
+        );
+        assert_eq!(given(&["", " "]), OwnCode::guess());
     }
 
     #[test]

@@ -1,6 +1,12 @@
 //! Which boot cycles a comparison uses: each cycle's build (from the `cycle` records, else the
 //! run's label), `RUN@N` on the command line, and the default pairing — the cycles of B's newest
 //! build against the cycles of A's build, never a build against itself when another exists.
+//!
+//! A pair is like with like when B's cycle holds the place among its build's cycles that A's
+//! holds among A's (a first boot with a first boot, a second with a second), or when the user
+//! picked the cycles. Where B has more lives than A, its later ones are each set against A's
+//! last, a restart against what may be a first boot: compared and shown, but a relative gate
+//! judges the like pairs (`Comparison::gate_pair`).
 
 use std::path::{Path, PathBuf};
 
@@ -115,6 +121,9 @@ pub fn parse_run_arg(text: &Path) -> (PathBuf, Option<u32>) {
 pub struct Selection {
     /// Pairs of (A's cycle, B's cycle), each compared; B's cycles in order.
     pub pairs: Vec<(u32, u32)>,
+    /// The pairs that compare like with like (see the module's doc).
+    #[serde(skip)]
+    pub like: Vec<(u32, u32)>,
     pub a_build: String,
     pub b_build: String,
     /// True when both sides run the same build (no other build was there to compare with).
@@ -188,10 +197,17 @@ pub fn choose(
         }
     };
     let a_build = a_cycles[0].label.clone();
-    let pairs = b_cycles
+    let pairs: Vec<(u32, u32)> = b_cycles
         .iter()
         .enumerate()
         .map(|(k, bc)| (a_cycles[k.min(a_cycles.len() - 1)].index, bc.index))
+        .collect();
+    let picked = a_pick.is_some() || b_pick.is_some();
+    let like = pairs
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| picked || k < a_cycles.len())
+        .map(|(_, &p)| p)
         .collect();
     let how = match (a_pick, b_pick) {
         (None, None) => Chosen::NewestBuilds {
@@ -202,6 +218,7 @@ pub fn choose(
     };
     Ok(Selection {
         pairs,
+        like,
         same_build: a_build == b_build,
         a_build,
         b_build,
@@ -279,6 +296,8 @@ mod tests {
         let a = [cb(1, "2.0.2")];
         let s = choose(("a", &a), ("b", &b), None, None).unwrap();
         assert_eq!(s.pairs, [(1, 2), (1, 3), (1, 4)]);
+        // B's first life of its build is like A's first; its restarts are set against it too.
+        assert_eq!(s.like, [(1, 2)]);
         assert_eq!((s.a_build.as_str(), s.b_build.as_str()), ("2.0.2", "2.1.0"));
         assert!(!s.same_build);
         // Compared with itself, a mixed run's old cycle is the baseline of its new ones.
@@ -288,6 +307,7 @@ mod tests {
         let one = [cb(1, "x"), cb(2, "x")];
         let s = choose(("o", &one), ("o", &one), None, None).unwrap();
         assert_eq!(s.pairs, [(1, 1), (2, 2)]);
+        assert_eq!(s.like, s.pairs);
         assert!(s.same_build);
     }
 
@@ -297,6 +317,7 @@ mod tests {
         let a = [cb(1, "2.0.2"), cb(2, "2.0.2")];
         let s = choose(("a", &a), ("b", &b), Some(2), Some(1)).unwrap();
         assert_eq!(s.pairs, [(2, 1)]);
+        assert_eq!(s.like, [(2, 1)]);
         let err = choose(("a", &a), ("b", &b), None, Some(7)).unwrap_err();
         assert!(err.to_string().contains("b: boot cycle 7"), "{err}");
         assert!(err.to_string().contains("cycles with any: 1, 2"), "{err}");

@@ -16,7 +16,7 @@ use super::gate::{cluster_gate, gate, node_outcomes, parse_rule, require_baselin
 use super::opened::{
     CycleFlags, analyse, baseline_run, cluster_baseline, failed, options, resolve_picks,
 };
-use super::{CliError, DecodeFlags, emit};
+use super::{CliError, DecodeFlags, OwnFlags, emit};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -37,12 +37,14 @@ pub struct Args {
     cycles: CycleFlags,
     #[command(flatten)]
     decode: DecodeFlags,
+    #[command(flatten)]
+    own: OwnFlags,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
     require_baseline(&args.fail_on, args.baseline.as_deref())?;
     let (run, baseline, picks) = resolve_picks(&args.run, args.baseline.as_deref(), &args.cycles);
-    let options = options(args.limit, None, &args.decode, picks);
+    let options = options(args.limit, None, &args.decode, picks, &args.own);
     if let Some(c) = ClusterRun::open(&run).map_err(failed)? {
         return run_cluster(&c, baseline.as_deref(), &args.fail_on, &options);
     }

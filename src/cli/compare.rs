@@ -13,7 +13,7 @@ use heapwatch::render::cluster::{self as render_cluster, NodePart};
 use heapwatch::render::compare as render_compare;
 use heapwatch::store::RunDir;
 
-use super::{CliError, DecodeFlags, emit, opened};
+use super::{CliError, DecodeFlags, OwnFlags, emit, opened};
 
 #[derive(clap::Args)]
 pub struct CompareArgs {
@@ -34,6 +34,8 @@ pub struct CompareArgs {
     json: bool,
     #[command(flatten)]
     decode: DecodeFlags,
+    #[command(flatten)]
+    own: OwnFlags,
 }
 
 pub fn run(args: CompareArgs) -> Result<ExitCode, CliError> {
@@ -43,7 +45,8 @@ pub fn run(args: CompareArgs) -> Result<ExitCode, CliError> {
     let cluster = |p: &PathBuf| ClusterRun::open(p).map_err(opened::failed);
     match (cluster(&path_a)?, cluster(&path_b)?) {
         (None, None) => {
-            let comparison = compare_runs(&open(&path_a)?, &open(&path_b)?, picks, &args)?;
+            let (a, b) = (open(&path_a, &args)?, open(&path_b, &args)?);
+            let comparison = compare_runs(&a, &b, picks, &args)?;
             emit(&if args.json {
                 render_compare::json(&comparison)
             } else {
@@ -60,8 +63,8 @@ pub fn run(args: CompareArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn open(p: &Path) -> Result<RunDir, CliError> {
-    Ok(RunDir::open(p)?)
+fn open(p: &Path, args: &CompareArgs) -> Result<RunDir, CliError> {
+    Ok(RunDir::open(p)?.naming_own(&args.own.own))
 }
 
 fn compare_runs(
@@ -99,13 +102,13 @@ impl<'a> Side<'a> {
     }
 
     /// The run that stands for node `name` on this side.
-    fn run_for(&self, name: &str) -> Result<Option<RunDir>, CliError> {
+    fn run_for(&self, name: &str, args: &CompareArgs) -> Result<Option<RunDir>, CliError> {
         match self {
-            Side::Single(p) => open(p).map(Some),
+            Side::Single(p) => open(p, args).map(Some),
             Side::Cluster(c) => match c.node_dir(name) {
-                Some(dir) => RunDir::open(&dir).map(Some).map_err(|e| CliError::InNode {
+                Some(dir) => open(&dir, args).map(Some).map_err(|e| CliError::InNode {
                     node: name.to_string(),
-                    source: Box::new(e.into()),
+                    source: Box::new(e),
                 }),
                 None => Ok(None),
             },
@@ -128,7 +131,7 @@ fn compare_clusters(
     };
     let mut parts = Vec::new();
     for name in &pairing.both {
-        let (Some(run_a), Some(run_b)) = (a.run_for(name)?, b.run_for(name)?) else {
+        let (Some(run_a), Some(run_b)) = (a.run_for(name, args)?, b.run_for(name, args)?) else {
             continue;
         };
         let comparison =

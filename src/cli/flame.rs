@@ -11,7 +11,7 @@ use heapwatch::pipeline::flame::{self, FlameRequest, Stacks};
 use heapwatch::render::flame as render_flame;
 use heapwatch::render::flame_titles;
 
-use super::{CliError, DecodeFlags};
+use super::{CliError, DecodeFlags, OwnFlags};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -56,6 +56,8 @@ pub struct Args {
     to: Option<u64>,
     #[command(flatten)]
     decode: DecodeFlags,
+    #[command(flatten)]
+    own: OwnFlags,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
@@ -70,6 +72,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
         from: args.from,
         to: args.to,
         limits: args.decode.limits(),
+        own: args.own.own,
     };
     let graph = flame::flame(&request)?;
     let out = args.output.display().to_string();

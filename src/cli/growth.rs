@@ -13,7 +13,7 @@ use heapwatch::store::{RecordKind, RunDir};
 use heapwatch::units;
 
 use super::opened;
-use super::{CliError, DecodeFlags, emit};
+use super::{CliError, DecodeFlags, OwnFlags, emit};
 
 #[derive(clap::Args)]
 pub struct GrowthArgs {
@@ -33,6 +33,8 @@ pub struct GrowthArgs {
     json: bool,
     #[command(flatten)]
     decode: DecodeFlags,
+    #[command(flatten)]
+    own: OwnFlags,
 }
 
 pub fn run(args: GrowthArgs) -> Result<ExitCode, CliError> {
@@ -50,6 +52,7 @@ fn node_growth(run: RunDir, args: &GrowthArgs, node: Option<&str>) -> Result<Str
         limit: args.limit,
         cpu_limit: args.cpu_limit,
         decode: args.decode.limits(),
+        own: args.own.own.clone(),
         ..Options::default()
     };
     let a = pipeline::analyse_runs(run, None, &options).map_err(|e| match node {

@@ -268,6 +268,28 @@ impl DecodeFlags {
     }
 }
 
+/// The flag of the commands that name sites: which modules are the user's own code.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct OwnFlags {
+    /// Module path prefixes of your own code (repeat it, or give a comma list: `--own
+    /// go.etcd.io/,github.com/openziti/`). A site is then named by its first frame in them (or
+    /// in the main module), not by a guess of which modules are yours; every capture is read
+    /// from its profile rather than from the run's site index.
+    #[arg(long = "own", value_name = "PREFIX", value_delimiter = ',', value_parser = parse_own)]
+    pub own: Vec<String>,
+}
+
+/// A module path prefix, as `--own` takes it.
+fn parse_own(text: &str) -> Result<String, String> {
+    let prefix = text.trim();
+    if prefix.is_empty() || prefix.contains(char::is_whitespace) {
+        return Err(format!(
+            "{text:?}: a module path prefix (go.etcd.io/, github.com/openziti/)"
+        ));
+    }
+    Ok(prefix.to_string())
+}
+
 /// Reads and decodes one profile file; errors name the file.
 pub fn load_profile(path: &Path, limits: &DecodeLimits) -> Result<Profile, CliError> {
     let shown = path.display().to_string();

@@ -9,7 +9,7 @@ use heapwatch::analyse::triage::kube;
 use heapwatch::pipeline::cluster::{BaselineRun, ClusterRun};
 use heapwatch::pipeline::{self, Analysis, CyclePicks, Options, PipelineError};
 
-use super::{CliError, DecodeFlags};
+use super::{CliError, DecodeFlags, OwnFlags};
 
 /// A CPU count as Kubernetes writes it: `2`, `1.5`, `500m`.
 pub fn parse_cores(text: &str) -> Result<f64, String> {
@@ -61,12 +61,14 @@ pub fn options(
     cpu_limit: Option<f64>,
     decode: &DecodeFlags,
     picks: CyclePicks,
+    own: &OwnFlags,
 ) -> Options {
     Options {
         limit,
         cpu_limit,
         decode: decode.limits(),
         picks,
+        own: own.own.clone(),
     }
 }
 

@@ -68,6 +68,8 @@ pub struct Args {
     cycles: opened::CycleFlags,
     #[command(flatten)]
     decode: DecodeFlags,
+    #[command(flatten)]
+    own: super::OwnFlags,
 }
 
 fn parse_at(text: &str) -> Result<i64, String> {
@@ -89,6 +91,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
             usage: args.usage.clone(),
             workers: args.concurrency.clone(),
         },
+        own: args.own.clone(),
     };
     let written = write_report_with(
         &run,

@@ -15,7 +15,7 @@ use heapwatch::pipeline::report::{self, ReportInputs};
 use heapwatch::render::headline::Headline;
 use heapwatch::render::report::{ReportModel, flames, html, markdown, summary};
 
-use super::{CliError, DecodeFlags};
+use super::{CliError, DecodeFlags, OwnFlags};
 use super::{gate, opened};
 
 /// What a report can add to the run's own findings.
@@ -27,6 +27,8 @@ pub struct Extras {
     pub picks: CyclePicks,
     /// The Kubernetes documents and figures, and the flamegraph choice.
     pub inputs: ReportInputs,
+    /// Which modules are the user's own code (`--own`).
+    pub own: OwnFlags,
 }
 
 /// What a written report found, for the callers that print it (`report`, `demo`).
@@ -70,7 +72,7 @@ pub fn write_report_with(
 ) -> Result<Written, CliError> {
     gate::require_baseline(rules_given, baseline)?;
     let kube = report::kube_input(&extras.inputs).map_err(opened::failed)?;
-    let options = opened::options(limit, extras.cpu_limit, decode, extras.picks);
+    let options = opened::options(limit, extras.cpu_limit, decode, extras.picks, &extras.own);
     if let Some(c) = ClusterRun::open(run_path).map_err(opened::failed)? {
         if kube.is_some() {
             return Err(CliError::Usage(format!(

@@ -294,6 +294,8 @@ fn gunzipped_len(bytes: &[u8], limits: &DecodeLimits) -> Option<u64> {
 pub struct OwnCodes {
     cycles: HashMap<u32, OwnCode>,
     guess: OwnCode,
+    /// The prefixes a user named (`--own`), beside each cycle's main module.
+    named: Vec<String>,
 }
 
 impl OwnCodes {
@@ -305,13 +307,28 @@ impl OwnCodes {
         own
     }
 
+    /// Each cycle's own code as an analysis of `run` names it: as recorded, with the prefixes
+    /// the analysis was told are the user's own ([`RunDir::own_named`]).
+    pub fn of_run(run: &RunDir) -> OwnCodes {
+        let mut own = OwnCodes {
+            named: run.own_named.clone(),
+            guess: OwnCode::guess().named(&run.own_named),
+            ..OwnCodes::default()
+        };
+        for r in &run.manifest.records {
+            own.note(r);
+        }
+        own
+    }
+
     /// Takes a `cycle` record's main module, when it names one.
     pub fn note(&mut self, record: &CaptureRecord) {
         if record.kind != RecordKind::Cycle {
             return;
         }
         if let Some(module) = record.build.as_ref().and_then(|b| b.module.as_deref()) {
-            self.cycles.insert(record.cycle, OwnCode::module(module));
+            let code = OwnCode::module(module).named(&self.named);
+            self.cycles.insert(record.cycle, code);
         }
     }
 
@@ -331,6 +348,10 @@ pub struct SiteSource<'r> {
     writer: std::sync::Mutex<Option<IndexWriter>>,
     /// Each boot cycle's own code, from its `cycle` record.
     own: OwnCodes,
+    /// Whether the index's entries name sites as this analysis does: not when it was told
+    /// other own code (`--own`) than the recording's; its captures are then decoded, and
+    /// nothing is kept.
+    indexed: bool,
 }
 
 /// A capture's figures, and the entry to append when they came from decoding.
@@ -352,7 +373,8 @@ impl<'r> SiteSource<'r> {
             index: RunIndex::open(&run.root),
             limits,
             writer: std::sync::Mutex::new(None),
-            own: OwnCodes::of(&run.manifest.records),
+            own: OwnCodes::of_run(run),
+            indexed: run.own_named.is_empty(),
         }
     }
 
@@ -360,7 +382,11 @@ impl<'r> SiteSource<'r> {
     pub fn sites(&self, record: &CaptureRecord) -> Result<Sites, SitesError> {
         let path = self.run.file_path(record).ok_or(SitesError::Missing)?;
         let key = EntryKey::of(record, &path).ok_or(SitesError::Missing)?;
-        match self.index.sites(record, &key, self.limits) {
+        let indexed = self
+            .indexed
+            .then(|| self.index.sites(record, &key, self.limits))
+            .flatten();
+        match indexed {
             Some(Ok(sites)) => return Ok((sites, None)),
             // Refused as decoding would refuse it, without reading the profile.
             Some(Err(e)) => return Err(SitesError::Unreadable(format!("{}: {e}", path.display()))),
@@ -372,7 +398,7 @@ impl<'r> SiteSource<'r> {
         let sites = figures.site_figures(record.kind);
         Ok((
             sites,
-            gunzipped.map(|gunzipped| Built {
+            gunzipped.filter(|_| self.indexed).map(|gunzipped| Built {
                 seq: record.seq,
                 kind: record.kind,
                 key,

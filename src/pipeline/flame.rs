@@ -47,6 +47,9 @@ pub struct FlameRequest {
     /// The later capture of a growth, the new run's of a diff, the one drawn otherwise.
     pub to: Option<u64>,
     pub limits: DecodeLimits,
+    /// Module prefixes the user named as their own code (`--own`), which name the sites a
+    /// growth's title quotes; empty: as recorded.
+    pub own: Vec<String>,
 }
 
 /// The stacks to draw.
@@ -274,12 +277,12 @@ fn name_files(err: DiffError, base: &str, new: &str) -> FlameError {
 // ---- runs ----
 
 fn run_graph(req: &FlameRequest) -> Result<FlameGraph, FlameError> {
-    let run = RunDir::open(&req.input)?;
+    let run = RunDir::open(&req.input)?.naming_own(&req.own);
     if let Some(base_path) = &req.diff {
         if !base_path.is_dir() {
             return Err(FlameError::BaseIsNotARun(base_path.display().to_string()));
         }
-        let base = RunDir::open(base_path)?;
+        let base = RunDir::open(base_path)?.naming_own(&req.own);
         return runs_diff(&base, &run, req);
     }
     if req.growth {

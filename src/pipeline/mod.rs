@@ -83,6 +83,8 @@ pub struct Options {
     pub cpu_limit: Option<f64>,
     pub decode: DecodeLimits,
     pub picks: CyclePicks,
+    /// Module prefixes the user named as their own code (`--own`); empty: as recorded.
+    pub own: Vec<String>,
 }
 
 /// A run and, optionally, its baseline, read and analysed.
@@ -136,6 +138,8 @@ pub fn analyse_runs(
     options: &Options,
 ) -> Result<Analysis, PipelineError> {
     let limits = &options.decode;
+    let run = run.naming_own(&options.own);
+    let baseline = baseline.map(|b| b.naming_own(&options.own));
     let (growth, notes) = scan::growth(&run, options.limit, limits)?;
     let memory: Vec<MemorySample> = run.memory_samples();
     let peak_heap = rules::peak_heap(&run.manifest.records);
@@ -154,13 +158,8 @@ pub fn analyse_runs(
                 options.picks.run,
                 limits,
             )?;
-            let heap_ratio = comparison.a_heap_peak.zip(comparison.b_heap_peak).map(
-                |(baseline_bytes, bytes)| HeapRatio {
-                    age_s: comparison.age_s,
-                    baseline_bytes,
-                    bytes,
-                },
-            );
+            // The gate's pair: the worst of those compared like with like.
+            let heap_ratio = HeapRatio::of(&comparison);
             Some(Baseline {
                 run: base,
                 comparison,

@@ -197,7 +197,7 @@ fn spike_sites(run: &RunDir, c: &mut CycleGrowth, limits: &DecodeLimits) -> bool
             if let (true, Some(before), Some(after)) = (from.seq != to.seq, read(from), read(to)) {
                 // Spread over several sites: the caller they share, when one holds most.
                 if c.read_rise_sites((from.seq, &before), (to.seq, &after)) {
-                    let own = OwnCodes::of(&run.manifest.records);
+                    let own = OwnCodes::of_run(run);
                     c.set_cause(rise_cause(run, from, to, own.of_cycle(c.index), limits));
                 }
             }

@@ -43,15 +43,23 @@ pub fn shown(o: &Outcome) -> String {
 
 /// Which cycle, which site, and why: "boot cycle 2: in-use heap grew …".
 pub fn reason(o: &Outcome) -> String {
+    let not_judged = o.status == Status::Unknown && o.evidence.is_chord();
     let place = o
         .cycle
         .filter(|_| {
             !matches!(
                 o.metric,
                 Metric::Regression | Metric::MemoryRegression | Metric::AnonRegression
-            ) && o.status != Status::Unknown
+            ) && (o.status != Status::Unknown || not_judged)
         })
         .map_or(String::new(), |c| format!("boot cycle {c}: "));
+    if not_judged {
+        return format!(
+            "{place}not judged: {}; a rise the heap profile published twice is judged by \
+             time-to-limit< and kills>, not by its rate",
+            evidence_words(&o.evidence)
+        );
+    }
     format!("{place}{}", evidence_words(&o.evidence))
 }
 
@@ -102,7 +110,7 @@ fn evidence_words(e: &Evidence) -> String {
         } => {
             // The rate holds over the publications it was taken from, and no further: a rise
             // seen in its last 0.4 s is not stretched to the kill.
-            let over = if *points <= 2 {
+            let over = if e.is_chord() {
                 format!(
                     "from {onset_s:.1} to {end_s:.1} s between two publications (a chord, no fit to judge)"
                 )
@@ -426,6 +434,21 @@ mod tests {
             later.contains("(5 publications); no published profile describes a later moment; OOM-killed at 3.9 s"),
             "{later}"
         );
+        // Over the bar, a chord is not judged (item 13): no figure quoted, the chord and why
+        // in the line, and nothing tripped.
+        let not_judged = Outcome {
+            status: Status::Unknown,
+            measured: None,
+            ..grows(2, 3.4)
+        };
+        assert_eq!(shown(&not_judged), "-");
+        assert_eq!(
+            reason(&not_judged),
+            "boot cycle 1: not judged: in-use heap grew 247 MiB/s from 3.0 to 3.4 s between two \
+             publications (a chord, no fit to judge); OOM-killed at 3.9 s; a rise the heap \
+             profile published twice is judged by time-to-limit< and kills>, not by its rate"
+        );
+        assert_eq!(failure_line(std::slice::from_ref(&not_judged)), None);
     }
 
     #[test]

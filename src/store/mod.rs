@@ -485,6 +485,10 @@ pub struct RunDir {
     pub root: PathBuf,
     pub info: Option<RunInfo>,
     pub manifest: ManifestRead,
+    /// The module prefixes an analysis was told are the user's own code (`--own`), which name
+    /// its sites instead of the recording's own code (`analyse::reduce`'s doc); empty: as
+    /// recorded. Never read from disk.
+    pub own_named: Vec<String>,
 }
 
 impl RunDir {
@@ -510,7 +514,14 @@ impl RunDir {
             root: root.to_path_buf(),
             info,
             manifest: manifest::parse(&bytes),
+            own_named: Vec::new(),
         })
+    }
+
+    /// This run read with `prefixes` named as the user's own code (`--own`); none: as recorded.
+    pub fn naming_own(mut self, prefixes: &[String]) -> RunDir {
+        self.own_named = prefixes.to_vec();
+        self
     }
 
     /// Path of a record's file, checked again to lie inside `profiles/`.

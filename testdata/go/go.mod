@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	example.com/wal v0.0.0
+	example.org/ledger v0.0.0
 	github.com/openziti/agent v1.0.30
 	google.golang.org/protobuf v1.36.11
 	heapwatch.test/raftlike v0.0.0
@@ -11,6 +12,10 @@ require (
 
 // The stand-in for a WAL library of another module (cmd/replay).
 replace example.com/wal => ./wal
+
+// A module of the user's own in another organisation than the main module's
+// (cmd/ledgergrow): named as theirs only by --own.
+replace example.org/ledger => ./ledger
 
 // A module of the main module's own organisation (cmd/raftgrow): its frames
 // are the project's code, though not the main module's.

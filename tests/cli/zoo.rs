@@ -35,6 +35,7 @@
 //! Kills are waited for, never assumed quick. Each shape is recorded once per test process and
 //! kept under the Cargo target's tmp dir (`zoo-SHAPE-*`, named in every failure).
 
+mod own;
 mod record;
 mod truth;
 

@@ -175,3 +175,11 @@ pub enum Evidence {
         at_s: f64,
     },
 }
+
+impl Evidence {
+    /// A rise still going, seen between two publications only: a chord through them, which
+    /// fits them perfectly and so says nothing of how well a rate describes the rise.
+    pub fn is_chord(&self) -> bool {
+        matches!(self, Evidence::HeapGrows { points, .. } if *points <= 2)
+    }
+}

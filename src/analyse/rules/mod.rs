@@ -2,6 +2,17 @@
 //! `regression>1.5x`, parsed from text and checked against a run's findings. A rule trips when
 //! any boot cycle crosses its bar. Pure: the figures come in, outcomes go out.
 //!
+//! # A chord is no fitted rate
+//!
+//! `growth>` judges fitted rates. A rise still going that the heap profile published only twice
+//! (a flood killed within two GCs) has a rate through two points, a chord, that fits them
+//! perfectly whatever the rise was: it trips nothing alone. A fitted rate over the bar in any
+//! cycle trips the rule as before; where none does and a chord is over the bar, the rule is not
+//! judged (`Status::Unknown`, the chord its evidence, no figure quoted), so `check` exits 2 as
+//! for any rule it cannot check: a gate that cannot look does not pass, and does not fail on a
+//! figure it cannot stand behind. A chord under the bar does not trip, as before. A death that
+//! fast is what `time-to-limit<` and `kills>` judge.
+//!
 //! For a run of an Envoy proxy (manifest records of kind `envoy`) the growth and
 //! time-to-limit rules also weigh Envoy's own growth fit, and `live-share<X` checks how much
 //! of the mapped heap is live data (Envoy's tcmalloc figures, or Go's MemStats).
@@ -22,16 +33,34 @@ use parse::trips_above;
 pub use parse::{Metric, Rule, RuleError, parse};
 
 /// The baseline side of a comparison, as the regression rule sees it: the largest in-use heap
-/// of each compared cycle over the span both cover.
+/// of each compared cycle over the span both cover, in the pair the gate judges
+/// (`Comparison::gate_pair`: the worst of those compared like with like).
 #[derive(Debug, Clone, Serialize)]
 pub struct HeapRatio {
     /// The aligned span: seconds from each cycle's start.
     pub age_s: f64,
     pub baseline_bytes: i64,
     pub bytes: i64,
+    /// The pair's cycles: the baseline's, and the run's.
+    pub a_cycle: u32,
+    pub b_cycle: u32,
 }
 
 impl HeapRatio {
+    /// The ratio the regression gate judges in `c`: its gate pair's, else (no pair has a heap
+    /// to set against) the lead's.
+    pub fn of(c: &Comparison) -> Option<HeapRatio> {
+        let p = c.gate_pair().unwrap_or(c);
+        let (baseline_bytes, bytes) = p.a_heap_peak.zip(p.b_heap_peak)?;
+        Some(HeapRatio {
+            age_s: p.age_s,
+            baseline_bytes,
+            bytes,
+            a_cycle: p.a_cycle,
+            b_cycle: p.b_cycle,
+        })
+    }
+
     pub fn ratio(&self) -> Option<f64> {
         (self.baseline_bytes > 0).then(|| self.bytes as f64 / self.baseline_bytes as f64)
     }
@@ -162,6 +191,16 @@ fn worst(measures: Vec<Measure>, above: bool) -> Option<Measure> {
     })
 }
 
+/// The cycles and builds of a compared pair.
+fn sides(c: &Comparison) -> Sides {
+    Sides {
+        b_cycle: c.b_cycle,
+        b: c.b.clone(),
+        a_cycle: c.a_cycle,
+        a: c.a.clone(),
+    }
+}
+
 fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
     let cycles = &f.growth.cycles;
     let per_cycle = |value: &dyn Fn(&CycleGrowth) -> Option<(f64, Evidence)>| {
@@ -188,7 +227,15 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
                 }
                 Some((cycle_growth(c), growth_evidence(c)))
             }));
-            worst(measures, true)
+            // Chords set aside: the worst fitted rate, unless it holds and a chord is over the
+            // bar (then that chord, not judged: see the module's doc).
+            let (chords, fitted): (Vec<Measure>, Vec<Measure>) =
+                measures.into_iter().partition(|m| m.evidence.is_chord());
+            match (worst(fitted, true), worst(chords, true)) {
+                (Some(f), Some(c)) if f.value <= rule.bar && c.value > rule.bar => Some(c),
+                (Some(f), _) => Some(f),
+                (None, c) => c,
+            }
         }
         Metric::TimeToLimit => {
             let envoy_limit = f
@@ -226,18 +273,12 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
             worst(hits, false)
         }
         Metric::Regression => {
-            let sides = |c: &Comparison| Sides {
-                b_cycle: c.b_cycle,
-                b: c.b.clone(),
-                a_cycle: c.a_cycle,
-                a: c.a.clone(),
-            };
-            // B died of memory where A did not: the worst regression there is, whatever the
-            // heaps read before the death.
-            if let Some(c) = f
-                .comparison
-                .filter(|c| c.b_episode.oom_killed && !c.a_episode.oom_killed)
-            {
+            // B died of memory where A did not, in a pair the gate judges: the worst regression
+            // there is, whatever the heaps read before the death.
+            if let Some(c) = f.comparison.and_then(|c| {
+                c.gate_pairs()
+                    .find(|p| p.b_episode.oom_killed && !p.a_episode.oom_killed)
+            }) {
                 return Ok(Some(Measure {
                     value: f64::INFINITY,
                     cycle: Some(c.b_cycle),
@@ -253,13 +294,18 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
             let Some(value) = ratio.ratio() else {
                 return Err(Missing::BaselineHasNoHeap);
             };
+            // The pair the ratio was measured on, which need not lead the comparison.
+            let pair = f.comparison.and_then(|c| {
+                c.all_pairs()
+                    .find(|p| (p.a_cycle, p.b_cycle) == (ratio.a_cycle, ratio.b_cycle))
+            });
             Some(Measure {
                 value,
-                cycle: Some(f.comparison.map_or(1, |c| c.b_cycle)),
+                cycle: Some(ratio.b_cycle),
                 evidence: Evidence::PeakAgainstBaseline {
                     ratio: ratio.clone(),
-                    sides: f.comparison.map(sides),
-                    worst: f.comparison.and_then(|c| c.regressions.first()).cloned(),
+                    sides: pair.map(sides),
+                    worst: pair.and_then(|c| c.regressions.first()).cloned(),
                 },
             })
         }
@@ -275,40 +321,40 @@ fn measure(rule: &Rule, f: &Findings) -> Result<Option<Measure>, Missing> {
                     s.memory_peak
                 }
             };
-            let (Some(baseline_bytes), Some(bytes)) = (peak(&c.a_episode), peak(&c.b_episode))
-            else {
+            if peak(&c.a_episode).zip(peak(&c.b_episode)).is_none() {
                 return Err(if anon {
                     Missing::NoAnonymousMemory
                 } else {
                     Missing::NoMemory
                 });
+            }
+            // The worst of the pairs the gate judges (like with like), as for the heap.
+            let against = |c: &Comparison| {
+                let (baseline_bytes, bytes) = peak(&c.a_episode).zip(peak(&c.b_episode))?;
+                let of = if anon {
+                    "anonymous memory".to_string()
+                } else {
+                    format!(
+                        "{} memory",
+                        c.b_episode.memory_of.as_deref().unwrap_or("process")
+                    )
+                };
+                (baseline_bytes > 0).then(|| Measure {
+                    value: bytes as f64 / baseline_bytes as f64,
+                    cycle: Some(c.b_cycle),
+                    evidence: Evidence::MemoryAgainstBaseline {
+                        of,
+                        bytes,
+                        baseline_bytes,
+                        sides: sides(c),
+                    },
+                })
             };
-            if baseline_bytes <= 0 {
+            let measures: Vec<Measure> = c.gate_pairs().filter_map(against).collect();
+            if measures.is_empty() {
                 return Err(Missing::NoMemory);
             }
-            let of = if anon {
-                "anonymous memory".to_string()
-            } else {
-                format!(
-                    "{} memory",
-                    c.b_episode.memory_of.as_deref().unwrap_or("process")
-                )
-            };
-            Some(Measure {
-                value: bytes as f64 / baseline_bytes as f64,
-                cycle: Some(c.b_cycle),
-                evidence: Evidence::MemoryAgainstBaseline {
-                    of,
-                    bytes,
-                    baseline_bytes,
-                    sides: Sides {
-                        b_cycle: c.b_cycle,
-                        b: c.b.clone(),
-                        a_cycle: c.a_cycle,
-                        a: c.a.clone(),
-                    },
-                },
-            })
+            worst(measures, true)
         }
         Metric::Goroutines => worst(
             per_cycle(&|c| {
@@ -502,6 +548,16 @@ pub fn evaluate(rule: &Rule, findings: &Findings) -> Outcome {
     } else {
         m.value < rule.bar
     };
+    if tripped && m.evidence.is_chord() {
+        return Outcome {
+            rule: rule.text.clone(),
+            metric: rule.metric,
+            status: Status::Unknown,
+            measured: None,
+            cycle: m.cycle,
+            evidence: m.evidence,
+        };
+    }
     Outcome {
         rule: rule.text.clone(),
         metric: rule.metric,

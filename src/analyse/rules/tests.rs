@@ -166,6 +166,55 @@ fn the_worst_cycle_trips_the_rule_and_is_named() {
     assert_eq!(check("memory>256MiB", &g, None).status, Status::Pass);
 }
 
+/// NATS under a flood (issue 33, item 13): a rise seen between two publications is a chord,
+/// no fitted rate. It trips nothing alone: above the bar where no fitted rate is, the rule is
+/// not judged (unknown, the chord's figures its evidence); a fitted rate above the bar still
+/// trips it; a chord below the bar clears nothing it would not.
+#[test]
+fn a_chord_is_no_fitted_rate_and_trips_the_growth_rule_nowhere_alone() {
+    let chord = |index: u32, mib: f64| {
+        let mut c = cycle(index, mib, Some(3.9));
+        if let Some(r) = c.reading.as_mut() {
+            r.points = 2;
+        }
+        c
+    };
+    let o = check("growth>5MiB/s", &report(vec![chord(1, 247.0)]), None);
+    assert_eq!(o.status, Status::Unknown, "{o:?}");
+    assert_eq!(o.measured, None);
+    assert_eq!(o.cycle, Some(1));
+    assert!(
+        matches!(o.evidence, Evidence::HeapGrows { points: 2, .. }),
+        "{o:?}"
+    );
+    // Beside a fitted rate under the bar: still not judged.
+    let o = check(
+        "growth>5MiB/s",
+        &report(vec![cycle(1, 1.0, None), chord(2, 247.0)]),
+        None,
+    );
+    assert_eq!((o.status, o.cycle), (Status::Unknown, Some(2)), "{o:?}");
+    // A fitted rate over the bar trips it, whatever a chord says.
+    let o = check(
+        "growth>5MiB/s",
+        &report(vec![cycle(1, 29.0, None), chord(2, 247.0)]),
+        None,
+    );
+    assert_eq!((o.status, o.cycle), (Status::Fail, Some(1)), "{o:?}");
+    assert_eq!(o.measured, Some(29.0 * MIB));
+    // Under the bar, a chord does not trip: the rule passes on what was judged.
+    let o = check(
+        "growth>5MiB/s",
+        &report(vec![cycle(1, 2.0, None), chord(2, 3.0)]),
+        None,
+    );
+    assert_eq!((o.status, o.cycle), (Status::Pass, Some(1)), "{o:?}");
+    assert_eq!(
+        check("growth>5MiB/s", &report(vec![chord(1, 3.0)]), None).status,
+        Status::Pass
+    );
+}
+
 #[test]
 fn a_rule_without_its_figures_is_unknown_not_passed() {
     let mut g = report(vec![cycle(1, 1.0, None)]);
@@ -176,6 +225,8 @@ fn a_rule_without_its_figures_is_unknown_not_passed() {
         age_s: 7.0,
         baseline_bytes: 30 << 20,
         bytes: 136 << 20,
+        a_cycle: 1,
+        b_cycle: 1,
     };
     let o = check("regression>1.5x", &g, Some(&ratio));
     assert_eq!(o.status, Status::Fail);

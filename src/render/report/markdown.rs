@@ -303,12 +303,10 @@ pub fn markdown(m: &ReportModel) -> String {
         let c = b.comparison;
         let _ = writeln!(out, "### Against {}\n", text(b.label()));
         let mut points = crate::render::headline::of_comparison(c).points;
-        if let Some(r) = b.heap_ratio.and_then(|r| r.ratio()) {
-            points.push(format!(
-                "peak in-use heap {r:.2}x the baseline's over the first {}",
-                seconds(c.age_s)
-            ));
-        }
+        points.extend(
+            b.heap_ratio
+                .and_then(|h| heap_ratio_point(h, (c.a_cycle, c.b_cycle))),
+        );
         for p in &points {
             let _ = writeln!(out, "- {}", text(p));
         }
@@ -390,9 +388,49 @@ pub fn markdown(m: &ReportModel) -> String {
     out
 }
 
+/// The heap ratio the regression gate judges, as a point under the comparison; its pair named
+/// when it is not the compared (`lead`) pair.
+fn heap_ratio_point(h: &rules::HeapRatio, lead: (u32, u32)) -> Option<String> {
+    let r = h.ratio()?;
+    let pair = if (h.a_cycle, h.b_cycle) == lead {
+        String::new()
+    } else {
+        format!(
+            " (cycle {} against the baseline's cycle {}, the worst compared like with like)",
+            h.b_cycle, h.a_cycle
+        )
+    };
+    Some(format!(
+        "peak in-use heap {r:.2}x the baseline's over the first {}{pair}",
+        seconds(h.age_s)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The gate's pair need not lead the comparison (issue 33, item 11): then it is named.
+    #[test]
+    fn the_heap_ratio_names_its_pair_where_it_is_not_the_compared_one() {
+        let h = rules::HeapRatio {
+            age_s: 4.0,
+            baseline_bytes: 100 << 20,
+            bytes: 115 << 20,
+            a_cycle: 1,
+            b_cycle: 1,
+        };
+        let point = heap_ratio_point(&h, (1, 2)).unwrap();
+        assert!(
+            point.starts_with("peak in-use heap 1.15x the baseline's over the first ")
+                && point.ends_with(
+                    " (cycle 1 against the baseline's cycle 1, the worst compared like with like)"
+                ),
+            "{point}"
+        );
+        let lead = heap_ratio_point(&h, (1, 1)).unwrap();
+        assert!(!lead.contains("cycle"), "{lead}");
+    }
 
     #[test]
     fn an_underscore_inside_a_word_stays_bare_and_one_at_its_edge_is_escaped() {

@@ -161,8 +161,19 @@ struct BaselineSummary {
     verdict: String,
     age_s: f64,
     heap_ratio: Option<f64>,
+    /// The pair `heap_ratio` was measured on, when it is not the compared cycles above (the
+    /// worst pair compared like with like).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heap_ratio_of: Option<RatioPair>,
     regressions: Vec<RegressionSummary>,
     improvements: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct RatioPair {
+    cycle: u32,
+    baseline_cycle: u32,
+    age_s: f64,
 }
 
 #[derive(Serialize)]
@@ -330,6 +341,14 @@ pub fn json(m: &ReportModel) -> String {
             .heap_ratio
             .and_then(|r| r.ratio())
             .map(|r| (r * 10_000.0).round() / 10_000.0),
+        heap_ratio_of: b
+            .heap_ratio
+            .filter(|h| (h.a_cycle, h.b_cycle) != (b.comparison.a_cycle, b.comparison.b_cycle))
+            .map(|h| RatioPair {
+                cycle: h.b_cycle,
+                baseline_cycle: h.a_cycle,
+                age_s: ms(h.age_s),
+            }),
         regressions: b
             .comparison
             .regressions
