@@ -16,9 +16,8 @@
 //! is one more task there.
 //!
 //! reqwest is built with `rustls-no-provider` and handed a rustls `ClientConfig` on the ring
-//! provider (the one ureq already compiles, so no aws-lc build) with the bundled Mozilla roots
-//! (`webpki-roots`, as the collector's ureq uses), or only the `--push-cacert` roots. No native-tls,
-//! no OpenSSL. HTTP/1.1 only: four requests in flight are four pooled connections, and h2 would
+//! provider (no aws-lc build) with the bundled Mozilla roots (`webpki-roots`, as the collector's
+//! own reqwest client uses), or only the `--push-cacert` roots. No native-tls, no OpenSSL. HTTP/1.1 only: four requests in flight are four pooled connections, and h2 would
 //! add a dependency's worth of code to save three handshakes.
 
 use std::sync::Arc;
