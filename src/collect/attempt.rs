@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::ahead::{Fetched, Upcoming};
 use super::intake::{Intake, Streamed};
 use super::replies::Body::{Gunzipped, Made};
 use super::replies::{Invalid, is_stack_dump};
@@ -18,10 +19,13 @@ use crate::source::{BodyTap, FailureKind, FetchError, Reply, Want};
 use crate::store::{CaptureRecord, RecordKind, StoreError};
 
 impl Collector {
-    /// One attempt, recorded. `None` when the stop came during the request.
+    /// One attempt, recorded. `None` when the stop came during the request. A heap read
+    /// started ahead is taken here; the next one may be started before this one is stored
+    /// (`ahead.rs`), by what `upcoming` says of the captures after it.
     pub(super) async fn attempt(
         &mut self,
         want: Want,
+        upcoming: Upcoming,
         observer: &mut impl Observer,
     ) -> Option<Result<(), StoreError>> {
         let kind = match want {
@@ -32,24 +36,40 @@ impl Collector {
         };
         let interval = self.heap_interval();
         let timeout = self.timeout();
-        // A profile's body is written and gunzipped as it arrives.
-        let mut intake = match want {
-            Want::Heap | Want::Goroutine => match self.intake(self.next_seq, kind) {
-                Ok(intake) => Some(intake),
+        let new_intake = |this: &mut Collector| match want {
+            Want::Heap | Want::Goroutine => this.intake(this.next_seq, kind).map(Some),
+            Want::MemStats | Want::Stats => Ok(None),
+        };
+        let (t_ms, began, fetched, received, intake) = if self.ahead.is_some() {
+            // Read while the last capture was stored: the body comes whole, taken in now.
+            let Fetched {
+                t_ms,
+                began,
+                reply,
+                received,
+            } = self.take_ahead().await?;
+            let intake = match new_intake(self) {
+                Ok(intake) => intake,
                 Err(e) => return Some(Err(e)),
-            },
-            Want::MemStats | Want::Stats => None,
+            };
+            (t_ms, began, reply, received, intake)
+        } else {
+            // A profile's body is written and gunzipped as it arrives.
+            let mut intake = match new_intake(self) {
+                Ok(intake) => intake,
+                Err(e) => return Some(Err(e)),
+            };
+            let t_ms = self.clock.unix_ms();
+            let began = self.clock.now();
+            let tap = intake.as_mut().map(|i| i as &mut dyn BodyTap);
+            let Some(fetched) = self.fetch(want, timeout, tap).await else {
+                if let Some(intake) = intake {
+                    intake.abandon().await;
+                }
+                return None;
+            };
+            (t_ms, began, fetched, self.clock.now(), intake)
         };
-        let t_ms = self.clock.unix_ms();
-        let began = self.clock.now();
-        let tap = intake.as_mut().map(|i| i as &mut dyn BodyTap);
-        let Some(fetched) = self.fetch(want, timeout, tap).await else {
-            if let Some(intake) = intake {
-                intake.abandon().await;
-            }
-            return None;
-        };
-        let received = self.clock.now();
         let seq = self.next_seq;
         self.next_seq += 1;
         self.summary.attempts += 1;
@@ -64,6 +84,9 @@ impl Collector {
             };
             if let Some(cost) = cost {
                 cost.add(received - began);
+            }
+            if self.reads_ahead(want, began, upcoming) {
+                self.read_ahead();
             }
         }
         record.interval_ms = Some(interval.as_millis() as u64);

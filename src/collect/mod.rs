@@ -8,9 +8,10 @@
 //!   ([`Observer`], [`CollectSummary`], [`CollectError`]);
 //! - `pacing.rs`: the capture loop, burst mode, the duty cap and goroutine pacing; `idle.rs`:
 //!   the idle back-off; `clock.rs`: time, the stop and the nudge;
-//! - `attempt.rs`: one attempt, from request to manifest line; `intake.rs`: a body taken in as
-//!   it arrives; `replies.rs`: what each kind of reply is checked for; `tasks.rs`: what goes to
-//!   tokio's blocking pool;
+//! - `attempt.rs`: one attempt, from request to manifest line; `ahead.rs`: the next `proc:` heap
+//!   read started while the last capture is stored; `intake.rs`: a body taken in as it arrives;
+//!   `replies.rs`: what each kind of reply is checked for; `tasks.rs`: what goes to tokio's
+//!   blocking pool;
 //! - `cycles.rs`: boot cycles, and the bookkeeping of each answer and failure; `events.rs`: the
 //!   `cycle`, `exit` and `stop` records, and the records others send in;
 //! - `retention.rs`: thinning under `--max-disk`, and deletions chosen outside (`budget.rs`);
@@ -30,6 +31,7 @@
 //! block runs on its task, is `tasks.rs`'s doc; the stop and the clock are `clock.rs`'s; the body
 //! taken in as it arrives is `intake.rs`'s.
 
+mod ahead;
 mod attempt;
 pub mod budget;
 pub mod clock;
@@ -83,6 +85,9 @@ pub struct Collector {
     /// Away (`None`) while a blocking request has it on tokio's blocking pool, and for good
     /// once the stop cut such a request short: then the collector is stopping.
     source: Option<Box<dyn Source>>,
+    /// The next heap read, started while the last capture is stored (`ahead.rs`): it has the
+    /// source until it is back.
+    ahead: Option<ahead::Ahead>,
     /// The source's kind, known even while the source is away.
     kind: SourceKind,
     /// An agent found on this machine by its pid (`agent:PID`, `agent:auto`): the pids it
@@ -201,6 +206,7 @@ impl Collector {
                     | crate::source::agent::AgentTarget::Auto(_))
             ),
             source: Some(source),
+            ahead: None,
             clock,
             root: writer.root().to_path_buf(),
             writer: Some(writer),
@@ -312,6 +318,8 @@ impl Collector {
     }
 }
 
+#[cfg(test)]
+mod ahead_tests;
 #[cfg(test)]
 mod streaming_tests;
 #[cfg(test)]

@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::ahead::Upcoming;
 use super::events::Inbox;
 use super::{CollectError, CollectSummary, Collector, Nudge, Observer, StopReason};
 use crate::source::{SourceKind, Want};
@@ -237,14 +238,16 @@ impl Collector {
                 }
                 Err(e) => return Err(e.into()),
             }
-            // A source still away is one a request cut short by the stop kept.
-            if self.stop.is_set() || self.source.is_none() {
+            // A source still away, with no read ahead holding it, is one a request cut short
+            // by the stop kept.
+            if self.stop.is_set() || (self.source.is_none() && self.ahead.is_none()) {
                 self.summary.reason = StopReason::Interrupted;
                 self.stopped().await?;
                 break;
             }
             let now = self.clock.now();
-            if let Some(d) = self.config.duration {
+            // A capture read ahead was begun before the end: it is stored first.
+            if let Some(d) = self.config.duration.filter(|_| self.ahead.is_none()) {
                 if now.saturating_sub(start) >= d {
                     self.summary.reason = StopReason::DurationReached;
                     self.stopped().await?;
@@ -266,12 +269,15 @@ impl Collector {
             if let Some(source) = self.source.as_deref() {
                 tasks.retain(|t| t.want == probe || source.supports(t.want));
             }
+            // A heap read started ahead (`ahead.rs`) is the next capture, whatever came due.
+            let reading_ahead = self.ahead.is_some();
             let next = tasks
                 .iter_mut()
                 .filter(|t| !gone || t.want == probe)
+                .filter(|t| !reading_ahead || t.want == Want::Heap)
                 .min_by_key(|t| t.due)
                 .expect("the probing task is always present");
-            if next.due > now {
+            if next.due > now && !reading_ahead {
                 let mut wake = next.due;
                 if let Some(d) = self.config.duration {
                     wake = wake.min(start + d);
@@ -280,11 +286,19 @@ impl Collector {
                 continue;
             }
             let want = next.want;
-            let began = now;
+            let began = self.ahead.as_ref().map_or(now, |a| a.began);
             if want == probe || want == Want::Heap {
                 last_began = Some(began);
             }
-            let result = match self.attempt(want, &mut observer).await {
+            let upcoming = Upcoming {
+                others_due: tasks
+                    .iter()
+                    .filter(|t| t.want != Want::Heap)
+                    .map(|t| t.due)
+                    .min(),
+                ends: self.config.duration.map(|d| start + d),
+            };
+            let result = match self.attempt(want, upcoming, &mut observer).await {
                 Some(result) => result,
                 // Stopped mid-request: the attempt is not recorded, the stop is.
                 None => continue,

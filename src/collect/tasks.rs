@@ -24,7 +24,10 @@
 //! and measured (`3134f07`, with `bench/collect-durable.sh`): on a disk limited to 10 writes/s
 //! it raised captures/s by 4 % but doubled `durable_ms` (the next profile's write competes with
 //! the line's fsync), and on a bandwidth-limited disk it changed nothing; so a capture is
-//! finished before the next request, since a capture durable sooner is the point.
+//! finished before the next request, since a capture durable sooner is the point. The one
+//! exception reads rather than writes: a `proc:` heap read that is already due when the last
+//! capture comes back runs while that capture is stored, its body written only after
+//! (`ahead.rs`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -136,6 +139,9 @@ impl Collector {
 
     /// The build of the process answering now, like [`Collector::fetch`].
     pub(super) async fn build_info(&mut self, timeout: Duration) -> Option<BuildInfo> {
+        // A heap read ahead has the source: it is waited for (its reply kept for the next
+        // attempt).
+        self.source_back().await;
         let stop = self.stop.clone();
         let source = self.source.as_mut()?;
         if let Some(asking) = source.build_info_async(timeout) {

@@ -45,6 +45,25 @@
 //!   count is the program's, and the cycle moved by as many).
 //! - The bounds on the list itself (loops, size, byte budget) are `list.rs`'s; how the records
 //!   are read, `records.rs`'s.
+//!
+//! # Why the second read is of every record, not of those that changed
+//!
+//! Re-reading only the records that differ from the last trusted reading (issue 34, item 4)
+//! was worked through against `mprof.go` and not built: it would let a capture mix two
+//! states. A flush is a pass over every bucket under the lock, and one that starts and ends
+//! inside the first read (between the instants whose lock reads were free) changes a bucket
+//! read before the pass reached it only after it was read: its first reading equals the last
+//! trusted one, so it would not be read again, while a bucket the pass reached first differs
+//! and is read again, equal, after it. The capture would hold the one bucket before the flush
+//! and the other after it. Only a second read of a record that spans the middle instant says
+//! its figure at that instant. What would cut the second read on sound ground is a witness
+//! that no flush ran during the walk: a bucket whose next slot (`(cycle+1) % 3`, what
+//! `mProf_PostSweep` moves) is not empty, its `active` read before the first guard and again
+//! before the last (a pass in between moves the slot into `active`; one still running at the
+//! end holds the lock). It does not yet cover `mProf_Flush`'s pass over the current slot
+//! between `setFlushed` and taking the lock (the flushed bit is set first), whose moves keep
+//! each sum but can tear a record copied as it is rewritten; on the benchmark target the
+//! clock moves between nearly every two captures, so either way most walks read twice.
 
 mod error;
 mod layout;

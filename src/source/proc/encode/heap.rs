@@ -10,7 +10,11 @@
 //! sample in 100,080 changes between two captures (the strings, functions and locations are
 //! kept too: `tables.rs`). A new `list` number (the list read whole again) starts the samples
 //! afresh, so memory that is not what it was is symbolised again rather than trusted. The samples
-//! are deflated in pieces (`pieces.rs`).
+//! are deflated in pieces (`pieces.rs`), and written one piece at a time: each piece's protobuf
+//! is hashed and, when one of its samples moved, deflated before the next is written, so the
+//! whole protobuf (7 MB on the 100k-bucket target, its buffer grown to 13 MB) is never held; a
+//! caller that wants it (`take_raw`, the collector's site index without sites named) gets it
+//! made again from the kept samples.
 //!
 //! # What the heap profile has not published yet (`recent_objects`, `recent_space`)
 //!
@@ -63,9 +67,15 @@ pub struct Encoder {
     /// again (see [`pieces`](crate::source::proc::pieces)).
     pieces: Pieces,
     deflated: Vec<Piece>,
-    /// The last profile's protobuf, before gzip (see [`Encoder::take_raw`]).
-    raw: Vec<u8>,
-    /// Its length, so a buffer taken away is reserved at once at that size the next time.
+    /// One piece's samples as protobuf, written, hashed and deflated (when one of them moved)
+    /// before the next piece is: the whole protobuf is never held (7 MB on a 100,000-bucket
+    /// profile), only made again when asked for ([`Encoder::take_raw`]).
+    chunk: Vec<u8>,
+    /// The last profile's message after its samples (its head, then the tables as they were),
+    /// and whether [`Encoder::take_raw`] may still make its protobuf.
+    tail: Vec<u8>,
+    raw_ready: bool,
+    /// The last profile's protobuf length.
     raw_len: usize,
     stack: Vec<u64>,
     /// Each site's sums over the samples, and the last profile's entry (see [`sites`](crate::source::proc::sites)).
@@ -108,7 +118,9 @@ impl Encoder {
             sample_type,
             period_type,
             bytes_key,
-            raw: Vec::new(),
+            chunk: Vec::new(),
+            tail: Vec::new(),
+            raw_ready: false,
             raw_len: 0,
             stack: Vec::new(),
             sites: SiteSums::default(),
@@ -166,9 +178,18 @@ impl Encoder {
 
     /// The protobuf the last [`Encoder::heap_profile_gz`] gzipped, handed over whole (what the
     /// gzipped bytes decompress to), so the collector need not gunzip what was just gzipped.
-    /// Empty before the first profile, or when already taken.
+    /// Made again from the kept samples and the last profile's tail, as it was written. Empty
+    /// before the first profile, or when already taken.
     pub fn take_raw(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.raw)
+        if !std::mem::take(&mut self.raw_ready) {
+            return Vec::new();
+        }
+        let mut raw = Vec::with_capacity(self.raw_len);
+        for sample in self.samples.iter().rev() {
+            write_sample(&sample.body, &mut raw);
+        }
+        raw.extend_from_slice(&self.tail);
+        raw
     }
 
     fn is_runtime(&mut self, syms: &Symbols, pc: u64) -> bool {
@@ -211,8 +232,7 @@ impl Encoder {
         syms: &Symbols,
         time_nanos: i64,
     ) -> Vec<u8> {
-        self.raw.clear();
-        self.raw.reserve(self.raw_len);
+        self.raw_ready = false;
         if list != self.list {
             self.samples.clear();
             self.deflated.clear();
@@ -226,14 +246,19 @@ impl Encoder {
         self.samples.resize_with(n, BucketSample::default);
         let mut locs = Vec::new();
         let mut samples = std::mem::take(&mut self.samples);
-        // Each piece's first byte in `raw` and whether a sample of it was written again.
         let pieces = n.div_ceil(PIECE);
-        let mut starts = vec![0; pieces];
-        let mut dirty = vec![false; pieces];
+        self.deflated.resize_with(pieces, Piece::default);
+        // `decode::summarize`'s hash: every top-level field in order but the timestamps,
+        // the samples' piece by piece as they are written.
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut samples_len = 0;
+        // Whether a sample of the piece being written was written again.
+        let mut dirty = false;
         for (i, (r, sample)) in records.zip(samples.iter_mut().rev()).enumerate() {
             let piece = (n - 1 - i) / PIECE;
             if i == 0 || (n - i) % PIECE == 0 {
-                starts[piece] = self.raw.len();
+                self.chunk.clear();
+                dirty = false;
             }
             let figures = [
                 r.alloc_objects,
@@ -245,7 +270,7 @@ impl Encoder {
                 rate,
             ];
             if sample.bucket != r.bucket || r.bucket == 0 {
-                dirty[piece] = true;
+                dirty = true;
                 if let Some(old) = &sample.figures {
                     let old = heap_values(old);
                     self.sites.remove(sample.site, &old);
@@ -281,7 +306,7 @@ impl Encoder {
                 };
             }
             if sample.figures != Some(figures) {
-                dirty[piece] = true;
+                dirty = true;
                 let values = heap_values(&figures);
                 if let Some(old) = &sample.figures {
                     let old = heap_values(old);
@@ -296,18 +321,19 @@ impl Encoder {
                 sample.body.truncate(sample.locations);
                 write_heap_values(&r, &values, self.bytes_key, &mut sample.body);
             }
-            // `Sample` by hand (what prost would write for it).
-            prost::encoding::encode_key(
-                2,
-                prost::encoding::WireType::LengthDelimited,
-                &mut self.raw,
-            );
-            prost::encoding::encode_varint(sample.body.len() as u64, &mut self.raw);
-            self.raw.extend_from_slice(&sample.body);
+            write_sample(&sample.body, &mut self.chunk);
+            // The piece's last sample (places count from the list's end): it is whole.
+            if (n - 1 - i) % PIECE == 0 {
+                hasher.update(&self.chunk);
+                samples_len += self.chunk.len();
+                let kept = &mut self.deflated[piece];
+                if dirty || kept.inflated_len() != self.chunk.len() {
+                    self.pieces.piece_into(&self.chunk, kept);
+                }
+            }
         }
         self.samples = samples;
         self.entry = self.sites.entry();
-        let samples_end = self.raw.len();
         let head = pb::Profile {
             sample_type: self.sample_type.clone(),
             time_nanos,
@@ -316,14 +342,13 @@ impl Encoder {
             default_sample_type: self.default_type,
             ..Default::default()
         };
-        head.encode(&mut self.raw)
+        self.tail.clear();
+        head.encode(&mut self.tail)
             .expect("a Vec grows to hold any message");
-        self.raw.extend_from_slice(&self.tables.encoded);
-        self.raw_len = self.raw.len();
-        // `decode::summarize`'s hash: every top-level field in order but the timestamps. The
-        // head is written in field order, so without its time it is those fields.
-        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        hasher.update(&self.raw[..samples_end]);
+        self.tail.extend_from_slice(&self.tables.encoded);
+        self.raw_len = samples_len + self.tail.len();
+        self.raw_ready = true;
+        // The head is written in field order, so without its time it is those fields.
         let timeless = pb::Profile {
             time_nanos: 0,
             ..head
@@ -331,23 +356,17 @@ impl Encoder {
         hasher.update(&timeless.encode_to_vec());
         hasher.update(&self.tables.encoded);
         self.hash = format!("xxh3:{:032x}", hasher.digest128());
-        self.deflated.resize_with(pieces, Piece::default);
-        for piece in 0..pieces {
-            let start = starts[piece];
-            let end = if piece == 0 {
-                samples_end
-            } else {
-                starts[piece - 1]
-            };
-            let kept = &mut self.deflated[piece];
-            if dirty[piece] || kept.inflated_len() != end - start {
-                self.pieces.piece_into(&self.raw[start..end], kept);
-            }
-        }
-        // In `raw`'s order: the newest buckets' piece first.
+        // The newest buckets' piece first, as the samples were written.
         let in_order = self.deflated.iter().rev();
-        self.pieces.member(in_order, &self.raw[samples_end..])
+        self.pieces.member(in_order, &self.tail)
     }
+}
+
+/// `Sample` by hand (what prost would write for it): its key, length and body.
+fn write_sample(body: &[u8], out: &mut Vec<u8>) {
+    prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, out);
+    prost::encoding::encode_varint(body.len() as u64, out);
+    out.extend_from_slice(body);
 }
 
 #[cfg(test)]
@@ -417,6 +436,13 @@ mod tests {
         // 3 pieces (1024 + 1024 + 952 buckets), then the rest of the profile.
         kept.heap_profile_gz(records(3000, usize::MAX).into_iter(), 1, 1, &syms, 1);
         assert_eq!(kept.pieces.deflated, 4);
+        // Written piece by piece: no buffer the size of the whole protobuf is kept.
+        assert!(
+            kept.chunk.capacity() < kept.raw_len() / 2,
+            "{} of {}",
+            kept.chunk.capacity(),
+            kept.raw_len()
+        );
         // One sample moved, in the middle piece.
         let now = records(3000, 1499);
         let gz = kept.heap_profile_gz(now.iter().cloned(), 1, 1, &syms, 2);
