@@ -417,6 +417,9 @@ impl GrowthBuilder {
                     cgroup_watched: mem.iter().any(|m| m.source == "cgroup"),
                 });
                 c.killed = c.end == CycleEnd::OomKilled;
+                if let Some(d) = reading::into_death(&c, limit) {
+                    c.rose_into_death(d);
+                }
                 let exit = records
                     .iter()
                     .find(|r| r.kind == RecordKind::Exit && r.cycle == inc)
@@ -533,6 +536,20 @@ impl CycleGrowth {
         self.rise_sites()
             .first()
             .is_some_and(|s| s.share < super::cause::CAUSE_SHARE)
+    }
+
+    /// A rise read as held in a life killed at its limit whose runtime figures rose on into the
+    /// death ([`reading::into_death`]): it went on, and its sites are growing ones.
+    fn rose_into_death(&mut self, d: reading::IntoDeath) {
+        let Some(r) = self.reading.as_mut() else {
+            return;
+        };
+        r.ongoing = true;
+        r.held_s = None;
+        r.into_death = Some(d);
+        self.heap_sustained = true;
+        self.sites = site_rows(r);
+        self.unflatten_storms();
     }
 
     /// The caller under which most of the reading's rise lies, read from the stacks that grew.

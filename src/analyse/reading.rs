@@ -64,13 +64,20 @@
 //! `compare` (`a_episode`, `b_episode`, who died first) all quote it; tests/cli/episodes.rs holds
 //! every figure of the report, summary.json and `check` for a cycle against it. How a cycle
 //! ended, and its death time, are `ends.rs`'s; allocation storms, `storms.rs`'s.
+//!
+//! Once the cycle's end is known, a rise that "held" in a life OOM-killed at its limit is read
+//! again against the runtime's own figures at the death (`reading/death.rs`): a published heap
+//! that stood still because no GC finished to publish it did not hold.
 
 use serde::Serialize;
 
 use super::series::{SeriesGrid, theil_sen};
 
+mod death;
 mod episode;
 mod onset;
+
+pub use death::{IntoDeath, into_death};
 
 pub use episode::episode_bounds;
 use episode::{bounds_when_memory_settled, held_since, lone_onset, outside_held};
@@ -173,6 +180,10 @@ pub struct Reading {
     /// (read from the stacks that grew between `from_seq` and `to_seq`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<crate::analyse::cause::Cause>,
+    /// A life killed at its limit while its published heap stood still and the runtime's own
+    /// figures rose on: those figures (`death.rs`). The rise is then `ongoing`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub into_death: Option<IntoDeath>,
 }
 
 impl Reading {
@@ -360,6 +371,7 @@ fn read_figures(input: &ReadingInput) -> Option<Reading> {
         to_seq: None,
         forecast: None,
         cause: None,
+        into_death: None,
     };
     set_shares(&mut reading);
     reading.forecast = forecast(input, &reading);

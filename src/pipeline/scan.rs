@@ -124,7 +124,7 @@ pub fn growth(
     for c in &mut report.cycles {
         spike_sites(run, c, limits);
     }
-    report.across.crash_loop = crate::analyse::crash_loop::crash_loop(&report.cycles);
+    report.across.crash_loop = crate::analyse::crash_loop::crash_loop(&report.cycles, records);
     Ok((report, notes))
 }
 

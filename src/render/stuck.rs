@@ -35,7 +35,22 @@ pub fn stuck_words(s: &Stuck) -> String {
             s.psi_full.unwrap_or(0.0)
         ));
     }
-    if s.heap_unmoved() {
+    if let (true, Some(g)) = (s.heap_unmoved(), &s.no_gc) {
+        let mut heap = format!(
+            "no GC finished for {:.1} s of it (the runtime's count at {} from {:.1} to {:.1} s)",
+            g.for_s(),
+            g.num_gc,
+            g.from_s,
+            g.to_s
+        );
+        if let (true, Some(from)) = (s.gc_stall(), s.allocated_from) {
+            heap.push_str(&format!(
+                " while {} more was allocated ({from})",
+                f(s.allocated.unwrap_or(0))
+            ));
+        }
+        parts.push(heap);
+    } else if s.heap_unmoved() {
         let mut heap = format!(
             "the published heap the same in {} of {} captures",
             s.unchanged, s.captures
@@ -77,6 +92,7 @@ mod tests {
             writeback_share: 1.0,
             dirty: Some(4 * MIB),
             psi_full: None,
+            no_gc: None,
         }
     }
 

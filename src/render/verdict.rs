@@ -5,7 +5,7 @@
 use crate::analyse::crash_loop::CrashLoop;
 use crate::analyse::ends::CycleEnd;
 use crate::analyse::growth::{AcrossCycles, CycleGrowth};
-use crate::analyse::reading::{Forecast, Reading};
+use crate::analyse::reading::{Forecast, IntoDeath, Reading};
 use crate::analyse::spikes::{Episode, Peak};
 use crate::render::ends::end_words;
 use crate::render::memory::cgroup_at_limit;
@@ -160,6 +160,9 @@ pub fn reading_words(r: &Reading, limit: Option<u64>) -> String {
         )),
         _ => {}
     }
+    if let Some(d) = &r.into_death {
+        s.push_str(&into_death_words(d));
+    }
     if let Some(held) = r.held_s {
         if fell {
             s.push_str(&format!(
@@ -174,6 +177,28 @@ pub fn reading_words(r: &Reading, limit: Option<u64>) -> String {
         }
     }
     s
+}
+
+/// ", still rising at its death at the limit: the runtime counted 230 MiB (MemStats HeapAlloc
+/// at 3.9 s) against 116 MiB in the last published profile".
+fn into_death_words(d: &IntoDeath) -> String {
+    let counted = if d.of == "recent_space" {
+        format!(
+            "{} published and {} allocated since (recent_space at {:.1} s, frees not yet known)",
+            format_bytes(d.published_bytes),
+            format_bytes(d.heap_bytes - d.published_bytes),
+            d.at_s
+        )
+    } else {
+        format!(
+            "{} ({} at {:.1} s) against {} in the last published profile",
+            format_bytes(d.heap_bytes),
+            d.of,
+            d.at_s,
+            format_bytes(d.published_bytes)
+        )
+    };
+    format!(", still rising at its death at the limit: the runtime counted {counted}")
 }
 
 /// "256 MiB would be reached 126.0 s after the first capture (between 120.1 and 133.3 s at
@@ -599,6 +624,7 @@ mod tests {
             to_seq: None,
             forecast: None,
             cause: None,
+            into_death: None,
         };
         let held = reading_words(&r, None);
         assert!(

@@ -116,7 +116,8 @@ fn read(life: &Life, limit: Option<u64>) -> GrowthReport {
             c.set_cause(common_caller(&growth.added, &OwnCode::guess()));
         }
     }
-    report.across.crash_loop = crate::analyse::crash_loop::crash_loop(&report.cycles);
+    report.across.crash_loop =
+        crate::analyse::crash_loop::crash_loop(&report.cycles, &life.records);
     report
 }
 

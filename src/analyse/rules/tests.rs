@@ -40,6 +40,7 @@ pub(crate) fn cycle(index: u32, growth_mib: f64, killed_at: Option<f64>) -> Cycl
             to_seq: None,
             forecast: None,
             cause: None,
+            into_death: None,
         }),
         interval_s: None,
         build_info: None,
