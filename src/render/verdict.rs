@@ -348,7 +348,15 @@ pub fn across_parts(cycles: &[CycleGrowth], across: &AcrossCycles) -> Vec<String
     parts.extend(rise_sites_words(cycles));
     if ages.len() >= 2 {
         let (min, max) = age_range(ages);
-        parts.push(format!("died {min:.1}–{max:.1} s after the first capture"));
+        let died: Vec<&CycleGrowth> = cycles.iter().filter(|c| c.died_after_s.is_some()).collect();
+        let from = if died.iter().all(|c| c.captures == 0) {
+            "after it started"
+        } else if died.iter().any(|c| c.captures == 0) {
+            "after its first capture (its start, where it answered none)"
+        } else {
+            "after the first capture"
+        };
+        parts.push(format!("died {min:.1}–{max:.1} s {from}"));
     }
     parts
 }
@@ -443,13 +451,36 @@ fn list(v: &[u32]) -> String {
 /// its cycles when they differ, and the cycles without a rise.
 fn rise_sites_words(cycles: &[CycleGrowth]) -> Vec<String> {
     let (by_site, without) = rise_sites(cycles);
+    // A life that answered no capture shows no rise, and none is claimed for it.
+    let unseen: Vec<u32> = cycles
+        .iter()
+        .filter(|c| c.captures == 0)
+        .map(|c| c.index)
+        .collect();
+    let without: Vec<u32> = without
+        .into_iter()
+        .filter(|i| !unseen.contains(i))
+        .collect();
+    let mut parts = rise_words(&by_site, &without);
+    if !unseen.is_empty() {
+        parts.push(format!(
+            "no capture of cycle(s) {}: its target never answered",
+            list(&unseen)
+        ));
+    }
+    parts
+}
+
+/// The words of [`rise_sites_words`] for the cycles that answered.
+fn rise_words(by_site: &[(&str, Vec<(u32, f64)>)], without: &[u32]) -> Vec<String> {
     let shares = |v: &[(u32, f64)]| {
         v.iter()
             .map(|(_, s)| format!("{:.0} %", s * 100.0))
             .collect::<Vec<_>>()
             .join(", ")
     };
-    match (by_site.as_slice(), without.is_empty()) {
+    match (by_site, without.is_empty()) {
+        ([], true) => Vec::new(),
         ([], _) => vec!["no cycle's heap rose".to_string()],
         ([(site, v)], true) => vec![format!(
             "the rise is in {site} in every cycle ({} of it)",
@@ -468,7 +499,7 @@ fn rise_sites_words(cycles: &[CycleGrowth]) -> Vec<String> {
                 })
                 .collect();
             if !without.is_empty() {
-                parts.push(format!("no rise in cycle(s) {}", list(&without)));
+                parts.push(format!("no rise in cycle(s) {}", list(without)));
             }
             parts
         }
@@ -599,6 +630,32 @@ mod tests {
             "{second}"
         );
         assert!(!second.contains("after the last capture"), "{second}");
+    }
+
+    /// etcd's replay loop under `--also` (real servers): three lives killed before their
+    /// endpoint opened read "no cycle's heap rose; died 3.2–3.9 s after the first capture", a
+    /// rise denied and a capture that never was.
+    #[test]
+    fn lives_that_answered_no_capture_claim_no_rise_and_are_timed_from_their_start() {
+        let mut records = Vec::new();
+        for (k, (t, lived)) in [(3_900, 3_900), (8_000, 3_200), (12_000, 3_200)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut x = CaptureRecord::new(k as u64 + 1, RecordKind::Exit, k as u32 + 1, t);
+            x.signal = Some(9);
+            x.totals.insert("oom_kill".into(), 1);
+            x.totals.insert("lived_ms".into(), lived);
+            records.push(x);
+        }
+        let report = GrowthBuilder::default().finish(&records, &[], Some(256 << 20));
+        assert_eq!(report.cycles.len(), 3);
+        let words = across_parts(&report.cycles, &report.across).join("; ");
+        assert_eq!(
+            words,
+            "3 boot cycles: 3 OOM-killed; no capture of cycle(s) 1, 2, 3: its target never \
+             answered; died 3.2–3.9 s after it started"
+        );
     }
 
     /// Issue 35, item 7b: "27.1 s later" said not later than what. A rise that held, or fell
