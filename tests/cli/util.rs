@@ -283,6 +283,15 @@ impl MemoryCgroup {
             .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
     }
 
+    /// The memory charged to this cgroup now (`memory.usage_in_bytes`).
+    pub fn usage(&self) -> Option<u64> {
+        std::fs::read_to_string(self.path.join("memory.usage_in_bytes"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// A command that joins this cgroup, then becomes `program`: inside before it allocates.
     pub fn command(&self, program: &Path, args: &[&str]) -> Command {
         let mut c = Command::new("sh");
