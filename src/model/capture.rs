@@ -145,6 +145,17 @@ pub struct GcClock {
 }
 
 impl CaptureRecord {
+    /// For tests: the exit record of a life the kernel OOM-killed (signal 9, `oom_kill` 1)
+    /// after `lived_ms`, as the launcher writes it.
+    #[cfg(test)]
+    pub(crate) fn oom_exit(seq: u64, cycle: u32, t_ms: i64, lived_ms: i64) -> CaptureRecord {
+        let mut x = CaptureRecord::new(seq, RecordKind::Exit, cycle, t_ms);
+        x.signal = Some(9);
+        x.totals.insert("oom_kill".into(), 1);
+        x.totals.insert("lived_ms".into(), lived_ms);
+        x
+    }
+
     pub fn new(seq: u64, kind: RecordKind, cycle: u32, t_ms: i64) -> CaptureRecord {
         CaptureRecord {
             seq,

@@ -592,13 +592,7 @@ mod tests {
     /// heap rise (heap unknown) … 3.4 s after the last capture".
     #[test]
     fn a_silence_of_one_interval_with_failures_is_a_stop_and_a_life_without_captures_says_so() {
-        let exit = |seq: u64, cycle: u32, t: i64, lived: i64| {
-            let mut x = CaptureRecord::new(seq, RecordKind::Exit, cycle, t);
-            x.signal = Some(9);
-            x.totals.insert("oom_kill".into(), 1);
-            x.totals.insert("lived_ms".into(), lived);
-            x
-        };
+        let exit = CaptureRecord::oom_exit;
         let mut records = Vec::new();
         let mut builder = GrowthBuilder::default();
         for k in 0..5u64 {
@@ -642,11 +636,12 @@ mod tests {
             .into_iter()
             .enumerate()
         {
-            let mut x = CaptureRecord::new(k as u64 + 1, RecordKind::Exit, k as u32 + 1, t);
-            x.signal = Some(9);
-            x.totals.insert("oom_kill".into(), 1);
-            x.totals.insert("lived_ms".into(), lived);
-            records.push(x);
+            records.push(CaptureRecord::oom_exit(
+                k as u64 + 1,
+                k as u32 + 1,
+                t,
+                lived,
+            ));
         }
         let report = GrowthBuilder::default().finish(&records, &[], Some(256 << 20));
         assert_eq!(report.cycles.len(), 3);

@@ -462,13 +462,7 @@ fn a_short_life_published_at_counts_two_four_and_five_reads_its_rise() {
 fn a_life_known_only_by_its_exit_is_a_life_and_the_attempts_after_a_death_are_the_next_lives() {
     let mut builder = GrowthBuilder::default();
     let mut records = Vec::new();
-    let exit = |seq: u64, cycle: u32, t: i64, lived: i64| {
-        let mut x = CaptureRecord::new(seq, RecordKind::Exit, cycle, t);
-        x.signal = Some(9);
-        x.totals.insert("oom_kill".into(), 1);
-        x.totals.insert("lived_ms".into(), lived);
-        x
-    };
+    let exit = CaptureRecord::oom_exit;
     for k in 0..8u64 {
         let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, k as i64 * 100);
         let value = ((k + 1) * (8 << 20)) as i64;
