@@ -389,7 +389,14 @@ fn a_bounded_cache_and_a_gomemlimit_plateau_are_never_forecast_to_die() {
         eprintln!("{name}: {v}");
         let r = &c["reading"];
         assert_eq!(r["ongoing"], false, "{name}: it held: {r}");
-        assert!(num(r, "held_s") > 4.0, "{name}: {r}");
+        // Held for the last part of the life. Not a fixed share of it: under a loaded machine
+        // (CI running the whole suite on 2 cores) the fixture's 30 MiB/s filled its cap in
+        // 6.4 s where it takes 1.6 s alone, and the plateau was then 3.2 s long.
+        assert!(num(r, "held_s") > 1.5, "{name}: {r}");
+        assert!(
+            num(r, "end_s") + num(r, "held_s") > 9.0,
+            "{name}: held to the end: {r}"
+        );
         assert!(
             r["forecast"].is_null() && c["limit_at_s"].is_null(),
             "{name}: {c}"
