@@ -367,8 +367,10 @@ fn collect_proc_pid_records_goroutine_captures() {
         run.to_str().unwrap(),
         "--profiles",
         "heap,goroutine",
+        // Long enough for two goroutine captures on a loaded machine: each is paced by what
+        // the last one cost, and a whole suite on 2 cores makes that cost long.
         "--duration",
-        "1500ms",
+        "4s",
         "--interval",
         "200ms",
         "--goroutine-interval",
