@@ -62,6 +62,59 @@ pub struct MemoryBreakdown {
     pub files: Option<FilesAtPeak>,
 }
 
+/// A kind of memory other than the Go heap's that can fill a limit: what the kernel could not
+/// give back when the cgroup reached it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Filler {
+    /// Shared memory and tmpfs (a memory-backed `emptyDir`): reclaim cannot drop it.
+    SharedMemory,
+    /// Page cache dirty or under writeback: written before it can be dropped.
+    Unwritten,
+    /// Anonymous memory the Go runtime does not account for (cgo, `mmap` by hand).
+    OtherAnonymous,
+}
+
+/// What filled the limit at a cycle's peak, when a kind other than the Go heap did.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Filled {
+    pub kind: Filler,
+    pub bytes: u64,
+}
+
+/// A kind fills the limit when it holds at least this share of the memory at the peak.
+const FILLER_SHARE: f64 = 0.5;
+
+impl MemoryBreakdown {
+    /// The kind of memory that filled the limit, when the peak reached it and a kind the
+    /// kernel cannot simply drop, other than the Go heap, holds most of it. A heap that did
+    /// not fill the limit does not lead the account of a death the page cache caused.
+    pub fn filled_by(&self) -> Option<Filled> {
+        let limit = self.limit? as f64;
+        if (self.total as f64) < AT_LIMIT_SHARE * limit {
+            return None;
+        }
+        let unwritten = match (self.dirty, self.writeback) {
+            (None, None) => None,
+            (d, w) => Some(d.unwrap_or(0) + w.unwrap_or(0)),
+        };
+        [
+            (Filler::SharedMemory, self.shmem),
+            (Filler::Unwritten, unwritten),
+            (Filler::OtherAnonymous, self.other_anon),
+        ]
+        .into_iter()
+        .filter_map(|(kind, bytes)| {
+            Some(Filled {
+                kind,
+                bytes: bytes?,
+            })
+        })
+        .filter(|f| f.bytes as f64 >= FILLER_SHARE * self.total as f64)
+        .max_by_key(|f| f.bytes)
+    }
+}
+
 /// MemStats that describe another moment than the breakdown's.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MemStatsElsewhere {
@@ -89,9 +142,12 @@ pub struct AtLimit {
     /// Charges that failed against the limit meanwhile (failcnt / `max` events).
     pub charge_failures: Option<u64>,
     pub killed: bool,
-    /// Page cache at the limit: most of it reclaimable.
+    /// Page cache at the limit: reclaimable, but for its shared memory and tmpfs.
     pub file: Option<u64>,
     pub anon: Option<u64>,
+    /// Shared memory and tmpfs at the limit, a part of `file` that reclaim cannot drop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shmem: Option<u64>,
 }
 
 fn sub(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -250,6 +306,7 @@ pub fn at_limit(
         killed,
         file: cg.and_then(|c| c.file),
         anon: cg.and_then(|c| c.anon),
+        shmem: cg.and_then(|c| c.shmem),
     };
     Some(a)
 }

@@ -288,6 +288,7 @@ mod tests {
             killed: false,
             file: None,
             anon: None,
+            shmem: None,
         }
     }
 

@@ -56,27 +56,9 @@ pub fn files_words(b: &MemoryBreakdown) -> Option<String> {
     for (on_tmpfs, name, total) in kinds {
         let mut entries = Vec::new();
         for file in said.iter().filter(|f| f.shmem == on_tmpfs) {
-            let mut how = Vec::new();
-            if !listing.counted {
-                let on = if file.shmem { " on tmpfs" } else { "" };
-                how.push(format!("{} long{on}", f(file.size)));
-            }
-            match (file.open, file.mapped) {
-                (true, true) => how.push("open, mapped".to_string()),
-                (true, false) => how.push("open".to_string()),
-                (false, true) => how.push("mapped".to_string()),
-                (false, false) => {}
-            }
-            if let Some((from, to)) = file.written_s {
-                how.push(format!("written {from:.1}–{to:.1} s"));
-            }
-            if let Some(d) = file.dirty {
-                how.push(format!("dirty {} in its mappings", f(d)));
-            } else if !file.shmem {
-                dirty_unknown = true;
-            }
+            dirty_unknown |= file.dirty.is_none() && !file.shmem;
             let path = short_path(&file.path);
-            let how = how.join(", ");
+            let how = how_held(file, listing.counted);
             entries.push(match (listing.counted, entries.is_empty()) {
                 (true, true) => {
                     let h = file.resident.unwrap_or(0);
@@ -117,6 +99,62 @@ pub fn files_words(b: &MemoryBreakdown) -> Option<String> {
         s.push_str("; the listing stopped at its cap: files may be missing");
     }
     Some(s)
+}
+
+/// How a file was held: "open, written 0.3–1.9 s", with its length when its pages were not
+/// counted and the dirty pages of its mappings when known.
+fn how_held(file: &FileAtPeak, counted: bool) -> String {
+    let f = |v: u64| format_bytes(v as i64);
+    let mut how = Vec::new();
+    if !counted {
+        let on = if file.shmem { " on tmpfs" } else { "" };
+        how.push(format!("{} long{on}", f(file.size)));
+    }
+    match (file.open, file.mapped) {
+        (true, true) => how.push("open, mapped".to_string()),
+        (true, false) => how.push("open".to_string()),
+        (false, true) => how.push("mapped".to_string()),
+        (false, false) => {}
+    }
+    if let Some((from, to)) = file.written_s {
+        how.push(format!("written {from:.1}–{to:.1} s"));
+    }
+    if let Some(d) = file.dirty {
+        how.push(format!("dirty {} in its mappings", f(d)));
+    }
+    how.join(", ")
+}
+
+/// The largest file of one kind (on tmpfs, or in the page cache) whose pages were counted at
+/// the peak, as a verdict names it: "854 MiB of it …/ctrl-ha.db-20261207-031333 (open,
+/// written 0.3–1.9 s)". `None` without a counted listing or a file worth saying.
+pub fn largest_file_words(b: &MemoryBreakdown, on_tmpfs: bool) -> Option<String> {
+    let listing = b.files.as_ref().filter(|l| l.counted)?;
+    let file = listing
+        .files
+        .iter()
+        .filter(|f| f.shmem == on_tmpfs)
+        .filter(|f| f.resident.is_some_and(|r| r >= FILE_WORTH_SAYING))
+        .max_by_key(|f| f.resident)?;
+    let resident = file.resident?;
+    // A file counted above the cgroup's figure for its kind is charged elsewhere in part.
+    let total = if on_tmpfs {
+        b.shmem
+    } else {
+        page_cache(b).map(|c| c.saturating_sub(b.shmem.unwrap_or(0)))
+    };
+    if total.is_some_and(|t| resident > t + (t / 64).max(FILE_WORTH_SAYING)) {
+        return None;
+    }
+    let amount = match total {
+        Some(t) if resident > t => "all".to_string(),
+        _ => format_bytes(resident as i64),
+    };
+    Some(format!(
+        "{amount} of it {} ({})",
+        short_path(&file.path),
+        how_held(file, true)
+    ))
 }
 
 /// The page cache with shared memory, however the run split it.

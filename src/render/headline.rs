@@ -6,8 +6,9 @@
 use crate::analyse::compare::Comparison;
 use crate::analyse::growth::{CycleGrowth, GrowthReport};
 use crate::render::ends::end_words;
+use crate::render::memory::filled_words;
 use crate::render::verdict::{
-    across_parts, age_range, cycle_verdict_parts, end_part, ends_tally, rise_sites,
+    across_parts, age_range, cycle_verdict_parts, end_part, ends_tally, filled_across, rise_sites,
 };
 use crate::units::format_bytes;
 
@@ -104,8 +105,13 @@ pub fn of_growth(g: &GrowthReport) -> Headline {
         [one] => {
             let lead = cycle_lead(one, g.limit_bytes);
             let end = end_part(one).filter(|_| lead.starts_with(&end_words(&one.end)));
+            let filled = one
+                .breakdown
+                .as_ref()
+                .and_then(filled_words)
+                .filter(|f| lead.contains(f.as_str()));
             let mut points = cycle_verdict_parts(one, g.limit_bytes);
-            points.retain(|p| Some(p) != end.as_ref());
+            points.retain(|p| Some(p) != end.as_ref() && Some(p) != filled.as_ref());
             Headline { lead, points }
         }
         cycles => {
@@ -116,7 +122,9 @@ pub fn of_growth(g: &GrowthReport) -> Headline {
                 points.remove(0)
             } else {
                 points.remove(0);
-                across_lead(g)
+                let lead = across_lead(g);
+                points.retain(|p| !lead.contains(p.as_str()));
+                lead
             };
             Headline { lead, points }
         }
@@ -134,6 +142,8 @@ pub fn cycle_lead(c: &CycleGrowth, limit: Option<u64>) -> String {
         (end, None) if end.is_death() => Some(end_words(&end)),
         _ => None,
     };
+    // What filled the limit, when not the heap, is where to look before the heap's rise.
+    let filled = c.breakdown.as_ref().and_then(filled_words);
     let rise = rise_where(c);
     let storm = c
         .alloc_storms
@@ -144,6 +154,9 @@ pub fn cycle_lead(c: &CycleGrowth, limit: Option<u64>) -> String {
         .first()
         .map(|g| format!("goroutines grew in {}", g.name));
     let Some(fate) = fate else {
+        if let Some(filled) = filled {
+            return filled;
+        }
         // Alive at the end: whether the heap still grew, and what to look at.
         return match c.reading.as_ref() {
             Some(r) if r.ongoing => with(
@@ -181,7 +194,7 @@ pub fn cycle_lead(c: &CycleGrowth, limit: Option<u64>) -> String {
     } else {
         None
     };
-    with(fate, rise.or(seen).or(storm).or(goroutines))
+    with(fate, filled.or(rise).or(seen).or(storm).or(goroutines))
 }
 
 /// Where the cycle's rise is: "the rise is in SITE (95 % of it)", or under the caller most of a
@@ -206,6 +219,9 @@ fn rise_where(c: &CycleGrowth) -> Option<String> {
 /// "3 boot cycles: 2 OOM-killed, 1 restarted itself; the rise is in main.store in every cycle".
 fn across_lead(g: &GrowthReport) -> String {
     let fate = format!("{} boot cycles: {}", g.cycles.len(), ends_tally(&g.cycles));
+    if let Some(filled) = filled_across(&g.cycles) {
+        return with(fate, Some(filled));
+    }
     let (by_site, _) = rise_sites(&g.cycles);
     let rise = match by_site.as_slice() {
         [] => None,

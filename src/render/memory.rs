@@ -1,7 +1,7 @@
 //! The words of a cycle's memory at its peak (where it went, by kind), of its stretch at
 //! the limit (the `summary` of each in the growth report's JSON) and of its MemStats.
 
-use crate::analyse::breakdown::{AtLimit, MemoryBreakdown};
+use crate::analyse::breakdown::{AtLimit, Filler, MemoryBreakdown};
 use crate::analyse::growth::MemStatsView;
 use crate::analyse::spikes::Peaks;
 use crate::units::format_bytes;
@@ -178,6 +178,50 @@ fn cache_kinds(b: &MemoryBreakdown) -> Vec<String> {
     parts
 }
 
+/// What filled the limit, when a kind other than the Go heap did: "shared memory and tmpfs
+/// filled the limit (886 MiB of the 1020 MiB charged at 1.9 s; the kernel cannot drop it), 854 MiB of it
+/// …/ctrl-ha.db-20261207-031333 (open, written 0.3–1.9 s)". A verdict leads with it.
+pub fn filled_words(b: &MemoryBreakdown) -> Option<String> {
+    let filled = b.filled_by()?;
+    let f = |v: u64| format_bytes(v as i64);
+    let what = filler_name(filled.kind);
+    let (can, file) = match filled.kind {
+        Filler::SharedMemory => (
+            "the kernel cannot drop it",
+            crate::render::files::largest_file_words(b, true),
+        ),
+        Filler::Unwritten => (
+            "the kernel must write it before it can drop it",
+            crate::render::files::largest_file_words(b, false),
+        ),
+        Filler::OtherAnonymous => ("it is not the Go heap", None),
+    };
+    let mut s = format!(
+        "{what} filled the limit ({} of the {} charged at {:.1} s; {can})",
+        f(filled.bytes),
+        f(b.total),
+        b.at_s
+    );
+    if let Some(file) = file {
+        s.push_str(&format!(", {file}"));
+    }
+    Some(s)
+}
+
+/// A kind of memory that filled a limit, named.
+pub fn filler_name(kind: Filler) -> &'static str {
+    match kind {
+        Filler::SharedMemory => "shared memory and tmpfs",
+        Filler::Unwritten => "page cache waiting to be written (dirty or under writeback)",
+        Filler::OtherAnonymous => {
+            "anonymous memory the Go runtime does not account for (cgo, mmap)"
+        }
+    }
+}
+
+/// Shared memory under this is not said apart from the page cache it is part of.
+const FILE_WORTH_SAYING: u64 = 1 << 20;
+
 /// Whether the stretch at the limit is one sample (it reads "for 0.0 s").
 fn one_sample(a: &AtLimit) -> bool {
     a.for_s < 0.05
@@ -206,8 +250,17 @@ pub fn at_limit_words(a: &AtLimit) -> String {
         words.push_str(&format!(", {n} charge failures"));
     }
     if let (Some(file), Some(anon)) = (a.file, a.anon) {
+        // Shared memory is page cache the kernel cannot drop: never said as page cache alone.
+        let kept = match a.shmem.filter(|&s| s >= FILE_WORTH_SAYING) {
+            Some(s) if s >= file => " (all of it shared memory and tmpfs)".to_string(),
+            Some(s) => format!(
+                " ({} of that shared memory and tmpfs)",
+                format_bytes(s as i64)
+            ),
+            None => String::new(),
+        };
         words.push_str(&format!(
-            ", {} of it page cache and {} anonymous",
+            ", {} of it page cache{kept} and {} anonymous",
             format_bytes(file as i64),
             format_bytes(anon as i64)
         ));
@@ -313,6 +366,14 @@ mod tests {
             "{words}"
         );
         assert!(!words.contains("other page cache"), "{words}");
+        let a = at_limit(&refs, 0, Some(1024 * MIB), true).unwrap();
+        assert!(
+            at_limit_words(&a).contains(
+                "888 MiB of it page cache (886 MiB of that shared memory and tmpfs) and 132 MiB anonymous"
+            ),
+            "{}",
+            at_limit_words(&a)
+        );
 
         let mut throttled = sample(1_900, 1020 * MIB, 850 * MIB, 0);
         let cg = throttled.cgroup.as_mut().unwrap();
@@ -324,6 +385,70 @@ mod tests {
             words.contains("dirty 4.00 MiB and under writeback 842 MiB (written before they can be dropped), clean page cache 4.00 MiB"),
             "{words}"
         );
+    }
+
+    /// The same two lives (issue 33, item 14a): the verdict led with a 46.8 MiB heap where
+    /// shared memory, or pages waiting to be written, filled the limit. What filled it is
+    /// named first; a heap that filled it, or memory under the limit, names no other kind.
+    #[test]
+    fn the_kind_that_filled_the_limit_is_said_and_only_when_it_filled_it() {
+        let mut tmpfs = sample(1_900, 1020 * MIB, 888 * MIB, 0);
+        let cg = tmpfs.cgroup.as_mut().unwrap();
+        (cg.shmem, cg.file_dirty, cg.file_mapped) = (Some(886 * MIB), Some(0), Some(0));
+        let b = at_peak(&[&tmpfs], &[], 0, None).unwrap();
+        assert_eq!(
+            filled_words(&b).as_deref(),
+            Some(
+                "shared memory and tmpfs filled the limit (886 MiB of the 1020 MiB charged at \
+                 1.9 s; the kernel cannot drop it)"
+            )
+        );
+
+        let mut throttled = sample(1_900, 1020 * MIB, 850 * MIB, 0);
+        let cg = throttled.cgroup.as_mut().unwrap();
+        (cg.file_dirty, cg.file_writeback) = (Some(4 * MIB), Some(842 * MIB));
+        let b = at_peak(&[&throttled], &[], 0, None).unwrap();
+        assert_eq!(
+            b.filled_by().map(|f| (f.kind, f.bytes)),
+            Some((Filler::Unwritten, 846 * MIB))
+        );
+        assert!(
+            filled_words(&b).is_some_and(|w| w.starts_with(
+                "page cache waiting to be written (dirty or under writeback) filled the limit (846 MiB"
+            )),
+            "{:?}",
+            filled_words(&b)
+        );
+
+        // cgo's own memory beside a small Go heap: MemStats account for 100 MiB of 900.
+        let cgo = sample(1_900, 1020 * MIB, 120 * MIB, 0);
+        let stats = memstats(
+            1_900,
+            [60 * MIB, 70 * MIB, 20 * MIB, 10 * MIB, 90 * MIB, 100 * MIB],
+        );
+        let b = at_peak(&[&cgo], &[&stats], 0, None).unwrap();
+        assert_eq!(b.filled_by().map(|f| f.kind), Some(Filler::OtherAnonymous));
+
+        // The heap filled it: no other kind leads.
+        let heap = sample(1_900, 1020 * MIB, 20 * MIB, 0);
+        let stats = memstats(
+            1_900,
+            [
+                900 * MIB,
+                950 * MIB,
+                20 * MIB,
+                10 * MIB,
+                980 * MIB,
+                990 * MIB,
+            ],
+        );
+        let b = at_peak(&[&heap], &[&stats], 0, None).unwrap();
+        assert_eq!(b.filled_by(), None);
+        // Shared memory that did not fill the limit: under it, nothing filled.
+        let mut under = sample(1_900, 600 * MIB, 500 * MIB, 0);
+        under.cgroup.as_mut().unwrap().shmem = Some(480 * MIB);
+        let b = at_peak(&[&under], &[], 0, None).unwrap();
+        assert_eq!(b.filled_by(), None);
     }
 
     #[test]

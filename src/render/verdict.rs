@@ -2,13 +2,14 @@
 //! storms, goroutines, the limit, how the cycle ended) and one summary across cycles, made from
 //! the finished analysis whenever an output needs them.
 
+use crate::analyse::breakdown::Filler;
 use crate::analyse::crash_loop::CrashLoop;
 use crate::analyse::ends::CycleEnd;
 use crate::analyse::growth::{AcrossCycles, CycleGrowth};
 use crate::analyse::reading::{Forecast, IntoDeath, Reading};
 use crate::analyse::spikes::{Episode, Peak};
 use crate::render::ends::end_words;
-use crate::render::memory::cgroup_at_limit;
+use crate::render::memory::{cgroup_at_limit, filled_words, filler_name};
 use crate::units::format_bytes;
 
 /// A spike that reached this share of the limit is never called "no growth".
@@ -24,6 +25,8 @@ pub fn cycle_verdict(c: &CycleGrowth, limit: Option<u64>) -> String {
 pub fn cycle_verdict_parts(c: &CycleGrowth, limit: Option<u64>) -> Vec<String> {
     let rate = |bps: f64| format!("{}/s", format_bytes(bps as i64));
     let mut parts = Vec::new();
+    // A heap that did not fill the limit does not lead: what did, first.
+    parts.extend(c.breakdown.as_ref().and_then(filled_words));
     if let Some(r) = &c.reading {
         parts.push(reading_words(r, limit));
     } else if let Some(words) = faster_than_interval(c, limit) {
@@ -345,6 +348,7 @@ pub fn across_parts(cycles: &[CycleGrowth], across: &AcrossCycles) -> Vec<String
         cycles.len(),
         ends_tally(cycles)
     ));
+    parts.extend(filled_across(cycles));
     parts.extend(rise_sites_words(cycles));
     if ages.len() >= 2 {
         let (min, max) = age_range(ages);
@@ -359,6 +363,33 @@ pub fn across_parts(cycles: &[CycleGrowth], across: &AcrossCycles) -> Vec<String
         parts.push(format!("died {min:.1}–{max:.1} s {from}"));
     }
     parts
+}
+
+/// The cycles whose limit a kind other than the Go heap filled, by kind: "shared memory and
+/// tmpfs filled the limit in cycles 1, 2, 3".
+pub fn filled_across(cycles: &[CycleGrowth]) -> Option<String> {
+    let mut kinds: Vec<(Filler, Vec<String>)> = Vec::new();
+    for c in cycles {
+        let Some(f) = c.breakdown.as_ref().and_then(|b| b.filled_by()) else {
+            continue;
+        };
+        match kinds.iter_mut().find(|(k, _)| *k == f.kind) {
+            Some((_, v)) => v.push(c.index.to_string()),
+            None => kinds.push((f.kind, vec![c.index.to_string()])),
+        }
+    }
+    let each: Vec<String> = kinds
+        .iter()
+        .map(|(kind, v)| {
+            let plural = if v.len() == 1 { "" } else { "s" };
+            format!(
+                "{} filled the limit in cycle{plural} {}",
+                filler_name(*kind),
+                v.join(", ")
+            )
+        })
+        .collect();
+    (!each.is_empty()).then(|| each.join("; "))
 }
 
 /// How the cycles ended, counted: "2 OOM-killed, 1 restarted itself".

@@ -198,3 +198,98 @@ fn growth_names_the_tmpfs_file_that_holds_the_shared_memory_with_its_size() {
     );
     drop(tmpfs);
 }
+
+/// A data directory on tmpfs that fills the limit (issue 33, item 14a): OpenZiti 2.1.0's copy
+/// of its database was 886 MiB of shared memory in a 1 GiB limit, and every output led with a
+/// 46.8 MiB heap rise. Here a Go program writes 256 MiB to tmpfs under a 128 MiB limit,
+/// keeping a little on its heap as it goes, and the kernel kills it: the headline, the verdict
+/// and summary.json lead with the shared memory and name the file; the heap follows.
+#[test]
+fn a_tmpfs_file_that_fills_the_limit_leads_the_account_of_the_kill() {
+    let Some(fixture) = util::go_fixture("tmpfsfile") else {
+        return;
+    };
+    let Some(tmpfs) = Tmpfs::new() else {
+        prerequisite::skip(Need::Root, "neither a tmpfs mount nor /dev/shm");
+        return;
+    };
+    let file = tmpfs.dir.join("ctrl-ha.db-20261207-031333");
+    let dir = util::tempdir();
+    let run = dir.path().join("run");
+    let mut child = util::heapwatch()
+        .args(["run", "-q", "--limit", "128MiB", "--restarts", "0"])
+        .args(["--interval", "200ms", "--out"])
+        .arg(&run)
+        .arg("--")
+        .arg(&fixture)
+        .arg("-file")
+        .arg(&file)
+        .args(["-size", "256MiB", "-heap", "24MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("heapwatch run starts");
+    // The kernel may hold the process at its limit a while before it kills it.
+    let (status, _) = util::wait_for_exit(&mut child, Duration::from_secs(300));
+    assert!(status.success(), "{status}");
+    let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
+    let mode = info["options"]["confinement"].as_str().unwrap_or("");
+    if !mode.starts_with("cgroup") {
+        prerequisite::skip(
+            Need::Root,
+            &format!("heapwatch run made no memory cgroup (confinement {mode}): no kill"),
+        );
+        return;
+    }
+    let path = file.to_str().unwrap();
+
+    let out = util::run(&["growth", run.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let text = util::stdout(&out);
+    let lead = text.lines().next().unwrap_or("");
+    let said = regex::Regex::new(&format!(
+        r"^OOM-killed [0-9.]+ s after the first capture; shared memory and tmpfs filled the limit \(([0-9.]+) MiB of the ([0-9.]+) MiB charged at [0-9.]+ s; the kernel cannot drop it\), (all|[0-9.]+ MiB) of it {} \(open, written [0-9.]+–[0-9.]+ s\)$",
+        regex::escape(path)
+    ))
+    .unwrap();
+    let caps = said
+        .captures(lead)
+        .unwrap_or_else(|| panic!("the lead does not name the shared memory:\n{text}"));
+    let figure = |i: usize| caps[i].parse::<f64>().unwrap();
+    // At the limit, most of it the file's pages.
+    assert!(figure(2) >= 120.0 && figure(2) <= 128.0, "{lead}");
+    assert!(figure(1) >= 64.0 && figure(1) <= figure(2), "{lead}");
+    // The heap's rise is still said, after the lead, in main.migrate.
+    let verdict = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("verdict: "))
+        .unwrap_or_else(|| panic!("no verdict:\n{text}"));
+    assert!(
+        verdict.starts_with("shared memory and tmpfs filled the limit"),
+        "{verdict}"
+    );
+    assert!(!lead.contains("main.migrate"), "{lead}");
+    assert!(
+        text.contains("of it page cache (all of it shared memory and tmpfs)")
+            || text.contains("of that shared memory and tmpfs)"),
+        "{text}"
+    );
+
+    // The report's summary.json leads the same way.
+    let report = dir.path().join("report");
+    let out = util::run(&[
+        "report",
+        run.to_str().unwrap(),
+        "--out",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let summary: Value =
+        serde_json::from_slice(&fs::read(report.join("summary.json")).unwrap()).unwrap();
+    let headline = summary["headline"].as_str().unwrap_or("");
+    assert!(
+        headline.starts_with(&lead[..lead.find(" (").unwrap()]),
+        "{headline}\nagainst\n{lead}"
+    );
+    drop(tmpfs);
+}

@@ -276,6 +276,93 @@ fn a_kill_beside_no_counted_charge_failure_gives_no_count() {
     assert_eq!(at(report(0, false)).charge_failures, Some(0));
 }
 
+/// OpenZiti 2.1.0 with its data directory on tmpfs (issue 33, item 14a): 886 MiB of shared
+/// memory filled the 1 GiB limit while the heap rose 46.8 MiB in `migrateEdgeServiceBucket`,
+/// and every output led with the heap. The kind that filled the limit leads the headline and
+/// the verdict; the heap's rise follows. The same life with anonymous memory at the limit
+/// leads with the rise, as before.
+#[test]
+fn what_filled_the_limit_leads_the_account_of_the_death_not_the_heap() {
+    const LIMIT: u64 = 1 << 30;
+    let life = |shmem: u64| {
+        let mut builder = GrowthBuilder::default();
+        let mut records = Vec::new();
+        let mut memory = Vec::new();
+        for k in 0..20u64 {
+            let t = k as i64 * 100;
+            let mut r = CaptureRecord::new(k + 1, RecordKind::Heap, 1, t);
+            let value = (4.0 * MIB + k as f64 * 2.4 * MIB) as i64;
+            r.totals.insert("inuse_space".into(), value);
+            let site = "ziti/controller/db.(*migrationManager).migrateEdgeServiceBucket";
+            builder.heap(
+                &r,
+                &[SiteFigures {
+                    name: site.into(),
+                    value,
+                    alloc: value,
+                }],
+            );
+            records.push(r);
+            let usage = LIMIT * (k + 1) / 20;
+            let shmem_now = shmem * (k + 1) / 20;
+            memory.push(MemorySample {
+                t_ms: t + 10,
+                source: "cgroup".into(),
+                usage: Some(usage),
+                limit: Some(LIMIT),
+                alive: true,
+                cgroup: Some(CgroupBreakdown {
+                    anon: Some(usage - shmem_now),
+                    file: Some(shmem_now),
+                    shmem: Some(shmem_now),
+                    file_dirty: Some(0),
+                    file_writeback: Some(0),
+                    ..CgroupBreakdown::default()
+                }),
+                ..MemorySample::default()
+            });
+        }
+        records.push(CaptureRecord::oom_exit(99, 1, 2_000, 2_050));
+        builder.finish(&records, &memory, Some(LIMIT))
+    };
+    let tmpfs = life(886 << 20);
+    let headline = crate::render::headline::of_growth(&tmpfs);
+    assert!(
+        headline.lead.starts_with(
+            "OOM-killed 2.0 s after the first capture; shared memory and tmpfs filled the limit \
+             (886 MiB of the 1.00 GiB charged at 1.9 s; the kernel cannot drop it)"
+        ),
+        "{}",
+        headline.lead
+    );
+    assert!(
+        !headline.lead.contains("migrateEdgeServiceBucket"),
+        "{}",
+        headline.lead
+    );
+    // The heap's rise is still said, once, after it.
+    let verdict = crate::render::verdict::cycle_verdict(&tmpfs.cycles[0], Some(LIMIT));
+    assert!(
+        verdict.starts_with("shared memory and tmpfs filled the limit"),
+        "{verdict}"
+    );
+    assert!(verdict.contains("migrateEdgeServiceBucket"), "{verdict}");
+    assert_eq!(
+        headline
+            .points
+            .iter()
+            .filter(|p| p.contains("filled the limit"))
+            .count(),
+        0,
+        "{headline:?}"
+    );
+
+    let heap = life(0);
+    let lead = crate::render::headline::of_growth(&heap).lead;
+    assert!(!lead.contains("filled the limit"), "{lead}");
+    assert!(lead.contains("the rise is in"), "{lead}");
+}
+
 /// A heap growing `rate` bytes/s from `base` under GOGC `gogc` (the next GC when the live heap
 /// has grown by gogc %), with Go's publication (a capture at GC count n shows the heap as of
 /// mark termination n − 1), captured every 250 ms for `secs`; `clocked` gives each capture the
