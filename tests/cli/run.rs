@@ -347,20 +347,26 @@ fn proc_exe_follows_a_restart_into_a_new_boot_cycle() {
         two.iter().all(|r| int(r, "incarnation") == 2),
         "the restart is cycle 2"
     );
-    // Read within one interval of its start: the attempt under way waits for it, polling
-    // every 5 ms. The capture is taken when its attempt ends (t_ms is when it began).
-    let read = two[0]["t_ms"].as_f64().unwrap() + two[0]["latency_ms"].as_f64().unwrap();
-    let found_after = read - second_started as f64;
-    eprintln!("the restarted process was first read {found_after:.0} ms after its start");
+    // Found by the attempt under way when it started (it waits for the process, polling
+    // every 5 ms), or the next: no more than one attempt began between its start and the one
+    // that read it. Counted, not timed: a loaded machine stretches every step alike.
+    let first_read = int(&two[0], "t_ms");
+    let began_between = records(&run)
+        .iter()
+        .filter(|r| r["kind"] == "heap")
+        .filter(|r| (second_started + 1..first_read).contains(&int(r, "t_ms")))
+        .count();
     assert!(
-        found_after <= 200.0,
-        "first read {found_after} ms after the start"
+        began_between <= 1,
+        "{began_between} attempts began between the restart and its first read"
     );
-    // No duty cap on a proc target: the wait was no work of the target's.
+    // No duty cap on a proc target: the next capture is due at the interval, not at four
+    // times what the last one took (the cap keeps a target's share of serving us at 25 %).
     let spacing = int(&two[1], "t_ms") - int(&two[0], "t_ms");
+    let took = two[0]["latency_ms"].as_f64().unwrap() as i64;
     assert!(
-        spacing <= 250,
-        "the next capture came {spacing} ms later, not at the interval"
+        spacing <= 300.max(3 * took),
+        "the next capture came {spacing} ms later (the last took {took} ms), not at the interval"
     );
     let between: BTreeMap<String, usize> = records(&run)
         .iter()
