@@ -315,8 +315,10 @@ fn collect_proc_pid_records_memstats_and_the_report_splits_memory_with_them() {
         &format!("proc:{pid}"),
         "--out",
         run.to_str().unwrap(),
+        // Long enough for two MemStats reads on a loaded machine, where the attach alone (the
+        // binary's symbols and layouts) may take a second.
         "--duration",
-        "1200ms",
+        "3s",
         "--interval",
         "200ms",
         "--memstats-interval",
