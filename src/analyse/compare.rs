@@ -21,6 +21,7 @@ use serde::Serialize;
 use super::growth::CycleGrowth;
 use super::reduce::{PROFILING_SITE, SiteFigures};
 use super::select::{Chosen, Selection};
+use crate::model::run_options::OwnNamed;
 
 /// Below this, in-use differences are sampling noise (Go samples one allocation per 512 KiB).
 const NOISE_BYTES: f64 = 1024.0 * 1024.0;
@@ -160,6 +161,12 @@ pub struct Comparison {
     /// Whether this pair compares like with like (`select::Selection::like`).
     #[serde(skip)]
     pub like_with_like: bool,
+    /// The prefixes each side's sites were named by as the user's own code, and whence: each
+    /// run's recorded ones unless the comparison was given `--own`. None: none named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub a_own: Option<OwnNamed>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub b_own: Option<OwnNamed>,
 }
 
 impl Comparison {
@@ -482,6 +489,8 @@ pub fn compare_cycles(a: &CycleSide, b: &CycleSide) -> Comparison {
         selection_b_build: String::new(),
         selection_same_build: false,
         like_with_like: true,
+        a_own: None,
+        b_own: None,
     }
 }
 
@@ -617,6 +626,7 @@ mod tests {
         let growth = GrowthReport {
             schema: 1,
             limit_bytes: None,
+            own: None,
             across: AcrossCycles {
                 cycles: 2,
                 died: 0,

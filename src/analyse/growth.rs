@@ -21,6 +21,7 @@ pub use super::storms::{AllocStorm, ProfilingCost, StormWindow};
 use crate::model::build::BuildInfo;
 use crate::model::capture::{CaptureRecord, RecordKind};
 use crate::model::memory::MemorySample;
+use crate::model::run_options::OwnNamed;
 
 mod cycle;
 mod placement;
@@ -183,6 +184,9 @@ pub struct GrowthReport {
     pub limit_bytes: Option<u64>,
     pub cycles: Vec<CycleGrowth>,
     pub across: AcrossCycles,
+    /// The prefixes the sites were named by as the user's own code, and whence (`--own`);
+    /// None: none named.
+    pub own: Option<OwnNamed>,
 }
 
 #[derive(Default)]
@@ -453,6 +457,7 @@ impl GrowthBuilder {
             limit_bytes: limit,
             cycles,
             across,
+            own: None,
         }
     }
 }

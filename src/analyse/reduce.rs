@@ -19,14 +19,16 @@
 //! collector queues a cycle's first capture for indexing only after its cycle record), and its
 //! header hashes reduce.rs, so older indexes are rebuilt.
 //!
-//! A user names their own code with `--own PREFIX,…` on the commands that name sites (`growth`,
-//! `report`, `check`, `compare`, `flame`; `top` names leaves as pprof does): those module
+//! A user names their own code with `--own PREFIX,…` when recording (`collect`, `run`, `watch`:
+//! kept in run.json) or on the commands that name sites (`growth`, `report`, `check`, `compare`,
+//! `flame`, replacing the recorded ones; `top` names leaves as pprof does): those module
 //! prefixes, package `main` and the main module are own code, and the guesses give way to them
 //! (`OwnCode::named`: a sibling module of the organisation is then a library unless named, and
 //! without a recorded main module every other module is). The index's entries name sites by the
-//! recording's own code, so an analysis told other prefixes (`RunDir::own_named`) reads every
-//! capture's profile and keeps nothing in the index (`index::SiteSource`): the same recording
-//! read twice with the same flags says the same, and read with `--own` names its sites by it.
+//! recording's own code, its recorded prefixes included (its header is keyed by them), so an
+//! analysis told other prefixes (`RunDir::own_named`) reads every capture's profile and keeps
+//! nothing in the index (`index::SiteSource`): the same recording read twice with the same flags
+//! says the same, and read with `--own` names its sites by it.
 //!
 //! In JSON (`growth`, `compare`, `summary.json`) a site is three fields, written by
 //! `serialize_site` from the one name: `name`, the leaf function as pprof spells it (the contract

@@ -60,6 +60,7 @@ pub(super) const HELP_ORDER: &[&str] = &[
     "insecure",
     "gc",
     "label",
+    "own",
     "logs",
     "marks",
     "quiet",

@@ -273,8 +273,9 @@ impl DecodeFlags {
 pub struct OwnFlags {
     /// Module path prefixes of your own code (repeat it, or give a comma list: `--own
     /// go.etcd.io/,github.com/openziti/`). A site is then named by its first frame in them (or
-    /// in the main module), not by a guess of which modules are yours; every capture is read
-    /// from its profile rather than from the run's site index.
+    /// in the main module), not by a guess of which modules are yours. Default: those the run
+    /// recorded (`collect --own`, each run its own for `compare`); given, they replace them, and
+    /// every capture is read from its profile rather than from the run's site index.
     #[arg(long = "own", value_name = "PREFIX", value_delimiter = ',', value_parser = parse_own)]
     pub own: Vec<String>,
 }

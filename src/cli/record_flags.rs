@@ -31,9 +31,30 @@ pub struct RecordFlags {
     /// A label for this build (e.g. 2.1.0), kept in run.json for reports and comparisons.
     #[arg(long)]
     pub label: Option<String>,
+    #[command(flatten)]
+    pub own: RecordOwnFlags,
     /// No status line, no progress lines and no summary.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+}
+
+/// `--own` of the commands that record (`collect`, `run`, `watch`): kept in run.json, where
+/// every analysis of the run finds it.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct RecordOwnFlags {
+    /// Module path prefixes of your own code (repeat it, or give a comma list: `--own
+    /// go.etcd.io/,github.com/openziti/`), kept in run.json: every analysis of the run names a
+    /// site by its first frame in them (or in the main module) without being told again, and
+    /// the run's site index is named by them. A resumed run keeps those it recorded.
+    #[arg(long = "own", value_name = "PREFIX", value_delimiter = ',', value_parser = super::parse_own)]
+    pub own: Vec<String>,
+}
+
+impl RecordOwnFlags {
+    /// As run.json's `options.own`: none given is no field, so a resumed run keeps its own.
+    pub fn recorded(&self) -> Option<Vec<String>> {
+        (!self.own.is_empty()).then(|| self.own.clone())
+    }
 }
 
 impl RecordFlags {

@@ -45,6 +45,7 @@ pub(super) const HELP_ORDER: &[&str] = &[
     "timeout",
     "max_disk",
     "label",
+    "own",
     "quiet",
 ];
 
@@ -168,6 +169,7 @@ impl RunArgs {
                 memory_interval_ms: Some(self.record.memory_interval.as_millis() as u64),
                 also: Some(self.also.iter().map(Target::to_string).collect()),
                 max_disk: self.record.max_disk,
+                own: self.record.own.recorded(),
                 ..Default::default()
             },
             limit_bytes: self.limit,
@@ -228,6 +230,18 @@ fn describe(event: &LifeEvent) -> String {
     }
 }
 
+/// A run resumed names its sites by the own-code prefixes it recorded (`--own`); another start
+/// may not name others (`RunInfo::own_conflict`).
+fn check_same_own(out: &Path, given: &[String]) -> Result<(), CliError> {
+    let old = heapwatch::store::RunDir::open(out)
+        .ok()
+        .and_then(|r| r.info);
+    match old.and_then(|i| i.own_conflict(given)) {
+        None => Ok(()),
+        Some(why) => Err(usage(format!("{}: {why}", out.display()))),
+    }
+}
+
 /// A run resumed records the program it recorded before: another one (an etcd run given a
 /// NATS server) would file its cycles as more boot cycles of the first. The same program is its
 /// file's name: `./v2/ziti` after `./v1/ziti` is a new build of it, which its cycles record.
@@ -264,6 +278,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode, CliError> {
         .ok_or_else(|| usage("heapwatch run: no command given after --".into()))?;
     if !args.retarget {
         check_same_program(&args.record.out, program)?;
+    }
+    check_same_own(&args.record.out, &args.record.own.own)?;
+    for i in 0..args.also.len() {
+        let out = heapwatch::pipeline::scan::also_dir(&args.record.out, i + 1);
+        check_same_own(&out, &args.record.own.own)?;
     }
     let mut also = Vec::new();
     for target in &args.also {

@@ -65,6 +65,10 @@ pub struct WatchArgs {
     /// recording) every capture is kept.
     #[arg(long, default_value = "5m", value_parser = units::parse_duration_flag)]
     keep_before_kill: Duration,
+    /// Module path prefixes of your own code, kept in each container's run.json (see `collect
+    /// --own`).
+    #[command(flatten)]
+    own: super::record_flags::RecordOwnFlags,
     /// No lines about containers found and processes ended.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -117,6 +121,7 @@ pub fn run(args: WatchArgs) -> Result<ExitCode, CliError> {
             burst_interval_ms: Some(config.burst_interval.as_millis() as u64),
             burst_at: Some(config.burst_at),
             timeout_ms: Some(config.timeout.as_millis() as u64),
+            own: args.own.recorded(),
             ..Default::default()
         },
         config,

@@ -250,6 +250,14 @@ pub fn start(targets: Vec<TargetSpec>, options: StartOptions) -> Result<Collecti
             check_same_target(&dir, &t.target)?;
         }
     }
+    for t in &targets {
+        let dir = if cluster {
+            options.out.join(TARGETS_DIR).join(&t.name)
+        } else {
+            options.out.clone()
+        };
+        check_same_own(&dir, &options)?;
+    }
     // Every target is opened before anything is written: a bad one leaves no run behind.
     let opened = targets
         .iter()
@@ -306,6 +314,19 @@ fn check_layout(out: &Path, cluster: bool) -> Result<(), StartError> {
     Ok(())
 }
 
+/// A run resumed names its sites by the own-code prefixes it recorded (`--own`): another start
+/// may not name others, or its index and its captures so far would name sites two ways.
+pub fn check_same_own(dir: &Path, options: &StartOptions) -> Result<(), StartError> {
+    let Some(old) = RunDir::open(dir).ok().and_then(|r| r.info) else {
+        return Ok(());
+    };
+    let given = options.run_options.own.as_deref().unwrap_or_default();
+    match old.own_conflict(given) {
+        None => Ok(()),
+        Some(why) => Err(StartError::Layout(format!("{}: {why}", dir.display()))),
+    }
+}
+
 /// A run resumed records the target it recorded before: another one (say an etcd run given a
 /// NATS server) would file its captures as more boot cycles of the first.
 fn check_same_target(dir: &Path, target: &Target) -> Result<(), StartError> {
@@ -333,13 +354,17 @@ pub fn open_node(
     options: &StartOptions,
     started_ms: i64,
 ) -> Result<Node, StartError> {
+    check_same_own(&dir, options)?;
     let (writer, existing) = RunWriter::open(&dir)?;
-    let config = CollectConfig {
+    let mut config = CollectConfig {
         limit: spec.limit,
         ..options.config.clone()
     };
     let info = node_info(&spec, &opened, &dir, options, &config, started_ms);
     writer.write_info(&info)?;
+    // The index names sites by the prefixes run.json records (a resumed run's, when this start
+    // named none).
+    config.own = info.options.own.clone().unwrap_or_default();
     Ok(Node {
         name: spec.name,
         target: spec.target.to_string(),

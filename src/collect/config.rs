@@ -32,6 +32,9 @@ pub struct CollectConfig {
     /// many times itself (1: never backs off).
     pub idle_backoff: u32,
     pub decode: DecodeLimits,
+    /// Module path prefixes of the user's own code, as the run's `run.json` records them
+    /// (`--own`): the site index names each capture's sites by them, as analyses will.
+    pub own: Vec<String>,
 }
 
 impl Default for CollectConfig {
@@ -52,6 +55,7 @@ impl Default for CollectConfig {
             max_duty: 0.25,
             idle_backoff: 1,
             decode: DecodeLimits::default(),
+            own: Vec::new(),
         }
     }
 }

@@ -192,9 +192,9 @@ impl Collector {
             .unwrap_or(0);
         let indexer = {
             let clock = clock.clone();
-            CaptureIndexer::start_paced(writer.root(), Arc::new(move || clock.now()))
+            CaptureIndexer::start_paced(writer.root(), &config.own, Arc::new(move || clock.now()))
         };
-        let own_codes = OwnCodes::of(&existing.records);
+        let own_codes = OwnCodes::of(&existing.records, &config.own);
         let mut source = source;
         source.name_sites(crate::index::build::site_naming());
         Collector {

@@ -245,6 +245,13 @@ pub fn watch(
     let hierarchy = discovery.hierarchy().clone();
     let start = &options.start;
     prepare_out(&start.out)?;
+    // A container recorded before with other own-code prefixes is refused now, not when it
+    // is seen again.
+    if let Ok(dirs) = std::fs::read_dir(start.out.join(TARGETS_DIR)) {
+        for dir in dirs.flatten() {
+            cluster::check_same_own(&dir.path(), start)?;
+        }
+    }
     let started_ms = SystemClock::new().unix_ms();
     cluster::write_cluster_info(start, &[], Some(started_ms))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -59,15 +59,6 @@ pub fn header() -> [u8; HEADER_LEN as usize] {
     out
 }
 
-pub fn header_ok(bytes: &[u8]) -> bool {
-    bytes == header()
-}
-
-pub fn read_header(reader: &mut impl Read) -> bool {
-    let mut bytes = [0u8; HEADER_LEN as usize];
-    reader.read_exact(&mut bytes).is_ok() && header_ok(&bytes)
-}
-
 pub struct Frame {
     pub head_len: u32,
     head_sum: u64,

@@ -126,22 +126,24 @@ pub struct CaptureIndexer {
 impl CaptureIndexer {
     /// Indexes every capture it is given, unless too many decodes wait.
     pub fn start(root: &Path) -> CaptureIndexer {
-        CaptureIndexer::started(root, None)
+        CaptureIndexer::started(root, &[], None)
     }
 
-    /// Decodes captures within [`INDEX_SHARE`] of a core, `now` telling the time.
-    pub fn start_paced(root: &Path, now: Clock) -> CaptureIndexer {
-        CaptureIndexer::started(root, Some(now))
+    /// Decodes captures within [`INDEX_SHARE`] of a core, `now` telling the time; the index
+    /// names sites by the prefixes `own` the run recorded ([`IndexWriter::open`]).
+    pub fn start_paced(root: &Path, own: &[String], now: Clock) -> CaptureIndexer {
+        CaptureIndexer::started(root, own, Some(now))
     }
 
-    fn started(root: &Path, now: Option<Clock>) -> CaptureIndexer {
+    fn started(root: &Path, own: &[String], now: Option<Clock>) -> CaptureIndexer {
         let (jobs, inbox) = std::sync::mpsc::channel::<Job>();
         let root = root.to_path_buf();
+        let own = own.to_vec();
         let shared = Arc::new(Shared::default());
         let theirs = shared.clone();
         let thread = std::thread::Builder::new()
             .name("site-index".into())
-            .spawn(move || index_until_closed(&root, &inbox, &theirs))
+            .spawn(move || index_until_closed(&root, &own, &inbox, &theirs))
             .ok();
         CaptureIndexer {
             jobs: thread.is_some().then_some(jobs),
@@ -208,8 +210,8 @@ impl Drop for CaptureIndexer {
 
 /// The thread: takes what waits, up to [`BATCH`] at a time, and appends their entries with
 /// one fsync.
-fn index_until_closed(root: &Path, inbox: &Receiver<Job>, shared: &Shared) {
-    let mut writer = IndexWriter::open(root).ok();
+fn index_until_closed(root: &Path, own: &[String], inbox: &Receiver<Job>, shared: &Shared) {
+    let mut writer = IndexWriter::open(root, own).ok();
     let mut pacing = Pacing::default();
     let left_out = |n: u64| shared.left_out.fetch_add(n, Ordering::Relaxed);
     while let Ok(first) = inbox.recv() {

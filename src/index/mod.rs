@@ -161,10 +161,30 @@ pub struct RunIndex {
     pub damaged_tail: u64,
 }
 
+/// The header of an index whose entries name sites by the own-code prefixes `own` (those the
+/// run recorded, `collect --own`): the format's when none, else its rules mixed with the
+/// prefixes. An index named otherwise (before run.json named them, or by a heapwatch that did
+/// not read them) is then outdated, and rebuilt rather than misread.
+fn header_for(own: &[String]) -> [u8; HEADER_LEN as usize] {
+    let mut header = format::header();
+    let own = crate::model::run_options::canonical_prefixes(own);
+    if !own.is_empty() {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(&header[8..]);
+        for prefix in &own {
+            h.update(prefix.as_bytes());
+            h.update(b"\n");
+        }
+        header[8..].copy_from_slice(&h.digest().to_le_bytes());
+    }
+    header
+}
+
 impl RunIndex {
-    /// Reads the index of the run at `root`. A missing, unreadable or outdated index reads as
-    /// empty: every capture is then decoded, as before there was an index.
-    pub fn open(root: &Path) -> RunIndex {
+    /// Reads the index of the run at `root`, its sites named by the prefixes `own` the run
+    /// recorded. A missing, unreadable or outdated index reads as empty: every capture is then
+    /// decoded, as before there was an index.
+    pub fn open(root: &Path, own: &[String]) -> RunIndex {
         let Ok(file) = File::open(root.join(INDEX_FILE)) else {
             return RunIndex::default();
         };
@@ -174,7 +194,8 @@ impl RunIndex {
         };
         // Small reads: heads are short.
         let mut reader = io::BufReader::with_capacity(8 << 10, &file);
-        if !format::read_header(&mut reader) {
+        let mut header = [0u8; HEADER_LEN as usize];
+        if reader.read_exact(&mut header).is_err() || header != header_for(own) {
             return index;
         }
         let mut offset = HEADER_LEN;
@@ -299,26 +320,24 @@ pub struct OwnCodes {
 }
 
 impl OwnCodes {
-    pub fn of(records: &[CaptureRecord]) -> OwnCodes {
-        let mut own = OwnCodes::default();
+    /// Each cycle's own code as the collector's index names it: its main module, with the
+    /// prefixes the run recorded as the user's own (`collect --own`, run.json's `options.own`).
+    pub fn of(records: &[CaptureRecord], named: &[String]) -> OwnCodes {
+        let mut own = OwnCodes {
+            named: named.to_vec(),
+            guess: OwnCode::guess().named(named),
+            ..OwnCodes::default()
+        };
         for r in records {
             own.note(r);
         }
         own
     }
 
-    /// Each cycle's own code as an analysis of `run` names it: as recorded, with the prefixes
-    /// the analysis was told are the user's own ([`RunDir::own_named`]).
+    /// Each cycle's own code as an analysis of `run` names it: its main module, with the
+    /// prefixes recorded with the run or given to the analysis ([`RunDir::own_named`]).
     pub fn of_run(run: &RunDir) -> OwnCodes {
-        let mut own = OwnCodes {
-            named: run.own_named.clone(),
-            guess: OwnCode::guess().named(&run.own_named),
-            ..OwnCodes::default()
-        };
-        for r in &run.manifest.records {
-            own.note(r);
-        }
-        own
+        OwnCodes::of(&run.manifest.records, &run.own_named)
     }
 
     /// Takes a `cycle` record's main module, when it names one.
@@ -349,8 +368,8 @@ pub struct SiteSource<'r> {
     /// Each boot cycle's own code, from its `cycle` record.
     own: OwnCodes,
     /// Whether the index's entries name sites as this analysis does: not when it was told
-    /// other own code (`--own`) than the recording's; its captures are then decoded, and
-    /// nothing is kept.
+    /// other own code (`--own`) than the prefixes the run recorded, by which the collector
+    /// and every rebuild name them; its captures are then decoded, and nothing is kept.
     indexed: bool,
 }
 
@@ -370,11 +389,11 @@ impl<'r> SiteSource<'r> {
     pub fn open(run: &'r RunDir, limits: &'r DecodeLimits) -> SiteSource<'r> {
         SiteSource {
             run,
-            index: RunIndex::open(&run.root),
+            index: RunIndex::open(&run.root, run.own_recorded()),
             limits,
             writer: std::sync::Mutex::new(None),
             own: OwnCodes::of_run(run),
-            indexed: run.own_named.is_empty(),
+            indexed: run.named_as_recorded(),
         }
     }
 
@@ -418,7 +437,7 @@ impl<'r> SiteSource<'r> {
             return;
         };
         if writer.is_none() {
-            *writer = IndexWriter::open(&self.run.root).ok();
+            *writer = IndexWriter::open(&self.run.root, self.run.own_recorded()).ok();
         }
         if let Some(w) = writer.as_mut() {
             let _ = w.append(&built);
@@ -430,6 +449,8 @@ impl<'r> SiteSource<'r> {
 /// against everything already in the file (including what another writer added meanwhile).
 pub struct IndexWriter {
     path: PathBuf,
+    /// The header of an index named as this writer names sites ([`header_for`]).
+    header: [u8; HEADER_LEN as usize],
     file: File,
     names: QuickMap<String, u32>,
     /// Bytes of the file this writer has read and checked.
@@ -439,7 +460,9 @@ pub struct IndexWriter {
 }
 
 impl IndexWriter {
-    pub fn open(root: &Path) -> Result<IndexWriter, IndexError> {
+    /// The index of the run at `root`, whose entries name sites by the prefixes `own` the run
+    /// recorded: one named otherwise is started over ([`header_for`]).
+    pub fn open(root: &Path, own: &[String]) -> Result<IndexWriter, IndexError> {
         let path = root.join(INDEX_FILE);
         let file = OpenOptions::new()
             .read(true)
@@ -453,6 +476,7 @@ impl IndexWriter {
             })?;
         Ok(IndexWriter {
             path,
+            header: header_for(own),
             file,
             names: QuickMap::default(),
             known: 0,
@@ -498,13 +522,13 @@ impl IndexWriter {
         let fresh = len < HEADER_LEN
             || len < self.known
             || self.file.read_exact_at(&mut header, 0).is_err()
-            || !format::header_ok(&header);
+            || header != self.header;
         if fresh {
             // Absent, shrunk by someone else, or from another format or reduction: start over.
             self.names.clear();
             self.repaired = len;
             self.file.set_len(0)?;
-            self.file.write_all_at(&format::header(), 0)?;
+            self.file.write_all_at(&self.header, 0)?;
             self.file.sync_data()?;
             self.known = HEADER_LEN;
             return Ok(());
@@ -586,7 +610,7 @@ pub struct Rebuild {
 /// Brings the index of a run up to date: repairs it, and builds every missing or stale entry,
 /// decoding on `workers` threads.
 pub fn rebuild(run: &RunDir, limits: &DecodeLimits) -> Result<Rebuild, IndexError> {
-    let mut writer = IndexWriter::open(&run.root)?;
+    let mut writer = IndexWriter::open(&run.root, run.own_recorded())?;
     writer.repair()?;
     let mut done = Rebuild {
         repaired_bytes: writer.repaired,

@@ -103,7 +103,7 @@ fn names_are_shared_across_captures() {
     assert_eq!(offset, bytes.len() as u64, "nothing follows the last head");
     assert_eq!(frames, done.rebuilt);
     // Every site and sample type is named once for the run, not once per capture.
-    let index = RunIndex::open(&root);
+    let index = RunIndex::open(&root, &[]);
     let site_rows: usize = indexed_captures(&run)
         .into_iter()
         .map(|r| {
@@ -128,7 +128,7 @@ fn an_entry_over_the_ceiling_on_decompressed_size_is_refused() {
     let (_dir, root) = copy_run("hiddenleak");
     let run = RunDir::open(&root).unwrap();
     rebuild(&run, &DecodeLimits::default()).unwrap();
-    let index = RunIndex::open(&root);
+    let index = RunIndex::open(&root, &[]);
     let mut refused = 0;
     for r in indexed_captures(&run) {
         let path = run.file_path(r).unwrap();
@@ -178,7 +178,7 @@ fn the_collector_keeps_the_decompressed_size_of_what_it_indexes() {
             );
         }
     }
-    let index = RunIndex::open(&root);
+    let index = RunIndex::open(&root, &[]);
     assert_eq!(index.len(), captures.len());
     for (r, size) in captures.iter().zip(sizes) {
         let key = EntryKey::of(r, &run.file_path(r).unwrap()).unwrap();
@@ -317,4 +317,41 @@ fn the_proc_encoder_names_buckets_it_has_seen_without_their_stacks() {
             .iter()
             .all(|s| !profile.sample_stack(s).is_empty())
     );
+}
+
+#[test]
+fn an_index_named_by_other_own_code_than_the_run_records_is_rebuilt_not_read() {
+    let (_dir, root) = copy_run("oomgrow");
+    let limits = DecodeLimits::default();
+    // Built before run.json named any prefixes (or by a heapwatch that does not read them).
+    let plain = rebuild(&RunDir::open(&root).unwrap(), &limits).unwrap();
+    assert!(plain.rebuilt > 0);
+    assert!(!RunIndex::open(&root, &[]).entries.is_empty());
+    let own = vec!["github.com/openziti/".to_string()];
+    assert!(RunIndex::open(&root, &own).entries.is_empty());
+    // The run records them now: its entries are named by them, and every one is built again.
+    let path = root.join(crate::store::RUN_FILE);
+    let mut info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    info["options"]["own"] = serde_json::json!(own);
+    std::fs::write(&path, serde_json::to_vec(&info).unwrap()).unwrap();
+    let run = RunDir::open(&root).unwrap();
+    let named = rebuild(&run, &limits).unwrap();
+    assert_eq!((named.fresh, named.rebuilt), (0, plain.rebuilt));
+    assert!(RunIndex::open(&root, &[]).entries.is_empty());
+    // The same prefixes spelled otherwise are the same index.
+    assert_eq!(
+        RunIndex::open(&root, &["github.com/openziti".to_string()])
+            .entries
+            .len(),
+        plain.rebuilt
+    );
+    // Read by the recorded prefixes, every capture comes from the index, named by them.
+    let indexed = all_sites(&run, &limits);
+    assert!(indexed.iter().all(|d| d.2), "nothing left to index");
+    let named_as = |name: &str| indexed.iter().any(|d| d.1.iter().any(|s| s.name == name));
+    assert!(named_as(
+        "main.main (leaf main.(*routerDataModel).buildEventList)"
+    ));
+    assert!(!named_as("main.(*routerDataModel).buildEventList"));
 }

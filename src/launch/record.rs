@@ -115,7 +115,8 @@ pub fn record(
         writer.write_info(&sub.info)?;
         let (tx, rx) = channel();
         senders.push(tx);
-        also_runs.push((sub.source, writer, existing, rx));
+        let config = named_own(&collect, &sub.info);
+        also_runs.push((sub.source, config, writer, existing, rx));
     }
 
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
@@ -159,9 +160,8 @@ pub fn record(
         });
         let also_handles: Vec<_> = also_runs
             .into_iter()
-            .map(|(source, writer, existing, rx)| {
-                let (config, clock, outside, collecting) =
-                    (collect.clone(), clock.clone(), outside.clone(), &collecting);
+            .map(|(source, config, writer, existing, rx)| {
+                let (clock, outside, collecting) = (clock.clone(), outside.clone(), &collecting);
                 s.spawn(move || {
                     let result =
                         Collector::new(config, source, clock, writer, &existing, interrupt.clone())
@@ -174,7 +174,7 @@ pub fn record(
             })
             .collect();
         let main_result = Collector::new(
-            collect.clone(),
+            named_own(&collect, &main.info),
             main_source,
             clock.clone(),
             main_writer,
@@ -220,6 +220,15 @@ pub fn record(
 
 /// Waits (a few seconds at most) until every collector has stopped on Ctrl-C and written its
 /// `stop` record while the command still ran.
+/// The collector's settings for a run whose `run.json` is `info`: its index names sites by the
+/// prefixes it records (`--own`, or a resumed run's).
+fn named_own(collect: &CollectConfig, info: &RunInfo) -> CollectConfig {
+    CollectConfig {
+        own: info.options.own.clone().unwrap_or_default(),
+        ..collect.clone()
+    }
+}
+
 fn wait_for_stops(collecting: &AtomicUsize) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while collecting.load(Ordering::Relaxed) > 0 && std::time::Instant::now() < deadline {

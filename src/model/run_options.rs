@@ -163,6 +163,15 @@ pub struct RunOptions {
         skip_serializing_if = "Option::is_none"
     )]
     pub memory_source: Option<String>,
+    /// `--own` of `collect`, `run`, `watch`: module path prefixes of the user's own code, as
+    /// given (`go.etcd.io/`). Every analysis of the run names its sites by them unless given its
+    /// own `--own`; the collector's site index is named by them. Absent: none were named.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub own: Option<Vec<String>>,
     /// The labels the run is pushed to Pyroscope with (`--service`, `--push-label`), kept so a
     /// later push of the run uses them.
     #[serde(
@@ -239,6 +248,43 @@ impl RunOptions {
     }
 }
 
+/// The module prefixes that named a run's sites as the user's own code, and where they came
+/// from: an analysis says both, so a report read later says which frames it calls the user's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OwnNamed {
+    pub prefixes: Vec<String>,
+    pub from: OwnFrom,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnFrom {
+    /// Kept in run.json by the recording's `--own` (`collect`, `run`, `watch`).
+    Recorded,
+    /// The analysis's own `--own`, which replaced any recorded.
+    Given,
+}
+
+/// Module path prefixes in one spelling, as `OwnCode::named` reads them: whatever the order,
+/// repeats and trailing `/` they were given with, sorted, once each, each ending in `/` (whole
+/// path elements): `example.org,example.org/` is `example.org/`.
+pub fn canonical_prefixes(prefixes: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = prefixes
+        .iter()
+        .map(|p| p.trim().trim_end_matches('/'))
+        .filter(|p| !p.is_empty())
+        .map(|p| format!("{p}/"))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether two lists of module path prefixes name the same own code.
+pub fn same_prefixes(a: &[String], b: &[String]) -> bool {
+    canonical_prefixes(a) == canonical_prefixes(b)
+}
+
 /// A field of the wrong type (or null) reads as absent.
 fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
     let value = Value::deserialize(d)?;
@@ -274,6 +320,51 @@ mod tests {
         assert_eq!(again["future"]["x"], 1);
         let shown = serde_json::from_str::<RunOptions>(r#"{"cpu_limit": "500m"}"#).unwrap();
         assert_eq!(shown.cpu_limit.unwrap().to_string(), "500m");
+    }
+
+    #[test]
+    fn own_prefixes_round_trip_and_a_run_json_without_them_names_none() {
+        let given = RunOptions {
+            own: Some(vec!["go.etcd.io/".into(), "github.com/openziti/".into()]),
+            ..RunOptions::default()
+        };
+        let text = serde_json::to_string(&given).unwrap();
+        assert!(
+            text.contains(r#""own":["go.etcd.io/","github.com/openziti/"]"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<RunOptions>(&text).unwrap(), given);
+        // Older run.json files: no field, or one of the wrong type, is none named; and none
+        // named writes no field.
+        for old in [
+            r#"{"interval_ms": 500}"#,
+            r#"{"own": "go.etcd.io/"}"#,
+            r#"{"own": null}"#,
+        ] {
+            let o: RunOptions = serde_json::from_str(old).unwrap();
+            assert_eq!(o.own, None, "{old}");
+        }
+        let none = serde_json::to_string(&RunOptions::default()).unwrap();
+        assert!(!none.contains("own"), "{none}");
+    }
+
+    #[test]
+    fn prefixes_are_the_same_in_any_order_and_spelling() {
+        let v = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(same_prefixes(
+            &v(&["go.etcd.io/", "b.io"]),
+            &v(&["b.io/", "go.etcd.io", "b.io"])
+        ));
+        assert!(same_prefixes(&v(&[]), &v(&[" "])));
+        assert!(!same_prefixes(&v(&["go.etcd.io/"]), &v(&[])));
+        assert!(!same_prefixes(
+            &v(&["go.etcd.io/"]),
+            &v(&["go.etcd.io/raft"])
+        ));
+        assert_eq!(
+            canonical_prefixes(&v(&["example.org", "b.io ", "example.org/", "example.org"])),
+            ["b.io/", "example.org/"]
+        );
     }
 
     #[test]

@@ -125,6 +125,7 @@ pub fn growth(
         spike_sites(run, c, limits);
     }
     report.across.crash_loop = crate::analyse::crash_loop::crash_loop(&report.cycles, records);
+    report.own = run.own_naming();
     Ok((report, notes))
 }
 
@@ -478,8 +479,11 @@ pub fn compare(
             ))
         })
         .collect();
-    crate::analyse::compare::compare(&pairs, &selection)
-        .ok_or_else(|| ScanError::Empty(b.root.clone()))
+    let mut comparison = crate::analyse::compare::compare(&pairs, &selection)
+        .ok_or_else(|| ScanError::Empty(b.root.clone()))?;
+    // Each side named by its own prefixes (recorded with it, unless --own was given).
+    (comparison.a_own, comparison.b_own) = (ga.own, gb.own);
+    Ok(comparison)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use crate::analyse::compare::{AfterBaseline, BEnd, Comparison, Regression, SideEpisode};
 use crate::analyse::select::Chosen;
+use crate::model::run_options::{OwnFrom, OwnNamed};
 use crate::render::ends::end_words;
 use crate::units::format_bytes;
 
@@ -98,6 +99,25 @@ pub fn text(c: &Comparison, rows: usize) -> String {
             o.b_cycle,
             o.a_cycle,
             pair_verdict(&o.pair)
+        );
+    }
+    if c.a_own.is_some() || c.b_own.is_some() {
+        let side = |o: &Option<OwnNamed>| match o {
+            None => "none named".to_string(),
+            Some(o) => format!(
+                "{} ({})",
+                o.prefixes.join(", "),
+                match o.from {
+                    OwnFrom::Recorded => "recorded with the run",
+                    OwnFrom::Given => "--own",
+                }
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "own code beside the main module: A {}; B {}",
+            side(&c.a_own),
+            side(&c.b_own)
         );
     }
     out

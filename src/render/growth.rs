@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::analyse::envoy::EnvoyReport;
 use crate::analyse::growth::{CycleGrowth, GrowthReport, Unpublished};
+use crate::model::run_options::{OwnFrom, OwnNamed};
 use crate::render::ends::end_words;
 use crate::render::memory::{breakdown_words, cgroup_at_limit};
 use crate::render::verdict::{across_summary, cycle_verdict, spike_words};
@@ -83,11 +84,27 @@ pub fn text(report: &GrowthReport, rows: usize, envoy: Option<&EnvoyPart>) -> St
         "across cycles: {}",
         across_summary(&report.cycles, &report.across)
     );
+    if let Some(own) = &report.own {
+        let _ = writeln!(out, "{}", own_words(own));
+    }
     if let Some(e) = envoy {
         out.push('\n');
         out.push_str(&envoy_text(e));
     }
     out
+}
+
+/// "own code: go.etcd.io/ (recorded with the run)": the prefixes that named the sites as the
+/// user's, and whence.
+pub fn own_words(own: &OwnNamed) -> String {
+    let from = match own.from {
+        OwnFrom::Recorded => "recorded with the run; --own replaces it",
+        OwnFrom::Given => "--own",
+    };
+    format!(
+        "own code: {}, the main module and package main ({from})",
+        own.prefixes.join(", ")
+    )
 }
 
 /// "build 2.1.0, go1.26.1, pid 4242": what is known of the cycle's process.

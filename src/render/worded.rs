@@ -19,6 +19,7 @@ use crate::analyse::triage::{
     ContainerTriage, CpuFinding, MemoryFinding, PodTriage, ProbeFinding, ReplicaFinding,
     Termination, TriageReport,
 };
+use crate::model::run_options::OwnNamed;
 use crate::render::compare::{
     after_words, b_end_words, compared, pair_verdict, verdict, why_worse,
 };
@@ -69,6 +70,9 @@ pub struct GrowthJson<'a> {
     pub limit_bytes: Option<u64>,
     pub cycles: Vec<CycleJson<'a>>,
     pub across: Summary<'a, AcrossCycles>,
+    /// The prefixes named as the user's own code, and whence (`recorded`, `given`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own: Option<&'a OwnNamed>,
 }
 
 impl<'a> GrowthJson<'a> {
@@ -85,6 +89,7 @@ impl<'a> GrowthJson<'a> {
                 of: &report.across,
                 summary: across_summary(&report.cycles, &report.across),
             },
+            own: report.own.as_ref(),
         }
     }
 }

@@ -86,7 +86,8 @@ impl RunInfo {
     /// `collect` and `run` alike): the first start is kept and this one noted after the
     /// earlier ones; the target, source, tool and options are this start's; a label, a limit
     /// and push settings this start does not give are kept from before (a run's push labels
-    /// may have been set after it began, by `heapwatch push --service`).
+    /// may have been set after it began, by `heapwatch push --service`), and so are the own-code
+    /// prefixes (`--own`), which a start may not change ([`RunInfo::own_conflict`]).
     pub fn continuing(mut self, previous: RunInfo) -> RunInfo {
         let this_start = self.started_ms;
         self.started_ms = previous.started_ms;
@@ -95,7 +96,29 @@ impl RunInfo {
         self.label = self.label.or(previous.label);
         self.limit_bytes = self.limit_bytes.or(previous.limit_bytes);
         self.options.push = self.options.push.or(previous.options.push);
+        self.options.own = self.options.own.or(previous.options.own);
         self
+    }
+
+    /// Why a run that recorded this `run.json` cannot be resumed with `--own given`: its
+    /// captures so far, and their site index, are named by the prefixes it recorded (none, or
+    /// others). None: the same prefixes, or none given (the recorded ones are kept).
+    pub fn own_conflict(&self, given: &[String]) -> Option<String> {
+        let recorded = self.options.own.as_deref().unwrap_or_default();
+        if given.is_empty() || crate::model::run_options::same_prefixes(recorded, given) {
+            return None;
+        }
+        let was = if recorded.is_empty() {
+            "no --own".to_string()
+        } else {
+            format!("--own {}", recorded.join(","))
+        };
+        Some(format!(
+            "this run was recorded with {was}, not --own {}: its sites are named by it; resume \
+             it with the same --own (or none), give a new --out, or name other prefixes on \
+             each analysis (growth --own …)",
+            given.join(",")
+        ))
     }
 }
 
@@ -485,10 +508,12 @@ pub struct RunDir {
     pub root: PathBuf,
     pub info: Option<RunInfo>,
     pub manifest: ManifestRead,
-    /// The module prefixes an analysis was told are the user's own code (`--own`), which name
-    /// its sites instead of the recording's own code (`analyse::reduce`'s doc); empty: as
-    /// recorded. Never read from disk.
+    /// The module prefixes that name its sites as the user's own code (`analyse::reduce`'s
+    /// doc): those recorded with the run (run.json's `options.own`) unless an analysis was given
+    /// its own (`--own`, [`RunDir::naming_own`]); empty: none.
     pub own_named: Vec<String>,
+    /// Whether `own_named` was given to the analysis rather than recorded.
+    pub own_given: bool,
 }
 
 impl RunDir {
@@ -510,18 +535,53 @@ impl RunDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(StoreError::io(&info_path, e)),
         };
-        Ok(RunDir {
+        let mut run = RunDir {
             root: root.to_path_buf(),
             info,
             manifest: manifest::parse(&bytes),
             own_named: Vec::new(),
+            own_given: false,
+        };
+        run.own_named = run.own_recorded().to_vec();
+        Ok(run)
+    }
+
+    /// This run read with `prefixes` named as the user's own code (`--own`), in place of those
+    /// it recorded; none given: as recorded.
+    pub fn naming_own(mut self, prefixes: &[String]) -> RunDir {
+        if !prefixes.is_empty() {
+            self.own_named = prefixes.to_vec();
+            self.own_given = true;
+        }
+        self
+    }
+
+    /// The own-code prefixes recorded with the run (`collect --own`); empty: none.
+    pub fn own_recorded(&self) -> &[String] {
+        self.info
+            .as_ref()
+            .and_then(|i| i.options.own.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// The prefixes that name its sites, and whence; None when none are named.
+    pub fn own_naming(&self) -> Option<crate::model::run_options::OwnNamed> {
+        use crate::model::run_options::{OwnFrom, OwnNamed};
+        let prefixes = crate::model::run_options::canonical_prefixes(&self.own_named);
+        (!prefixes.is_empty()).then_some(OwnNamed {
+            prefixes,
+            from: if self.own_given {
+                OwnFrom::Given
+            } else {
+                OwnFrom::Recorded
+            },
         })
     }
 
-    /// This run read with `prefixes` named as the user's own code (`--own`); none: as recorded.
-    pub fn naming_own(mut self, prefixes: &[String]) -> RunDir {
-        self.own_named = prefixes.to_vec();
-        self
+    /// Whether its sites are named as its recording named them (and its index entries): by the
+    /// prefixes it recorded, or by the same ones given again.
+    pub fn named_as_recorded(&self) -> bool {
+        crate::model::run_options::same_prefixes(&self.own_named, self.own_recorded())
     }
 
     /// Path of a record's file, checked again to lie inside `profiles/`.
@@ -664,9 +724,76 @@ mod tests {
         );
         let third = info(300, Some("2.1.0"), Some(128 << 20), None).continuing(second);
         assert_eq!(third.resumed_ms, [200, 300]);
+        assert_eq!(third.options.own, None);
         assert_eq!(
             (third.label.as_deref(), third.limit_bytes),
             (Some("2.1.0"), Some(128 << 20))
         );
+    }
+
+    #[test]
+    fn own_prefixes_are_kept_by_run_json_and_by_a_resumed_start() {
+        let mut first = RunInfo {
+            schema: 1,
+            tool: "heapwatch".into(),
+            target: "proc:1".into(),
+            source: "proc".into(),
+            started_ms: 100,
+            resumed_ms: vec![],
+            options: Default::default(),
+            limit_bytes: None,
+            label: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, _) = RunWriter::open(dir.path()).unwrap();
+        // Without the field (an older run.json): none recorded, none named.
+        writer.write_info(&first).unwrap();
+        let text = fs::read_to_string(dir.path().join(RUN_FILE)).unwrap();
+        assert!(!text.contains("\"own\""), "{text}");
+        let run = RunDir::open(dir.path()).unwrap();
+        assert!(run.own_recorded().is_empty() && run.own_named.is_empty() && !run.own_given);
+        assert!(run.named_as_recorded());
+        // With it: read back as written, and the analysis names by it unless given others.
+        let own = vec!["go.etcd.io/".to_string()];
+        first.options.own = Some(own.clone());
+        writer.write_info(&first).unwrap();
+        let run = RunDir::open(dir.path()).unwrap();
+        assert_eq!(run.info.as_ref().unwrap(), &first);
+        assert_eq!(
+            (run.own_recorded(), run.own_named.as_slice()),
+            (&own[..], &own[..])
+        );
+        let run = run.naming_own(&[]);
+        assert!(!run.own_given && run.named_as_recorded());
+        let run = run.naming_own(&["go.etcd.io".to_string()]);
+        assert!(
+            run.own_given && run.named_as_recorded(),
+            "the same prefixes given again"
+        );
+        let run = run.naming_own(&["github.com/openziti/".to_string()]);
+        assert_eq!(run.own_named, ["github.com/openziti/"]);
+        assert!(!run.named_as_recorded());
+        // A start that names none keeps them; one that names others is refused.
+        let plain = RunInfo {
+            started_ms: 200,
+            options: Default::default(),
+            ..first.clone()
+        };
+        assert!(plain.own_conflict(&[]).is_none());
+        assert_eq!(
+            plain.continuing(first.clone()).options.own,
+            Some(own.clone())
+        );
+        assert!(first.own_conflict(&["go.etcd.io".to_string()]).is_none());
+        let why = first
+            .own_conflict(&["github.com/openziti/".to_string()])
+            .unwrap();
+        assert!(why.contains("recorded with --own go.etcd.io/"), "{why}");
+        let unnamed = RunInfo {
+            options: Default::default(),
+            ..first
+        };
+        let why = unnamed.own_conflict(&own).unwrap();
+        assert!(why.contains("recorded with no --own"), "{why}");
     }
 }

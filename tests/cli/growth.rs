@@ -902,3 +902,99 @@ fn each_memory_figure_says_whether_it_is_the_cgroups_or_the_processs_rss() {
         "none in the explorer"
     );
 }
+
+/// A copy of testdata/runs/NAME whose run.json records `own` as `collect --own` would. Its
+/// site index is left behind: one the other tests built names sites without `own`, where a
+/// recording with it builds its index by it.
+fn recorded_with_own(dir: &std::path::Path, name: &str, own: &[&str]) -> PathBuf {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let target = to.join(path.file_name().unwrap());
+            if path.file_name().is_some_and(|n| n == "sites.idx") {
+                continue;
+            }
+            if path.is_dir() {
+                copy(&path, &target);
+            } else {
+                std::fs::copy(&path, &target).unwrap();
+            }
+        }
+    }
+    let run = dir.join(name);
+    copy(&run_dir(name), &run);
+    let path = run.join("run.json");
+    let mut info: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    info["options"]["own"] = serde_json::json!(own);
+    std::fs::write(&path, serde_json::to_vec_pretty(&info).unwrap()).unwrap();
+    run
+}
+
+#[test]
+fn own_recorded_with_the_run_names_every_analysis_as_the_flag_would() {
+    // oomgrow's site is a callback of its fixture module: a library once the user names their
+    // own code, so named by the main.main frame that called it.
+    let dir = util::tempdir();
+    let run = recorded_with_own(dir.path(), "oomgrow", &["github.com/openziti/"]);
+    let plain = run_dir("oomgrow");
+    let growth = |run: &std::path::Path, flags: &[&str]| -> Value {
+        let mut args = vec!["growth", run.to_str().unwrap(), "--json"];
+        args.extend_from_slice(flags);
+        let out = util::run(&args);
+        assert!(out.status.success(), "{}", util::stderr(&out));
+        serde_json::from_str(&util::stdout(&out)).unwrap()
+    };
+    let top = |v: &Value| v["cycles"][0]["reading"]["sites"][0]["site"].clone();
+    let recorded = growth(&run, &[]);
+    let given = growth(&run, &["--own", "github.com/openziti/"]);
+    let named = format!("main.main (leaf {OOM_SITE})");
+    assert_eq!(top(&recorded), named.as_str());
+    assert_eq!(top(&given), named.as_str());
+    assert_eq!(
+        top(&growth(&plain, &[])),
+        OOM_SITE,
+        "none recorded, none named"
+    );
+    assert_eq!(recorded["own"]["from"], "recorded");
+    assert_eq!(given["own"]["from"], "given");
+    assert_eq!(
+        recorded["own"]["prefixes"],
+        serde_json::json!(["github.com/openziti/"])
+    );
+    let mut same = given.clone();
+    same["own"]["from"] = "recorded".into();
+    assert_eq!(same, recorded, "the same reading, but for whence");
+    // Given another, the analysis says that one.
+    let other = growth(&run, &["--own", "example.org/"]);
+    assert_eq!(
+        other["own"],
+        serde_json::json!({"prefixes": ["example.org/"], "from": "given"})
+    );
+    // compare: each side by its own, and said so.
+    let out = util::run(&["compare", run.to_str().unwrap(), plain.to_str().unwrap()]);
+    let said = util::stdout(&out);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    assert!(
+        said.contains(
+            "own code beside the main module: A github.com/openziti/ (recorded with the run); \
+             B none named"
+        ),
+        "{said}"
+    );
+    // report: summary.json and report.md say it.
+    let report = dir.path().join("report");
+    let out = util::run(&[
+        "report",
+        run.to_str().unwrap(),
+        "--out",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", util::stderr(&out));
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(report.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["run"]["own"], recorded["own"]);
+    let md = std::fs::read_to_string(report.join("report.md")).unwrap();
+    assert!(md.contains("own code: github.com/openziti/"), "{md}");
+    assert!(md.contains("main.main"), "{md}");
+}

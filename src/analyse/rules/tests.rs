@@ -92,6 +92,7 @@ fn report(cycles: Vec<CycleGrowth>) -> GrowthReport {
     GrowthReport {
         schema: 1,
         limit_bytes: Some(256 << 20),
+        own: None,
         across: AcrossCycles {
             cycles: cycles.len(),
             died: 0,

@@ -136,6 +136,7 @@ impl CollectArgs {
                 agent_dir: self.agent_dir.as_ref().map(|p| p.display().to_string()),
                 max_disk: config.max_disk,
                 gc: Some(self.gc),
+                own: self.record.own.recorded(),
                 ..Default::default()
             },
             config,
@@ -193,6 +194,8 @@ impl CollectArgs {
             max_duty: self.max_duty,
             idle_backoff: self.idle_backoff.max(1),
             decode: self.decode.limits(),
+            // Each node's from its run.json (`cluster::open_node`): a resumed run's own.
+            own: Vec::new(),
         })
     }
 

@@ -211,6 +211,9 @@ pub fn markdown(m: &ReportModel) -> String {
         }
         out.push('\n');
     }
+    if let Some(own) = &g.own {
+        let _ = writeln!(out, "{}\n", text(&crate::render::growth::own_words(own)));
+    }
 
     let unpublished: Vec<_> = g
         .cycles

@@ -51,6 +51,9 @@ struct RunSummary {
     started_ms: Option<i64>,
     tool: Option<String>,
     limit_bytes: Option<u64>,
+    /// The prefixes named as the user's own code, and whence (`recorded`, `given`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    own: Option<crate::model::run_options::OwnNamed>,
 }
 
 #[derive(Serialize)]
@@ -383,6 +386,7 @@ pub fn json(m: &ReportModel) -> String {
             started_ms: info.map(|i| i.started_ms),
             tool: info.map(|i| i.tool.clone()),
             limit_bytes: run.growth.limit_bytes,
+            own: run.growth.own.clone(),
         },
         headline: headline.line(),
         lead: headline.lead,

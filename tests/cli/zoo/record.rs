@@ -79,7 +79,8 @@ pub struct Launch<'a> {
 }
 
 impl Launch<'_> {
-    fn spawn(&self, dir: &Path) -> (Child, PathBuf) {
+    /// `heapwatch run` of the program, with `flags` of run's beside the usual ones.
+    fn spawn(&self, dir: &Path, flags: &[&str]) -> (Child, PathBuf) {
         let program = util::go_fixture(self.program).expect("the Go fixtures were built");
         let run = dir.join(self.name);
         let err = fs::File::create(dir.join(format!("{}.err", self.name))).unwrap();
@@ -89,6 +90,7 @@ impl Launch<'_> {
             .arg(self.restarts.to_string())
             .arg("--out")
             .arg(&run)
+            .args(flags)
             .arg("--")
             .arg(&program)
             .args(self.args)
@@ -106,7 +108,12 @@ pub fn said(run: &Path) -> String {
 
 /// Runs `launch` until every life has ended (the restarts spent); a kill is waited for.
 pub fn run_to_end(dir: &Path, launch: &Launch) -> PathBuf {
-    let (mut child, run) = launch.spawn(dir);
+    run_to_end_with(dir, launch, &[])
+}
+
+/// [`run_to_end`] with `flags` given to `heapwatch run`.
+pub fn run_to_end_with(dir: &Path, launch: &Launch, flags: &[&str]) -> PathBuf {
+    let (mut child, run) = launch.spawn(dir, flags);
     let (status, _) = util::wait_for_exit(&mut child, DEADLINE * (launch.restarts + 1));
     assert!(
         status.success(),
@@ -120,7 +127,7 @@ pub fn run_to_end(dir: &Path, launch: &Launch) -> PathBuf {
 
 /// Runs `launch` and stops it with Ctrl-C once `enough` holds for the manifest so far.
 pub fn run_until(dir: &Path, launch: &Launch, mut enough: impl FnMut(&[Value]) -> bool) -> PathBuf {
-    let (mut child, run) = launch.spawn(dir);
+    let (mut child, run) = launch.spawn(dir, &[]);
     let started = Instant::now();
     while !enough(&util::manifest_so_far(&run)) {
         if let Ok(Some(status)) = child.try_wait() {
