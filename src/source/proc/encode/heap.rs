@@ -21,6 +21,11 @@
 //! profile again at every capture. A caller that wants the whole protobuf (`take_raw`, the
 //! collector's site index without sites named) gets the pieces joined.
 //!
+//! A capture goes through the pieces from the list's end (`heap_profile_gz_of`), and once a
+//! piece's samples are made the walk's stacks of its buckets are let go
+//! (`Snapshot::release_stacks`): a first walk holds every bucket's stack (22 MB of PCs on the
+//! 100k-bucket target), and making all the samples beside them was the collector's peak.
+//!
 //! # What the heap profile has not published yet (`recent_objects`, `recent_space`)
 //!
 //! A heap profile is the heap as of the last finished GC cycle; each bucket's `memRecord.future`
@@ -43,7 +48,7 @@ use super::{ExeMapping, Symbols};
 use crate::decode::{Summary, pb};
 use crate::source::proc::pieces::{Piece, Pieces};
 use crate::source::proc::sites::{NO_SITE, SAMPLE_TYPES, SiteSums, Values};
-use crate::source::proc::walk::MemRecord;
+use crate::source::proc::walk::{MemRecord, Snapshot, flush_rule, mem_records_of};
 use crate::source::{MadeSites, SiteNaming};
 
 /// Writes one target's heap profiles as `writeHeapProto` would, capture after capture. It
@@ -257,17 +262,55 @@ impl Encoder {
         self.stack = stack;
     }
 
-    /// The gzipped profile `writeHeapProto` would write for these records, read from the list
-    /// numbered `list` (see [`Snapshot::list`](crate::source::proc::walk::Snapshot::list); records that are not from one list each
-    /// time need a new number each time).
+    /// The gzipped profile `writeHeapProto` would write for these records (head first), read
+    /// from the list numbered `list` (see [`Snapshot::list`]; records that are not from one
+    /// list each time need a new number each time).
     pub fn heap_profile_gz<'a>(
         &mut self,
-        mut records: impl ExactSizeIterator<Item = MemRecord<'a>>,
+        records: impl ExactSizeIterator<Item = MemRecord<'a>>,
         list: u64,
         rate: i64,
         syms: &Symbols,
         time_nanos: i64,
     ) -> Vec<u8> {
+        let records: Vec<MemRecord> = records.collect();
+        let n = records.len();
+        self.begin(list, n);
+        for piece in 0..n.div_ceil(PIECE) {
+            let heads = heads_of(piece, n);
+            self.piece(piece, &records[heads], rate, syms);
+        }
+        self.finish(rate, time_nanos)
+    }
+
+    /// [`Encoder::heap_profile_gz`] of a walk's snapshot under `runtime.MemProfile`'s rule,
+    /// from the list's end: the stacks of each piece's buckets are let go once its samples
+    /// are made (see [`Snapshot::release_stacks`]).
+    pub fn heap_profile_gz_of(
+        &mut self,
+        snapshot: &mut Snapshot,
+        rate: i64,
+        syms: &Symbols,
+        time_nanos: i64,
+    ) -> Vec<u8> {
+        let n = snapshot.buckets.len();
+        let whole = snapshot.list != self.list;
+        self.begin(snapshot.list, n);
+        let rule = flush_rule(snapshot);
+        for piece in 0..n.div_ceil(PIECE) {
+            let heads = heads_of(piece, n);
+            let batch: Vec<MemRecord> = mem_records_of(snapshot, heads.clone(), rule).collect();
+            self.piece(piece, &batch, rate, syms);
+            drop(batch);
+            if whole {
+                snapshot.release_stacks(heads);
+            }
+        }
+        self.finish(rate, time_nanos)
+    }
+
+    /// Starts a profile of `n` records from the list numbered `list`.
+    fn begin(&mut self, list: u64, n: usize) {
         self.raw_ready = false;
         if list != self.list {
             self.samples.clear();
@@ -278,26 +321,22 @@ impl Encoder {
             self.sites.clear();
             self.totals = [0; 6];
         }
-        let n = records.len();
         self.samples.resize_with(n, KeptSample::default);
-        let pieces = n.div_ceil(PIECE);
-        self.kept.resize_with(pieces, KeptPiece::default);
+        self.kept.resize_with(n.div_ceil(PIECE), KeptPiece::default);
+    }
+
+    /// The profile of the pieces as they stand, at `rate`, gzipped.
+    fn finish(&mut self, rate: i64, time_nanos: i64) -> Vec<u8> {
+        self.rate = rate;
+        self.entry = self.sites.entry();
         // `decode::summarize`'s hash: every top-level field in order but the timestamps,
         // the samples' piece by piece, the newest first, as the profile holds them.
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut samples_len = 0;
-        let mut batch = Vec::with_capacity(PIECE.min(n));
-        for piece in (0..pieces).rev() {
-            let places = piece * PIECE..((piece + 1) * PIECE).min(n);
-            batch.clear();
-            batch.extend(records.by_ref().take(places.len()));
-            self.piece(piece, places.start, &batch, rate, syms);
-            let raw = &self.kept[piece].raw;
-            hasher.update(raw);
-            samples_len += raw.len();
+        for piece in self.kept.iter().rev() {
+            hasher.update(&piece.raw);
+            samples_len += piece.raw.len();
         }
-        self.rate = rate;
-        self.entry = self.sites.entry();
         let head = pb::Profile {
             sample_type: self.sample_type.clone(),
             time_nanos,
@@ -336,16 +375,10 @@ impl Encoder {
         }
     }
 
-    /// Brings the piece `piece` (places from `first` on) to `batch`, its records newest first:
-    /// written again, and deflated, when one of its samples moved; left as it is otherwise.
-    fn piece(
-        &mut self,
-        piece: usize,
-        first: usize,
-        batch: &[MemRecord],
-        rate: i64,
-        syms: &Symbols,
-    ) {
+    /// Brings the piece `piece` to `batch`, its records newest first: written again, and
+    /// deflated, when one of its samples moved; left as it is otherwise.
+    fn piece(&mut self, piece: usize, batch: &[MemRecord], rate: i64, syms: &Symbols) {
+        let first = piece * PIECE;
         let place = |k: usize| first + batch.len() - 1 - k;
         let kept = &self.kept[piece];
         let whole = kept.samples == batch.len() && kept.deflated.inflated_len() == kept.raw.len();
@@ -433,6 +466,13 @@ impl Encoder {
             NO_SITE
         }
     }
+}
+
+/// The buckets (indexes, head first) of piece `piece` of a list of `n`: the piece holds the
+/// places `piece * PIECE` on, counted from the list's end.
+fn heads_of(piece: usize, n: usize) -> std::ops::Range<usize> {
+    let places = piece * PIECE..((piece + 1) * PIECE).min(n);
+    n - places.end..n - places.start
 }
 
 /// `Sample` by hand (what prost would write for it): its key, length and body; where the body
@@ -532,6 +572,61 @@ mod tests {
         let fresh = Encoder::new(&[]).heap_profile_gz(more.iter().cloned(), 1, 1, &syms, 3);
         assert_eq!(content(&gz), content(&fresh));
         assert_eq!(kept.pieces.deflated, 6 + 3);
+    }
+
+    #[test]
+    fn a_snapshot_is_encoded_as_its_records_are_and_its_stacks_let_go_on_the_way() {
+        use crate::source::proc::walk::{Bucket, Cycle, mem_records};
+        let table = crate::source::proc::pclntab::tests::fabricated();
+        let syms = Symbols {
+            table: &table,
+            bias: 0,
+            hide_internal_runtime: true,
+        };
+        let pcs = [0x1003, 0x1007, 0x100b];
+        // A list read whole: 2,500 buckets head first, their stacks in that order.
+        let mut snapshot = Snapshot {
+            cycle: 4,
+            list: 9,
+            head: 0x10_0000,
+            ..Snapshot::default()
+        };
+        for i in 0..2500u64 {
+            let depth = 1 + (i % 3) as usize;
+            let start = snapshot.stacks.len();
+            snapshot.stacks.extend_from_slice(&pcs[..depth]);
+            let cycle = Cycle {
+                allocs: 1 + i,
+                frees: i / 2,
+                alloc_bytes: 16 * (1 + i),
+                free_bytes: 16 * (i / 2),
+            };
+            snapshot.buckets.push(Bucket {
+                addr: 0x10_0000 + 0x100 * i,
+                stack: start..snapshot.stacks.len(),
+                depth: depth as u32,
+                active: cycle,
+                future: [Cycle::default(), cycle, Cycle::default()],
+            });
+        }
+        let want = Encoder::new(&[]).heap_profile_gz(mem_records(&snapshot), 9, 1, &syms, 5);
+        // The newest piece (2,500 = 2 × 1,024 + 452) holds the head, whose stack the next
+        // walk reads again: its stacks stay, for `forget_stacks`.
+        let newest = snapshot.stacks[..snapshot.buckets[451].stack.end].to_vec();
+        let mut encoder = Encoder::new(&[]);
+        let gz = encoder.heap_profile_gz_of(&mut snapshot, 1, &syms, 5);
+        assert_eq!(gz, want, "the same bytes");
+        assert_eq!(
+            snapshot.stacks, newest,
+            "the older pieces' stacks are let go"
+        );
+        assert!(snapshot.buckets[452..].iter().all(|b| b.stack.is_empty()));
+        // The same list again: its stacks are not the buffer's to cut, and stay.
+        let mut again = snapshot.clone();
+        again.forget_stacks();
+        let before = again.stacks.clone();
+        encoder.heap_profile_gz_of(&mut again, 1, &syms, 6);
+        assert_eq!(again.stacks, before);
     }
 
     #[test]
