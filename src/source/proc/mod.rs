@@ -174,7 +174,7 @@ impl ProcSource {
     /// One heap capture: the gzipped pprof bytes, or a failed attempt by `timeout`. Its GC
     /// clock is [`ProcSource::gc_clock`].
     pub fn capture_heap(&mut self, timeout: Duration) -> Result<Vec<u8>, FetchError> {
-        let Read::Heap(rate, snapshot) = self.read(Job::Heap, timeout)? else {
+        let Read::Heap(rate, mut snapshot) = self.read(Job::Heap, timeout)? else {
             return Err(self.fail(FailureKind::Other, "the reader answered another question"));
         };
         let syms = Symbols {
@@ -182,18 +182,13 @@ impl ProcSource {
             bias: self.bias,
             hide_internal_runtime: self.layout.hides_internal_runtime,
         };
-        let gz = self.encoder.heap_profile_gz(
-            walk::mem_records(&snapshot),
-            snapshot.list,
-            rate,
-            &syms,
-            Self::now_nanos(),
-        );
+        let gz = self
+            .encoder
+            .heap_profile_gz_of(&mut snapshot, rate, &syms, Self::now_nanos());
         self.gc = snapshot.num_gc.map(|num_gc| GcClock {
             num_gc,
             profile_cycle: Some(snapshot.cycle),
         });
-        let mut snapshot = snapshot;
         snapshot.forget_stacks();
         self.spare = snapshot;
         Ok(gz)

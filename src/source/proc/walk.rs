@@ -76,7 +76,10 @@ use super::memory::TargetMemory;
 pub use self::error::WalkError;
 pub use self::layout::{Anchors, Layout, SUPPORTED, layout_for, with_experiments};
 pub use self::list::{Buffers, Limits, MAX_WALK_BYTES};
-pub use self::snapshot::{Bucket, Cycle, MemRecord, Snapshot, mem_profile, mem_records};
+pub use self::snapshot::{
+    Bucket, Cycle, FlushRule, MemRecord, Snapshot, flush_rule, mem_profile, mem_records,
+    mem_records_of,
+};
 
 use self::list::bring_up_to;
 use self::records::read_records;

@@ -9,12 +9,22 @@
 //! large profile's sites mostly allocated once, at start, and on the 100k-bucket target one
 //! sample in 100,080 changes between two captures (the strings, functions and locations are
 //! kept too: `tables.rs`). A new `list` number (the list read whole again) starts the samples
-//! afresh, so memory that is not what it was is symbolised again rather than trusted. The samples
-//! are deflated in pieces (`pieces.rs`), and written one piece at a time: each piece's protobuf
-//! is hashed and, when one of its samples moved, deflated before the next is written, so the
-//! whole protobuf (7 MB on the 100k-bucket target, its buffer grown to 13 MB) is never held; a
-//! caller that wants it (`take_raw`, the collector's site index without sites named) gets it
-//! made again from the kept samples.
+//! afresh, so memory that is not what it was is symbolised again rather than trusted.
+//!
+//! The samples are kept by pieces of 1,024 buckets: each piece's protobuf (its `Sample` fields
+//! packed in one buffer) and the same deflated (`pieces.rs`). A piece none of whose samples
+//! moved is hashed where it lies, neither written nor deflated again; a piece with one that
+//! moved is written again into the room of the last piece written again, its other samples
+//! copied from the old, and deflated. A bucket keeps only its figures, its site and where its
+//! body lies in its piece (72 bytes): a buffer of its own per sample cost twice its bytes in the
+//! allocator (a body of ~70 bytes in a 128-byte buffer), and every sample was copied into the
+//! profile again at every capture. A caller that wants the whole protobuf (`take_raw`, the
+//! collector's site index without sites named) gets the pieces joined.
+//!
+//! A capture goes through the pieces from the list's end (`heap_profile_gz_of`), and once a
+//! piece's samples are made the walk's stacks of its buckets are let go
+//! (`Snapshot::release_stacks`): a first walk holds every bucket's stack (22 MB of PCs on the
+//! 100k-bucket target), and making all the samples beside them was the collector's peak.
 //!
 //! # What the heap profile has not published yet (`recent_objects`, `recent_space`)
 //!
@@ -30,13 +40,15 @@
 
 use prost::Message as _;
 
-use super::samples::{BucketSample, heap_values, sample_locations, subtract, write_heap_values};
+use super::samples::{
+    KeptSample, figures_of, heap_values, sample_locations, subtract, write_heap_values,
+};
 use super::tables::{PcMap, Tables};
 use super::{ExeMapping, Symbols};
 use crate::decode::{Summary, pb};
 use crate::source::proc::pieces::{Piece, Pieces};
 use crate::source::proc::sites::{NO_SITE, SAMPLE_TYPES, SiteSums, Values};
-use crate::source::proc::walk::MemRecord;
+use crate::source::proc::walk::{MemRecord, Snapshot, flush_rule, mem_records_of};
 use crate::source::{MadeSites, SiteNaming};
 
 /// Writes one target's heap profiles as `writeHeapProto` would, capture after capture. It
@@ -60,17 +72,21 @@ pub struct Encoder {
     /// Within one reading of the list each bucket's stack was read once
     /// (`walk::Snapshot::list`), so no copy of it is kept to compare; a list read whole again
     /// starts afresh: memory that is not what it was is symbolised again.
-    samples: Vec<BucketSample>,
+    samples: Vec<KeptSample>,
     list: u64,
-    /// The samples' bytes deflated in pieces of [`PIECE`] buckets, by place from the list's
-    /// end like `samples`: a piece none of whose samples was written again is not deflated
-    /// again (see [`pieces`](crate::source::proc::pieces)).
+    /// The sampling rate the kept samples were scaled at: when it moves, every one is
+    /// written again.
+    rate: i64,
+    /// The samples by pieces of [`PIECE`] buckets, by place from the list's end like
+    /// `samples`: each piece's protobuf and its deflated bytes. A piece none of whose samples
+    /// moved is neither written nor deflated again (see
+    /// [`pieces`](crate::source::proc::pieces)).
+    kept: Vec<KeptPiece>,
     pieces: Pieces,
-    deflated: Vec<Piece>,
-    /// One piece's samples as protobuf, written, hashed and deflated (when one of them moved)
-    /// before the next piece is: the whole protobuf is never held (7 MB on a 100,000-bucket
-    /// profile), only made again when asked for ([`Encoder::take_raw`]).
-    chunk: Vec<u8>,
+    /// Room for a piece written again (the one it replaces becomes the next one's room), one
+    /// sample's body, and one piece's records.
+    spare: Vec<u8>,
+    body: Vec<u8>,
     /// The last profile's message after its samples (its head, then the tables as they were),
     /// and whether [`Encoder::take_raw`] may still make its protobuf.
     tail: Vec<u8>,
@@ -87,8 +103,29 @@ pub struct Encoder {
     hash: String,
 }
 
+/// One piece of a heap profile's samples: their protobuf (each a `Sample` field, the newest
+/// bucket first, as the profile holds them) and the same deflated.
+#[derive(Default)]
+struct KeptPiece {
+    raw: Vec<u8>,
+    deflated: Piece,
+    /// Samples it holds.
+    samples: usize,
+}
+
 /// Buckets per deflated piece of a heap profile's samples (~70 KB of protobuf).
 const PIECE: usize = 1024;
+
+/// What a capture does with one bucket's kept sample.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Copied as it is.
+    Kept,
+    /// Its values written again, its location ids kept.
+    Moved,
+    /// Another bucket's place, or none yet: symbolised and written whole.
+    New,
+}
 
 impl Encoder {
     pub fn new(mappings: &[ExeMapping]) -> Encoder {
@@ -113,12 +150,14 @@ impl Encoder {
             final_pcs: PcMap::default(),
             samples: Vec::new(),
             list: 0,
+            rate: 0,
+            kept: Vec::new(),
             pieces: Pieces::default(),
-            deflated: Vec::new(),
+            spare: Vec::new(),
+            body: Vec::new(),
             sample_type,
             period_type,
             bytes_key,
-            chunk: Vec::new(),
             tail: Vec::new(),
             raw_ready: false,
             raw_len: 0,
@@ -155,18 +194,20 @@ impl Encoder {
         // Every sample in hand is named again from its locations (the walk keeps no stacks
         // the encoder has seen), and counted again.
         let mut locs = Vec::new();
-        for sample in &mut self.samples {
+        let mut frames = Vec::new();
+        for (place, sample) in self.samples.iter_mut().enumerate() {
             if sample.bucket == 0 {
                 continue;
             }
+            let raw = &self.kept[place / PIECE].raw;
+            let at = sample.body as usize;
             locs.clear();
-            sample_locations(&sample.body[..sample.locations], &mut locs);
-            let mut frames = Vec::new();
+            sample_locations(&raw[at..at + sample.locations as usize], &mut locs);
+            frames.clear();
             self.tables.frame_names(&locs, &mut frames);
             sample.site = self.sites.site(&frames);
-            if let Some(figures) = &sample.figures {
-                self.sites.add(sample.site, &heap_values(figures));
-            }
+            self.sites
+                .add(sample.site, &heap_values(&sample.figures, self.rate));
         }
         self.entry = None;
     }
@@ -178,15 +219,15 @@ impl Encoder {
 
     /// The protobuf the last [`Encoder::heap_profile_gz`] gzipped, handed over whole (what the
     /// gzipped bytes decompress to), so the collector need not gunzip what was just gzipped.
-    /// Made again from the kept samples and the last profile's tail, as it was written. Empty
+    /// Made again from the kept pieces and the last profile's tail, as it was written. Empty
     /// before the first profile, or when already taken.
     pub fn take_raw(&mut self) -> Vec<u8> {
         if !std::mem::take(&mut self.raw_ready) {
             return Vec::new();
         }
         let mut raw = Vec::with_capacity(self.raw_len);
-        for sample in self.samples.iter().rev() {
-            write_sample(&sample.body, &mut raw);
+        for piece in self.kept.iter().rev() {
+            raw.extend_from_slice(&piece.raw);
         }
         raw.extend_from_slice(&self.tail);
         raw
@@ -221,9 +262,9 @@ impl Encoder {
         self.stack = stack;
     }
 
-    /// The gzipped profile `writeHeapProto` would write for these records, read from the list
-    /// numbered `list` (see [`Snapshot::list`](crate::source::proc::walk::Snapshot::list); records that are not from one list each
-    /// time need a new number each time).
+    /// The gzipped profile `writeHeapProto` would write for these records (head first), read
+    /// from the list numbered `list` (see [`Snapshot::list`]; records that are not from one
+    /// list each time need a new number each time).
     pub fn heap_profile_gz<'a>(
         &mut self,
         records: impl ExactSizeIterator<Item = MemRecord<'a>>,
@@ -232,108 +273,70 @@ impl Encoder {
         syms: &Symbols,
         time_nanos: i64,
     ) -> Vec<u8> {
+        let records: Vec<MemRecord> = records.collect();
+        let n = records.len();
+        self.begin(list, n);
+        for piece in 0..n.div_ceil(PIECE) {
+            let heads = heads_of(piece, n);
+            self.piece(piece, &records[heads], rate, syms);
+        }
+        self.finish(rate, time_nanos)
+    }
+
+    /// [`Encoder::heap_profile_gz`] of a walk's snapshot under `runtime.MemProfile`'s rule,
+    /// from the list's end: the stacks of each piece's buckets are let go once its samples
+    /// are made (see [`Snapshot::release_stacks`]).
+    pub fn heap_profile_gz_of(
+        &mut self,
+        snapshot: &mut Snapshot,
+        rate: i64,
+        syms: &Symbols,
+        time_nanos: i64,
+    ) -> Vec<u8> {
+        let n = snapshot.buckets.len();
+        let whole = snapshot.list != self.list;
+        self.begin(snapshot.list, n);
+        let rule = flush_rule(snapshot);
+        for piece in 0..n.div_ceil(PIECE) {
+            let heads = heads_of(piece, n);
+            let batch: Vec<MemRecord> = mem_records_of(snapshot, heads.clone(), rule).collect();
+            self.piece(piece, &batch, rate, syms);
+            drop(batch);
+            if whole {
+                snapshot.release_stacks(heads);
+            }
+        }
+        self.finish(rate, time_nanos)
+    }
+
+    /// Starts a profile of `n` records from the list numbered `list`.
+    fn begin(&mut self, list: u64, n: usize) {
         self.raw_ready = false;
         if list != self.list {
             self.samples.clear();
-            self.deflated.clear();
+            self.kept.clear();
             self.list = list;
         }
         if self.samples.is_empty() {
             self.sites.clear();
             self.totals = [0; 6];
         }
-        let n = records.len();
-        self.samples.resize_with(n, BucketSample::default);
-        let mut locs = Vec::new();
-        let mut samples = std::mem::take(&mut self.samples);
-        let pieces = n.div_ceil(PIECE);
-        self.deflated.resize_with(pieces, Piece::default);
+        self.samples.resize_with(n, KeptSample::default);
+        self.kept.resize_with(n.div_ceil(PIECE), KeptPiece::default);
+    }
+
+    /// The profile of the pieces as they stand, at `rate`, gzipped.
+    fn finish(&mut self, rate: i64, time_nanos: i64) -> Vec<u8> {
+        self.rate = rate;
+        self.entry = self.sites.entry();
         // `decode::summarize`'s hash: every top-level field in order but the timestamps,
-        // the samples' piece by piece as they are written.
+        // the samples' piece by piece, the newest first, as the profile holds them.
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut samples_len = 0;
-        // Whether a sample of the piece being written was written again.
-        let mut dirty = false;
-        for (i, (r, sample)) in records.zip(samples.iter_mut().rev()).enumerate() {
-            let piece = (n - 1 - i) / PIECE;
-            if i == 0 || (n - i) % PIECE == 0 {
-                self.chunk.clear();
-                dirty = false;
-            }
-            let figures = [
-                r.alloc_objects,
-                r.alloc_bytes,
-                r.free_objects,
-                r.free_bytes,
-                r.recent_objects,
-                r.recent_bytes,
-                rate,
-            ];
-            if sample.bucket != r.bucket || r.bucket == 0 {
-                dirty = true;
-                if let Some(old) = &sample.figures {
-                    let old = heap_values(old);
-                    self.sites.remove(sample.site, &old);
-                    subtract(&mut self.totals, &old);
-                }
-                locs.clear();
-                let lead = r
-                    .stack
-                    .iter()
-                    .position(|&pc| !self.is_runtime(syms, pc))
-                    .unwrap_or(0);
-                self.locations(syms, &r.stack[lead..], &mut locs);
-                if locs.is_empty() {
-                    self.locations(syms, r.stack, &mut locs);
-                }
-                let mut body = Vec::new();
-                if !locs.is_empty() {
-                    prost::encoding::uint64::encode_packed(1, &locs, &mut body);
-                }
-                let site = if self.sites.naming() {
-                    let mut frames = Vec::new();
-                    self.tables.frame_names(&locs, &mut frames);
-                    self.sites.site(&frames)
-                } else {
-                    NO_SITE
-                };
-                *sample = BucketSample {
-                    bucket: r.bucket,
-                    figures: None,
-                    locations: body.len(),
-                    body,
-                    site,
-                };
-            }
-            if sample.figures != Some(figures) {
-                dirty = true;
-                let values = heap_values(&figures);
-                if let Some(old) = &sample.figures {
-                    let old = heap_values(old);
-                    self.sites.remove(sample.site, &old);
-                    subtract(&mut self.totals, &old);
-                }
-                self.sites.add(sample.site, &values);
-                for (t, v) in self.totals.iter_mut().zip(&values) {
-                    *t = t.wrapping_add(*v);
-                }
-                sample.figures = Some(figures);
-                sample.body.truncate(sample.locations);
-                write_heap_values(&r, &values, self.bytes_key, &mut sample.body);
-            }
-            write_sample(&sample.body, &mut self.chunk);
-            // The piece's last sample (places count from the list's end): it is whole.
-            if (n - 1 - i) % PIECE == 0 {
-                hasher.update(&self.chunk);
-                samples_len += self.chunk.len();
-                let kept = &mut self.deflated[piece];
-                if dirty || kept.inflated_len() != self.chunk.len() {
-                    self.pieces.piece_into(&self.chunk, kept);
-                }
-            }
+        for piece in self.kept.iter().rev() {
+            hasher.update(&piece.raw);
+            samples_len += piece.raw.len();
         }
-        self.samples = samples;
-        self.entry = self.sites.entry();
         let head = pb::Profile {
             sample_type: self.sample_type.clone(),
             time_nanos,
@@ -356,17 +359,130 @@ impl Encoder {
         hasher.update(&timeless.encode_to_vec());
         hasher.update(&self.tables.encoded);
         self.hash = format!("xxh3:{:032x}", hasher.digest128());
-        // The newest buckets' piece first, as the samples were written.
-        let in_order = self.deflated.iter().rev();
+        let in_order = self.kept.iter().rev().map(|piece| &piece.deflated);
         self.pieces.member(in_order, &self.tail)
+    }
+
+    /// What becomes of the kept sample at `place` for record `r` at `rate`.
+    fn fate(&self, place: usize, r: &MemRecord, rate: i64) -> Fate {
+        let sample = &self.samples[place];
+        if sample.bucket != r.bucket || r.bucket == 0 {
+            Fate::New
+        } else if rate != self.rate || sample.figures != figures_of(r) {
+            Fate::Moved
+        } else {
+            Fate::Kept
+        }
+    }
+
+    /// Brings the piece `piece` to `batch`, its records newest first: written again, and
+    /// deflated, when one of its samples moved; left as it is otherwise.
+    fn piece(&mut self, piece: usize, batch: &[MemRecord], rate: i64, syms: &Symbols) {
+        let first = piece * PIECE;
+        let place = |k: usize| first + batch.len() - 1 - k;
+        let kept = &self.kept[piece];
+        let whole = kept.samples == batch.len() && kept.deflated.inflated_len() == kept.raw.len();
+        let still = whole
+            && batch
+                .iter()
+                .enumerate()
+                .all(|(k, r)| self.fate(place(k), r, rate) == Fate::Kept);
+        if still {
+            return;
+        }
+        let old = std::mem::take(&mut self.kept[piece].raw);
+        let mut raw = std::mem::take(&mut self.spare);
+        raw.clear();
+        let mut body = std::mem::take(&mut self.body);
+        for (k, r) in batch.iter().enumerate() {
+            let at = place(k);
+            let fate = self.fate(at, r, rate);
+            let sample = self.samples[at];
+            if fate == Fate::Kept {
+                let from = sample.body as usize;
+                let to = write_sample(&old[from..from + sample.len as usize], &mut raw);
+                self.samples[at].body = to;
+                continue;
+            }
+            if sample.bucket != 0 {
+                let values = heap_values(&sample.figures, self.rate);
+                self.sites.remove(sample.site, &values);
+                subtract(&mut self.totals, &values);
+            }
+            body.clear();
+            let site = if fate == Fate::New {
+                self.new_locations(syms, r, &mut body)
+            } else {
+                let from = sample.body as usize;
+                body.extend_from_slice(&old[from..from + sample.locations as usize]);
+                sample.site
+            };
+            let locations = body.len() as u32;
+            let figures = figures_of(r);
+            let values = heap_values(&figures, rate);
+            self.sites.add(site, &values);
+            for (t, v) in self.totals.iter_mut().zip(&values) {
+                *t = t.wrapping_add(*v);
+            }
+            write_heap_values(&figures, &values, self.bytes_key, &mut body);
+            self.samples[at] = KeptSample {
+                bucket: r.bucket,
+                figures,
+                site,
+                body: write_sample(&body, &mut raw),
+                len: body.len() as u32,
+                locations,
+            };
+        }
+        self.body = body;
+        self.spare = old;
+        let kept = &mut self.kept[piece];
+        kept.raw = raw;
+        kept.samples = batch.len();
+        self.pieces.piece_into(&kept.raw, &mut kept.deflated);
+    }
+
+    /// A new bucket's location ids (its stack symbolised, the leading runtime frames hidden),
+    /// written into `body` as its sample's first field; its site.
+    fn new_locations(&mut self, syms: &Symbols, r: &MemRecord, body: &mut Vec<u8>) -> u32 {
+        let mut locs = Vec::new();
+        let lead = r
+            .stack
+            .iter()
+            .position(|&pc| !self.is_runtime(syms, pc))
+            .unwrap_or(0);
+        self.locations(syms, &r.stack[lead..], &mut locs);
+        if locs.is_empty() {
+            self.locations(syms, r.stack, &mut locs);
+        }
+        if !locs.is_empty() {
+            prost::encoding::uint64::encode_packed(1, &locs, body);
+        }
+        if self.sites.naming() {
+            let mut frames = Vec::new();
+            self.tables.frame_names(&locs, &mut frames);
+            self.sites.site(&frames)
+        } else {
+            NO_SITE
+        }
     }
 }
 
-/// `Sample` by hand (what prost would write for it): its key, length and body.
-fn write_sample(body: &[u8], out: &mut Vec<u8>) {
+/// The buckets (indexes, head first) of piece `piece` of a list of `n`: the piece holds the
+/// places `piece * PIECE` on, counted from the list's end.
+fn heads_of(piece: usize, n: usize) -> std::ops::Range<usize> {
+    let places = piece * PIECE..((piece + 1) * PIECE).min(n);
+    n - places.end..n - places.start
+}
+
+/// `Sample` by hand (what prost would write for it): its key, length and body; where the body
+/// starts in `out`.
+fn write_sample(body: &[u8], out: &mut Vec<u8>) -> u32 {
     prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, out);
     prost::encoding::encode_varint(body.len() as u64, out);
+    let at = out.len() as u32;
     out.extend_from_slice(body);
+    at
 }
 
 #[cfg(test)]
@@ -436,13 +552,9 @@ mod tests {
         // 3 pieces (1024 + 1024 + 952 buckets), then the rest of the profile.
         kept.heap_profile_gz(records(3000, usize::MAX).into_iter(), 1, 1, &syms, 1);
         assert_eq!(kept.pieces.deflated, 4);
-        // Written piece by piece: no buffer the size of the whole protobuf is kept.
-        assert!(
-            kept.chunk.capacity() < kept.raw_len() / 2,
-            "{} of {}",
-            kept.chunk.capacity(),
-            kept.raw_len()
-        );
+        // The samples are held in their pieces' protobuf, and nowhere else.
+        let held: usize = kept.kept.iter().map(|p| p.raw.len()).sum();
+        assert_eq!(held + kept.tail.len(), kept.raw_len());
         // One sample moved, in the middle piece.
         let now = records(3000, 1499);
         let gz = kept.heap_profile_gz(now.iter().cloned(), 1, 1, &syms, 2);
@@ -460,6 +572,61 @@ mod tests {
         let fresh = Encoder::new(&[]).heap_profile_gz(more.iter().cloned(), 1, 1, &syms, 3);
         assert_eq!(content(&gz), content(&fresh));
         assert_eq!(kept.pieces.deflated, 6 + 3);
+    }
+
+    #[test]
+    fn a_snapshot_is_encoded_as_its_records_are_and_its_stacks_let_go_on_the_way() {
+        use crate::source::proc::walk::{Bucket, Cycle, mem_records};
+        let table = crate::source::proc::pclntab::tests::fabricated();
+        let syms = Symbols {
+            table: &table,
+            bias: 0,
+            hide_internal_runtime: true,
+        };
+        let pcs = [0x1003, 0x1007, 0x100b];
+        // A list read whole: 2,500 buckets head first, their stacks in that order.
+        let mut snapshot = Snapshot {
+            cycle: 4,
+            list: 9,
+            head: 0x10_0000,
+            ..Snapshot::default()
+        };
+        for i in 0..2500u64 {
+            let depth = 1 + (i % 3) as usize;
+            let start = snapshot.stacks.len();
+            snapshot.stacks.extend_from_slice(&pcs[..depth]);
+            let cycle = Cycle {
+                allocs: 1 + i,
+                frees: i / 2,
+                alloc_bytes: 16 * (1 + i),
+                free_bytes: 16 * (i / 2),
+            };
+            snapshot.buckets.push(Bucket {
+                addr: 0x10_0000 + 0x100 * i,
+                stack: start..snapshot.stacks.len(),
+                depth: depth as u32,
+                active: cycle,
+                future: [Cycle::default(), cycle, Cycle::default()],
+            });
+        }
+        let want = Encoder::new(&[]).heap_profile_gz(mem_records(&snapshot), 9, 1, &syms, 5);
+        // The newest piece (2,500 = 2 × 1,024 + 452) holds the head, whose stack the next
+        // walk reads again: its stacks stay, for `forget_stacks`.
+        let newest = snapshot.stacks[..snapshot.buckets[451].stack.end].to_vec();
+        let mut encoder = Encoder::new(&[]);
+        let gz = encoder.heap_profile_gz_of(&mut snapshot, 1, &syms, 5);
+        assert_eq!(gz, want, "the same bytes");
+        assert_eq!(
+            snapshot.stacks, newest,
+            "the older pieces' stacks are let go"
+        );
+        assert!(snapshot.buckets[452..].iter().all(|b| b.stack.is_empty()));
+        // The same list again: its stacks are not the buffer's to cut, and stay.
+        let mut again = snapshot.clone();
+        again.forget_stacks();
+        let before = again.stacks.clone();
+        encoder.heap_profile_gz_of(&mut again, 1, &syms, 6);
+        assert_eq!(again.stacks, before);
     }
 
     #[test]

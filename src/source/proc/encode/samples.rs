@@ -7,20 +7,40 @@ use crate::decode::pb;
 use crate::source::proc::sites::Values;
 use crate::source::proc::walk::MemRecord;
 
-/// One bucket's `Sample` message as last written (its body: location ids, values, label), and
-/// the figures it was written from. Most buckets of a large profile do not move between two
-/// captures (sites that allocated once, at start), and their samples are copied, not written.
-#[derive(Default)]
-pub(super) struct BucketSample {
+/// One bucket's `Sample` message as last written: where its body lies in its piece's
+/// protobuf, and the figures it was written from. Most buckets of a large profile do not move
+/// between two captures (sites that allocated once, at start), and their samples are copied,
+/// not written. No body of its own: 100,000 small buffers cost twice their bytes in the
+/// allocator (a body of ~70 bytes grew to a 128-byte buffer), where the piece's protobuf holds
+/// them packed.
+#[derive(Default, Clone, Copy)]
+pub(super) struct KeptSample {
     /// The bucket's address (0: no sample yet).
     pub(super) bucket: u64,
-    /// The record's six figures and the sampling rate (none before the first values).
-    pub(super) figures: Option<[i64; 7]>,
-    /// Bytes of `body` holding the location ids (written once).
-    pub(super) locations: usize,
-    pub(super) body: Vec<u8>,
+    /// The record's six figures, as `MemRecord` gives them (the rate is the encoder's).
+    pub(super) figures: Figures,
     /// Its site (see [`sites`](crate::source::proc::sites)).
     pub(super) site: u32,
+    /// Its body (after the field's key and length) in its piece's protobuf: where it starts,
+    /// its length, and the bytes of it that hold the location ids (written once).
+    pub(super) body: u32,
+    pub(super) len: u32,
+    pub(super) locations: u32,
+}
+
+/// A record's six figures: allocated, freed and recent objects and bytes, unscaled.
+pub(super) type Figures = [i64; 6];
+
+/// The figures of `r`, in [`Figures`]' order.
+pub(super) fn figures_of(r: &MemRecord) -> Figures {
+    [
+        r.alloc_objects,
+        r.alloc_bytes,
+        r.free_objects,
+        r.free_bytes,
+        r.recent_objects,
+        r.recent_bytes,
+    ]
 }
 
 /// `scaleHeapSample`: undo the sampling, given each sample's chance to be recorded.
@@ -67,9 +87,9 @@ pub(super) fn sample_locations(mut packed: &[u8], locs: &mut Vec<u64>) {
     }
 }
 
-/// A heap `Sample`'s six values from a record's figures (six counts, then the sampling rate),
-/// scaled as `writeHeapProto` scales them.
-pub(super) fn heap_values(figures: &[i64; 7]) -> Values {
+/// A heap `Sample`'s six values from a record's figures at the sampling rate `rate`, scaled as
+/// `writeHeapProto` scales them.
+pub(super) fn heap_values(figures: &Figures, rate: i64) -> Values {
     let [
         alloc_objects,
         alloc_bytes,
@@ -77,7 +97,6 @@ pub(super) fn heap_values(figures: &[i64; 7]) -> Values {
         free_bytes,
         recent_objects,
         recent_bytes,
-        rate,
     ] = *figures;
     let (ao, ab) = scale_heap_sample(alloc_objects, alloc_bytes, rate);
     let (io, ib) = scale_heap_sample(alloc_objects - free_objects, alloc_bytes - free_bytes, rate);
@@ -86,16 +105,17 @@ pub(super) fn heap_values(figures: &[i64; 7]) -> Values {
 }
 
 /// A heap `Sample`'s values and its `bytes` label (the average object size), after its
-/// location ids: what `writeHeapProto` writes for one record.
+/// location ids: what `writeHeapProto` writes for one record of these figures.
 pub(super) fn write_heap_values(
-    r: &MemRecord,
+    figures: &Figures,
     values: &Values,
     bytes_key: i64,
     body: &mut Vec<u8>,
 ) {
     prost::encoding::int64::encode_packed(2, values, body);
-    let block = if r.alloc_objects > 0 {
-        r.alloc_bytes / r.alloc_objects
+    let [alloc_objects, alloc_bytes, ..] = *figures;
+    let block = if alloc_objects > 0 {
+        alloc_bytes / alloc_objects
     } else {
         0
     };

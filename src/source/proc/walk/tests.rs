@@ -684,3 +684,38 @@ fn a_list_trusted_under_the_same_clock_is_read_once_while_its_figures_hold() {
     poke(&mut mem.image.borrow_mut(), 0x1008, 4);
     assert_eq!(again(&mut buffers), (4, 9));
 }
+
+#[test]
+fn stacks_are_let_go_from_the_end_of_a_list_read_whole_and_kept_otherwise() {
+    // Read whole: the stacks lie in bucket order.
+    let mut whole = walk(&three_buckets(), &ANCHORS, &LAYOUT, &Limits::default()).unwrap();
+    assert_in_bucket_order(&mut whole);
+    let before = mem_profile(&whole)
+        .iter()
+        .map(|r| r.stack.to_vec())
+        .collect::<Vec<_>>();
+    whole.release_stacks(1..2);
+    assert_eq!(whole.stacks, [0x402000], "the head's stack stays");
+    assert!(whole.stack(&whole.buckets[1]).is_empty());
+    assert_eq!(whole.stack(&whole.buckets[0]), before[0].as_slice());
+    whole.release_stacks(0..1);
+    assert_eq!(whole.stacks, [0x402000], "never the head's");
+    // Extended at its head: the new bucket's stack after the known ones', which are
+    // forgotten: nothing is let go, whatever is asked.
+    let (mem, mut buffers) = walked_then_prepended();
+    buffers.spare.forget_stacks();
+    let mut second =
+        walk_reusing(&mem, &ANCHORS, &LAYOUT, &Limits::default(), &mut buffers).unwrap();
+    let held = second.stacks.clone();
+    for range in [2..3, 1..3, 1..2] {
+        second.release_stacks(range);
+        assert_eq!(second.stacks, held);
+    }
+    assert_eq!(second.stack(&second.buckets[0]), [0x401000]);
+}
+
+/// Checks the walk read the list in bucket order (what `release_stacks` lets go from).
+fn assert_in_bucket_order(snap: &mut Snapshot) {
+    let starts: Vec<_> = snap.buckets.iter().map(|b| b.stack.start).collect();
+    assert!(starts.windows(2).all(|w| w[0] <= w[1]), "{starts:?}");
+}
