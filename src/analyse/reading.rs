@@ -81,7 +81,7 @@ pub use death::{IntoDeath, into_death};
 
 pub use episode::episode_bounds;
 use episode::{bounds_when_memory_settled, held_since, lone_onset, outside_held};
-use onset::{later_onset, sites_joined};
+use onset::{later_onset, onset_by_allocation, sites_joined};
 
 /// An episode must rise by this share of the heap before it, beside [`MIN_GROWTH_BYTES`](super::series::MIN_GROWTH_BYTES).
 const MIN_RISE_SHARE: f64 = 0.1;
@@ -241,6 +241,9 @@ pub struct ReadingInput<'a> {
     pub died_s: Option<f64>,
     /// The limit was measured reached: no forecast then.
     pub at_limit: bool,
+    /// Everything allocated until each capture, `(seconds, bytes)`, where the source counts
+    /// what its publications do not hold yet (`proc:`'s `recent_space`); empty otherwise.
+    pub allocated: &'a [(f64, f64)],
 }
 
 /// The reading of one cycle; `None` when the heap had no rise worth one.
@@ -306,9 +309,6 @@ fn without_a_last_wobble(input: &ReadingInput) -> Option<Option<Reading>> {
 fn read_figures(input: &ReadingInput) -> Option<Reading> {
     let heap = input.heap;
     let (mut b0, mut q0, mut p_max) = episode_bounds(heap)?;
-    let chord = |from: usize, to: usize| {
-        ((heap[to].1 - heap[from].1) / (heap[to].0 - heap[from].0).max(1e-9)).max(0.0)
-    };
     // A rise that filled and held ends where it came near its top; one still going may have
     // changed its rate for good on the way (a load, then a slower leak): it starts there.
     let rise = heap[p_max].1 - heap[b0].1;
@@ -332,16 +332,28 @@ fn read_figures(input: &ReadingInput) -> Option<Reading> {
     // A quiet start publishes nothing (no GC runs): the onset's figure may be far older than
     // the rise. Then the rate is fitted from the first figure of the rise on, and the onset
     // is where that line leaves the onset's level.
-    let lone = lone_onset(heap, b, p);
+    // Where the captures counted what was allocated between publications, the runtime's own
+    // count tells when the rise began: the onset's figure held until then.
+    let by_allocation = if b < p {
+        onset_by_allocation(heap, b, p, input.allocated)
+    } else {
+        None
+    };
+    let lone = by_allocation.is_none() && lone_onset(heap, b, p);
     let from = if lone { b + 1 } else { b };
-    let points = &heap[from..=p];
+    let mut points = heap[from..=p].to_vec();
+    if let Some(t) = by_allocation {
+        points[0].0 = t;
+    }
     let (t, v): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
     let fit = theil_sen(&t, &v)?;
-    let onset_s = if lone && fit.slope > 0.0 {
-        let left = heap[b + 1].0 - (heap[b + 1].1 - heap[b].1) / fit.slope;
-        left.clamp(heap[b].0, heap[b + 1].0)
-    } else {
-        heap[b].0
+    let onset_s = match by_allocation {
+        Some(t) => t,
+        None if lone && fit.slope > 0.0 => {
+            let left = heap[b + 1].0 - (heap[b + 1].1 - heap[b].1) / fit.slope;
+            left.clamp(heap[b].0, heap[b + 1].0)
+        }
+        None => heap[b].0,
     };
     let end_s = heap[p].0;
     let last = heap[heap.len() - 1];
@@ -351,7 +363,8 @@ fn read_figures(input: &ReadingInput) -> Option<Reading> {
     let rate = if fit.r2 >= 0.5 {
         fit.slope.max(0.0)
     } else {
-        chord(from, p)
+        let (first, last) = (points[0], points[points.len() - 1]);
+        ((last.1 - first.1) / (last.0 - first.0).max(1e-9)).max(0.0)
     };
     let mut reading = Reading {
         onset_s,

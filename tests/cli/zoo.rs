@@ -16,6 +16,7 @@
 //! | h. a life stopped after a killed one | flood -idle 1s -rate 40MiB, Ctrl-C in life 2 | 1 kill, in life 1; life 2 stopped |
 //! | i. GOGC=50 | flood -rate 8MiB -churn 48MiB | `storeRawMsg` 8 MiB/s from the start to the end (GOGC=400 is not read right yet: see the note below) |
 //! | j. GOMEMLIMIT=96MiB | flood -rate 16MiB -churn 48MiB | `storeRawMsg` 16 MiB/s, OOM-killed past the soft limit |
+//! | l. a quiet heap, then a flood | flood -idle 6s -base 16MiB -rate 24MiB | `storeRawMsg` 24 MiB/s from 6 s (no GC ran before it), OOM-killed |
 //!
 //! Not read right yet, so not here (the programs stay; their tests are in the history of this
 //! file):
@@ -687,6 +688,46 @@ fn j_a_steady_leak_past_gomemlimit_is_read_to_its_kill() {
     };
     let mut j = Judge::new(&run);
     j.all(1, &truth);
+    j.done();
+}
+
+// ---------------------------------------------------------------- l. a quiet heap, then a flood
+
+/// 16 MiB held from the start and nothing more for 6 s, so no GC runs and nothing is published,
+/// then 24 MiB/s of 256 KiB messages until the 128 MiB cgroup kills it (~10 s). The last
+/// publication before the flood is the start's: read by the publications alone the rise began
+/// "from 0.0 s" at 5.25 MiB/s. The captures' count of what was allocated places it.
+const QUIET_FLOOD: Truth = Truth {
+    site: Site::at(STORE),
+    rate: Rate::mib(24.0, 256.0 * KIB, 1.7),
+    onset: (5.8, 6.5),
+    end: "oom-killed",
+    ongoing: true,
+    share: 0.9,
+    decoys: &[],
+};
+
+#[test]
+fn l_a_flood_after_a_quiet_start_is_placed_and_rated_by_what_was_allocated() {
+    if !record::ready(true) {
+        return;
+    }
+    let runs = shared("quiet-flood", |dir| {
+        let args = [
+            "-idle", "6s", "-base", "16MiB", "-rate", "24MiB", "-msg", "256KiB",
+        ];
+        let launch = Launch {
+            name: "quiet-flood",
+            program: "flood",
+            args: &args,
+            env: &[],
+            limit: "128MiB",
+            restarts: 0,
+        };
+        vec![run_to_end(dir, &launch)]
+    });
+    let mut j = Judge::new(&runs[0]);
+    j.all(1, &QUIET_FLOOD);
     j.done();
 }
 

@@ -187,12 +187,23 @@ pub(super) fn cycle(
     } else {
         Vec::new()
     };
+    let heap_points: &[(f64, f64)] = if distinct.is_empty() {
+        &summed
+    } else {
+        &distinct
+    };
+    // What was allocated until each capture, where the source counts what its publications
+    // do not hold yet (`proc:`'s recent_space): the runtime's own clock between GCs.
+    let allocated: Vec<(f64, f64)> = by_time
+        .iter()
+        .filter_map(|r| {
+            let published = *r.totals.get("alloc_space")?;
+            let recent = *r.totals.get("recent_space")?;
+            Some((secs(r.t_ms), (published + recent) as f64))
+        })
+        .collect();
     let reading = reading::read(&ReadingInput {
-        heap: if distinct.is_empty() {
-            &summed
-        } else {
-            &distinct
-        },
+        heap: heap_points,
         seqs: &seqs,
         sites: &state.inuse,
         memory: &thin(&mem_points, 512).unwrap_or_default(),
@@ -204,6 +215,7 @@ pub(super) fn cycle(
         limit,
         died_s: died_after_s,
         at_limit: at_limit.is_some(),
+        allocated: &allocated,
     });
     let sites = reading.as_ref().map_or_else(Vec::new, site_rows);
 

@@ -113,3 +113,72 @@ pub(super) fn sites_joined(
 pub(super) const STILL_RISING: f64 = 0.1;
 /// A site has joined the rise once it is this share of its own rise above where it stood.
 pub(super) const JOINED: f64 = 0.01;
+
+/// Where, between the last publication before a rise (`heap[b]`) and the first that shows it,
+/// the rise began, by the runtime's own count of what was allocated. A heap profile moves only
+/// at a GC, and a quiet heap runs few: the last flat publication may be seconds older than the
+/// load (a flood at 6.0 s read "from 0.0 s"). The `proc:` source reads at every capture what
+/// was allocated since the last publication (`recent_space`); with what the publications count
+/// (`alloc_space`) that is everything allocated until the capture (`allocated`: seconds,
+/// cumulative bytes). The rise began when allocation left the trend it kept: the onset moves
+/// to the last capture before the run of loud captures that took it off that trend.
+///
+/// Only ever later, never past the first publication of the rise, and only where allocation
+/// did leave its trend by half the rise up to its peak (`heap[p]`): a rise made by frees
+/// stopping (a cache that no longer evicts) allocates no more than before, and keeps the onset
+/// the publications gave.
+pub(super) fn onset_by_allocation(
+    heap: &[(f64, f64)],
+    b: usize,
+    p: usize,
+    allocated: &[(f64, f64)],
+) -> Option<f64> {
+    const EPS: f64 = 1e-6;
+    let (onset_s, next, end) = (heap[b].0, *heap.get(b + 1)?, heap.get(p)?.0);
+    let rise = heap[p].1 - heap[b].1;
+    if rise <= 0.0 || p <= b {
+        return None;
+    }
+    let at = allocated.iter().rposition(|a| a.0 <= onset_s + EPS)?;
+    let (t0, a0) = allocated[at];
+    // The trend it kept: the median rate between captures up to the first publication of the
+    // rise. The onset this moves is stale (most of that stretch came before the rise), so the
+    // median is the quiet rate; where the rise filled most of it, allocation never leaves
+    // that trend and nothing moves. (Before the onset, a start-up's own load may run.)
+    let mut rates: Vec<f64> = allocated[at..]
+        .windows(2)
+        .take_while(|w| w[1].0 <= next.0 + EPS)
+        .filter(|w| w[1].0 > w[0].0)
+        .map(|w| (w[1].1 - w[0].1) / (w[1].0 - w[0].0))
+        .collect();
+    if rates.is_empty() {
+        return None;
+    }
+    rates.sort_by(f64::total_cmp);
+    let trend = rates[rates.len() / 2].max(0.0);
+    let off_trend = |&(t, a): &(f64, f64)| a - (a0 + trend * (t - t0));
+    let window: Vec<&(f64, f64)> = allocated[at..]
+        .iter()
+        .take_while(|a| a.0 <= end + EPS)
+        .collect();
+    // The rise was allocated: by its peak, allocation stood off its trend by half of it.
+    if window.last().is_none_or(|a| off_trend(a) < 0.5 * rise) {
+        return None;
+    }
+    // A few samples (each stands for 512 KiB allocated on average) are noise.
+    let tolerance = (4.0 * SAMPLE_BYTES).max(0.05 * rise);
+    let left = window.iter().position(|a| off_trend(a) > tolerance)?;
+    // Back from there over the captures between which allocation ran above its trend by
+    // more than its count's noise (three standard deviations of the samples, two at least):
+    // the rise began at the last quiet one.
+    let loud = |w: (&(f64, f64), &(f64, f64))| {
+        let expected = trend * (w.1.0 - w.0.0);
+        let noise = (3.0 * (expected * SAMPLE_BYTES).sqrt()).max(2.0 * SAMPLE_BYTES);
+        w.1.1 - w.0.1 > expected + noise
+    };
+    let mut began = left;
+    while began > 0 && loud((window[began - 1], window[began])) {
+        began -= 1;
+    }
+    Some(window[began].0).filter(|&t| t > onset_s + EPS && t < next.0 - EPS)
+}

@@ -13,6 +13,7 @@ fn input<'a>(heap: &'a [(f64, f64)], grid: &'a SeriesGrid) -> ReadingInput<'a> {
         limit: Some(256 << 20),
         died_s: None,
         at_limit: false,
+        allocated: &[],
     }
 }
 
@@ -34,6 +35,56 @@ fn series(f: impl Fn(f64) -> f64, until: f64) -> Vec<(f64, f64)> {
         .take_while(|&t| t <= until)
         .map(|t| (t, f(t)))
         .collect()
+}
+
+/// A quiet heap publishes nothing: a flood at 6.04 s after an idle start with no GC read
+/// "from 0.0 s" at 5.25 MiB/s (the last flat publication was the start's; a real `run` of
+/// `flood -idle 6s -base 16MiB -rate 24MiB`). The captures' count of what was allocated
+/// (published + recent_space) places the onset where allocation left its trend, and the rate
+/// is fitted from there. Without that count, or where allocation never left its trend (a rise
+/// made by frees stopping), the onset stays where the publications put it.
+#[test]
+fn a_quiet_start_s_onset_is_placed_where_allocation_left_its_trend() {
+    // The publications of that run, placed by the GC clock, and every capture's count of
+    // what was allocated (each 0.2 s; flat through the idle start, no GC ran).
+    let heap = [(0.0, 17256682.0), (6.542, 31247667.0), (7.7505, 59895876.0)];
+    let mut allocated: Vec<(f64, f64)> =
+        (0..=30).map(|k| (k as f64 * 0.2016, 17256681.0)).collect();
+    allocated.extend([
+        (6.24, 23919054.0),
+        (6.441, 26584004.0),
+        (6.643, 31913904.0),
+        (6.844, 36577566.0),
+        (7.045, 40574991.0),
+        (7.247, 45904890.0),
+        (7.448, 53233502.0),
+        (7.65, 57897164.0),
+        (7.851, 63227063.0),
+        (8.052, 69889437.0),
+    ]);
+    let grid = SeriesGrid::default();
+    let without = read(&input(&heap, &grid)).unwrap();
+    assert_eq!(without.onset_s, 0.0);
+    let r = read(&ReadingInput {
+        allocated: &allocated,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert!((6.0..=6.05).contains(&r.onset_s), "onset {}", r.onset_s);
+    let rate = r.bytes_per_sec / MIB;
+    assert!((20.0..=28.0).contains(&rate), "rate {rate} MiB/s, {r:?}");
+    assert!(rate > 2.0 * without.bytes_per_sec / MIB, "{without:?}");
+
+    // Allocation on its trend all along: frees stopped, nothing to place it by.
+    let steady: Vec<(f64, f64)> = (0..40)
+        .map(|k| (k as f64 * 0.2, 17.0 * MIB + 6.0 * MIB * k as f64 * 0.2))
+        .collect();
+    let r = read(&ReadingInput {
+        allocated: &steady,
+        ..input(&heap, &grid)
+    })
+    .unwrap();
+    assert_eq!(r.onset_s, without.onset_s);
 }
 
 #[test]
