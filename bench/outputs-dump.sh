@@ -11,6 +11,10 @@ bin=$(realpath "${1:?usage: outputs-dump.sh HEAPWATCH OUT_DIR}")
 out=${2:?usage: outputs-dump.sh HEAPWATCH OUT_DIR}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 scratch=/tmp/heapwatch-outputs-dump
+# One dump at a time on this machine: two would share the scratch path (another worktree's
+# dump waits here until this one is done).
+exec 9>"$scratch.lock"
+flock 9
 rm -rf "$scratch" "$out"
 mkdir -p "$scratch" "$out"
 cp -r "$repo/testdata/runs" "$scratch/runs"
