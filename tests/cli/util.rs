@@ -205,12 +205,55 @@ pub fn wait_for_exit(
             return (status, unix_ms());
         }
         if started.elapsed() > deadline {
+            // Where it and its children were stuck, before they are killed: a collector that
+            // hangs beside a target at its limit is a bug to find, not a slow machine.
+            let stuck = where_stuck(child.id());
             let _ = child.kill();
             let _ = child.wait();
-            panic!("the process did not exit within {deadline:?}");
+            panic!("the process did not exit within {deadline:?}; where it was:\n{stuck}");
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// Each thread of `pid` and of its children (one level), with its state and kernel wait
+/// channel, and its kernel stack where this user may read it.
+fn where_stuck(pid: u32) -> String {
+    let read = |p: String| std::fs::read_to_string(p).unwrap_or_default();
+    let mut pids = vec![pid.to_string()];
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let children = read(format!("{}/children", t.path().display()));
+            pids.extend(children.split_whitespace().map(str::to_string));
+        }
+    }
+    let mut out = String::new();
+    for p in pids {
+        let comm = read(format!("/proc/{p}/comm"));
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let dir = t.path();
+            let stat = read(format!("{}/stat", dir.display()));
+            // The state is the field after the command's closing parenthesis.
+            let state = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next();
+            let wchan = read(format!("{}/wchan", dir.display()));
+            let stack = read(format!("{}/stack", dir.display()));
+            out.push_str(&format!(
+                "{p} {} thread {:?}: state {} wchan {wchan}\n{stack}",
+                comm.trim(),
+                t.file_name(),
+                state.unwrap_or("?")
+            ));
+        }
+    }
+    out
 }
 
 /// Polls a child's output file until a line starting with `prefix` appears; returns the rest
