@@ -4,7 +4,7 @@
 //! when it was written.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,43 @@ impl Drop for Tmpfs {
     }
 }
 
+/// `heapwatch run FLAGS -- tmpfsfile -file FILE ARGS` into `run`, every 200 ms, quietly.
+fn run_tmpfsfile(
+    fixture: &Path,
+    file: &Path,
+    run: &Path,
+    flags: &[&str],
+    args: &[&str],
+) -> std::process::Child {
+    util::heapwatch()
+        .args(["run", "-q", "--interval", "200ms"])
+        .args(flags)
+        .arg("--out")
+        .arg(run)
+        .arg("--")
+        .arg(fixture)
+        .arg("-file")
+        .arg(file)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("heapwatch run starts")
+}
+
+/// Whether the run was confined in a memory cgroup; says what is missed when it was not.
+fn confined(run: &Path, without: &str) -> bool {
+    let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
+    let mode = info["options"]["confinement"].as_str().unwrap_or("");
+    if !mode.starts_with("cgroup") {
+        prerequisite::skip(
+            Need::Root,
+            &format!("heapwatch run made no memory cgroup (confinement {mode}): {without}"),
+        );
+    }
+    mode.starts_with("cgroup")
+}
+
 fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
@@ -88,19 +125,13 @@ fn growth_names_the_tmpfs_file_that_holds_the_shared_memory_with_its_size() {
     let file = tmpfs.dir.join("ctrl-ha.db-20261207-031333");
     let dir = util::tempdir();
     let run = dir.path().join("run");
-    let mut child = util::heapwatch()
-        .args(["run", "-q", "--limit", "256MiB", "--interval", "200ms"])
-        .arg("--out")
-        .arg(&run)
-        .arg("--")
-        .arg(&fixture)
-        .arg("-file")
-        .arg(&file)
-        .args(["-size", "64MiB"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("heapwatch run starts");
+    let mut child = run_tmpfsfile(
+        &fixture,
+        &file,
+        &run,
+        &["--limit", "256MiB"],
+        &["-size", "64MiB"],
+    );
     let written = || fs::metadata(&file).is_ok_and(|m| m.len() == WRITTEN);
     wait_until("the file written", Duration::from_secs(120), written);
     // A few detailed samples with the file whole.
@@ -109,13 +140,7 @@ fn growth_names_the_tmpfs_file_that_holds_the_shared_memory_with_its_size() {
     let (status, _) = util::wait_for_exit(&mut child, Duration::from_secs(60));
     assert!(status.success(), "{status}");
 
-    let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
-    let mode = info["options"]["confinement"].as_str().unwrap_or("");
-    if !mode.starts_with("cgroup") {
-        prerequisite::skip(
-            Need::Root,
-            &format!("heapwatch run made no memory cgroup (confinement {mode}): no shmem figure"),
-        );
+    if !confined(&run, "no shmem figure") {
         return;
     }
     let path = file.to_str().unwrap();
@@ -216,29 +241,17 @@ fn a_tmpfs_file_that_fills_the_limit_leads_the_account_of_the_kill() {
     let file = tmpfs.dir.join("ctrl-ha.db-20261207-031333");
     let dir = util::tempdir();
     let run = dir.path().join("run");
-    let mut child = util::heapwatch()
-        .args(["run", "-q", "--limit", "128MiB", "--restarts", "0"])
-        .args(["--interval", "200ms", "--out"])
-        .arg(&run)
-        .arg("--")
-        .arg(&fixture)
-        .arg("-file")
-        .arg(&file)
-        .args(["-size", "256MiB", "-heap", "24MiB"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("heapwatch run starts");
+    let mut child = run_tmpfsfile(
+        &fixture,
+        &file,
+        &run,
+        &["--limit", "128MiB", "--restarts", "0"],
+        &["-size", "256MiB", "-heap", "24MiB"],
+    );
     // The kernel may hold the process at its limit a while before it kills it.
     let (status, _) = util::wait_for_exit(&mut child, Duration::from_secs(300));
     assert!(status.success(), "{status}");
-    let info: Value = serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
-    let mode = info["options"]["confinement"].as_str().unwrap_or("");
-    if !mode.starts_with("cgroup") {
-        prerequisite::skip(
-            Need::Root,
-            &format!("heapwatch run made no memory cgroup (confinement {mode}): no kill"),
-        );
+    if !confined(&run, "no kill") {
         return;
     }
     let path = file.to_str().unwrap();
