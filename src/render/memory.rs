@@ -429,6 +429,16 @@ mod tests {
         let b = at_peak(&[&cgo], &[&stats], 0, None).unwrap();
         assert_eq!(b.filled_by().map(|f| f.kind), Some(Filler::OtherAnonymous));
 
+        // MemStats read 0.7 s before the peak, when the memory stood at 100 MiB (etcd's WAL
+        // replay filled 190 MiB in that time): they split no peak, and nothing is "outside the
+        // Go runtime's accounts".
+        let early = sample(100, 100 * MIB, 60 * MIB, 0);
+        let peak = sample(800, 1020 * MIB, 60 * MIB, 0);
+        let stats = memstats(100, [2 * MIB, 4 * MIB, 2 * MIB, MIB, 8 * MIB, 12 * MIB]);
+        let b = at_peak(&[&early, &peak], &[&stats], 0, None).unwrap();
+        assert!(b.memstats_elsewhere.is_some(), "{b:?}");
+        assert_eq!(b.filled_by(), None, "{b:?}");
+
         // The heap filled it: no other kind leads.
         let heap = sample(1_900, 1020 * MIB, 20 * MIB, 0);
         let stats = memstats(
